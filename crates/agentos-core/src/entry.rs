@@ -1,0 +1,242 @@
+//! Catalog entries: the contract (what can be called) and the binding (how it runs).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::flags::{Flag, Flags};
+
+/// One tool as the catalog stores it (wire shape of DESIGN.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogEntry {
+    #[schema(example = "forum-sentinel")]
+    pub id: String,
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    pub status: Status,
+    pub contract: Contract,
+    pub binding: Binding,
+}
+
+/// `approved`: pinned and validated by the platform. `registered`: described, never validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Approved,
+    Registered,
+}
+
+/// What can be called: named operations with their input (and output) JSON Schemas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Contract {
+    #[serde(rename = "type")]
+    #[schema(example = "script-io")]
+    pub kind: String,
+    pub operations: BTreeMap<String, Operation>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Operation {
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the operation's input.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// JSON Schema of the operation's output, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+}
+
+/// How a tool runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Binding {
+    Script(ScriptBinding),
+}
+
+impl Binding {
+    pub fn kind(&self) -> BindingKind {
+        match self {
+            Binding::Script(_) => BindingKind::Script,
+        }
+    }
+}
+
+/// The kinds of binding, as named in the `type` search filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum BindingKind {
+    Script,
+    Http,
+    Docker,
+    Toolnet,
+    Host,
+    Mcp,
+}
+
+impl BindingKind {
+    pub const ALL: [BindingKind; 6] = [
+        BindingKind::Script,
+        BindingKind::Http,
+        BindingKind::Docker,
+        BindingKind::Toolnet,
+        BindingKind::Host,
+        BindingKind::Mcp,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BindingKind::Script => "script",
+            BindingKind::Http => "http",
+            BindingKind::Docker => "docker",
+            BindingKind::Toolnet => "toolnet",
+            BindingKind::Host => "host",
+            BindingKind::Mcp => "mcp",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+    /// The flag that reveals entries of this kind in search and get.
+    pub fn revealing_flag(self) -> Flag {
+        match self {
+            BindingKind::Script => Flag::Scripts,
+            BindingKind::Http => Flag::Http,
+            BindingKind::Docker => Flag::Docker,
+            BindingKind::Toolnet => Flag::ToolNets,
+            BindingKind::Host => Flag::Execute,
+            BindingKind::Mcp => Flag::Mcp,
+        }
+    }
+    pub fn visible_to(self, flags: Flags) -> bool {
+        flags.has(self.revealing_flag())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    Node,
+    Sh,
+    Bash,
+    Python3,
+}
+
+impl Runtime {
+    pub const ALL: [Runtime; 4] = [Runtime::Node, Runtime::Sh, Runtime::Bash, Runtime::Python3];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Node => "node",
+            Runtime::Sh => "sh",
+            Runtime::Bash => "bash",
+            Runtime::Python3 => "python3",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+    /// The extension used in the script's URN and default filename. It depends on the
+    /// runtime alone so that the same content gives the same URN on every install.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Runtime::Node => "cjs",
+            Runtime::Sh | Runtime::Bash => "sh",
+            Runtime::Python3 => "py",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptBinding {
+    pub runtime: Runtime,
+    #[schema(example = "urn:agentos:blob:tool-catalog/scripts/df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1.cjs")]
+    pub script_urn: String,
+    pub sha256: String,
+    pub filename: String,
+    pub size_bytes: u64,
+}
+
+/// Where an entry was found relative to the model asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Local,
+    Global,
+}
+
+/// An entry as the catalog holds it: the definition plus where and when it was written.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredEntry {
+    pub entry: CatalogEntry,
+    pub model: String,
+    /// Sequence number of the event that wrote this definition.
+    pub revision: u64,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub updated_by: String,
+    /// Lower-cased id, name, description and capabilities, for free-text search. Derived.
+    #[serde(skip)]
+    pub haystack: String,
+}
+
+impl StoredEntry {
+    pub fn new(entry: CatalogEntry, model: String, revision: u64, created_at: i64, updated_at: i64, updated_by: String) -> Self {
+        let mut s = StoredEntry { entry, model, revision, created_at, updated_at, updated_by, haystack: String::new() };
+        s.rebuild_haystack();
+        s
+    }
+    pub fn rebuild_haystack(&mut self) {
+        let e = &self.entry;
+        let mut h = String::with_capacity(e.id.len() + e.name.len() + e.description.len() + 16);
+        h.push_str(&e.id);
+        h.push('\n');
+        h.push_str(&e.name);
+        h.push('\n');
+        h.push_str(&e.description);
+        for c in &e.capabilities {
+            h.push('\n');
+            h.push_str(c);
+        }
+        self.haystack = h.to_lowercase();
+    }
+    pub fn view(&self, scope: Scope, shadowed: bool) -> EntryView {
+        EntryView {
+            entry: self.entry.clone(),
+            model: self.model.clone(),
+            scope,
+            shadowed,
+            revision: self.revision,
+            created_at: crate::event::format_time(self.created_at),
+            updated_at: crate::event::format_time(self.updated_at),
+            updated_by: self.updated_by.clone(),
+        }
+    }
+}
+
+/// An entry as answered by get and search.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryView {
+    #[serde(flatten)]
+    pub entry: CatalogEntry,
+    /// The model whose catalog holds the entry (`default` for global entries).
+    pub model: String,
+    pub scope: Scope,
+    /// True for a global entry hidden by a local entry with the same id.
+    #[serde(default)]
+    pub shadowed: bool,
+    /// Sequence number of the event that wrote this definition.
+    pub revision: u64,
+    pub created_at: String,
+    pub updated_at: String,
+    pub updated_by: String,
+}

@@ -1,0 +1,144 @@
+//! Events: one per change, appended to the log; the state is their fold.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use crate::entry::CatalogEntry;
+use crate::flags::Flags;
+use crate::{CoreError, ErrorKind};
+
+/// Bumped whenever an event payload changes shape; every event records the version it was written with.
+pub const EVENT_SCHEMA_VERSION: u32 = 1;
+
+/// The typed body of an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload")]
+pub enum EventBody {
+    /// A model came into being (by its first registration).
+    ModelCreated { name: String },
+    /// A catalog entry was written (upsert by id within the event's model).
+    ToolRegistered { entry: CatalogEntry },
+    /// A catalog entry was removed from the event's model.
+    ToolRemoved { id: String },
+    /// A principal was created. Only the sha256 of its token is kept.
+    PrincipalCreated(PrincipalRecord),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrincipalRecord {
+    pub name: String,
+    pub kind: PrincipalKind,
+    /// Flags in their full positional form.
+    pub flags: String,
+    pub home_model: String,
+    pub token_sha256: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PrincipalKind {
+    Operator,
+    Agent,
+}
+
+impl EventBody {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventBody::ModelCreated { .. } => "ModelCreated",
+            EventBody::ToolRegistered { .. } => "ToolRegistered",
+            EventBody::ToolRemoved { .. } => "ToolRemoved",
+            EventBody::PrincipalCreated(_) => "PrincipalCreated",
+        }
+    }
+    /// The entity the event is about, indexed by the log so one entity's history is one lookup.
+    pub fn key(&self) -> String {
+        match self {
+            EventBody::ModelCreated { name } => format!("model:{name}"),
+            EventBody::ToolRegistered { entry } => format!("tool:{}", entry.id),
+            EventBody::ToolRemoved { id } => format!("tool:{id}"),
+            EventBody::PrincipalCreated(p) => format!("principal:{}", p.name),
+        }
+    }
+    /// Splits into the log's `type` and `payload` columns.
+    pub fn to_parts(&self) -> (&'static str, String) {
+        let v = serde_json::to_value(self).expect("event bodies always serialize");
+        let payload = v.get("payload").cloned().unwrap_or(serde_json::Value::Null);
+        (self.type_name(), payload.to_string())
+    }
+    /// Rebuilds a body from the log's columns.
+    pub fn from_parts(kind: &str, payload: &str) -> Result<Self, CoreError> {
+        let payload: serde_json::Value = serde_json::from_str(payload).map_err(|e| {
+            CoreError::new(
+                ErrorKind::Corrupt,
+                "event_corrupt",
+                format!("event payload of type {kind} is not JSON: {e}"),
+            )
+        })?;
+        serde_json::from_value(serde_json::json!({"type": kind, "payload": payload})).map_err(
+            |e| {
+                CoreError::new(
+                    ErrorKind::Corrupt,
+                    "event_corrupt",
+                    format!("event of type {kind} does not match its schema: {e}"),
+                )
+            },
+        )
+    }
+}
+
+/// An event as committed to the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Event {
+    pub seq: u64,
+    pub model: String,
+    pub body: EventBody,
+    pub principal: String,
+    /// Milliseconds since the Unix epoch.
+    pub time: i64,
+    pub schema: u32,
+}
+
+/// An event as answered by the API (history, audit).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub seq: u64,
+    pub model: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    pub principal: String,
+    pub time: String,
+    /// Schema version the event was written with.
+    pub v: u32,
+}
+
+impl Event {
+    pub fn view(&self) -> EventView {
+        let v = serde_json::to_value(&self.body).expect("event bodies always serialize");
+        EventView {
+            seq: self.seq,
+            model: self.model.clone(),
+            kind: self.body.type_name().to_string(),
+            payload: v.get("payload").cloned().unwrap_or_default(),
+            principal: self.principal.clone(),
+            time: format_time(self.time),
+            v: self.schema,
+        }
+    }
+}
+
+impl PrincipalRecord {
+    pub fn parsed_flags(&self) -> Flags {
+        self.flags.parse().unwrap_or_default()
+    }
+}
+
+/// RFC 3339 in UTC with milliseconds.
+pub fn format_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_default()
+}

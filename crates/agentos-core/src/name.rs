@@ -1,0 +1,146 @@
+//! Validation of the names users choose: tool ids, model names, capabilities, script filenames.
+
+use crate::CoreError;
+
+/// `[a-z0-9][a-z0-9-]{0,63}`: tool ids and model names.
+pub fn is_valid_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+pub fn check_tool_id(s: &str) -> Result<(), CoreError> {
+    if is_valid_id(s) {
+        Ok(())
+    } else {
+        Err(CoreError::bad_input(
+            "invalid_id",
+            format!(
+                "invalid tool id {s:?}: use 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit (e.g. \"forum-sentinel\")"
+            ),
+        ))
+    }
+}
+
+pub fn check_model_name(s: &str) -> Result<(), CoreError> {
+    if is_valid_id(s) {
+        Ok(())
+    } else {
+        Err(CoreError::bad_input(
+            "invalid_model",
+            format!(
+                "invalid model name {s:?}: use 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// Capabilities are short lower-case tags: `[a-z0-9][a-z0-9._-]{0,63}`.
+pub fn check_capability(s: &str) -> Result<(), CoreError> {
+    let b = s.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(CoreError::bad_input(
+            "invalid_capability",
+            format!(
+                "invalid capability {s:?}: use 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
+            ),
+        ))
+    }
+}
+
+/// A free-text field (name, version, description): bounded, no control characters but newline and tab.
+pub fn check_text(field: &str, s: &str, max_chars: usize, required: bool) -> Result<(), CoreError> {
+    if required && s.trim().is_empty() {
+        return Err(CoreError::bad_input(
+            "missing_field",
+            format!("{field} must not be empty"),
+        ));
+    }
+    if s.chars().count() > max_chars {
+        return Err(CoreError::bad_input(
+            "field_too_long",
+            format!("{field} is longer than {max_chars} characters"),
+        ));
+    }
+    if s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Err(CoreError::bad_input(
+            "invalid_text",
+            format!("{field} contains control characters"),
+        ));
+    }
+    Ok(())
+}
+
+/// Reduces a user-supplied filename to a safe base name: the last path component, only
+/// `[A-Za-z0-9._-]`, no leading dots, at most 128 bytes. `None` when nothing usable is left.
+pub fn safe_filename(raw: &str) -> Option<String> {
+    let base = raw.rsplit(['/', '\\']).next().unwrap_or("");
+    let mut out: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    // Collapse any run of dots so `..` can never appear, then drop leading dots (no hidden files).
+    while out.contains("..") {
+        out = out.replace("..", ".");
+    }
+    let out = out.trim_start_matches('.').to_string();
+    let mut out = out;
+    if out.len() > 128 {
+        out.truncate(128);
+    }
+    if out.is_empty() || out.chars().all(|c| c == '_' || c == '.' || c == '-') {
+        None
+    } else {
+        Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids() {
+        for ok in ["a", "0", "forum-sentinel", "a-", &"a".repeat(64)] {
+            assert!(is_valid_id(ok), "{ok}");
+        }
+        for bad in ["", "-a", "A", "a_b", "a.b", "a/b", "ü", &"a".repeat(65), " a"] {
+            assert!(!is_valid_id(bad), "{bad}");
+        }
+    }
+
+    fn check(raw: &str, expected: Option<&str>) {
+        assert_eq!(safe_filename(raw).as_deref(), expected, "input {raw:?}");
+    }
+
+    #[test]
+    fn filenames_are_reduced_to_safe_base_names() {
+        check("run.sh", Some("run.sh"));
+        check("../../etc/passwd", Some("passwd"));
+        check("..\\..\\windows\\evil.bat", Some("evil.bat"));
+        check("a/b/../c.py", Some("c.py"));
+        check("..", None);
+        check("/", None);
+        check("", None);
+        check(".hidden", Some("hidden"));
+        check("x..y.js", Some("x.y.js"));
+        check("my script (1).cjs", Some("my_script__1_.cjs"));
+        check("nul\0byte", Some("nul_byte"));
+    }
+}

@@ -1,0 +1,168 @@
+//! The state of the platform as the fold of the event log: models, catalogs, principals.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::entry::{Scope, StoredEntry};
+use crate::event::{Event, EventBody, PrincipalRecord};
+use crate::{CATALOG_PLACE, DEFAULT_MODEL};
+
+/// Bumped whenever the snapshot form of [`State`] changes; a snapshot of another version is ignored and the log replayed.
+pub const STATE_SCHEMA_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelInfo {
+    pub name: String,
+    pub created_at: i64,
+    pub created_by: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    /// The sequence number of the last event folded in.
+    pub last_seq: u64,
+    pub models: BTreeMap<String, ModelInfo>,
+    /// model -> tool id -> entry. Entries are shared so that a snapshot copy is cheap.
+    pub catalogs: HashMap<String, BTreeMap<String, Arc<StoredEntry>>>,
+    pub principals: BTreeMap<String, Arc<PrincipalRecord>>,
+    /// token sha256 -> principal name. Derived.
+    #[serde(skip)]
+    token_index: HashMap<String, String>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl State {
+    /// The state before any event: only the `default` model.
+    pub fn new() -> Self {
+        let mut models = BTreeMap::new();
+        models.insert(
+            DEFAULT_MODEL.to_string(),
+            ModelInfo { name: DEFAULT_MODEL.to_string(), created_at: 0, created_by: "system".into() },
+        );
+        State { last_seq: 0, models, catalogs: HashMap::new(), principals: BTreeMap::new(), token_index: HashMap::new() }
+    }
+
+    /// Rebuilds what a snapshot does not carry.
+    pub fn after_load(&mut self) {
+        for catalog in self.catalogs.values_mut() {
+            for entry in catalog.values_mut() {
+                Arc::make_mut(entry).rebuild_haystack();
+            }
+        }
+        self.token_index = self
+            .principals
+            .values()
+            .map(|p| (p.token_sha256.clone(), p.name.clone()))
+            .collect();
+        self.models.entry(DEFAULT_MODEL.to_string()).or_insert_with(|| ModelInfo {
+            name: DEFAULT_MODEL.to_string(),
+            created_at: 0,
+            created_by: "system".into(),
+        });
+    }
+
+    /// Folds one event in. Events at or below `last_seq` were already folded and are skipped,
+    /// which makes replaying a log over a snapshot safe.
+    pub fn apply(&mut self, ev: &Event) {
+        if ev.seq <= self.last_seq {
+            return;
+        }
+        self.last_seq = ev.seq;
+        match &ev.body {
+            EventBody::ModelCreated { name } => {
+                self.models.entry(name.clone()).or_insert_with(|| ModelInfo {
+                    name: name.clone(),
+                    created_at: ev.time,
+                    created_by: ev.principal.clone(),
+                });
+            }
+            EventBody::ToolRegistered { entry } => {
+                self.models.entry(ev.model.clone()).or_insert_with(|| ModelInfo {
+                    name: ev.model.clone(),
+                    created_at: ev.time,
+                    created_by: ev.principal.clone(),
+                });
+                let catalog = self.catalogs.entry(ev.model.clone()).or_default();
+                let created_at = catalog.get(&entry.id).map(|e| e.created_at).unwrap_or(ev.time);
+                let stored = StoredEntry::new(entry.clone(), ev.model.clone(), ev.seq, created_at, ev.time, ev.principal.clone());
+                catalog.insert(entry.id.clone(), Arc::new(stored));
+            }
+            EventBody::ToolRemoved { id } => {
+                if let Some(catalog) = self.catalogs.get_mut(&ev.model) {
+                    catalog.remove(id);
+                }
+            }
+            EventBody::PrincipalCreated(p) => {
+                if let Some(old) = self.principals.get(&p.name) {
+                    self.token_index.remove(&old.token_sha256);
+                }
+                self.token_index.insert(p.token_sha256.clone(), p.name.clone());
+                self.principals.insert(p.name.clone(), Arc::new(p.clone()));
+            }
+        }
+    }
+
+    pub fn model_exists(&self, model: &str) -> bool {
+        self.models.contains_key(model)
+    }
+
+    pub fn catalog(&self, model: &str) -> Option<&BTreeMap<String, Arc<StoredEntry>>> {
+        self.catalogs.get(model)
+    }
+
+    /// Looks `id` up local first: in `model`'s own catalog, then in the global one.
+    pub fn resolve(&self, model: &str, id: &str) -> Option<(&Arc<StoredEntry>, Scope)> {
+        if model != DEFAULT_MODEL
+            && let Some(e) = self.catalogs.get(model).and_then(|c| c.get(id))
+        {
+            return Some((e, Scope::Local));
+        }
+        self.catalogs.get(DEFAULT_MODEL).and_then(|c| c.get(id)).map(|e| (e, Scope::Global))
+    }
+
+    pub fn principal_by_token_sha256(&self, sha: &str) -> Option<&Arc<PrincipalRecord>> {
+        self.token_index.get(sha).and_then(|name| self.principals.get(name))
+    }
+
+    /// Models with their places and token counts.
+    pub fn model_views(&self) -> Vec<ModelView> {
+        self.models
+            .values()
+            .map(|m| ModelView {
+                name: m.name.clone(),
+                created_at: crate::event::format_time(m.created_at),
+                created_by: m.created_by.clone(),
+                places: vec![PlaceView {
+                    name: CATALOG_PLACE.to_string(),
+                    tokens: self.catalogs.get(&m.name).map_or(0, |c| c.len()),
+                }],
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelView {
+    pub name: String,
+    pub created_at: String,
+    pub created_by: String,
+    pub places: Vec<PlaceView>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlaceView {
+    pub name: String,
+    /// Number of tokens in the place.
+    pub tokens: usize,
+}
