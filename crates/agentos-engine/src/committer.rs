@@ -1,0 +1,139 @@
+//! The single writer: decides commands against the current state, commits their events in
+//! batches (group commit) and folds them in, in sequence order.
+
+use std::collections::HashSet;
+use std::sync::{Arc, RwLock};
+
+use tokio::sync::{mpsc, oneshot};
+
+use agentos_core::event::{Event, EventBody, EVENT_SCHEMA_VERSION};
+use agentos_core::state::State;
+use agentos_core::CoreError;
+use agentos_store::{EventLog, NewEvent};
+
+use crate::EngineError;
+
+/// Decides the events of one command from the state at the moment it is its turn.
+pub(crate) type Decide = Box<dyn Fn(&State) -> Result<Vec<(String, EventBody)>, CoreError> + Send>;
+
+pub(crate) struct Pending {
+    pub principal: String,
+    pub time: i64,
+    pub decide: Decide,
+    pub reply: oneshot::Sender<Result<Vec<Event>, EngineError>>,
+}
+
+/// Most commands taken into one transaction.
+const MAX_BATCH: usize = 256;
+
+struct Staged {
+    reply: oneshot::Sender<Result<Vec<Event>, EngineError>>,
+    events: Vec<NewEvent>,
+    bodies: Vec<EventBody>,
+}
+
+pub(crate) async fn run(
+    mut rx: mpsc::Receiver<Pending>,
+    state: Arc<RwLock<State>>,
+    log: Arc<dyn EventLog>,
+    after_commit: impl Fn(u64),
+) {
+    while let Some(first) = rx.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(p) => batch.push(p),
+                Err(_) => break,
+            }
+        }
+        let mut staged: Vec<Staged> = Vec::new();
+        let mut keys: HashSet<(String, String)> = HashSet::new();
+        for p in batch {
+            let mut decided = decide(&state, &p);
+            // A command that touches what an earlier one in this batch touched must see its
+            // effect: commit what is staged first, then decide again.
+            if let Ok(evs) = &decided
+                && evs.iter().any(|(m, b)| keys.contains(&(m.clone(), b.key())))
+            {
+                flush(&mut staged, &state, &log).await;
+                keys.clear();
+                decided = decide(&state, &p);
+            }
+            match decided {
+                Err(e) => {
+                    let _ = p.reply.send(Err(e.into()));
+                }
+                Ok(evs) => {
+                    let mut events = Vec::with_capacity(evs.len());
+                    let mut bodies = Vec::with_capacity(evs.len());
+                    for (model, body) in evs {
+                        keys.insert((model.clone(), body.key()));
+                        let (kind, payload) = body.to_parts();
+                        events.push(NewEvent {
+                            model,
+                            kind: kind.to_string(),
+                            key: body.key(),
+                            payload,
+                            principal: p.principal.clone(),
+                            time: p.time,
+                            schema: EVENT_SCHEMA_VERSION,
+                        });
+                        bodies.push(body);
+                    }
+                    staged.push(Staged { reply: p.reply, events, bodies });
+                }
+            }
+        }
+        flush(&mut staged, &state, &log).await;
+        let last = state.read().map(|s| s.last_seq).unwrap_or(0);
+        after_commit(last);
+    }
+}
+
+fn decide(state: &RwLock<State>, p: &Pending) -> Result<Vec<(String, EventBody)>, CoreError> {
+    let guard = state.read().map_err(|_| CoreError::internal("state lock poisoned"))?;
+    (p.decide)(&guard)
+}
+
+async fn flush(staged: &mut Vec<Staged>, state: &RwLock<State>, log: &Arc<dyn EventLog>) {
+    if staged.is_empty() {
+        return;
+    }
+    let all: Vec<NewEvent> = staged.iter().flat_map(|s| s.events.iter().cloned()).collect();
+    match log.append(all).await {
+        Err(e) => {
+            tracing::error!(error = %e, "committing events failed");
+            let err = EngineError::from(e);
+            for s in staged.drain(..) {
+                let _ = s.reply.send(Err(err.duplicate()));
+            }
+        }
+        Ok(recorded) => {
+            let mut recorded = recorded.into_iter();
+            let mut replies = Vec::with_capacity(staged.len());
+            {
+                // A std lock: held only while folding, never across an await.
+                let mut st = state.write().unwrap_or_else(|p| p.into_inner());
+                for s in staged.drain(..) {
+                    let mut committed = Vec::with_capacity(s.bodies.len());
+                    for (body, rec) in s.bodies.into_iter().zip(recorded.by_ref()) {
+                        let ev = Event {
+                            seq: rec.seq,
+                            model: rec.event.model,
+                            body,
+                            principal: rec.event.principal,
+                            time: rec.event.time,
+                            schema: rec.event.schema,
+                        };
+                        st.apply(&ev);
+                        committed.push(ev);
+                    }
+                    replies.push((s.reply, committed));
+                }
+            }
+            for (reply, committed) in replies {
+                let _ = reply.send(Ok(committed));
+            }
+        }
+    }
+}

@@ -1,0 +1,437 @@
+//! The engine a master runs: opens the log, folds it into state, and serves catalog commands.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use agentos_core::command::{decide_register, decide_remove, Limits, RegisterScript, RemoveArgs};
+use agentos_core::entry::{BindingKind, Binding, EntryView, Scope};
+use agentos_core::event::{Event, EventBody, EventView, PrincipalKind, PrincipalRecord};
+use agentos_core::flags::{Flag, Flags};
+use agentos_core::name::{check_model_name, check_tool_id};
+use agentos_core::search::{search, SearchPage, SearchQuery};
+use agentos_core::state::{ModelView, State, STATE_SCHEMA_VERSION};
+use agentos_core::urn::BlobUrn;
+use agentos_core::{sha256_hex, CoreError, DEFAULT_MODEL};
+use agentos_store::{BlobStore, EventLog, Snapshot, StoreError, VerifyBlobStore};
+
+use crate::committer::{self, Decide, Pending};
+use crate::principal::new_token;
+use crate::{EngineError, Principal};
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub limits: Limits,
+    /// A snapshot is taken after this many events since the last one.
+    pub snapshot_every: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { limits: Limits::default(), snapshot_every: 10_000 }
+    }
+}
+
+/// The definitions an entry has had, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct History {
+    pub id: String,
+    /// The model whose catalog the history belongs to.
+    pub model: String,
+    pub scope: Scope,
+    pub events: Vec<EventView>,
+}
+
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    state: Arc<RwLock<State>>,
+    log: Arc<dyn EventLog>,
+    blobs: VerifyBlobStore,
+    config: EngineConfig,
+    tx: Mutex<Option<mpsc::Sender<Pending>>>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+    snapshots: Arc<SnapshotControl>,
+}
+
+struct SnapshotControl {
+    last_seq: AtomicU64,
+    running: AtomicBool,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Everything the engine needs from a recorded event to fold it.
+fn to_event(rec: agentos_store::RecordedEvent) -> Result<Event, EngineError> {
+    let body = EventBody::from_parts(&rec.event.kind, &rec.event.payload)?;
+    Ok(Event {
+        seq: rec.seq,
+        model: rec.event.model,
+        body,
+        principal: rec.event.principal,
+        time: rec.event.time,
+        schema: rec.event.schema,
+    })
+}
+
+impl Engine {
+    /// Opens the engine: the newest usable snapshot, then every event after it.
+    pub async fn open(config: EngineConfig, log: Arc<dyn EventLog>, blobs: Arc<dyn BlobStore>) -> Result<Engine, EngineError> {
+        let mut state = State::new();
+        if let Some(snap) = log.load_snapshot().await? {
+            if snap.schema == STATE_SCHEMA_VERSION {
+                match tokio::task::spawn_blocking(move || serde_json::from_slice::<State>(&snap.data)).await {
+                    Ok(Ok(s)) => state = s,
+                    Ok(Err(e)) => tracing::warn!(error = %e, "snapshot unreadable; replaying the whole log"),
+                    Err(e) => tracing::warn!(error = %e, "snapshot load failed; replaying the whole log"),
+                }
+            } else {
+                tracing::info!(found = snap.schema, "snapshot of another version; replaying the whole log");
+            }
+        }
+        state.after_load();
+        let snapshot_seq = state.last_seq;
+        loop {
+            let page = log.read_after(state.last_seq, 10_000).await?;
+            if page.is_empty() {
+                break;
+            }
+            for rec in page {
+                state.apply(&to_event(rec)?);
+            }
+        }
+        let replayed = state.last_seq - snapshot_seq;
+        tracing::info!(seq = state.last_seq, snapshot = snapshot_seq, replayed, "state restored");
+
+        let state = Arc::new(RwLock::new(state));
+        let (tx, rx) = mpsc::channel(4096);
+        let snapshots = Arc::new(SnapshotControl {
+            last_seq: AtomicU64::new(snapshot_seq),
+            running: AtomicBool::new(false),
+            task: Mutex::new(None),
+        });
+        let committer = {
+            let (state, log, snapshots) = (state.clone(), log.clone(), snapshots.clone());
+            let every = config.snapshot_every.max(1);
+            tokio::spawn(async move {
+                let after = {
+                    let (state, log, snapshots) = (state.clone(), log.clone(), snapshots.clone());
+                    move |seq: u64| {
+                        if seq >= snapshots.last_seq.load(Ordering::Relaxed) + every {
+                            start_snapshot(&state, &log, &snapshots);
+                        }
+                    }
+                };
+                committer::run(rx, state, log, after).await;
+            })
+        };
+        Ok(Engine {
+            inner: Arc::new(Inner {
+                state,
+                log,
+                blobs: VerifyBlobStore::new(blobs),
+                config,
+                tx: Mutex::new(Some(tx)),
+                committer: Mutex::new(Some(committer)),
+                snapshots,
+            }),
+        })
+    }
+
+    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.inner.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    async fn submit(&self, principal: &str, decide: Decide) -> Result<Vec<Event>, EngineError> {
+        let tx = self
+            .inner
+            .tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .ok_or_else(|| CoreError::internal("the engine is shutting down"))?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Pending { principal: principal.to_string(), time: now_ms(), decide, reply })
+            .await
+            .map_err(|_| CoreError::internal("the engine is shutting down"))?;
+        rx.await.map_err(|_| CoreError::internal("the commit task ended"))?
+    }
+
+    pub fn limits(&self) -> Limits {
+        self.inner.config.limits
+    }
+
+    /// The principal a bearer token belongs to.
+    pub fn authenticate(&self, token: &str) -> Option<Principal> {
+        let sha = sha256_hex(token.as_bytes());
+        self.read_state().principal_by_token_sha256(&sha).map(|r| Principal::from_record(r))
+    }
+
+    /// Makes sure an operator exists and its token is in `token_file` (mode 0600). A missing
+    /// file means the token is lost, so a new one replaces it. Returns true when a token was written.
+    pub async fn ensure_operator(&self, token_file: &Path) -> Result<bool, EngineError> {
+        let has_operator = self.read_state().principals.get("operator").is_some();
+        if has_operator && token_file.exists() {
+            return Ok(false);
+        }
+        let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
+        write_secret_file(token_file, &token).map_err(|e| StoreError::io(format!("writing {}", token_file.display()), e))?;
+        let record = PrincipalRecord {
+            name: "operator".into(),
+            kind: PrincipalKind::Operator,
+            flags: Flags::all().to_string(),
+            home_model: DEFAULT_MODEL.into(),
+            token_sha256: sha256_hex(token.as_bytes()),
+        };
+        self.submit(
+            "system",
+            Box::new(move |_| Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])),
+        )
+        .await?;
+        Ok(true)
+    }
+
+    /// `TOOL_CATALOG_REGISTER_SCRIPT`: stores the content, then commits the entry.
+    pub async fn register_script(&self, principal: &Principal, cmd: RegisterScript) -> Result<EntryView, EngineError> {
+        require(principal, Flag::Scripts, "register scripts")?;
+        let plan = cmd.plan(&principal.home_model, &self.inner.config.limits)?;
+        check_model_access(principal, &plan.model)?;
+        // The blob is durable before the event that names it; an orphan blob after a crash is harmless.
+        self.inner.blobs.put(&plan.urn, &plan.bytes).await?;
+        let (model, id) = (plan.model.clone(), plan.entry.id.clone());
+        let entry = plan.entry;
+        let m = model.clone();
+        self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
+        let st = self.read_state();
+        let stored = st
+            .catalog(&model)
+            .and_then(|c| c.get(&id))
+            .ok_or_else(|| CoreError::internal("a committed entry is missing from the state"))?;
+        let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
+        Ok(stored.view(scope, false))
+    }
+
+    /// `TOOL_CATALOG_REMOVE`.
+    pub async fn remove(&self, principal: &Principal, args: RemoveArgs) -> Result<(), EngineError> {
+        check_tool_id(&args.id)?;
+        let model = args.model.unwrap_or_else(|| principal.home_model.clone());
+        check_model_name(&model)?;
+        check_model_access(principal, &model)?;
+        let kind = self.read_state().catalog(&model).and_then(|c| c.get(&args.id)).map(|e| e.entry.binding.kind());
+        match kind {
+            Some(k) if k.visible_to(principal.flags) => {
+                require(principal, registering_flag(k), "remove this kind of tool")?;
+            }
+            _ => return Err(CoreError::not_found(format!("no tool {:?} in the catalog of model {model:?}", args.id)).into()),
+        }
+        let id = args.id;
+        self.submit(&principal.name, Box::new(move |st| decide_remove(st, &model, &id))).await?;
+        Ok(())
+    }
+
+    /// Catalog search, local first, showing only the kinds the caller's flags reveal.
+    pub fn search(&self, principal: &Principal, query: &SearchQuery) -> Result<SearchPage, EngineError> {
+        if let Some(m) = &query.model {
+            check_model_name(m)?;
+        }
+        Ok(search(&self.read_state(), query, principal.flags))
+    }
+
+    /// One entry, local first.
+    pub fn get(&self, principal: &Principal, id: &str, model: Option<&str>) -> Result<EntryView, EngineError> {
+        check_tool_id(id)?;
+        let model = model.unwrap_or(DEFAULT_MODEL);
+        check_model_name(model)?;
+        let st = self.read_state();
+        match st.resolve(model, id) {
+            Some((e, scope)) if e.entry.binding.kind().visible_to(principal.flags) => Ok(e.view(scope, false)),
+            _ => Err(not_found(id, model).into()),
+        }
+    }
+
+    /// Every definition `id` has had in the scope it resolves to from `model`.
+    pub async fn history(&self, principal: &Principal, id: &str, model: Option<&str>) -> Result<History, EngineError> {
+        check_tool_id(id)?;
+        let model = model.unwrap_or(DEFAULT_MODEL);
+        check_model_name(model)?;
+        let key = format!("tool:{id}");
+        let mut found = None;
+        if model != DEFAULT_MODEL {
+            let local = self.inner.log.read_key(model, &key).await?;
+            if !local.is_empty() {
+                found = Some((model.to_string(), Scope::Local, local));
+            }
+        }
+        if found.is_none() {
+            let global = self.inner.log.read_key(DEFAULT_MODEL, &key).await?;
+            if !global.is_empty() {
+                found = Some((DEFAULT_MODEL.to_string(), Scope::Global, global));
+            }
+        }
+        let Some((owner, scope, recs)) = found else {
+            return Err(not_found(id, model).into());
+        };
+        let events = recs.into_iter().map(to_event).collect::<Result<Vec<_>, _>>()?;
+        // Shown only to a caller who may see the kind the entry had.
+        let visible = events.iter().all(|e| match &e.body {
+            EventBody::ToolRegistered { entry } => entry.binding.kind().visible_to(principal.flags),
+            _ => true,
+        });
+        if !visible {
+            return Err(not_found(id, model).into());
+        }
+        Ok(History { id: id.to_string(), model: owner, scope, events: events.iter().map(Event::view).collect() })
+    }
+
+    /// A blob's bytes, verified against its digest.
+    pub async fn read_blob(&self, urn: &BlobUrn) -> Result<Vec<u8>, EngineError> {
+        Ok(self.inner.blobs.get_checked(urn, None).await?)
+    }
+
+    /// The script of an entry, verified against the pinned size and sha256.
+    pub async fn read_script(&self, model: &str, id: &str) -> Result<Vec<u8>, EngineError> {
+        let binding = {
+            let st = self.read_state();
+            let (e, _) = st.resolve(model, id).ok_or_else(|| not_found(id, model))?;
+            e.entry.binding.clone()
+        };
+        let Binding::Script(s) = binding;
+        let urn: BlobUrn = s.script_urn.parse()?;
+        if urn.sha256() != s.sha256 {
+            return Err(CoreError::new(agentos_core::ErrorKind::Corrupt, "pin_mismatch", "the entry's URN and pin disagree").into());
+        }
+        Ok(self.inner.blobs.get_checked(&urn, Some(s.size_bytes)).await?)
+    }
+
+    pub fn models(&self) -> Vec<ModelView> {
+        self.read_state().model_views()
+    }
+
+    /// Number of entries in every catalog.
+    pub fn entry_count(&self) -> usize {
+        self.read_state().catalogs.values().map(|c| c.len()).sum()
+    }
+
+    pub fn last_seq(&self) -> u64 {
+        self.read_state().last_seq
+    }
+
+    /// Stops taking commands, lets the committed ones finish, and writes a final snapshot.
+    pub async fn shutdown(&self) {
+        drop(self.inner.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let committer = self.inner.committer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(c) = committer {
+            let _ = c.await;
+        }
+        let running = self.inner.snapshots.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = running {
+            let _ = t.await;
+        }
+        if self.last_seq() > self.inner.snapshots.last_seq.load(Ordering::Relaxed) {
+            if let Err(e) = write_snapshot(&self.inner.state, &self.inner.log).await {
+                tracing::warn!(error = %e, "final snapshot failed");
+            }
+        }
+    }
+
+    /// Writes a snapshot now (used by tests and benchmarks).
+    pub async fn snapshot_now(&self) -> Result<u64, EngineError> {
+        let seq = write_snapshot(&self.inner.state, &self.inner.log).await?;
+        self.inner.snapshots.last_seq.store(seq, Ordering::Relaxed);
+        Ok(seq)
+    }
+}
+
+fn start_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>, ctl: &Arc<SnapshotControl>) {
+    if ctl.running.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (state, log, ctl2) = (state.clone(), log.clone(), ctl.clone());
+    let task = tokio::spawn(async move {
+        match write_snapshot(&state, &log).await {
+            Ok(seq) => ctl2.last_seq.store(seq, Ordering::Relaxed),
+            Err(e) => tracing::warn!(error = %e, "snapshot failed; the log stays the source of truth"),
+        }
+        ctl2.running.store(false, Ordering::Release);
+    });
+    *ctl.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+}
+
+async fn write_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>) -> Result<u64, EngineError> {
+    // Entries are shared, so the copy under the lock is cheap; serializing happens outside it.
+    let copy = state.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let seq = copy.last_seq;
+    let data = tokio::task::spawn_blocking(move || serde_json::to_vec(&copy))
+        .await
+        .map_err(|e| CoreError::internal(format!("snapshot task: {e}")))?
+        .map_err(|e| CoreError::internal(format!("snapshot encoding: {e}")))?;
+    log.save_snapshot(Snapshot { seq, schema: STATE_SCHEMA_VERSION, data }).await?;
+    tracing::debug!(seq, "snapshot written");
+    Ok(seq)
+}
+
+fn not_found(id: &str, model: &str) -> CoreError {
+    if model == DEFAULT_MODEL {
+        CoreError::not_found(format!("no tool {id:?} in the global catalog"))
+    } else {
+        CoreError::not_found(format!("no tool {id:?} in model {model:?} nor in the global catalog"))
+    }
+}
+
+fn require(p: &Principal, flag: Flag, what: &str) -> Result<(), CoreError> {
+    if p.flags.has(flag) {
+        Ok(())
+    } else {
+        Err(CoreError::forbidden(format!(
+            "{} may not {what}: that needs the '{}' ({}) flag",
+            p.name,
+            flag.letter(),
+            flag.word()
+        )))
+    }
+}
+
+fn registering_flag(kind: BindingKind) -> Flag {
+    kind.revealing_flag()
+}
+
+/// Agents write into their home model or the global catalog; the operator anywhere.
+fn check_model_access(p: &Principal, model: &str) -> Result<(), CoreError> {
+    if p.is_operator() || model == p.home_model || model == DEFAULT_MODEL {
+        Ok(())
+    } else {
+        Err(CoreError::forbidden(format!(
+            "{} may write only into its home model {:?} or the global catalog (\"default\"), not {model:?}",
+            p.name, p.home_model
+        )))
+    }
+}
+
+fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("secret")));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(content.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}

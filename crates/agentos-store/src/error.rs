@@ -1,0 +1,31 @@
+//! The one error type of the storage crate.
+
+use agentos_core::urn::BlobUrn;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("blob {0} not found")]
+    BlobNotFound(BlobUrn),
+    #[error("blob {urn} is corrupt: {why}")]
+    BlobCorrupt { urn: BlobUrn, why: String },
+    #[error("event log: {0}")]
+    Log(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl StoreError {
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        StoreError::Io { context: context.into(), source }
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Log(e.to_string())
+    }
+}

@@ -1,0 +1,52 @@
+//! The append-only event log: the one source of truth that state is folded from.
+
+use async_trait::async_trait;
+
+use crate::StoreError;
+
+/// An event before it has a sequence number. The payload is JSON text; the log does not interpret it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewEvent {
+    pub model: String,
+    pub kind: String,
+    /// The entity the event is about (e.g. `tool:forum-sentinel`), indexed for history lookups.
+    pub key: String,
+    pub payload: String,
+    pub principal: String,
+    /// Milliseconds since the Unix epoch.
+    pub time: i64,
+    /// Event schema version.
+    pub schema: u32,
+}
+
+/// An event as committed, with its sequence number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedEvent {
+    pub seq: u64,
+    pub event: NewEvent,
+}
+
+/// A serialized fold of the log up to and including `seq`.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub seq: u64,
+    /// Version of the state's snapshot form.
+    pub schema: u32,
+    pub data: Vec<u8>,
+}
+
+#[async_trait]
+pub trait EventLog: Send + Sync + 'static {
+    /// Appends `events` in one transaction, durably, before returning them with their sequence numbers.
+    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError>;
+    /// Up to `limit` events with a sequence number above `after`, in order.
+    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>;
+    /// Every event of one entity in one model, in order.
+    async fn read_key(&self, model: &str, key: &str) -> Result<Vec<RecordedEvent>, StoreError>;
+    /// The highest sequence number committed, 0 for an empty log.
+    async fn last_seq(&self) -> Result<u64, StoreError>;
+    /// Stores a snapshot; older ones may be dropped.
+    async fn save_snapshot(&self, snapshot: Snapshot) -> Result<(), StoreError>;
+    /// The newest snapshot, if any.
+    async fn load_snapshot(&self) -> Result<Option<Snapshot>, StoreError>;
+}

@@ -1,0 +1,110 @@
+//! Blobs as files in a local folder: `<root>/<namespace>/<sha[0..2]>/<sha>`, written by temp file, fsync and rename.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use agentos_core::sha256_hex;
+use agentos_core::urn::BlobUrn;
+
+use crate::{BlobStore, StoreError};
+
+pub struct FsBlobStore {
+    root: PathBuf,
+}
+
+impl FsBlobStore {
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
+        let root = root.into();
+        std::fs::create_dir_all(&root).map_err(|e| StoreError::io(format!("creating {}", root.display()), e))?;
+        Ok(FsBlobStore { root })
+    }
+
+    /// The file of a blob. Namespace and digest are validated by [`BlobUrn`], so no
+    /// component can climb out of the root.
+    pub fn path_of(&self, urn: &BlobUrn) -> PathBuf {
+        let sha = urn.sha256();
+        self.root.join(urn.namespace()).join(&sha[..2]).join(sha)
+    }
+}
+
+fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
+    std::fs::create_dir_all(dir).map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".tmp-")
+        .tempfile_in(dir)
+        .map_err(|e| StoreError::io(format!("creating a temp file in {}", dir.display()), e))?;
+    tmp.write_all(bytes).map_err(|e| StoreError::io("writing blob", e))?;
+    tmp.as_file().sync_all().map_err(|e| StoreError::io("syncing blob", e))?;
+    tmp.persist(path).map_err(|e| StoreError::io(format!("renaming into {}", path.display()), e.error))?;
+    // The rename is durable only once the folder entry is.
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io(format!("syncing {}", dir.display()), e))?;
+    Ok(())
+}
+
+#[async_trait]
+impl BlobStore for FsBlobStore {
+    async fn put(&self, urn: &BlobUrn, bytes: &[u8]) -> Result<(), StoreError> {
+        let path = self.path_of(urn);
+        let dir = path.parent().expect("blob paths have a parent").to_path_buf();
+        let bytes = bytes.to_vec();
+        let sha = urn.sha256().to_string();
+        tokio::task::spawn_blocking(move || {
+            // Deduplicate: an intact copy is left alone; a damaged one is replaced.
+            if let Ok(existing) = std::fs::read(&path)
+                && sha256_hex(&existing) == sha
+            {
+                return Ok(());
+            }
+            write_atomically(&dir, &path, &bytes)
+        })
+        .await
+        .map_err(|e| StoreError::io("blob writer", std::io::Error::other(e)))?
+    }
+
+    async fn get(&self, urn: &BlobUrn) -> Result<Vec<u8>, StoreError> {
+        let path = self.path_of(urn);
+        let urn = urn.clone();
+        tokio::task::spawn_blocking(move || match std::fs::read(&path) {
+            Ok(b) => Ok(b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::BlobNotFound(urn)),
+            Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),
+        })
+        .await
+        .map_err(|e| StoreError::io("blob reader", std::io::Error::other(e)))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::VerifyBlobStore;
+
+    #[tokio::test]
+    async fn altered_bytes_are_reported_corrupt_and_rewrite_repairs() {
+        let dir = tempfile::tempdir().unwrap();
+        let fs = FsBlobStore::open(dir.path()).unwrap();
+        let content = b"echo hello";
+        let urn = BlobUrn::new("tool-catalog/scripts", &sha256_hex(content), Some("sh")).unwrap();
+        let path = fs.path_of(&urn);
+        let store = VerifyBlobStore::new(std::sync::Arc::new(fs));
+        store.put(&urn, content).await.unwrap();
+        assert_eq!(store.get(&urn).await.unwrap(), content);
+
+        std::fs::write(&path, b"echo HACKED").unwrap();
+        let err = store.get(&urn).await.unwrap_err();
+        assert!(matches!(err, StoreError::BlobCorrupt { .. }), "{err}");
+        let err = store.get_checked(&urn, Some(3)).await.unwrap_err();
+        assert!(err.to_string().contains("expected"), "{err}");
+
+        store.put(&urn, content).await.unwrap();
+        assert_eq!(store.get(&urn).await.unwrap(), content);
+
+        let wrong = BlobUrn::new("x", &sha256_hex(b"other"), None).unwrap();
+        assert!(store.put(&wrong, content).await.is_err());
+        assert!(matches!(store.get(&wrong).await.unwrap_err(), StoreError::BlobNotFound(_)));
+    }
+}

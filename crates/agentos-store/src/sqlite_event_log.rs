@@ -1,0 +1,209 @@
+//! The embedded event log: SQLite in WAL mode with full sync, one file in the data folder.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::{EventLog, NewEvent, RecordedEvent, Snapshot, StoreError};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS events (
+    seq       INTEGER PRIMARY KEY,
+    model     TEXT    NOT NULL,
+    type      TEXT    NOT NULL,
+    key       TEXT    NOT NULL,
+    payload   TEXT    NOT NULL,
+    principal TEXT    NOT NULL,
+    time      INTEGER NOT NULL,
+    v         INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_by_key ON events (model, key, seq);
+CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
+    BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+CREATE TABLE IF NOT EXISTS snapshots (
+    seq  INTEGER PRIMARY KEY,
+    v    INTEGER NOT NULL,
+    data BLOB    NOT NULL
+);
+";
+
+/// Writes go through one connection and reads through another, so a long read (history,
+/// replay) never waits for a commit; WAL lets them run side by side.
+pub struct SqliteEventLog {
+    writer: Arc<Mutex<Connection>>,
+    reader: Arc<Mutex<Connection>>,
+}
+
+fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // FULL: a commit is on disk before the API answers, even if the machine loses power.
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    Ok(conn)
+}
+
+impl SqliteEventLog {
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let writer = connect(path)?;
+        writer.execute_batch(SCHEMA)?;
+        let reader = connect(path)?;
+        Ok(SqliteEventLog { writer: Arc::new(Mutex::new(writer)), reader: Arc::new(Mutex::new(reader)) })
+    }
+
+    async fn with<T, F>(conn: &Arc<Mutex<Connection>>, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let conn = conn.clone();
+        tokio::task::spawn_blocking(move || {
+            // A std Mutex is right here: it is held only inside this blocking task, never across an await.
+            let mut guard = conn.lock().map_err(|_| StoreError::Log("connection lock poisoned".into()))?;
+            f(&mut guard)
+        })
+        .await
+        .map_err(|e| StoreError::Log(format!("log task failed: {e}")))?
+    }
+}
+
+fn row_to_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<RecordedEvent> {
+    Ok(RecordedEvent {
+        seq: row.get::<_, i64>(0)? as u64,
+        event: NewEvent {
+            model: row.get(1)?,
+            kind: row.get(2)?,
+            key: row.get(3)?,
+            payload: row.get(4)?,
+            principal: row.get(5)?,
+            time: row.get(6)?,
+            schema: row.get::<_, i64>(7)? as u32,
+        },
+    })
+}
+
+const SELECT: &str = "SELECT seq, model, type, key, payload, principal, time, v FROM events";
+
+#[async_trait]
+impl EventLog for SqliteEventLog {
+    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
+        Self::with(&self.writer, move |conn| {
+            let tx = conn.transaction()?;
+            let mut out = Vec::with_capacity(events.len());
+            {
+                let mut stmt = tx.prepare_cached(
+                    "INSERT INTO events (model, type, key, payload, principal, time, v) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?;
+                for e in events {
+                    stmt.execute(params![e.model, e.kind, e.key, e.payload, e.principal, e.time, e.schema as i64])?;
+                    out.push(RecordedEvent { seq: tx.last_insert_rowid() as u64, event: e });
+                }
+            }
+            tx.commit()?;
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        Self::with(&self.reader, move |conn| {
+            let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE seq > ?1 ORDER BY seq LIMIT ?2"))?;
+            let rows = stmt.query_map(params![after as i64, limit as i64], row_to_event)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn read_key(&self, model: &str, key: &str) -> Result<Vec<RecordedEvent>, StoreError> {
+        let (model, key) = (model.to_string(), key.to_string());
+        Self::with(&self.reader, move |conn| {
+            let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE model = ?1 AND key = ?2 ORDER BY seq"))?;
+            let rows = stmt.query_map(params![model, key], row_to_event)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn last_seq(&self) -> Result<u64, StoreError> {
+        Self::with(&self.reader, |conn| {
+            let seq: Option<i64> = conn.query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0))?;
+            Ok(seq.unwrap_or(0) as u64)
+        })
+        .await
+    }
+
+    async fn save_snapshot(&self, snapshot: Snapshot) -> Result<(), StoreError> {
+        Self::with(&self.writer, move |conn| {
+            let tx = conn.transaction()?;
+            tx.execute(
+                "INSERT OR REPLACE INTO snapshots (seq, v, data) VALUES (?1, ?2, ?3)",
+                params![snapshot.seq as i64, snapshot.schema as i64, snapshot.data],
+            )?;
+            // Keep the newest two: one to fall back on should the newest ever be unreadable.
+            tx.execute(
+                "DELETE FROM snapshots WHERE seq NOT IN (SELECT seq FROM snapshots ORDER BY seq DESC LIMIT 2)",
+                [],
+            )?;
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn load_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
+        Self::with(&self.reader, |conn| {
+            Ok(conn
+                .query_row("SELECT seq, v, data FROM snapshots ORDER BY seq DESC LIMIT 1", [], |r| {
+                    Ok(Snapshot { seq: r.get::<_, i64>(0)? as u64, schema: r.get::<_, i64>(1)? as u32, data: r.get(2)? })
+                })
+                .optional()?)
+        })
+        .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(key: &str) -> NewEvent {
+        NewEvent {
+            model: "default".into(),
+            kind: "ToolRegistered".into(),
+            key: key.into(),
+            payload: "{}".into(),
+            principal: "operator".into(),
+            time: 1,
+            schema: 1,
+        }
+    }
+
+    #[tokio::test]
+    async fn appends_in_order_reads_back_and_refuses_rewrites() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        let log = SqliteEventLog::open(&path).unwrap();
+        let a = log.append(vec![ev("tool:a"), ev("tool:b")]).await.unwrap();
+        assert_eq!(a.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
+        log.append(vec![ev("tool:a")]).await.unwrap();
+        assert_eq!(log.last_seq().await.unwrap(), 3);
+        assert_eq!(log.read_key("default", "tool:a").await.unwrap().len(), 2);
+        assert_eq!(log.read_after(1, 10).await.unwrap().len(), 2);
+        drop(log);
+
+        let conn = Connection::open(&path).unwrap();
+        assert!(conn.execute("DELETE FROM events", []).is_err());
+        assert!(conn.execute("UPDATE events SET payload = 'x'", []).is_err());
+
+        let log = SqliteEventLog::open(&path).unwrap();
+        assert_eq!(log.last_seq().await.unwrap(), 3);
+        for seq in [3, 5, 7] {
+            log.save_snapshot(Snapshot { seq, schema: 1, data: vec![seq as u8] }).await.unwrap();
+        }
+        assert_eq!(log.load_snapshot().await.unwrap().unwrap().seq, 7);
+    }
+}
