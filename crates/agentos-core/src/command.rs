@@ -189,6 +189,12 @@ impl RegisterScript {
         }
         let ext = runtime.extension();
         let filename = match self.filename.as_deref() {
+            Some(raw) if raw.split(['/', '\\']).any(|c| c == "..") => {
+                return Err(CoreError::bad_input(
+                    "invalid_filename",
+                    format!("filename {raw:?} climbs out of its folder with '..'; give a plain file name such as \"{}.{ext}\"", self.id),
+                ));
+            }
             Some(raw) => safe_filename(raw).ok_or_else(|| {
                 CoreError::bad_input(
                     "invalid_filename",
@@ -291,6 +297,10 @@ pub fn decide_register(state: &State, model: &str, entry: CatalogEntry) -> Resul
                 new.as_str()
             )));
         }
+        if existing.entry == entry {
+            // The same definition again changes nothing, so it writes nothing.
+            return Ok(events);
+        }
     }
     events.push((model.to_string(), EventBody::ToolRegistered { entry }));
     Ok(events)
@@ -341,6 +351,9 @@ mod tests {
         check(with("id", json!("Bad_Id")), "invalid_id");
         check(with("content", json!("x".repeat(17))), "content_too_large");
         check(with("filename", json!("../..")), "invalid_filename");
+        check(with("filename", json!("../../etc/passwd")), "invalid_filename");
+        check(with("filename", json!("a\\..\\b.sh")), "invalid_filename");
+        check(with("filename", json!("/")), "invalid_filename");
         check(with("model", json!("../m")), "invalid_model");
         check(with("input", json!(3)), "invalid_schema");
         check(with("surprise", json!(1)), "invalid_command");
@@ -350,7 +363,7 @@ mod tests {
 
     #[test]
     fn same_content_same_urn_and_safe_filename() {
-        let a = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"a","name":"A","runtime":"node","content":"1","filename":"../../x.cjs"})).unwrap();
+        let a = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"a","name":"A","runtime":"node","content":"1","filename":"/opt/tools/x.cjs"})).unwrap();
         let b = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"b","name":"B","runtime":"node","content":"1"})).unwrap();
         assert_eq!(a.urn, b.urn);
         let Binding::Script(s) = &a.entry.binding;

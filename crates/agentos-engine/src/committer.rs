@@ -100,6 +100,12 @@ async fn flush(staged: &mut Vec<Staged>, state: &RwLock<State>, log: &Arc<dyn Ev
         return;
     }
     let all: Vec<NewEvent> = staged.iter().flat_map(|s| s.events.iter().cloned()).collect();
+    if all.is_empty() {
+        for s in staged.drain(..) {
+            let _ = s.reply.send(Ok(Vec::new()));
+        }
+        return;
+    }
     match log.append(all).await {
         Err(e) => {
             tracing::error!(error = %e, "committing events failed");

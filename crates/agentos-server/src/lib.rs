@@ -1,1 +1,17 @@
-//! placeholder
+//! The master's HTTP face: the API (axum), its OpenAPI document, bearer auth with a permission per route, and `run`.
+
+mod api;
+mod auth;
+mod error;
+mod extract;
+mod openapi;
+pub mod routes;
+mod run;
+
+pub use error::ApiError;
+pub use run::{run, Ready, ServeConfig, ServeError};
+
+/// Builds the router over an engine.
+pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize) -> axum::Router {
+    api::router(api::AppState { engine, max_body_bytes })
+}

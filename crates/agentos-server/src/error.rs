@@ -1,0 +1,89 @@
+//! `ApiError`: every failure at the HTTP edge becomes `{"error":{"code","message"}}` with the right status.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+
+use agentos_core::{CoreError, ErrorKind};
+use agentos_engine::EngineError;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Machine-readable, e.g. `invalid_id`.
+    pub code: String,
+    /// What was wrong and what to do.
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into() }
+    }
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+}
+
+fn status_of(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::BadInput => StatusCode::BAD_REQUEST,
+        ErrorKind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        ErrorKind::Forbidden => StatusCode::FORBIDDEN,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Conflict => StatusCode::CONFLICT,
+        ErrorKind::Corrupt | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl From<CoreError> for ApiError {
+    fn from(e: CoreError) -> Self {
+        ApiError::from(EngineError::Core(e))
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        let kind = e.kind();
+        if kind == ErrorKind::Internal {
+            // Internal details go to the log, not to the caller.
+            tracing::error!(error = %e, "internal error");
+            return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.code(), "internal error; the master's log has the details");
+        }
+        if kind == ErrorKind::Corrupt {
+            tracing::error!(error = %e, "integrity check failed");
+        }
+        ApiError::new(status_of(kind), e.code(), e.to_string())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
+        }
+        resp
+    }
+}

@@ -1,0 +1,44 @@
+//! The API's OpenAPI document, generated from the handlers and wire types.
+
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "agentos", description = "A durable tool platform for AI agents: the tool catalog API."),
+    paths(
+        crate::api::healthz,
+        crate::api::openapi_json,
+        crate::api::list_models,
+        crate::api::search_catalog,
+        crate::api::get_entry,
+        crate::api::entry_history,
+        crate::api::run_command,
+        crate::api::get_blob,
+    ),
+    components(schemas(
+        agentos_core::command::RegisterScript,
+        agentos_core::command::SearchArgs,
+        agentos_core::command::GetArgs,
+        agentos_core::command::RemoveArgs,
+        agentos_core::entry::CatalogEntry,
+        agentos_core::entry::EntryView,
+        crate::error::ErrorBody,
+    )),
+    modifiers(&Bearer),
+    security(("bearer" = []))
+)]
+struct ApiDoc;
+
+struct Bearer;
+
+impl Modify for Bearer {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        let components = api.components.get_or_insert_with(Default::default);
+        components.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+    }
+}
+
+pub fn document() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}

@@ -1,0 +1,91 @@
+//! `run`: opens a data folder, restores the engine and serves the API until shutdown.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use agentos_core::command::Limits;
+use agentos_engine::{Engine, EngineConfig, EngineError};
+use agentos_store::{FsBlobStore, SqliteEventLog, StoreError};
+
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    pub data_dir: PathBuf,
+    pub listen: String,
+    pub max_script_bytes: usize,
+    pub max_body_bytes: usize,
+    pub snapshot_every: u64,
+}
+
+/// What a started master tells whoever launched it.
+#[derive(Debug, Clone)]
+pub struct Ready {
+    pub url: String,
+    pub addr: SocketAddr,
+    pub token_file: PathBuf,
+    /// True when this start wrote a new operator token.
+    pub token_written: bool,
+    pub entries: usize,
+    pub seq: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("the data folder {0} is in use by another master (its LOCK file is held)")]
+    Locked(PathBuf),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+    #[error("{context}: {source}")]
+    Io { context: String, source: std::io::Error },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+pub async fn run(config: ServeConfig, on_ready: impl FnOnce(&Ready), shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
+    let data = &config.data_dir;
+    std::fs::create_dir_all(data).map_err(|e| ServeError::Io { context: format!("creating {}", data.display()), source: e })?;
+    // One master per data folder: a second one would fold a log it does not own.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(data.join("LOCK"))
+        .map_err(|e| ServeError::Io { context: "opening the LOCK file".into(), source: e })?;
+    if lock.try_lock().is_err() {
+        return Err(ServeError::Locked(data.clone()));
+    }
+
+    let log = Arc::new(SqliteEventLog::open(&data.join("events.db"))?);
+    let blobs = Arc::new(FsBlobStore::open(data.join("blobs"))?);
+    let engine = Engine::open(
+        EngineConfig { limits: Limits { max_script_bytes: config.max_script_bytes }, snapshot_every: config.snapshot_every },
+        log,
+        blobs,
+    )
+    .await?;
+    let token_file = data.join("operator.token");
+    let token_written = engine.ensure_operator(&token_file).await?;
+
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| ServeError::Listen { addr: config.listen.clone(), source: e })?;
+    let addr = listener.local_addr().map_err(|e| ServeError::Io { context: "reading the bound address".into(), source: e })?;
+    let ready = Ready {
+        url: format!("http://{addr}"),
+        addr,
+        token_file,
+        token_written,
+        entries: engine.entry_count(),
+        seq: engine.last_seq(),
+    };
+    on_ready(&ready);
+
+    let app = crate::router(engine.clone(), config.max_body_bytes);
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    engine.shutdown().await;
+    drop(lock);
+    served.map_err(|e| ServeError::Io { context: "serving".into(), source: e })
+}
