@@ -1,0 +1,2 @@
+//! Catalog benchmark (being written).
+fn main() {}
