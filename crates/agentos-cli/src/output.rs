@@ -134,7 +134,10 @@ pub fn models(v: &Value) -> String {
 pub fn ready(r: &Ready, welcome: bool) {
     println!("agentos master listening on {}", r.url);
     println!("operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
-    println!("catalog: {} entries, event log at seq {}", r.entries, r.seq);
+    println!(
+        "catalog: {} entries, event log at seq {} (restored from snapshot at seq {} and {} events after it)",
+        r.entries, r.seq, r.restored.snapshot_seq, r.restored.replayed
+    );
     if welcome {
         println!();
         println!("Try it (in another shell):");

@@ -60,6 +60,16 @@ struct Inner {
     tx: Mutex<Option<mpsc::Sender<Pending>>>,
     committer: Mutex<Option<JoinHandle<()>>>,
     snapshots: Arc<SnapshotControl>,
+    restored: Restored,
+}
+
+/// How the state was rebuilt at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Sequence number of the snapshot used (0: none).
+    pub snapshot_seq: u64,
+    /// Events folded in after the snapshot.
+    pub replayed: u64,
 }
 
 struct SnapshotControl {
@@ -148,6 +158,7 @@ impl Engine {
                 tx: Mutex::new(Some(tx)),
                 committer: Mutex::new(Some(committer)),
                 snapshots,
+                restored: Restored { snapshot_seq, replayed },
             }),
         })
     }
@@ -169,6 +180,10 @@ impl Engine {
             .await
             .map_err(|_| CoreError::internal("the engine is shutting down"))?;
         rx.await.map_err(|_| CoreError::internal("the commit task ended"))?
+    }
+
+    pub fn restored(&self) -> Restored {
+        self.inner.restored
     }
 
     pub fn limits(&self) -> Limits {

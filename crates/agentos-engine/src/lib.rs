@@ -5,6 +5,6 @@ pub mod engine;
 pub mod error;
 pub mod principal;
 
-pub use engine::{Engine, EngineConfig, History};
+pub use engine::{Engine, EngineConfig, History, Restored};
 pub use error::EngineError;
 pub use principal::Principal;

@@ -28,6 +28,7 @@ pub struct Ready {
     pub token_written: bool,
     pub entries: usize,
     pub seq: u64,
+    pub restored: agentos_engine::Restored,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +81,7 @@ pub async fn run(config: ServeConfig, on_ready: impl FnOnce(&Ready), shutdown: i
         token_written,
         entries: engine.entry_count(),
         seq: engine.last_seq(),
+        restored: engine.restored(),
     };
     on_ready(&ready);
 

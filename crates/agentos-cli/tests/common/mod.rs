@@ -1,0 +1,160 @@
+//! Test support: the real `agentos` binary run as a master on port 0 in a fresh temp folder.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+
+/// A running master. Killed when dropped.
+pub struct Master {
+    pub child: Child,
+    pub url: String,
+    pub data: PathBuf,
+    pub token: String,
+    extra: Vec<String>,
+}
+
+impl Master {
+    pub fn start(data: &Path) -> Master {
+        Self::start_with(data, &[])
+    }
+
+    pub fn start_with(data: &Path, extra: &[&str]) -> Master {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+            .arg(data)
+            .args(extra)
+            .env("AGENTOS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn agentos serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().expect("the master printed nothing").expect("read stdout");
+        let url = first
+            .strip_prefix("agentos master listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {first}"))
+            .to_string();
+        // Keep draining stdout so the master never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let token = std::fs::read_to_string(data.join("operator.token")).expect("operator token").trim().to_string();
+        Master { child, url, data: data.to_path_buf(), token, extra: extra.iter().map(|s| s.to_string()).collect() }
+    }
+
+    /// SIGKILL: no chance to flush or snapshot.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    pub fn terminate(&mut self) {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        let status = self.child.wait().expect("wait");
+        assert!(status.success(), "master exited with {status}");
+    }
+
+    pub fn restart(mut self) -> Master {
+        self.kill9();
+        let extra: Vec<String> = self.extra.clone();
+        let refs: Vec<&str> = extra.iter().map(String::as_str).collect();
+        Master::start_with(&self.data.clone(), &refs)
+    }
+
+    pub fn client(&self) -> Api {
+        Api { url: self.url.clone(), token: Some(self.token.clone()), http: http() }
+    }
+}
+
+impl Drop for Master {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn http() -> reqwest::blocking::Client {
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
+}
+
+/// A thin API client that returns (status, JSON body).
+#[derive(Clone)]
+pub struct Api {
+    pub url: String,
+    pub token: Option<String>,
+    pub http: reqwest::blocking::Client,
+}
+
+impl Api {
+    pub fn with_token(&self, token: Option<&str>) -> Api {
+        Api { url: self.url.clone(), token: token.map(str::to_string), http: self.http.clone() }
+    }
+
+    fn send(&self, req: reqwest::blocking::RequestBuilder) -> (u16, Value) {
+        let req = match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        };
+        let resp = req.send().expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    }
+
+    pub fn get(&self, path: &str) -> (u16, Value) {
+        self.send(self.http.get(format!("{}{}", self.url, path)))
+    }
+
+    pub fn get_bytes(&self, path: &str) -> (u16, Vec<u8>) {
+        let mut req = self.http.get(format!("{}{}", self.url, path));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().expect("request");
+        (resp.status().as_u16(), resp.bytes().unwrap().to_vec())
+    }
+
+    pub fn command(&self, body: Value) -> (u16, Value) {
+        self.send(self.http.post(format!("{}/api/commands", self.url)).json(&body))
+    }
+
+    pub fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
+        self.send(
+            self.http
+                .post(format!("{}{}", self.url, path))
+                .header("content-type", "application/json")
+                .body(body),
+        )
+    }
+
+    pub fn register(&self, id: &str, runtime: &str, content: &str, model: Option<&str>) -> (u16, Value) {
+        let mut body = serde_json::json!({
+            "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": runtime, "content": content,
+        });
+        if let Some(m) = model {
+            body["model"] = Value::from(m);
+        }
+        self.command(body)
+    }
+}
+
+pub fn sha256_hex(b: &[u8]) -> String {
+    agentos_core::sha256_hex(b)
+}
+
+/// Asserts a status and the error shape, and returns the error code.
+pub fn error_code(resp: &(u16, Value), status: u16) -> String {
+    assert_eq!(resp.0, status, "unexpected answer {resp:?}");
+    let code = resp.1.pointer("/error/code").and_then(Value::as_str).unwrap_or_else(|| panic!("no error code in {resp:?}"));
+    let message = resp.1.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
+    assert!(!message.is_empty(), "empty error message in {resp:?}");
+    code.to_string()
+}

@@ -1,0 +1,109 @@
+//! Durability: what the master acknowledged survives kill -9 and restart, with and without snapshots.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::{sha256_hex, Master};
+
+#[test]
+fn acknowledged_registrations_survive_kill_9_mid_stream() {
+    let dir = tempfile::tempdir().unwrap();
+    // Snapshots every few events, so a kill also lands between and during snapshots.
+    let mut master = Master::start_with(dir.path(), &["--snapshot-every", "25"]);
+    let api = master.client();
+    let acked: Arc<Mutex<Vec<(String, String, String)>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..8)
+        .map(|w| {
+            let (api, acked, stop) = (api.clone(), acked.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) && i < 5000 {
+                    let id = format!("w{w}-t{i}");
+                    let model = if i % 3 == 0 { "default".to_string() } else { format!("team-{w}") };
+                    let content = format!("echo writer {w} tool {i}");
+                    // A request cut by the kill is simply not acknowledged.
+                    let mut req = api.http.post(format!("{}/api/commands", api.url)).bearer_auth(api.token.as_ref().unwrap());
+                    req = req.json(&serde_json::json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":id,"name":id,"runtime":"sh","content":content,"model":model}));
+                    match req.send() {
+                        Ok(r) if r.status().as_u16() == 200 => acked.lock().unwrap().push((id, model, content)),
+                        Ok(r) => panic!("registration refused: {}", r.status()),
+                        Err(_) => break,
+                    }
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    // Let a stream build up, then kill while writers are mid-request.
+    while acked.lock().unwrap().len() < 300 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    master.kill9();
+    stop.store(true, Ordering::Relaxed);
+    for w in writers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 300);
+
+    let master = Master::start_with(dir.path(), &["--snapshot-every", "25"]);
+    let api = master.client();
+    for (id, model, content) in &acked {
+        let (status, e) = api.get(&format!("/api/tool-catalog/{id}?model={model}"));
+        assert_eq!(status, 200, "acknowledged {id} in {model} was lost: {e}");
+        assert_eq!(e["model"], model.as_str());
+        assert_eq!(e["binding"]["sha256"], sha256_hex(content.as_bytes()));
+        let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", e["binding"]["scriptUrn"].as_str().unwrap()));
+        assert_eq!(status, 200, "blob of {id} lost");
+        assert_eq!(bytes, content.as_bytes());
+    }
+    // The state after restart is the fold of the log: every event once, nothing invented.
+    let (_, h) = api.get(&format!("/api/tool-catalog/{}/history?model={}", acked[0].0, acked[0].1));
+    assert_eq!(h["events"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn restart_restores_from_snapshot_and_log_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut master = Master::start_with(dir.path(), &["--snapshot-every", "10"]);
+    let api = master.client();
+    for i in 0..37 {
+        assert_eq!(api.register(&format!("t{i}"), "sh", &format!("echo {i}"), Some(if i % 2 == 0 { "default" } else { "m" })).0, 200);
+    }
+    api.register("t0", "sh", "echo changed", None);
+    let (_, before_global) = api.get("/api/tool-catalog?limit=1000");
+    let (_, before_local) = api.get("/api/tool-catalog?model=m&limit=1000");
+    let (_, before_models) = api.get("/api/models");
+
+    // Graceful stop writes a final snapshot; a kill leaves only the periodic ones.
+    master.terminate();
+    for _ in 0..2 {
+        let mut m = Master::start_with(dir.path(), &["--snapshot-every", "10"]);
+        let api = m.client();
+        assert_eq!(api.get("/api/tool-catalog?limit=1000").1, before_global);
+        assert_eq!(api.get("/api/tool-catalog?model=m&limit=1000").1, before_local);
+        assert_eq!(api.get("/api/models").1, before_models);
+        assert_eq!(api.get("/api/tool-catalog/t0").1["binding"]["sha256"], sha256_hex(b"echo changed"));
+        api.register("after-restart", "sh", "echo", Some("m"));
+        api.command(serde_json::json!({"type":"TOOL_CATALOG_REMOVE","id":"after-restart","model":"m"}));
+        m.kill9();
+    }
+}
+
+#[test]
+fn a_lost_operator_token_is_replaced_and_the_old_one_stops_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let master = Master::start(dir.path());
+    let old = master.token.clone();
+    master.client().register("keep", "sh", "echo", None);
+    drop(master);
+    std::fs::remove_file(dir.path().join("operator.token")).unwrap();
+    let master = Master::start(dir.path());
+    assert_ne!(master.token, old);
+    let api = master.client();
+    assert_eq!(api.get("/api/tool-catalog/keep").0, 200);
+    assert_eq!(api.with_token(Some(&old)).get("/api/tool-catalog/keep").0, 401);
+}
