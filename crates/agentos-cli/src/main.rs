@@ -9,7 +9,11 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "agentos", version, about = "A durable tool platform for AI agents")]
+#[command(
+    name = "agentos",
+    version,
+    about = "A durable tool platform for AI agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -23,7 +27,7 @@ enum Cmd {
     Up(ServeArgs),
     /// Read and write the tool catalog.
     #[command(subcommand)]
-    Catalog(CatalogCmd),
+    Catalog(Box<CatalogCmd>),
     /// List models and their places.
     Models {
         #[command(flatten)]
@@ -115,29 +119,68 @@ fn main() -> ExitCode {
     match cli.command {
         Cmd::Serve(args) => serve(args, false),
         Cmd::Up(args) => serve(args, true),
-        Cmd::Catalog(c) => client::exit(run_catalog(c)),
+        Cmd::Catalog(c) => client::exit(run_catalog(*c)),
         Cmd::Models { conn, json } => client::exit(client::models(&conn, json)),
     }
 }
 
 fn run_catalog(c: CatalogCmd) -> Result<(), client::ClientError> {
     match c {
-        CatalogCmd::List { conn, kind, model, q, capability, limit, offset, json } => {
-            client::list(&conn, client::ListArgs { kind, model, q, capability, limit, offset }, json)
-        }
-        CatalogCmd::Get { conn, id, model, json } => client::get(&conn, &id, model.as_deref(), json),
-        CatalogCmd::History { conn, id, model, json } => client::history(&conn, &id, model.as_deref(), json),
+        CatalogCmd::List {
+            conn,
+            kind,
+            model,
+            q,
+            capability,
+            limit,
+            offset,
+            json,
+        } => client::list(
+            &conn,
+            client::ListArgs {
+                kind,
+                model,
+                q,
+                capability,
+                limit,
+                offset,
+            },
+            json,
+        ),
+        CatalogCmd::Get {
+            conn,
+            id,
+            model,
+            json,
+        } => client::get(&conn, &id, model.as_deref(), json),
+        CatalogCmd::History {
+            conn,
+            id,
+            model,
+            json,
+        } => client::history(&conn, &id, model.as_deref(), json),
         CatalogCmd::RegisterScript(a) => client::register_script(a),
-        CatalogCmd::Remove { conn, id, model, json } => client::remove(&conn, &id, model.as_deref(), json),
+        CatalogCmd::Remove {
+            conn,
+            id,
+            model,
+            json,
+        } => client::remove(&conn, &id, model.as_deref(), json),
     }
 }
 
 fn serve(args: ServeArgs, welcome: bool) -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("AGENTOS_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGENTOS_LOG")
+                .unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -151,7 +194,11 @@ fn serve(args: ServeArgs, welcome: bool) -> ExitCode {
         max_body_bytes: args.max_body_bytes,
         snapshot_every: args.snapshot_every,
     };
-    let result = runtime.block_on(agentos_server::run(config, |ready| output::ready(ready, welcome), shutdown_signal()));
+    let result = runtime.block_on(agentos_server::run(
+        config,
+        |ready| output::ready(ready, welcome),
+        shutdown_signal(),
+    ));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -162,7 +209,7 @@ fn serve(args: ServeArgs, welcome: bool) -> ExitCode {
 }
 
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let mut term = match signal(SignalKind::terminate()) {
         Ok(s) => s,
         Err(_) => {

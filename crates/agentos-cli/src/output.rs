@@ -25,12 +25,26 @@ fn scope(e: &Value) -> String {
 }
 
 pub fn search_page(v: &Value) -> String {
-    let items = v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut rows = vec![["ID".to_string(), "TYPE".into(), "SCOPE".into(), "MODEL".into(), "VERSION".into(), "NAME".into()]];
+    let items = v
+        .get("items")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut rows = vec![[
+        "ID".to_string(),
+        "TYPE".into(),
+        "SCOPE".into(),
+        "MODEL".into(),
+        "VERSION".into(),
+        "NAME".into(),
+    ]];
     for e in &items {
         rows.push([
             s(e, "id").into(),
-            e.pointer("/binding/type").and_then(Value::as_str).unwrap_or("").into(),
+            e.pointer("/binding/type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .into(),
             scope(e),
             s(e, "model").into(),
             s(e, "version").into(),
@@ -45,19 +59,30 @@ pub fn search_page(v: &Value) -> String {
     }
     let mut out = String::new();
     for r in &rows {
-        let line: Vec<String> = r.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
+            .collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
     }
     let total = v.get("total").and_then(Value::as_u64).unwrap_or(0);
     let offset = v.get("offset").and_then(Value::as_u64).unwrap_or(0);
-    out.push_str(&format!("{} of {total} entries (from {offset})", items.len()));
+    out.push_str(&format!(
+        "{} of {total} entries (from {offset})",
+        items.len()
+    ));
     out
 }
 
 pub fn entry(e: &Value) -> String {
     let b = e.get("binding").cloned().unwrap_or_default();
-    let caps: Vec<&str> = e.get("capabilities").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let caps: Vec<&str> = e
+        .get("capabilities")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
     let mut lines = vec![
         format!("id:           {}", s(e, "id")),
         format!("name:         {}", s(e, "name")),
@@ -69,7 +94,10 @@ pub fn entry(e: &Value) -> String {
     if s(&b, "type") == "script" {
         lines.push(format!("runtime:      {}", s(&b, "runtime")));
         lines.push(format!("filename:     {}", s(&b, "filename")));
-        lines.push(format!("size:         {} bytes", b.get("sizeBytes").and_then(Value::as_u64).unwrap_or(0)));
+        lines.push(format!(
+            "size:         {} bytes",
+            b.get("sizeBytes").and_then(Value::as_u64).unwrap_or(0)
+        ));
         lines.push(format!("sha256:       {}", s(&b, "sha256")));
         lines.push(format!("urn:          {}", s(&b, "scriptUrn")));
     }
@@ -79,7 +107,12 @@ pub fn entry(e: &Value) -> String {
     if !s(e, "description").is_empty() {
         lines.push(format!("description:  {}", s(e, "description")));
     }
-    lines.push(format!("revision:     {} (updated {} by {})", e.get("revision").and_then(Value::as_u64).unwrap_or(0), s(e, "updatedAt"), s(e, "updatedBy")));
+    lines.push(format!(
+        "revision:     {} (updated {} by {})",
+        e.get("revision").and_then(Value::as_u64).unwrap_or(0),
+        s(e, "updatedAt"),
+        s(e, "updatedBy")
+    ));
     lines.join("\n")
 }
 
@@ -89,20 +122,39 @@ pub fn registered(e: &Value) -> String {
         s(e, "id"),
         s(e, "model"),
         s(e, "scope"),
-        e.pointer("/binding/sha256").and_then(Value::as_str).unwrap_or(""),
-        e.pointer("/binding/scriptUrn").and_then(Value::as_str).unwrap_or("")
+        e.pointer("/binding/sha256")
+            .and_then(Value::as_str)
+            .unwrap_or(""),
+        e.pointer("/binding/scriptUrn")
+            .and_then(Value::as_str)
+            .unwrap_or("")
     )
 }
 
 pub fn history(h: &Value) -> String {
-    let mut out = format!("history of {} in model {} ({})\n", s(h, "id"), s(h, "model"), s(h, "scope"));
-    for ev in h.get("events").and_then(Value::as_array).cloned().unwrap_or_default() {
+    let mut out = format!(
+        "history of {} in model {} ({})\n",
+        s(h, "id"),
+        s(h, "model"),
+        s(h, "scope")
+    );
+    for ev in h
+        .get("events")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+    {
         let p = ev.get("payload").cloned().unwrap_or_default();
         let detail = match s(&ev, "type") {
             "ToolRegistered" => format!(
                 "version {} sha256 {}",
-                p.pointer("/entry/version").and_then(Value::as_str).unwrap_or(""),
-                p.pointer("/entry/binding/sha256").and_then(Value::as_str).map(|x| &x[..x.len().min(12)]).unwrap_or("-")
+                p.pointer("/entry/version")
+                    .and_then(Value::as_str)
+                    .unwrap_or(""),
+                p.pointer("/entry/binding/sha256")
+                    .and_then(Value::as_str)
+                    .map(|x| &x[..x.len().min(12)])
+                    .unwrap_or("-")
             ),
             _ => String::new(),
         };
@@ -123,7 +175,17 @@ pub fn models(v: &Value) -> String {
         let places: Vec<String> = m
             .get("places")
             .and_then(Value::as_array)
-            .map(|ps| ps.iter().map(|p| format!("{} ({} tokens)", s(p, "name"), p.get("tokens").and_then(Value::as_u64).unwrap_or(0))).collect())
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| {
+                        format!(
+                            "{} ({} tokens)",
+                            s(p, "name"),
+                            p.get("tokens").and_then(Value::as_u64).unwrap_or(0)
+                        )
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
         out.push_str(&format!("{:<20} {}\n", s(&m, "name"), places.join(", ")));
     }
@@ -133,7 +195,11 @@ pub fn models(v: &Value) -> String {
 /// What `serve` and `up` print once the master listens. The first line is stable for scripts.
 pub fn ready(r: &Ready, welcome: bool) {
     println!("agentos master listening on {}", r.url);
-    println!("operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
+    println!(
+        "operator token: {}{}",
+        r.token_file.display(),
+        if r.token_written { " (new)" } else { "" }
+    );
     println!(
         "catalog: {} entries, event log at seq {} (restored from snapshot at seq {} and {} events after it)",
         r.entries, r.seq, r.restored.snapshot_seq, r.restored.replayed
@@ -141,9 +207,15 @@ pub fn ready(r: &Ready, welcome: bool) {
     if welcome {
         println!();
         println!("Try it (in another shell):");
-        println!("  export AGENTOS_URL={} AGENTOS_TOKEN=$(cat {})", r.url, r.token_file.display());
+        println!(
+            "  export AGENTOS_URL={} AGENTOS_TOKEN=$(cat {})",
+            r.url,
+            r.token_file.display()
+        );
         println!("  echo 'echo hello from agentos' > hello.sh");
-        println!("  agentos catalog register-script --id hello --runtime sh --file hello.sh --model default");
+        println!(
+            "  agentos catalog register-script --id hello --runtime sh --file hello.sh --model default"
+        );
         println!("  agentos catalog list");
         println!("  agentos catalog get hello");
         println!("Stop with Ctrl-C; everything is kept in the data folder.");

@@ -5,7 +5,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{sha256_hex, Master};
+use common::{Master, sha256_hex};
 
 #[test]
 fn acknowledged_registrations_survive_kill_9_mid_stream() {
@@ -56,12 +56,18 @@ fn acknowledged_registrations_survive_kill_9_mid_stream() {
         assert_eq!(status, 200, "acknowledged {id} in {model} was lost: {e}");
         assert_eq!(e["model"], model.as_str());
         assert_eq!(e["binding"]["sha256"], sha256_hex(content.as_bytes()));
-        let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", e["binding"]["scriptUrn"].as_str().unwrap()));
+        let (status, bytes) = api.get_bytes(&format!(
+            "/api/blobs/{}",
+            e["binding"]["scriptUrn"].as_str().unwrap()
+        ));
         assert_eq!(status, 200, "blob of {id} lost");
         assert_eq!(bytes, content.as_bytes());
     }
     // The state after restart is the fold of the log: every event once, nothing invented.
-    let (_, h) = api.get(&format!("/api/tool-catalog/{}/history?model={}", acked[0].0, acked[0].1));
+    let (_, h) = api.get(&format!(
+        "/api/tool-catalog/{}/history?model={}",
+        acked[0].0, acked[0].1
+    ));
     assert_eq!(h["events"].as_array().unwrap().len(), 1);
 }
 
@@ -71,7 +77,16 @@ fn restart_restores_from_snapshot_and_log_tail() {
     let mut master = Master::start_with(dir.path(), &["--snapshot-every", "10"]);
     let api = master.client();
     for i in 0..37 {
-        assert_eq!(api.register(&format!("t{i}"), "sh", &format!("echo {i}"), Some(if i % 2 == 0 { "default" } else { "m" })).0, 200);
+        assert_eq!(
+            api.register(
+                &format!("t{i}"),
+                "sh",
+                &format!("echo {i}"),
+                Some(if i % 2 == 0 { "default" } else { "m" })
+            )
+            .0,
+            200
+        );
     }
     api.register("t0", "sh", "echo changed", None);
     let (_, before_global) = api.get("/api/tool-catalog?limit=1000");
@@ -84,11 +99,19 @@ fn restart_restores_from_snapshot_and_log_tail() {
         let mut m = Master::start_with(dir.path(), &["--snapshot-every", "10"]);
         let api = m.client();
         assert_eq!(api.get("/api/tool-catalog?limit=1000").1, before_global);
-        assert_eq!(api.get("/api/tool-catalog?model=m&limit=1000").1, before_local);
+        assert_eq!(
+            api.get("/api/tool-catalog?model=m&limit=1000").1,
+            before_local
+        );
         assert_eq!(api.get("/api/models").1, before_models);
-        assert_eq!(api.get("/api/tool-catalog/t0").1["binding"]["sha256"], sha256_hex(b"echo changed"));
+        assert_eq!(
+            api.get("/api/tool-catalog/t0").1["binding"]["sha256"],
+            sha256_hex(b"echo changed")
+        );
         api.register("after-restart", "sh", "echo", Some("m"));
-        api.command(serde_json::json!({"type":"TOOL_CATALOG_REMOVE","id":"after-restart","model":"m"}));
+        api.command(
+            serde_json::json!({"type":"TOOL_CATALOG_REMOVE","id":"after-restart","model":"m"}),
+        );
         m.kill9();
     }
 }
@@ -105,5 +128,8 @@ fn a_lost_operator_token_is_replaced_and_the_old_one_stops_working() {
     assert_ne!(master.token, old);
     let api = master.client();
     assert_eq!(api.get("/api/tool-catalog/keep").0, 200);
-    assert_eq!(api.with_token(Some(&old)).get("/api/tool-catalog/keep").0, 401);
+    assert_eq!(
+        api.with_token(Some(&old)).get("/api/tool-catalog/keep").0,
+        401
+    );
 }

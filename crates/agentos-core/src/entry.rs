@@ -157,7 +157,9 @@ impl Runtime {
 #[serde(rename_all = "camelCase")]
 pub struct ScriptBinding {
     pub runtime: Runtime,
-    #[schema(example = "urn:agentos:blob:tool-catalog/scripts/df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1.cjs")]
+    #[schema(
+        example = "urn:agentos:blob:tool-catalog/scripts/df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1.cjs"
+    )]
     pub script_urn: String,
     pub sha256: String,
     pub filename: String,
@@ -189,8 +191,23 @@ pub struct StoredEntry {
 }
 
 impl StoredEntry {
-    pub fn new(entry: CatalogEntry, model: String, revision: u64, created_at: i64, updated_at: i64, updated_by: String) -> Self {
-        let mut s = StoredEntry { entry, model, revision, created_at, updated_at, updated_by, haystack: String::new() };
+    pub fn new(
+        entry: CatalogEntry,
+        model: String,
+        revision: u64,
+        created_at: i64,
+        updated_at: i64,
+        updated_by: String,
+    ) -> Self {
+        let mut s = StoredEntry {
+            entry,
+            model,
+            revision,
+            created_at,
+            updated_at,
+            updated_by,
+            haystack: String::new(),
+        };
         s.rebuild_haystack();
         s
     }

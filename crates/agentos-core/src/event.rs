@@ -75,15 +75,13 @@ impl EventBody {
                 format!("event payload of type {kind} is not JSON: {e}"),
             )
         })?;
-        serde_json::from_value(serde_json::json!({"type": kind, "payload": payload})).map_err(
-            |e| {
-                CoreError::new(
-                    ErrorKind::Corrupt,
-                    "event_corrupt",
-                    format!("event of type {kind} does not match its schema: {e}"),
-                )
-            },
-        )
+        serde_json::from_value(serde_json::json!({"type": kind, "payload": payload})).map_err(|e| {
+            CoreError::new(
+                ErrorKind::Corrupt,
+                "event_corrupt",
+                format!("event of type {kind} does not match its schema: {e}"),
+            )
+        })
     }
 }
 

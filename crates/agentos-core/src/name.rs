@@ -8,7 +8,8 @@ pub fn is_valid_id(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 pub fn check_tool_id(s: &str) -> Result<(), CoreError> {
@@ -120,7 +121,17 @@ mod tests {
         for ok in ["a", "0", "forum-sentinel", "a-", &"a".repeat(64)] {
             assert!(is_valid_id(ok), "{ok}");
         }
-        for bad in ["", "-a", "A", "a_b", "a.b", "a/b", "ü", &"a".repeat(65), " a"] {
+        for bad in [
+            "",
+            "-a",
+            "A",
+            "a_b",
+            "a.b",
+            "a/b",
+            "ü",
+            &"a".repeat(65),
+            " a",
+        ] {
             assert!(!is_valid_id(bad), "{bad}");
         }
     }

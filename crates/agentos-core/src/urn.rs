@@ -21,7 +21,8 @@ fn valid_segment(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 fn valid_namespace(ns: &str) -> bool {
@@ -30,11 +31,16 @@ fn valid_namespace(ns: &str) -> bool {
 }
 
 fn valid_sha(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    s.len() == 64
+        && s.bytes()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
 fn valid_ext(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 8 && s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    !s.is_empty()
+        && s.len() <= 8
+        && s.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
 }
 
 impl BlobUrn {
@@ -119,7 +125,10 @@ mod tests {
 
     #[test]
     fn round_trips_and_refuses() {
-        check(&format!("urn:agentos:blob:tool-catalog/scripts/{SHA}.cjs"), true);
+        check(
+            &format!("urn:agentos:blob:tool-catalog/scripts/{SHA}.cjs"),
+            true,
+        );
         check(&format!("urn:agentos:blob:specs/{SHA}"), true);
         check(&format!("urn:agentos:blob:../etc/{SHA}"), false);
         check(&format!("urn:agentos:blob:a//b/{SHA}"), false);

@@ -10,13 +10,27 @@ use agentos_engine::{Engine, EngineConfig, Principal, Restored};
 use agentos_store::{FsBlobStore, SqliteEventLog};
 
 fn operator() -> Principal {
-    Principal { name: "operator".into(), kind: PrincipalKind::Operator, flags: Flags::all(), home_model: "default".into() }
+    Principal {
+        name: "operator".into(),
+        kind: PrincipalKind::Operator,
+        flags: Flags::all(),
+        home_model: "default".into(),
+    }
 }
 
 async fn open(dir: &std::path::Path, snapshot_every: u64) -> Engine {
     let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
     let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
-    Engine::open(EngineConfig { snapshot_every, ..Default::default() }, log, blobs).await.unwrap()
+    Engine::open(
+        EngineConfig {
+            snapshot_every,
+            ..Default::default()
+        },
+        log,
+        blobs,
+    )
+    .await
+    .unwrap()
 }
 
 fn script(id: &str, model: &str, content: &str) -> RegisterScript {
@@ -24,7 +38,11 @@ fn script(id: &str, model: &str, content: &str) -> RegisterScript {
 }
 
 fn everything(e: &Engine) -> serde_json::Value {
-    let q = |m: Option<&str>| SearchQuery { model: m.map(str::to_string), limit: 1000, ..Default::default() };
+    let q = |m: Option<&str>| SearchQuery {
+        model: m.map(str::to_string),
+        limit: 1000,
+        ..Default::default()
+    };
     let op = operator();
     serde_json::json!({
         "global": e.search(&op, &q(None)).unwrap(),
@@ -39,11 +57,22 @@ async fn snapshot_plus_tail_equals_full_replay() {
     let e = open(dir.path(), 1_000_000).await;
     let op = operator();
     for i in 0..30 {
-        e.register_script(&op, script(&format!("t{i}"), if i % 2 == 0 { "default" } else { "m" }, &format!("echo {i}"))).await.unwrap();
+        e.register_script(
+            &op,
+            script(
+                &format!("t{i}"),
+                if i % 2 == 0 { "default" } else { "m" },
+                &format!("echo {i}"),
+            ),
+        )
+        .await
+        .unwrap();
     }
     let snap = e.snapshot_now().await.unwrap();
     for i in 0..7 {
-        e.register_script(&op, script(&format!("t{i}"), "m", "echo changed")).await.unwrap();
+        e.register_script(&op, script(&format!("t{i}"), "m", "echo changed"))
+            .await
+            .unwrap();
     }
     let expected = everything(&e);
     let last = e.last_seq();
@@ -51,11 +80,24 @@ async fn snapshot_plus_tail_equals_full_replay() {
     drop(e);
 
     let e = open(dir.path(), 1_000_000).await;
-    assert_eq!(e.restored(), Restored { snapshot_seq: snap, replayed: last - snap });
+    assert_eq!(
+        e.restored(),
+        Restored {
+            snapshot_seq: snap,
+            replayed: last - snap
+        }
+    );
     assert_eq!(everything(&e), expected);
     e.shutdown().await;
 
     let e = open(dir.path(), 1_000_000).await;
-    assert_eq!(e.restored(), Restored { snapshot_seq: last, replayed: 0 }, "shutdown writes a final snapshot");
+    assert_eq!(
+        e.restored(),
+        Restored {
+            snapshot_seq: last,
+            replayed: 0
+        },
+        "shutdown writes a final snapshot"
+    );
     assert_eq!(everything(&e), expected);
 }

@@ -1,24 +1,24 @@
 //! The API's routes and handlers.
 
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use utoipa::IntoParams;
 
 use agentos_core::command::{Command, GetArgs, SearchArgs};
 use agentos_core::entry::{BindingKind, EntryView};
-use agentos_core::search::{SearchPage, SearchQuery, DEFAULT_LIMIT, MAX_LIMIT};
+use agentos_core::search::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery};
 use agentos_core::state::ModelView;
 use agentos_core::urn::BlobUrn;
 use agentos_engine::{Engine, History, Principal};
 
 use crate::extract::{JsonValue, QueryParams};
 use crate::routes::command_permission;
-use crate::{auth, openapi, ApiError};
+use crate::{ApiError, auth, openapi};
 
 #[derive(Clone)]
 pub struct AppState {
@@ -36,7 +36,10 @@ pub fn router(state: AppState) -> Router {
         .route("/api/tool-catalog/{id}/history", get(entry_history))
         .route("/api/commands", post(run_command))
         .route("/api/blobs/{*urn}", get(get_blob))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.
@@ -49,7 +52,11 @@ async fn not_found() -> ApiError {
 }
 
 async fn method_not_allowed() -> ApiError {
-    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method; see /api/openapi.json")
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method; see /api/openapi.json",
+    )
 }
 
 /// Liveness, without auth.
@@ -93,16 +100,31 @@ pub struct SearchParams {
     pub offset: Option<usize>,
 }
 
-fn to_query(kind: Option<String>, model: Option<String>, q: Option<String>, capability: Option<String>, limit: Option<usize>, offset: Option<usize>) -> Result<SearchQuery, ApiError> {
+fn to_query(
+    kind: Option<String>,
+    model: Option<String>,
+    q: Option<String>,
+    capability: Option<String>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+) -> Result<SearchQuery, ApiError> {
     let kind = match kind.as_deref().filter(|k| !k.is_empty()) {
         None => None,
         Some(k) => Some(BindingKind::parse(k).ok_or_else(|| {
-            ApiError::bad_request("invalid_type", format!("unknown tool type {k:?}; use one of script, http, docker, toolnet, host, mcp"))
+            ApiError::bad_request(
+                "invalid_type",
+                format!(
+                    "unknown tool type {k:?}; use one of script, http, docker, toolnet, host, mcp"
+                ),
+            )
         })?),
     };
     let limit = limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
-        return Err(ApiError::bad_request("invalid_limit", format!("limit must be between 1 and {MAX_LIMIT}")));
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be between 1 and {MAX_LIMIT}"),
+        ));
     }
     Ok(SearchQuery {
         model: model.filter(|m| !m.is_empty()),
@@ -117,7 +139,11 @@ fn to_query(kind: Option<String>, model: Option<String>, q: Option<String>, capa
 /// Search the catalog, local first; a global entry hidden by a local one is marked `shadowed`.
 #[utoipa::path(get, path = "/api/tool-catalog", tag = "catalog", params(SearchParams),
     responses((status = 200, body = SearchPage), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
-pub async fn search_catalog(State(app): State<AppState>, Extension(p): Extension<Principal>, QueryParams(q): QueryParams<SearchParams>) -> Result<Json<SearchPage>, ApiError> {
+pub async fn search_catalog(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    QueryParams(q): QueryParams<SearchParams>,
+) -> Result<Json<SearchPage>, ApiError> {
     let query = to_query(q.kind, q.model, q.q, q.capability, q.limit, q.offset)?;
     Ok(Json(app.engine.search(&p, &query)?))
 }
@@ -133,14 +159,24 @@ pub struct ModelParam {
 /// One entry, local first.
 #[utoipa::path(get, path = "/api/tool-catalog/{id}", tag = "catalog", params(("id" = String, Path, description = "Tool id"), ModelParam),
     responses((status = 200, body = EntryView), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn get_entry(State(app): State<AppState>, Extension(p): Extension<Principal>, Path(id): Path<String>, QueryParams(m): QueryParams<ModelParam>) -> Result<Json<EntryView>, ApiError> {
+pub async fn get_entry(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    QueryParams(m): QueryParams<ModelParam>,
+) -> Result<Json<EntryView>, ApiError> {
     Ok(Json(app.engine.get(&p, &id, m.model.as_deref())?))
 }
 
 /// Every definition an entry has had, oldest first.
 #[utoipa::path(get, path = "/api/tool-catalog/{id}/history", tag = "catalog", params(("id" = String, Path, description = "Tool id"), ModelParam),
     responses((status = 200, body = History), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
-pub async fn entry_history(State(app): State<AppState>, Extension(p): Extension<Principal>, Path(id): Path<String>, QueryParams(m): QueryParams<ModelParam>) -> Result<Json<History>, ApiError> {
+pub async fn entry_history(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    QueryParams(m): QueryParams<ModelParam>,
+) -> Result<Json<History>, ApiError> {
     Ok(Json(app.engine.history(&p, &id, m.model.as_deref()).await?))
 }
 
@@ -150,23 +186,49 @@ pub async fn entry_history(State(app): State<AppState>, Extension(p): Extension<
     responses((status = 200, description = "The command's answer: the stored entry, a search page, an entry, or {\"removed\": true}", body = Object),
         (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
         (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
-pub async fn run_command(State(app): State<AppState>, Extension(p): Extension<Principal>, JsonValue(body): JsonValue) -> Result<Response, ApiError> {
-    let kind = body.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
+pub async fn run_command(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    JsonValue(body): JsonValue,
+) -> Result<Response, ApiError> {
+    let kind = body
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let cmd = Command::parse(body)?;
-    let permission = command_permission(&kind).ok_or_else(|| ApiError::forbidden(format!("{kind} declares no permission")))?;
+    let permission = command_permission(&kind)
+        .ok_or_else(|| ApiError::forbidden(format!("{kind} declares no permission")))?;
     if !permission.allows(p.flags) {
-        return Err(ApiError::forbidden(format!("{} may not run {kind}: that needs {} (it holds {})", p.name, permission.describe(), p.flags)));
+        return Err(ApiError::forbidden(format!(
+            "{} may not run {kind}: that needs {} (it holds {})",
+            p.name,
+            permission.describe(),
+            p.flags
+        )));
     }
     let engine = &app.engine;
     Ok(match cmd {
         Command::RegisterScript(r) => Json(engine.register_script(&p, r).await?).into_response(),
-        Command::Search(SearchArgs { tool_type, model, q, capability, limit, offset }) => {
+        Command::Search(SearchArgs {
+            tool_type,
+            model,
+            q,
+            capability,
+            limit,
+            offset,
+        }) => {
             let query = to_query(tool_type, model, q, capability, limit, offset)?;
             Json(engine.search(&p, &query)?).into_response()
         }
-        Command::Get(GetArgs { id, model }) => Json(engine.get(&p, &id, model.as_deref())?).into_response(),
+        Command::Get(GetArgs { id, model }) => {
+            Json(engine.get(&p, &id, model.as_deref())?).into_response()
+        }
         Command::Remove(args) => {
-            let (id, model) = (args.id.clone(), args.model.clone().unwrap_or_else(|| p.home_model.clone()));
+            let (id, model) = (
+                args.id.clone(),
+                args.model.clone().unwrap_or_else(|| p.home_model.clone()),
+            );
             engine.remove(&p, args).await?;
             Json(json!({"removed": true, "id": id, "model": model})).into_response()
         }
@@ -178,15 +240,24 @@ pub async fn run_command(State(app): State<AppState>, Extension(p): Extension<Pr
     responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
         (status = 500, description = "The stored bytes are corrupt and are not served", body = crate::error::ErrorBody)))]
-pub async fn get_blob(State(app): State<AppState>, Path(urn): Path<String>) -> Result<Response, ApiError> {
+pub async fn get_blob(
+    State(app): State<AppState>,
+    Path(urn): Path<String>,
+) -> Result<Response, ApiError> {
     let urn: BlobUrn = urn.parse()?;
     let bytes = app.engine.read_blob(&urn).await?;
     let mut resp = bytes.into_response();
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
     if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", urn.sha256())) {
         h.insert(header::ETAG, v);
     }
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=31536000, immutable"));
+    h.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=31536000, immutable"),
+    );
     Ok(resp)
 }

@@ -2,12 +2,12 @@
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, Request};
-use axum::http::request::Parts;
 use axum::http::StatusCode;
+use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::api::AppState;
 use crate::ApiError;
+use crate::api::AppState;
 
 /// The request body as JSON, bounded by the master's body limit.
 pub struct JsonValue(pub serde_json::Value);
@@ -21,20 +21,35 @@ impl FromRequest<AppState> for JsonValue {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
-                format!("the request body is larger than {limit} bytes (the master's --max-body-bytes)"),
+                format!(
+                    "the request body is larger than {limit} bytes (the master's --max-body-bytes)"
+                ),
             )
         };
-        if let Some(len) = req.headers().get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok())
+        if let Some(len) = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok())
             && len > limit
         {
             return Err(too_large());
         }
-        let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| too_large())?;
+        let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit)
+            .await
+            .map_err(|_| too_large())?;
         if bytes.is_empty() {
-            return Err(ApiError::bad_request("malformed_json", "the request body is empty; send a JSON object"));
+            return Err(ApiError::bad_request(
+                "malformed_json",
+                "the request body is empty; send a JSON object",
+            ));
         }
-        let value = serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::bad_request("malformed_json", format!("the request body is not valid JSON: {e}")))?;
+        let value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::bad_request(
+                "malformed_json",
+                format!("the request body is not valid JSON: {e}"),
+            )
+        })?;
         Ok(JsonValue(value))
     }
 }
@@ -47,8 +62,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let q = parts.uri.query().unwrap_or("");
-        serde_urlencoded::from_str(q)
-            .map(QueryParams)
-            .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query parameters: {e}")))
+        serde_urlencoded::from_str(q).map(QueryParams).map_err(|e| {
+            ApiError::bad_request("invalid_query", format!("invalid query parameters: {e}"))
+        })
     }
 }

@@ -9,9 +9,12 @@ pub mod routes;
 mod run;
 
 pub use error::ApiError;
-pub use run::{run, Ready, ServeConfig, ServeError};
+pub use run::{Ready, ServeConfig, ServeError, run};
 
 /// Builds the router over an engine.
 pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize) -> axum::Router {
-    api::router(api::AppState { engine, max_body_bytes })
+    api::router(api::AppState {
+        engine,
+        max_body_bytes,
+    })
 }

@@ -36,7 +36,13 @@ impl Permission {
 }
 
 /// Catalog search and get: granted by any flag that reveals a kind of tool.
-pub const CATALOG_READ: &[Flag] = &[Flag::Docker, Flag::Http, Flag::ToolNets, Flag::Scripts, Flag::Mcp];
+pub const CATALOG_READ: &[Flag] = &[
+    Flag::Docker,
+    Flag::Http,
+    Flag::ToolNets,
+    Flag::Scripts,
+    Flag::Mcp,
+];
 
 pub struct RouteSpec {
     pub method: &'static str,
@@ -46,20 +52,55 @@ pub struct RouteSpec {
 }
 
 pub const ROUTES: &[RouteSpec] = &[
-    RouteSpec { method: "GET", path: "/healthz", permission: Permission::Public },
-    RouteSpec { method: "GET", path: "/api/openapi.json", permission: Permission::Authenticated },
-    RouteSpec { method: "GET", path: "/api/models", permission: Permission::Flag(Flag::Read) },
-    RouteSpec { method: "GET", path: "/api/tool-catalog", permission: Permission::AnyOf(CATALOG_READ) },
-    RouteSpec { method: "GET", path: "/api/tool-catalog/{id}", permission: Permission::AnyOf(CATALOG_READ) },
-    RouteSpec { method: "GET", path: "/api/tool-catalog/{id}/history", permission: Permission::AnyOf(CATALOG_READ) },
+    RouteSpec {
+        method: "GET",
+        path: "/healthz",
+        permission: Permission::Public,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/openapi.json",
+        permission: Permission::Authenticated,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/models",
+        permission: Permission::Flag(Flag::Read),
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/tool-catalog",
+        permission: Permission::AnyOf(CATALOG_READ),
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/tool-catalog/{id}",
+        permission: Permission::AnyOf(CATALOG_READ),
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/tool-catalog/{id}/history",
+        permission: Permission::AnyOf(CATALOG_READ),
+    },
     // Each command type declares its own permission in COMMANDS.
-    RouteSpec { method: "POST", path: "/api/commands", permission: Permission::Authenticated },
-    RouteSpec { method: "GET", path: "/api/blobs/{*urn}", permission: Permission::Flag(Flag::Read) },
+    RouteSpec {
+        method: "POST",
+        path: "/api/commands",
+        permission: Permission::Authenticated,
+    },
+    RouteSpec {
+        method: "GET",
+        path: "/api/blobs/{*urn}",
+        permission: Permission::Flag(Flag::Read),
+    },
 ];
 
 /// The permission of each command type sent to `POST /api/commands`.
 pub const COMMANDS: &[(&str, Permission)] = &[
-    ("TOOL_CATALOG_REGISTER_SCRIPT", Permission::Flag(Flag::Scripts)),
+    (
+        "TOOL_CATALOG_REGISTER_SCRIPT",
+        Permission::Flag(Flag::Scripts),
+    ),
     ("TOOL_CATALOG_SEARCH", Permission::AnyOf(CATALOG_READ)),
     ("TOOL_CATALOG_GET", Permission::AnyOf(CATALOG_READ)),
     // Removing further needs the flag of the entry's kind, checked by the engine.
@@ -67,7 +108,10 @@ pub const COMMANDS: &[(&str, Permission)] = &[
 ];
 
 pub fn route_permission(method: &str, path: &str) -> Option<Permission> {
-    ROUTES.iter().find(|r| r.method == method && r.path == path).map(|r| r.permission)
+    ROUTES
+        .iter()
+        .find(|r| r.method == method && r.path == path)
+        .map(|r| r.permission)
 }
 
 pub fn command_permission(kind: &str) -> Option<Permission> {

@@ -36,15 +36,27 @@ impl Master {
             .expect("spawn agentos serve");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().expect("the master printed nothing").expect("read stdout");
+        let first = lines
+            .next()
+            .expect("the master printed nothing")
+            .expect("read stdout");
         let url = first
             .strip_prefix("agentos master listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {first}"))
             .to_string();
         // Keep draining stdout so the master never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        let token = std::fs::read_to_string(data.join("operator.token")).expect("operator token").trim().to_string();
-        Master { child, url, data: data.to_path_buf(), token, extra: extra.iter().map(|s| s.to_string()).collect() }
+        let token = std::fs::read_to_string(data.join("operator.token"))
+            .expect("operator token")
+            .trim()
+            .to_string();
+        Master {
+            child,
+            url,
+            data: data.to_path_buf(),
+            token,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        }
     }
 
     /// SIGKILL: no chance to flush or snapshot.
@@ -70,7 +82,11 @@ impl Master {
     }
 
     pub fn client(&self) -> Api {
-        Api { url: self.url.clone(), token: Some(self.token.clone()), http: http() }
+        Api {
+            url: self.url.clone(),
+            token: Some(self.token.clone()),
+            http: http(),
+        }
     }
 }
 
@@ -82,7 +98,10 @@ impl Drop for Master {
 }
 
 pub fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
+    reqwest::blocking::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap()
 }
 
 /// A thin API client that returns (status, JSON body).
@@ -95,7 +114,11 @@ pub struct Api {
 
 impl Api {
     pub fn with_token(&self, token: Option<&str>) -> Api {
-        Api { url: self.url.clone(), token: token.map(str::to_string), http: self.http.clone() }
+        Api {
+            url: self.url.clone(),
+            token: token.map(str::to_string),
+            http: self.http.clone(),
+        }
     }
 
     fn send(&self, req: reqwest::blocking::RequestBuilder) -> (u16, Value) {
@@ -106,7 +129,10 @@ impl Api {
         let resp = req.send().expect("request");
         let status = resp.status().as_u16();
         let text = resp.text().unwrap_or_default();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub fn get(&self, path: &str) -> (u16, Value) {
@@ -123,7 +149,11 @@ impl Api {
     }
 
     pub fn command(&self, body: Value) -> (u16, Value) {
-        self.send(self.http.post(format!("{}/api/commands", self.url)).json(&body))
+        self.send(
+            self.http
+                .post(format!("{}/api/commands", self.url))
+                .json(&body),
+        )
     }
 
     pub fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
@@ -135,7 +165,13 @@ impl Api {
         )
     }
 
-    pub fn register(&self, id: &str, runtime: &str, content: &str, model: Option<&str>) -> (u16, Value) {
+    pub fn register(
+        &self,
+        id: &str,
+        runtime: &str,
+        content: &str,
+        model: Option<&str>,
+    ) -> (u16, Value) {
         let mut body = serde_json::json!({
             "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": runtime, "content": content,
         });
@@ -153,8 +189,16 @@ pub fn sha256_hex(b: &[u8]) -> String {
 /// Asserts a status and the error shape, and returns the error code.
 pub fn error_code(resp: &(u16, Value), status: u16) -> String {
     assert_eq!(resp.0, status, "unexpected answer {resp:?}");
-    let code = resp.1.pointer("/error/code").and_then(Value::as_str).unwrap_or_else(|| panic!("no error code in {resp:?}"));
-    let message = resp.1.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
+    let code = resp
+        .1
+        .pointer("/error/code")
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("no error code in {resp:?}"));
+    let message = resp
+        .1
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("");
     assert!(!message.is_empty(), "empty error message in {resp:?}");
     code.to_string()
 }
