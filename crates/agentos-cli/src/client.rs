@@ -118,6 +118,20 @@ impl Conn {
         })
     }
 
+    fn bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
+        let token = self.token()?;
+        let url = format!("{}{}", self.url.trim_end_matches('/'), path);
+        let resp = reqwest::blocking::Client::new()
+            .get(&url)
+            .bearer_auth(token)
+            .send()
+            .map_err(|e| fail(EXIT_UNREACHABLE, format!("cannot reach the master at {}: {e}", self.url)))?;
+        if !resp.status().is_success() {
+            return Err(fail(EXIT_FAILURE, format!("reading {path}: HTTP {}", resp.status().as_u16())));
+        }
+        resp.bytes().map(|b| b.to_vec()).map_err(|e| fail(EXIT_FAILURE, format!("reading {path}: {e}")))
+    }
+
     fn request(
         &self,
         method: reqwest::Method,
@@ -294,5 +308,98 @@ pub fn register_script(a: RegisterScriptArgs) -> Result<(), ClientError> {
         .conn
         .request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
     output::print(&e, a.json, output::registered);
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The tool id.
+    pub id: String,
+    /// The model the call belongs to (its local catalog first). Defaults to the caller's home model.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// JSON sent to the script on stdin.
+    #[arg(long)]
+    pub input: Option<String>,
+    /// An environment variable for the script, NAME=VALUE; repeat for several.
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Print the whole result as JSON instead of the script's output.
+    #[arg(long)]
+    pub json: bool,
+    /// Arguments for the script, after `--`.
+    #[arg(last = true)]
+    pub args: Vec<String>,
+}
+
+/// Exit code of `agentos run` when the job timed out (as `timeout(1)`).
+pub const EXIT_TIMED_OUT: u8 = 124;
+
+/// `agentos run`: the script's stdout and stderr as they were, and its exit code.
+pub fn run_tool(a: RunArgs) -> ExitCode {
+    match run_tool_inner(a) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => exit(Err(e)),
+    }
+}
+
+fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
+    let mut body = json!({"argv": a.args});
+    if let Some(input) = &a.input {
+        let v: Value = serde_json::from_str(input).map_err(|e| fail(EXIT_USAGE, format!("--input is not JSON: {e}")))?;
+        body["input"] = v;
+    }
+    let mut env = serde_json::Map::new();
+    for pair in &a.env {
+        let (k, v) = pair.split_once('=').ok_or_else(|| fail(EXIT_USAGE, format!("--env {pair:?}: use NAME=VALUE")))?;
+        env.insert(k.to_string(), Value::from(v));
+    }
+    body["env"] = Value::Object(env);
+    if let Some(t) = a.timeout_ms {
+        body["timeoutMs"] = json!(t);
+    }
+    let result = a.conn.request(reqwest::Method::POST, &format!("/api/tools/{}/invoke", path_id(&a.id)?), &model_query(a.model.as_deref()), Some(body))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+    } else {
+        use std::io::Write;
+        let stdout = match result.pointer("/stdoutBlob/urn").and_then(Value::as_str) {
+            Some(urn) => a.conn.bytes(&format!("/api/blobs/{urn}"))?,
+            None => result["stdout"].as_str().unwrap_or("").as_bytes().to_vec(),
+        };
+        let stderr = match result.pointer("/stderrBlob/urn").and_then(Value::as_str) {
+            Some(urn) => a.conn.bytes(&format!("/api/blobs/{urn}"))?,
+            None => result["stderr"].as_str().unwrap_or("").as_bytes().to_vec(),
+        };
+        let _ = std::io::stdout().write_all(&stdout);
+        let _ = std::io::stderr().write_all(&stderr);
+    }
+    if let Some(err) = result["error"].as_str() {
+        if !a.json {
+            eprintln!("error: {err}");
+        }
+        return Ok(if result["timedOut"].as_bool() == Some(true) { EXIT_TIMED_OUT } else { EXIT_FAILURE });
+    }
+    Ok(match (result["exitCode"].as_i64(), result["signal"].as_i64()) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
+        _ => EXIT_FAILURE,
+    })
+}
+
+pub fn create_executor_token(conn: &Conn, name: &str) -> Result<(), ClientError> {
+    let v = conn.request(reqwest::Method::POST, "/api/executor-tokens", &[], Some(json!({"name": name})))?;
+    println!("executor credential for {name:?} (good for the executor protocol only; shown once):");
+    println!("{}", v["token"].as_str().unwrap_or(""));
+    Ok(())
+}
+
+pub fn executors(conn: &Conn, json: bool) -> Result<(), ClientError> {
+    let v = conn.request(reqwest::Method::GET, "/api/executors", &[], None)?;
+    output::print(&v, json, output::executors);
     Ok(())
 }

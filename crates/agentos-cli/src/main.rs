@@ -1,7 +1,8 @@
-//! The `agentos` binary: parses arguments and hands over to the master or the API client.
+//! The `agentos` binary: parses arguments and hands over to the master, an executor, or the API client.
 
 mod client;
 mod output;
+mod process;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,11 +10,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "agentos",
-    version,
-    about = "A durable tool platform for AI agents"
-)]
+#[command(name = "agentos", version, about = "A durable tool platform for AI agents")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -23,8 +20,22 @@ struct Cli {
 enum Cmd {
     /// Run the master on a data folder.
     Serve(ServeArgs),
-    /// Start agentos on embedded defaults (./.agentos, 127.0.0.1:7420) and show how to use it.
-    Up(ServeArgs),
+    /// Start agentos on embedded defaults (./.agentos, 127.0.0.1:7420) with one local executor.
+    Up(UpArgs),
+    /// Run an executor: poll the master for command jobs and run them.
+    Executor(ExecutorArgs),
+    /// Manage executor credentials (operator only).
+    #[command(subcommand)]
+    ExecutorToken(ExecutorTokenCmd),
+    /// Show executors: state (polling, busy, idle, gone), last seen, jobs held.
+    Executors {
+        #[command(flatten)]
+        conn: client::Conn,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a script tool once and print its output (exit code: the script's).
+    Run(client::RunArgs),
     /// Read and write the tool catalog.
     #[command(subcommand)]
     Catalog(Box<CatalogCmd>),
@@ -42,19 +53,90 @@ enum Cmd {
 pub struct ServeArgs {
     /// Data folder: event log, blobs, operator token.
     #[arg(long, env = "AGENTOS_DATA", default_value = "./.agentos")]
-    data: PathBuf,
+    pub data: PathBuf,
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "AGENTOS_LISTEN", default_value = "127.0.0.1:7420")]
-    listen: String,
+    pub listen: String,
     /// Largest script content accepted, in bytes.
     #[arg(long, env = "AGENTOS_MAX_SCRIPT_BYTES", default_value_t = 1024 * 1024)]
-    max_script_bytes: usize,
+    pub max_script_bytes: usize,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "AGENTOS_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
-    max_body_bytes: usize,
+    pub max_body_bytes: usize,
+    /// Largest executor result post, in bytes (it carries captured output).
+    #[arg(long, env = "AGENTOS_MAX_RESULT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub max_result_bytes: usize,
     /// Events between two snapshots of the state.
     #[arg(long, env = "AGENTOS_SNAPSHOT_EVERY", default_value_t = 10_000)]
-    snapshot_every: u64,
+    pub snapshot_every: u64,
+    /// How long a job's lease lasts without a heartbeat, in ms.
+    #[arg(long, env = "AGENTOS_LEASE_MS", default_value_t = 30_000)]
+    pub lease_ms: u64,
+    /// Hand-outs of one job before it fails.
+    #[arg(long, env = "AGENTOS_MAX_ATTEMPTS", default_value_t = 3)]
+    pub max_attempts: u32,
+    /// Command output above this many bytes goes to the blob store.
+    #[arg(long, env = "AGENTOS_INLINE_OUTPUT_BYTES", default_value_t = 128 * 1024)]
+    pub inline_output_bytes: usize,
+    /// Timeout of a command that names none, in ms.
+    #[arg(long, env = "AGENTOS_DEFAULT_TIMEOUT_MS", default_value_t = 120_000)]
+    pub default_timeout_ms: u64,
+    /// Largest timeout a command may ask for, in ms.
+    #[arg(long, env = "AGENTOS_MAX_TIMEOUT_MS", default_value_t = 600_000)]
+    pub max_timeout_ms: u64,
+}
+
+#[derive(Args, Clone)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub serve: ServeArgs,
+    /// Jobs the local executor runs at once.
+    #[arg(long, env = "AGENTOS_EXECUTOR_CONCURRENCY", default_value_t = 2)]
+    pub executor_concurrency: usize,
+}
+
+#[derive(Args, Clone)]
+pub struct ExecutorArgs {
+    /// The master's URL.
+    #[arg(long, env = "AGENTOS_URL", default_value = "http://127.0.0.1:7420")]
+    pub master: String,
+    /// The executor credential (from `agentos executor-token create NAME`).
+    #[arg(long, env = "AGENTOS_EXECUTOR_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// Folder for the script cache and job folders.
+    #[arg(long, env = "AGENTOS_WORKSPACE")]
+    pub workspace: PathBuf,
+    /// Name shown in `agentos executors` (defaults to the credential's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Jobs run at once.
+    #[arg(long, default_value_t = 1)]
+    pub concurrency: usize,
+    /// Timeout of a job that names none, in ms.
+    #[arg(long, default_value_t = 120_000)]
+    pub default_timeout_ms: u64,
+    /// Largest timeout a job may ask for, in ms.
+    #[arg(long, default_value_t = 600_000)]
+    pub max_timeout_ms: u64,
+    /// Bytes of stdout and of stderr kept per job.
+    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    pub max_output_bytes: usize,
+    /// PATH given to scripts, also where runtimes are found.
+    #[arg(long, default_value = "/usr/local/bin:/usr/bin:/bin")]
+    pub path: String,
+    /// On SIGTERM, how long running jobs may finish before they are killed and handed back, in ms.
+    #[arg(long, default_value_t = 30_000)]
+    pub grace_ms: u64,
+}
+
+#[derive(Subcommand)]
+enum ExecutorTokenCmd {
+    /// Create (or rotate) an executor credential; it is printed as the last line.
+    Create {
+        #[command(flatten)]
+        conn: client::Conn,
+        name: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -117,8 +199,14 @@ enum CatalogCmd {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Serve(args) => serve(args, false),
-        Cmd::Up(args) => serve(args, true),
+        Cmd::Serve(args) => process::serve(args, None),
+        Cmd::Up(args) => process::serve(args.serve, Some(args.executor_concurrency)),
+        Cmd::Executor(args) => process::executor(args),
+        Cmd::ExecutorToken(ExecutorTokenCmd::Create { conn, name }) => {
+            client::exit(client::create_executor_token(&conn, &name))
+        }
+        Cmd::Executors { conn, json } => client::exit(client::executors(&conn, json)),
+        Cmd::Run(args) => client::run_tool(args),
         Cmd::Catalog(c) => client::exit(run_catalog(*c)),
         Cmd::Models { conn, json } => client::exit(client::models(&conn, json)),
     }
@@ -126,100 +214,12 @@ fn main() -> ExitCode {
 
 fn run_catalog(c: CatalogCmd) -> Result<(), client::ClientError> {
     match c {
-        CatalogCmd::List {
-            conn,
-            kind,
-            model,
-            q,
-            capability,
-            limit,
-            offset,
-            json,
-        } => client::list(
-            &conn,
-            client::ListArgs {
-                kind,
-                model,
-                q,
-                capability,
-                limit,
-                offset,
-            },
-            json,
-        ),
-        CatalogCmd::Get {
-            conn,
-            id,
-            model,
-            json,
-        } => client::get(&conn, &id, model.as_deref(), json),
-        CatalogCmd::History {
-            conn,
-            id,
-            model,
-            json,
-        } => client::history(&conn, &id, model.as_deref(), json),
+        CatalogCmd::List { conn, kind, model, q, capability, limit, offset, json } => {
+            client::list(&conn, client::ListArgs { kind, model, q, capability, limit, offset }, json)
+        }
+        CatalogCmd::Get { conn, id, model, json } => client::get(&conn, &id, model.as_deref(), json),
+        CatalogCmd::History { conn, id, model, json } => client::history(&conn, &id, model.as_deref(), json),
         CatalogCmd::RegisterScript(a) => client::register_script(a),
-        CatalogCmd::Remove {
-            conn,
-            id,
-            model,
-            json,
-        } => client::remove(&conn, &id, model.as_deref(), json),
+        CatalogCmd::Remove { conn, id, model, json } => client::remove(&conn, &id, model.as_deref(), json),
     }
-}
-
-fn serve(args: ServeArgs, welcome: bool) -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("AGENTOS_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let config = agentos_server::ServeConfig {
-        data_dir: args.data.clone(),
-        listen: args.listen.clone(),
-        max_script_bytes: args.max_script_bytes,
-        max_body_bytes: args.max_body_bytes,
-        snapshot_every: args.snapshot_every,
-    };
-    let result = runtime.block_on(agentos_server::run(
-        config,
-        |ready| output::ready(ready, welcome),
-        shutdown_signal(),
-    ));
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
-        }
-    }
-}
-
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
 }

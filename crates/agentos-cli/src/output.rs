@@ -205,21 +205,29 @@ pub fn ready(r: &Ready, welcome: bool) {
         r.entries, r.seq, r.restored.snapshot_seq, r.restored.replayed
     );
     if welcome {
+        println!("local executor: running beside the master (agentos executors)");
         println!();
         println!("Try it (in another shell):");
-        println!(
-            "  export AGENTOS_URL={} AGENTOS_TOKEN=$(cat {})",
-            r.url,
-            r.token_file.display()
-        );
-        println!("  echo 'echo hello from agentos' > hello.sh");
-        println!(
-            "  agentos catalog register-script --id hello --runtime sh --file hello.sh --model default"
-        );
+        println!("  export AGENTOS_URL={} AGENTOS_TOKEN=$(cat {})", r.url, r.token_file.display());
+        println!("  echo 'echo \"hello, $1\"' > hello.sh");
+        println!("  agentos catalog register-script --id hello --runtime sh --file hello.sh");
+        println!("  agentos run hello -- world");
         println!("  agentos catalog list");
-        println!("  agentos catalog get hello");
         println!("Stop with Ctrl-C; everything is kept in the data folder.");
     }
     use std::io::Write;
     let _ = std::io::stdout().flush();
+}
+
+pub fn executors(v: &Value) -> String {
+    let list = v.as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        return "no executor has polled this master: queued jobs wait until one does (agentos executor --help)".into();
+    }
+    let mut out = format!("{:<24} {:<8} {:<26} JOBS\n", "NAME", "STATE", "LAST SEEN");
+    for e in list {
+        let jobs: Vec<&str> = e["jobs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        out.push_str(&format!("{:<24} {:<8} {:<26} {}\n", s(&e, "name"), s(&e, "state"), s(&e, "lastSeen"), jobs.join(",")));
+    }
+    out.trim_end().to_string()
 }

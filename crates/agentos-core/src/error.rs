@@ -15,6 +15,8 @@ pub enum ErrorKind {
     NotFound,
     /// The request conflicts with what exists (409).
     Conflict,
+    /// Nobody could do the work in time, e.g. no executor took a job (504).
+    Unavailable,
     /// Stored data failed its integrity check (500: a real fault, never served).
     Corrupt,
     /// Anything else that is the platform's fault (500).

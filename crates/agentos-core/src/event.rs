@@ -22,6 +22,14 @@ pub enum EventBody {
     ToolRemoved { id: String },
     /// A principal was created. Only the sha256 of its token is kept.
     PrincipalCreated(PrincipalRecord),
+    /// A command job ended: the one result recorded for it.
+    JobFinished {
+        #[serde(rename = "jobId")]
+        job_id: String,
+        #[serde(rename = "toolId", default, skip_serializing_if = "Option::is_none")]
+        tool_id: Option<String>,
+        result: crate::job::JobResult,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,6 +48,8 @@ pub struct PrincipalRecord {
 pub enum PrincipalKind {
     Operator,
     Agent,
+    /// Good for the executor protocol and nothing else.
+    Executor,
 }
 
 impl EventBody {
@@ -49,6 +59,7 @@ impl EventBody {
             EventBody::ToolRegistered { .. } => "ToolRegistered",
             EventBody::ToolRemoved { .. } => "ToolRemoved",
             EventBody::PrincipalCreated(_) => "PrincipalCreated",
+            EventBody::JobFinished { .. } => "JobFinished",
         }
     }
     /// The entity the event is about, indexed by the log so one entity's history is one lookup.
@@ -58,6 +69,7 @@ impl EventBody {
             EventBody::ToolRegistered { entry } => format!("tool:{}", entry.id),
             EventBody::ToolRemoved { id } => format!("tool:{id}"),
             EventBody::PrincipalCreated(p) => format!("principal:{}", p.name),
+            EventBody::JobFinished { job_id, .. } => format!("job:{job_id}"),
         }
     }
     /// Splits into the log's `type` and `payload` columns.

@@ -5,6 +5,7 @@ pub mod entry;
 pub mod error;
 pub mod event;
 pub mod flags;
+pub mod job;
 pub mod name;
 pub mod search;
 pub mod state;

@@ -135,6 +135,8 @@ impl State {
                     .insert(p.token_sha256.clone(), p.name.clone());
                 self.principals.insert(p.name.clone(), Arc::new(p.clone()));
             }
+            // A job's result is history, read from the log; it changes no state.
+            EventBody::JobFinished { .. } => {}
         }
     }
 

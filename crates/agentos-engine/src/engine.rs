@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -20,6 +21,8 @@ use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 use agentos_store::{BlobStore, EventLog, Snapshot, StoreError, VerifyBlobStore};
 
 use crate::committer::{self, Decide, Pending};
+use crate::dispatch::DispatchConfig;
+use crate::jobs::{JobConfig, JobQueue};
 use crate::principal::new_token;
 use crate::{EngineError, Principal};
 
@@ -28,6 +31,8 @@ pub struct EngineConfig {
     pub limits: Limits,
     /// A snapshot is taken after this many events since the last one.
     pub snapshot_every: u64,
+    pub jobs: JobConfig,
+    pub dispatch: DispatchConfig,
 }
 
 impl Default for EngineConfig {
@@ -35,6 +40,8 @@ impl Default for EngineConfig {
         EngineConfig {
             limits: Limits::default(),
             snapshot_every: 10_000,
+            jobs: JobConfig::default(),
+            dispatch: DispatchConfig::default(),
         }
     }
 }
@@ -52,14 +59,17 @@ pub struct History {
 
 #[derive(Clone)]
 pub struct Engine {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     state: Arc<RwLock<State>>,
     log: Arc<dyn EventLog>,
-    blobs: VerifyBlobStore,
+    pub(crate) blobs: VerifyBlobStore,
     config: EngineConfig,
+    pub(crate) jobs: Arc<JobQueue>,
+    pub(crate) dispatch: DispatchConfig,
+    reaper: Mutex<Option<JoinHandle<()>>>,
     tx: Mutex<Option<mpsc::Sender<Pending>>>,
     committer: Mutex<Option<JoinHandle<()>>>,
     snapshots: Arc<SnapshotControl>,
@@ -172,28 +182,42 @@ impl Engine {
                 committer::run(rx, state, log, after).await;
             })
         };
-        Ok(Engine {
+        let engine = Engine {
             inner: Arc::new(Inner {
                 state,
                 log,
                 blobs: VerifyBlobStore::new(blobs),
+                jobs: Arc::new(JobQueue::new(config.jobs)),
+                dispatch: config.dispatch,
+                reaper: Mutex::new(None),
                 config,
                 tx: Mutex::new(Some(tx)),
                 committer: Mutex::new(Some(committer)),
                 snapshots,
-                restored: Restored {
-                    snapshot_seq,
-                    replayed,
-                },
+                restored: Restored { snapshot_seq, replayed },
             }),
-        })
+        };
+        // The reaper holds a weak handle so that dropping every Engine ends it.
+        let weak = Arc::downgrade(&engine.inner);
+        let tick = (engine.inner.config.jobs.lease / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let reaper = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                Engine { inner }.reap_jobs().await;
+            }
+        });
+        *engine.inner.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);
+        Ok(engine)
     }
 
-    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+    pub(crate) fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
         self.inner.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
-    async fn submit(&self, principal: &str, decide: Decide) -> Result<Vec<Event>, EngineError> {
+    pub(crate) async fn submit(&self, principal: &str, decide: Decide) -> Result<Vec<Event>, EngineError> {
         let tx = self
             .inner
             .tx
@@ -220,6 +244,11 @@ impl Engine {
 
     pub fn limits(&self) -> Limits {
         self.inner.config.limits
+    }
+
+    /// The operator, for work the master does on its own behalf.
+    pub fn operator(&self) -> Option<Principal> {
+        self.read_state().principals.get("operator").map(|r| Principal::from_record(r))
     }
 
     /// The principal a bearer token belongs to.
@@ -447,6 +476,9 @@ impl Engine {
 
     /// Stops taking commands, lets the committed ones finish, and writes a final snapshot.
     pub async fn shutdown(&self) {
+        if let Some(r) = self.inner.reaper.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            r.abort();
+        }
         drop(
             self.inner
                 .tx

@@ -1,10 +1,14 @@
 //! The engine: the catalog as the fold of the event log, commands that commit events, principals, snapshots.
 
 mod committer;
+pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod jobs;
 pub mod principal;
 
+pub use dispatch::DispatchConfig;
 pub use engine::{Engine, EngineConfig, History, Restored};
+pub use jobs::JobConfig;
 pub use error::EngineError;
 pub use principal::Principal;

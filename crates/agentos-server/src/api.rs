@@ -1,7 +1,9 @@
 //! The API's routes and handlers.
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use std::time::Duration;
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
@@ -11,12 +13,13 @@ use utoipa::IntoParams;
 
 use agentos_core::command::{Command, GetArgs, SearchArgs};
 use agentos_core::entry::{BindingKind, EntryView};
+use agentos_core::job::{ExecutorResult, ExecutorView, InvokeRequest, JobResult, LeaseRef, LeasedJob, PollRequest};
 use agentos_core::search::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery};
 use agentos_core::state::ModelView;
 use agentos_core::urn::BlobUrn;
 use agentos_engine::{Engine, History, Principal};
 
-use crate::extract::{JsonValue, QueryParams};
+use crate::extract::{JsonValue, QueryParams, ResultBody, typed};
 use crate::routes::command_permission;
 use crate::{ApiError, auth, openapi};
 
@@ -24,6 +27,7 @@ use crate::{ApiError, auth, openapi};
 pub struct AppState {
     pub engine: Engine,
     pub max_body_bytes: usize,
+    pub max_result_bytes: usize,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -36,6 +40,13 @@ pub fn router(state: AppState) -> Router {
         .route("/api/tool-catalog/{id}/history", get(entry_history))
         .route("/api/commands", post(run_command))
         .route("/api/blobs/{*urn}", get(get_blob))
+        .route("/api/tools/{id}/invoke", post(invoke_tool))
+        .route("/api/executors", get(list_executors))
+        .route("/api/executor-tokens", post(create_executor_token))
+        .route("/api/executor/poll", post(executor_poll))
+        .route("/api/executor/jobs/{id}/heartbeat", post(executor_heartbeat))
+        .route("/api/executor/jobs/{id}/release", post(executor_release))
+        .route("/api/executor/jobs/{id}/result", post(executor_result))
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,
@@ -260,4 +271,89 @@ pub async fn get_blob(
         HeaderValue::from_static("private, max-age=31536000, immutable"),
     );
     Ok(resp)
+}
+
+/// The executor's display name, sent by the executor on every protocol call.
+fn executor_name(headers: &HeaderMap) -> Option<String> {
+    headers.get("x-agentos-executor-name").and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct InvokeParams {
+    /// The model the command belongs to: its local catalog is looked up first. Defaults to the caller's home model.
+    pub model: Option<String>,
+}
+
+/// Run a script tool once and wait for its result: `{exitCode, signal, stdout, stderr, durationMs, timedOut}`.
+#[utoipa::path(post, path = "/api/tools/{id}/invoke", tag = "tools", params(("id" = String, Path, description = "Tool id"), InvokeParams),
+    request_body = InvokeRequest,
+    responses((status = 200, body = JobResult), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 504, description = "No executor finished the job in time", body = crate::error::ErrorBody)))]
+pub async fn invoke_tool(State(app): State<AppState>, Extension(p): Extension<Principal>, Path(id): Path<String>, QueryParams(q): QueryParams<InvokeParams>, JsonValue(body): JsonValue) -> Result<Json<JobResult>, ApiError> {
+    let req: InvokeRequest = typed(body)?;
+    Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?))
+}
+
+/// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds.
+#[utoipa::path(get, path = "/api/executors", tag = "executors",
+    responses((status = 200, body = Vec<ExecutorView>), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+pub async fn list_executors(State(app): State<AppState>) -> Json<Vec<ExecutorView>> {
+    Json(app.engine.executors())
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorTokenRequest {
+    /// a-z, 0-9 and '-'. Creating a name that exists gives it a new token; the old one stops working.
+    pub name: String,
+}
+
+/// Create an executor credential (operator only). It is good for the executor protocol and nothing else.
+#[utoipa::path(post, path = "/api/executor-tokens", tag = "executors", request_body = ExecutorTokenRequest,
+    responses((status = 200, description = "{\"name\", \"token\"}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn create_executor_token(State(app): State<AppState>, Extension(p): Extension<Principal>, JsonValue(body): JsonValue) -> Result<Json<Value>, ApiError> {
+    let req: ExecutorTokenRequest = typed(body)?;
+    let token = app.engine.create_executor_token(&p, &req.name).await?;
+    Ok(Json(json!({"name": req.name, "token": token})))
+}
+
+/// Long poll for work: answered the moment a job is queued (200), or 204 after `waitMs`.
+#[utoipa::path(post, path = "/api/executor/poll", tag = "executor protocol", request_body = PollRequest,
+    responses((status = 200, body = LeasedJob), (status = 204, description = "No work within waitMs"), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+pub async fn executor_poll(State(app): State<AppState>, Extension(p): Extension<Principal>, JsonValue(body): JsonValue) -> Result<Response, ApiError> {
+    let req: PollRequest = typed(body)?;
+    let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
+    match app.engine.poll_job(&p, req.name.as_deref(), wait).await? {
+        Some(job) => Ok(Json(job).into_response()),
+        None => Ok(StatusCode::NO_CONTENT.into_response()),
+    }
+}
+
+/// Renew a lease. 409 when the lease was lost (the job went to another executor).
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/heartbeat", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
+    responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn executor_heartbeat(State(app): State<AppState>, Extension(p): Extension<Principal>, headers: HeaderMap, Path(id): Path<String>, JsonValue(body): JsonValue) -> Result<Json<Value>, ApiError> {
+    let req: LeaseRef = typed(body)?;
+    let lease = app.engine.heartbeat_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
+    Ok(Json(json!({"leaseMs": lease.as_millis() as u64})))
+}
+
+/// Hand a job back to the queue (an executor stopping before it could run it).
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/release", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
+    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn executor_release(State(app): State<AppState>, Extension(p): Extension<Principal>, headers: HeaderMap, Path(id): Path<String>, JsonValue(body): JsonValue) -> Result<Json<Value>, ApiError> {
+    let req: LeaseRef = typed(body)?;
+    app.engine.release_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
+    Ok(Json(json!({"released": true})))
+}
+
+/// Post a job's result. Only the current lease holder's result is taken, once.
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = ExecutorResult,
+    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
+pub async fn executor_result(State(app): State<AppState>, Extension(p): Extension<Principal>, headers: HeaderMap, Path(id): Path<String>, ResultBody(body): ResultBody) -> Result<Json<Value>, ApiError> {
+    let req: ExecutorResult = typed(body)?;
+    app.engine.complete_job(&p, executor_name(&headers).as_deref(), &id, req).await?;
+    Ok(Json(json!({"recorded": true})))
 }

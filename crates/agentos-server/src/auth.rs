@@ -5,6 +5,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use crate::ApiError;
+use agentos_core::event::PrincipalKind;
+
 use crate::api::AppState;
 use crate::routes::{Permission, route_permission};
 
@@ -48,7 +50,21 @@ pub async fn authorize(
             "the bearer token is not valid (revoked, mistyped, or from another data folder)",
         )
     })?;
-    if !permission.allows(principal.flags) {
+    let kind = principal.kind;
+    let allowed = match permission {
+        Permission::Operator => kind == PrincipalKind::Operator,
+        Permission::Executor => kind == PrincipalKind::Executor,
+        // An executor credential is good for the executor protocol and nothing else.
+        _ if kind == PrincipalKind::Executor => false,
+        p => p.allows(principal.flags),
+    };
+    if !allowed && kind == PrincipalKind::Executor {
+        return Err(ApiError::forbidden(format!(
+            "{} holds an executor credential, which is good for the executor protocol only, not {method} {path}",
+            principal.name
+        )));
+    }
+    if !allowed {
         return Err(ApiError::forbidden(format!(
             "{} may not {method} {path}: that needs {} (it holds {})",
             principal.name,

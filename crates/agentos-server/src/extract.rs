@@ -12,46 +12,56 @@ use crate::api::AppState;
 /// The request body as JSON, bounded by the master's body limit.
 pub struct JsonValue(pub serde_json::Value);
 
+/// An executor's result post: JSON bounded by the larger result limit (it carries captured output).
+pub struct ResultBody(pub serde_json::Value);
+
+async fn read_json(req: Request, limit: usize, flag: &str) -> Result<serde_json::Value, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is larger than {limit} bytes (the master's {flag})"),
+        )
+    };
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > limit) {
+        return Err(too_large());
+    }
+    let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| too_large())?;
+    if bytes.is_empty() {
+        return Err(ApiError::bad_request("malformed_json", "the request body is empty; send a JSON object"));
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::bad_request("malformed_json", format!("the request body is not valid JSON: {e}")))
+}
+
 impl FromRequest<AppState> for JsonValue {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let limit = state.max_body_bytes;
-        let too_large = || {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!(
-                    "the request body is larger than {limit} bytes (the master's --max-body-bytes)"
-                ),
-            )
-        };
-        if let Some(len) = req
-            .headers()
-            .get(axum::http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<usize>().ok())
-            && len > limit
-        {
-            return Err(too_large());
-        }
-        let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit)
-            .await
-            .map_err(|_| too_large())?;
-        if bytes.is_empty() {
-            return Err(ApiError::bad_request(
-                "malformed_json",
-                "the request body is empty; send a JSON object",
-            ));
-        }
-        let value = serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::bad_request(
-                "malformed_json",
-                format!("the request body is not valid JSON: {e}"),
-            )
-        })?;
-        Ok(JsonValue(value))
+        read_json(req, state.max_body_bytes, "--max-body-bytes").await.map(JsonValue)
     }
+}
+
+impl FromRequest<AppState> for ResultBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        read_json(req, state.max_result_bytes, "--max-result-bytes").await.map(ResultBody)
+    }
+}
+
+/// Parses a JSON value into a typed body, naming the field at fault.
+pub fn typed<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let at = if path == "." { String::new() } else { format!(" at {path}") };
+        ApiError::bad_request("invalid_body", format!("invalid request body{at}: {}", e.inner()))
+    })
 }
 
 /// Query parameters; unknown ones are refused so a typo never silently widens a search.

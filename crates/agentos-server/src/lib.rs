@@ -12,9 +12,6 @@ pub use error::ApiError;
 pub use run::{Ready, ServeConfig, ServeError, run};
 
 /// Builds the router over an engine.
-pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize) -> axum::Router {
-    api::router(api::AppState {
-        engine,
-        max_body_bytes,
-    })
+pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize, max_result_bytes: usize) -> axum::Router {
+    api::router(api::AppState { engine, max_body_bytes, max_result_bytes })
 }

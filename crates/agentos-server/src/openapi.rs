@@ -15,6 +15,13 @@ use utoipa::{Modify, OpenApi};
         crate::api::entry_history,
         crate::api::run_command,
         crate::api::get_blob,
+        crate::api::invoke_tool,
+        crate::api::list_executors,
+        crate::api::create_executor_token,
+        crate::api::executor_poll,
+        crate::api::executor_heartbeat,
+        crate::api::executor_release,
+        crate::api::executor_result,
     ),
     components(schemas(
         agentos_core::command::RegisterScript,
@@ -24,6 +31,7 @@ use utoipa::{Modify, OpenApi};
         agentos_core::entry::CatalogEntry,
         agentos_core::entry::EntryView,
         crate::error::ErrorBody,
+        agentos_core::job::CommandToken,
     )),
     modifiers(&Bearer),
     security(("bearer" = []))

@@ -12,12 +12,18 @@ pub enum Permission {
     Flag(Flag),
     /// Any one of these flags.
     AnyOf(&'static [Flag]),
+    /// The operator only.
+    Operator,
+    /// An executor credential only: the executor protocol.
+    Executor,
 }
 
 impl Permission {
     pub fn allows(self, flags: Flags) -> bool {
         match self {
             Permission::Public | Permission::Authenticated => true,
+            // Decided on the principal's kind, not its flags (see `auth`).
+            Permission::Operator | Permission::Executor => false,
             Permission::Flag(f) => flags.has(f),
             Permission::AnyOf(fs) => flags.any_of(fs),
         }
@@ -26,6 +32,8 @@ impl Permission {
         match self {
             Permission::Public => "nothing".into(),
             Permission::Authenticated => "a valid token".into(),
+            Permission::Operator => "the operator".into(),
+            Permission::Executor => "an executor credential".into(),
             Permission::Flag(f) => format!("the '{}' ({}) flag", f.letter(), f.word()),
             Permission::AnyOf(fs) => {
                 let letters: Vec<String> = fs.iter().map(|f| format!("'{}'", f.letter())).collect();
@@ -51,48 +59,27 @@ pub struct RouteSpec {
     pub permission: Permission,
 }
 
+const fn route(method: &'static str, path: &'static str, permission: Permission) -> RouteSpec {
+    RouteSpec { method, path, permission }
+}
+
 pub const ROUTES: &[RouteSpec] = &[
-    RouteSpec {
-        method: "GET",
-        path: "/healthz",
-        permission: Permission::Public,
-    },
-    RouteSpec {
-        method: "GET",
-        path: "/api/openapi.json",
-        permission: Permission::Authenticated,
-    },
-    RouteSpec {
-        method: "GET",
-        path: "/api/models",
-        permission: Permission::Flag(Flag::Read),
-    },
-    RouteSpec {
-        method: "GET",
-        path: "/api/tool-catalog",
-        permission: Permission::AnyOf(CATALOG_READ),
-    },
-    RouteSpec {
-        method: "GET",
-        path: "/api/tool-catalog/{id}",
-        permission: Permission::AnyOf(CATALOG_READ),
-    },
-    RouteSpec {
-        method: "GET",
-        path: "/api/tool-catalog/{id}/history",
-        permission: Permission::AnyOf(CATALOG_READ),
-    },
+    route("GET", "/healthz", Permission::Public),
+    route("GET", "/api/openapi.json", Permission::Authenticated),
+    route("GET", "/api/models", Permission::Flag(Flag::Read)),
+    route("GET", "/api/tool-catalog", Permission::AnyOf(CATALOG_READ)),
+    route("GET", "/api/tool-catalog/{id}", Permission::AnyOf(CATALOG_READ)),
+    route("GET", "/api/tool-catalog/{id}/history", Permission::AnyOf(CATALOG_READ)),
     // Each command type declares its own permission in COMMANDS.
-    RouteSpec {
-        method: "POST",
-        path: "/api/commands",
-        permission: Permission::Authenticated,
-    },
-    RouteSpec {
-        method: "GET",
-        path: "/api/blobs/{*urn}",
-        permission: Permission::Flag(Flag::Read),
-    },
+    route("POST", "/api/commands", Permission::Authenticated),
+    route("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read)),
+    route("POST", "/api/tools/{id}/invoke", Permission::Flag(Flag::Execute)),
+    route("GET", "/api/executors", Permission::Flag(Flag::Read)),
+    route("POST", "/api/executor-tokens", Permission::Operator),
+    route("POST", "/api/executor/poll", Permission::Executor),
+    route("POST", "/api/executor/jobs/{id}/heartbeat", Permission::Executor),
+    route("POST", "/api/executor/jobs/{id}/release", Permission::Executor),
+    route("POST", "/api/executor/jobs/{id}/result", Permission::Executor),
 ];
 
 /// The permission of each command type sent to `POST /api/commands`.

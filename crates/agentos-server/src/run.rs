@@ -16,10 +16,14 @@ pub struct ServeConfig {
     pub max_script_bytes: usize,
     pub max_body_bytes: usize,
     pub snapshot_every: u64,
+    /// Largest executor result post (it carries captured output).
+    pub max_result_bytes: usize,
+    pub jobs: agentos_engine::JobConfig,
+    pub dispatch: agentos_engine::DispatchConfig,
 }
 
 /// What a started master tells whoever launched it.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Ready {
     pub url: String,
     pub addr: SocketAddr,
@@ -29,6 +33,8 @@ pub struct Ready {
     pub entries: usize,
     pub seq: u64,
     pub restored: agentos_engine::Restored,
+    /// The engine, for whoever runs more beside the master (e.g. `agentos up`'s local executor).
+    pub engine: Engine,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -83,6 +89,8 @@ pub async fn run(
                 max_script_bytes: config.max_script_bytes,
             },
             snapshot_every: config.snapshot_every,
+            jobs: config.jobs,
+            dispatch: config.dispatch,
         },
         log,
         blobs,
@@ -109,10 +117,11 @@ pub async fn run(
         entries: engine.entry_count(),
         seq: engine.last_seq(),
         restored: engine.restored(),
+        engine: engine.clone(),
     };
     on_ready(&ready);
 
-    let app = crate::router(engine.clone(), config.max_body_bytes);
+    let app = crate::router(engine.clone(), config.max_body_bytes, config.max_result_bytes);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await;

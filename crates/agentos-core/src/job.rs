@@ -1,0 +1,165 @@
+//! Command jobs: the token a command transition (or a direct invocation) dispatches, and the
+//! wire shapes of the executor protocol.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// Arguments the master merges into a script job at fire time; a caller may not set them.
+pub const RESOLVED_ARGS: [&str; 4] = ["content", "sha256", "runtime", "filename"];
+
+/// A command token, as DESIGN.md shapes it:
+/// `{"executor":"script","command":"invoke","args":{"toolId":..., "argv":[], "env":{}, "timeoutMs":...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandToken {
+    #[schema(example = "script")]
+    pub executor: String,
+    #[schema(example = "invoke")]
+    pub command: String,
+    #[schema(value_type = Object)]
+    pub args: Value,
+}
+
+/// What an executor is handed: the job, its lease, and the token to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeasedJob {
+    pub job_id: String,
+    pub lease_id: String,
+    /// The lease lasts this long from now unless renewed by a heartbeat.
+    pub lease_ms: u64,
+    /// 1 for the first hand-out, more after leases expired.
+    pub attempt: u32,
+    /// The model the command belongs to.
+    pub model: String,
+    pub token: CommandToken,
+    /// Why the master could not resolve the tool, when it could not. The token then ships untouched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution_error: Option<String>,
+}
+
+/// `POST /api/executor/poll`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PollRequest {
+    /// The executor's display name (defaults to its credential's name).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// How long the master may hold the request open waiting for work, at most 60 000.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+/// `POST /api/executor/jobs/{id}/heartbeat` and `/release`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaseRef {
+    pub lease_id: String,
+}
+
+/// What an executor reports for one job. Output travels as base64 so that bytes are exact.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutorResult {
+    pub lease_id: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub stdout_base64: String,
+    #[serde(default)]
+    pub stderr_base64: String,
+    pub duration_ms: u64,
+    #[serde(default)]
+    pub timed_out: bool,
+    /// Output beyond the executor's capture limit was dropped.
+    #[serde(default)]
+    pub output_truncated: bool,
+    /// Set when the executor refused the job or could not run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Output too large to keep inline: the whole of it is in the blob store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputBlob {
+    pub urn: String,
+    pub size_bytes: u64,
+    pub sha256: String,
+}
+
+/// The result of a command, shaped like a shell command's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobResult {
+    pub job_id: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The output, or its first 2,000 characters when `stdoutBlob` is set.
+    pub stdout: String,
+    pub stderr: String,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_blob: Option<OutputBlob>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_blob: Option<OutputBlob>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub attempt: u32,
+    /// The executor that ran it (empty when none did).
+    pub executor: String,
+}
+
+impl JobResult {
+    /// A result for a job no executor finished.
+    pub fn failed(job_id: &str, attempt: u32, error: String) -> Self {
+        JobResult {
+            job_id: job_id.to_string(),
+            exit_code: None,
+            signal: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            duration_ms: 0,
+            timed_out: false,
+            stdout_blob: None,
+            stderr_blob: None,
+            output_truncated: false,
+            error: Some(error),
+            attempt,
+            executor: String::new(),
+        }
+    }
+}
+
+/// `POST /api/tools/{id}/invoke`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvokeRequest {
+    #[serde(default)]
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Sent to the script as JSON on stdin.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// How an executor appears in `GET /api/executors`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorView {
+    pub name: String,
+    /// `polling`, `busy`, `idle` or `gone`.
+    pub state: String,
+    pub last_seen: String,
+    pub jobs: Vec<String>,
+}

@@ -1,0 +1,288 @@
+//! Command dispatch on the master: queue a job, resolve and verify its script at hand-out time
+//! only, shape and record the one result, and fail jobs whose leases ran out.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+
+use agentos_core::entry::{Binding, BindingKind};
+use agentos_core::event::{EventBody, PrincipalKind, PrincipalRecord};
+use agentos_core::flags::{Flag, Flags};
+use agentos_core::job::{CommandToken, ExecutorResult, ExecutorView, InvokeRequest, JobResult, LeasedJob, OutputBlob};
+use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
+use agentos_core::urn::BlobUrn;
+use agentos_core::{sha256_hex, CoreError, ErrorKind, DEFAULT_MODEL};
+use agentos_store::BlobStore;
+
+use crate::jobs::{Finished, LeaseError};
+use crate::principal::new_token;
+use crate::{Engine, EngineError, Principal};
+
+/// Limits of command dispatch; configurable on the master.
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchConfig {
+    /// Output above this many bytes goes to the blob store; the result keeps a preview.
+    pub inline_output_bytes: usize,
+    pub default_timeout_ms: u64,
+    pub max_timeout_ms: u64,
+    /// How long an invocation waits for an executor beyond its own timeout.
+    pub queue_grace: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            inline_output_bytes: 128 * 1024,
+            default_timeout_ms: 120_000,
+            max_timeout_ms: 600_000,
+            queue_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Characters of an offloaded output kept inline.
+const PREVIEW_CHARS: usize = 2000;
+
+impl LeaseError {
+    fn into_error(self, job_id: &str) -> EngineError {
+        match self {
+            LeaseError::UnknownJob => CoreError::not_found(format!("no job {job_id:?} is open (it finished, failed, or was never queued)")).into(),
+            LeaseError::LeaseLost => CoreError::conflict(format!("the lease on job {job_id:?} is no longer yours: it expired and the job was handed out again")).into(),
+        }
+    }
+}
+
+fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, EngineError> {
+    if p.kind != PrincipalKind::Executor {
+        return Err(CoreError::forbidden("only an executor credential may use the executor protocol").into());
+    }
+    match requested {
+        None => Ok(p.name.clone()),
+        Some(n) if is_valid_id(n) => Ok(if n == p.name { n.to_string() } else { format!("{}/{n}", p.name) }),
+        Some(n) => Err(CoreError::bad_input("invalid_name", format!("executor name {n:?}: use a-z, 0-9 and '-', at most 64")).into()),
+    }
+}
+
+impl Engine {
+    /// Creates (or rotates) an executor credential. Operator only. Returns the token.
+    pub async fn create_executor_token(&self, principal: &Principal, name: &str) -> Result<String, EngineError> {
+        if !principal.is_operator() {
+            return Err(CoreError::forbidden("only the operator creates executor credentials").into());
+        }
+        if !is_valid_id(name) {
+            return Err(CoreError::bad_input("invalid_name", format!("executor name {name:?}: use a-z, 0-9 and '-', at most 64")).into());
+        }
+        if let Some(existing) = self.read_state().principals.get(name)
+            && existing.kind != PrincipalKind::Executor
+        {
+            return Err(CoreError::conflict(format!("{name:?} already names a principal that is not an executor")).into());
+        }
+        let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
+        let record = PrincipalRecord {
+            name: name.to_string(),
+            kind: PrincipalKind::Executor,
+            flags: Flags::empty().to_string(),
+            home_model: DEFAULT_MODEL.into(),
+            token_sha256: sha256_hex(token.as_bytes()),
+        };
+        self.submit(&principal.name, Box::new(move |_| Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])))
+            .await?;
+        Ok(token)
+    }
+
+    /// Runs a script tool once: queues exactly the command token of DESIGN.md and waits for its result.
+    pub async fn invoke(&self, principal: &Principal, id: &str, model: Option<&str>, req: InvokeRequest) -> Result<JobResult, EngineError> {
+        if !principal.flags.has(Flag::Execute) {
+            return Err(CoreError::forbidden(format!("{} may not invoke tools: that needs the 'x' (execute) flag", principal.name)).into());
+        }
+        check_tool_id(id)?;
+        let model = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
+        check_model_name(&model)?;
+        let cfg = self.inner.dispatch;
+        let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
+        if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
+            return Err(CoreError::bad_input("invalid_timeout", format!("timeoutMs must be between 1 and {}", cfg.max_timeout_ms)).into());
+        }
+        for k in req.env.keys() {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(CoreError::bad_input("invalid_env", format!("environment variable name {k:?} is not valid")).into());
+            }
+        }
+        {
+            // The caller must be able to see the tool. One it cannot resolve ships anyway and
+            // fails at the executor with the reason, like any fire.
+            let st = self.read_state();
+            if let Some((e, _)) = st.resolve(&model, id) {
+                let kind = e.entry.binding.kind();
+                if !kind.visible_to(principal.flags) {
+                    return Err(CoreError::not_found(format!("no tool {id:?} in model {model:?} nor in the global catalog")).into());
+                }
+                if kind != BindingKind::Script {
+                    return Err(CoreError::bad_input("not_invocable", format!("{id:?} is a {} tool; only script tools run on executors", kind.as_str())).into());
+                }
+            }
+        }
+        let mut args = json!({"toolId": id, "argv": req.argv, "env": req.env, "timeoutMs": timeout_ms});
+        if let Some(input) = req.input {
+            args["input"] = input;
+        }
+        let token = CommandToken { executor: "script".into(), command: "invoke".into(), args };
+        let (job_id, rx) = self.inner.jobs.enqueue(model, token);
+        let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
+        match tokio::time::timeout(wait, rx).await {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
+            Err(_) => {
+                self.inner.jobs.cancel(&job_id);
+                let serving = self.inner.jobs.executors().iter().filter(|e| e.state != "gone").count();
+                Err(CoreError::new(
+                    ErrorKind::Unavailable,
+                    "job_timeout",
+                    format!(
+                        "job {job_id} got no result within {} ms; {serving} executor(s) serve the queue (see `agentos executors`)",
+                        wait.as_millis()
+                    ),
+                )
+                .into())
+            }
+        }
+    }
+
+    /// Long poll for an executor: the next job, resolved and verified now, or `None` after `wait`.
+    pub async fn poll_job(&self, principal: &Principal, name: Option<&str>, wait: Duration) -> Result<Option<LeasedJob>, EngineError> {
+        let executor = executor_name(principal, name)?;
+        let Some(h) = self.inner.jobs.poll(&executor, wait).await else {
+            return Ok(None);
+        };
+        let (token, resolution_error) = self.resolve_token(&h.model, h.token).await;
+        Ok(Some(LeasedJob {
+            job_id: h.job_id,
+            lease_id: h.lease_id,
+            lease_ms: self.inner.jobs.config().lease.as_millis() as u64,
+            attempt: h.attempt,
+            model: h.model,
+            token,
+            resolution_error,
+        }))
+    }
+
+    /// Fire-time resolution: local first, blob read and checked against the pin, content merged
+    /// into `args`. On any failure the token ships untouched, with the reason beside it.
+    async fn resolve_token(&self, model: &str, token: CommandToken) -> (CommandToken, Option<String>) {
+        if token.executor != "script" || token.command != "invoke" {
+            return (token, None);
+        }
+        let Some(tool_id) = token.args.get("toolId").and_then(Value::as_str).map(str::to_string) else {
+            return (token, Some("the command names no tool: args.toolId is missing".into()));
+        };
+        let fail = |why: String| Some(format!("tool {tool_id:?} in model {model:?}: {why}"));
+        let binding = {
+            let st = self.read_state();
+            st.resolve(model, &tool_id).map(|(e, _)| e.entry.binding.clone())
+        };
+        let Some(Binding::Script(s)) = binding else {
+            return (token, fail("not found in the model's catalog nor in the global one".into()));
+        };
+        let urn: BlobUrn = match s.script_urn.parse() {
+            Ok(u) => u,
+            Err(e) => return (token, fail(format!("the entry's URN is not valid: {e}"))),
+        };
+        if urn.sha256() != s.sha256 {
+            return (token, fail(format!("hash mismatch: the entry's URN names {} but it is pinned to {}", urn.sha256(), s.sha256)));
+        }
+        let bytes = match self.inner.blobs.get_checked(&urn, Some(s.size_bytes)).await {
+            Ok(b) => b,
+            Err(agentos_store::StoreError::BlobNotFound(_)) => return (token, fail(format!("blob missing: {urn} is not in the blob store"))),
+            Err(agentos_store::StoreError::BlobCorrupt { why, .. }) => {
+                tracing::error!(tool = %tool_id, model, %urn, %why, "script refused at the master: hash mismatch");
+                return (token, fail(format!("hash mismatch: the stored script no longer matches its pin {} ({why})", s.sha256)));
+            }
+            Err(e) => return (token, fail(format!("blob unreadable: {e}"))),
+        };
+        let mut resolved = token;
+        if let Some(args) = resolved.args.as_object_mut() {
+            args.insert("content".into(), Value::from(base64::engine::general_purpose::STANDARD.encode(&bytes)));
+            args.insert("sha256".into(), Value::from(s.sha256.clone()));
+            args.insert("runtime".into(), Value::from(s.runtime.as_str()));
+            args.insert("filename".into(), Value::from(s.filename.clone()));
+        }
+        (resolved, None)
+    }
+
+    pub fn heartbeat_job(&self, principal: &Principal, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<Duration, EngineError> {
+        let executor = executor_name(principal, name)?;
+        self.inner.jobs.heartbeat(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
+    }
+
+    pub fn release_job(&self, principal: &Principal, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), EngineError> {
+        let executor = executor_name(principal, name)?;
+        self.inner.jobs.release(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
+    }
+
+    /// Takes an executor's result: only from the current lease holder, once. Large output goes
+    /// to the blob store; the result is recorded in the log before the waiter hears of it.
+    pub async fn complete_job(&self, principal: &Principal, name: Option<&str>, job_id: &str, result: ExecutorResult) -> Result<(), EngineError> {
+        let executor = executor_name(principal, name)?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let stdout = b64.decode(&result.stdout_base64).map_err(|e| CoreError::bad_input("invalid_result", format!("stdoutBase64: {e}")))?;
+        let stderr = b64.decode(&result.stderr_base64).map_err(|e| CoreError::bad_input("invalid_result", format!("stderrBase64: {e}")))?;
+        let finished = self.inner.jobs.complete(&executor, job_id, &result.lease_id).map_err(|e| e.into_error(job_id))?;
+        let (stdout, stdout_blob) = self.shape_output(stdout).await?;
+        let (stderr, stderr_blob) = self.shape_output(stderr).await?;
+        let shaped = JobResult {
+            job_id: job_id.to_string(),
+            exit_code: result.exit_code,
+            signal: result.signal,
+            stdout,
+            stderr,
+            duration_ms: result.duration_ms,
+            timed_out: result.timed_out,
+            stdout_blob,
+            stderr_blob,
+            output_truncated: result.output_truncated,
+            error: result.error,
+            attempt: finished.attempt,
+            executor,
+        };
+        self.finish(finished, shaped).await;
+        Ok(())
+    }
+
+    async fn shape_output(&self, bytes: Vec<u8>) -> Result<(String, Option<OutputBlob>), EngineError> {
+        if bytes.len() <= self.inner.dispatch.inline_output_bytes {
+            return Ok((String::from_utf8_lossy(&bytes).into_owned(), None));
+        }
+        let sha = sha256_hex(&bytes);
+        let urn = BlobUrn::new("job-output", &sha, None)?;
+        self.inner.blobs.put(&urn, &bytes).await?;
+        let preview: String = String::from_utf8_lossy(&bytes[..bytes.len().min(PREVIEW_CHARS * 4)]).chars().take(PREVIEW_CHARS).collect();
+        Ok((preview, Some(OutputBlob { urn: urn.to_string(), size_bytes: bytes.len() as u64, sha256: sha })))
+    }
+
+    /// Records the one result of a job, then hands it to whoever waits.
+    async fn finish(&self, finished: Finished, result: JobResult) {
+        let tool_id = finished.token.args.get("toolId").and_then(Value::as_str).map(str::to_string);
+        let body = EventBody::JobFinished { job_id: finished.job_id.clone(), tool_id, result: result.clone() };
+        let model = finished.model.clone();
+        if let Err(e) = self.submit("system", Box::new(move |_| Ok(vec![(model.clone(), body.clone())]))).await {
+            tracing::error!(job = %finished.job_id, error = %e, "recording a job result failed");
+        }
+        if let Some(w) = finished.waiter {
+            let _ = w.send(result);
+        }
+    }
+
+    /// Fails the jobs whose every lease expired. Called periodically by the reaper.
+    pub(crate) async fn reap_jobs(&self) {
+        for (finished, why) in self.inner.jobs.reap() {
+            tracing::warn!(job = %finished.job_id, %why, "job failed");
+            let result = JobResult::failed(&finished.job_id, finished.attempt, why);
+            self.finish(finished, result).await;
+        }
+    }
+
+    pub fn executors(&self) -> Vec<ExecutorView> {
+        self.inner.jobs.executors()
+    }
+}

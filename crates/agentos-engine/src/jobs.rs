@@ -1,0 +1,371 @@
+//! The job queue between the master and its executors: long-poll hand-out, leases with
+//! heartbeats, bounded attempts, and the view of who is serving the queue.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::{oneshot, Notify};
+use tokio::time::Instant;
+
+use agentos_core::job::{CommandToken, ExecutorView, JobResult};
+
+#[derive(Debug, Clone, Copy)]
+pub struct JobConfig {
+    /// How long a lease lasts without a heartbeat.
+    pub lease: Duration,
+    /// Hand-outs of one job before it fails.
+    pub max_attempts: u32,
+    /// An executor not seen for this long is shown as gone.
+    pub gone_after: Duration,
+}
+
+impl Default for JobConfig {
+    fn default() -> Self {
+        JobConfig { lease: Duration::from_secs(30), max_attempts: 3, gone_after: Duration::from_secs(90) }
+    }
+}
+
+/// Who waits for a job's result.
+pub type Waiter = oneshot::Sender<JobResult>;
+
+/// A job taken out of the queue for good, to be recorded by the engine.
+#[derive(Debug)]
+pub struct Finished {
+    pub job_id: String,
+    pub model: String,
+    pub token: CommandToken,
+    pub attempt: u32,
+    pub waiter: Option<Waiter>,
+}
+
+/// A job the queue handed to an executor.
+#[derive(Debug, Clone)]
+pub struct Handout {
+    pub job_id: String,
+    pub lease_id: String,
+    pub attempt: u32,
+    pub model: String,
+    pub token: CommandToken,
+}
+
+struct Job {
+    model: String,
+    token: CommandToken,
+    attempt: u32,
+    lease: Option<Lease>,
+    waiter: Option<Waiter>,
+}
+
+struct Lease {
+    id: String,
+    executor: String,
+    expires: Instant,
+}
+
+struct Seen {
+    last: Instant,
+    last_wall: i64,
+    polls: u32,
+}
+
+#[derive(Default)]
+struct Inner {
+    queued: VecDeque<String>,
+    jobs: HashMap<String, Job>,
+    executors: HashMap<String, Seen>,
+    next: u64,
+}
+
+pub struct JobQueue {
+    inner: Mutex<Inner>,
+    work: Notify,
+    config: JobConfig,
+    /// A per-process prefix so job and lease ids never repeat across restarts.
+    epoch: String,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum LeaseError {
+    /// No such job (finished, failed, or never queued).
+    UnknownJob,
+    /// The job is held under another lease (this one expired and it was handed out again).
+    LeaseLost,
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl JobQueue {
+    pub fn new(config: JobConfig) -> Self {
+        let epoch = format!("{:x}", wall_ms());
+        JobQueue { inner: Mutex::new(Inner::default()), work: Notify::new(), config, epoch }
+    }
+
+    pub fn config(&self) -> JobConfig {
+        self.config
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // A std Mutex: every critical section is short and none awaits.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a job and wakes one waiting poller. The receiver yields the outcome.
+    pub fn enqueue(&self, model: String, token: CommandToken) -> (String, oneshot::Receiver<JobResult>) {
+        let (tx, rx) = oneshot::channel();
+        let id = {
+            let mut q = self.lock();
+            q.next += 1;
+            let id = format!("job-{}-{}", self.epoch, q.next);
+            q.jobs.insert(id.clone(), Job { model, token, attempt: 0, lease: None, waiter: Some(tx) });
+            q.queued.push_back(id.clone());
+            id
+        };
+        self.work.notify_one();
+        (id, rx)
+    }
+
+    /// Drops a job whose caller stopped waiting. A job already handed out finishes unobserved.
+    pub fn cancel(&self, job_id: &str) {
+        let mut q = self.lock();
+        if q.jobs.get(job_id).is_some_and(|j| j.lease.is_none()) {
+            q.jobs.remove(job_id);
+            q.queued.retain(|j| j != job_id);
+        }
+    }
+
+    fn try_take(&self, executor: &str) -> Option<Handout> {
+        let mut q = self.lock();
+        q.executors.entry(executor.to_string()).or_insert_with(|| Seen { last: Instant::now(), last_wall: wall_ms(), polls: 0 });
+        while let Some(id) = q.queued.pop_front() {
+            q.next += 1;
+            let lease_id = format!("lease-{}-{}", self.epoch, q.next);
+            let Some(job) = q.jobs.get_mut(&id) else { continue };
+            job.attempt += 1;
+            job.lease = Some(Lease { id: lease_id.clone(), executor: executor.to_string(), expires: Instant::now() + self.config.lease });
+            return Some(Handout { job_id: id, lease_id, attempt: job.attempt, model: job.model.clone(), token: job.token.clone() });
+        }
+        None
+    }
+
+    fn touch(&self, executor: &str, poll_delta: i32) {
+        let mut q = self.lock();
+        let seen = q.executors.entry(executor.to_string()).or_insert_with(|| Seen { last: Instant::now(), last_wall: wall_ms(), polls: 0 });
+        seen.last = Instant::now();
+        seen.last_wall = wall_ms();
+        seen.polls = (seen.polls as i32 + poll_delta).max(0) as u32;
+    }
+
+    /// Long poll: a job as soon as one is queued, or `None` after `wait`.
+    pub async fn poll(&self, executor: &str, wait: Duration) -> Option<Handout> {
+        self.touch(executor, 1);
+        let _done = PollGuard { queue: self, executor };
+        let deadline = Instant::now() + wait;
+        loop {
+            // Register interest before looking, so a job queued in between is not missed.
+            let notified = self.work.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(h) = self.try_take(executor) {
+                return Some(h);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return None;
+            }
+        }
+    }
+
+    /// Renews a lease.
+    pub fn heartbeat(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Duration, LeaseError> {
+        self.touch(executor, 0);
+        let mut q = self.lock();
+        let job = q.jobs.get_mut(job_id).ok_or(LeaseError::UnknownJob)?;
+        match &mut job.lease {
+            Some(l) if l.id == lease_id => {
+                l.expires = Instant::now() + self.config.lease;
+                Ok(self.config.lease)
+            }
+            _ => Err(LeaseError::LeaseLost),
+        }
+    }
+
+    /// Hands a job back to the queue (an executor stopping). The attempt is not counted.
+    pub fn release(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
+        self.touch(executor, 0);
+        {
+            let mut q = self.lock();
+            let job = q.jobs.get_mut(job_id).ok_or(LeaseError::UnknownJob)?;
+            if job.lease.as_ref().is_none_or(|l| l.id != lease_id) {
+                return Err(LeaseError::LeaseLost);
+            }
+            job.lease = None;
+            job.attempt = job.attempt.saturating_sub(1);
+            q.queued.push_front(job_id.to_string());
+        }
+        self.work.notify_one();
+        Ok(())
+    }
+
+    /// Takes the result of a job from its current lease holder; any other result is refused,
+    /// so exactly one result is recorded per job.
+    pub fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
+        self.touch(executor, 0);
+        let mut q = self.lock();
+        let job = q.jobs.get(job_id).ok_or(LeaseError::UnknownJob)?;
+        if job.lease.as_ref().is_none_or(|l| l.id != lease_id) {
+            return Err(LeaseError::LeaseLost);
+        }
+        let mut job = q.jobs.remove(job_id).expect("checked above");
+        Ok(Finished { job_id: job_id.to_string(), model: job.model, token: job.token, attempt: job.attempt, waiter: job.waiter.take() })
+    }
+
+    /// Puts jobs whose lease expired back in the queue, or fails them after the last attempt.
+    /// Returns the failed ones with their waiters.
+    pub fn reap(&self) -> Vec<(Finished, String)> {
+        let now = Instant::now();
+        let mut failed = Vec::new();
+        let mut requeued = 0;
+        {
+            let mut q = self.lock();
+            let expired: Vec<String> = q
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.lease.as_ref().is_some_and(|l| l.expires <= now))
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in expired {
+                let job = q.jobs.get_mut(&id).expect("listed above");
+                let lease = job.lease.take().expect("filtered on lease");
+                if job.attempt >= self.config.max_attempts {
+                    let mut job = q.jobs.remove(&id).expect("listed above");
+                    let why = format!(
+                        "the job was handed out {} times and every lease expired without a result (last held by executor {:?}, which stopped sending heartbeats)",
+                        job.attempt, lease.executor
+                    );
+                    let waiter = job.waiter.take();
+                    failed.push((Finished { job_id: id, model: job.model, token: job.token, attempt: job.attempt, waiter }, why));
+                } else {
+                    q.queued.push_back(id);
+                    requeued += 1;
+                }
+            }
+        }
+        for _ in 0..requeued {
+            self.work.notify_one();
+        }
+        failed
+    }
+
+    pub fn queued_len(&self) -> usize {
+        self.lock().queued.len()
+    }
+
+    /// Executors with their state, longest-known first.
+    pub fn executors(&self) -> Vec<ExecutorView> {
+        let q = self.lock();
+        let now = Instant::now();
+        let mut out: Vec<ExecutorView> = q
+            .executors
+            .iter()
+            .map(|(name, seen)| {
+                let mut jobs: Vec<String> = q
+                    .jobs
+                    .iter()
+                    .filter(|(_, j)| j.lease.as_ref().is_some_and(|l| &l.executor == name))
+                    .map(|(id, _)| id.clone())
+                    .collect();
+                jobs.sort();
+                let state = if now.duration_since(seen.last) > self.config.gone_after && seen.polls == 0 {
+                    "gone"
+                } else if !jobs.is_empty() {
+                    "busy"
+                } else if seen.polls > 0 {
+                    "polling"
+                } else {
+                    "idle"
+                };
+                ExecutorView { name: name.clone(), state: state.into(), last_seen: agentos_core::event::format_time(seen.last_wall), jobs }
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+struct PollGuard<'a> {
+    queue: &'a JobQueue,
+    executor: &'a str,
+}
+
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        self.queue.touch(self.executor, -1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token() -> CommandToken {
+        CommandToken { executor: "script".into(), command: "invoke".into(), args: serde_json::json!({"toolId": "t"}) }
+    }
+
+    fn queue() -> JobQueue {
+        JobQueue::new(JobConfig { lease: Duration::from_secs(10), max_attempts: 2, gone_after: Duration::from_secs(60) })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_poll_is_answered_the_moment_a_job_is_queued() {
+        let q = std::sync::Arc::new(queue());
+        let q2 = q.clone();
+        let poller = tokio::spawn(async move { q2.poll("e1", Duration::from_secs(30)).await });
+        tokio::task::yield_now().await;
+        let start = Instant::now();
+        let (id, _rx) = q.enqueue("default".into(), token());
+        let h = poller.await.unwrap().expect("a job");
+        assert_eq!(h.job_id, id);
+        assert_eq!(start.elapsed(), Duration::ZERO, "no time passed: nobody slept");
+        assert!(q.poll("e1", Duration::from_secs(5)).await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_expired_lease_requeues_then_fails_after_the_last_attempt() {
+        let q = queue();
+        let (id, rx) = q.enqueue("default".into(), token());
+        let first = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert_eq!(q.heartbeat("e1", &id, &first.lease_id), Ok(Duration::from_secs(10)));
+        tokio::time::advance(Duration::from_secs(9)).await;
+        assert!(q.reap().is_empty(), "the heartbeat renewed the lease");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(q.reap().is_empty());
+        let second = q.poll("e2", Duration::from_secs(1)).await.unwrap();
+        assert_eq!(second.attempt, 2);
+        // The first holder's result is refused: exactly one result per job.
+        assert_eq!(q.complete("e1", &id, &first.lease_id).unwrap_err(), LeaseError::LeaseLost);
+        tokio::time::advance(Duration::from_secs(11)).await;
+        let failed = q.reap();
+        assert_eq!(failed.len(), 1);
+        assert!(failed[0].1.contains("handed out 2 times"), "{}", failed[0].1);
+        drop(rx);
+        assert_eq!(q.heartbeat("e2", &id, &second.lease_id), Err(LeaseError::UnknownJob));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn released_jobs_go_first_and_executors_are_visible() {
+        let q = queue();
+        let (a, _ra) = q.enqueue("default".into(), token());
+        let (_b, _rb) = q.enqueue("default".into(), token());
+        let h = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        assert_eq!(q.executors()[0].state, "busy");
+        q.release("e1", &a, &h.lease_id).unwrap();
+        let again = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        assert_eq!((again.job_id.as_str(), again.attempt), (a.as_str(), 1));
+        assert!(q.complete("e1", &a, &again.lease_id).is_ok());
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(q.executors()[0].state, "gone");
+    }
+}

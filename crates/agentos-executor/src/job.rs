@@ -1,0 +1,219 @@
+//! One job on the executor: decode, verify against the sha256, cache, run, report.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use agentos_core::entry::Runtime;
+use agentos_core::job::{ExecutorResult, LeasedJob};
+use agentos_core::sha256_hex;
+
+use crate::cache::ScriptCache;
+use crate::runner::{self, RunSpec};
+
+/// What the executor brings to every job.
+#[derive(Debug, Clone)]
+pub struct JobLimits {
+    pub default_timeout: Duration,
+    pub max_timeout: Duration,
+    pub max_output: usize,
+    /// PATH given to scripts, and where runtimes are looked up.
+    pub path: String,
+}
+
+impl Default for JobLimits {
+    fn default() -> Self {
+        JobLimits {
+            default_timeout: Duration::from_secs(120),
+            max_timeout: Duration::from_secs(600),
+            max_output: 16 * 1024 * 1024,
+            path: "/usr/local/bin:/usr/bin:/bin".into(),
+        }
+    }
+}
+
+fn refused(lease_id: &str, error: String) -> ExecutorResult {
+    ExecutorResult { lease_id: lease_id.to_string(), error: Some(error), ..Default::default() }
+}
+
+/// A script job, checked and ready to run.
+struct Script {
+    runtime: Runtime,
+    content: Vec<u8>,
+    sha256: String,
+    filename: String,
+    argv: Vec<String>,
+    env: BTreeMap<String, String>,
+    input: Option<Vec<u8>>,
+    timeout: Duration,
+}
+
+fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
+    if let Some(why) = &job.resolution_error {
+        return Err(format!("cannot run: {why}"));
+    }
+    let t = &job.token;
+    if t.executor != "script" || t.command != "invoke" {
+        return Err(format!("this executor runs script invocations, not {:?}/{:?}", t.executor, t.command));
+    }
+    let args = t.args.as_object().ok_or("args must be an object")?;
+    let tool = args.get("toolId").and_then(Value::as_str).unwrap_or("(unnamed)");
+    let s = |k: &str| -> Result<String, String> {
+        args.get(k).and_then(Value::as_str).map(str::to_string).ok_or_else(|| format!("tool {tool:?}: args.{k} is missing; the master did not resolve this job"))
+    };
+    let runtime_name = s("runtime")?;
+    let runtime = Runtime::parse(&runtime_name).ok_or_else(|| format!("unknown runtime {runtime_name:?}"))?;
+    let sha256 = s("sha256")?;
+    let content = base64::engine::general_purpose::STANDARD
+        .decode(s("content")?)
+        .map_err(|e| format!("tool {tool:?}: args.content is not valid base64: {e}"))?;
+    let actual = sha256_hex(&content);
+    if actual != sha256 {
+        return Err(format!("tool {tool:?}: refusing to run: the content hashes to {actual} but the job pins {sha256}"));
+    }
+    let argv = match args.get("argv") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(a)) => a.iter().map(|v| v.as_str().map(str::to_string).ok_or("args.argv must be a list of strings")).collect::<Result<_, _>>()?,
+        Some(_) => return Err("args.argv must be a list of strings".into()),
+    };
+    let env = match args.get("env") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(o)) => o
+            .iter()
+            .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())).ok_or(format!("args.env.{k} must be a string")))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err("args.env must be an object of strings".into()),
+    };
+    let input = match args.get("input") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(serde_json::to_vec(v).map_err(|e| e.to_string())?),
+    };
+    let timeout = args
+        .get("timeoutMs")
+        .and_then(Value::as_u64)
+        .map(Duration::from_millis)
+        .unwrap_or(limits.default_timeout)
+        .min(limits.max_timeout);
+    Ok(Script { runtime, content, sha256, filename: s("filename").unwrap_or_else(|_| "script".into()), argv, env, input, timeout })
+}
+
+/// Runs one leased job to its result. Never fails: every refusal is a result with `error`.
+pub async fn execute(job: &LeasedJob, cache: &ScriptCache, jobs_dir: &Path, limits: &JobLimits, cancel: &CancellationToken) -> ExecutorResult {
+    let script = match parse(job, limits) {
+        Ok(s) => s,
+        Err(e) => return refused(&job.lease_id, e),
+    };
+    let path = match cache.materialize(&script.sha256, &script.filename, &script.content) {
+        Ok((p, rewritten)) => {
+            if rewritten {
+                tracing::debug!(sha256 = %script.sha256, "script written to the cache");
+            }
+            p
+        }
+        Err(e) => return refused(&job.lease_id, format!("cannot write the script to the cache: {e}")),
+    };
+    let Some(program) = runner::find_program(script.runtime.as_str(), &limits.path) else {
+        return refused(&job.lease_id, format!("runtime {} is not installed on this executor (looked in {})", script.runtime.as_str(), limits.path));
+    };
+    let cwd = jobs_dir.join(format!("{}-{}", job.job_id, job.attempt));
+    if let Err(e) = std::fs::create_dir_all(&cwd) {
+        return refused(&job.lease_id, format!("cannot create the job folder {}: {e}", cwd.display()));
+    }
+    let mut env = BTreeMap::from([
+        ("PATH".to_string(), limits.path.clone()),
+        ("HOME".to_string(), cwd.display().to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+    ]);
+    env.extend(script.env);
+    let mut args = vec![path.display().to_string()];
+    args.extend(script.argv);
+    let spec = RunSpec { program, args, env, cwd: cwd.clone(), stdin: script.input, timeout: script.timeout, max_output: limits.max_output };
+    let outcome = runner::run(spec, cancel).await;
+    let _ = std::fs::remove_dir_all(&cwd);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    match outcome {
+        Err(e) => refused(&job.lease_id, format!("cannot start {}: {e}", script.runtime.as_str())),
+        Ok(o) => ExecutorResult {
+            lease_id: job.lease_id.clone(),
+            exit_code: o.exit_code,
+            signal: o.signal,
+            stdout_base64: b64.encode(&o.stdout),
+            stderr_base64: b64.encode(&o.stderr),
+            duration_ms: o.duration.as_millis() as u64,
+            timed_out: o.timed_out,
+            output_truncated: o.truncated,
+            error: if o.timed_out {
+                Some(format!("timed out after {} ms; the process group was killed", script.timeout.as_millis()))
+            } else if o.cancelled {
+                Some("the executor stopped before the script finished; the process group was killed".into())
+            } else {
+                None
+            },
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentos_core::job::CommandToken;
+    use serde_json::json;
+
+    fn job(args: Value) -> LeasedJob {
+        LeasedJob {
+            job_id: "job-1".into(),
+            lease_id: "lease-1".into(),
+            lease_ms: 30_000,
+            attempt: 1,
+            model: "default".into(),
+            token: CommandToken { executor: "script".into(), command: "invoke".into(), args },
+            resolution_error: None,
+        }
+    }
+
+    fn b64(s: &str) -> String {
+        base64::engine::general_purpose::STANDARD.encode(s)
+    }
+
+    async fn exec(j: &LeasedJob) -> (ExecutorResult, tempfile::TempDir) {
+        let ws = tempfile::tempdir().unwrap();
+        let r = execute(j, &ScriptCache::new(ws.path()), &ws.path().join("jobs"), &JobLimits::default(), &CancellationToken::new()).await;
+        (r, ws)
+    }
+
+    #[tokio::test]
+    async fn a_crafted_job_whose_content_does_not_match_its_sha256_is_refused() {
+        let pinned = sha256_hex(b"echo pinned");
+        let (r, ws) = exec(&job(json!({"toolId": "t", "runtime": "sh", "filename": "t.sh", "sha256": pinned, "content": b64("echo evil; touch /tmp/pwned")}))).await;
+        let err = r.error.unwrap();
+        assert!(err.contains("refusing to run") && err.contains(&pinned), "{err}");
+        assert_eq!(r.exit_code, None);
+        assert!(!ws.path().join("scripts/sha256").join(&pinned).exists(), "refused content reached the cache");
+    }
+
+    #[tokio::test]
+    async fn an_unresolved_job_fails_with_the_masters_reason() {
+        let mut j = job(json!({"toolId": "nope"}));
+        j.resolution_error = Some("tool \"nope\" in model \"m\": not found".into());
+        let (r, _) = exec(&j).await;
+        assert_eq!(r.error.as_deref(), Some("cannot run: tool \"nope\" in model \"m\": not found"));
+    }
+
+    #[tokio::test]
+    async fn runs_with_argv_input_and_a_clean_environment() {
+        let content = "echo \"args:$*\"; cat; echo; env | sort";
+        let (r, _) = exec(&job(json!({"toolId": "t", "runtime": "sh", "filename": "t.sh", "sha256": sha256_hex(content.as_bytes()),
+            "content": b64(content), "argv": ["a", "b"], "input": {"k": 1}, "env": {"GREETING": "hi"}}))).await;
+        assert_eq!(r.error, None);
+        let out = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(r.stdout_base64).unwrap()).unwrap();
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some("args:a b"));
+        assert_eq!(lines.next(), Some("{\"k\":1}"));
+        let env: Vec<&str> = lines.map(|l| l.split('=').next().unwrap()).collect();
+        assert_eq!(env, vec!["GREETING", "HOME", "LANG", "PATH", "PWD"]);
+    }
+}

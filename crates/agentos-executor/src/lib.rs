@@ -1,0 +1,10 @@
+//! The executor: polls the master over an egress-only connection, verifies every script
+//! against its sha256 again, caches it by digest, and runs it in a clean, bounded process.
+
+pub mod cache;
+pub mod job;
+pub mod protocol;
+pub mod runner;
+mod worker;
+
+pub use worker::{run, ExecutorConfig, ExecutorError};

@@ -1,0 +1,79 @@
+//! The executor's side of the protocol: every connection is opened by the executor.
+
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use agentos_core::job::{ExecutorResult, LeasedJob};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("cannot reach the master: {0}")]
+    Unreachable(String),
+    /// The master refused: the status and its message.
+    #[error("the master answered {status}: {message}")]
+    Refused { status: u16, message: String },
+}
+
+impl ProtocolError {
+    /// The lease is gone (409) or the job is (404): stop working on it.
+    pub fn lease_lost(&self) -> bool {
+        matches!(self, ProtocolError::Refused { status: 404 | 409, .. })
+    }
+}
+
+#[derive(Clone)]
+pub struct Master {
+    url: String,
+    token: String,
+    name: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Master {
+    pub fn new(url: &str, token: &str, name: Option<String>) -> Self {
+        let http = reqwest::Client::builder().tcp_nodelay(true).pool_idle_timeout(Duration::from_secs(90)).build().expect("http client");
+        Master { url: url.trim_end_matches('/').to_string(), token: token.to_string(), name, http }
+    }
+
+    async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value, timeout: Duration) -> Result<Option<T>, ProtocolError> {
+        let mut req = self.http.post(format!("{}{path}", self.url)).bearer_auth(&self.token).json(body).timeout(timeout);
+        if let Some(n) = &self.name {
+            req = req.header("x-agentos-executor-name", n);
+        }
+        let resp = req.send().await.map_err(|e| ProtocolError::Unreachable(e.to_string()))?;
+        let status = resp.status().as_u16();
+        if status == 204 {
+            return Ok(None);
+        }
+        let bytes = resp.bytes().await.map_err(|e| ProtocolError::Unreachable(e.to_string()))?;
+        if !(200..300).contains(&status) {
+            let v: Value = serde_json::from_slice(&bytes).unwrap_or_default();
+            let message = v.pointer("/error/message").and_then(Value::as_str).unwrap_or("no message").to_string();
+            return Err(ProtocolError::Refused { status, message });
+        }
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| ProtocolError::Refused { status, message: format!("unreadable answer: {e}") })
+    }
+
+    /// Long poll: the next job, or `None` when the master had no work within `wait`.
+    pub async fn poll(&self, wait: Duration) -> Result<Option<LeasedJob>, ProtocolError> {
+        let body = json!({"name": self.name, "waitMs": wait.as_millis() as u64});
+        self.post("/api/executor/poll", &body, wait + Duration::from_secs(10)).await
+    }
+
+    pub async fn heartbeat(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/heartbeat"), &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
+    }
+
+    pub async fn release(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/release"), &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
+    }
+
+    pub async fn result(&self, job_id: &str, result: &ExecutorResult) -> Result<(), ProtocolError> {
+        let body = serde_json::to_value(result).expect("results serialize");
+        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/result"), &body, Duration::from_secs(120)).await.map(|_| ())
+    }
+}

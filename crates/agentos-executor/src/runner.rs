@@ -1,0 +1,190 @@
+//! Runs one process the way a shell command should run on a shared machine: a cleared
+//! environment, its own folder and process group, stdout and stderr drained concurrently and
+//! bounded, a timeout raced with `select!`, and the whole group killed when it fires.
+
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio_util::sync::CancellationToken;
+
+pub struct RunSpec {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// The whole environment of the process.
+    pub env: BTreeMap<String, String>,
+    pub cwd: PathBuf,
+    /// `None`: stdin is closed (reads see end of file at once).
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Duration,
+    /// Bytes kept of each of stdout and stderr; the rest is read and dropped.
+    pub max_output: usize,
+}
+
+#[derive(Debug)]
+pub struct RunOutput {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub duration: Duration,
+    pub timed_out: bool,
+    pub cancelled: bool,
+    pub truncated: bool,
+}
+
+async fn drain(mut r: impl AsyncRead + Unpin, max: usize) -> (Vec<u8>, bool) {
+    let mut kept = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut truncated = false;
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                let room = max.saturating_sub(kept.len());
+                kept.extend_from_slice(&buf[..n.min(room)]);
+                truncated |= n > room;
+            }
+        }
+    }
+    (kept, truncated)
+}
+
+fn kill_group(pgid: i32) {
+    // SAFETY: killpg only sends a signal; a group that is already gone gives ESRCH, which is fine.
+    unsafe {
+        libc::killpg(pgid, libc::SIGKILL);
+    }
+}
+
+/// How long output pipes may stay open after the group was killed (a process that left the
+/// group could hold them forever).
+const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
+
+pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<RunOutput> {
+    let start = Instant::now();
+    let mut cmd = Command::new(&spec.program);
+    cmd.args(&spec.args)
+        .env_clear()
+        .envs(&spec.env)
+        .current_dir(&spec.cwd)
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = cmd.spawn()?;
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    if let (Some(mut w), Some(input)) = (child.stdin.take(), spec.stdin) {
+        // Fed from a task so a script that does not read its stdin cannot stall us.
+        tokio::spawn(async move {
+            let _ = w.write_all(&input).await;
+            drop(w);
+        });
+    }
+    let out = tokio::spawn(drain(child.stdout.take().expect("piped"), spec.max_output));
+    let err = tokio::spawn(drain(child.stderr.take().expect("piped"), spec.max_output));
+
+    let (status, timed_out, cancelled) = tokio::select! {
+        s = child.wait() => (s?, false, false),
+        _ = tokio::time::sleep(spec.timeout) => {
+            kill_group(pgid);
+            (child.wait().await?, true, false)
+        }
+        _ = cancel.cancelled() => {
+            kill_group(pgid);
+            (child.wait().await?, false, true)
+        }
+    };
+    // Whatever the script left behind in its group goes with it.
+    if pgid > 0 {
+        kill_group(pgid);
+    }
+    let collect = async { (out.await.unwrap_or_default(), err.await.unwrap_or_default()) };
+    let ((stdout, t1), (stderr, t2)) = tokio::time::timeout(DRAIN_AFTER_EXIT, collect).await.unwrap_or_default();
+    Ok(RunOutput {
+        exit_code: status.code(),
+        signal: status.signal(),
+        stdout,
+        stderr,
+        duration: start.elapsed(),
+        timed_out,
+        cancelled,
+        truncated: t1 || t2,
+    })
+}
+
+/// Finds `name` on `path` (a PATH-style list), as a shell would.
+pub fn find_program(name: &str, path: &str) -> Option<PathBuf> {
+    path.split(':').filter(|d| !d.is_empty()).map(|d| PathBuf::from(d).join(name)).find(|p| {
+        use std::os::unix::fs::PermissionsExt;
+        p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// True while `pid` runs (a zombie waiting to be reaped counts as gone). SIGKILL is
+    /// delivered at once but exit takes a moment, so this looks for up to a second.
+    pub(crate) fn alive(pid: i32) -> bool {
+        for _ in 0..100 {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Err(_) => return false,
+                Ok(stat) => {
+                    let state = stat.rsplit(')').next().and_then(|s| s.split_whitespace().next());
+                    if state == Some("Z") {
+                        return false;
+                    }
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        true
+    }
+
+    fn spec(script: &str, timeout_ms: u64) -> RunSpec {
+        RunSpec {
+            program: find_program("sh", "/usr/bin:/bin").unwrap(),
+            args: vec!["-c".into(), script.into()],
+            env: BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]),
+            cwd: std::env::temp_dir(),
+            stdin: None,
+            timeout: Duration::from_millis(timeout_ms),
+            max_output: 1024,
+        }
+    }
+
+    #[tokio::test]
+    async fn exit_codes_signals_and_bounded_output() {
+        let never = CancellationToken::new();
+        let o = run(spec("echo out; echo err >&2; exit 3", 5000), &never).await.unwrap();
+        assert_eq!((o.exit_code, o.signal, o.timed_out), (Some(3), None, false));
+        assert_eq!((o.stdout.as_slice(), o.stderr.as_slice()), (&b"out\n"[..], &b"err\n"[..]));
+        let o = run(spec("kill -TERM $$", 5000), &never).await.unwrap();
+        assert_eq!((o.exit_code, o.signal), (None, Some(15)));
+        let o = run(spec("head -c 5000 /dev/zero", 5000), &never).await.unwrap();
+        assert_eq!(o.stdout.len(), 1024);
+        assert!(o.truncated);
+        let o = run(spec("cat", 5000), &never).await.unwrap();
+        assert_eq!(o.exit_code, Some(0), "stdin is closed: cat sees end of file at once");
+    }
+
+    #[tokio::test]
+    async fn a_timeout_kills_the_whole_group() {
+        let never = CancellationToken::new();
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("grandchild.pid");
+        let script = format!("sh -c 'echo $$ > {}; exec sleep 300' & wait", pidfile.display());
+        let o = run(spec(&script, 500), &never).await.unwrap();
+        assert!(o.timed_out);
+        assert_eq!(o.signal, Some(9));
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        assert!(!crate::runner::tests::alive(pid), "the sleeping grandchild {pid} survived");
+    }
+}

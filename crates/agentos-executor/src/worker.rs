@@ -1,0 +1,182 @@
+//! The executor process: K workers, each long-polling for one job at a time, with a heartbeat
+//! per job and a two-step stop (finish what runs within a grace period, hand back the rest).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use agentos_core::job::LeasedJob;
+
+use crate::cache::ScriptCache;
+use crate::job::{execute, JobLimits};
+use crate::protocol::{Master, ProtocolError};
+
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    pub master: String,
+    pub token: String,
+    pub workspace: PathBuf,
+    pub name: Option<String>,
+    pub concurrency: usize,
+    pub limits: JobLimits,
+    /// How long a stopping executor lets running jobs finish before it kills and hands them back.
+    pub grace: Duration,
+    /// How long one poll may be held by the master.
+    pub poll_wait: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    #[error("cannot prepare the workspace {path}: {source}")]
+    Workspace { path: PathBuf, source: std::io::Error },
+    #[error("the master refused this executor's credential: {0}")]
+    Credential(String),
+}
+
+struct Shared {
+    master: Master,
+    cache: ScriptCache,
+    jobs_dir: PathBuf,
+    limits: JobLimits,
+}
+
+/// Runs until `shutdown` resolves, then stops in two steps.
+pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> Result<(), ExecutorError> {
+    let ws_err = |e| ExecutorError::Workspace { path: config.workspace.clone(), source: e };
+    std::fs::create_dir_all(&config.workspace).map_err(ws_err)?;
+    // Scripts run in their own folders, so every path handed to them must be absolute.
+    let workspace = std::fs::canonicalize(&config.workspace).map_err(ws_err)?;
+    let jobs_dir = workspace.join("jobs");
+    std::fs::create_dir_all(&jobs_dir).map_err(ws_err)?;
+    let shared = Arc::new(Shared {
+        master: Master::new(&config.master, &config.token, config.name.clone()),
+        cache: ScriptCache::new(&workspace),
+        jobs_dir,
+        limits: config.limits.clone(),
+    });
+    // Stop taking work, then (after the grace period) stop running work.
+    let stop_polling = CancellationToken::new();
+    let kill_running = CancellationToken::new();
+    let (fatal_tx, mut fatal_rx) = tokio::sync::mpsc::channel::<String>(1);
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..config.concurrency.max(1) {
+        let (shared, stop, kill, fatal) = (shared.clone(), stop_polling.clone(), kill_running.clone(), fatal_tx.clone());
+        let wait = config.poll_wait;
+        workers.spawn(async move { worker(shared, stop, kill, fatal, wait).await });
+    }
+    drop(fatal_tx);
+    tracing::info!(master = %config.master, concurrency = config.concurrency, "executor polling");
+    let fatal = tokio::select! {
+        _ = shutdown => None,
+        Some(why) = fatal_rx.recv() => Some(why),
+    };
+    stop_polling.cancel();
+    let grace = tokio::time::sleep(config.grace);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            joined = workers.join_next() => {
+                if joined.is_none() { break; }
+            }
+            _ = &mut grace, if !kill_running.is_cancelled() => {
+                tracing::warn!("grace period over: killing running jobs and handing them back");
+                kill_running.cancel();
+            }
+        }
+    }
+    match fatal {
+        Some(why) => Err(ExecutorError::Credential(why)),
+        None => Ok(()),
+    }
+}
+
+async fn worker(shared: Arc<Shared>, stop: CancellationToken, kill: CancellationToken, fatal: tokio::sync::mpsc::Sender<String>, wait: Duration) {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let polled = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = shared.master.poll(wait) => r,
+        };
+        match polled {
+            Ok(Some(job)) => {
+                backoff = Duration::from_millis(100);
+                run_one(&shared, job, &kill).await;
+            }
+            Ok(None) => backoff = Duration::from_millis(100),
+            Err(ProtocolError::Refused { status: 401 | 403, message }) => {
+                let _ = fatal.send(message).await;
+                return;
+            }
+            Err(e) => {
+                // The master is away (restarting, say): retry with a bounded backoff, never a busy loop.
+                tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "poll failed");
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken) {
+    let lease_lost = CancellationToken::new();
+    let cancel = CancellationToken::new();
+    // The heartbeat renews the lease at a third of its length; a lost lease stops the run.
+    let heartbeat = {
+        let (master, job_id, lease_id, lost, cancel) = (shared.master.clone(), job.job_id.clone(), job.lease_id.clone(), lease_lost.clone(), cancel.clone());
+        let every = Duration::from_millis((job.lease_ms / 3).max(50));
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                match master.heartbeat(&job_id, &lease_id).await {
+                    Ok(()) => {}
+                    Err(e) if e.lease_lost() => {
+                        tracing::warn!(job = %job_id, error = %e, "lease lost; stopping the job");
+                        lost.cancel();
+                        cancel.cancel();
+                        return;
+                    }
+                    Err(e) => tracing::warn!(job = %job_id, error = %e, "heartbeat failed"),
+                }
+            }
+        })
+    };
+    let stopper = {
+        let (kill, cancel) = (kill.clone(), cancel.clone());
+        tokio::spawn(async move {
+            kill.cancelled().await;
+            cancel.cancel();
+        })
+    };
+    let result = execute(&job, &shared.cache, &shared.jobs_dir, &shared.limits, &cancel).await;
+    heartbeat.abort();
+    stopper.abort();
+    if lease_lost.is_cancelled() {
+        return;
+    }
+    if kill.is_cancelled() && result.error.as_deref().is_some_and(|e| e.starts_with("the executor stopped")) {
+        if let Err(e) = shared.master.release(&job.job_id, &job.lease_id).await {
+            tracing::warn!(job = %job.job_id, error = %e, "handing the job back failed; its lease will expire");
+        }
+        return;
+    }
+    // The master may be restarting: retry the post a few times within the lease.
+    for attempt in 0..5 {
+        match shared.master.result(&job.job_id, &result).await {
+            Ok(()) => return,
+            Err(e) if e.lease_lost() => {
+                tracing::warn!(job = %job.job_id, error = %e, "result refused: the job went to another executor");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(job = %job.job_id, error = %e, attempt, "posting the result failed");
+                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+            }
+        }
+    }
+}
