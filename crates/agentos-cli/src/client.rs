@@ -12,23 +12,13 @@ use crate::output;
 #[derive(Args, Clone)]
 pub struct Conn {
     /// The master's URL.
-    #[arg(
-        long,
-        env = "AGENTOS_URL",
-        default_value = "http://127.0.0.1:7420",
-        global = true
-    )]
+    #[arg(long, env = "AGENTOS_URL", default_value = "http://127.0.0.1:7420", global = true)]
     pub url: String,
     /// Bearer token. Without it the operator token of --data is used.
     #[arg(long, env = "AGENTOS_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
     /// Data folder whose operator.token is used when no token is given.
-    #[arg(
-        long,
-        env = "AGENTOS_DATA",
-        default_value = "./.agentos",
-        global = true
-    )]
+    #[arg(long, env = "AGENTOS_DATA", default_value = "./.agentos", global = true)]
     pub data: PathBuf,
 }
 
@@ -91,10 +81,7 @@ pub const EXIT_NOT_FOUND: u8 = 4;
 pub const EXIT_UNREACHABLE: u8 = 5;
 
 fn fail(code: u8, message: impl Into<String>) -> ClientError {
-    ClientError {
-        code,
-        message: message.into(),
-    }
+    ClientError { code, message: message.into() }
 }
 
 pub fn exit(r: Result<(), ClientError>) -> ExitCode {
@@ -152,16 +139,11 @@ impl Conn {
         let resp = req.send().map_err(|e| {
             fail(
                 EXIT_UNREACHABLE,
-                format!(
-                    "cannot reach the master at {}: {e} (is `agentos up` running? set AGENTOS_URL)",
-                    self.url
-                ),
+                format!("cannot reach the master at {}: {e} (is `agentos up` running? set AGENTOS_URL)", self.url),
             )
         })?;
         let status = resp.status();
-        let text = resp
-            .text()
-            .map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;
+        let text = resp.text().map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
         if status.is_success() {
             return Ok(value);
@@ -201,29 +183,20 @@ pub fn list(conn: &Conn, a: ListArgs, json: bool) -> Result<(), ClientError> {
 }
 
 fn model_query(model: Option<&str>) -> Vec<(&'static str, String)> {
-    model
-        .map(|m| vec![("model", m.to_string())])
-        .unwrap_or_default()
+    model.map(|m| vec![("model", m.to_string())]).unwrap_or_default()
 }
 
 fn path_id(id: &str) -> Result<&str, ClientError> {
     if agentos_core::name::is_valid_id(id) {
         Ok(id)
     } else {
-        Err(fail(
-            EXIT_USAGE,
-            format!("invalid tool id {id:?}: use a-z, 0-9 and '-', at most 64 characters"),
-        ))
+        Err(fail(EXIT_USAGE, format!("invalid tool id {id:?}: use a-z, 0-9 and '-', at most 64 characters")))
     }
 }
 
 pub fn get(conn: &Conn, id: &str, model: Option<&str>, json: bool) -> Result<(), ClientError> {
-    let e = conn.request(
-        reqwest::Method::GET,
-        &format!("/api/tool-catalog/{}", path_id(id)?),
-        &model_query(model),
-        None,
-    )?;
+    let e =
+        conn.request(reqwest::Method::GET, &format!("/api/tool-catalog/{}", path_id(id)?), &model_query(model), None)?;
     output::print(&e, json, output::entry);
     Ok(())
 }
@@ -246,11 +219,7 @@ pub fn remove(conn: &Conn, id: &str, model: Option<&str>, json: bool) -> Result<
     }
     let r = conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
     output::print(&r, json, |v| {
-        format!(
-            "removed {} from model {}",
-            v["id"].as_str().unwrap_or(""),
-            v["model"].as_str().unwrap_or("")
-        )
+        format!("removed {} from model {}", v["id"].as_str().unwrap_or(""), v["model"].as_str().unwrap_or(""))
     });
     Ok(())
 }
@@ -262,8 +231,8 @@ pub fn models(conn: &Conn, json: bool) -> Result<(), ClientError> {
 }
 
 pub fn register_script(a: RegisterScriptArgs) -> Result<(), ClientError> {
-    let bytes = std::fs::read(&a.file)
-        .map_err(|e| fail(EXIT_USAGE, format!("cannot read {}: {e}", a.file.display())))?;
+    let bytes =
+        std::fs::read(&a.file).map_err(|e| fail(EXIT_USAGE, format!("cannot read {}: {e}", a.file.display())))?;
     let mut body = json!({
         "type": "TOOL_CATALOG_REGISTER_SCRIPT",
         "id": a.id,
@@ -274,22 +243,11 @@ pub fn register_script(a: RegisterScriptArgs) -> Result<(), ClientError> {
         Ok(text) => body["content"] = json!(text),
         Err(e) => {
             use base64::Engine as _;
-            body["contentBase64"] =
-                json!(base64::engine::general_purpose::STANDARD.encode(e.into_bytes()));
+            body["contentBase64"] = json!(base64::engine::general_purpose::STANDARD.encode(e.into_bytes()));
         }
     }
-    let filename = a.filename.clone().or_else(|| {
-        a.file
-            .file_name()
-            .and_then(|n| n.to_str())
-            .map(str::to_string)
-    });
-    for (k, v) in [
-        ("model", a.model),
-        ("version", a.version),
-        ("description", a.description),
-        ("filename", filename),
-    ] {
+    let filename = a.filename.clone().or_else(|| a.file.file_name().and_then(|n| n.to_str()).map(str::to_string));
+    for (k, v) in [("model", a.model), ("version", a.version), ("description", a.description), ("filename", filename)] {
         if let Some(v) = v {
             body[k] = json!(v);
         }
@@ -304,9 +262,7 @@ pub fn register_script(a: RegisterScriptArgs) -> Result<(), ClientError> {
             .map_err(|e| fail(EXIT_USAGE, format!("{} is not JSON: {e}", path.display())))?;
         body["input"] = schema;
     }
-    let e = a
-        .conn
-        .request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
+    let e = a.conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
     output::print(&e, a.json, output::registered);
     Ok(())
 }
@@ -350,7 +306,8 @@ pub fn run_tool(a: RunArgs) -> ExitCode {
 fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
     let mut body = json!({"argv": a.args});
     if let Some(input) = &a.input {
-        let v: Value = serde_json::from_str(input).map_err(|e| fail(EXIT_USAGE, format!("--input is not JSON: {e}")))?;
+        let v: Value =
+            serde_json::from_str(input).map_err(|e| fail(EXIT_USAGE, format!("--input is not JSON: {e}")))?;
         body["input"] = v;
     }
     let mut env = serde_json::Map::new();
@@ -362,7 +319,12 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
     if let Some(t) = a.timeout_ms {
         body["timeoutMs"] = json!(t);
     }
-    let result = a.conn.request(reqwest::Method::POST, &format!("/api/tools/{}/invoke", path_id(&a.id)?), &model_query(a.model.as_deref()), Some(body))?;
+    let result = a.conn.request(
+        reqwest::Method::POST,
+        &format!("/api/tools/{}/invoke", path_id(&a.id)?),
+        &model_query(a.model.as_deref()),
+        Some(body),
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
     } else {

@@ -100,9 +100,13 @@ pub struct ExecutorArgs {
     /// The master's URL.
     #[arg(long, env = "AGENTOS_URL", default_value = "http://127.0.0.1:7420")]
     pub master: String,
-    /// The executor credential (from `agentos executor-token create NAME`).
-    #[arg(long, env = "AGENTOS_EXECUTOR_TOKEN", hide_env_values = true)]
-    pub token: String,
+    /// The executor credential (from `agentos executor-token create NAME`). On the command line it
+    /// shows in `ps`: prefer the environment or --token-file.
+    #[arg(long, env = "AGENTOS_EXECUTOR_TOKEN", hide_env_values = true, required_unless_present = "token_file")]
+    pub token: Option<String>,
+    /// A file holding the executor credential.
+    #[arg(long, env = "AGENTOS_EXECUTOR_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Folder for the script cache and job folders.
     #[arg(long, env = "AGENTOS_WORKSPACE")]
     pub workspace: PathBuf,
@@ -127,6 +131,10 @@ pub struct ExecutorArgs {
     /// On SIGTERM, how long running jobs may finish before they are killed and handed back, in ms.
     #[arg(long, default_value_t = 30_000)]
     pub grace_ms: u64,
+    /// The user scripts run as: `nobody`, `current`, or UID:GID. Default: `nobody` when the
+    /// executor runs as root, else `current`.
+    #[arg(long)]
+    pub run_as: Option<String>,
 }
 
 #[derive(Subcommand)]

@@ -25,26 +25,13 @@ fn scope(e: &Value) -> String {
 }
 
 pub fn search_page(v: &Value) -> String {
-    let items = v
-        .get("items")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
-    let mut rows = vec![[
-        "ID".to_string(),
-        "TYPE".into(),
-        "SCOPE".into(),
-        "MODEL".into(),
-        "VERSION".into(),
-        "NAME".into(),
-    ]];
+    let items = v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut rows =
+        vec![["ID".to_string(), "TYPE".into(), "SCOPE".into(), "MODEL".into(), "VERSION".into(), "NAME".into()]];
     for e in &items {
         rows.push([
             s(e, "id").into(),
-            e.pointer("/binding/type")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .into(),
+            e.pointer("/binding/type").and_then(Value::as_str).unwrap_or("").into(),
             scope(e),
             s(e, "model").into(),
             s(e, "version").into(),
@@ -59,20 +46,13 @@ pub fn search_page(v: &Value) -> String {
     }
     let mut out = String::new();
     for r in &rows {
-        let line: Vec<String> = r
-            .iter()
-            .enumerate()
-            .map(|(i, c)| format!("{c:<w$}", w = widths[i]))
-            .collect();
+        let line: Vec<String> = r.iter().enumerate().map(|(i, c)| format!("{c:<w$}", w = widths[i])).collect();
         out.push_str(line.join("  ").trim_end());
         out.push('\n');
     }
     let total = v.get("total").and_then(Value::as_u64).unwrap_or(0);
     let offset = v.get("offset").and_then(Value::as_u64).unwrap_or(0);
-    out.push_str(&format!(
-        "{} of {total} entries (from {offset})",
-        items.len()
-    ));
+    out.push_str(&format!("{} of {total} entries (from {offset})", items.len()));
     out
 }
 
@@ -94,10 +74,7 @@ pub fn entry(e: &Value) -> String {
     if s(&b, "type") == "script" {
         lines.push(format!("runtime:      {}", s(&b, "runtime")));
         lines.push(format!("filename:     {}", s(&b, "filename")));
-        lines.push(format!(
-            "size:         {} bytes",
-            b.get("sizeBytes").and_then(Value::as_u64).unwrap_or(0)
-        ));
+        lines.push(format!("size:         {} bytes", b.get("sizeBytes").and_then(Value::as_u64).unwrap_or(0)));
         lines.push(format!("sha256:       {}", s(&b, "sha256")));
         lines.push(format!("urn:          {}", s(&b, "scriptUrn")));
     }
@@ -122,35 +99,19 @@ pub fn registered(e: &Value) -> String {
         s(e, "id"),
         s(e, "model"),
         s(e, "scope"),
-        e.pointer("/binding/sha256")
-            .and_then(Value::as_str)
-            .unwrap_or(""),
-        e.pointer("/binding/scriptUrn")
-            .and_then(Value::as_str)
-            .unwrap_or("")
+        e.pointer("/binding/sha256").and_then(Value::as_str).unwrap_or(""),
+        e.pointer("/binding/scriptUrn").and_then(Value::as_str).unwrap_or("")
     )
 }
 
 pub fn history(h: &Value) -> String {
-    let mut out = format!(
-        "history of {} in model {} ({})\n",
-        s(h, "id"),
-        s(h, "model"),
-        s(h, "scope")
-    );
-    for ev in h
-        .get("events")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default()
-    {
+    let mut out = format!("history of {} in model {} ({})\n", s(h, "id"), s(h, "model"), s(h, "scope"));
+    for ev in h.get("events").and_then(Value::as_array).cloned().unwrap_or_default() {
         let p = ev.get("payload").cloned().unwrap_or_default();
         let detail = match s(&ev, "type") {
             "ToolRegistered" => format!(
                 "version {} sha256 {}",
-                p.pointer("/entry/version")
-                    .and_then(Value::as_str)
-                    .unwrap_or(""),
+                p.pointer("/entry/version").and_then(Value::as_str).unwrap_or(""),
                 p.pointer("/entry/binding/sha256")
                     .and_then(Value::as_str)
                     .map(|x| &x[..x.len().min(12)])
@@ -178,11 +139,7 @@ pub fn models(v: &Value) -> String {
             .map(|ps| {
                 ps.iter()
                     .map(|p| {
-                        format!(
-                            "{} ({} tokens)",
-                            s(p, "name"),
-                            p.get("tokens").and_then(Value::as_u64).unwrap_or(0)
-                        )
+                        format!("{} ({} tokens)", s(p, "name"), p.get("tokens").and_then(Value::as_u64).unwrap_or(0))
                     })
                     .collect()
             })
@@ -195,11 +152,7 @@ pub fn models(v: &Value) -> String {
 /// What `serve` and `up` print once the master listens. The first line is stable for scripts.
 pub fn ready(r: &Ready, welcome: bool) {
     println!("agentos master listening on {}", r.url);
-    println!(
-        "operator token: {}{}",
-        r.token_file.display(),
-        if r.token_written { " (new)" } else { "" }
-    );
+    println!("operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
     println!(
         "catalog: {} entries, event log at seq {} (restored from snapshot at seq {} and {} events after it)",
         r.entries, r.seq, r.restored.snapshot_seq, r.restored.replayed
@@ -226,8 +179,15 @@ pub fn executors(v: &Value) -> String {
     }
     let mut out = format!("{:<24} {:<8} {:<26} JOBS\n", "NAME", "STATE", "LAST SEEN");
     for e in list {
-        let jobs: Vec<&str> = e["jobs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        out.push_str(&format!("{:<24} {:<8} {:<26} {}\n", s(&e, "name"), s(&e, "state"), s(&e, "lastSeen"), jobs.join(",")));
+        let jobs: Vec<&str> =
+            e["jobs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+        out.push_str(&format!(
+            "{:<24} {:<8} {:<26} {}\n",
+            s(&e, "name"),
+            s(&e, "state"),
+            s(&e, "lastSeen"),
+            jobs.join(",")
+        ));
     }
     out.trim_end().to_string()
 }

@@ -6,10 +6,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use agentos_engine::{DispatchConfig, JobConfig};
-use agentos_executor::job::JobLimits;
 use agentos_executor::ExecutorConfig;
+use agentos_executor::job::JobLimits;
 
-use crate::{output, ExecutorArgs, ServeArgs};
+use crate::{ExecutorArgs, ServeArgs, output};
 
 fn init_logging() {
     tracing_subscriber::fmt()
@@ -32,7 +32,7 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 
 /// SIGINT or SIGTERM.
 async fn shutdown_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
+    use tokio::signal::unix::{SignalKind, signal};
     let Ok(mut term) = signal(SignalKind::terminate()) else {
         let _ = tokio::signal::ctrl_c().await;
         return;
@@ -47,6 +47,7 @@ async fn shutdown_signal() {
 /// `serve`, or `up` when `local_executor` gives the local executor's concurrency.
 pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
     init_logging();
+    agentos_executor::forbid_inspection();
     let rt = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
@@ -91,7 +92,14 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
             // A master that fails to start drops the sender; its error comes from the join below.
             if let Ok(ready) = ready_rx.await {
                 match local_executor_config(&ready, &args, concurrency).await {
-                    Ok(cfg) => {
+                    Ok(mut cfg) => {
+                        // A first run as root from a private folder: scripts run as root rather than not at all.
+                        if let Some((uid, _)) = cfg.limits.run_as
+                            && let Err(why) = agentos_executor::workspace_reachable(&cfg.workspace, uid)
+                        {
+                            tracing::warn!(%why, "the local executor runs scripts as the current user (root): its workspace is not reachable by nobody");
+                            cfg.limits.run_as = None;
+                        }
                         let stop = stop_executor.clone();
                         executor = Some(tokio::spawn(agentos_executor::run(cfg, async move { stop.cancelled().await })));
                     }
@@ -137,6 +145,7 @@ async fn local_executor_config(
         limits: JobLimits {
             default_timeout: Duration::from_millis(args.default_timeout_ms),
             max_timeout: Duration::from_millis(args.max_timeout_ms),
+            run_as: run_as(None).unwrap_or(None),
             ..JobLimits::default()
         },
         grace: Duration::from_secs(30),
@@ -144,15 +153,48 @@ async fn local_executor_config(
     })
 }
 
+/// uid:gid of `nobody:nogroup`.
+const NOBODY: (u32, u32) = (65534, 65534);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Parses `--run-as`; `None` keeps the executor's own user.
+fn run_as(value: Option<&str>) -> Result<Option<(u32, u32)>, String> {
+    match value {
+        None if is_root() => Ok(Some(NOBODY)),
+        None | Some("current") => Ok(None),
+        Some("nobody") => Ok(Some(NOBODY)),
+        Some(v) => {
+            let parsed = v.split_once(':').and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)));
+            parsed.map(Some).ok_or_else(|| format!("--run-as {v:?}: use nobody, current, or UID:GID"))
+        }
+    }
+}
+
 pub fn executor(args: ExecutorArgs) -> ExitCode {
     init_logging();
+    let run_as = match run_as(args.run_as.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let token = match (args.token, &args.token_file) {
+        (Some(t), _) => t,
+        (None, Some(f)) => match std::fs::read_to_string(f) {
+            Ok(t) => t.trim().to_string(),
+            Err(e) => return fail(format!("cannot read {}: {e}", f.display())),
+        },
+        (None, None) => return fail("no executor credential: give --token-file or AGENTOS_EXECUTOR_TOKEN"),
+    };
     let rt = match runtime() {
         Ok(r) => r,
         Err(code) => return code,
     };
     let config = ExecutorConfig {
         master: args.master,
-        token: args.token,
+        token,
         workspace: args.workspace,
         name: args.name,
         concurrency: args.concurrency,
@@ -161,6 +203,7 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
             max_timeout: Duration::from_millis(args.max_timeout_ms),
             max_output: args.max_output_bytes,
             path: args.path,
+            run_as,
         },
         grace: Duration::from_millis(args.grace_ms),
         poll_wait: Duration::from_secs(25),

@@ -34,29 +34,17 @@ fn registration_answers_the_pinned_entry() {
     assert_eq!(status, 200, "{e}");
     let sha = sha256_hex(content.as_bytes());
     assert_eq!(e["status"], "approved");
-    assert_eq!(
-        e["model"], "default",
-        "the operator's home model is default"
-    );
+    assert_eq!(e["model"], "default", "the operator's home model is default");
     assert_eq!(e["scope"], "global");
     assert_eq!(e["binding"]["type"], "script");
     assert_eq!(e["binding"]["runtime"], "node");
     assert_eq!(e["binding"]["sha256"], sha);
-    assert_eq!(
-        e["binding"]["scriptUrn"],
-        format!("urn:agentos:blob:tool-catalog/scripts/{sha}.cjs")
-    );
+    assert_eq!(e["binding"]["scriptUrn"], format!("urn:agentos:blob:tool-catalog/scripts/{sha}.cjs"));
     assert_eq!(e["binding"]["filename"], "digest.cjs");
     assert_eq!(e["binding"]["sizeBytes"], content.len());
-    assert_eq!(
-        e["contract"]["operations"]["run"]["input"]["properties"]["repo"]["type"],
-        "string"
-    );
+    assert_eq!(e["contract"]["operations"]["run"]["input"]["properties"]["repo"]["type"], "string");
 
-    let (status, bytes) = api.get_bytes(&format!(
-        "/api/blobs/{}",
-        e["binding"]["scriptUrn"].as_str().unwrap()
-    ));
+    let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", e["binding"]["scriptUrn"].as_str().unwrap()));
     assert_eq!(status, 200);
     assert_eq!(bytes, content.as_bytes());
 
@@ -83,24 +71,12 @@ fn reregistering_replaces_and_keeps_history() {
     let (status, h) = api.get("/api/tool-catalog/x/history");
     assert_eq!(status, 200);
     let events = h["events"].as_array().unwrap();
-    let shas: Vec<&str> = events
-        .iter()
-        .map(|e| e["payload"]["entry"]["binding"]["sha256"].as_str().unwrap())
-        .collect();
+    let shas: Vec<&str> = events.iter().map(|e| e["payload"]["entry"]["binding"]["sha256"].as_str().unwrap()).collect();
     assert_eq!(shas, vec![sha256_hex(b"echo one"), sha256_hex(b"echo two")]);
-    assert!(
-        events
-            .iter()
-            .all(|e| e["principal"] == "operator" && e["v"] == 1 && e["type"] == "ToolRegistered")
-    );
+    assert!(events.iter().all(|e| e["principal"] == "operator" && e["v"] == 1 && e["type"] == "ToolRegistered"));
     // Every earlier definition stays readable, blob included.
-    let old_urn = events[0]["payload"]["entry"]["binding"]["scriptUrn"]
-        .as_str()
-        .unwrap();
-    assert_eq!(
-        api.get_bytes(&format!("/api/blobs/{old_urn}")).1,
-        b"echo one"
-    );
+    let old_urn = events[0]["payload"]["entry"]["binding"]["scriptUrn"].as_str().unwrap();
+    assert_eq!(api.get_bytes(&format!("/api/blobs/{old_urn}")).1, b"echo one");
 }
 
 #[test]
@@ -108,9 +84,7 @@ fn same_content_gives_the_same_urn_on_a_fresh_data_folder() {
     let urn_on_fresh_install = |id: &str| {
         let dir = tempfile::tempdir().unwrap();
         let m = Master::start(dir.path());
-        let (_, e) = m
-            .client()
-            .register(id, "python3", "print('same')", Some("team-a"));
+        let (_, e) = m.client().register(id, "python3", "print('same')", Some("team-a"));
         e["binding"]["scriptUrn"].as_str().unwrap().to_string()
     };
     assert_eq!(urn_on_fresh_install("a"), urn_on_fresh_install("b"));
@@ -121,15 +95,8 @@ fn local_entries_shadow_global_ones() {
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start(dir.path());
     let api = m.client();
-    assert_eq!(
-        api.register("x", "sh", "echo global", Some("default")).0,
-        200
-    );
-    assert_eq!(
-        api.register("only-global", "sh", "echo g", Some("default"))
-            .0,
-        200
-    );
+    assert_eq!(api.register("x", "sh", "echo global", Some("default")).0, 200);
+    assert_eq!(api.register("only-global", "sh", "echo g", Some("default")).0, 200);
     let (status, local) = api.register("x", "sh", "echo local", Some("m"));
     assert_eq!(status, 200);
     assert_eq!(local["scope"], "local");
@@ -160,27 +127,13 @@ fn local_entries_shadow_global_ones() {
     assert_eq!(status, 200);
     assert_eq!(
         ids_and_scopes(&page),
-        vec![
-            ("only-global".into(), "global".into(), false),
-            ("x".into(), "global".into(), false)
-        ]
+        vec![("only-global".into(), "global".into(), false), ("x".into(), "global".into(), false)]
     );
-    assert_eq!(
-        api.get("/api/tool-catalog/x?model=never-used").1["scope"],
-        "global"
-    );
-    assert_eq!(
-        api.get("/api/tool-catalog/x/history?model=never-used").0,
-        200
-    );
+    assert_eq!(api.get("/api/tool-catalog/x?model=never-used").1["scope"], "global");
+    assert_eq!(api.get("/api/tool-catalog/x/history?model=never-used").0, 200);
     let (_, after) = api.get("/api/models");
     assert_eq!(before, after, "reading created something");
-    let names: Vec<&str> = after
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = after.as_array().unwrap().iter().map(|m| m["name"].as_str().unwrap()).collect();
     assert_eq!(names, vec!["default", "m"]);
     assert_eq!(after[1]["places"][0]["name"], "p-tool-catalog");
     assert_eq!(after[1]["places"][0]["tokens"], 1);
@@ -198,28 +151,17 @@ fn search_filters_by_type_capability_and_text() {
     let api = m.client();
     for (id, caps, desc) in [
         ("forum-sentinel", vec!["forum"], "Watches the forum"),
-        (
-            "nightly-digest",
-            vec!["digest", "repo"],
-            "Summarises the repository",
-        ),
+        ("nightly-digest", vec!["digest", "repo"], "Summarises the repository"),
         ("weather", vec![], "Forecast for a city"),
     ] {
-        let (s, e) = api.command(
-            json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":id,"name":id.replace('-', " "),
-            "runtime":"sh","content":format!("echo {id}"),"capabilities":caps,"description":desc}),
-        );
+        let (s, e) = api.command(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":id,"name":id.replace('-', " "),
+            "runtime":"sh","content":format!("echo {id}"),"capabilities":caps,"description":desc}));
         assert_eq!(s, 200, "{e}");
     }
     let ids = |q: &str| -> Vec<String> {
         let (s, page) = api.get(&format!("/api/tool-catalog?{q}"));
         assert_eq!(s, 200, "{page}");
-        page["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["id"].as_str().unwrap().to_string())
-            .collect()
+        page["items"].as_array().unwrap().iter().map(|e| e["id"].as_str().unwrap().to_string()).collect()
     };
     assert_eq!(ids("capability=repo"), vec!["nightly-digest"]);
     assert_eq!(ids("q=FORUM"), vec!["forum-sentinel"]);
@@ -232,22 +174,10 @@ fn search_filters_by_type_capability_and_text() {
     assert_eq!(page["total"], 1);
     let (_, e) = api.command(json!({"type":"TOOL_CATALOG_GET","id":"weather"}));
     assert_eq!(e["id"], "weather");
-    assert_eq!(
-        error_code(&api.get("/api/tool-catalog?type=ftp"), 400),
-        "invalid_type"
-    );
-    assert_eq!(
-        error_code(&api.get("/api/tool-catalog?tpye=script"), 400),
-        "invalid_query"
-    );
-    assert_eq!(
-        error_code(&api.get("/api/tool-catalog?limit=0"), 400),
-        "invalid_limit"
-    );
-    assert_eq!(
-        error_code(&api.get("/api/tool-catalog?model=Bad..Model"), 400),
-        "invalid_model"
-    );
+    assert_eq!(error_code(&api.get("/api/tool-catalog?type=ftp"), 400), "invalid_type");
+    assert_eq!(error_code(&api.get("/api/tool-catalog?tpye=script"), 400), "invalid_query");
+    assert_eq!(error_code(&api.get("/api/tool-catalog?limit=0"), 400), "invalid_limit");
+    assert_eq!(error_code(&api.get("/api/tool-catalog?model=Bad..Model"), 400), "invalid_model");
 }
 
 #[test]
@@ -258,25 +188,11 @@ fn remove_takes_an_entry_out_and_keeps_its_history() {
     api.register("gone", "sh", "echo", None);
     let (s, r) = api.command(json!({"type":"TOOL_CATALOG_REMOVE","id":"gone"}));
     assert_eq!(s, 200, "{r}");
-    assert_eq!(
-        error_code(&api.get("/api/tool-catalog/gone"), 404),
-        "not_found"
-    );
+    assert_eq!(error_code(&api.get("/api/tool-catalog/gone"), 404), "not_found");
     let (_, h) = api.get("/api/tool-catalog/gone/history");
-    let kinds: Vec<&str> = h["events"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["type"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = h["events"].as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, vec!["ToolRegistered", "ToolRemoved"]);
-    assert_eq!(
-        error_code(
-            &api.command(json!({"type":"TOOL_CATALOG_REMOVE","id":"gone"})),
-            404
-        ),
-        "not_found"
-    );
+    assert_eq!(error_code(&api.command(json!({"type":"TOOL_CATALOG_REMOVE","id":"gone"})), 404), "not_found");
 }
 
 #[test]
@@ -287,11 +203,7 @@ fn a_blob_altered_on_disk_is_refused_as_corrupt() {
     let (_, e) = api.register("victim", "sh", "echo safe", None);
     let sha = e["binding"]["sha256"].as_str().unwrap();
     let urn = e["binding"]["scriptUrn"].as_str().unwrap();
-    let path = dir
-        .path()
-        .join("blobs/tool-catalog/scripts")
-        .join(&sha[..2])
-        .join(sha);
+    let path = dir.path().join("blobs/tool-catalog/scripts").join(&sha[..2]).join(sha);
     assert_eq!(std::fs::read(&path).unwrap(), b"echo safe");
     std::fs::write(&path, b"rm -rf / # tampered").unwrap();
 
@@ -299,99 +211,43 @@ fn a_blob_altered_on_disk_is_refused_as_corrupt() {
     assert_eq!(status, 500);
     let body: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(body["error"]["code"], "blob_corrupt", "{body}");
-    assert!(
-        !body.to_string().contains("tampered"),
-        "corrupt bytes were served: {body}"
-    );
+    assert!(!body.to_string().contains("tampered"), "corrupt bytes were served: {body}");
 
     // Registering the pinned content again repairs the stored copy.
     api.register("victim-again", "sh", "echo safe", None);
-    assert_eq!(
-        api.get_bytes(&format!("/api/blobs/{urn}")),
-        (200, b"echo safe".to_vec())
-    );
+    assert_eq!(api.get_bytes(&format!("/api/blobs/{urn}")), (200, b"echo safe".to_vec()));
 }
 
 #[test]
 fn bad_input_gets_a_clear_4xx() {
     let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(
-        dir.path(),
-        &["--max-script-bytes", "1024", "--max-body-bytes", "65536"],
-    );
+    let m = Master::start_with(dir.path(), &["--max-script-bytes", "1024", "--max-body-bytes", "65536"]);
     let api = m.client();
     let reg = |patch: Value| {
-        let mut body = json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"ok","name":"Ok","runtime":"sh","content":"echo"});
+        let mut body =
+            json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"ok","name":"Ok","runtime":"sh","content":"echo"});
         for (k, v) in patch.as_object().unwrap() {
             body[k] = v.clone();
         }
         api.command(body)
     };
-    assert_eq!(
-        error_code(&reg(json!({"runtime":"ruby"})), 400),
-        "unknown_runtime"
-    );
+    assert_eq!(error_code(&reg(json!({"runtime":"ruby"})), 400), "unknown_runtime");
     assert_eq!(error_code(&reg(json!({"id":"Bad_ID"})), 400), "invalid_id");
-    assert_eq!(
-        error_code(&reg(json!({"id":"a".repeat(65)})), 400),
-        "invalid_id"
-    );
-    assert_eq!(
-        error_code(&reg(json!({"content":"x".repeat(1025)})), 413),
-        "content_too_large"
-    );
-    assert_eq!(
-        error_code(&reg(json!({"filename":"../../etc/passwd"})), 400),
-        "invalid_filename"
-    );
-    assert_eq!(
-        error_code(&reg(json!({"model":"../escape"})), 400),
-        "invalid_model"
-    );
-    assert_eq!(
-        error_code(&reg(json!({"surprise":true})), 400),
-        "invalid_command"
-    );
+    assert_eq!(error_code(&reg(json!({"id":"a".repeat(65)})), 400), "invalid_id");
+    assert_eq!(error_code(&reg(json!({"content":"x".repeat(1025)})), 413), "content_too_large");
+    assert_eq!(error_code(&reg(json!({"filename":"../../etc/passwd"})), 400), "invalid_filename");
+    assert_eq!(error_code(&reg(json!({"model":"../escape"})), 400), "invalid_model");
+    assert_eq!(error_code(&reg(json!({"surprise":true})), 400), "invalid_command");
     assert_eq!(error_code(&reg(json!({"name":7})), 400), "invalid_command");
-    assert_eq!(
-        error_code(&reg(json!({"contentBase64":"aGk="})), 400),
-        "invalid_command"
-    );
-    assert_eq!(
-        error_code(&reg(json!({"input":"not a schema"})), 400),
-        "invalid_schema"
-    );
-    assert_eq!(
-        error_code(&api.post_raw("/api/commands", b"{\"type\": ".to_vec()), 400),
-        "malformed_json"
-    );
-    assert_eq!(
-        error_code(&api.post_raw("/api/commands", Vec::new()), 400),
-        "malformed_json"
-    );
-    assert_eq!(
-        error_code(&api.command(json!({"type":"TOOL_CATALOG_FROBNICATE"})), 400),
-        "unknown_command"
-    );
-    assert_eq!(
-        error_code(&api.command(json!(["not", "an", "object"])), 400),
-        "invalid_command"
-    );
-    assert_eq!(
-        error_code(&api.post_raw("/api/commands", vec![b' '; 70_000]), 413),
-        "body_too_large"
-    );
-    assert_eq!(
-        error_code(&api.get("/api/tool-catalog/NOPE"), 400),
-        "invalid_id"
-    );
-    assert_eq!(
-        error_code(
-            &api.get("/api/blobs/urn:agentos:blob:../../etc/passwd"),
-            400
-        ),
-        "invalid_urn"
-    );
+    assert_eq!(error_code(&reg(json!({"contentBase64":"aGk="})), 400), "invalid_command");
+    assert_eq!(error_code(&reg(json!({"input":"not a schema"})), 400), "invalid_schema");
+    assert_eq!(error_code(&api.post_raw("/api/commands", b"{\"type\": ".to_vec()), 400), "malformed_json");
+    assert_eq!(error_code(&api.post_raw("/api/commands", Vec::new()), 400), "malformed_json");
+    assert_eq!(error_code(&api.command(json!({"type":"TOOL_CATALOG_FROBNICATE"})), 400), "unknown_command");
+    assert_eq!(error_code(&api.command(json!(["not", "an", "object"])), 400), "invalid_command");
+    assert_eq!(error_code(&api.post_raw("/api/commands", vec![b' '; 70_000]), 413), "body_too_large");
+    assert_eq!(error_code(&api.get("/api/tool-catalog/NOPE"), 400), "invalid_id");
+    assert_eq!(error_code(&api.get("/api/blobs/urn:agentos:blob:../../etc/passwd"), 400), "invalid_urn");
     assert_eq!(error_code(&api.get("/api/no-such-route"), 404), "not_found");
 
     // A filename with folders is reduced to its base name.
@@ -423,25 +279,12 @@ fn auth_is_required_everywhere_but_healthz() {
         assert_eq!(error_code(&anon.get(path), 401), "unauthorized", "{path}");
         assert_eq!(error_code(&wrong.get(path), 401), "unauthorized", "{path}");
     }
-    assert_eq!(
-        error_code(&anon.register("x", "sh", "echo", None), 401),
-        "unauthorized"
-    );
-    assert_eq!(
-        error_code(&wrong.register("x", "sh", "echo", None), 401),
-        "unauthorized"
-    );
-    assert_eq!(
-        api.get("/api/tool-catalog").1["total"],
-        0,
-        "a refused call wrote something"
-    );
+    assert_eq!(error_code(&anon.register("x", "sh", "echo", None), 401), "unauthorized");
+    assert_eq!(error_code(&wrong.register("x", "sh", "echo", None), 401), "unauthorized");
+    assert_eq!(api.get("/api/tool-catalog").1["total"], 0, "a refused call wrote something");
 
     use std::os::unix::fs::PermissionsExt;
-    let mode = std::fs::metadata(dir.path().join("operator.token"))
-        .unwrap()
-        .permissions()
-        .mode();
+    let mode = std::fs::metadata(dir.path().join("operator.token")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);
 }
 
@@ -461,10 +304,7 @@ fn the_api_describes_itself() {
         "/api/commands",
         "/api/blobs/{urn}",
     ] {
-        assert!(
-            doc["paths"].get(path).is_some(),
-            "{path} missing from the OpenAPI document"
-        );
+        assert!(doc["paths"].get(path).is_some(), "{path} missing from the OpenAPI document");
     }
     assert!(doc["components"]["schemas"].get("RegisterScript").is_some());
 }

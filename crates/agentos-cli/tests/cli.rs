@@ -35,11 +35,7 @@ fn register_list_get_history_from_the_command_line() {
     let script = dir.path().join("hello.py");
     std::fs::write(&script, "print('hello')\n").unwrap();
     let schema = dir.path().join("input.json");
-    std::fs::write(
-        &schema,
-        r#"{"type":"object","properties":{"name":{"type":"string"}}}"#,
-    )
-    .unwrap();
+    std::fs::write(&schema, r#"{"type":"object","properties":{"name":{"type":"string"}}}"#).unwrap();
 
     let r = agentos(
         &m,
@@ -63,45 +59,25 @@ fn register_list_get_history_from_the_command_line() {
         ],
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert!(
-        r.stdout
-            .starts_with("registered hello in model team (local)"),
-        "{}",
-        r.stdout
-    );
+    assert!(r.stdout.starts_with("registered hello in model team (local)"), "{}", r.stdout);
 
     let r = agentos(&m, &["catalog", "list", "--model", "team"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let lines: Vec<&str> = r.stdout.lines().collect();
-    assert!(
-        lines[0].starts_with("ID") && lines[0].contains("SCOPE"),
-        "{}",
-        r.stdout
-    );
-    assert!(
-        lines[1].starts_with("hello") && lines[1].contains("local") && lines[1].contains("team"),
-        "{}",
-        r.stdout
-    );
+    assert!(lines[0].starts_with("ID") && lines[0].contains("SCOPE"), "{}", r.stdout);
+    assert!(lines[1].starts_with("hello") && lines[1].contains("local") && lines[1].contains("team"), "{}", r.stdout);
     assert_eq!(lines.last().unwrap(), &"1 of 1 entries (from 0)");
 
-    let r = agentos(
-        &m,
-        &["catalog", "get", "hello", "--model", "team", "--json"],
-    );
+    let r = agentos(&m, &["catalog", "get", "hello", "--model", "team", "--json"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
     let e: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(e["binding"]["filename"], "hello.py");
-    assert_eq!(
-        e["contract"]["operations"]["run"]["input"]["properties"]["name"]["type"],
-        "string"
-    );
+    assert_eq!(e["contract"]["operations"]["run"]["input"]["properties"]["name"]["type"], "string");
     assert_eq!(e["capabilities"][0], "greeting");
 
     let r = agentos(&m, &["catalog", "get", "hello", "--model", "team"]);
     assert!(
-        r.stdout.contains("runtime:      python3")
-            && r.stdout.contains("scope:        local (model team)"),
+        r.stdout.contains("runtime:      python3") && r.stdout.contains("scope:        local (model team)"),
         "{}",
         r.stdout
     );
@@ -128,15 +104,7 @@ fn register_list_get_history_from_the_command_line() {
     );
     let r = agentos(&m, &["catalog", "history", "hello", "--model", "team"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    assert_eq!(
-        r.stdout
-            .lines()
-            .filter(|l| l.contains("ToolRegistered"))
-            .count(),
-        2,
-        "{}",
-        r.stdout
-    );
+    assert_eq!(r.stdout.lines().filter(|l| l.contains("ToolRegistered")).count(), 2, "{}", r.stdout);
 
     let r = agentos(&m, &["models", "--json"]);
     let models: Value = serde_json::from_str(&r.stdout).unwrap();
@@ -154,31 +122,14 @@ fn failures_print_one_line_and_exit_with_a_distinct_code() {
     assert_eq!(r.code, 4);
     assert!(r.stdout.is_empty());
     assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
-    assert!(
-        r.stderr.starts_with("error: no tool \"missing\""),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.starts_with("error: no tool \"missing\""), "{}", r.stderr);
 
     let r = agentos(
         &m,
-        &[
-            "catalog",
-            "register-script",
-            "--id",
-            "x",
-            "--runtime",
-            "perl",
-            "--file",
-            script.to_str().unwrap(),
-        ],
+        &["catalog", "register-script", "--id", "x", "--runtime", "perl", "--file", script.to_str().unwrap()],
     );
     assert_eq!(r.code, 2);
-    assert!(
-        r.stderr.contains("unknown runtime \"perl\""),
-        "{}",
-        r.stderr
-    );
+    assert!(r.stderr.contains("unknown runtime \"perl\""), "{}", r.stderr);
 
     let r = agentos(&m, &["catalog", "list", "--token", "aos_wrong"]);
     assert_eq!(r.code, 3, "{}", r.stderr);

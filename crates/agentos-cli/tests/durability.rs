@@ -56,18 +56,12 @@ fn acknowledged_registrations_survive_kill_9_mid_stream() {
         assert_eq!(status, 200, "acknowledged {id} in {model} was lost: {e}");
         assert_eq!(e["model"], model.as_str());
         assert_eq!(e["binding"]["sha256"], sha256_hex(content.as_bytes()));
-        let (status, bytes) = api.get_bytes(&format!(
-            "/api/blobs/{}",
-            e["binding"]["scriptUrn"].as_str().unwrap()
-        ));
+        let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", e["binding"]["scriptUrn"].as_str().unwrap()));
         assert_eq!(status, 200, "blob of {id} lost");
         assert_eq!(bytes, content.as_bytes());
     }
     // The state after restart is the fold of the log: every event once, nothing invented.
-    let (_, h) = api.get(&format!(
-        "/api/tool-catalog/{}/history?model={}",
-        acked[0].0, acked[0].1
-    ));
+    let (_, h) = api.get(&format!("/api/tool-catalog/{}/history?model={}", acked[0].0, acked[0].1));
     assert_eq!(h["events"].as_array().unwrap().len(), 1);
 }
 
@@ -78,13 +72,8 @@ fn restart_restores_from_snapshot_and_log_tail() {
     let api = master.client();
     for i in 0..37 {
         assert_eq!(
-            api.register(
-                &format!("t{i}"),
-                "sh",
-                &format!("echo {i}"),
-                Some(if i % 2 == 0 { "default" } else { "m" })
-            )
-            .0,
+            api.register(&format!("t{i}"), "sh", &format!("echo {i}"), Some(if i % 2 == 0 { "default" } else { "m" }))
+                .0,
             200
         );
     }
@@ -99,19 +88,11 @@ fn restart_restores_from_snapshot_and_log_tail() {
         let mut m = Master::start_with(dir.path(), &["--snapshot-every", "10"]);
         let api = m.client();
         assert_eq!(api.get("/api/tool-catalog?limit=1000").1, before_global);
-        assert_eq!(
-            api.get("/api/tool-catalog?model=m&limit=1000").1,
-            before_local
-        );
+        assert_eq!(api.get("/api/tool-catalog?model=m&limit=1000").1, before_local);
         assert_eq!(api.get("/api/models").1, before_models);
-        assert_eq!(
-            api.get("/api/tool-catalog/t0").1["binding"]["sha256"],
-            sha256_hex(b"echo changed")
-        );
+        assert_eq!(api.get("/api/tool-catalog/t0").1["binding"]["sha256"], sha256_hex(b"echo changed"));
         api.register("after-restart", "sh", "echo", Some("m"));
-        api.command(
-            serde_json::json!({"type":"TOOL_CATALOG_REMOVE","id":"after-restart","model":"m"}),
-        );
+        api.command(serde_json::json!({"type":"TOOL_CATALOG_REMOVE","id":"after-restart","model":"m"}));
         m.kill9();
     }
 }
@@ -128,8 +109,5 @@ fn a_lost_operator_token_is_replaced_and_the_old_one_stops_working() {
     assert_ne!(master.token, old);
     let api = master.client();
     assert_eq!(api.get("/api/tool-catalog/keep").0, 200);
-    assert_eq!(
-        api.with_token(Some(&old)).get("/api/tool-catalog/keep").0,
-        401
-    );
+    assert_eq!(api.with_token(Some(&old)).get("/api/tool-catalog/keep").0, 401);
 }

@@ -8,9 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use crate::entry::{
-    Binding, BindingKind, CatalogEntry, Contract, Operation, Runtime, ScriptBinding, Status,
-};
+use crate::entry::{Binding, BindingKind, CatalogEntry, Contract, Operation, Runtime, ScriptBinding, Status};
 use crate::event::EventBody;
 use crate::name::{check_capability, check_model_name, check_text, check_tool_id, safe_filename};
 use crate::state::State;
@@ -28,9 +26,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits {
-            max_script_bytes: 1024 * 1024,
-        }
+        Limits { max_script_bytes: 1024 * 1024 }
     }
 }
 
@@ -43,37 +39,24 @@ pub enum Command {
     Remove(RemoveArgs),
 }
 
-pub const COMMAND_TYPES: [&str; 4] = [
-    "TOOL_CATALOG_REGISTER_SCRIPT",
-    "TOOL_CATALOG_SEARCH",
-    "TOOL_CATALOG_GET",
-    "TOOL_CATALOG_REMOVE",
-];
+pub const COMMAND_TYPES: [&str; 4] =
+    ["TOOL_CATALOG_REGISTER_SCRIPT", "TOOL_CATALOG_SEARCH", "TOOL_CATALOG_GET", "TOOL_CATALOG_REMOVE"];
 
 impl Command {
     /// Parses a command body. Errors name the command type and the offending field.
     pub fn parse(mut body: Value) -> Result<Command, CoreError> {
         let obj = body.as_object_mut().ok_or_else(|| {
-            CoreError::bad_input(
-                "invalid_command",
-                "a command must be a JSON object with a \"type\" field",
-            )
+            CoreError::bad_input("invalid_command", "a command must be a JSON object with a \"type\" field")
         })?;
         let kind = match obj.remove("type") {
             Some(Value::String(s)) => s,
             Some(_) => {
-                return Err(CoreError::bad_input(
-                    "invalid_command",
-                    "the command \"type\" must be a string",
-                ));
+                return Err(CoreError::bad_input("invalid_command", "the command \"type\" must be a string"));
             }
             None => {
                 return Err(CoreError::bad_input(
                     "invalid_command",
-                    format!(
-                        "the command has no \"type\"; expected one of {}",
-                        COMMAND_TYPES.join(", ")
-                    ),
+                    format!("the command has no \"type\"; expected one of {}", COMMAND_TYPES.join(", ")),
                 ));
             }
         };
@@ -84,10 +67,7 @@ impl Command {
             "TOOL_CATALOG_REMOVE" => Ok(Command::Remove(fields(&kind, body)?)),
             other => Err(CoreError::bad_input(
                 "unknown_command",
-                format!(
-                    "unknown command type {other:?}; expected one of {}",
-                    COMMAND_TYPES.join(", ")
-                ),
+                format!("unknown command type {other:?}; expected one of {}", COMMAND_TYPES.join(", ")),
             )),
         }
     }
@@ -96,15 +76,8 @@ impl Command {
 fn fields<T: DeserializeOwned>(kind: &str, body: Value) -> Result<T, CoreError> {
     serde_path_to_error::deserialize(body).map_err(|e| {
         let path = e.path().to_string();
-        let at = if path == "." {
-            String::new()
-        } else {
-            format!(" at {path}")
-        };
-        CoreError::bad_input(
-            "invalid_command",
-            format!("invalid {kind} command{at}: {}", e.inner()),
-        )
+        let at = if path == "." { String::new() } else { format!(" at {path}") };
+        CoreError::bad_input("invalid_command", format!("invalid {kind} command{at}: {}", e.inner()))
     })
 }
 
@@ -159,10 +132,7 @@ impl RegisterScript {
         let runtime = Runtime::parse(&self.runtime).ok_or_else(|| {
             CoreError::bad_input(
                 "unknown_runtime",
-                format!(
-                    "unknown runtime {:?}; use one of node, sh, bash, python3",
-                    self.runtime
-                ),
+                format!("unknown runtime {:?}; use one of node, sh, bash, python3", self.runtime),
             )
         })?;
         let model = self.model.unwrap_or_else(|| home_model.to_string());
@@ -173,10 +143,7 @@ impl RegisterScript {
         check_text("description", &description, 4096, false)?;
         let capabilities = self.capabilities.unwrap_or_default();
         if capabilities.len() > 32 {
-            return Err(CoreError::bad_input(
-                "too_many_capabilities",
-                "at most 32 capabilities are allowed",
-            ));
+            return Err(CoreError::bad_input("too_many_capabilities", "at most 32 capabilities are allowed"));
         }
         for c in &capabilities {
             check_capability(c)?;
@@ -188,20 +155,12 @@ impl RegisterScript {
                 if b64.len() / 4 * 3 > limits.max_script_bytes + 3 {
                     return Err(too_large(b64.len() / 4 * 3, limits));
                 }
-                base64::engine::general_purpose::STANDARD
-                    .decode(b64.trim())
-                    .map_err(|e| {
-                        CoreError::bad_input(
-                            "invalid_base64",
-                            format!("contentBase64 is not valid base64: {e}"),
-                        )
-                    })?
+                base64::engine::general_purpose::STANDARD.decode(b64.trim()).map_err(|e| {
+                    CoreError::bad_input("invalid_base64", format!("contentBase64 is not valid base64: {e}"))
+                })?
             }
             (Some(_), Some(_)) => {
-                return Err(CoreError::bad_input(
-                    "invalid_command",
-                    "give either content or contentBase64, not both",
-                ));
+                return Err(CoreError::bad_input("invalid_command", "give either content or contentBase64, not both"));
             }
             (None, None) => {
                 return Err(CoreError::bad_input(
@@ -211,17 +170,12 @@ impl RegisterScript {
             }
         };
         if bytes.is_empty() {
-            return Err(CoreError::bad_input(
-                "empty_content",
-                "the script content is empty",
-            ));
+            return Err(CoreError::bad_input("empty_content", "the script content is empty"));
         }
         if bytes.len() > limits.max_script_bytes {
             return Err(too_large(bytes.len(), limits));
         }
-        let input = self
-            .input
-            .unwrap_or_else(|| serde_json::json!({"type": "object"}));
+        let input = self.input.unwrap_or_else(|| serde_json::json!({"type": "object"}));
         if !input.is_object() {
             return Err(CoreError::bad_input(
                 "invalid_schema",
@@ -233,7 +187,10 @@ impl RegisterScript {
             Some(raw) if raw.split(['/', '\\']).any(|c| c == "..") => {
                 return Err(CoreError::bad_input(
                     "invalid_filename",
-                    format!("filename {raw:?} climbs out of its folder with '..'; give a plain file name such as \"{}.{ext}\"", self.id),
+                    format!(
+                        "filename {raw:?} climbs out of its folder with '..'; give a plain file name such as \"{}.{ext}\"",
+                        self.id
+                    ),
                 ));
             }
             Some(raw) => safe_filename(raw).ok_or_else(|| {
@@ -250,11 +207,7 @@ impl RegisterScript {
         operations.insert(
             "run".to_string(),
             Operation {
-                description: if description.is_empty() {
-                    self.name.clone()
-                } else {
-                    description.clone()
-                },
+                description: if description.is_empty() { self.name.clone() } else { description.clone() },
                 input,
                 output: None,
             },
@@ -266,10 +219,7 @@ impl RegisterScript {
             description,
             capabilities,
             status: Status::Approved,
-            contract: Contract {
-                kind: "script-io".into(),
-                operations,
-            },
+            contract: Contract { kind: "script-io".into(), operations },
             binding: Binding::Script(ScriptBinding {
                 runtime,
                 script_urn: urn.to_string(),
@@ -278,12 +228,7 @@ impl RegisterScript {
                 size_bytes: bytes.len() as u64,
             }),
         };
-        Ok(ScriptPlan {
-            model,
-            entry,
-            urn,
-            bytes,
-        })
+        Ok(ScriptPlan { model, entry, urn, bytes })
     }
 }
 
@@ -335,19 +280,10 @@ pub struct RemoveArgs {
 }
 
 /// Decides the events that write `entry` into `model`'s catalog.
-pub fn decide_register(
-    state: &State,
-    model: &str,
-    entry: CatalogEntry,
-) -> Result<Vec<(String, EventBody)>, CoreError> {
+pub fn decide_register(state: &State, model: &str, entry: CatalogEntry) -> Result<Vec<(String, EventBody)>, CoreError> {
     let mut events = Vec::with_capacity(2);
     if !state.model_exists(model) {
-        events.push((
-            model.to_string(),
-            EventBody::ModelCreated {
-                name: model.to_string(),
-            },
-        ));
+        events.push((model.to_string(), EventBody::ModelCreated { name: model.to_string() }));
     }
     if let Some(existing) = state.catalog(model).and_then(|c| c.get(&entry.id)) {
         let (old, new) = (existing.entry.binding.kind(), entry.binding.kind());
@@ -369,19 +305,10 @@ pub fn decide_register(
 }
 
 /// Decides the event that removes `id` from `model`'s catalog.
-pub fn decide_remove(
-    state: &State,
-    model: &str,
-    id: &str,
-) -> Result<Vec<(String, EventBody)>, CoreError> {
+pub fn decide_remove(state: &State, model: &str, id: &str) -> Result<Vec<(String, EventBody)>, CoreError> {
     match state.catalog(model).and_then(|c| c.get(id)) {
-        Some(_) => Ok(vec![(
-            model.to_string(),
-            EventBody::ToolRemoved { id: id.to_string() },
-        )]),
-        None => Err(CoreError::not_found(format!(
-            "no tool {id:?} in the catalog of model {model:?}"
-        ))),
+        Some(_) => Ok(vec![(model.to_string(), EventBody::ToolRemoved { id: id.to_string() })]),
+        None => Err(CoreError::not_found(format!("no tool {id:?} in the catalog of model {model:?}"))),
     }
 }
 
@@ -400,12 +327,7 @@ mod tests {
 
     fn plan(v: Value) -> Result<ScriptPlan, CoreError> {
         match Command::parse(v)? {
-            Command::RegisterScript(r) => r.plan(
-                "default",
-                &Limits {
-                    max_script_bytes: 16,
-                },
-            ),
+            Command::RegisterScript(r) => r.plan("default", &Limits { max_script_bytes: 16 }),
             other => panic!("parsed as {other:?}"),
         }
     }
@@ -427,10 +349,7 @@ mod tests {
         check(with("id", json!("Bad_Id")), "invalid_id");
         check(with("content", json!("x".repeat(17))), "content_too_large");
         check(with("filename", json!("../..")), "invalid_filename");
-        check(
-            with("filename", json!("../../etc/passwd")),
-            "invalid_filename",
-        );
+        check(with("filename", json!("../../etc/passwd")), "invalid_filename");
         check(with("filename", json!("a\\..\\b.sh")), "invalid_filename");
         check(with("filename", json!("/")), "invalid_filename");
         check(with("model", json!("../m")), "invalid_model");
@@ -443,16 +362,11 @@ mod tests {
     #[test]
     fn same_content_same_urn_and_safe_filename() {
         let a = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"a","name":"A","runtime":"node","content":"1","filename":"/opt/tools/x.cjs"})).unwrap();
-        let b = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"b","name":"B","runtime":"node","content":"1"})).unwrap();
+        let b = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"b","name":"B","runtime":"node","content":"1"}))
+            .unwrap();
         assert_eq!(a.urn, b.urn);
         let Binding::Script(s) = &a.entry.binding;
         assert_eq!(s.filename, "x.cjs");
-        assert_eq!(
-            s.script_urn,
-            format!(
-                "urn:agentos:blob:tool-catalog/scripts/{}.cjs",
-                sha256_hex(b"1")
-            )
-        );
+        assert_eq!(s.script_urn, format!("urn:agentos:blob:tool-catalog/scripts/{}.cjs", sha256_hex(b"1")));
     }
 }

@@ -199,15 +199,7 @@ impl StoredEntry {
         updated_at: i64,
         updated_by: String,
     ) -> Self {
-        let mut s = StoredEntry {
-            entry,
-            model,
-            revision,
-            created_at,
-            updated_at,
-            updated_by,
-            haystack: String::new(),
-        };
+        let mut s = StoredEntry { entry, model, revision, created_at, updated_at, updated_by, haystack: String::new() };
         s.rebuild_haystack();
         s
     }

@@ -33,11 +33,7 @@ pub struct CoreError {
 
 impl CoreError {
     pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
-        CoreError {
-            kind,
-            code,
-            message: message.into(),
-        }
+        CoreError { kind, code, message: message.into() }
     }
     pub fn bad_input(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::BadInput, code, message)

@@ -161,10 +161,6 @@ mod tests {
     #[test]
     fn refusal_explains_the_position() {
         let err = "rwt".parse::<Flags>().unwrap_err();
-        assert!(
-            err.message.contains("position 3 must be 'x'"),
-            "{}",
-            err.message
-        );
+        assert!(err.message.contains("position 3 must be 'x'"), "{}", err.message);
     }
 }

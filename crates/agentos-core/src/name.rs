@@ -8,8 +8,7 @@ pub fn is_valid_id(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 pub fn check_tool_id(s: &str) -> Result<(), CoreError> {
@@ -44,9 +43,7 @@ pub fn check_capability(s: &str) -> Result<(), CoreError> {
     let ok = !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.')
-        });
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.'));
     if ok {
         Ok(())
     } else {
@@ -62,22 +59,13 @@ pub fn check_capability(s: &str) -> Result<(), CoreError> {
 /// A free-text field (name, version, description): bounded, no control characters but newline and tab.
 pub fn check_text(field: &str, s: &str, max_chars: usize, required: bool) -> Result<(), CoreError> {
     if required && s.trim().is_empty() {
-        return Err(CoreError::bad_input(
-            "missing_field",
-            format!("{field} must not be empty"),
-        ));
+        return Err(CoreError::bad_input("missing_field", format!("{field} must not be empty")));
     }
     if s.chars().count() > max_chars {
-        return Err(CoreError::bad_input(
-            "field_too_long",
-            format!("{field} is longer than {max_chars} characters"),
-        ));
+        return Err(CoreError::bad_input("field_too_long", format!("{field} is longer than {max_chars} characters")));
     }
     if s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
-        return Err(CoreError::bad_input(
-            "invalid_text",
-            format!("{field} contains control characters"),
-        ));
+        return Err(CoreError::bad_input("invalid_text", format!("{field} contains control characters")));
     }
     Ok(())
 }
@@ -86,16 +74,8 @@ pub fn check_text(field: &str, s: &str, max_chars: usize, required: bool) -> Res
 /// `[A-Za-z0-9._-]`, no leading dots, at most 128 bytes. `None` when nothing usable is left.
 pub fn safe_filename(raw: &str) -> Option<String> {
     let base = raw.rsplit(['/', '\\']).next().unwrap_or("");
-    let mut out: String = base
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
+    let mut out: String =
+        base.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
     // Collapse any run of dots so `..` can never appear, then drop leading dots (no hidden files).
     while out.contains("..") {
         out = out.replace("..", ".");
@@ -105,11 +85,7 @@ pub fn safe_filename(raw: &str) -> Option<String> {
     if out.len() > 128 {
         out.truncate(128);
     }
-    if out.is_empty() || out.chars().all(|c| c == '_' || c == '.' || c == '-') {
-        None
-    } else {
-        Some(out)
-    }
+    if out.is_empty() || out.chars().all(|c| c == '_' || c == '.' || c == '-') { None } else { Some(out) }
 }
 
 #[cfg(test)]
@@ -121,17 +97,7 @@ mod tests {
         for ok in ["a", "0", "forum-sentinel", "a-", &"a".repeat(64)] {
             assert!(is_valid_id(ok), "{ok}");
         }
-        for bad in [
-            "",
-            "-a",
-            "A",
-            "a_b",
-            "a.b",
-            "a/b",
-            "ü",
-            &"a".repeat(65),
-            " a",
-        ] {
+        for bad in ["", "-a", "A", "a_b", "a.b", "a/b", "ü", &"a".repeat(65), " a"] {
             assert!(!is_valid_id(bad), "{bad}");
         }
     }

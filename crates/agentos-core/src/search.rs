@@ -49,30 +49,19 @@ impl Filter<'_> {
         let kind = e.entry.binding.kind();
         kind.visible_to(self.visible)
             && self.kind.is_none_or(|k| k == kind)
-            && self
-                .capability
-                .is_none_or(|c| e.entry.capabilities.iter().any(|x| x == c))
-            && self
-                .finder
-                .as_ref()
-                .is_none_or(|f| f.find(e.haystack.as_bytes()).is_some())
+            && self.capability.is_none_or(|c| e.entry.capabilities.iter().any(|x| x == c))
+            && self.finder.as_ref().is_none_or(|f| f.find(e.haystack.as_bytes()).is_some())
     }
 }
 
 /// Runs `query` against `state`, showing only the binding kinds `visible` reveals.
 /// Entries come ordered by id; where a local and a global entry share an id the local one comes first.
 pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
-    let needle = query
-        .q
-        .as_deref()
-        .map(str::to_lowercase)
-        .filter(|q| !q.is_empty());
+    let needle = query.q.as_deref().map(str::to_lowercase).filter(|q| !q.is_empty());
     let filter = Filter {
         kind: query.kind,
         capability: query.capability.as_deref(),
-        finder: needle
-            .as_deref()
-            .map(|n| memchr::memmem::Finder::new(n.as_bytes())),
+        finder: needle.as_deref().map(|n| memchr::memmem::Finder::new(n.as_bytes())),
         visible,
     };
     let limit = query.limit.clamp(1, MAX_LIMIT);
@@ -124,10 +113,5 @@ pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage 
             },
         }
     }
-    SearchPage {
-        items,
-        total,
-        limit,
-        offset: query.offset,
-    }
+    SearchPage { items, total, limit, offset: query.offset }
 }

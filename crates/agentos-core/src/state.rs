@@ -46,11 +46,7 @@ impl State {
         let mut models = BTreeMap::new();
         models.insert(
             DEFAULT_MODEL.to_string(),
-            ModelInfo {
-                name: DEFAULT_MODEL.to_string(),
-                created_at: 0,
-                created_by: "system".into(),
-            },
+            ModelInfo { name: DEFAULT_MODEL.to_string(), created_at: 0, created_by: "system".into() },
         );
         State {
             last_seq: 0,
@@ -68,18 +64,12 @@ impl State {
                 Arc::make_mut(entry).rebuild_haystack();
             }
         }
-        self.token_index = self
-            .principals
-            .values()
-            .map(|p| (p.token_sha256.clone(), p.name.clone()))
-            .collect();
-        self.models
-            .entry(DEFAULT_MODEL.to_string())
-            .or_insert_with(|| ModelInfo {
-                name: DEFAULT_MODEL.to_string(),
-                created_at: 0,
-                created_by: "system".into(),
-            });
+        self.token_index = self.principals.values().map(|p| (p.token_sha256.clone(), p.name.clone())).collect();
+        self.models.entry(DEFAULT_MODEL.to_string()).or_insert_with(|| ModelInfo {
+            name: DEFAULT_MODEL.to_string(),
+            created_at: 0,
+            created_by: "system".into(),
+        });
     }
 
     /// Folds one event in. Events at or below `last_seq` were already folded and are skipped,
@@ -91,27 +81,20 @@ impl State {
         self.last_seq = ev.seq;
         match &ev.body {
             EventBody::ModelCreated { name } => {
-                self.models
-                    .entry(name.clone())
-                    .or_insert_with(|| ModelInfo {
-                        name: name.clone(),
-                        created_at: ev.time,
-                        created_by: ev.principal.clone(),
-                    });
+                self.models.entry(name.clone()).or_insert_with(|| ModelInfo {
+                    name: name.clone(),
+                    created_at: ev.time,
+                    created_by: ev.principal.clone(),
+                });
             }
             EventBody::ToolRegistered { entry } => {
-                self.models
-                    .entry(ev.model.clone())
-                    .or_insert_with(|| ModelInfo {
-                        name: ev.model.clone(),
-                        created_at: ev.time,
-                        created_by: ev.principal.clone(),
-                    });
+                self.models.entry(ev.model.clone()).or_insert_with(|| ModelInfo {
+                    name: ev.model.clone(),
+                    created_at: ev.time,
+                    created_by: ev.principal.clone(),
+                });
                 let catalog = self.catalogs.entry(ev.model.clone()).or_default();
-                let created_at = catalog
-                    .get(&entry.id)
-                    .map(|e| e.created_at)
-                    .unwrap_or(ev.time);
+                let created_at = catalog.get(&entry.id).map(|e| e.created_at).unwrap_or(ev.time);
                 let stored = StoredEntry::new(
                     entry.clone(),
                     ev.model.clone(),
@@ -131,8 +114,7 @@ impl State {
                 if let Some(old) = self.principals.get(&p.name) {
                     self.token_index.remove(&old.token_sha256);
                 }
-                self.token_index
-                    .insert(p.token_sha256.clone(), p.name.clone());
+                self.token_index.insert(p.token_sha256.clone(), p.name.clone());
                 self.principals.insert(p.name.clone(), Arc::new(p.clone()));
             }
             // A job's result is history, read from the log; it changes no state.
@@ -155,16 +137,11 @@ impl State {
         {
             return Some((e, Scope::Local));
         }
-        self.catalogs
-            .get(DEFAULT_MODEL)
-            .and_then(|c| c.get(id))
-            .map(|e| (e, Scope::Global))
+        self.catalogs.get(DEFAULT_MODEL).and_then(|c| c.get(id)).map(|e| (e, Scope::Global))
     }
 
     pub fn principal_by_token_sha256(&self, sha: &str) -> Option<&Arc<PrincipalRecord>> {
-        self.token_index
-            .get(sha)
-            .and_then(|name| self.principals.get(name))
+        self.token_index.get(sha).and_then(|name| self.principals.get(name))
     }
 
     /// Models with their places and token counts.

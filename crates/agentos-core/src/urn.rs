@@ -21,8 +21,7 @@ fn valid_segment(s: &str) -> bool {
     !b.is_empty()
         && b.len() <= 64
         && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 fn valid_namespace(ns: &str) -> bool {
@@ -31,16 +30,11 @@ fn valid_namespace(ns: &str) -> bool {
 }
 
 fn valid_sha(s: &str) -> bool {
-    s.len() == 64
-        && s.bytes()
-            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
+    s.len() == 64 && s.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c))
 }
 
 fn valid_ext(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 8
-        && s.bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+    !s.is_empty() && s.len() <= 8 && s.bytes().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
 }
 
 impl BlobUrn {
@@ -56,11 +50,7 @@ impl BlobUrn {
         {
             return Err(bad(format!("extension {e:?} is not valid")));
         }
-        Ok(BlobUrn {
-            namespace: namespace.to_string(),
-            sha256: sha256.to_string(),
-            ext: ext.map(str::to_string),
-        })
+        Ok(BlobUrn { namespace: namespace.to_string(), sha256: sha256.to_string(), ext: ext.map(str::to_string) })
     }
     pub fn namespace(&self) -> &str {
         &self.namespace
@@ -85,12 +75,8 @@ fn bad(why: String) -> CoreError {
 impl FromStr for BlobUrn {
     type Err = CoreError;
     fn from_str(s: &str) -> Result<Self, CoreError> {
-        let rest = s
-            .strip_prefix(PREFIX)
-            .ok_or_else(|| bad(format!("{s:?} does not start with {PREFIX}")))?;
-        let (namespace, last) = rest
-            .rsplit_once('/')
-            .ok_or_else(|| bad(format!("{s:?} has no namespace")))?;
+        let rest = s.strip_prefix(PREFIX).ok_or_else(|| bad(format!("{s:?} does not start with {PREFIX}")))?;
+        let (namespace, last) = rest.rsplit_once('/').ok_or_else(|| bad(format!("{s:?} has no namespace")))?;
         let (sha, ext) = match last.split_once('.') {
             Some((sha, ext)) => (sha, Some(ext)),
             None => (last, None),
@@ -125,10 +111,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_refuses() {
-        check(
-            &format!("urn:agentos:blob:tool-catalog/scripts/{SHA}.cjs"),
-            true,
-        );
+        check(&format!("urn:agentos:blob:tool-catalog/scripts/{SHA}.cjs"), true);
         check(&format!("urn:agentos:blob:specs/{SHA}"), true);
         check(&format!("urn:agentos:blob:../etc/{SHA}"), false);
         check(&format!("urn:agentos:blob:a//b/{SHA}"), false);

@@ -53,9 +53,7 @@ pub(crate) async fn run(
             // A command that touches what an earlier one in this batch touched must see its
             // effect: commit what is staged first, then decide again.
             if let Ok(evs) = &decided
-                && evs
-                    .iter()
-                    .any(|(m, b)| keys.contains(&(m.clone(), b.key())))
+                && evs.iter().any(|(m, b)| keys.contains(&(m.clone(), b.key())))
             {
                 flush(&mut staged, &state, &log).await;
                 keys.clear();
@@ -82,11 +80,7 @@ pub(crate) async fn run(
                         });
                         bodies.push(body);
                     }
-                    staged.push(Staged {
-                        reply: p.reply,
-                        events,
-                        bodies,
-                    });
+                    staged.push(Staged { reply: p.reply, events, bodies });
                 }
             }
         }
@@ -97,9 +91,7 @@ pub(crate) async fn run(
 }
 
 fn decide(state: &RwLock<State>, p: &Pending) -> Result<Vec<(String, EventBody)>, CoreError> {
-    let guard = state
-        .read()
-        .map_err(|_| CoreError::internal("state lock poisoned"))?;
+    let guard = state.read().map_err(|_| CoreError::internal("state lock poisoned"))?;
     (p.decide)(&guard)
 }
 
@@ -107,10 +99,7 @@ async fn flush(staged: &mut Vec<Staged>, state: &RwLock<State>, log: &Arc<dyn Ev
     if staged.is_empty() {
         return;
     }
-    let all: Vec<NewEvent> = staged
-        .iter()
-        .flat_map(|s| s.events.iter().cloned())
-        .collect();
+    let all: Vec<NewEvent> = staged.iter().flat_map(|s| s.events.iter().cloned()).collect();
     if all.is_empty() {
         for s in staged.drain(..) {
             let _ = s.reply.send(Ok(Vec::new()));

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use agentos_core::entry::{Binding, BindingKind};
 use agentos_core::event::{EventBody, PrincipalKind, PrincipalRecord};
@@ -12,7 +12,7 @@ use agentos_core::flags::{Flag, Flags};
 use agentos_core::job::{CommandToken, ExecutorResult, ExecutorView, InvokeRequest, JobResult, LeasedJob, OutputBlob};
 use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
 use agentos_core::urn::BlobUrn;
-use agentos_core::{sha256_hex, CoreError, ErrorKind, DEFAULT_MODEL};
+use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 use agentos_store::BlobStore;
 
 use crate::jobs::{Finished, LeaseError};
@@ -41,14 +41,29 @@ impl Default for DispatchConfig {
     }
 }
 
+/// A finished job as the log records it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRecord {
+    pub job_id: String,
+    pub model: String,
+    pub results: Vec<JobResult>,
+}
+
 /// Characters of an offloaded output kept inline.
 const PREVIEW_CHARS: usize = 2000;
 
 impl LeaseError {
     fn into_error(self, job_id: &str) -> EngineError {
         match self {
-            LeaseError::UnknownJob => CoreError::not_found(format!("no job {job_id:?} is open (it finished, failed, or was never queued)")).into(),
-            LeaseError::LeaseLost => CoreError::conflict(format!("the lease on job {job_id:?} is no longer yours: it expired and the job was handed out again")).into(),
+            LeaseError::UnknownJob => {
+                CoreError::not_found(format!("no job {job_id:?} is open (it finished, failed, or was never queued)"))
+                    .into()
+            }
+            LeaseError::LeaseLost => CoreError::conflict(format!(
+                "the lease on job {job_id:?} is no longer yours: it expired and the job was handed out again"
+            ))
+            .into(),
         }
     }
 }
@@ -60,7 +75,10 @@ fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, Engin
     match requested {
         None => Ok(p.name.clone()),
         Some(n) if is_valid_id(n) => Ok(if n == p.name { n.to_string() } else { format!("{}/{n}", p.name) }),
-        Some(n) => Err(CoreError::bad_input("invalid_name", format!("executor name {n:?}: use a-z, 0-9 and '-', at most 64")).into()),
+        Some(n) => {
+            Err(CoreError::bad_input("invalid_name", format!("executor name {n:?}: use a-z, 0-9 and '-', at most 64"))
+                .into())
+        }
     }
 }
 
@@ -71,12 +89,18 @@ impl Engine {
             return Err(CoreError::forbidden("only the operator creates executor credentials").into());
         }
         if !is_valid_id(name) {
-            return Err(CoreError::bad_input("invalid_name", format!("executor name {name:?}: use a-z, 0-9 and '-', at most 64")).into());
+            return Err(CoreError::bad_input(
+                "invalid_name",
+                format!("executor name {name:?}: use a-z, 0-9 and '-', at most 64"),
+            )
+            .into());
         }
         if let Some(existing) = self.read_state().principals.get(name)
             && existing.kind != PrincipalKind::Executor
         {
-            return Err(CoreError::conflict(format!("{name:?} already names a principal that is not an executor")).into());
+            return Err(
+                CoreError::conflict(format!("{name:?} already names a principal that is not an executor")).into()
+            );
         }
         let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
         let record = PrincipalRecord {
@@ -86,15 +110,28 @@ impl Engine {
             home_model: DEFAULT_MODEL.into(),
             token_sha256: sha256_hex(token.as_bytes()),
         };
-        self.submit(&principal.name, Box::new(move |_| Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])))
-            .await?;
+        self.submit(
+            &principal.name,
+            Box::new(move |_| Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])),
+        )
+        .await?;
         Ok(token)
     }
 
     /// Runs a script tool once: queues exactly the command token of DESIGN.md and waits for its result.
-    pub async fn invoke(&self, principal: &Principal, id: &str, model: Option<&str>, req: InvokeRequest) -> Result<JobResult, EngineError> {
+    pub async fn invoke(
+        &self,
+        principal: &Principal,
+        id: &str,
+        model: Option<&str>,
+        req: InvokeRequest,
+    ) -> Result<JobResult, EngineError> {
         if !principal.flags.has(Flag::Execute) {
-            return Err(CoreError::forbidden(format!("{} may not invoke tools: that needs the 'x' (execute) flag", principal.name)).into());
+            return Err(CoreError::forbidden(format!(
+                "{} may not invoke tools: that needs the 'x' (execute) flag",
+                principal.name
+            ))
+            .into());
         }
         check_tool_id(id)?;
         let model = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
@@ -102,11 +139,19 @@ impl Engine {
         let cfg = self.inner.dispatch;
         let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
         if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
-            return Err(CoreError::bad_input("invalid_timeout", format!("timeoutMs must be between 1 and {}", cfg.max_timeout_ms)).into());
+            return Err(CoreError::bad_input(
+                "invalid_timeout",
+                format!("timeoutMs must be between 1 and {}", cfg.max_timeout_ms),
+            )
+            .into());
         }
         for k in req.env.keys() {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(CoreError::bad_input("invalid_env", format!("environment variable name {k:?} is not valid")).into());
+                return Err(CoreError::bad_input(
+                    "invalid_env",
+                    format!("environment variable name {k:?} is not valid"),
+                )
+                .into());
             }
         }
         {
@@ -116,10 +161,17 @@ impl Engine {
             if let Some((e, _)) = st.resolve(&model, id) {
                 let kind = e.entry.binding.kind();
                 if !kind.visible_to(principal.flags) {
-                    return Err(CoreError::not_found(format!("no tool {id:?} in model {model:?} nor in the global catalog")).into());
+                    return Err(CoreError::not_found(format!(
+                        "no tool {id:?} in model {model:?} nor in the global catalog"
+                    ))
+                    .into());
                 }
                 if kind != BindingKind::Script {
-                    return Err(CoreError::bad_input("not_invocable", format!("{id:?} is a {} tool; only script tools run on executors", kind.as_str())).into());
+                    return Err(CoreError::bad_input(
+                        "not_invocable",
+                        format!("{id:?} is a {} tool; only script tools run on executors", kind.as_str()),
+                    )
+                    .into());
                 }
             }
         }
@@ -150,7 +202,12 @@ impl Engine {
     }
 
     /// Long poll for an executor: the next job, resolved and verified now, or `None` after `wait`.
-    pub async fn poll_job(&self, principal: &Principal, name: Option<&str>, wait: Duration) -> Result<Option<LeasedJob>, EngineError> {
+    pub async fn poll_job(
+        &self,
+        principal: &Principal,
+        name: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
         let Some(h) = self.inner.jobs.poll(&executor, wait).await else {
             return Ok(None);
@@ -189,14 +246,22 @@ impl Engine {
             Err(e) => return (token, fail(format!("the entry's URN is not valid: {e}"))),
         };
         if urn.sha256() != s.sha256 {
-            return (token, fail(format!("hash mismatch: the entry's URN names {} but it is pinned to {}", urn.sha256(), s.sha256)));
+            return (
+                token,
+                fail(format!("hash mismatch: the entry's URN names {} but it is pinned to {}", urn.sha256(), s.sha256)),
+            );
         }
         let bytes = match self.inner.blobs.get_checked(&urn, Some(s.size_bytes)).await {
             Ok(b) => b,
-            Err(agentos_store::StoreError::BlobNotFound(_)) => return (token, fail(format!("blob missing: {urn} is not in the blob store"))),
+            Err(agentos_store::StoreError::BlobNotFound(_)) => {
+                return (token, fail(format!("blob missing: {urn} is not in the blob store")));
+            }
             Err(agentos_store::StoreError::BlobCorrupt { why, .. }) => {
                 tracing::error!(tool = %tool_id, model, %urn, %why, "script refused at the master: hash mismatch");
-                return (token, fail(format!("hash mismatch: the stored script no longer matches its pin {} ({why})", s.sha256)));
+                return (
+                    token,
+                    fail(format!("hash mismatch: the stored script no longer matches its pin {} ({why})", s.sha256)),
+                );
             }
             Err(e) => return (token, fail(format!("blob unreadable: {e}"))),
         };
@@ -210,24 +275,47 @@ impl Engine {
         (resolved, None)
     }
 
-    pub fn heartbeat_job(&self, principal: &Principal, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<Duration, EngineError> {
+    pub fn heartbeat_job(
+        &self,
+        principal: &Principal,
+        name: Option<&str>,
+        job_id: &str,
+        lease_id: &str,
+    ) -> Result<Duration, EngineError> {
         let executor = executor_name(principal, name)?;
         self.inner.jobs.heartbeat(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
     }
 
-    pub fn release_job(&self, principal: &Principal, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), EngineError> {
+    pub fn release_job(
+        &self,
+        principal: &Principal,
+        name: Option<&str>,
+        job_id: &str,
+        lease_id: &str,
+    ) -> Result<(), EngineError> {
         let executor = executor_name(principal, name)?;
         self.inner.jobs.release(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
     }
 
     /// Takes an executor's result: only from the current lease holder, once. Large output goes
     /// to the blob store; the result is recorded in the log before the waiter hears of it.
-    pub async fn complete_job(&self, principal: &Principal, name: Option<&str>, job_id: &str, result: ExecutorResult) -> Result<(), EngineError> {
+    pub async fn complete_job(
+        &self,
+        principal: &Principal,
+        name: Option<&str>,
+        job_id: &str,
+        result: ExecutorResult,
+    ) -> Result<(), EngineError> {
         let executor = executor_name(principal, name)?;
         let b64 = base64::engine::general_purpose::STANDARD;
-        let stdout = b64.decode(&result.stdout_base64).map_err(|e| CoreError::bad_input("invalid_result", format!("stdoutBase64: {e}")))?;
-        let stderr = b64.decode(&result.stderr_base64).map_err(|e| CoreError::bad_input("invalid_result", format!("stderrBase64: {e}")))?;
-        let finished = self.inner.jobs.complete(&executor, job_id, &result.lease_id).map_err(|e| e.into_error(job_id))?;
+        let stdout = b64
+            .decode(&result.stdout_base64)
+            .map_err(|e| CoreError::bad_input("invalid_result", format!("stdoutBase64: {e}")))?;
+        let stderr = b64
+            .decode(&result.stderr_base64)
+            .map_err(|e| CoreError::bad_input("invalid_result", format!("stderrBase64: {e}")))?;
+        let finished =
+            self.inner.jobs.complete(&executor, job_id, &result.lease_id).map_err(|e| e.into_error(job_id))?;
         let (stdout, stdout_blob) = self.shape_output(stdout).await?;
         let (stderr, stderr_blob) = self.shape_output(stderr).await?;
         let shaped = JobResult {
@@ -256,7 +344,8 @@ impl Engine {
         let sha = sha256_hex(&bytes);
         let urn = BlobUrn::new("job-output", &sha, None)?;
         self.inner.blobs.put(&urn, &bytes).await?;
-        let preview: String = String::from_utf8_lossy(&bytes[..bytes.len().min(PREVIEW_CHARS * 4)]).chars().take(PREVIEW_CHARS).collect();
+        let preview: String =
+            String::from_utf8_lossy(&bytes[..bytes.len().min(PREVIEW_CHARS * 4)]).chars().take(PREVIEW_CHARS).collect();
         Ok((preview, Some(OutputBlob { urn: urn.to_string(), size_bytes: bytes.len() as u64, sha256: sha })))
     }
 
@@ -280,6 +369,32 @@ impl Engine {
             let result = JobResult::failed(&finished.job_id, finished.attempt, why);
             self.finish(finished, result).await;
         }
+    }
+
+    /// The recorded outcome of a job: its one result (a list, so a breach of that rule would show).
+    pub async fn job(&self, principal: &Principal, job_id: &str) -> Result<JobRecord, EngineError> {
+        if !principal.flags.has(Flag::Logs) {
+            return Err(CoreError::forbidden(format!(
+                "{} may not read job output: that needs the 'l' (logs) flag",
+                principal.name
+            ))
+            .into());
+        }
+        let recs = self.inner.log.read_key_any_model(&format!("job:{job_id}")).await?;
+        let mut model = String::new();
+        let mut results = Vec::new();
+        for rec in recs {
+            model = rec.event.model.clone();
+            if let EventBody::JobFinished { result, .. } = EventBody::from_parts(&rec.event.kind, &rec.event.payload)? {
+                results.push(result);
+            }
+        }
+        if results.is_empty() {
+            return Err(
+                CoreError::not_found(format!("no finished job {job_id:?} (a job is recorded when it ends)")).into()
+            );
+        }
+        Ok(JobRecord { job_id: job_id.to_string(), model, results })
     }
 
     pub fn executors(&self) -> Vec<ExecutorView> {

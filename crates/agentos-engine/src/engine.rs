@@ -64,7 +64,7 @@ pub struct Engine {
 
 pub(crate) struct Inner {
     state: Arc<RwLock<State>>,
-    log: Arc<dyn EventLog>,
+    pub(crate) log: Arc<dyn EventLog>,
     pub(crate) blobs: VerifyBlobStore,
     config: EngineConfig,
     pub(crate) jobs: Arc<JobQueue>,
@@ -92,10 +92,7 @@ struct SnapshotControl {
 }
 
 fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// Everything the engine needs from a recorded event to fold it.
@@ -121,11 +118,7 @@ impl Engine {
         let mut state = State::new();
         if let Some(snap) = log.load_snapshot().await? {
             if snap.schema == STATE_SCHEMA_VERSION {
-                match tokio::task::spawn_blocking(move || {
-                    serde_json::from_slice::<State>(&snap.data)
-                })
-                .await
-                {
+                match tokio::task::spawn_blocking(move || serde_json::from_slice::<State>(&snap.data)).await {
                     Ok(Ok(s)) => state = s,
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "snapshot unreadable; replaying the whole log")
@@ -135,10 +128,7 @@ impl Engine {
                     }
                 }
             } else {
-                tracing::info!(
-                    found = snap.schema,
-                    "snapshot of another version; replaying the whole log"
-                );
+                tracing::info!(found = snap.schema, "snapshot of another version; replaying the whole log");
             }
         }
         state.after_load();
@@ -153,12 +143,7 @@ impl Engine {
             }
         }
         let replayed = state.last_seq - snapshot_seq;
-        tracing::info!(
-            seq = state.last_seq,
-            snapshot = snapshot_seq,
-            replayed,
-            "state restored"
-        );
+        tracing::info!(seq = state.last_seq, snapshot = snapshot_seq, replayed, "state restored");
 
         let state = Arc::new(RwLock::new(state));
         let (tx, rx) = mpsc::channel(4096);
@@ -226,16 +211,10 @@ impl Engine {
             .clone()
             .ok_or_else(|| CoreError::internal("the engine is shutting down"))?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Pending {
-            principal: principal.to_string(),
-            time: now_ms(),
-            decide,
-            reply,
-        })
-        .await
-        .map_err(|_| CoreError::internal("the engine is shutting down"))?;
-        rx.await
-            .map_err(|_| CoreError::internal("the commit task ended"))?
+        tx.send(Pending { principal: principal.to_string(), time: now_ms(), decide, reply })
+            .await
+            .map_err(|_| CoreError::internal("the engine is shutting down"))?;
+        rx.await.map_err(|_| CoreError::internal("the commit task ended"))?
     }
 
     pub fn restored(&self) -> Restored {
@@ -254,9 +233,7 @@ impl Engine {
     /// The principal a bearer token belongs to.
     pub fn authenticate(&self, token: &str) -> Option<Principal> {
         let sha = sha256_hex(token.as_bytes());
-        self.read_state()
-            .principal_by_token_sha256(&sha)
-            .map(|r| Principal::from_record(r))
+        self.read_state().principal_by_token_sha256(&sha).map(|r| Principal::from_record(r))
     }
 
     /// Makes sure an operator exists and its token is in `token_file` (mode 0600). A missing
@@ -266,8 +243,7 @@ impl Engine {
         if has_operator && token_file.exists() {
             return Ok(false);
         }
-        let token = new_token()
-            .map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
+        let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
         write_secret_file(token_file, &token)
             .map_err(|e| StoreError::io(format!("writing {}", token_file.display()), e))?;
         let record = PrincipalRecord {
@@ -279,23 +255,14 @@ impl Engine {
         };
         self.submit(
             "system",
-            Box::new(move |_| {
-                Ok(vec![(
-                    DEFAULT_MODEL.to_string(),
-                    EventBody::PrincipalCreated(record.clone()),
-                )])
-            }),
+            Box::new(move |_| Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])),
         )
         .await?;
         Ok(true)
     }
 
     /// `TOOL_CATALOG_REGISTER_SCRIPT`: stores the content, then commits the entry.
-    pub async fn register_script(
-        &self,
-        principal: &Principal,
-        cmd: RegisterScript,
-    ) -> Result<EntryView, EngineError> {
+    pub async fn register_script(&self, principal: &Principal, cmd: RegisterScript) -> Result<EntryView, EngineError> {
         require(principal, Flag::Scripts, "register scripts")?;
         let plan = cmd.plan(&principal.home_model, &self.inner.config.limits)?;
         check_model_access(principal, &plan.model)?;
@@ -304,21 +271,13 @@ impl Engine {
         let (model, id) = (plan.model.clone(), plan.entry.id.clone());
         let entry = plan.entry;
         let m = model.clone();
-        self.submit(
-            &principal.name,
-            Box::new(move |st| decide_register(st, &m, entry.clone())),
-        )
-        .await?;
+        self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
         let st = self.read_state();
         let stored = st
             .catalog(&model)
             .and_then(|c| c.get(&id))
             .ok_or_else(|| CoreError::internal("a committed entry is missing from the state"))?;
-        let scope = if model == DEFAULT_MODEL {
-            Scope::Global
-        } else {
-            Scope::Local
-        };
+        let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
         Ok(stored.view(scope, false))
     }
 
@@ -328,38 +287,24 @@ impl Engine {
         let model = args.model.unwrap_or_else(|| principal.home_model.clone());
         check_model_name(&model)?;
         check_model_access(principal, &model)?;
-        let kind = self
-            .read_state()
-            .catalog(&model)
-            .and_then(|c| c.get(&args.id))
-            .map(|e| e.entry.binding.kind());
+        let kind = self.read_state().catalog(&model).and_then(|c| c.get(&args.id)).map(|e| e.entry.binding.kind());
         match kind {
             Some(k) if k.visible_to(principal.flags) => {
                 require(principal, registering_flag(k), "remove this kind of tool")?;
             }
             _ => {
-                return Err(CoreError::not_found(format!(
-                    "no tool {:?} in the catalog of model {model:?}",
-                    args.id
-                ))
-                .into());
+                return Err(
+                    CoreError::not_found(format!("no tool {:?} in the catalog of model {model:?}", args.id)).into()
+                );
             }
         }
         let id = args.id;
-        self.submit(
-            &principal.name,
-            Box::new(move |st| decide_remove(st, &model, &id)),
-        )
-        .await?;
+        self.submit(&principal.name, Box::new(move |st| decide_remove(st, &model, &id))).await?;
         Ok(())
     }
 
     /// Catalog search, local first, showing only the kinds the caller's flags reveal.
-    pub fn search(
-        &self,
-        principal: &Principal,
-        query: &SearchQuery,
-    ) -> Result<SearchPage, EngineError> {
+    pub fn search(&self, principal: &Principal, query: &SearchQuery) -> Result<SearchPage, EngineError> {
         if let Some(m) = &query.model {
             check_model_name(m)?;
         }
@@ -367,31 +312,19 @@ impl Engine {
     }
 
     /// One entry, local first.
-    pub fn get(
-        &self,
-        principal: &Principal,
-        id: &str,
-        model: Option<&str>,
-    ) -> Result<EntryView, EngineError> {
+    pub fn get(&self, principal: &Principal, id: &str, model: Option<&str>) -> Result<EntryView, EngineError> {
         check_tool_id(id)?;
         let model = model.unwrap_or(DEFAULT_MODEL);
         check_model_name(model)?;
         let st = self.read_state();
         match st.resolve(model, id) {
-            Some((e, scope)) if e.entry.binding.kind().visible_to(principal.flags) => {
-                Ok(e.view(scope, false))
-            }
+            Some((e, scope)) if e.entry.binding.kind().visible_to(principal.flags) => Ok(e.view(scope, false)),
             _ => Err(not_found(id, model).into()),
         }
     }
 
     /// Every definition `id` has had in the scope it resolves to from `model`.
-    pub async fn history(
-        &self,
-        principal: &Principal,
-        id: &str,
-        model: Option<&str>,
-    ) -> Result<History, EngineError> {
+    pub async fn history(&self, principal: &Principal, id: &str, model: Option<&str>) -> Result<History, EngineError> {
         check_tool_id(id)?;
         let model = model.unwrap_or(DEFAULT_MODEL);
         check_model_name(model)?;
@@ -412,10 +345,7 @@ impl Engine {
         let Some((owner, scope, recs)) = found else {
             return Err(not_found(id, model).into());
         };
-        let events = recs
-            .into_iter()
-            .map(to_event)
-            .collect::<Result<Vec<_>, _>>()?;
+        let events = recs.into_iter().map(to_event).collect::<Result<Vec<_>, _>>()?;
         // Shown only to a caller who may see the kind the entry had.
         let visible = events.iter().all(|e| match &e.body {
             EventBody::ToolRegistered { entry } => entry.binding.kind().visible_to(principal.flags),
@@ -424,12 +354,7 @@ impl Engine {
         if !visible {
             return Err(not_found(id, model).into());
         }
-        Ok(History {
-            id: id.to_string(),
-            model: owner,
-            scope,
-            events: events.iter().map(Event::view).collect(),
-        })
+        Ok(History { id: id.to_string(), model: owner, scope, events: events.iter().map(Event::view).collect() })
     }
 
     /// A blob's bytes, verified against its digest.
@@ -454,11 +379,7 @@ impl Engine {
             )
             .into());
         }
-        Ok(self
-            .inner
-            .blobs
-            .get_checked(&urn, Some(s.size_bytes))
-            .await?)
+        Ok(self.inner.blobs.get_checked(&urn, Some(s.size_bytes)).await?)
     }
 
     pub fn models(&self) -> Vec<ModelView> {
@@ -479,29 +400,12 @@ impl Engine {
         if let Some(r) = self.inner.reaper.lock().unwrap_or_else(|p| p.into_inner()).take() {
             r.abort();
         }
-        drop(
-            self.inner
-                .tx
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
-        let committer = self
-            .inner
-            .committer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        drop(self.inner.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let committer = self.inner.committer.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(c) = committer {
             let _ = c.await;
         }
-        let running = self
-            .inner
-            .snapshots
-            .task
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let running = self.inner.snapshots.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = running {
             let _ = t.await;
         }
@@ -537,10 +441,7 @@ fn start_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>, ctl: &Arc
     *ctl.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
 }
 
-async fn write_snapshot(
-    state: &Arc<RwLock<State>>,
-    log: &Arc<dyn EventLog>,
-) -> Result<u64, EngineError> {
+async fn write_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>) -> Result<u64, EngineError> {
     // Entries are shared, so the copy under the lock is cheap; serializing happens outside it.
     let copy = state.read().unwrap_or_else(|p| p.into_inner()).clone();
     let seq = copy.last_seq;
@@ -548,12 +449,7 @@ async fn write_snapshot(
         .await
         .map_err(|e| CoreError::internal(format!("snapshot task: {e}")))?
         .map_err(|e| CoreError::internal(format!("snapshot encoding: {e}")))?;
-    log.save_snapshot(Snapshot {
-        seq,
-        schema: STATE_SCHEMA_VERSION,
-        data,
-    })
-    .await?;
+    log.save_snapshot(Snapshot { seq, schema: STATE_SCHEMA_VERSION, data }).await?;
     tracing::debug!(seq, "snapshot written");
     Ok(seq)
 }
@@ -562,9 +458,7 @@ fn not_found(id: &str, model: &str) -> CoreError {
     if model == DEFAULT_MODEL {
         CoreError::not_found(format!("no tool {id:?} in the global catalog"))
     } else {
-        CoreError::not_found(format!(
-            "no tool {id:?} in model {model:?} nor in the global catalog"
-        ))
+        CoreError::not_found(format!("no tool {id:?} in model {model:?} nor in the global catalog"))
     }
 }
 
@@ -602,18 +496,9 @@ fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp",
-        path.file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("secret")
-    ));
+    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("secret")));
     let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)?;
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
     f.write_all(content.as_bytes())?;
     f.write_all(b"\n")?;
     f.sync_all()?;

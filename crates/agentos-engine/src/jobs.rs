@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use agentos_core::job::{CommandToken, ExecutorView, JobResult};
@@ -138,21 +138,39 @@ impl JobQueue {
 
     fn try_take(&self, executor: &str) -> Option<Handout> {
         let mut q = self.lock();
-        q.executors.entry(executor.to_string()).or_insert_with(|| Seen { last: Instant::now(), last_wall: wall_ms(), polls: 0 });
+        q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
+            last: Instant::now(),
+            last_wall: wall_ms(),
+            polls: 0,
+        });
         while let Some(id) = q.queued.pop_front() {
             q.next += 1;
             let lease_id = format!("lease-{}-{}", self.epoch, q.next);
             let Some(job) = q.jobs.get_mut(&id) else { continue };
             job.attempt += 1;
-            job.lease = Some(Lease { id: lease_id.clone(), executor: executor.to_string(), expires: Instant::now() + self.config.lease });
-            return Some(Handout { job_id: id, lease_id, attempt: job.attempt, model: job.model.clone(), token: job.token.clone() });
+            job.lease = Some(Lease {
+                id: lease_id.clone(),
+                executor: executor.to_string(),
+                expires: Instant::now() + self.config.lease,
+            });
+            return Some(Handout {
+                job_id: id,
+                lease_id,
+                attempt: job.attempt,
+                model: job.model.clone(),
+                token: job.token.clone(),
+            });
         }
         None
     }
 
     fn touch(&self, executor: &str, poll_delta: i32) {
         let mut q = self.lock();
-        let seen = q.executors.entry(executor.to_string()).or_insert_with(|| Seen { last: Instant::now(), last_wall: wall_ms(), polls: 0 });
+        let seen = q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
+            last: Instant::now(),
+            last_wall: wall_ms(),
+            polls: 0,
+        });
         seen.last = Instant::now();
         seen.last_wall = wall_ms();
         seen.polls = (seen.polls as i32 + poll_delta).max(0) as u32;
@@ -218,7 +236,13 @@ impl JobQueue {
             return Err(LeaseError::LeaseLost);
         }
         let mut job = q.jobs.remove(job_id).expect("checked above");
-        Ok(Finished { job_id: job_id.to_string(), model: job.model, token: job.token, attempt: job.attempt, waiter: job.waiter.take() })
+        Ok(Finished {
+            job_id: job_id.to_string(),
+            model: job.model,
+            token: job.token,
+            attempt: job.attempt,
+            waiter: job.waiter.take(),
+        })
     }
 
     /// Puts jobs whose lease expired back in the queue, or fails them after the last attempt.
@@ -245,7 +269,10 @@ impl JobQueue {
                         job.attempt, lease.executor
                     );
                     let waiter = job.waiter.take();
-                    failed.push((Finished { job_id: id, model: job.model, token: job.token, attempt: job.attempt, waiter }, why));
+                    failed.push((
+                        Finished { job_id: id, model: job.model, token: job.token, attempt: job.attempt, waiter },
+                        why,
+                    ));
                 } else {
                     q.queued.push_back(id);
                     requeued += 1;
@@ -286,7 +313,12 @@ impl JobQueue {
                 } else {
                     "idle"
                 };
-                ExecutorView { name: name.clone(), state: state.into(), last_seen: agentos_core::event::format_time(seen.last_wall), jobs }
+                ExecutorView {
+                    name: name.clone(),
+                    state: state.into(),
+                    last_seen: agentos_core::event::format_time(seen.last_wall),
+                    jobs,
+                }
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -314,7 +346,11 @@ mod tests {
     }
 
     fn queue() -> JobQueue {
-        JobQueue::new(JobConfig { lease: Duration::from_secs(10), max_attempts: 2, gone_after: Duration::from_secs(60) })
+        JobQueue::new(JobConfig {
+            lease: Duration::from_secs(10),
+            max_attempts: 2,
+            gone_after: Duration::from_secs(60),
+        })
     }
 
     #[tokio::test(start_paused = true)]

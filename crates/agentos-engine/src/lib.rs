@@ -9,6 +9,6 @@ pub mod principal;
 
 pub use dispatch::DispatchConfig;
 pub use engine::{Engine, EngineConfig, History, Restored};
-pub use jobs::JobConfig;
 pub use error::EngineError;
+pub use jobs::JobConfig;
 pub use principal::Principal;

@@ -17,11 +17,7 @@ impl Principal {
             name: r.name.clone(),
             kind: r.kind,
             // The operator holds every flag, whatever the record says.
-            flags: if r.kind == PrincipalKind::Operator {
-                Flags::all()
-            } else {
-                r.parsed_flags()
-            },
+            flags: if r.kind == PrincipalKind::Operator { Flags::all() } else { r.parsed_flags() },
             home_model: r.home_model.clone(),
         }
     }
@@ -35,8 +31,5 @@ pub fn new_token() -> Result<String, getrandom::Error> {
     use base64::Engine as _;
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes)?;
-    Ok(format!(
-        "aos_{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    ))
+    Ok(format!("aos_{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)))
 }

@@ -21,28 +21,18 @@ fn operator() -> Principal {
 async fn open(dir: &std::path::Path, snapshot_every: u64) -> Engine {
     let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
     let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
-    Engine::open(
-        EngineConfig {
-            snapshot_every,
-            ..Default::default()
-        },
-        log,
-        blobs,
-    )
-    .await
-    .unwrap()
+    Engine::open(EngineConfig { snapshot_every, ..Default::default() }, log, blobs).await.unwrap()
 }
 
 fn script(id: &str, model: &str, content: &str) -> RegisterScript {
-    serde_json::from_value(serde_json::json!({"id": id, "name": id, "runtime": "sh", "content": content, "model": model})).unwrap()
+    serde_json::from_value(
+        serde_json::json!({"id": id, "name": id, "runtime": "sh", "content": content, "model": model}),
+    )
+    .unwrap()
 }
 
 fn everything(e: &Engine) -> serde_json::Value {
-    let q = |m: Option<&str>| SearchQuery {
-        model: m.map(str::to_string),
-        limit: 1000,
-        ..Default::default()
-    };
+    let q = |m: Option<&str>| SearchQuery { model: m.map(str::to_string), limit: 1000, ..Default::default() };
     let op = operator();
     serde_json::json!({
         "global": e.search(&op, &q(None)).unwrap(),
@@ -59,20 +49,14 @@ async fn snapshot_plus_tail_equals_full_replay() {
     for i in 0..30 {
         e.register_script(
             &op,
-            script(
-                &format!("t{i}"),
-                if i % 2 == 0 { "default" } else { "m" },
-                &format!("echo {i}"),
-            ),
+            script(&format!("t{i}"), if i % 2 == 0 { "default" } else { "m" }, &format!("echo {i}")),
         )
         .await
         .unwrap();
     }
     let snap = e.snapshot_now().await.unwrap();
     for i in 0..7 {
-        e.register_script(&op, script(&format!("t{i}"), "m", "echo changed"))
-            .await
-            .unwrap();
+        e.register_script(&op, script(&format!("t{i}"), "m", "echo changed")).await.unwrap();
     }
     let expected = everything(&e);
     let last = e.last_seq();
@@ -80,24 +64,11 @@ async fn snapshot_plus_tail_equals_full_replay() {
     drop(e);
 
     let e = open(dir.path(), 1_000_000).await;
-    assert_eq!(
-        e.restored(),
-        Restored {
-            snapshot_seq: snap,
-            replayed: last - snap
-        }
-    );
+    assert_eq!(e.restored(), Restored { snapshot_seq: snap, replayed: last - snap });
     assert_eq!(everything(&e), expected);
     e.shutdown().await;
 
     let e = open(dir.path(), 1_000_000).await;
-    assert_eq!(
-        e.restored(),
-        Restored {
-            snapshot_seq: last,
-            replayed: 0
-        },
-        "shutdown writes a final snapshot"
-    );
+    assert_eq!(e.restored(), Restored { snapshot_seq: last, replayed: 0 }, "shutdown writes a final snapshot");
     assert_eq!(everything(&e), expected);
 }

@@ -33,8 +33,12 @@ impl ScriptCache {
         }
         let dir = path.parent().expect("cache paths have a parent");
         std::fs::create_dir_all(dir)?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
         let mut tmp = tempfile::Builder::new().prefix(".tmp-").tempfile_in(dir)?;
         tmp.write_all(content)?;
+        // Readable by the user scripts run as, which need not be the executor's.
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644))?;
         tmp.as_file().sync_all()?;
         tmp.persist(&path).map_err(|e| e.error)?;
         Ok((path, true))

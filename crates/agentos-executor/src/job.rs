@@ -23,6 +23,8 @@ pub struct JobLimits {
     pub max_output: usize,
     /// PATH given to scripts, and where runtimes are looked up.
     pub path: String,
+    /// The user and group scripts run as; `None`: the executor's own.
+    pub run_as: Option<(u32, u32)>,
 }
 
 impl Default for JobLimits {
@@ -32,6 +34,7 @@ impl Default for JobLimits {
             max_timeout: Duration::from_secs(600),
             max_output: 16 * 1024 * 1024,
             path: "/usr/local/bin:/usr/bin:/bin".into(),
+            run_as: None,
         }
     }
 }
@@ -63,7 +66,10 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
     let args = t.args.as_object().ok_or("args must be an object")?;
     let tool = args.get("toolId").and_then(Value::as_str).unwrap_or("(unnamed)");
     let s = |k: &str| -> Result<String, String> {
-        args.get(k).and_then(Value::as_str).map(str::to_string).ok_or_else(|| format!("tool {tool:?}: args.{k} is missing; the master did not resolve this job"))
+        args.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| format!("tool {tool:?}: args.{k} is missing; the master did not resolve this job"))
     };
     let runtime_name = s("runtime")?;
     let runtime = Runtime::parse(&runtime_name).ok_or_else(|| format!("unknown runtime {runtime_name:?}"))?;
@@ -73,18 +79,25 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
         .map_err(|e| format!("tool {tool:?}: args.content is not valid base64: {e}"))?;
     let actual = sha256_hex(&content);
     if actual != sha256 {
-        return Err(format!("tool {tool:?}: refusing to run: the content hashes to {actual} but the job pins {sha256}"));
+        return Err(format!(
+            "tool {tool:?}: refusing to run: the content hashes to {actual} but the job pins {sha256}"
+        ));
     }
     let argv = match args.get("argv") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(a)) => a.iter().map(|v| v.as_str().map(str::to_string).ok_or("args.argv must be a list of strings")).collect::<Result<_, _>>()?,
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| v.as_str().map(str::to_string).ok_or("args.argv must be a list of strings"))
+            .collect::<Result<_, _>>()?,
         Some(_) => return Err("args.argv must be a list of strings".into()),
     };
     let env = match args.get("env") {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(o)) => o
             .iter()
-            .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())).ok_or(format!("args.env.{k} must be a string")))
+            .map(|(k, v)| {
+                v.as_str().map(|v| (k.clone(), v.to_string())).ok_or(format!("args.env.{k} must be a string"))
+            })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("args.env must be an object of strings".into()),
     };
@@ -98,11 +111,26 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
         .map(Duration::from_millis)
         .unwrap_or(limits.default_timeout)
         .min(limits.max_timeout);
-    Ok(Script { runtime, content, sha256, filename: s("filename").unwrap_or_else(|_| "script".into()), argv, env, input, timeout })
+    Ok(Script {
+        runtime,
+        content,
+        sha256,
+        filename: s("filename").unwrap_or_else(|_| "script".into()),
+        argv,
+        env,
+        input,
+        timeout,
+    })
 }
 
 /// Runs one leased job to its result. Never fails: every refusal is a result with `error`.
-pub async fn execute(job: &LeasedJob, cache: &ScriptCache, jobs_dir: &Path, limits: &JobLimits, cancel: &CancellationToken) -> ExecutorResult {
+pub async fn execute(
+    job: &LeasedJob,
+    cache: &ScriptCache,
+    jobs_dir: &Path,
+    limits: &JobLimits,
+    cancel: &CancellationToken,
+) -> ExecutorResult {
     let script = match parse(job, limits) {
         Ok(s) => s,
         Err(e) => return refused(&job.lease_id, e),
@@ -117,10 +145,21 @@ pub async fn execute(job: &LeasedJob, cache: &ScriptCache, jobs_dir: &Path, limi
         Err(e) => return refused(&job.lease_id, format!("cannot write the script to the cache: {e}")),
     };
     let Some(program) = runner::find_program(script.runtime.as_str(), &limits.path) else {
-        return refused(&job.lease_id, format!("runtime {} is not installed on this executor (looked in {})", script.runtime.as_str(), limits.path));
+        return refused(
+            &job.lease_id,
+            format!(
+                "runtime {} is not installed on this executor (looked in {})",
+                script.runtime.as_str(),
+                limits.path
+            ),
+        );
     };
     let cwd = jobs_dir.join(format!("{}-{}", job.job_id, job.attempt));
-    if let Err(e) = std::fs::create_dir_all(&cwd) {
+    let made = std::fs::create_dir_all(&cwd).and_then(|()| match limits.run_as {
+        Some((uid, gid)) => std::os::unix::fs::chown(&cwd, Some(uid), Some(gid)),
+        None => Ok(()),
+    });
+    if let Err(e) = made {
         return refused(&job.lease_id, format!("cannot create the job folder {}: {e}", cwd.display()));
     }
     let mut env = BTreeMap::from([
@@ -131,7 +170,16 @@ pub async fn execute(job: &LeasedJob, cache: &ScriptCache, jobs_dir: &Path, limi
     env.extend(script.env);
     let mut args = vec![path.display().to_string()];
     args.extend(script.argv);
-    let spec = RunSpec { program, args, env, cwd: cwd.clone(), stdin: script.input, timeout: script.timeout, max_output: limits.max_output };
+    let spec = RunSpec {
+        program,
+        args,
+        env,
+        cwd: cwd.clone(),
+        stdin: script.input,
+        timeout: script.timeout,
+        max_output: limits.max_output,
+        run_as: limits.run_as,
+    };
     let outcome = runner::run(spec, cancel).await;
     let _ = std::fs::remove_dir_all(&cwd);
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -181,7 +229,14 @@ mod tests {
 
     async fn exec(j: &LeasedJob) -> (ExecutorResult, tempfile::TempDir) {
         let ws = tempfile::tempdir().unwrap();
-        let r = execute(j, &ScriptCache::new(ws.path()), &ws.path().join("jobs"), &JobLimits::default(), &CancellationToken::new()).await;
+        let r = execute(
+            j,
+            &ScriptCache::new(ws.path()),
+            &ws.path().join("jobs"),
+            &JobLimits::default(),
+            &CancellationToken::new(),
+        )
+        .await;
         (r, ws)
     }
 
@@ -206,10 +261,14 @@ mod tests {
     #[tokio::test]
     async fn runs_with_argv_input_and_a_clean_environment() {
         let content = "echo \"args:$*\"; cat; echo; env | sort";
-        let (r, _) = exec(&job(json!({"toolId": "t", "runtime": "sh", "filename": "t.sh", "sha256": sha256_hex(content.as_bytes()),
-            "content": b64(content), "argv": ["a", "b"], "input": {"k": 1}, "env": {"GREETING": "hi"}}))).await;
+        let (r, _) = exec(&job(
+            json!({"toolId": "t", "runtime": "sh", "filename": "t.sh", "sha256": sha256_hex(content.as_bytes()),
+            "content": b64(content), "argv": ["a", "b"], "input": {"k": 1}, "env": {"GREETING": "hi"}}),
+        ))
+        .await;
         assert_eq!(r.error, None);
-        let out = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(r.stdout_base64).unwrap()).unwrap();
+        let out =
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(r.stdout_base64).unwrap()).unwrap();
         let mut lines = out.lines();
         assert_eq!(lines.next(), Some("args:a b"));
         assert_eq!(lines.next(), Some("{\"k\":1}"));

@@ -7,4 +7,4 @@ pub mod protocol;
 pub mod runner;
 mod worker;
 
-pub use worker::{run, ExecutorConfig, ExecutorError};
+pub use worker::{ExecutorConfig, ExecutorError, forbid_inspection, run, workspace_reachable};

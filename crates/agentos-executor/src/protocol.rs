@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 use agentos_core::job::{ExecutorResult, LeasedJob};
 
@@ -33,12 +33,22 @@ pub struct Master {
 
 impl Master {
     pub fn new(url: &str, token: &str, name: Option<String>) -> Self {
-        let http = reqwest::Client::builder().tcp_nodelay(true).pool_idle_timeout(Duration::from_secs(90)).build().expect("http client");
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .expect("http client");
         Master { url: url.trim_end_matches('/').to_string(), token: token.to_string(), name, http }
     }
 
-    async fn post<T: DeserializeOwned>(&self, path: &str, body: &Value, timeout: Duration) -> Result<Option<T>, ProtocolError> {
-        let mut req = self.http.post(format!("{}{path}", self.url)).bearer_auth(&self.token).json(body).timeout(timeout);
+    async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Option<T>, ProtocolError> {
+        let mut req =
+            self.http.post(format!("{}{path}", self.url)).bearer_auth(&self.token).json(body).timeout(timeout);
         if let Some(n) = &self.name {
             req = req.header("x-agentos-executor-name", n);
         }
@@ -65,15 +75,29 @@ impl Master {
     }
 
     pub async fn heartbeat(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
-        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/heartbeat"), &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
+        self.post::<Value>(
+            &format!("/api/executor/jobs/{job_id}/heartbeat"),
+            &json!({"leaseId": lease_id}),
+            Duration::from_secs(10),
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn release(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
-        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/release"), &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
+        self.post::<Value>(
+            &format!("/api/executor/jobs/{job_id}/release"),
+            &json!({"leaseId": lease_id}),
+            Duration::from_secs(10),
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn result(&self, job_id: &str, result: &ExecutorResult) -> Result<(), ProtocolError> {
         let body = serde_json::to_value(result).expect("results serialize");
-        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/result"), &body, Duration::from_secs(120)).await.map(|_| ())
+        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/result"), &body, Duration::from_secs(120))
+            .await
+            .map(|_| ())
     }
 }

@@ -23,6 +23,8 @@ pub struct RunSpec {
     pub timeout: Duration,
     /// Bytes kept of each of stdout and stderr; the rest is read and dropped.
     pub max_output: usize,
+    /// Run as this user and group instead of the executor's own.
+    pub run_as: Option<(u32, u32)>,
 }
 
 #[derive(Debug)]
@@ -77,6 +79,10 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    if let Some((uid, gid)) = spec.run_as {
+        // As root, std also drops the supplementary groups before it changes the user.
+        cmd.uid(uid).gid(gid);
+    }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     if let (Some(mut w), Some(input)) = (child.stdin.take(), spec.stdin) {
@@ -157,6 +163,7 @@ pub(crate) mod tests {
             stdin: None,
             timeout: Duration::from_millis(timeout_ms),
             max_output: 1024,
+            run_as: None,
         }
     }
 

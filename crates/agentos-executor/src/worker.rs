@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use agentos_core::job::LeasedJob;
 
 use crate::cache::ScriptCache;
-use crate::job::{execute, JobLimits};
+use crate::job::{JobLimits, execute};
 use crate::protocol::{Master, ProtocolError};
 
 #[derive(Debug, Clone)]
@@ -34,6 +34,45 @@ pub enum ExecutorError {
     Workspace { path: PathBuf, source: std::io::Error },
     #[error("the master refused this executor's credential: {0}")]
     Credential(String),
+    #[error(
+        "scripts run as uid {uid} but could not reach the workspace {path}: {why}; choose a --workspace under a folder others may enter, or --run-as current"
+    )]
+    Unreachable { path: PathBuf, uid: u32, why: String },
+}
+
+/// Makes the workspace usable by the user scripts run as: its own folders open to enter and
+/// read (never to write: each job gets a folder of its own), every folder above enterable.
+fn prepare_for_user(workspace: &std::path::Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    for dir in
+        [workspace.to_path_buf(), workspace.join("jobs"), workspace.join("scripts"), workspace.join("scripts/sha256")]
+    {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    workspace_reachable(workspace, uid)
+}
+
+/// Whether user `uid` may enter every folder above `workspace` (which need not exist yet).
+pub fn workspace_reachable(workspace: &std::path::Path, uid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let absolute = std::path::absolute(workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
+    for dir in absolute.ancestors().skip(1) {
+        let Ok(meta) = std::fs::metadata(dir) else { continue };
+        if meta.uid() != uid && meta.mode() & 0o001 == 0 {
+            return Err(format!("{} (mode {:o}) may not be entered by others", dir.display(), meta.mode() & 0o777));
+        }
+    }
+    Ok(())
+}
+
+/// Marks this process non-dumpable, so that a script running as the same user cannot read
+/// its environment or memory through /proc (where the credential lives).
+pub fn forbid_inspection() {
+    // SAFETY: prctl with PR_SET_DUMPABLE only changes a flag of this process.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
 }
 
 struct Shared {
@@ -51,6 +90,15 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     let workspace = std::fs::canonicalize(&config.workspace).map_err(ws_err)?;
     let jobs_dir = workspace.join("jobs");
     std::fs::create_dir_all(&jobs_dir).map_err(ws_err)?;
+    std::fs::create_dir_all(workspace.join("scripts/sha256")).map_err(ws_err)?;
+    if let Some((uid, _)) = config.limits.run_as {
+        prepare_for_user(&workspace, uid).map_err(|why| ExecutorError::Unreachable {
+            path: workspace.clone(),
+            uid,
+            why,
+        })?;
+    }
+    forbid_inspection();
     let shared = Arc::new(Shared {
         master: Master::new(&config.master, &config.token, config.name.clone()),
         cache: ScriptCache::new(&workspace),
@@ -63,7 +111,8 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     let (fatal_tx, mut fatal_rx) = tokio::sync::mpsc::channel::<String>(1);
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..config.concurrency.max(1) {
-        let (shared, stop, kill, fatal) = (shared.clone(), stop_polling.clone(), kill_running.clone(), fatal_tx.clone());
+        let (shared, stop, kill, fatal) =
+            (shared.clone(), stop_polling.clone(), kill_running.clone(), fatal_tx.clone());
         let wait = config.poll_wait;
         workers.spawn(async move { worker(shared, stop, kill, fatal, wait).await });
     }
@@ -93,7 +142,13 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     }
 }
 
-async fn worker(shared: Arc<Shared>, stop: CancellationToken, kill: CancellationToken, fatal: tokio::sync::mpsc::Sender<String>, wait: Duration) {
+async fn worker(
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    kill: CancellationToken,
+    fatal: tokio::sync::mpsc::Sender<String>,
+    wait: Duration,
+) {
     let mut backoff = Duration::from_millis(100);
     loop {
         let polled = tokio::select! {
@@ -128,7 +183,8 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken) {
     let cancel = CancellationToken::new();
     // The heartbeat renews the lease at a third of its length; a lost lease stops the run.
     let heartbeat = {
-        let (master, job_id, lease_id, lost, cancel) = (shared.master.clone(), job.job_id.clone(), job.lease_id.clone(), lease_lost.clone(), cancel.clone());
+        let (master, job_id, lease_id, lost, cancel) =
+            (shared.master.clone(), job.job_id.clone(), job.lease_id.clone(), lease_lost.clone(), cancel.clone());
         let every = Duration::from_millis((job.lease_ms / 3).max(50));
         tokio::spawn(async move {
             loop {

@@ -42,15 +42,13 @@ pub fn router(state: AppState) -> Router {
         .route("/api/blobs/{*urn}", get(get_blob))
         .route("/api/tools/{id}/invoke", post(invoke_tool))
         .route("/api/executors", get(list_executors))
+        .route("/api/jobs/{id}", get(get_job))
         .route("/api/executor-tokens", post(create_executor_token))
         .route("/api/executor/poll", post(executor_poll))
         .route("/api/executor/jobs/{id}/heartbeat", post(executor_heartbeat))
         .route("/api/executor/jobs/{id}/release", post(executor_release))
         .route("/api/executor/jobs/{id}/result", post(executor_result))
-        .route_layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            auth::authorize,
-        ))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.
@@ -124,18 +122,13 @@ fn to_query(
         Some(k) => Some(BindingKind::parse(k).ok_or_else(|| {
             ApiError::bad_request(
                 "invalid_type",
-                format!(
-                    "unknown tool type {k:?}; use one of script, http, docker, toolnet, host, mcp"
-                ),
+                format!("unknown tool type {k:?}; use one of script, http, docker, toolnet, host, mcp"),
             )
         })?),
     };
     let limit = limit.unwrap_or(DEFAULT_LIMIT);
     if limit == 0 || limit > MAX_LIMIT {
-        return Err(ApiError::bad_request(
-            "invalid_limit",
-            format!("limit must be between 1 and {MAX_LIMIT}"),
-        ));
+        return Err(ApiError::bad_request("invalid_limit", format!("limit must be between 1 and {MAX_LIMIT}")));
     }
     Ok(SearchQuery {
         model: model.filter(|m| !m.is_empty()),
@@ -202,14 +195,10 @@ pub async fn run_command(
     Extension(p): Extension<Principal>,
     JsonValue(body): JsonValue,
 ) -> Result<Response, ApiError> {
-    let kind = body
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+    let kind = body.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
     let cmd = Command::parse(body)?;
-    let permission = command_permission(&kind)
-        .ok_or_else(|| ApiError::forbidden(format!("{kind} declares no permission")))?;
+    let permission =
+        command_permission(&kind).ok_or_else(|| ApiError::forbidden(format!("{kind} declares no permission")))?;
     if !permission.allows(p.flags) {
         return Err(ApiError::forbidden(format!(
             "{} may not run {kind}: that needs {} (it holds {})",
@@ -221,25 +210,13 @@ pub async fn run_command(
     let engine = &app.engine;
     Ok(match cmd {
         Command::RegisterScript(r) => Json(engine.register_script(&p, r).await?).into_response(),
-        Command::Search(SearchArgs {
-            tool_type,
-            model,
-            q,
-            capability,
-            limit,
-            offset,
-        }) => {
+        Command::Search(SearchArgs { tool_type, model, q, capability, limit, offset }) => {
             let query = to_query(tool_type, model, q, capability, limit, offset)?;
             Json(engine.search(&p, &query)?).into_response()
         }
-        Command::Get(GetArgs { id, model }) => {
-            Json(engine.get(&p, &id, model.as_deref())?).into_response()
-        }
+        Command::Get(GetArgs { id, model }) => Json(engine.get(&p, &id, model.as_deref())?).into_response(),
         Command::Remove(args) => {
-            let (id, model) = (
-                args.id.clone(),
-                args.model.clone().unwrap_or_else(|| p.home_model.clone()),
-            );
+            let (id, model) = (args.id.clone(), args.model.clone().unwrap_or_else(|| p.home_model.clone()));
             engine.remove(&p, args).await?;
             Json(json!({"removed": true, "id": id, "model": model})).into_response()
         }
@@ -251,25 +228,16 @@ pub async fn run_command(
     responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
         (status = 500, description = "The stored bytes are corrupt and are not served", body = crate::error::ErrorBody)))]
-pub async fn get_blob(
-    State(app): State<AppState>,
-    Path(urn): Path<String>,
-) -> Result<Response, ApiError> {
+pub async fn get_blob(State(app): State<AppState>, Path(urn): Path<String>) -> Result<Response, ApiError> {
     let urn: BlobUrn = urn.parse()?;
     let bytes = app.engine.read_blob(&urn).await?;
     let mut resp = bytes.into_response();
     let h = resp.headers_mut();
-    h.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/octet-stream"),
-    );
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", urn.sha256())) {
         h.insert(header::ETAG, v);
     }
-    h.insert(
-        header::CACHE_CONTROL,
-        HeaderValue::from_static("private, max-age=31536000, immutable"),
-    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=31536000, immutable"));
     Ok(resp)
 }
 
@@ -291,9 +259,26 @@ pub struct InvokeParams {
     request_body = InvokeRequest,
     responses((status = 200, body = JobResult), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 504, description = "No executor finished the job in time", body = crate::error::ErrorBody)))]
-pub async fn invoke_tool(State(app): State<AppState>, Extension(p): Extension<Principal>, Path(id): Path<String>, QueryParams(q): QueryParams<InvokeParams>, JsonValue(body): JsonValue) -> Result<Json<JobResult>, ApiError> {
+pub async fn invoke_tool(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<InvokeParams>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<JobResult>, ApiError> {
     let req: InvokeRequest = typed(body)?;
     Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?))
+}
+
+/// A finished job and its recorded result.
+#[utoipa::path(get, path = "/api/jobs/{id}", tag = "tools", params(("id" = String, Path, description = "Job id")),
+    responses((status = 200, body = agentos_engine::dispatch::JobRecord), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get_job(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<agentos_engine::dispatch::JobRecord>, ApiError> {
+    Ok(Json(app.engine.job(&p, &id).await?))
 }
 
 /// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds.
@@ -313,7 +298,11 @@ pub struct ExecutorTokenRequest {
 /// Create an executor credential (operator only). It is good for the executor protocol and nothing else.
 #[utoipa::path(post, path = "/api/executor-tokens", tag = "executors", request_body = ExecutorTokenRequest,
     responses((status = 200, description = "{\"name\", \"token\"}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-pub async fn create_executor_token(State(app): State<AppState>, Extension(p): Extension<Principal>, JsonValue(body): JsonValue) -> Result<Json<Value>, ApiError> {
+pub async fn create_executor_token(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
     let req: ExecutorTokenRequest = typed(body)?;
     let token = app.engine.create_executor_token(&p, &req.name).await?;
     Ok(Json(json!({"name": req.name, "token": token})))
@@ -322,7 +311,11 @@ pub async fn create_executor_token(State(app): State<AppState>, Extension(p): Ex
 /// Long poll for work: answered the moment a job is queued (200), or 204 after `waitMs`.
 #[utoipa::path(post, path = "/api/executor/poll", tag = "executor protocol", request_body = PollRequest,
     responses((status = 200, body = LeasedJob), (status = 204, description = "No work within waitMs"), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
-pub async fn executor_poll(State(app): State<AppState>, Extension(p): Extension<Principal>, JsonValue(body): JsonValue) -> Result<Response, ApiError> {
+pub async fn executor_poll(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    JsonValue(body): JsonValue,
+) -> Result<Response, ApiError> {
     let req: PollRequest = typed(body)?;
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
     match app.engine.poll_job(&p, req.name.as_deref(), wait).await? {
@@ -334,7 +327,13 @@ pub async fn executor_poll(State(app): State<AppState>, Extension(p): Extension<
 /// Renew a lease. 409 when the lease was lost (the job went to another executor).
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/heartbeat", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
     responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-pub async fn executor_heartbeat(State(app): State<AppState>, Extension(p): Extension<Principal>, headers: HeaderMap, Path(id): Path<String>, JsonValue(body): JsonValue) -> Result<Json<Value>, ApiError> {
+pub async fn executor_heartbeat(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
     let req: LeaseRef = typed(body)?;
     let lease = app.engine.heartbeat_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
     Ok(Json(json!({"leaseMs": lease.as_millis() as u64})))
@@ -343,7 +342,13 @@ pub async fn executor_heartbeat(State(app): State<AppState>, Extension(p): Exten
 /// Hand a job back to the queue (an executor stopping before it could run it).
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/release", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
     responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
-pub async fn executor_release(State(app): State<AppState>, Extension(p): Extension<Principal>, headers: HeaderMap, Path(id): Path<String>, JsonValue(body): JsonValue) -> Result<Json<Value>, ApiError> {
+pub async fn executor_release(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
     let req: LeaseRef = typed(body)?;
     app.engine.release_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
     Ok(Json(json!({"released": true})))
@@ -352,7 +357,13 @@ pub async fn executor_release(State(app): State<AppState>, Extension(p): Extensi
 /// Post a job's result. Only the current lease holder's result is taken, once.
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = ExecutorResult,
     responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
-pub async fn executor_result(State(app): State<AppState>, Extension(p): Extension<Principal>, headers: HeaderMap, Path(id): Path<String>, ResultBody(body): ResultBody) -> Result<Json<Value>, ApiError> {
+pub async fn executor_result(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    ResultBody(body): ResultBody,
+) -> Result<Json<Value>, ApiError> {
     let req: ExecutorResult = typed(body)?;
     app.engine.complete_job(&p, executor_name(&headers).as_deref(), &id, req).await?;
     Ok(Json(json!({"recorded": true})))

@@ -10,16 +10,8 @@ use agentos_core::event::PrincipalKind;
 use crate::api::AppState;
 use crate::routes::{Permission, route_permission};
 
-pub async fn authorize(
-    State(app): State<AppState>,
-    mut req: Request,
-    next: Next,
-) -> Result<Response, ApiError> {
-    let path = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_string())
-        .unwrap_or_default();
+pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next) -> Result<Response, ApiError> {
+    let path = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_default();
     let method = req.method().as_str().to_string();
     // A route missing from the table is refused rather than left open.
     let permission = route_permission(&method, &path)
@@ -27,10 +19,7 @@ pub async fn authorize(
     if permission == Permission::Public {
         return Ok(next.run(req).await);
     }
-    let header = req
-        .headers()
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
+    let header = req.headers().get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     let token = match header {
         None => {
             return Err(ApiError::unauthorized(
@@ -41,14 +30,10 @@ pub async fn authorize(
             .strip_prefix("Bearer ")
             .or_else(|| h.strip_prefix("bearer "))
             .map(str::trim)
-            .ok_or_else(|| {
-                ApiError::unauthorized("the Authorization header must be 'Bearer <token>'")
-            })?,
+            .ok_or_else(|| ApiError::unauthorized("the Authorization header must be 'Bearer <token>'"))?,
     };
     let principal = app.engine.authenticate(token).ok_or_else(|| {
-        ApiError::unauthorized(
-            "the bearer token is not valid (revoked, mistyped, or from another data folder)",
-        )
+        ApiError::unauthorized("the bearer token is not valid (revoked, mistyped, or from another data folder)")
     })?;
     let kind = principal.kind;
     let allowed = match permission {

@@ -72,8 +72,8 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let q = parts.uri.query().unwrap_or("");
-        serde_urlencoded::from_str(q).map(QueryParams).map_err(|e| {
-            ApiError::bad_request("invalid_query", format!("invalid query parameters: {e}"))
-        })
+        serde_urlencoded::from_str(q)
+            .map(QueryParams)
+            .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query parameters: {e}")))
     }
 }

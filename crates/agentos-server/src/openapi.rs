@@ -17,6 +17,7 @@ use utoipa::{Modify, OpenApi};
         crate::api::get_blob,
         crate::api::invoke_tool,
         crate::api::list_executors,
+        crate::api::get_job,
         crate::api::create_executor_token,
         crate::api::executor_poll,
         crate::api::executor_heartbeat,

@@ -44,13 +44,7 @@ impl Permission {
 }
 
 /// Catalog search and get: granted by any flag that reveals a kind of tool.
-pub const CATALOG_READ: &[Flag] = &[
-    Flag::Docker,
-    Flag::Http,
-    Flag::ToolNets,
-    Flag::Scripts,
-    Flag::Mcp,
-];
+pub const CATALOG_READ: &[Flag] = &[Flag::Docker, Flag::Http, Flag::ToolNets, Flag::Scripts, Flag::Mcp];
 
 pub struct RouteSpec {
     pub method: &'static str,
@@ -75,6 +69,7 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read)),
     route("POST", "/api/tools/{id}/invoke", Permission::Flag(Flag::Execute)),
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
+    route("GET", "/api/jobs/{id}", Permission::Flag(Flag::Logs)),
     route("POST", "/api/executor-tokens", Permission::Operator),
     route("POST", "/api/executor/poll", Permission::Executor),
     route("POST", "/api/executor/jobs/{id}/heartbeat", Permission::Executor),
@@ -84,10 +79,7 @@ pub const ROUTES: &[RouteSpec] = &[
 
 /// The permission of each command type sent to `POST /api/commands`.
 pub const COMMANDS: &[(&str, Permission)] = &[
-    (
-        "TOOL_CATALOG_REGISTER_SCRIPT",
-        Permission::Flag(Flag::Scripts),
-    ),
+    ("TOOL_CATALOG_REGISTER_SCRIPT", Permission::Flag(Flag::Scripts)),
     ("TOOL_CATALOG_SEARCH", Permission::AnyOf(CATALOG_READ)),
     ("TOOL_CATALOG_GET", Permission::AnyOf(CATALOG_READ)),
     // Removing further needs the flag of the entry's kind, checked by the engine.
@@ -95,10 +87,7 @@ pub const COMMANDS: &[(&str, Permission)] = &[
 ];
 
 pub fn route_permission(method: &str, path: &str) -> Option<Permission> {
-    ROUTES
-        .iter()
-        .find(|r| r.method == method && r.path == path)
-        .map(|r| r.permission)
+    ROUTES.iter().find(|r| r.method == method && r.path == path).map(|r| r.permission)
 }
 
 pub fn command_permission(kind: &str) -> Option<Permission> {

@@ -42,15 +42,9 @@ pub enum ServeError {
     #[error("the data folder {0} is in use by another master (its LOCK file is held)")]
     Locked(PathBuf),
     #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
+    Listen { addr: String, source: std::io::Error },
     #[error("{context}: {source}")]
-    Io {
-        context: String,
-        source: std::io::Error,
-    },
+    Io { context: String, source: std::io::Error },
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -63,20 +57,15 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let data = &config.data_dir;
-    std::fs::create_dir_all(data).map_err(|e| ServeError::Io {
-        context: format!("creating {}", data.display()),
-        source: e,
-    })?;
+    std::fs::create_dir_all(data)
+        .map_err(|e| ServeError::Io { context: format!("creating {}", data.display()), source: e })?;
     // One master per data folder: a second one would fold a log it does not own.
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(data.join("LOCK"))
-        .map_err(|e| ServeError::Io {
-            context: "opening the LOCK file".into(),
-            source: e,
-        })?;
+        .map_err(|e| ServeError::Io { context: "opening the LOCK file".into(), source: e })?;
     if lock.try_lock().is_err() {
         return Err(ServeError::Locked(data.clone()));
     }
@@ -85,9 +74,7 @@ pub async fn run(
     let blobs = Arc::new(FsBlobStore::open(data.join("blobs"))?);
     let engine = Engine::open(
         EngineConfig {
-            limits: Limits {
-                max_script_bytes: config.max_script_bytes,
-            },
+            limits: Limits { max_script_bytes: config.max_script_bytes },
             snapshot_every: config.snapshot_every,
             jobs: config.jobs,
             dispatch: config.dispatch,
@@ -101,14 +88,9 @@ pub async fn run(
 
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await
-        .map_err(|e| ServeError::Listen {
-            addr: config.listen.clone(),
-            source: e,
-        })?;
-    let addr = listener.local_addr().map_err(|e| ServeError::Io {
-        context: "reading the bound address".into(),
-        source: e,
-    })?;
+        .map_err(|e| ServeError::Listen { addr: config.listen.clone(), source: e })?;
+    let addr =
+        listener.local_addr().map_err(|e| ServeError::Io { context: "reading the bound address".into(), source: e })?;
     let ready = Ready {
         url: format!("http://{addr}"),
         addr,
@@ -122,13 +104,8 @@ pub async fn run(
     on_ready(&ready);
 
     let app = crate::router(engine.clone(), config.max_body_bytes, config.max_result_bytes);
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
     engine.shutdown().await;
     drop(lock);
-    served.map_err(|e| ServeError::Io {
-        context: "serving".into(),
-        source: e,
-    })
+    served.map_err(|e| ServeError::Io { context: "serving".into(), source: e })
 }

@@ -20,10 +20,7 @@ pub enum StoreError {
 
 impl StoreError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        StoreError::Io {
-            context: context.into(),
-            source,
-        }
+        StoreError::Io { context: context.into(), source }
     }
 }
 

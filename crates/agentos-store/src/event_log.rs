@@ -43,6 +43,8 @@ pub trait EventLog: Send + Sync + 'static {
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>;
     /// Every event of one entity in one model, in order.
     async fn read_key(&self, model: &str, key: &str) -> Result<Vec<RecordedEvent>, StoreError>;
+    /// Every event of one entity, in whichever model, in order.
+    async fn read_key_any_model(&self, key: &str) -> Result<Vec<RecordedEvent>, StoreError>;
     /// The highest sequence number committed, 0 for an empty log.
     async fn last_seq(&self) -> Result<u64, StoreError>;
     /// Stores a snapshot; older ones may be dropped.

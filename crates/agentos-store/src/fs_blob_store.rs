@@ -17,8 +17,7 @@ pub struct FsBlobStore {
 impl FsBlobStore {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
-        std::fs::create_dir_all(&root)
-            .map_err(|e| StoreError::io(format!("creating {}", root.display()), e))?;
+        std::fs::create_dir_all(&root).map_err(|e| StoreError::io(format!("creating {}", root.display()), e))?;
         Ok(FsBlobStore { root })
     }
 
@@ -31,19 +30,14 @@ impl FsBlobStore {
 }
 
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    std::fs::create_dir_all(dir)
-        .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
+    std::fs::create_dir_all(dir).map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".tmp-")
         .tempfile_in(dir)
         .map_err(|e| StoreError::io(format!("creating a temp file in {}", dir.display()), e))?;
-    tmp.write_all(bytes)
-        .map_err(|e| StoreError::io("writing blob", e))?;
-    tmp.as_file()
-        .sync_all()
-        .map_err(|e| StoreError::io("syncing blob", e))?;
-    tmp.persist(path)
-        .map_err(|e| StoreError::io(format!("renaming into {}", path.display()), e.error))?;
+    tmp.write_all(bytes).map_err(|e| StoreError::io("writing blob", e))?;
+    tmp.as_file().sync_all().map_err(|e| StoreError::io("syncing blob", e))?;
+    tmp.persist(path).map_err(|e| StoreError::io(format!("renaming into {}", path.display()), e.error))?;
     // The rename is durable only once the folder entry is.
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
@@ -55,10 +49,7 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreEr
 impl BlobStore for FsBlobStore {
     async fn put(&self, urn: &BlobUrn, bytes: &[u8]) -> Result<(), StoreError> {
         let path = self.path_of(urn);
-        let dir = path
-            .parent()
-            .expect("blob paths have a parent")
-            .to_path_buf();
+        let dir = path.parent().expect("blob paths have a parent").to_path_buf();
         let bytes = bytes.to_vec();
         let sha = urn.sha256().to_string();
         tokio::task::spawn_blocking(move || {
@@ -79,9 +70,7 @@ impl BlobStore for FsBlobStore {
         let urn = urn.clone();
         tokio::task::spawn_blocking(move || match std::fs::read(&path) {
             Ok(b) => Ok(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                Err(StoreError::BlobNotFound(urn))
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::BlobNotFound(urn)),
             Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),
         })
         .await
@@ -116,9 +105,6 @@ mod tests {
 
         let wrong = BlobUrn::new("x", &sha256_hex(b"other"), None).unwrap();
         assert!(store.put(&wrong, content).await.is_err());
-        assert!(matches!(
-            store.get(&wrong).await.unwrap_err(),
-            StoreError::BlobNotFound(_)
-        ));
+        assert!(matches!(store.get(&wrong).await.unwrap_err(), StoreError::BlobNotFound(_)));
     }
 }

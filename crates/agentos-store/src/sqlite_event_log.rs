@@ -20,6 +20,7 @@ CREATE TABLE IF NOT EXISTS events (
     v         INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS events_by_key ON events (model, key, seq);
+CREATE INDEX IF NOT EXISTS events_by_key_any_model ON events (key, seq);
 CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
     BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
@@ -52,10 +53,7 @@ impl SqliteEventLog {
         let writer = connect(path)?;
         writer.execute_batch(SCHEMA)?;
         let reader = connect(path)?;
-        Ok(SqliteEventLog {
-            writer: Arc::new(Mutex::new(writer)),
-            reader: Arc::new(Mutex::new(reader)),
-        })
+        Ok(SqliteEventLog { writer: Arc::new(Mutex::new(writer)), reader: Arc::new(Mutex::new(reader)) })
     }
 
     async fn with<T, F>(conn: &Arc<Mutex<Connection>>, f: F) -> Result<T, StoreError>
@@ -66,9 +64,7 @@ impl SqliteEventLog {
         let conn = conn.clone();
         tokio::task::spawn_blocking(move || {
             // A std Mutex is right here: it is held only inside this blocking task, never across an await.
-            let mut guard = conn
-                .lock()
-                .map_err(|_| StoreError::Log("connection lock poisoned".into()))?;
+            let mut guard = conn.lock().map_err(|_| StoreError::Log("connection lock poisoned".into()))?;
             f(&mut guard)
         })
         .await
@@ -116,8 +112,7 @@ impl EventLog for SqliteEventLog {
 
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
         Self::with(&self.reader, move |conn| {
-            let mut stmt =
-                conn.prepare_cached(&format!("{SELECT} WHERE seq > ?1 ORDER BY seq LIMIT ?2"))?;
+            let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE seq > ?1 ORDER BY seq LIMIT ?2"))?;
             let rows = stmt.query_map(params![after as i64, limit as i64], row_to_event)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
@@ -127,10 +122,18 @@ impl EventLog for SqliteEventLog {
     async fn read_key(&self, model: &str, key: &str) -> Result<Vec<RecordedEvent>, StoreError> {
         let (model, key) = (model.to_string(), key.to_string());
         Self::with(&self.reader, move |conn| {
-            let mut stmt = conn.prepare_cached(&format!(
-                "{SELECT} WHERE model = ?1 AND key = ?2 ORDER BY seq"
-            ))?;
+            let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE model = ?1 AND key = ?2 ORDER BY seq"))?;
             let rows = stmt.query_map(params![model, key], row_to_event)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn read_key_any_model(&self, key: &str) -> Result<Vec<RecordedEvent>, StoreError> {
+        let key = key.to_string();
+        Self::with(&self.reader, move |conn| {
+            let mut stmt = conn.prepare_cached(&format!("{SELECT} WHERE key = ?1 ORDER BY seq"))?;
+            let rows = stmt.query_map(params![key], row_to_event)?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
         })
         .await
@@ -138,8 +141,7 @@ impl EventLog for SqliteEventLog {
 
     async fn last_seq(&self) -> Result<u64, StoreError> {
         Self::with(&self.reader, |conn| {
-            let seq: Option<i64> =
-                conn.query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0))?;
+            let seq: Option<i64> = conn.query_row("SELECT MAX(seq) FROM events", [], |r| r.get(0))?;
             Ok(seq.unwrap_or(0) as u64)
         })
         .await
@@ -166,17 +168,13 @@ impl EventLog for SqliteEventLog {
     async fn load_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
         Self::with(&self.reader, |conn| {
             Ok(conn
-                .query_row(
-                    "SELECT seq, v, data FROM snapshots ORDER BY seq DESC LIMIT 1",
-                    [],
-                    |r| {
-                        Ok(Snapshot {
-                            seq: r.get::<_, i64>(0)? as u64,
-                            schema: r.get::<_, i64>(1)? as u32,
-                            data: r.get(2)?,
-                        })
-                    },
-                )
+                .query_row("SELECT seq, v, data FROM snapshots ORDER BY seq DESC LIMIT 1", [], |r| {
+                    Ok(Snapshot {
+                        seq: r.get::<_, i64>(0)? as u64,
+                        schema: r.get::<_, i64>(1)? as u32,
+                        data: r.get(2)?,
+                    })
+                })
                 .optional()?)
         })
         .await
@@ -219,13 +217,7 @@ mod tests {
         let log = SqliteEventLog::open(&path).unwrap();
         assert_eq!(log.last_seq().await.unwrap(), 3);
         for seq in [3, 5, 7] {
-            log.save_snapshot(Snapshot {
-                seq,
-                schema: 1,
-                data: vec![seq as u8],
-            })
-            .await
-            .unwrap();
+            log.save_snapshot(Snapshot { seq, schema: 1, data: vec![seq as u8] }).await.unwrap();
         }
         assert_eq!(log.load_snapshot().await.unwrap().unwrap().seq, 7);
     }

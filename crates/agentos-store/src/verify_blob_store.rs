@@ -20,11 +20,7 @@ impl VerifyBlobStore {
     }
 
     /// Reads and checks the size (when known) and the sha256. Corrupt bytes are never returned.
-    pub async fn get_checked(
-        &self,
-        urn: &BlobUrn,
-        expected_size: Option<u64>,
-    ) -> Result<Vec<u8>, StoreError> {
+    pub async fn get_checked(&self, urn: &BlobUrn, expected_size: Option<u64>) -> Result<Vec<u8>, StoreError> {
         let bytes = self.inner.get(urn).await?;
         if let Some(size) = expected_size
             && bytes.len() as u64 != size
@@ -36,10 +32,7 @@ impl VerifyBlobStore {
         }
         let actual = sha256_hex(&bytes);
         if actual != urn.sha256() {
-            return Err(StoreError::BlobCorrupt {
-                urn: urn.clone(),
-                why: format!("stored bytes hash to {actual}"),
-            });
+            return Err(StoreError::BlobCorrupt { urn: urn.clone(), why: format!("stored bytes hash to {actual}") });
         }
         Ok(bytes)
     }

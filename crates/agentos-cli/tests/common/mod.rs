@@ -36,27 +36,15 @@ impl Master {
             .expect("spawn agentos serve");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let first = lines
-            .next()
-            .expect("the master printed nothing")
-            .expect("read stdout");
+        let first = lines.next().expect("the master printed nothing").expect("read stdout");
         let url = first
             .strip_prefix("agentos master listening on ")
             .unwrap_or_else(|| panic!("unexpected first line: {first}"))
             .to_string();
         // Keep draining stdout so the master never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
-        let token = std::fs::read_to_string(data.join("operator.token"))
-            .expect("operator token")
-            .trim()
-            .to_string();
-        Master {
-            child,
-            url,
-            data: data.to_path_buf(),
-            token,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-        }
+        let token = std::fs::read_to_string(data.join("operator.token")).expect("operator token").trim().to_string();
+        Master { child, url, data: data.to_path_buf(), token, extra: extra.iter().map(|s| s.to_string()).collect() }
     }
 
     /// SIGKILL: no chance to flush or snapshot.
@@ -82,11 +70,7 @@ impl Master {
     }
 
     pub fn client(&self) -> Api {
-        Api {
-            url: self.url.clone(),
-            token: Some(self.token.clone()),
-            http: http(),
-        }
+        Api { url: self.url.clone(), token: Some(self.token.clone()), http: http() }
     }
 }
 
@@ -98,10 +82,7 @@ impl Drop for Master {
 }
 
 pub fn http() -> reqwest::blocking::Client {
-    reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap()
+    reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap()
 }
 
 /// A thin API client that returns (status, JSON body).
@@ -114,11 +95,7 @@ pub struct Api {
 
 impl Api {
     pub fn with_token(&self, token: Option<&str>) -> Api {
-        Api {
-            url: self.url.clone(),
-            token: token.map(str::to_string),
-            http: self.http.clone(),
-        }
+        Api { url: self.url.clone(), token: token.map(str::to_string), http: self.http.clone() }
     }
 
     fn send(&self, req: reqwest::blocking::RequestBuilder) -> (u16, Value) {
@@ -129,10 +106,7 @@ impl Api {
         let resp = req.send().expect("request");
         let status = resp.status().as_u16();
         let text = resp.text().unwrap_or_default();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     pub fn get(&self, path: &str) -> (u16, Value) {
@@ -149,29 +123,14 @@ impl Api {
     }
 
     pub fn command(&self, body: Value) -> (u16, Value) {
-        self.send(
-            self.http
-                .post(format!("{}/api/commands", self.url))
-                .json(&body),
-        )
+        self.send(self.http.post(format!("{}/api/commands", self.url)).json(&body))
     }
 
     pub fn post_raw(&self, path: &str, body: Vec<u8>) -> (u16, Value) {
-        self.send(
-            self.http
-                .post(format!("{}{}", self.url, path))
-                .header("content-type", "application/json")
-                .body(body),
-        )
+        self.send(self.http.post(format!("{}{}", self.url, path)).header("content-type", "application/json").body(body))
     }
 
-    pub fn register(
-        &self,
-        id: &str,
-        runtime: &str,
-        content: &str,
-        model: Option<&str>,
-    ) -> (u16, Value) {
+    pub fn register(&self, id: &str, runtime: &str, content: &str, model: Option<&str>) -> (u16, Value) {
         let mut body = serde_json::json!({
             "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": runtime, "content": content,
         });
@@ -189,16 +148,87 @@ pub fn sha256_hex(b: &[u8]) -> String {
 /// Asserts a status and the error shape, and returns the error code.
 pub fn error_code(resp: &(u16, Value), status: u16) -> String {
     assert_eq!(resp.0, status, "unexpected answer {resp:?}");
-    let code = resp
-        .1
-        .pointer("/error/code")
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("no error code in {resp:?}"));
-    let message = resp
-        .1
-        .pointer("/error/message")
-        .and_then(Value::as_str)
-        .unwrap_or("");
+    let code =
+        resp.1.pointer("/error/code").and_then(Value::as_str).unwrap_or_else(|| panic!("no error code in {resp:?}"));
+    let message = resp.1.pointer("/error/message").and_then(Value::as_str).unwrap_or("");
     assert!(!message.is_empty(), "empty error message in {resp:?}");
     code.to_string()
+}
+
+/// A running `agentos executor`. Killed when dropped.
+pub struct Executor {
+    pub child: Child,
+    pub workspace: PathBuf,
+}
+
+impl Executor {
+    pub fn start(master: &Master, workspace: &Path, name: &str, extra_env: &[(&str, &str)]) -> Executor {
+        let (status, body) = master
+            .client()
+            .post_raw("/api/executor-tokens", serde_json::json!({"name": name}).to_string().into_bytes());
+        assert_eq!(status, 200, "{body}");
+        let token = body["token"].as_str().unwrap().to_string();
+        // Run as root, the executor runs scripts as nobody, who must be able to enter the
+        // test's private temp folder.
+        use std::os::unix::fs::PermissionsExt;
+        let parent = workspace.parent().unwrap();
+        std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.args(["executor", "--master", &master.url, "--workspace"])
+            .arg(workspace)
+            .args(["--grace-ms", "10000"])
+            .env("AGENTOS_EXECUTOR_TOKEN", &token)
+            .env("AGENTOS_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in extra_env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().expect("spawn agentos executor");
+        let exec = Executor { child, workspace: workspace.to_path_buf() };
+        exec.wait_until_polling(master, name);
+        exec
+    }
+
+    /// Waits (bounded) until the master lists this executor as polling.
+    pub fn wait_until_polling(&self, master: &Master, name: &str) {
+        wait_for(&format!("executor {name} polling"), || {
+            let (_, list) = master.client().get("/api/executors");
+            list.as_array().is_some_and(|l| l.iter().any(|e| e["name"] == name && e["state"] == "polling"))
+        });
+    }
+
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        self.child.wait().expect("wait")
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `cond` every 20 ms for up to 20 s: for conditions another process brings about.
+pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Api {
+    pub fn invoke(&self, id: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.post(format!("{}/api/tools/{id}/invoke", self.url)).json(&body))
+    }
 }

@@ -1,0 +1,277 @@
+//! Executors and the script pipeline end to end: real master, real executor processes, real runtimes.
+
+mod common;
+
+use common::{Executor, Master, sha256_hex, wait_for};
+use serde_json::{Value, json};
+
+fn setup() -> (tempfile::TempDir, Master, Executor) {
+    setup_with(&[], &[])
+}
+
+fn setup_with(master_args: &[&str], executor_env: &[(&str, &str)]) -> (tempfile::TempDir, Master, Executor) {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), master_args);
+    let e = Executor::start(&m, &dir.path().join("executor"), "e1", executor_env);
+    (dir, m, e)
+}
+
+fn ok_result(resp: &(u16, Value)) -> &Value {
+    assert_eq!(resp.0, 200, "{resp:?}");
+    assert!(resp.1.get("error").is_none(), "unexpected error: {}", resp.1);
+    &resp.1
+}
+
+#[test]
+fn all_four_runtimes_run_with_argv_and_input_on_stdin() {
+    let (_d, m, _e) = setup();
+    let api = m.client();
+    let scripts = [
+        ("sh", "read line; echo \"sh:$1:$line\""),
+        ("bash", "read -r line; echo \"bash:${1}:${line}\""),
+        (
+            "node",
+            "let s='';process.stdin.on('data',d=>s+=d).on('end',()=>console.log('node:'+process.argv[2]+':'+JSON.parse(s).n))",
+        ),
+        ("python3", "import sys,json\nprint('python3:'+sys.argv[1]+':'+str(json.load(sys.stdin)['n']))"),
+    ];
+    for (runtime, content) in scripts {
+        assert_eq!(api.register(&format!("t-{runtime}"), runtime, content, None).0, 200);
+        let r = api.invoke(&format!("t-{runtime}"), json!({"argv": ["a1"], "input": {"n": 7}}));
+        let r = ok_result(&r);
+        let expected_line = if matches!(runtime, "sh" | "bash") {
+            format!("{runtime}:a1:{{\"n\":7}}")
+        } else {
+            format!("{runtime}:a1:7")
+        };
+        assert_eq!(r["stdout"], format!("{expected_line}\n"), "{runtime}: {r}");
+        assert_eq!((r["exitCode"].as_i64(), r["timedOut"].as_bool()), (Some(0), Some(false)), "{runtime}: {r}");
+        assert_eq!(r["executor"], "e1");
+    }
+    // Without input, stdin is closed: a script that reads it sees end of file at once.
+    api.register("reads-stdin", "sh", "cat; echo eof-seen", None);
+    let r = api.invoke("reads-stdin", json!({"timeoutMs": 10000}));
+    let r = ok_result(&r);
+    assert_eq!(r["stdout"], "eof-seen\n");
+    assert!(r["durationMs"].as_u64().unwrap() < 5000);
+}
+
+#[test]
+fn a_blob_altered_under_the_catalog_is_refused_at_the_master_and_never_ships() {
+    let (d, m, _e) = setup();
+    let api = m.client();
+    let (_, e) = api.register("victim", "sh", "echo pinned", None);
+    let sha = e["binding"]["sha256"].as_str().unwrap().to_string();
+    let blob = d.path().join("master/blobs/tool-catalog/scripts").join(&sha[..2]).join(&sha);
+    std::fs::write(&blob, "echo TAMPERED").unwrap();
+
+    let (status, r) = api.invoke("victim", json!({}));
+    assert_eq!(status, 200);
+    let err = r["error"].as_str().unwrap();
+    assert!(err.contains("\"victim\"") && err.contains("\"default\"") && err.contains("hash mismatch"), "{err}");
+    assert!(!r["stdout"].as_str().unwrap().contains("TAMPERED"));
+    assert!(!d.path().join("executor/scripts/sha256").join(&sha).exists(), "the executor received the script");
+}
+
+#[test]
+fn a_cached_script_altered_on_disk_is_rewritten_and_the_pinned_content_runs() {
+    let (d, m, _e) = setup();
+    let api = m.client();
+    let (_, e) = api.register("cached", "sh", "echo pinned", None);
+    let sha = e["binding"]["sha256"].as_str().unwrap();
+    assert_eq!(ok_result(&api.invoke("cached", json!({})))["stdout"], "pinned\n");
+    let cached = d.path().join("executor/scripts/sha256").join(sha).join("cached.sh");
+    assert_eq!(std::fs::read_to_string(&cached).unwrap(), "echo pinned");
+    std::fs::write(&cached, "echo TAMPERED").unwrap();
+    assert_eq!(ok_result(&api.invoke("cached", json!({})))["stdout"], "pinned\n");
+    assert_eq!(std::fs::read_to_string(&cached).unwrap(), "echo pinned");
+}
+
+#[test]
+fn a_timeout_kills_the_whole_process_group_grandchildren_included() {
+    let (d, m, _e) = setup();
+    let api = m.client();
+    // A folder the script may write to whichever user it runs as.
+    let shared = d.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let pidfile = shared.join("grandchild.pid");
+    let script = format!("sh -c 'echo $$ > {}; exec sleep 300' &\nsleep 300\n", pidfile.display());
+    api.register("sleeper", "sh", &script, None);
+    let (status, r) = api.invoke("sleeper", json!({"timeoutMs": 500}));
+    assert_eq!(status, 200);
+    assert_eq!(r["timedOut"], true, "{r}");
+    assert!(r["error"].as_str().unwrap().contains("timed out after 500 ms"), "{r}");
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+    wait_for("the grandchild to be gone", || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    });
+}
+
+#[test]
+fn an_executor_killed_mid_job_loses_nothing_and_one_result_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "1000"]);
+    let api = m.client();
+    let mut a = Executor::start(&m, &dir.path().join("a"), "a", &[]);
+    api.register("slow", "sh", "sleep 2; echo finished", None);
+    let caller = {
+        let api = api.clone();
+        std::thread::spawn(move || api.invoke("slow", json!({"timeoutMs": 10000})))
+    };
+    wait_for("executor a to take the job", || {
+        let (_, list) = api.get("/api/executors");
+        list[0]["state"] == "busy"
+    });
+    a.kill9();
+    let _b = Executor::start(&m, &dir.path().join("b"), "b", &[]);
+    let (status, r) = caller.join().unwrap();
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "finished\n", "{r}");
+    assert_eq!(r["executor"], "b");
+    assert_eq!(r["attempt"], 2);
+    let (status, job) = api.get(&format!("/api/jobs/{}", r["jobId"].as_str().unwrap()));
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["results"].as_array().unwrap().len(), 1, "{job}");
+}
+
+#[test]
+fn a_job_whose_every_lease_expires_fails_with_the_cause() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "300", "--max-attempts", "1"]);
+    let api = m.client();
+    let mut a = Executor::start(&m, &dir.path().join("a"), "a", &[]);
+    api.register("slow", "sh", "sleep 5", None);
+    let caller = {
+        let api = api.clone();
+        std::thread::spawn(move || api.invoke("slow", json!({"timeoutMs": 10000})))
+    };
+    wait_for("executor a to take the job", || api.get("/api/executors").1[0]["state"] == "busy");
+    a.kill9();
+    let (status, r) = caller.join().unwrap();
+    assert_eq!(status, 200);
+    let err = r["error"].as_str().unwrap();
+    assert!(err.contains("every lease expired") && err.contains("\"a\""), "{err}");
+}
+
+#[test]
+fn an_unknown_tool_fails_that_command_only() {
+    let (_d, m, _e) = setup();
+    let api = m.client();
+    api.register("fine", "sh", "echo fine", None);
+    let bad = {
+        let api = api.clone();
+        std::thread::spawn(move || api.invoke("no-such-tool", json!({})))
+    };
+    assert_eq!(ok_result(&api.invoke("fine", json!({})))["stdout"], "fine\n");
+    let (status, r) = bad.join().unwrap();
+    assert_eq!(status, 200);
+    let err = r["error"].as_str().unwrap();
+    assert!(err.contains("\"no-such-tool\"") && err.contains("\"default\"") && err.contains("not found"), "{err}");
+    let (status, r) = api.invoke("no-such-tool", json!({}));
+    assert_eq!(status, 200);
+    assert!(r["error"].as_str().unwrap().contains("not found"));
+    assert_eq!(ok_result(&api.invoke("fine", json!({})))["stdout"], "fine\n");
+}
+
+#[test]
+fn a_mebibyte_of_stdout_is_offloaded_to_the_blob_store() {
+    let (_d, m, _e) = setup();
+    let api = m.client();
+    api.register("loud", "python3", "import sys\nsys.stdout.write('a' * 1048575 + 'z')", None);
+    let resp = api.invoke("loud", json!({}));
+    let r = ok_result(&resp);
+    assert!(serde_json::to_vec(r).unwrap().len() < 8 * 1024, "the result is not small");
+    assert_eq!(r["stdout"].as_str().unwrap().len(), 2000);
+    let blob = &r["stdoutBlob"];
+    assert_eq!(blob["sizeBytes"], 1048576);
+    let mut expected = vec![b'a'; 1048575];
+    expected.push(b'z');
+    assert_eq!(blob["sha256"], sha256_hex(&expected));
+    let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", blob["urn"].as_str().unwrap()));
+    assert_eq!(status, 200);
+    assert_eq!(bytes, expected);
+}
+
+#[test]
+fn scripts_see_neither_the_executors_environment_nor_its_credential() {
+    let (_d, m, e) = setup_with(&[], &[("CANARY_SECRET", "canary-1234")]);
+    let api = m.client();
+    api.register("env-dump", "sh", "env; cat /proc/$PPID/environ 2>/dev/null | tr '\\0' '\\n'", None);
+    let resp = api.invoke("env-dump", json!({"env": {"MINE": "yes"}}));
+    let r = ok_result(&resp);
+    let out = r["stdout"].as_str().unwrap();
+    assert!(out.contains("MINE=yes"), "{out}");
+    assert!(!out.contains("canary-1234"), "the executor's environment leaked: {out}");
+    assert!(!out.contains("aos_"), "a credential leaked: {out}");
+    let names: std::collections::BTreeSet<&str> =
+        out.lines().filter_map(|l| l.split_once('=')).map(|(k, _)| k).collect();
+    assert!(names.iter().all(|k| ["HOME", "LANG", "MINE", "PATH", "PWD"].contains(k)), "{names:?}");
+    // An executor run as root runs scripts as nobody.
+    api.register("whoami", "sh", "id -u", None);
+    let resp = api.invoke("whoami", json!({}));
+    let expected = if unsafe { libc::geteuid() } == 0 {
+        "65534\n".to_string()
+    } else {
+        format!("{}\n", unsafe { libc::geteuid() })
+    };
+    assert_eq!(ok_result(&resp)["stdout"], expected);
+    drop(e);
+}
+
+#[test]
+fn an_executor_credential_is_good_for_the_executor_protocol_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let (_, t) = api.post_raw("/api/executor-tokens", br#"{"name":"x1"}"#.to_vec());
+    let exec = api.with_token(t["token"].as_str());
+    api.register("s", "sh", "echo", None);
+    let sha = sha256_hex(b"echo");
+    for path in [
+        "/api/tool-catalog",
+        "/api/tool-catalog/s",
+        "/api/tool-catalog/s/history",
+        "/api/models",
+        "/api/executors",
+        &format!("/api/blobs/urn:agentos:blob:tool-catalog/scripts/{sha}.sh"),
+    ] {
+        assert_eq!(common::error_code(&exec.get(path), 403), "forbidden", "{path}");
+    }
+    assert_eq!(exec.register("x", "sh", "echo", None).0, 403);
+    assert_eq!(exec.invoke("s", json!({})).0, 403);
+    assert_eq!(exec.post_raw("/api/executor-tokens", br#"{"name":"x2"}"#.to_vec()).0, 403);
+    // The protocol itself answers it, and nobody else.
+    assert_eq!(exec.post_raw("/api/executor/poll", br#"{"waitMs":1}"#.to_vec()).0, 204);
+    assert_eq!(api.post_raw("/api/executor/poll", br#"{"waitMs":1}"#.to_vec()).0, 403);
+}
+
+#[test]
+fn an_executor_stopped_with_sigterm_finishes_its_job() {
+    let (_d, m, mut e) = setup();
+    let api = m.client();
+    api.register("slowish", "sh", "sleep 1; echo done", None);
+    let caller = {
+        let api = api.clone();
+        std::thread::spawn(move || api.invoke("slowish", json!({})))
+    };
+    wait_for("the job to start", || api.get("/api/executors").1[0]["state"] == "busy");
+    let status = e.terminate();
+    assert!(status.success(), "{status}");
+    let (status, r) = caller.join().unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(r["stdout"], "done\n", "{r}");
+}
+
+#[test]
+fn executors_are_listed_with_their_state() {
+    let (_d, m, mut e) = setup_with(&[], &[]);
+    let (_, list) = m.client().get("/api/executors");
+    assert_eq!(list[0]["name"], "e1");
+    assert_eq!(list[0]["state"], "polling");
+    e.kill9();
+    // Without a poll outstanding the executor is no longer polling.
+    wait_for("e1 to stop polling", || m.client().get("/api/executors").1[0]["state"] != "polling");
+}
