@@ -333,7 +333,10 @@ impl Engine {
             attempt: finished.attempt,
             executor,
         };
-        self.finish(finished, shaped).await;
+        // The result is taken (no other can be); recording it need not hold up the executor,
+        // which goes back to polling while the commit happens. `finish` reports its own failure.
+        let engine = self.clone();
+        tokio::spawn(async move { engine.finish(finished, shaped).await });
         Ok(())
     }
 

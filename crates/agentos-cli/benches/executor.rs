@@ -1,0 +1,246 @@
+//! Executor benchmark: per-task overhead of a script job through master and executor, job
+//! throughput with two executors, and sha256 verification speed, each beside its baseline.
+//! Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench executor`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+
+/// Kills the process when dropped, so no run leaves one behind.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_master(data: &Path) -> (Proc, String, String) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .env("AGENTOS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn master");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let url = first.rsplit(' ').next().unwrap().to_string();
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
+    (Proc(child), url, token)
+}
+
+fn start_executor(http: &reqwest::blocking::Client, url: &str, token: &str, ws: &Path, name: &str) -> Proc {
+    let t: Value = http
+        .post(format!("{url}/api/executor-tokens"))
+        .bearer_auth(token)
+        .json(&json!({"name": name}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    let child = Command::new(BIN)
+        .args(["executor", "--master", url, "--workspace"])
+        .arg(ws)
+        .args(["--run-as", "current"])
+        .env("AGENTOS_EXECUTOR_TOKEN", t["token"].as_str().unwrap())
+        .env("AGENTOS_LOG", "warn")
+        .spawn()
+        .expect("spawn executor");
+    // Ready once the master lists it as polling.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let list: Value = http.get(format!("{url}/api/executors")).bearer_auth(token).send().unwrap().json().unwrap();
+        if list.as_array().unwrap().iter().any(|e| e["name"] == name && e["state"] == "polling") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "executor {name} did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Proc(child)
+}
+
+fn invoke(http: &reqwest::blocking::Client, url: &str, token: &str, id: &str) {
+    let r: Value = http
+        .post(format!("{url}/api/tools/{id}/invoke"))
+        .bearer_auth(token)
+        .json(&json!({}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(r["exitCode"], 0, "{r}");
+}
+
+/// CPU seconds (user + system) a process has used so far.
+fn cpu_secs(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks: f64 = fields.get(11..13).map_or(0.0, |f| f.iter().filter_map(|v| v.parse::<f64>().ok()).sum());
+    // SAFETY: sysconf has no preconditions.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+fn self_cpu_secs() -> f64 {
+    cpu_secs(std::process::id())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let http = reqwest::blocking::Client::builder().tcp_nodelay(true).build().unwrap();
+    let (_master, url, token) = start_master(&dir.path().join("master"));
+    let r: Value = http
+        .post(format!("{url}/api/commands"))
+        .bearer_auth(&token)
+        .json(&json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "exit0", "name": "exit 0", "runtime": "sh", "content": "exit 0"}))
+        .send()
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(r["status"], "approved", "{r}");
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    println!("executor benchmark: {cores} cores, release build, loopback");
+
+    // (a) 40 sequential jobs through master and one executor against 40 bare spawns.
+    let e1 = start_executor(&http, &url, &token, &dir.path().join("e1"), "e1");
+    for _ in 0..10 {
+        invoke(&http, &url, &token, "exit0");
+    }
+    let n = 40;
+    let mut best_master = f64::MAX;
+    let mut best_bare = f64::MAX;
+    // Best of five rounds of 40, so that a stray hiccup of the machine does not decide the figure.
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            invoke(&http, &url, &token, "exit0");
+        }
+        best_master = best_master.min(ms(t.elapsed()) / n as f64);
+        let t = Instant::now();
+        for _ in 0..n {
+            let s = Command::new("sh").args(["-c", "exit 0"]).status().unwrap();
+            assert!(s.success());
+        }
+        best_bare = best_bare.min(ms(t.elapsed()) / n as f64);
+    }
+    println!();
+    println!("(a) {n} sequential `exit 0` sh jobs (best of 5 rounds)");
+    println!("    through master + executor : {best_master:>7.3} ms per task");
+    println!("    bare sh -c 'exit 0' spawn : {best_bare:>7.3} ms per task");
+    println!(
+        "    overhead per task         : {:>7.3} ms   (goal < 2 ms; Windmill default 86 ms, dedicated 9.8 ms; Temporal ~19 ms)",
+        best_master - best_bare
+    );
+
+    // (b) throughput with two executors against xargs -P2.
+    let e2 = start_executor(&http, &url, &token, &dir.path().join("e2"), "e2");
+    let jobs = 400;
+    let clients = 4;
+    let pids = [("master", _master.0.id()), ("executor e1", e1.0.id()), ("executor e2", e2.0.id())];
+    let before: Vec<f64> = pids.iter().map(|(_, p)| cpu_secs(*p)).collect();
+    let self_before = self_cpu_secs();
+    let t = Instant::now();
+    let handles: Vec<_> = (0..clients)
+        .map(|_| {
+            let (http, url, token) = (http.clone(), url.clone(), token.clone());
+            std::thread::spawn(move || {
+                for _ in 0..jobs / clients {
+                    invoke(&http, &url, &token, "exit0");
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let ours = jobs as f64 / t.elapsed().as_secs_f64();
+    let cpu: Vec<String> = pids
+        .iter()
+        .zip(&before)
+        .map(|((name, pid), b)| format!("{name} {:.2} ms", (cpu_secs(*pid) - b) * 1000.0 / jobs as f64))
+        .chain([format!("callers {:.2} ms", (self_cpu_secs() - self_before) * 1000.0 / jobs as f64)])
+        .collect();
+    let t = Instant::now();
+    let s = Command::new("sh").args(["-c", &format!("seq {jobs} | xargs -P2 -I{{}} sh -c 'exit 0'")]).status().unwrap();
+    assert!(s.success());
+    let bare = jobs as f64 / t.elapsed().as_secs_f64();
+    println!();
+    println!("(b) {jobs} `exit 0` jobs, {clients} concurrent callers");
+    println!("    master + 2 executors      : {ours:>8.0} jobs/s");
+    println!("    xargs -P2 bare spawns     : {bare:>8.0} jobs/s");
+    println!("    ratio                     : {:>7.0} %     (goal >= 70 %)", ours / bare * 100.0);
+    println!("    CPU per job               : {} (children of executors not counted)", cpu.join(", "));
+    drop(e1);
+
+    // (c) sha256 verification of a 1 MiB script against openssl.
+    let mut script = vec![0u8; 1024 * 1024];
+    let mut x: u64 = 0x9E3779B97F4A7C15;
+    for b in script.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let pinned = agentos_core::sha256_hex(&script);
+    let encoded = base64::engine::general_purpose::STANDARD.encode(&script);
+    let rounds = 200;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        assert_eq!(agentos_core::sha256_hex(std::hint::black_box(&script)), pinned);
+    }
+    let hash_ms = ms(t.elapsed()) / rounds as f64;
+    let t = Instant::now();
+    for _ in 0..rounds {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(std::hint::black_box(&encoded)).unwrap();
+        assert_eq!(agentos_core::sha256_hex(&bytes), pinned);
+    }
+    let verify_ms = ms(t.elapsed()) / rounds as f64;
+    let file = dir.path().join("script.bin");
+    std::fs::write(&file, &script).unwrap();
+    let mut openssl_dgst = f64::NAN;
+    let mut openssl_speed = f64::NAN;
+    if Command::new("openssl").arg("version").output().is_ok_and(|o| o.status.success()) {
+        let t = Instant::now();
+        for _ in 0..20 {
+            let o = Command::new("openssl").args(["dgst", "-sha256"]).arg(&file).output().unwrap();
+            assert!(String::from_utf8_lossy(&o.stdout).contains(&pinned));
+        }
+        openssl_dgst = ms(t.elapsed()) / 20.0;
+        // `openssl speed` reports pure hashing throughput, without process start.
+        let o = Command::new("openssl")
+            .args(["speed", "-bytes", "1048576", "-seconds", "2", "sha256"])
+            .stderr(Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        let line = text.lines().rev().find(|l| l.starts_with("sha256"));
+        if let Some(k) =
+            line.and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.trim_end_matches('k').parse::<f64>().ok())
+        {
+            // kB/s of 1000 bytes: time for one MiB.
+            openssl_speed = 1048576.0 / (k * 1000.0) * 1000.0;
+        }
+    }
+    println!();
+    println!("(c) sha256 of a 1 MiB script");
+    println!("    agentos sha256 (in process)         : {hash_ms:>7.3} ms   ({:.0} MB/s)", 1.048576 / hash_ms * 1000.0);
+    println!("    agentos executor verify (b64+sha256): {verify_ms:>7.3} ms");
+    println!(
+        "    openssl speed sha256 (1 MiB blocks) : {openssl_speed:>7.3} ms   ({:.0} MB/s)",
+        1.048576 / openssl_speed * 1000.0
+    );
+    println!("    openssl dgst -sha256 (whole process): {openssl_dgst:>7.3} ms");
+    println!("    agentos vs openssl speed            : {:>7.0} %     (goal >= 90 %)", openssl_speed / hash_ms * 100.0);
+}
