@@ -25,6 +25,9 @@ CREATE TRIGGER IF NOT EXISTS events_append_only_update BEFORE UPDATE ON events
     BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_append_only_delete BEFORE DELETE ON events
     BEGIN SELECT RAISE(ABORT, 'the event log is append-only'); END;
+";
+
+const SNAPSHOT_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS snapshots (
     seq  INTEGER PRIMARY KEY,
     v    INTEGER NOT NULL,
@@ -33,10 +36,13 @@ CREATE TABLE IF NOT EXISTS snapshots (
 ";
 
 /// Writes go through one connection and reads through another, so a long read (history,
-/// replay) never waits for a commit; WAL lets them run side by side.
+/// replay) never waits for a commit; WAL lets them run side by side. Snapshots live in a
+/// database file of their own (`<log>.snapshots`), so writing a large one never holds up an
+/// append behind SQLite's single write lock.
 pub struct SqliteEventLog {
     writer: Arc<Mutex<Connection>>,
     reader: Arc<Mutex<Connection>>,
+    snapshots: Arc<Mutex<Connection>>,
 }
 
 fn connect(path: &Path) -> Result<Connection, StoreError> {
@@ -53,7 +59,15 @@ impl SqliteEventLog {
         let writer = connect(path)?;
         writer.execute_batch(SCHEMA)?;
         let reader = connect(path)?;
-        Ok(SqliteEventLog { writer: Arc::new(Mutex::new(writer)), reader: Arc::new(Mutex::new(reader)) })
+        let mut snapshot_path = path.as_os_str().to_owned();
+        snapshot_path.push(".snapshots");
+        let snapshots = connect(Path::new(&snapshot_path))?;
+        snapshots.execute_batch(SNAPSHOT_SCHEMA)?;
+        Ok(SqliteEventLog {
+            writer: Arc::new(Mutex::new(writer)),
+            reader: Arc::new(Mutex::new(reader)),
+            snapshots: Arc::new(Mutex::new(snapshots)),
+        })
     }
 
     async fn with<T, F>(conn: &Arc<Mutex<Connection>>, f: F) -> Result<T, StoreError>
@@ -148,7 +162,7 @@ impl EventLog for SqliteEventLog {
     }
 
     async fn save_snapshot(&self, snapshot: Snapshot) -> Result<(), StoreError> {
-        Self::with(&self.writer, move |conn| {
+        Self::with(&self.snapshots, move |conn| {
             let tx = conn.transaction()?;
             tx.execute(
                 "INSERT OR REPLACE INTO snapshots (seq, v, data) VALUES (?1, ?2, ?3)",
@@ -166,7 +180,7 @@ impl EventLog for SqliteEventLog {
     }
 
     async fn load_snapshot(&self) -> Result<Option<Snapshot>, StoreError> {
-        Self::with(&self.reader, |conn| {
+        Self::with(&self.snapshots, |conn| {
             Ok(conn
                 .query_row("SELECT seq, v, data FROM snapshots ORDER BY seq DESC LIMIT 1", [], |r| {
                     Ok(Snapshot {
