@@ -18,8 +18,15 @@ fn init_logging() {
         .init();
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(|e| {
+/// The master runs on a multi-threaded runtime; an executor, whose work is waiting on
+/// processes and sockets, on one thread, which spares it the hand-offs between threads.
+fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().map_err(|e| {
         eprintln!("error: cannot start the runtime: {e}");
         ExitCode::from(1)
     })
@@ -48,7 +55,7 @@ async fn shutdown_signal() {
 pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
     init_logging();
     agentos_executor::forbid_inspection();
-    let rt = match runtime() {
+    let rt = match runtime(true) {
         Ok(r) => r,
         Err(code) => return code,
     };
@@ -188,7 +195,7 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
         },
         (None, None) => return fail("no executor credential: give --token-file or AGENTOS_EXECUTOR_TOKEN"),
     };
-    let rt = match runtime() {
+    let rt = match runtime(false) {
         Ok(r) => r,
         Err(code) => return code,
     };

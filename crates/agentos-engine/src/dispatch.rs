@@ -209,11 +209,29 @@ impl Engine {
         wait: Duration,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        let Some(h) = self.inner.jobs.poll(&executor, wait).await else {
-            return Ok(None);
-        };
+        match self.inner.jobs.poll(&executor, wait).await {
+            Some(h) => Ok(Some(self.hand_out(h).await)),
+            None => Ok(None),
+        }
+    }
+
+    /// The next job if one is queued right now. Lets an executor take its next job in the same
+    /// round trip that delivers a result.
+    pub async fn next_job_now(
+        &self,
+        principal: &Principal,
+        name: Option<&str>,
+    ) -> Result<Option<LeasedJob>, EngineError> {
+        let executor = executor_name(principal, name)?;
+        match self.inner.jobs.take_now(&executor) {
+            Some(h) => Ok(Some(self.hand_out(h).await)),
+            None => Ok(None),
+        }
+    }
+
+    async fn hand_out(&self, h: crate::jobs::Handout) -> LeasedJob {
         let (token, resolution_error) = self.resolve_token(&h.model, h.token).await;
-        Ok(Some(LeasedJob {
+        LeasedJob {
             job_id: h.job_id,
             lease_id: h.lease_id,
             lease_ms: self.inner.jobs.config().lease.as_millis() as u64,
@@ -221,7 +239,7 @@ impl Engine {
             model: h.model,
             token,
             resolution_error,
-        }))
+        }
     }
 
     /// Fire-time resolution: local first, blob read and checked against the pin, content merged

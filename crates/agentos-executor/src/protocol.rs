@@ -94,10 +94,21 @@ impl Master {
         .map(|_| ())
     }
 
-    pub async fn result(&self, job_id: &str, result: &ExecutorResult) -> Result<(), ProtocolError> {
+    /// Posts a result; with `take_next`, also takes the next job if one is queued right now.
+    pub async fn result(
+        &self,
+        job_id: &str,
+        result: &ExecutorResult,
+        take_next: bool,
+    ) -> Result<Option<LeasedJob>, ProtocolError> {
         let body = serde_json::to_value(result).expect("results serialize");
-        self.post::<Value>(&format!("/api/executor/jobs/{job_id}/result"), &body, Duration::from_secs(120))
-            .await
-            .map(|_| ())
+        let path = format!("/api/executor/jobs/{job_id}/result{}", if take_next { "?next=true" } else { "" });
+        let answer: Option<Value> = self.post(&path, &body, Duration::from_secs(120)).await?;
+        let next = answer.and_then(|mut a| a.get_mut("next").map(Value::take)).filter(|n| !n.is_null());
+        next.map(|n| {
+            serde_json::from_value(n)
+                .map_err(|e| ProtocolError::Refused { status: 200, message: format!("unreadable next job: {e}") })
+        })
+        .transpose()
     }
 }

@@ -150,7 +150,20 @@ async fn worker(
     wait: Duration,
 ) {
     let mut backoff = Duration::from_millis(100);
+    // A job handed over together with the previous result, if any.
+    let mut next: Option<LeasedJob> = None;
     loop {
+        if let Some(job) = next.take() {
+            if stop.is_cancelled() {
+                // Stopping: a job that arrived with the last answer goes straight back.
+                if let Err(e) = shared.master.release(&job.job_id, &job.lease_id).await {
+                    tracing::warn!(job = %job.job_id, error = %e, "handing the job back failed; its lease will expire");
+                }
+                return;
+            }
+            next = run_one(&shared, job, &kill, true).await;
+            continue;
+        }
         let polled = tokio::select! {
             _ = stop.cancelled() => return,
             r = shared.master.poll(wait) => r,
@@ -158,7 +171,7 @@ async fn worker(
         match polled {
             Ok(Some(job)) => {
                 backoff = Duration::from_millis(100);
-                run_one(&shared, job, &kill).await;
+                next = run_one(&shared, job, &kill, !stop.is_cancelled()).await;
             }
             Ok(None) => backoff = Duration::from_millis(100),
             Err(ProtocolError::Refused { status: 401 | 403, message }) => {
@@ -178,7 +191,9 @@ async fn worker(
     }
 }
 
-async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken) {
+/// Runs one job and reports it. Returns the next job when the master handed one over with the
+/// answer (only asked for when `take_next`).
+async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take_next: bool) -> Option<LeasedJob> {
     let lease_lost = CancellationToken::new();
     let cancel = CancellationToken::new();
     // The heartbeat renews the lease at a third of its length; a lost lease stops the run.
@@ -213,21 +228,22 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken) {
     heartbeat.abort();
     stopper.abort();
     if lease_lost.is_cancelled() {
-        return;
+        return None;
     }
     if kill.is_cancelled() && result.error.as_deref().is_some_and(|e| e.starts_with("the executor stopped")) {
         if let Err(e) = shared.master.release(&job.job_id, &job.lease_id).await {
             tracing::warn!(job = %job.job_id, error = %e, "handing the job back failed; its lease will expire");
         }
-        return;
+        return None;
     }
     // The master may be restarting: retry the post a few times within the lease.
     for attempt in 0..5 {
-        match shared.master.result(&job.job_id, &result).await {
-            Ok(()) => return,
+        // Only the first try asks for the next job: a retry may follow a post the master took.
+        match shared.master.result(&job.job_id, &result, take_next && attempt == 0).await {
+            Ok(next) => return next,
             Err(e) if e.lease_lost() => {
                 tracing::warn!(job = %job.job_id, error = %e, "result refused: the job went to another executor");
-                return;
+                return None;
             }
             Err(e) => {
                 tracing::warn!(job = %job.job_id, error = %e, attempt, "posting the result failed");
@@ -235,4 +251,5 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken) {
             }
         }
     }
+    None
 }

@@ -354,17 +354,32 @@ pub async fn executor_release(
     Ok(Json(json!({"released": true})))
 }
 
-/// Post a job's result. Only the current lease holder's result is taken, once.
-#[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = ExecutorResult,
-    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ResultParams {
+    /// Also hand out the next job, when one is queued right now (`next`: a LeasedJob or null).
+    pub next: Option<bool>,
+}
+
+/// Post a job's result. Only the current lease holder's result is taken, once. With
+/// `?next=true` the answer carries the next queued job, saving the executor a round trip.
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id"), ResultParams), request_body = ExecutorResult,
+    responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
 pub async fn executor_result(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    QueryParams(q): QueryParams<ResultParams>,
     ResultBody(body): ResultBody,
 ) -> Result<Json<Value>, ApiError> {
     let req: ExecutorResult = typed(body)?;
-    app.engine.complete_job(&p, executor_name(&headers).as_deref(), &id, req).await?;
-    Ok(Json(json!({"recorded": true})))
+    let name = executor_name(&headers);
+    app.engine.complete_job(&p, name.as_deref(), &id, req).await?;
+    let next = match q.next {
+        Some(true) => app.engine.next_job_now(&p, name.as_deref()).await?,
+        _ => None,
+    };
+    Ok(Json(json!({"recorded": true, "next": next})))
 }

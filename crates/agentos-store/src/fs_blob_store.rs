@@ -10,6 +10,9 @@ use agentos_core::urn::BlobUrn;
 
 use crate::{BlobStore, StoreError};
 
+/// Blobs up to this size are read on the calling thread.
+const INLINE_READ_BYTES: u64 = 64 * 1024;
+
 pub struct FsBlobStore {
     root: PathBuf,
 }
@@ -67,14 +70,21 @@ impl BlobStore for FsBlobStore {
 
     async fn get(&self, urn: &BlobUrn) -> Result<Vec<u8>, StoreError> {
         let path = self.path_of(urn);
-        let urn = urn.clone();
-        tokio::task::spawn_blocking(move || match std::fs::read(&path) {
-            Ok(b) => Ok(b),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::BlobNotFound(urn)),
-            Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),
-        })
-        .await
-        .map_err(|e| StoreError::io("blob reader", std::io::Error::other(e)))?
+        let read = {
+            let urn = urn.clone();
+            move || match std::fs::read(&path) {
+                Ok(b) => Ok(b),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::BlobNotFound(urn)),
+                Err(e) => Err(StoreError::io(format!("reading {}", path.display()), e)),
+            }
+        };
+        // Scripts are mostly small and read at every fire: a small read costs less than the
+        // hand-off to a blocking thread, so it happens in place. Large blobs go to the pool.
+        let small = std::fs::metadata(self.path_of(urn)).is_ok_and(|m| m.len() <= INLINE_READ_BYTES);
+        if small {
+            return read();
+        }
+        tokio::task::spawn_blocking(read).await.map_err(|e| StoreError::io("blob reader", std::io::Error::other(e)))?
     }
 }
 
