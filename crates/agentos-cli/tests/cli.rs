@@ -138,3 +138,91 @@ fn failures_print_one_line_and_exit_with_a_distinct_code() {
     assert_eq!(r.code, 5, "{}", r.stderr);
     assert!(r.stderr.contains("cannot reach the master"), "{}", r.stderr);
 }
+
+#[test]
+fn run_and_executors_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let r = agentos(&m, &["executor-token", "create", "w1"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let token = r.stdout.lines().last().unwrap().to_string();
+    assert!(token.starts_with("aos_"), "{}", r.stdout);
+    let token_file = dir.path().join("w1.token");
+    std::fs::write(&token_file, &token).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut executor = Command::new(BIN)
+        .args(["executor", "--master", &m.url, "--workspace"])
+        .arg(dir.path().join("ws"))
+        .arg("--token-file")
+        .arg(&token_file)
+        .env("AGENTOS_LOG", "warn")
+        .spawn()
+        .unwrap();
+    common::wait_for("w1 polling", || agentos(&m, &["executors"]).stdout.contains("w1"));
+    let r = agentos(&m, &["executors"]);
+    assert!(r.stdout.lines().any(|l| l.starts_with("w1") && l.contains("polling")), "{}", r.stdout);
+
+    let script = dir.path().join("greet.sh");
+    std::fs::write(&script, "read -r input; echo \"hi $1 $input\"; echo warn >&2; exit 7").unwrap();
+    assert_eq!(
+        agentos(
+            &m,
+            &["catalog", "register-script", "--id", "greet", "--runtime", "sh", "--file", script.to_str().unwrap()]
+        )
+        .code,
+        0
+    );
+    let r = agentos(&m, &["run", "greet", "--input", "{\"a\":1}", "--", "bob"]);
+    assert_eq!(r.code, 7, "{}", r.stderr);
+    assert_eq!(r.stdout, "hi bob {\"a\":1}\n");
+    assert_eq!(r.stderr, "warn\n");
+    let r = agentos(&m, &["run", "greet", "--json"]);
+    assert_eq!(r.code, 7);
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["exitCode"], 7);
+    assert_eq!(v["executor"], "w1");
+    let r = agentos(&m, &["run", "missing-tool"]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("not found"), "{}", r.stderr);
+    let r = agentos(&m, &["run", "greet", "--input", "{not json"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+
+    unsafe {
+        libc::kill(executor.id() as i32, libc::SIGTERM);
+    }
+    assert!(executor.wait().unwrap().success());
+}
+
+#[test]
+fn up_runs_a_master_with_a_local_executor() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut up = Command::new(BIN)
+        .args(["up", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .env("AGENTOS_LOG", "error")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(up.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
+    let rest: Vec<String> = lines.by_ref().take(5).map(|l| l.unwrap()).collect();
+    assert!(rest.iter().any(|l| l.contains("local executor")), "{rest:?}");
+    std::thread::spawn(move || for _ in lines {});
+    let api = common::Api {
+        url,
+        token: Some(std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string()),
+        http: common::http(),
+    };
+    assert_eq!(api.register("hello", "sh", "echo \"hello, $1\"", None).0, 200);
+    let (status, r) = api.invoke("hello", serde_json::json!({"argv": ["world"]}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "hello, world\n");
+    assert_eq!(r["executor"], "local");
+    unsafe {
+        libc::kill(up.id() as i32, libc::SIGTERM);
+    }
+    assert!(up.wait().unwrap().success());
+}
