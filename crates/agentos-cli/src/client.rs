@@ -365,3 +365,195 @@ pub fn executors(conn: &Conn, json: bool) -> Result<(), ClientError> {
     output::print(&v, json, output::executors);
     Ok(())
 }
+
+/// `agentos net ...`: nets, tokens and transitions of one model.
+#[derive(clap::Subcommand)]
+pub enum NetCmd {
+    /// Validate a net document (JSON or YAML) and make it the model's net.
+    Apply {
+        #[command(flatten)]
+        conn: Conn,
+        file: PathBuf,
+        /// The model (default: the document's `model`).
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show the model's net: places with token counts, transitions with their state.
+    Show {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the tokens in a place.
+    Tokens {
+        #[command(flatten)]
+        conn: Conn,
+        place: String,
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Put a token (JSON data) into a place.
+    Put {
+        #[command(flatten)]
+        conn: Conn,
+        place: String,
+        /// The token's data, as JSON.
+        data: String,
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Start a transition: it fires whenever enabled.
+    Start {
+        #[command(flatten)]
+        conn: Conn,
+        transition: String,
+        #[arg(long)]
+        model: String,
+    },
+    /// Stop a transition.
+    Stop {
+        #[command(flatten)]
+        conn: Conn,
+        transition: String,
+        #[arg(long)]
+        model: String,
+    },
+    /// Fire a transition once.
+    Fire {
+        #[command(flatten)]
+        conn: Conn,
+        transition: String,
+        #[arg(long)]
+        model: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print every change to the model's net as it happens (one JSON line each).
+    Watch {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long)]
+        model: String,
+    },
+}
+
+fn model_path(model: &str) -> Result<&str, ClientError> {
+    if agentos_core::name::is_valid_id(model) {
+        Ok(model)
+    } else {
+        Err(fail(EXIT_USAGE, format!("invalid model name {model:?}")))
+    }
+}
+
+pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
+    match cmd {
+        NetCmd::Apply { conn, file, model, json } => {
+            let text = std::fs::read_to_string(&file)
+                .map_err(|e| fail(EXIT_USAGE, format!("cannot read {}: {e}", file.display())))?;
+            let doc: Value = match serde_json::from_str(&text) {
+                Ok(v) => v,
+                Err(_) => serde_yaml_ng::from_str(&text)
+                    .map_err(|e| fail(EXIT_USAGE, format!("{} is neither JSON nor YAML: {e}", file.display())))?,
+            };
+            let model = model
+                .or_else(|| doc.get("model").and_then(Value::as_str).map(str::to_string))
+                .ok_or_else(|| fail(EXIT_USAGE, "name the model: --model M or \"model\" in the document"))?;
+            let view = conn.request(
+                reqwest::Method::PUT,
+                &format!("/api/models/{}/net", model_path(&model)?),
+                &[],
+                Some(doc),
+            )?;
+            output::print(&view, json, output::net);
+        }
+        NetCmd::Show { conn, model, json } => {
+            let view =
+                conn.request(reqwest::Method::GET, &format!("/api/models/{}/net", model_path(&model)?), &[], None)?;
+            output::print(&view, json, output::net);
+        }
+        NetCmd::Tokens { conn, place, model, json } => {
+            let v = conn.request(
+                reqwest::Method::GET,
+                &format!("/api/models/{}/places/{place}/tokens", model_path(&model)?),
+                &[],
+                None,
+            )?;
+            output::print(&v, json, output::tokens);
+        }
+        NetCmd::Put { conn, place, data, model, name, json } => {
+            let data: Value =
+                serde_json::from_str(&data).map_err(|e| fail(EXIT_USAGE, format!("the data is not JSON: {e}")))?;
+            let v = conn.request(
+                reqwest::Method::POST,
+                &format!("/api/models/{}/places/{place}/tokens", model_path(&model)?),
+                &[],
+                Some(json!({"data": data, "name": name})),
+            )?;
+            output::print(&v, json, |t| format!("put {} into {place}", t["id"].as_str().unwrap_or("")));
+        }
+        NetCmd::Start { conn, transition, model } => {
+            conn.request(
+                reqwest::Method::POST,
+                &format!("/api/models/{}/transitions/{transition}/start", model_path(&model)?),
+                &[],
+                Some(json!({})),
+            )?;
+            println!("started {transition}");
+        }
+        NetCmd::Stop { conn, transition, model } => {
+            conn.request(
+                reqwest::Method::POST,
+                &format!("/api/models/{}/transitions/{transition}/stop", model_path(&model)?),
+                &[],
+                Some(json!({})),
+            )?;
+            println!("stopped {transition}");
+        }
+        NetCmd::Fire { conn, transition, model, json } => {
+            let v = conn.request(
+                reqwest::Method::POST,
+                &format!("/api/models/{}/transitions/{transition}/fire", model_path(&model)?),
+                &[],
+                Some(json!({})),
+            )?;
+            output::print(&v, json, |o| {
+                let reason = o["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default();
+                format!("{} {}{reason}", o["transition"].as_str().unwrap_or(""), o["outcome"].as_str().unwrap_or(""))
+            });
+        }
+        NetCmd::Watch { conn, model } => {
+            let token = conn.token()?;
+            let url = format!("{}/api/models/{}/watch", conn.url.trim_end_matches('/'), model_path(&model)?);
+            let resp = reqwest::blocking::Client::builder()
+                .timeout(None)
+                .build()
+                .map_err(|e| fail(EXIT_FAILURE, e.to_string()))?
+                .get(&url)
+                .bearer_auth(token)
+                .send()
+                .map_err(|e| fail(EXIT_UNREACHABLE, format!("cannot reach the master at {}: {e}", conn.url)))?;
+            if !resp.status().is_success() {
+                return Err(fail(EXIT_FAILURE, format!("watch answered HTTP {}", resp.status().as_u16())));
+            }
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(resp).lines() {
+                let line = line.map_err(|e| fail(EXIT_FAILURE, e.to_string()))?;
+                if let Some(data) = line.strip_prefix("data:") {
+                    println!("{}", data.trim());
+                }
+            }
+        }
+    }
+    Ok(())
+}

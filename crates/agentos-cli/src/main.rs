@@ -36,6 +36,9 @@ enum Cmd {
     },
     /// Run a script tool once and print its output (exit code: the script's).
     Run(client::RunArgs),
+    /// Nets: apply a document, see and put tokens, start, stop, fire, watch.
+    #[command(subcommand)]
+    Net(Box<client::NetCmd>),
     /// Read and write the tool catalog.
     #[command(subcommand)]
     Catalog(Box<CatalogCmd>),
@@ -216,6 +219,7 @@ fn main() -> ExitCode {
         Cmd::Executors { conn, json } => client::exit(client::executors(&conn, json)),
         Cmd::Run(args) => client::run_tool(args),
         Cmd::Catalog(c) => client::exit(run_catalog(*c)),
+        Cmd::Net(n) => client::exit(client::net(*n)),
         Cmd::Models { conn, json } => client::exit(client::models(&conn, json)),
     }
 }

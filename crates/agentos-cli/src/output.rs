@@ -191,3 +191,38 @@ pub fn executors(v: &Value) -> String {
     }
     out.trim_end().to_string()
 }
+
+pub fn net(v: &Value) -> String {
+    let mut out = format!("net of model {}\n", s(v, "model"));
+    out.push_str("places:\n");
+    for p in v["places"].as_array().cloned().unwrap_or_default() {
+        out.push_str(&format!(
+            "  {:<24} {} token(s), {} reserved\n",
+            s(&p, "id"),
+            p["tokens"].as_u64().unwrap_or(0),
+            p["reserved"].as_u64().unwrap_or(0)
+        ));
+    }
+    out.push_str("transitions:\n");
+    for t in v["transitions"].as_array().cloned().unwrap_or_default() {
+        let state = if t["started"].as_bool() == Some(true) { "started" } else { "stopped" };
+        let err = t["lastError"].as_str().map(|e| format!("  last error: {e}")).unwrap_or_default();
+        out.push_str(&format!(
+            "  {:<24} {:<8} {:<8} fires {} in flight {}{err}\n",
+            s(&t, "id"),
+            s(&t, "kind"),
+            state,
+            t["fires"].as_u64().unwrap_or(0),
+            t["inFlight"].as_u64().unwrap_or(0)
+        ));
+    }
+    out.trim_end().to_string()
+}
+
+pub fn tokens(v: &Value) -> String {
+    let list = v.as_array().cloned().unwrap_or_default();
+    if list.is_empty() {
+        return "no tokens".into();
+    }
+    list.iter().map(|t| format!("{}  {}", s(t, "id"), t["data"])).collect::<Vec<_>>().join("\n")
+}

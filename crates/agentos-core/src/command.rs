@@ -37,10 +37,16 @@ pub enum Command {
     Search(SearchArgs),
     Get(GetArgs),
     Remove(RemoveArgs),
+    RegisterToolnet(RegisterToolnet),
 }
 
-pub const COMMAND_TYPES: [&str; 4] =
-    ["TOOL_CATALOG_REGISTER_SCRIPT", "TOOL_CATALOG_SEARCH", "TOOL_CATALOG_GET", "TOOL_CATALOG_REMOVE"];
+pub const COMMAND_TYPES: [&str; 5] = [
+    "TOOL_CATALOG_REGISTER_SCRIPT",
+    "TOOL_CATALOG_REGISTER_TOOLNET",
+    "TOOL_CATALOG_SEARCH",
+    "TOOL_CATALOG_GET",
+    "TOOL_CATALOG_REMOVE",
+];
 
 impl Command {
     /// Parses a command body. Errors name the command type and the offending field.
@@ -65,6 +71,7 @@ impl Command {
             "TOOL_CATALOG_SEARCH" => Ok(Command::Search(fields(&kind, body)?)),
             "TOOL_CATALOG_GET" => Ok(Command::Get(fields(&kind, body)?)),
             "TOOL_CATALOG_REMOVE" => Ok(Command::Remove(fields(&kind, body)?)),
+            "TOOL_CATALOG_REGISTER_TOOLNET" => Ok(Command::RegisterToolnet(fields(&kind, body)?)),
             other => Err(CoreError::bad_input(
                 "unknown_command",
                 format!("unknown command type {other:?}; expected one of {}", COMMAND_TYPES.join(", ")),
@@ -243,6 +250,101 @@ fn too_large(len: usize, limits: &Limits) -> CoreError {
     )
 }
 
+/// The blob namespace of tool net definitions.
+pub const TOOLNET_NAMESPACE: &str = "tool-catalog/toolnets";
+
+/// `TOOL_CATALOG_REGISTER_TOOLNET`: a net run as one tool, from its input place to its output place.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterToolnet {
+    pub id: String,
+    pub name: String,
+    /// The net document (places and transitions).
+    #[schema(value_type = Object)]
+    pub net: Value,
+    pub input_place: String,
+    pub output_place: String,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// JSON Schema of the input token's data.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+}
+
+/// A validated tool net registration.
+#[derive(Debug, Clone)]
+pub struct ToolnetPlan {
+    pub model: String,
+    pub entry: CatalogEntry,
+    pub urn: BlobUrn,
+    pub bytes: Vec<u8>,
+}
+
+impl RegisterToolnet {
+    pub fn plan(self, home_model: &str) -> Result<ToolnetPlan, CoreError> {
+        check_tool_id(&self.id)?;
+        check_text("name", &self.name, 200, true)?;
+        let model = self.model.unwrap_or_else(|| home_model.to_string());
+        check_model_name(&model)?;
+        let version = self.version.unwrap_or_else(|| "1.0.0".to_string());
+        check_text("version", &version, 64, true)?;
+        let description = self.description.unwrap_or_default();
+        check_text("description", &description, 4096, false)?;
+        let capabilities = self.capabilities.unwrap_or_default();
+        for c in &capabilities {
+            check_capability(c)?;
+        }
+        let doc = crate::net::NetDoc::from_value(self.net)?;
+        doc.validate()?;
+        let places = doc.place_ids();
+        for (field, p) in [("inputPlace", &self.input_place), ("outputPlace", &self.output_place)] {
+            if !places.contains(p.as_str()) {
+                return Err(CoreError::bad_input("invalid_net", format!("{field} {p:?} is not a place of the net")));
+            }
+        }
+        let input = self.input.unwrap_or_else(|| serde_json::json!({"type": "object"}));
+        if !input.is_object() {
+            return Err(CoreError::bad_input("invalid_schema", "input must be a JSON Schema object"));
+        }
+        let bytes = serde_json::to_vec(&doc).map_err(|e| CoreError::internal(e.to_string()))?;
+        let sha256 = sha256_hex(&bytes);
+        let urn = BlobUrn::new(TOOLNET_NAMESPACE, &sha256, Some("json"))?;
+        let mut operations = BTreeMap::new();
+        operations.insert(
+            "run".to_string(),
+            Operation {
+                description: if description.is_empty() { self.name.clone() } else { description.clone() },
+                input,
+                output: None,
+            },
+        );
+        let entry = CatalogEntry {
+            id: self.id,
+            name: self.name,
+            version,
+            description,
+            capabilities,
+            status: Status::Approved,
+            contract: Contract { kind: "toolnet".into(), operations },
+            binding: Binding::Toolnet(crate::entry::ToolnetBinding {
+                net_urn: urn.to_string(),
+                sha256,
+                size_bytes: bytes.len() as u64,
+                input_place: self.input_place,
+                output_place: self.output_place,
+            }),
+        };
+        Ok(ToolnetPlan { model, entry, urn, bytes })
+    }
+}
+
 /// `TOOL_CATALOG_SEARCH`: the same filters as `GET /api/tool-catalog`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -316,6 +418,7 @@ pub fn decide_remove(state: &State, model: &str, id: &str) -> Result<Vec<(String
 pub fn binding_kind_of(cmd: &Command) -> Option<BindingKind> {
     match cmd {
         Command::RegisterScript(_) => Some(BindingKind::Script),
+        Command::RegisterToolnet(_) => Some(BindingKind::Toolnet),
         _ => None,
     }
 }
@@ -365,7 +468,7 @@ mod tests {
         let b = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"b","name":"B","runtime":"node","content":"1"}))
             .unwrap();
         assert_eq!(a.urn, b.urn);
-        let Binding::Script(s) = &a.entry.binding;
+        let Binding::Script(s) = &a.entry.binding else { panic!("a script entry") };
         assert_eq!(s.filename, "x.cjs");
         assert_eq!(s.script_urn, format!("urn:agentos:blob:tool-catalog/scripts/{}.cjs", sha256_hex(b"1")));
     }

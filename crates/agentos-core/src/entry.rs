@@ -60,12 +60,14 @@ pub struct Operation {
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Binding {
     Script(ScriptBinding),
+    Toolnet(ToolnetBinding),
 }
 
 impl Binding {
     pub fn kind(&self) -> BindingKind {
         match self {
             Binding::Script(_) => BindingKind::Script,
+            Binding::Toolnet(_) => BindingKind::Toolnet,
         }
     }
 }
@@ -164,6 +166,17 @@ pub struct ScriptBinding {
     pub sha256: String,
     pub filename: String,
     pub size_bytes: u64,
+}
+
+/// A tool net: a net definition in the blob store, run as one call from its input place to its output place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolnetBinding {
+    pub net_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    pub input_place: String,
+    pub output_place: String,
 }
 
 /// Where an entry was found relative to the model asked about.

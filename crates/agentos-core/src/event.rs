@@ -22,6 +22,8 @@ pub enum EventBody {
     ToolRemoved { id: String },
     /// A principal was created. Only the sha256 of its token is kept.
     PrincipalCreated(PrincipalRecord),
+    /// A change to a model's net or the tokens in its places.
+    Net(crate::net_state::NetEvent),
     /// A command job ended: the one result recorded for it.
     JobFinished {
         #[serde(rename = "jobId")]
@@ -60,6 +62,7 @@ impl EventBody {
             EventBody::ToolRemoved { .. } => "ToolRemoved",
             EventBody::PrincipalCreated(_) => "PrincipalCreated",
             EventBody::JobFinished { .. } => "JobFinished",
+            EventBody::Net(_) => "Net",
         }
     }
     /// The entity the event is about, indexed by the log so one entity's history is one lookup.
@@ -70,6 +73,7 @@ impl EventBody {
             EventBody::ToolRemoved { id } => format!("tool:{id}"),
             EventBody::PrincipalCreated(p) => format!("principal:{}", p.name),
             EventBody::JobFinished { job_id, .. } => format!("job:{job_id}"),
+            EventBody::Net(_) => "net".to_string(),
         }
     }
     /// Splits into the log's `type` and `payload` columns.

@@ -1,12 +1,16 @@
 //! The pure core of agentos: domain types, events, the fold that turns events into state, names, flags and URNs. No I/O happens here.
 
+mod catalog_index;
 pub mod command;
 pub mod entry;
 pub mod error;
 pub mod event;
+pub mod expr;
 pub mod flags;
 pub mod job;
 pub mod name;
+pub mod net;
+pub mod net_state;
 pub mod search;
 pub mod state;
 pub mod urn;

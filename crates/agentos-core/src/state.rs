@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::catalog_index::SearchIndex;
 use crate::entry::{Scope, StoredEntry};
 use crate::event::{Event, EventBody, PrincipalRecord};
 use crate::{CATALOG_PLACE, DEFAULT_MODEL};
@@ -27,11 +28,18 @@ pub struct State {
     pub last_seq: u64,
     pub models: BTreeMap<String, ModelInfo>,
     /// model -> tool id -> entry. Entries are shared so that a snapshot copy is cheap.
+    /// Changed only by [`State::apply`]: the search index follows it there.
     pub catalogs: HashMap<String, BTreeMap<String, Arc<StoredEntry>>>,
     pub principals: BTreeMap<String, Arc<PrincipalRecord>>,
     /// token sha256 -> principal name. Derived.
     #[serde(skip)]
     token_index: HashMap<String, String>,
+    /// Every model's net: places, tokens, transitions, fires in flight.
+    #[serde(default)]
+    pub nets: crate::net_state::NetState,
+    /// The catalogs indexed for search. Derived, so snapshots do not carry it.
+    #[serde(skip)]
+    search_index: SearchIndex,
 }
 
 impl Default for State {
@@ -54,6 +62,8 @@ impl State {
             catalogs: HashMap::new(),
             principals: BTreeMap::new(),
             token_index: HashMap::new(),
+            search_index: SearchIndex::default(),
+            nets: Default::default(),
         }
     }
 
@@ -64,6 +74,8 @@ impl State {
                 Arc::make_mut(entry).rebuild_haystack();
             }
         }
+        // After the haystacks, which the index copies.
+        self.search_index = SearchIndex::build(&self.catalogs);
         self.token_index = self.principals.values().map(|p| (p.token_sha256.clone(), p.name.clone())).collect();
         self.models.entry(DEFAULT_MODEL.to_string()).or_insert_with(|| ModelInfo {
             name: DEFAULT_MODEL.to_string(),
@@ -103,11 +115,15 @@ impl State {
                     ev.time,
                     ev.principal.clone(),
                 );
-                catalog.insert(entry.id.clone(), Arc::new(stored));
+                let stored = Arc::new(stored);
+                catalog.insert(entry.id.clone(), stored.clone());
+                self.search_index.upsert(&ev.model, stored);
             }
             EventBody::ToolRemoved { id } => {
-                if let Some(catalog) = self.catalogs.get_mut(&ev.model) {
-                    catalog.remove(id);
+                if let Some(catalog) = self.catalogs.get_mut(&ev.model)
+                    && catalog.remove(id).is_some()
+                {
+                    self.search_index.remove(&ev.model, id);
                 }
             }
             EventBody::PrincipalCreated(p) => {
@@ -117,6 +133,7 @@ impl State {
                 self.token_index.insert(p.token_sha256.clone(), p.name.clone());
                 self.principals.insert(p.name.clone(), Arc::new(p.clone()));
             }
+            EventBody::Net(ne) => self.nets.apply(&ev.model, ev.seq, ev.time, ne),
             // A job's result is history, read from the log; it changes no state.
             EventBody::JobFinished { .. } => {}
         }
@@ -128,6 +145,10 @@ impl State {
 
     pub fn catalog(&self, model: &str) -> Option<&BTreeMap<String, Arc<StoredEntry>>> {
         self.catalogs.get(model)
+    }
+
+    pub(crate) fn search_index(&self) -> &SearchIndex {
+        &self.search_index
     }
 
     /// Looks `id` up local first: in `model`'s own catalog, then in the global one.

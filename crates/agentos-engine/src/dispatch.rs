@@ -119,7 +119,71 @@ impl Engine {
     }
 
     /// Runs a script tool once: queues exactly the command token of DESIGN.md and waits for its result.
+    /// Runs a tool once: a script through an executor (needs `x`), a tool net as an isolated
+    /// instance (needs `t`). Answers the job result, or `{toolnet, output}`.
     pub async fn invoke(
+        &self,
+        principal: &Principal,
+        id: &str,
+        model: Option<&str>,
+        req: InvokeRequest,
+    ) -> Result<Value, EngineError> {
+        check_tool_id(id)?;
+        let m = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
+        check_model_name(&m)?;
+        let toolnet = {
+            let st = self.read_state();
+            match st.resolve(&m, id).map(|(e, _)| e.entry.binding.clone()) {
+                Some(Binding::Toolnet(b)) => Some(b),
+                _ => None,
+            }
+        };
+        if let Some(b) = toolnet {
+            if !principal.flags.has(Flag::ToolNets) {
+                // Without `t` a tool net is not visible at all.
+                if !principal.flags.has(Flag::Execute) {
+                    return Err(CoreError::forbidden(format!(
+                        "{} may not invoke tools: that needs 'x' or 't'",
+                        principal.name
+                    ))
+                    .into());
+                }
+                return Err(
+                    CoreError::not_found(format!("no tool {id:?} in model {m:?} nor in the global catalog")).into()
+                );
+            }
+            let urn: BlobUrn = b.net_urn.parse()?;
+            let bytes = self.inner.blobs.get_checked(&urn, Some(b.size_bytes)).await?;
+            let doc: agentos_core::net::NetDoc = serde_json::from_slice(&bytes).map_err(|e| {
+                CoreError::new(
+                    ErrorKind::Corrupt,
+                    "toolnet_corrupt",
+                    format!("the stored net of {id:?} does not parse: {e}"),
+                )
+            })?;
+            let timeout = Duration::from_millis(
+                req.timeout_ms
+                    .unwrap_or(self.inner.dispatch.default_timeout_ms)
+                    .min(self.inner.dispatch.max_timeout_ms),
+            );
+            let input = req.input.unwrap_or(Value::Null);
+            let call = crate::nets::ToolnetCall {
+                id,
+                resolve_model: &m,
+                doc,
+                input_place: &b.input_place,
+                output_place: &b.output_place,
+                input,
+                timeout,
+            };
+            let output = self.invoke_toolnet(principal, call).await?;
+            return Ok(json!({"toolnet": id, "output": output}));
+        }
+        let result = self.invoke_script(principal, id, Some(&m), req).await?;
+        Ok(serde_json::to_value(result).map_err(|e| CoreError::internal(e.to_string()))?)
+    }
+
+    async fn invoke_script(
         &self,
         principal: &Principal,
         id: &str,

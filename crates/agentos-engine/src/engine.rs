@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use agentos_core::command::{Limits, RegisterScript, RemoveArgs, decide_register, decide_remove};
+use agentos_core::command::{Limits, RegisterScript, RegisterToolnet, RemoveArgs, decide_register, decide_remove};
 use agentos_core::entry::{Binding, BindingKind, EntryView, Scope};
 use agentos_core::event::{Event, EventBody, EventView, PrincipalKind, PrincipalRecord};
 use agentos_core::flags::{Flag, Flags};
@@ -33,6 +33,15 @@ pub struct EngineConfig {
     pub snapshot_every: u64,
     pub jobs: JobConfig,
     pub dispatch: DispatchConfig,
+    /// Where the master finds a credential's value by name.
+    pub credentials: fn(&str) -> Option<String>,
+}
+
+/// Credentials from the master's environment: `AGENTOS_CREDENTIAL_<NAME>`, the name upper-cased
+/// with '-' as '_'. Values never leave the master but in the requests and processes that use them.
+pub fn credential_from_env(name: &str) -> Option<String> {
+    let key = format!("AGENTOS_CREDENTIAL_{}", name.to_uppercase().replace('-', "_"));
+    std::env::var(key).ok()
 }
 
 impl Default for EngineConfig {
@@ -42,6 +51,7 @@ impl Default for EngineConfig {
             snapshot_every: 10_000,
             jobs: JobConfig::default(),
             dispatch: DispatchConfig::default(),
+            credentials: credential_from_env,
         }
     }
 }
@@ -74,6 +84,12 @@ pub(crate) struct Inner {
     committer: Mutex<Option<JoinHandle<()>>>,
     snapshots: Arc<SnapshotControl>,
     restored: Restored,
+    /// Every committed event, for the fire loop and for watchers.
+    pub(crate) events: tokio::sync::broadcast::Sender<Arc<Event>>,
+    pub(crate) nets: crate::nets::NetRuntime,
+    pub(crate) credentials: fn(&str) -> Option<String>,
+    pub(crate) http: reqwest::Client,
+    net_loop: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// How the state was rebuilt at open.
@@ -167,6 +183,7 @@ impl Engine {
                 committer::run(rx, state, log, after).await;
             })
         };
+        let config_credentials = config.credentials;
         let engine = Engine {
             inner: Arc::new(Inner {
                 state,
@@ -180,8 +197,16 @@ impl Engine {
                 committer: Mutex::new(Some(committer)),
                 snapshots,
                 restored: Restored { snapshot_seq, replayed },
+                events: tokio::sync::broadcast::channel(4096).0,
+                nets: Default::default(),
+                credentials: config_credentials,
+                http: reqwest::Client::new(),
+                net_loop: Mutex::new(None),
             }),
         };
+        let weak_nets = Arc::downgrade(&engine.inner);
+        let net_loop = tokio::spawn(crate::nets::net_loop(weak_nets));
+        *engine.inner.net_loop.lock().unwrap_or_else(|p| p.into_inner()) = Some(net_loop);
         // The reaper holds a weak handle so that dropping every Engine ends it.
         let weak = Arc::downgrade(&engine.inner);
         let tick = (engine.inner.config.jobs.lease / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
@@ -214,7 +239,13 @@ impl Engine {
         tx.send(Pending { principal: principal.to_string(), time: now_ms(), decide, reply })
             .await
             .map_err(|_| CoreError::internal("the engine is shutting down"))?;
-        rx.await.map_err(|_| CoreError::internal("the commit task ended"))?
+        let events = rx.await.map_err(|_| CoreError::internal("the commit task ended"))??;
+        if self.inner.events.receiver_count() > 0 {
+            for e in &events {
+                let _ = self.inner.events.send(Arc::new(e.clone()));
+            }
+        }
+        Ok(events)
     }
 
     pub fn restored(&self) -> Restored {
@@ -279,6 +310,28 @@ impl Engine {
             .ok_or_else(|| CoreError::internal("a committed entry is missing from the state"))?;
         let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
         Ok(stored.view(scope, false))
+    }
+
+    /// `TOOL_CATALOG_REGISTER_TOOLNET`: authoring a tool net needs `w`.
+    pub async fn register_toolnet(
+        &self,
+        principal: &Principal,
+        cmd: RegisterToolnet,
+    ) -> Result<EntryView, EngineError> {
+        require(principal, Flag::Write, "author tool nets")?;
+        let plan = cmd.plan(&principal.home_model)?;
+        check_model_access(principal, &plan.model)?;
+        self.inner.blobs.put(&plan.urn, &plan.bytes).await?;
+        let (model, id) = (plan.model.clone(), plan.entry.id.clone());
+        let entry = plan.entry;
+        let m = model.clone();
+        self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
+        let st = self.read_state();
+        let stored = st
+            .catalog(&model)
+            .and_then(|c| c.get(&id))
+            .ok_or_else(|| CoreError::internal("a committed entry is missing from the state"))?;
+        Ok(stored.view(if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local }, false))
     }
 
     /// `TOOL_CATALOG_REMOVE`.
@@ -369,7 +422,9 @@ impl Engine {
             let (e, _) = st.resolve(model, id).ok_or_else(|| not_found(id, model))?;
             e.entry.binding.clone()
         };
-        let Binding::Script(s) = binding;
+        let Binding::Script(s) = binding else {
+            return Err(CoreError::bad_input("not_a_script", format!("{id:?} is not a script tool")).into());
+        };
         let urn: BlobUrn = s.script_urn.parse()?;
         if urn.sha256() != s.sha256 {
             return Err(CoreError::new(
@@ -399,6 +454,9 @@ impl Engine {
     pub async fn shutdown(&self) {
         if let Some(r) = self.inner.reaper.lock().unwrap_or_else(|p| p.into_inner()).take() {
             r.abort();
+        }
+        if let Some(n) = self.inner.net_loop.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            n.abort();
         }
         drop(self.inner.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
         let committer = self.inner.committer.lock().unwrap_or_else(|p| p.into_inner()).take();

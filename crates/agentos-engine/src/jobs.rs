@@ -51,6 +51,8 @@ pub struct Handout {
 
 struct Job {
     model: String,
+    /// Only this executor may take it.
+    target: Option<String>,
     token: CommandToken,
     attempt: u32,
     lease: Option<Lease>,
@@ -114,16 +116,32 @@ impl JobQueue {
 
     /// Queues a job and wakes one waiting poller. The receiver yields the outcome.
     pub fn enqueue(&self, model: String, token: CommandToken) -> (String, oneshot::Receiver<JobResult>) {
+        self.enqueue_for(model, token, None)
+    }
+
+    /// Queues a job that only the executor named `target` may take (any, when `None`).
+    pub fn enqueue_for(
+        &self,
+        model: String,
+        token: CommandToken,
+        target: Option<String>,
+    ) -> (String, oneshot::Receiver<JobResult>) {
         let (tx, rx) = oneshot::channel();
+        let targeted = target.is_some();
         let id = {
             let mut q = self.lock();
             q.next += 1;
             let id = format!("job-{}-{}", self.epoch, q.next);
-            q.jobs.insert(id.clone(), Job { model, token, attempt: 0, lease: None, waiter: Some(tx) });
+            q.jobs.insert(id.clone(), Job { model, target, token, attempt: 0, lease: None, waiter: Some(tx) });
             q.queued.push_back(id.clone());
             id
         };
-        self.work.notify_one();
+        if targeted {
+            // Only one executor may take it: wake every poller so that one is sure to look.
+            self.work.notify_waiters();
+        } else {
+            self.work.notify_one();
+        }
         (id, rx)
     }
 
@@ -143,16 +161,21 @@ impl JobQueue {
     }
 
     fn try_take(&self, executor: &str) -> Option<Handout> {
-        let mut q = self.lock();
+        let mut guard = self.lock();
+        let q = &mut *guard;
         q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
             last: Instant::now(),
             last_wall: wall_ms(),
             polls: 0,
         });
-        while let Some(id) = q.queued.pop_front() {
+        // Cancelled jobs leave stale ids behind; a targeted job waits for its executor.
+        q.queued.retain(|id| q.jobs.contains_key(id));
+        let pos =
+            q.queued.iter().position(|id| q.jobs.get(id).is_some_and(|j| may_take(j.target.as_deref(), executor)));
+        if let Some(id) = pos.and_then(|p| q.queued.remove(p)) {
             q.next += 1;
             let lease_id = format!("lease-{}-{}", self.epoch, q.next);
-            let Some(job) = q.jobs.get_mut(&id) else { continue };
+            let job = q.jobs.get_mut(&id)?;
             job.attempt += 1;
             job.lease = Some(Lease {
                 id: lease_id.clone(),
@@ -329,6 +352,14 @@ impl JobQueue {
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));
         out
+    }
+}
+
+/// Whether `executor` (`credential` or `credential/name`) may take a job meant for `target`.
+fn may_take(target: Option<&str>, executor: &str) -> bool {
+    match target {
+        None => true,
+        Some(t) => executor == t || executor.split('/').any(|part| part == t),
     }
 }
 

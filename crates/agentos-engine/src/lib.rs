@@ -5,6 +5,7 @@ pub mod dispatch;
 pub mod engine;
 pub mod error;
 pub mod jobs;
+pub mod nets;
 pub mod principal;
 
 pub use dispatch::DispatchConfig;

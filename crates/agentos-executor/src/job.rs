@@ -43,12 +43,15 @@ fn refused(lease_id: &str, error: String) -> ExecutorResult {
     ExecutorResult { lease_id: lease_id.to_string(), error: Some(error), ..Default::default() }
 }
 
-/// A script job, checked and ready to run.
+/// What runs: a pinned script through its runtime, or a bash command string.
+enum Source {
+    Script { runtime: Runtime, content: Vec<u8>, sha256: String, filename: String },
+    Bash { command: String },
+}
+
+/// A job, checked and ready to run.
 struct Script {
-    runtime: Runtime,
-    content: Vec<u8>,
-    sha256: String,
-    filename: String,
+    source: Source,
     argv: Vec<String>,
     env: BTreeMap<String, String>,
     input: Option<Vec<u8>>,
@@ -60,10 +63,13 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
         return Err(format!("cannot run: {why}"));
     }
     let t = &job.token;
-    if t.executor != "script" || t.command != "invoke" {
-        return Err(format!("this executor runs script invocations, not {:?}/{:?}", t.executor, t.command));
-    }
-    let args = t.args.as_object().ok_or("args must be an object")?;
+    let empty = serde_json::Map::new();
+    let args = if t.args.is_null() { &empty } else { t.args.as_object().ok_or("args must be an object")? };
+    let bash = match (t.executor.as_str(), t.command.as_str()) {
+        ("script", "invoke") => false,
+        ("bash", _) => true,
+        (e, c) => return Err(format!("this executor runs script invocations and bash commands, not {e:?}/{c:?}")),
+    };
     let tool = args.get("toolId").and_then(Value::as_str).unwrap_or("(unnamed)");
     let s = |k: &str| -> Result<String, String> {
         args.get(k)
@@ -71,18 +77,23 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
             .map(str::to_string)
             .ok_or_else(|| format!("tool {tool:?}: args.{k} is missing; the master did not resolve this job"))
     };
-    let runtime_name = s("runtime")?;
-    let runtime = Runtime::parse(&runtime_name).ok_or_else(|| format!("unknown runtime {runtime_name:?}"))?;
-    let sha256 = s("sha256")?;
-    let content = base64::engine::general_purpose::STANDARD
-        .decode(s("content")?)
-        .map_err(|e| format!("tool {tool:?}: args.content is not valid base64: {e}"))?;
-    let actual = sha256_hex(&content);
-    if actual != sha256 {
-        return Err(format!(
-            "tool {tool:?}: refusing to run: the content hashes to {actual} but the job pins {sha256}"
-        ));
-    }
+    let source = if bash {
+        Source::Bash { command: t.command.clone() }
+    } else {
+        let runtime_name = s("runtime")?;
+        let runtime = Runtime::parse(&runtime_name).ok_or_else(|| format!("unknown runtime {runtime_name:?}"))?;
+        let sha256 = s("sha256")?;
+        let content = base64::engine::general_purpose::STANDARD
+            .decode(s("content")?)
+            .map_err(|e| format!("tool {tool:?}: args.content is not valid base64: {e}"))?;
+        let actual = sha256_hex(&content);
+        if actual != sha256 {
+            return Err(format!(
+                "tool {tool:?}: refusing to run: the content hashes to {actual} but the job pins {sha256}"
+            ));
+        }
+        Source::Script { runtime, content, sha256, filename: s("filename").unwrap_or_else(|_| "script".into()) }
+    };
     let argv = match args.get("argv") {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(a)) => a
@@ -111,16 +122,7 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
         .map(Duration::from_millis)
         .unwrap_or(limits.default_timeout)
         .min(limits.max_timeout);
-    Ok(Script {
-        runtime,
-        content,
-        sha256,
-        filename: s("filename").unwrap_or_else(|_| "script".into()),
-        argv,
-        env,
-        input,
-        timeout,
-    })
+    Ok(Script { source, argv, env, input, timeout })
 }
 
 /// Runs one leased job to its result. Never fails: every refusal is a result with `error`.
@@ -135,23 +137,22 @@ pub async fn execute(
         Ok(s) => s,
         Err(e) => return refused(&job.lease_id, e),
     };
-    let path = match cache.materialize(&script.sha256, &script.filename, &script.content) {
-        Ok((p, rewritten)) => {
-            if rewritten {
-                tracing::debug!(sha256 = %script.sha256, "script written to the cache");
+    let (runtime, mut args) = match &script.source {
+        Source::Script { runtime, content, sha256, filename } => match cache.materialize(sha256, filename, content) {
+            Ok((path, rewritten)) => {
+                if rewritten {
+                    tracing::debug!(%sha256, "script written to the cache");
+                }
+                (runtime.as_str(), vec![path.display().to_string()])
             }
-            p
-        }
-        Err(e) => return refused(&job.lease_id, format!("cannot write the script to the cache: {e}")),
+            Err(e) => return refused(&job.lease_id, format!("cannot write the script to the cache: {e}")),
+        },
+        Source::Bash { command } => ("bash", vec!["-c".to_string(), command.clone(), "bash".to_string()]),
     };
-    let Some(program) = runner::find_program(script.runtime.as_str(), &limits.path) else {
+    let Some(program) = runner::find_program(runtime, &limits.path) else {
         return refused(
             &job.lease_id,
-            format!(
-                "runtime {} is not installed on this executor (looked in {})",
-                script.runtime.as_str(),
-                limits.path
-            ),
+            format!("runtime {runtime} is not installed on this executor (looked in {})", limits.path),
         );
     };
     let cwd = jobs_dir.join(format!("{}-{}", job.job_id, job.attempt));
@@ -168,7 +169,6 @@ pub async fn execute(
         ("LANG".to_string(), "C.UTF-8".to_string()),
     ]);
     env.extend(script.env);
-    let mut args = vec![path.display().to_string()];
     args.extend(script.argv);
     let spec = RunSpec {
         program,
@@ -184,7 +184,7 @@ pub async fn execute(
     let _ = std::fs::remove_dir_all(&cwd);
     let b64 = base64::engine::general_purpose::STANDARD;
     match outcome {
-        Err(e) => refused(&job.lease_id, format!("cannot start {}: {e}", script.runtime.as_str())),
+        Err(e) => refused(&job.lease_id, format!("cannot start {runtime}: {e}")),
         Ok(o) => ExecutorResult {
             lease_id: job.lease_id.clone(),
             exit_code: o.exit_code,

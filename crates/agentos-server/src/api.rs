@@ -42,6 +42,17 @@ pub fn router(state: AppState) -> Router {
         .route("/api/blobs/{*urn}", get(get_blob))
         .route("/api/tools/{id}/invoke", post(invoke_tool))
         .route("/api/executors", get(list_executors))
+        .route("/api/models", post(crate::nets_api::create_model))
+        .route("/api/models/{model}/net", get(crate::nets_api::get_net).put(crate::nets_api::apply_net))
+        .route(
+            "/api/models/{model}/places/{place}/tokens",
+            get(crate::nets_api::list_tokens).post(crate::nets_api::put_token),
+        )
+        .route("/api/models/{model}/links", get(crate::nets_api::list_links))
+        .route("/api/models/{model}/watch", get(crate::nets_api::watch))
+        .route("/api/models/{model}/transitions/{transition}/start", post(crate::nets_api::start))
+        .route("/api/models/{model}/transitions/{transition}/stop", post(crate::nets_api::stop))
+        .route("/api/models/{model}/transitions/{transition}/fire", post(crate::nets_api::fire))
         .route("/api/jobs/{id}", get(get_job))
         .route("/api/executor-tokens", post(create_executor_token))
         .route("/api/executor/poll", post(executor_poll))
@@ -210,6 +221,7 @@ pub async fn run_command(
     let engine = &app.engine;
     Ok(match cmd {
         Command::RegisterScript(r) => Json(engine.register_script(&p, r).await?).into_response(),
+        Command::RegisterToolnet(r) => Json(engine.register_toolnet(&p, r).await?).into_response(),
         Command::Search(SearchArgs { tool_type, model, q, capability, limit, offset }) => {
             let query = to_query(tool_type, model, q, capability, limit, offset)?;
             Json(engine.search(&p, &query)?).into_response()
@@ -257,7 +269,7 @@ pub struct InvokeParams {
 /// Run a script tool once and wait for its result: `{exitCode, signal, stdout, stderr, durationMs, timedOut}`.
 #[utoipa::path(post, path = "/api/tools/{id}/invoke", tag = "tools", params(("id" = String, Path, description = "Tool id"), InvokeParams),
     request_body = InvokeRequest,
-    responses((status = 200, body = JobResult), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+    responses((status = 200, description = "A script's job result, or {toolnet, output} for a tool net", body = JobResult), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 504, description = "No executor finished the job in time", body = crate::error::ErrorBody)))]
 pub async fn invoke_tool(
     State(app): State<AppState>,
@@ -265,7 +277,7 @@ pub async fn invoke_tool(
     Path(id): Path<String>,
     QueryParams(q): QueryParams<InvokeParams>,
     JsonValue(body): JsonValue,
-) -> Result<Json<JobResult>, ApiError> {
+) -> Result<Json<Value>, ApiError> {
     let req: InvokeRequest = typed(body)?;
     Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?))
 }

@@ -4,6 +4,7 @@ mod api;
 mod auth;
 mod error;
 mod extract;
+mod nets_api;
 mod openapi;
 pub mod routes;
 mod run;

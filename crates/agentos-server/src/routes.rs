@@ -67,7 +67,18 @@ pub const ROUTES: &[RouteSpec] = &[
     // Each command type declares its own permission in COMMANDS.
     route("POST", "/api/commands", Permission::Authenticated),
     route("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read)),
-    route("POST", "/api/tools/{id}/invoke", Permission::Flag(Flag::Execute)),
+    // Scripts need 'x', tool nets 't': the engine checks the kind it finds.
+    route("POST", "/api/tools/{id}/invoke", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets])),
+    route("POST", "/api/models", Permission::Flag(Flag::Write)),
+    route("GET", "/api/models/{model}/net", Permission::Flag(Flag::Read)),
+    route("PUT", "/api/models/{model}/net", Permission::Flag(Flag::Write)),
+    route("GET", "/api/models/{model}/places/{place}/tokens", Permission::Flag(Flag::Read)),
+    route("POST", "/api/models/{model}/places/{place}/tokens", Permission::Flag(Flag::Write)),
+    route("GET", "/api/models/{model}/links", Permission::Flag(Flag::Read)),
+    route("GET", "/api/models/{model}/watch", Permission::Flag(Flag::Read)),
+    route("POST", "/api/models/{model}/transitions/{transition}/start", Permission::Flag(Flag::Execute)),
+    route("POST", "/api/models/{model}/transitions/{transition}/stop", Permission::Flag(Flag::Execute)),
+    route("POST", "/api/models/{model}/transitions/{transition}/fire", Permission::Flag(Flag::Execute)),
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
     route("GET", "/api/jobs/{id}", Permission::Flag(Flag::Logs)),
     route("POST", "/api/executor-tokens", Permission::Operator),
@@ -80,6 +91,8 @@ pub const ROUTES: &[RouteSpec] = &[
 /// The permission of each command type sent to `POST /api/commands`.
 pub const COMMANDS: &[(&str, Permission)] = &[
     ("TOOL_CATALOG_REGISTER_SCRIPT", Permission::Flag(Flag::Scripts)),
+    // Authoring a tool net is writing a net.
+    ("TOOL_CATALOG_REGISTER_TOOLNET", Permission::Flag(Flag::Write)),
     ("TOOL_CATALOG_SEARCH", Permission::AnyOf(CATALOG_READ)),
     ("TOOL_CATALOG_GET", Permission::AnyOf(CATALOG_READ)),
     // Removing further needs the flag of the entry's kind, checked by the engine.

@@ -78,6 +78,7 @@ pub async fn run(
             snapshot_every: config.snapshot_every,
             jobs: config.jobs,
             dispatch: config.dispatch,
+            credentials: agentos_engine::engine::credential_from_env,
         },
         log,
         blobs,

@@ -17,6 +17,8 @@ pub struct Master {
     pub data: PathBuf,
     pub token: String,
     extra: Vec<String>,
+    listen: String,
+    env: Vec<(String, String)>,
 }
 
 impl Master {
@@ -25,8 +27,17 @@ impl Master {
     }
 
     pub fn start_with(data: &Path, extra: &[&str]) -> Master {
-        let mut child = Command::new(BIN)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        Self::start_full(data, "127.0.0.1:0", extra, &[])
+    }
+
+    /// A master on a fixed address (restarts keep it, so executors find it again) with extra environment.
+    pub fn start_full(data: &Path, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> Master {
+        let mut cmd = Command::new(BIN);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .args(["serve", "--listen", listen, "--data"])
             .arg(data)
             .args(extra)
             .env("AGENTOS_LOG", "warn")
@@ -44,7 +55,16 @@ impl Master {
         // Keep draining stdout so the master never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         let token = std::fs::read_to_string(data.join("operator.token")).expect("operator token").trim().to_string();
-        Master { child, url, data: data.to_path_buf(), token, extra: extra.iter().map(|s| s.to_string()).collect() }
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Master {
+            child,
+            url,
+            data: data.to_path_buf(),
+            token,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            listen: listen.to_string(),
+            env,
+        }
     }
 
     /// SIGKILL: no chance to flush or snapshot.
@@ -62,11 +82,19 @@ impl Master {
         assert!(status.success(), "master exited with {status}");
     }
 
+    /// Kill -9, then start again on the same data folder and address.
     pub fn restart(mut self) -> Master {
         self.kill9();
         let extra: Vec<String> = self.extra.clone();
         let refs: Vec<&str> = extra.iter().map(String::as_str).collect();
-        Master::start_with(&self.data.clone(), &refs)
+        let env: Vec<(String, String)> = self.env.clone();
+        let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let listen = if self.listen.ends_with(":0") {
+            self.listen.clone()
+        } else {
+            self.url.trim_start_matches("http://").to_string()
+        };
+        Master::start_full(&self.data.clone(), &listen, &refs, &env_refs)
     }
 
     pub fn client(&self) -> Api {
@@ -230,5 +258,27 @@ pub fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
 impl Api {
     pub fn invoke(&self, id: &str, body: Value) -> (u16, Value) {
         self.send(self.http.post(format!("{}/api/tools/{id}/invoke", self.url)).json(&body))
+    }
+}
+
+/// A loopback port free right now, for a master that must keep its address across restarts.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Api {
+    pub fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.put(format!("{}{}", self.url, path)).json(&body))
+    }
+
+    pub fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(self.http.post(format!("{}{}", self.url, path)).json(&body))
+    }
+
+    /// The data of every token in a place.
+    pub fn token_data(&self, model: &str, place: &str) -> Vec<Value> {
+        let (status, v) = self.get(&format!("/api/models/{model}/places/{place}/tokens"));
+        assert_eq!(status, 200, "{v}");
+        v.as_array().unwrap().iter().map(|t| t["data"].clone()).collect()
     }
 }

@@ -1,0 +1,181 @@
+//! Net engine benchmark: fires per second of a `pass` transition with every fire a durable
+//! event, and the end-to-end latency of a three-step net with script steps. Prints figures;
+//! asserts nothing. Run: `cargo bench -p agentos-cli --bench nets`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Api {
+    url: String,
+    token: String,
+    http: reqwest::blocking::Client,
+}
+
+impl Api {
+    fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut req = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().unwrap();
+        let status = resp.status();
+        let v: Value = resp.json().unwrap_or(Value::Null);
+        assert!(status.is_success(), "{path}: {status} {v}");
+        v
+    }
+    fn count(&self, model: &str, place: &str) -> usize {
+        self.call(reqwest::Method::GET, &format!("/api/models/{model}/places/{place}/tokens"), None)
+            .as_array()
+            .unwrap()
+            .len()
+    }
+}
+
+fn start_master(data: &Path) -> (Proc, Api) {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .env("AGENTOS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn master");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
+    let http = reqwest::blocking::Client::builder().tcp_nodelay(true).build().unwrap();
+    (Proc(child), Api { url, token, http })
+}
+
+fn start_executor(api: &Api, ws: &Path) -> Proc {
+    let t = api.call(reqwest::Method::POST, "/api/executor-tokens", Some(json!({"name": "bench"})));
+    let child = Command::new(BIN)
+        .args(["executor", "--master", &api.url, "--workspace"])
+        .arg(ws)
+        .args(["--run-as", "current", "--concurrency", "2"])
+        .env("AGENTOS_EXECUTOR_TOKEN", t["token"].as_str().unwrap())
+        .env("AGENTOS_LOG", "warn")
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !api.call(reqwest::Method::GET, "/api/executors", None).to_string().contains("polling") {
+        assert!(Instant::now() < deadline, "executor did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Proc(child)
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_master, api) = start_master(&dir.path().join("master"));
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    println!(
+        "net benchmark: {cores} cores, release build, loopback; every fire is a committed event (SQLite WAL, synchronous=FULL)"
+    );
+
+    // 1. pass fires per second: tokens put first (transition stopped), then started, timed to drain.
+    let n = 2000;
+    api.call(
+        reqwest::Method::PUT,
+        "/api/models/bench/net",
+        Some(json!({
+            "places": ["p-a", "p-b"],
+            "transitions": [{"id": "move", "kind": "pass", "concurrency": 1,
+                "presets": {"x": {"place": "p-a"}}, "postsets": {"y": {"place": "p-b"}}, "emit": [{"to": "y"}]}]
+        })),
+    );
+    for i in 0..n {
+        api.call(reqwest::Method::POST, "/api/models/bench/places/p-a/tokens", Some(json!({"data": {"i": i}})));
+    }
+    let t = Instant::now();
+    api.call(reqwest::Method::POST, "/api/models/bench/transitions/move/start", Some(json!({})));
+    wait_until("all pass fires", || api.count("bench", "p-b") == n);
+    let secs = t.elapsed().as_secs_f64();
+    println!();
+    println!("(1) {n} fires of one `pass` transition, one durable event each");
+    println!("    {:>8.0} fires/s   ({:.3} ms per fire)", n as f64 / secs, secs * 1000.0 / n as f64);
+
+    // 2. three-step net with script steps, end to end, one token at a time.
+    let _e = start_executor(&api, &dir.path().join("executor"));
+    api.call(reqwest::Method::POST, "/api/commands", Some(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "noop", "name": "noop", "runtime": "sh", "content": "cat"})));
+    let cmd = |from: &str| json!({"executor": "script", "command": "invoke", "args": {"toolId": "noop", "input": format!("${{.{from}.data}}")}});
+    let mut transitions = Vec::new();
+    let places = ["p0", "c1", "r1", "c2", "r2", "c3", "r3"];
+    for step in 1..=3 {
+        let (input, cmd_place, result) = (places[(step - 1) * 2], places[step * 2 - 1], places[step * 2]);
+        transitions.push(json!({"id": format!("build{step}"), "kind": "map", "presets": {"i": {"place": input}},
+            "postsets": {"o": {"place": cmd_place}}, "action": {"template": cmd("i")}, "emit": [{"to": "o"}]}));
+        transitions.push(json!({"id": format!("run{step}"), "kind": "command", "presets": {"c": {"place": cmd_place}},
+            "postsets": {"o": {"place": result}}, "emit": [{"to": "o"}]}));
+    }
+    let ids: Vec<String> = transitions.iter().map(|t| t["id"].as_str().unwrap().to_string()).collect();
+    api.call(
+        reqwest::Method::PUT,
+        "/api/models/chain/net",
+        Some(json!({"places": places, "transitions": transitions})),
+    );
+    for id in &ids {
+        api.call(reqwest::Method::POST, &format!("/api/models/chain/transitions/{id}/start"), Some(json!({})));
+    }
+    let rounds = 30;
+    let mut lat = Vec::new();
+    for i in 0..rounds + 5 {
+        let t = Instant::now();
+        api.call(reqwest::Method::POST, "/api/models/chain/places/p0/tokens", Some(json!({"data": {"i": i}})));
+        wait_until("the chain", || api.count("chain", "r3") == i + 1);
+        if i >= 5 {
+            lat.push(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let bare = {
+        let t = Instant::now();
+        for _ in 0..30 {
+            Command::new("sh").args(["-c", "exit 0"]).status().unwrap();
+        }
+        t.elapsed().as_secs_f64() * 1000.0 / 30.0
+    };
+    let p50 = pct(&lat, 0.5);
+    println!();
+    println!("(2) a three-step net (map → command → … ×3, each command a script tool), {rounds} tokens one at a time");
+    println!(
+        "    end to end p50 {p50:.2} ms, p95 {:.2} ms, max {:.2} ms (measured by polling the output place every 2 ms)",
+        pct(&lat, 0.95),
+        lat[lat.len() - 1]
+    );
+    println!(
+        "    per script step: {:.2} ms, of which a bare sh spawn is {bare:.2} ms → overhead ≈ {:.2} ms per step",
+        p50 / 3.0,
+        p50 / 3.0 - bare
+    );
+    println!(
+        "    published per-task overheads: Windmill default 86 ms, dedicated 9.8 ms; tuned Temporal ~19 ms; reference executors poll every 2 s"
+    );
+}

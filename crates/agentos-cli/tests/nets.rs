@@ -1,0 +1,392 @@
+//! The net engine end to end: durable firing through crashes, command and http transitions,
+//! emit rules, schedules, tool nets, and the validation of net documents.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Api, Executor, Master, error_code, free_port, wait_for};
+use serde_json::{Value, json};
+
+fn apply(api: &Api, model: &str, doc: Value) -> Value {
+    let (status, v) = api.put(&format!("/api/models/{model}/net"), doc);
+    assert_eq!(status, 200, "{v}");
+    v
+}
+
+fn start_all(api: &Api, model: &str, transitions: &[&str]) {
+    for t in transitions {
+        let (status, v) = api.post(&format!("/api/models/{model}/transitions/{t}/start"), json!({}));
+        assert_eq!(status, 200, "{v}");
+    }
+}
+
+fn put(api: &Api, model: &str, place: &str, data: Value) -> (u16, Value) {
+    api.post(&format!("/api/models/{model}/places/{place}/tokens"), json!({"data": data}))
+}
+
+/// map → command (script tool) → map.
+fn three_step_net() -> Value {
+    json!({
+        "places": ["p-in", "p-cmd", "p-res", "p-out"],
+        "transitions": [
+            {"id": "build", "kind": "map",
+             "presets": {"input": {"place": "p-in"}}, "postsets": {"cmd": {"place": "p-cmd"}},
+             "action": {"template": {"executor": "script", "command": "invoke", "args": {"toolId": "shout", "input": "${.input.data}"}}},
+             "emit": [{"to": "cmd"}]},
+            {"id": "run", "kind": "command",
+             "presets": {"cmd": {"place": "p-cmd"}}, "postsets": {"res": {"place": "p-res"}},
+             "emit": [{"to": "res"}]},
+            {"id": "summarise", "kind": "map",
+             "presets": {"r": {"place": "p-res"}}, "postsets": {"out": {"place": "p-out"}},
+             "action": {"template": {"summary": "${.r.data.text}", "length": "${.r.data.text | length}"}},
+             "emit": [{"to": "out"}]}
+        ]
+    })
+}
+
+#[test]
+fn map_command_map_turns_an_input_into_the_output_through_a_master_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let m = Master::start_full(&dir.path().join("master"), &listen, &["--lease-ms", "1500"], &[]);
+    let api = m.client();
+    // Slow enough that the master can be killed while the command runs.
+    let script =
+        "import sys,json,time\nd=json.load(sys.stdin)\ntime.sleep(1)\nprint(json.dumps({'text': d['title'].upper()}))";
+    assert_eq!(api.register("shout", "python3", script, None).0, 200);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    apply(&api, "flow", three_step_net());
+    start_all(&api, "flow", &["build", "run", "summarise"]);
+    assert_eq!(put(&api, "flow", "p-in", json!({"title": "hello nets"})).0, 200);
+
+    wait_for("the command to be in flight", || {
+        let (_, net) = api.get("/api/models/flow/net");
+        net["transitions"][1]["inFlight"] == 1
+    });
+    let m = m.restart();
+    let api = m.client();
+    wait_for("the output token", || !api.token_data("flow", "p-out").is_empty());
+    assert_eq!(api.token_data("flow", "p-out"), vec![json!({"summary": "HELLO NETS", "length": 10})]);
+    for place in ["p-in", "p-cmd", "p-res"] {
+        assert!(api.token_data("flow", place).is_empty(), "{place} still holds tokens");
+    }
+}
+
+#[test]
+fn no_token_is_lost_or_duplicated_when_the_master_is_killed_during_200_fires() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Master::start(&dir.path().join("master"));
+    let doc = json!({
+        "places": ["p-a", "p-b", "p-c"],
+        "transitions": [
+            {"id": "tag", "kind": "map", "presets": {"x": {"place": "p-a"}}, "postsets": {"y": {"place": "p-b"}},
+             "action": {"template": {"n": "${.x.data.n}", "tagged": true}}, "emit": [{"to": "y"}]},
+            {"id": "move", "kind": "pass", "presets": {"y": {"place": "p-b"}}, "postsets": {"z": {"place": "p-c"}},
+             "emit": [{"to": "z"}]}
+        ]
+    });
+    apply(&m.client(), "crash", doc);
+    start_all(&m.client(), "crash", &["tag", "move"]);
+    let mut acked = Vec::new();
+    let mut n = 0u64;
+    let mut seed: u64 = 0x5DEECE66D;
+    while n < 200 {
+        let api = m.client();
+        // A pseudo-random number of puts before the next kill: the kill lands mid-stream.
+        seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let burst = 20 + (seed >> 33) % 40;
+        for _ in 0..burst {
+            if n >= 200 {
+                break;
+            }
+            let (status, _) = put(&api, "crash", "p-a", json!({"n": n}));
+            assert_eq!(status, 200);
+            acked.push(n);
+            n += 1;
+        }
+        std::thread::sleep(Duration::from_millis((seed >> 40) % 20));
+        m = m.restart();
+    }
+    let api = m.client();
+    wait_for("every token through", || {
+        api.token_data("crash", "p-c").len() >= 200
+            && api.token_data("crash", "p-a").is_empty()
+            && api.token_data("crash", "p-b").is_empty()
+    });
+    let mut seen: Vec<u64> = api.token_data("crash", "p-c").iter().map(|d| d["n"].as_u64().unwrap()).collect();
+    assert!(api.token_data("crash", "p-c").iter().all(|d| d["tagged"] == true));
+    seen.sort();
+    assert_eq!(seen, acked, "lost or duplicated tokens");
+}
+
+#[test]
+fn a_result_no_emit_rule_matches_leaves_the_input_in_place_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "route",
+        json!({
+            "places": ["p-in", "p-ok"],
+            "transitions": [{"id": "check", "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"ok": {"place": "p-ok"}},
+                "action": {"template": {"ok": "${.i.data.ok}"}}, "emit": [{"to": "ok", "when": ".result.ok == true"}], "onUnmatched": "keep"}]
+        }),
+    );
+    put(&api, "route", "p-in", json!({"ok": false}));
+    let (status, o) = api.post("/api/models/route/transitions/check/fire", json!({}));
+    assert_eq!(status, 200);
+    assert_eq!(o["outcome"], "failed", "{o}");
+    assert!(o["reason"].as_str().unwrap().contains("no emit rule matched"), "{o}");
+    assert_eq!(api.token_data("route", "p-in"), vec![json!({"ok": false})]);
+    assert!(api.token_data("route", "p-ok").is_empty());
+    let (_, net) = api.get("/api/models/route/net");
+    assert!(net["transitions"][0]["lastError"].as_str().unwrap().contains("no emit rule matched"));
+    // Started, it does not spin on the token it cannot route; a routable one goes through.
+    start_all(&api, "route", &["check"]);
+    put(&api, "route", "p-in", json!({"ok": true}));
+    wait_for("the routable token", || api.token_data("route", "p-ok").len() == 1);
+    assert_eq!(api.token_data("route", "p-in"), vec![json!({"ok": false})]);
+    let (_, net) = api.get("/api/models/route/net");
+    assert!(net["transitions"][0]["fires"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn an_interval_scheduled_transition_fires_on_time_and_stops_when_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "clock",
+        json!({
+            "places": ["p-ticks"],
+            "transitions": [{"id": "tick", "kind": "map", "mode": "manual", "schedule": {"everyMs": 200},
+                "postsets": {"t": {"place": "p-ticks"}}, "action": {"template": {"tick": true}}, "emit": [{"to": "t"}]}]
+        }),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(api.token_data("clock", "p-ticks").is_empty(), "a stopped transition fired");
+    let started = Instant::now();
+    start_all(&api, "clock", &["tick"]);
+    wait_for("five ticks", || api.token_data("clock", "p-ticks").len() >= 5);
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_millis(3000),
+        "five ticks of 200 ms took {elapsed:?}"
+    );
+    api.post("/api/models/clock/transitions/tick/stop", json!({}));
+    let after_stop = api.token_data("clock", "p-ticks").len();
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(api.token_data("clock", "p-ticks").len(), after_stop, "it fired after it was stopped");
+}
+
+#[test]
+fn a_tool_net_of_two_scripts_runs_as_one_call_and_local_scripts_shadow_global_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let step = |suffix: &str| {
+        format!("import sys,json\nd=json.load(sys.stdin)\nprint(json.dumps({{'s': d['s'] + '{suffix}'}}))")
+    };
+    api.register("step-a", "python3", &step("-a"), Some("default"));
+    api.register("step-b", "python3", &step("-b-global"), Some("default"));
+    api.register("step-b", "python3", &step("-b-local"), Some("team"));
+    let command = |tool: &str, from: &str| json!({"executor": "script", "command": "invoke", "args": {"toolId": tool, "input": format!("${{.{from}.data}}")}});
+    let net = json!({
+        "places": ["p-in", "p-c1", "p-r1", "p-c2", "p-out"],
+        "transitions": [
+            {"id": "a-cmd", "kind": "map", "presets": {"in": {"place": "p-in"}}, "postsets": {"o": {"place": "p-c1"}},
+             "action": {"template": command("step-a", "in")}, "emit": [{"to": "o"}]},
+            {"id": "a-run", "kind": "command", "presets": {"c": {"place": "p-c1"}}, "postsets": {"o": {"place": "p-r1"}}, "emit": [{"to": "o"}]},
+            {"id": "b-cmd", "kind": "map", "presets": {"r": {"place": "p-r1"}}, "postsets": {"o": {"place": "p-c2"}},
+             "action": {"template": command("step-b", "r")}, "emit": [{"to": "o"}]},
+            {"id": "b-run", "kind": "command", "presets": {"c": {"place": "p-c2"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}
+        ]
+    });
+    let (status, e) = api.command(
+        json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "pipeline", "name": "Pipeline", "model": "default",
+        "net": net, "inputPlace": "p-in", "outputPlace": "p-out"}),
+    );
+    assert_eq!(status, 200, "{e}");
+    assert_eq!(e["binding"]["type"], "toolnet");
+    assert_eq!(api.get("/api/tool-catalog?type=toolnet").1["total"], 1);
+
+    let (status, r) = api.invoke("pipeline", json!({"input": {"s": "x"}, "timeoutMs": 20000}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["output"], json!({"s": "x-a-b-global"}));
+    let (status, r) =
+        api.post("/api/tools/pipeline/invoke?model=team", json!({"input": {"s": "x"}, "timeoutMs": 20000}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["output"], json!({"s": "x-a-b-local"}), "the local step-b shadows the global one");
+    // Instances are gone once they answered.
+    let (_, models) = api.get("/api/models");
+    assert!(
+        models
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| !m["name"].as_str().unwrap().starts_with("tni-") || m["places"][0]["tokens"] == 0)
+    );
+}
+
+#[test]
+fn a_tool_net_that_stalls_times_out_naming_the_place_where_it_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    // No executor: the command waits in its place.
+    let net = json!({"places": ["p-in", "p-out"], "transitions": [
+        {"id": "run", "kind": "command", "presets": {"c": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]});
+    api.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "stuck", "name": "Stuck", "net": net, "inputPlace": "p-in", "outputPlace": "p-out"}));
+    let (status, r) =
+        api.invoke("stuck", json!({"input": {"executor": "bash", "command": "true", "args": {}}, "timeoutMs": 800}));
+    assert_eq!(error_code(&(status, r.clone()), 504), "toolnet_timeout");
+    assert!(r["error"]["message"].as_str().unwrap().contains("p-in"), "{r}");
+}
+
+#[test]
+fn an_http_transition_calls_a_real_server_with_a_credential_that_is_stored_nowhere() {
+    let secret = "sekrit-canary-4242";
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = vec![0u8; 65536];
+        let mut req = Vec::new();
+        // Read the head and the body (small, one JSON object).
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            req.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&req);
+            if let Some(head_end) = text.find("\r\n\r\n") {
+                let len: usize = text[..head_end]
+                    .lines()
+                    .find_map(|l| l.to_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+                    .unwrap_or(0);
+                if req.len() >= head_end + 4 + len {
+                    break;
+                }
+            }
+        }
+        let text = String::from_utf8_lossy(&req).to_string();
+        let authorized =
+            text.lines().any(|l| l.eq_ignore_ascii_case(&format!("authorization: Bearer {}", "sekrit-canary-4242")));
+        let body = if authorized { r#"{"ok":true,"forecast":"sunny"}"# } else { r#"{"ok":false}"# };
+        let status = if authorized { "200 OK" } else { "401 Unauthorized" };
+        write!(s, "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+        text
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_full(dir.path(), "127.0.0.1:0", &[], &[("AGENTOS_CREDENTIAL_WEATHER_KEY", secret)]);
+    let api = m.client();
+    apply(
+        &api,
+        "weather",
+        json!({
+            "places": ["p-req", "p-resp"],
+            "transitions": [{"id": "call", "kind": "http", "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+                "action": {"method": "POST", "url": format!("http://127.0.0.1:{port}/forecast"),
+                           "headers": {"Authorization": "Bearer ${credentials.WEATHER_KEY}"},
+                           "body": {"city": "${.req.data.city}"}},
+                "emit": [{"to": "o"}]}]
+        }),
+    );
+    start_all(&api, "weather", &["call"]);
+    put(&api, "weather", "p-req", json!({"city": "Paris"}));
+    wait_for("the response token", || !api.token_data("weather", "p-resp").is_empty());
+    assert_eq!(api.token_data("weather", "p-resp"), vec![json!({"ok": true, "forecast": "sunny"})]);
+    let request = server.join().unwrap();
+    assert!(request.contains("\"city\":\"Paris\""), "{request}");
+
+    // The value is nowhere: not in answers, not in the log, not on disk.
+    for path in [
+        "/api/models/weather/net",
+        "/api/models/weather/places/p-resp/tokens",
+        "/api/models/weather/places/p-req/tokens",
+    ] {
+        assert!(!api.get(path).1.to_string().contains(secret), "{path} shows the credential");
+    }
+    drop(m);
+    for entry in walk(dir.path()) {
+        let bytes = std::fs::read(&entry).unwrap();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds the credential",
+            entry.display()
+        );
+    }
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+#[test]
+fn bad_definitions_are_refused_with_the_path_in_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let check = |doc: Value, path: &str, words: &str| {
+        let (status, v) = api.put("/api/models/bad/net", doc);
+        assert_eq!(status, 400, "{v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(path) && msg.contains(words), "expected {path} / {words} in: {msg}");
+    };
+    let t = |extra: Value| {
+        let mut base = json!({"id": "t", "kind": "map", "presets": {"i": {"place": "p-a"}}, "postsets": {"o": {"place": "p-b"}},
+            "action": {"template": {"x": 1}}, "emit": [{"to": "o"}]});
+        for (k, v) in extra.as_object().unwrap() {
+            base[k] = v.clone();
+        }
+        json!({"places": ["p-a", "p-b"], "transitions": [base]})
+    };
+    check(t(json!({"presets": {"i": {"place": "p-nowhere"}}})), "/transitions/0/presets/i/place", "unknown place");
+    check(t(json!({"postsets": {"o": {"place": "p-dangling"}}})), "/transitions/0/postsets/o/place", "dangling arc");
+    check(t(json!({"action": {"template": {"x": "${.a +}"}}})), "/transitions/0/action/template/x", "bad expression");
+    check(
+        t(json!({"presets": {"i": {"place": "p-a", "filter": ".data |||"}}})),
+        "/transitions/0/presets/i/filter",
+        "bad expression",
+    );
+    check(t(json!({"kind": "teleport"})), "/transitions/0/kind", "unknown kind");
+    check(t(json!({"kind": "llm"})), "/transitions/0/kind", "not supported yet");
+    check(t(json!({"emit": [{"to": "o", "when": ".result.ok"}]})), "/transitions/0/emit", "missing catch-all");
+    check(t(json!({"emit": [{"to": "nope"}]})), "/transitions/0/emit/0/to", "not a postset");
+    check(t(json!({"schedule": {"cron": "every tuesday"}})), "/transitions/0/schedule/cron", "bad cron");
+    check(json!({"places": ["p-a"], "transitions": [], "surprise": 1}), "surprise", "unknown field");
+    let (_, models) = api.get("/api/models");
+    assert!(models.as_array().unwrap().iter().all(|m| m["name"] != "bad"), "a refused net created its model");
+}
+
+#[test]
+fn links_are_listed_from_both_ends_and_never_fire() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(&api, "other", json!({"places": ["p-inbox"]}));
+    apply(
+        &api,
+        "home",
+        json!({"places": ["p-outbox"], "transitions": [
+        {"id": "feeds", "kind": "link", "from": {"place": "p-outbox"}, "to": {"model": "other", "place": "p-inbox"}, "relation": "feeds"}]}),
+    );
+    for model in ["home", "other"] {
+        let (status, links) = api.get(&format!("/api/models/{model}/links"));
+        assert_eq!(status, 200);
+        assert_eq!(links.as_array().unwrap().len(), 1, "{model}: {links}");
+        assert_eq!(links[0]["relation"], "feeds");
+        assert_eq!(links[0]["to"]["model"], "other");
+    }
+    put(&api, "home", "p-outbox", json!({"x": 1}));
+    assert_eq!(api.post("/api/models/home/transitions/feeds/fire", json!({})).0, 400);
+    assert_eq!(api.token_data("home", "p-outbox").len(), 1);
+}

@@ -1,0 +1,761 @@
+//! jq expressions ([`Expr`], run by the jaq interpreter) and JSON templates whose strings hold `${...}` holes
+//! ([`Template`]). Only computation happens here: the jq functions that would read the process environment,
+//! the clock or the local time zone, write to the log or end the process are not offered.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use jaq_core::compile::Undefined;
+use jaq_core::data::JustLut;
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Compiler, Ctx, Vars};
+use jaq_json::{Num, Rc, Val};
+use serde_json::Value;
+
+type Data = JustLut<Val>;
+type Filter = jaq_core::Filter<Data>;
+
+/// jq functions left out: `env` reads the process environment (and with it secrets), `halt` and `halt_error`
+/// end the program, `now`, `localtime` and `strflocaltime` read the clock or the machine's time zone, `debug`
+/// and `stderr` (and their natives `debug_empty` and `stderr_empty`) write to the log. Both the native
+/// functions and the jq definitions of these names are left out, so calling one is a compile error that names it.
+const DENIED: &[&str] = &[
+    "env",
+    "halt",
+    "halt_error",
+    "now",
+    "localtime",
+    "strflocaltime",
+    "debug",
+    "stderr",
+    "debug_empty",
+    "stderr_empty",
+];
+
+/// Error messages are cut to this many characters: a runtime error may quote a large value.
+const MAX_ERROR_CHARS: usize = 400;
+
+/// A compiled jq expression. Cloning is cheap (the compiled filter is shared).
+#[derive(Clone)]
+pub struct Expr {
+    source: Arc<str>,
+    filter: Arc<Filter>,
+}
+
+impl Expr {
+    /// Compiles `src`. The error says what is wrong and where (a byte offset into `src`).
+    pub fn compile(src: &str) -> Result<Expr, String> {
+        let arena = Arena::default();
+        let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
+        let defs = defs.filter(|def| !DENIED.contains(&def.name));
+        let loader = Loader::new(defs);
+        let modules = loader.load(&arena, File { code: src, path: () }).map_err(|errs| {
+            let msgs = errs.into_iter().flat_map(|(file, err)| load_error_messages(file.code, err));
+            join_errors(msgs)
+        })?;
+        let filter = Compiler::<_, Data>::default()
+            .with_funs(native_funs())
+            .compile(modules)
+            .map_err(|errs| join_errors(errs.into_iter().flat_map(|(_, errs)| errs).map(undefined_message)))?;
+        Ok(Expr { source: src.into(), filter: Arc::new(filter) })
+    }
+
+    /// The source text the expression was compiled from.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// First output of the expression on `input`; `Ok(None)` when it yields nothing; `Err` on a runtime error.
+    pub fn eval(&self, input: &Value) -> Result<Option<Value>, String> {
+        self.first(to_val(input), |v| v.map(from_val))
+    }
+
+    /// jq truthiness of the first output: `false` and `null` are false, and so is no output.
+    pub fn truthy(&self, input: &Value) -> Result<bool, String> {
+        self.first(to_val(input), |v| matches!(v, Some(v) if !matches!(v, Val::Null | Val::Bool(false))))
+    }
+
+    /// Runs the expression on `input` and maps its first output with `f`. A panic inside the interpreter
+    /// becomes an error rather than unwinding into the caller.
+    fn first<T>(&self, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, String> {
+        let run = || {
+            let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([]));
+            let mut outputs = self.filter.id.run((ctx, input));
+            match outputs.next().transpose() {
+                Ok(v) => Ok(f(v.as_ref())),
+                Err(exn) => Err(match exn.get_err() {
+                    // `error("text")` reads as the text, as in jq; other values as JSON.
+                    Ok(err) => truncate(match err.into_val() {
+                        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(&b).into_owned(),
+                        other => other.to_string(),
+                    }),
+                    // Only `halt` raises anything else, and it is not offered.
+                    Err(_) => "the expression stopped the program".to_string(),
+                }),
+            }
+        };
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
+            .unwrap_or_else(|_| Err("the jq interpreter failed on this input".to_string()))
+    }
+}
+
+impl fmt::Debug for Expr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Expr").field(&self.source).finish()
+    }
+}
+
+impl PartialEq for Expr {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl Eq for Expr {}
+
+/// jaq's native core, standard library and JSON functions, less [`DENIED`].
+fn native_funs() -> impl Iterator<Item = jaq_core::native::Fun<Data>> {
+    let funs = jaq_core::funs().chain(jaq_std::funs()).chain(jaq_json::funs());
+    funs.filter(|(name, _, _)| !DENIED.contains(name))
+}
+
+fn load_error_messages(code: &str, err: jaq_core::load::Error<&str>) -> Vec<String> {
+    use jaq_core::load::Error;
+    match err {
+        Error::Io(errs) => errs.into_iter().map(|(path, e)| format!("cannot load module `{path}`: {e}")).collect(),
+        Error::Lex(errs) => {
+            errs.into_iter().map(|(expected, found)| expected_message(code, expected.as_str(), found)).collect()
+        }
+        Error::Parse(errs) => {
+            errs.into_iter().map(|(expected, found)| expected_message(code, expected.as_str(), found)).collect()
+        }
+    }
+}
+
+fn expected_message(code: &str, expected: &str, found: &str) -> String {
+    let at = offset_in(code, found).map(|o| format!(" at offset {o}")).unwrap_or_default();
+    let found = if found.is_empty() {
+        "end of input".to_string()
+    } else {
+        let shown: String = found.chars().take(20).collect();
+        let more = if shown.len() < found.len() { "…" } else { "" };
+        format!("`{shown}{more}`")
+    };
+    format!("expected {expected}, found {found}{at}")
+}
+
+/// Byte offset of `part` inside `whole`, when `part` is a slice of `whole`.
+fn offset_in(whole: &str, part: &str) -> Option<usize> {
+    let start = (part.as_ptr() as usize).checked_sub(whole.as_ptr() as usize)?;
+    (start + part.len() <= whole.len()).then_some(start)
+}
+
+fn undefined_message((name, undefined): (&str, Undefined)) -> String {
+    match undefined {
+        Undefined::Filter(_) if DENIED.contains(&name) => format!("`{name}` is not available in agentos expressions"),
+        Undefined::Filter(arity) => format!("undefined filter `{name}/{arity}`"),
+        Undefined::Var if name.trim_start_matches('$') == "ENV" => {
+            "`$ENV` is not available in agentos expressions".to_string()
+        }
+        other => format!("undefined {} `{name}`", other.as_str()),
+    }
+}
+
+fn join_errors(msgs: impl Iterator<Item = String>) -> String {
+    let msgs: Vec<String> = msgs.collect();
+    if msgs.is_empty() { "invalid jq expression".to_string() } else { truncate(msgs.join("; ")) }
+}
+
+fn truncate(mut s: String) -> String {
+    if let Some((cut, _)) = s.char_indices().nth(MAX_ERROR_CHARS) {
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+fn to_val(v: &Value) -> Val {
+    match v {
+        Value::Null => Val::Null,
+        Value::Bool(b) => Val::Bool(*b),
+        Value::Number(n) => Val::Num(if let Some(i) = n.as_i64() {
+            Num::from_integral(i)
+        } else if let Some(u) = n.as_u64() {
+            Num::from_integral(u)
+        } else {
+            // Kept as its decimal text (as jaq reads JSON), so that passing it through keeps its spelling.
+            Num::Dec(Rc::new(n.to_string()))
+        }),
+        Value::String(s) => Val::utf8_str(s.clone().into_bytes()),
+        Value::Array(a) => a.iter().map(to_val).collect(),
+        Value::Object(o) => {
+            Val::obj(o.iter().map(|(k, v)| (Val::utf8_str(k.clone().into_bytes()), to_val(v))).collect())
+        }
+    }
+}
+
+fn from_val(v: &Val) -> Value {
+    match v {
+        Val::Null => Value::Null,
+        Val::Bool(b) => Value::Bool(*b),
+        Val::Num(n) => from_num(n),
+        Val::TStr(b) | Val::BStr(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+        Val::Arr(a) => Value::Array(a.iter().map(from_val).collect()),
+        Val::Obj(o) => Value::Object(o.iter().map(|(k, v)| (key_text(k), from_val(v))).collect()),
+    }
+}
+
+/// jq object keys are strings; jaq also allows other values, which become their compact JSON text.
+fn key_text(k: &Val) -> String {
+    match k {
+        Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(b).into_owned(),
+        other => from_val(other).to_string(),
+    }
+}
+
+fn from_num(n: &Num) -> Value {
+    match n {
+        Num::Int(i) => Value::from(*i),
+        Num::Float(f) => from_f64(*f),
+        // Big integers and decimal text (from the input or from a literal in the expression) that do not fit
+        // serde_json's numbers (e.g. `1e1000`) become floats, as in jq.
+        Num::BigInt(_) | Num::Dec(_) => {
+            let text = n.to_string();
+            match text.parse::<serde_json::Number>() {
+                Ok(n) => Value::Number(n),
+                Err(_) => from_f64(text.parse().unwrap_or(f64::NAN)),
+            }
+        }
+    }
+}
+
+/// A computed float as jq prints it: whole numbers without a fraction, NaN as null, infinities as the largest
+/// finite floats.
+fn from_f64(f: f64) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: every whole float below is an exact i64
+    if f.is_nan() {
+        Value::Null
+    } else if f.fract() == 0.0 && f.abs() < EXACT {
+        Value::from(f as i64)
+    } else {
+        serde_json::Number::from_f64(f.clamp(f64::MIN, f64::MAX)).map_or(Value::Null, Value::Number)
+    }
+}
+
+/// A JSON value whose strings may hold `${expr}` holes (jq expressions, or `${credentials.NAME}` references
+/// resolved by the caller). `$${` is a literal `${`. Object keys are not templated.
+#[derive(Clone, Debug)]
+pub struct Template {
+    node: Node,
+    credentials: Vec<String>,
+    /// Whether some hole is a jq expression.
+    has_exprs: bool,
+}
+
+#[derive(Clone, Debug)]
+enum Node {
+    /// A part without holes, rendered as is.
+    Literal(Value),
+    /// A string that is exactly one hole: the hole's value, of any type.
+    Whole(Hole),
+    /// A string with holes inside text.
+    Interpolated(Vec<Part>),
+    Array(Vec<Node>),
+    Object(Vec<(String, Node)>),
+}
+
+#[derive(Clone, Debug)]
+enum Part {
+    Text(String),
+    Hole(Hole),
+}
+
+#[derive(Clone, Debug)]
+struct Hole {
+    /// JSON pointer of the string holding the hole, for render errors.
+    path: Arc<str>,
+    kind: HoleKind,
+}
+
+#[derive(Clone, Debug)]
+enum HoleKind {
+    Expr(Expr),
+    Credential(String),
+}
+
+const CREDENTIALS_PREFIX: &str = "credentials.";
+
+impl Template {
+    /// Compiles every hole of `value`. An error is the JSON pointer of the bad string inside `value`
+    /// (e.g. `/body/summary`; `""` for `value` itself) and the reason.
+    pub fn compile(value: &Value) -> Result<Template, (String, String)> {
+        let mut path = String::new();
+        let mut holes = Holes::default();
+        let node = compile_node(value, &mut path, &mut holes)?;
+        Ok(Template { node, credentials: holes.credentials.into_iter().collect(), has_exprs: holes.exprs > 0 })
+    }
+
+    /// Renders the template with `input` as the jq input of every hole; `credential(name)` resolves
+    /// `${credentials.NAME}`. A string that is exactly one hole becomes the hole's value (null when it yields
+    /// nothing); holes inside longer strings are interpolated (strings as they are, other values as compact
+    /// JSON, nothing as ""). Errors never contain a credential's value.
+    pub fn render(&self, input: &Value, credential: &dyn Fn(&str) -> Option<String>) -> Result<Value, String> {
+        // The input is converted for jaq once, and only when a hole needs it.
+        let input = if self.has_exprs { to_val(input) } else { Val::Null };
+        render_node(&self.node, &input, credential)
+    }
+
+    /// Names of the credentials the template refers to, sorted, without duplicates.
+    pub fn credentials(&self) -> Vec<String> {
+        self.credentials.clone()
+    }
+}
+
+/// What the holes of a template refer to.
+#[derive(Default)]
+struct Holes {
+    credentials: BTreeSet<String>,
+    exprs: usize,
+}
+
+fn compile_node(value: &Value, path: &mut String, holes: &mut Holes) -> Result<Node, (String, String)> {
+    let node = match value {
+        Value::String(s) => {
+            let mut parts = parse_string(s, path).map_err(|reason| (path.clone(), reason))?;
+            for part in &parts {
+                match part {
+                    Part::Hole(Hole { kind: HoleKind::Credential(name), .. }) => {
+                        holes.credentials.insert(name.clone());
+                    }
+                    Part::Hole(Hole { kind: HoleKind::Expr(_), .. }) => holes.exprs += 1,
+                    Part::Text(_) => {}
+                }
+            }
+            match parts.len() {
+                0 => Node::Literal(Value::String(String::new())),
+                1 => match parts.pop() {
+                    Some(Part::Hole(hole)) => Node::Whole(hole),
+                    Some(Part::Text(text)) => Node::Literal(Value::String(text)),
+                    None => Node::Literal(Value::String(String::new())),
+                },
+                _ => Node::Interpolated(parts),
+            }
+        }
+        Value::Array(items) => {
+            let mut nodes = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                nodes.push(compile_node(item, path, holes)?);
+                path.truncate(len);
+            }
+            match literals(nodes.iter()) {
+                Some(values) => Node::Literal(Value::Array(values)),
+                None => Node::Array(nodes),
+            }
+        }
+        Value::Object(fields) => {
+            let mut nodes = Vec::with_capacity(fields.len());
+            for (key, item) in fields {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&key.replace('~', "~0").replace('/', "~1"));
+                nodes.push((key.clone(), compile_node(item, path, holes)?));
+                path.truncate(len);
+            }
+            match literals(nodes.iter().map(|(_, n)| n)) {
+                Some(values) => {
+                    Node::Literal(Value::Object(nodes.iter().map(|(k, _)| k.clone()).zip(values).collect()))
+                }
+                None => Node::Object(nodes),
+            }
+        }
+        other => Node::Literal(other.clone()),
+    };
+    Ok(node)
+}
+
+/// The values of `nodes` when all of them are literals.
+fn literals<'a>(nodes: impl Iterator<Item = &'a Node>) -> Option<Vec<Value>> {
+    nodes
+        .map(|n| match n {
+            Node::Literal(v) => Some(v.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Splits a template string into text and holes.
+fn parse_string(s: &str, path: &str) -> Result<Vec<Part>, String> {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let mut i = 0;
+    while let Some(found) = s[i..].find('$') {
+        let at = i + found;
+        text.push_str(&s[i..at]);
+        let rest = &s[at..];
+        if rest.starts_with("$${") {
+            text.push_str("${");
+            i = at + 3;
+        } else if rest.starts_with("${") {
+            let start = at + 2;
+            let len = hole_len(&s[start..]).map_err(|e| format!("hole at offset {at}: {e}"))?;
+            let src = &s[start..start + len];
+            let kind = parse_hole(src).map_err(|e| format!("hole `${{{}}}`: {e}", shorten(src)))?;
+            if !text.is_empty() {
+                parts.push(Part::Text(std::mem::take(&mut text)));
+            }
+            parts.push(Part::Hole(Hole { path: path.into(), kind }));
+            i = start + len + 1;
+        } else {
+            text.push('$');
+            i = at + 1;
+        }
+    }
+    text.push_str(&s[i..]);
+    if !text.is_empty() {
+        parts.push(Part::Text(text));
+    }
+    Ok(parts)
+}
+
+/// Length of the jq source of a hole, `body` being the text after its `${`: the hole ends at the first `}`
+/// that closes no `{` of its own, braces inside jq string literals (outside their `\(...)`) not counting.
+fn hole_len(body: &str) -> Result<usize, String> {
+    // Open delimiters: '{' and '(' in code, '"' for a string literal; a '(' above a '"' is an interpolation.
+    let mut open: Vec<char> = Vec::new();
+    let mut chars = body.char_indices();
+    while let Some((i, c)) = chars.next() {
+        if open.last() == Some(&'"') {
+            match c {
+                '\\' => {
+                    if let Some((_, '(')) = chars.next() {
+                        open.push('(');
+                    }
+                }
+                '"' => {
+                    open.pop();
+                }
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' | '{' | '(' => open.push(c),
+            ')' if open.last() == Some(&'(') => {
+                open.pop();
+            }
+            '}' => match open.last() {
+                None => return Ok(i),
+                Some('{') => {
+                    open.pop();
+                }
+                Some(_) => return Err("`}` closes an open `(`".to_string()),
+            },
+            _ => {}
+        }
+    }
+    Err(match open.last() {
+        Some('"') => "unterminated string literal in `${`".to_string(),
+        _ => "`${` without its closing `}`".to_string(),
+    })
+}
+
+fn parse_hole(src: &str) -> Result<HoleKind, String> {
+    let trimmed = src.trim();
+    if trimmed.is_empty() {
+        return Err("empty hole".to_string());
+    }
+    if let Some(name) = trimmed.strip_prefix(CREDENTIALS_PREFIX) {
+        let valid = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !valid {
+            return Err("a credential reference is `credentials.NAME`, NAME made of A-Z a-z 0-9 _ -".to_string());
+        }
+        return Ok(HoleKind::Credential(name.to_string()));
+    }
+    Expr::compile(src).map(HoleKind::Expr)
+}
+
+fn shorten(src: &str) -> String {
+    const MAX: usize = 60;
+    match src.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &src[..cut]),
+        None => src.to_string(),
+    }
+}
+
+fn render_node(node: &Node, input: &Val, credential: &dyn Fn(&str) -> Option<String>) -> Result<Value, String> {
+    Ok(match node {
+        Node::Literal(v) => v.clone(),
+        Node::Whole(hole) => match &hole.kind {
+            HoleKind::Expr(expr) => eval_hole(hole, expr, input)?.unwrap_or(Value::Null),
+            HoleKind::Credential(name) => Value::String(resolve(hole, name, credential)?),
+        },
+        Node::Interpolated(parts) => {
+            let mut out = String::new();
+            for part in parts {
+                match part {
+                    Part::Text(text) => out.push_str(text),
+                    Part::Hole(hole) => match &hole.kind {
+                        HoleKind::Expr(expr) => match eval_hole(hole, expr, input)? {
+                            None => {}
+                            Some(Value::String(s)) => out.push_str(&s),
+                            Some(other) => out.push_str(&other.to_string()),
+                        },
+                        HoleKind::Credential(name) => out.push_str(&resolve(hole, name, credential)?),
+                    },
+                }
+            }
+            Value::String(out)
+        }
+        Node::Array(items) => {
+            Value::Array(items.iter().map(|n| render_node(n, input, credential)).collect::<Result<_, _>>()?)
+        }
+        Node::Object(fields) => Value::Object(
+            fields
+                .iter()
+                .map(|(k, n)| Ok((k.clone(), render_node(n, input, credential)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+    })
+}
+
+fn eval_hole(hole: &Hole, expr: &Expr, input: &Val) -> Result<Option<Value>, String> {
+    expr.first(input.clone(), |v| v.map(from_val))
+        .map_err(|e| format!("{}: hole `${{{}}}`: {e}", display_path(&hole.path), shorten(expr.source())))
+}
+
+fn resolve(hole: &Hole, name: &str, credential: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    credential(name).ok_or_else(|| format!("{}: unknown credential `{name}`", display_path(&hole.path)))
+}
+
+fn display_path(path: &str) -> &str {
+    if path.is_empty() { "(top)" } else { path }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[track_caller]
+    fn check<T: PartialEq + fmt::Debug>(case: &str, got: T, want: T) {
+        assert_eq!(got, want, "case: {case}");
+    }
+
+    /// The value, or `Err(())` for any error.
+    fn outcome<T, E>(r: Result<T, E>) -> Result<T, ()> {
+        r.map_err(|_| ())
+    }
+
+    #[test]
+    fn expr_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<Expr>();
+        assert_send_sync::<Template>();
+    }
+
+    #[test]
+    fn compile_errors_say_what_is_wrong() {
+        let cases = [
+            (".a +", "expected term, found end of input"),
+            ("[1, 2", "closing bracket"),
+            ("", "expected term"),
+            ("foo", "undefined filter `foo/0`"),
+            ("map", "undefined filter `map/0`"),
+            ("$x", "undefined variable"),
+            ("if . then 1", "else or end"),
+            ("env", "`env` is not available"),
+            ("now", "`now` is not available"),
+            ("halt", "`halt` is not available"),
+            ("halt_error(1)", "`halt_error` is not available"),
+            ("$ENV.HOME", "`$ENV` is not available"),
+            ("import \"x\" as x; .", "cannot load module"),
+        ];
+        for (src, want) in cases {
+            let err = Expr::compile(src).expect_err(src);
+            check(&format!("{src:?} -> {err}"), err.contains(want), true);
+        }
+        // Functions from the standard library that only compute are there.
+        for src in [".", "map(. + 1)", "[.[] | select(. > 1)] | length", "test(\"a+\")", "@base64", "todate", "tojson"]
+        {
+            check(src, Expr::compile(src).map(|e| e.source().to_string()), Ok(src.to_string()));
+        }
+    }
+
+    #[test]
+    fn eval_first_output() {
+        let input = json!({"a": {"b": [1, 2, 3]}, "n": 2, "f": 1.5, "one": 1.0, "big": u64::MAX, "s": "x", "t": true});
+        let cases = [
+            (".a.b[1]", Ok(Some(json!(2)))),
+            (".n * 3 + 1", Ok(Some(json!(7)))),
+            (".n / 4", Ok(Some(json!(0.5)))),
+            ("10 / .n", Ok(Some(json!(5)))),
+            (".f", Ok(Some(json!(1.5)))),
+            (".f + 1", Ok(Some(json!(2.5)))),
+            ("1e1000", Ok(Some(json!(f64::MAX)))),
+            (".missing", Ok(Some(Value::Null))),
+            (".missing.deeper", Ok(Some(Value::Null))),
+            (".missing[0]", Ok(Some(Value::Null))),
+            (".one", Ok(Some(json!(1.0)))),
+            (".big", Ok(Some(json!(u64::MAX)))),
+            ("[.a.b[] * 2]", Ok(Some(json!([2, 4, 6])))),
+            ("\"2020-01-01T00:00:00Z\" | fromdate", Ok(Some(json!(1577836800)))),
+            (".a.b[] | select(. > 1)", Ok(Some(json!(2)))),
+            (".a.b[] | select(. > 5)", Ok(None)),
+            ("empty", Ok(None)),
+            ("{x: .s, y: [.t, null]}", Ok(Some(json!({"x": "x", "y": [true, null]})))),
+            ("\"\\(.s)-\\(.n)\"", Ok(Some(json!("x-2")))),
+            (".s + 1", Err(())),
+            ("error(\"boom\")", Err(())),
+            (".a.b.c", Err(())),
+            ("error({code: 1})", Err(())),
+        ];
+        for (src, want) in cases {
+            let expr = Expr::compile(src).unwrap();
+            check(src, outcome(expr.eval(&input)), want);
+        }
+        for (src, want) in [("error(\"boom\")", "boom"), ("error({code: 1})", "{\"code\":1}"), (".s + 1", "cannot")] {
+            let err = Expr::compile(src).unwrap().eval(&input).unwrap_err();
+            check(&format!("{src} -> {err}"), err.starts_with(want), true);
+        }
+    }
+
+    #[test]
+    fn truthy_is_jq_truthiness_of_the_first_output() {
+        let input = json!({"n": 0, "s": "", "a": [], "f": false, "o": {"k": 1}});
+        let cases = [
+            (".n", Ok(true)),
+            (".s", Ok(true)),
+            (".a", Ok(true)),
+            (".f", Ok(false)),
+            (".missing", Ok(false)),
+            ("empty", Ok(false)),
+            (".o.k == 1", Ok(true)),
+            (".o.k > 1", Ok(false)),
+            ("false, true", Ok(false)),
+            ("select(.n == 1)", Ok(false)),
+            (".o | has(\"k\")", Ok(true)),
+            (".s.x", Err(())),
+        ];
+        for (src, want) in cases {
+            check(src, outcome(Expr::compile(src).unwrap().truthy(&input)), want);
+        }
+    }
+
+    fn no_credentials(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn templates_render() {
+        let input = json!({
+            "input": {"data": {"title": "Hi", "count": 2, "tags": ["a", "b"], "meta": {"k": 1}}},
+            "name": "Ada",
+            "amp": "{}",
+        });
+        let cases = [
+            (json!("${.input.data.title}"), json!("Hi")),
+            (json!("${.input.data.count + 1}"), json!(3)),
+            (json!("${.input.data.tags}"), json!(["a", "b"])),
+            (json!("${.input.data.meta}"), json!({"k": 1})),
+            (json!("${ .input.data.count > 1 }"), json!(true)),
+            (json!("${.missing}"), Value::Null),
+            (json!("${empty}"), Value::Null),
+            (json!("Hello ${.name}!"), json!("Hello Ada!")),
+            (
+                json!("n=${.input.data.count}, tags=${.input.data.tags}, m=${.input.data.meta}"),
+                json!("n=2, tags=[\"a\",\"b\"], m={\"k\":1}"),
+            ),
+            (json!("[${empty}]"), json!("[]")),
+            (json!("[${.missing}]"), json!("[null]")),
+            (json!("$${.name}"), json!("${.name}")),
+            (json!("cost: $5, $${x} and ${.name}"), json!("cost: $5, ${x} and Ada")),
+            (json!("$$${.name}"), json!("$${.name}")),
+            (json!("$"), json!("$")),
+            (json!("${ {a: .name} }"), json!({"a": "Ada"})),
+            (json!("${ {a: {b: .name}} | .a.b }"), json!("Ada")),
+            (json!("${ \"}\" + .name }"), json!("}Ada")),
+            (json!("${ \"\\\"}\" }"), json!("\"}")),
+            (json!("${ \"a\\({x: 1}.x)}\" }"), json!("a1}")),
+            (json!("${.amp}"), json!("{}")),
+            (json!({"${.name}": "${.name}"}), json!({"${.name}": "Ada"})),
+            (
+                json!({"body": {"summary": "${.input.data.title}", "list": [1, "${.name}", {"n": "${.input.data.count}"}]}, "x": 1}),
+                json!({"body": {"summary": "Hi", "list": [1, "Ada", {"n": 2}]}, "x": 1}),
+            ),
+            (json!({"plain": [1, "two", {"three": null}]}), json!({"plain": [1, "two", {"three": null}]})),
+        ];
+        for (template, want) in cases {
+            let case = template.to_string();
+            let t = Template::compile(&template).unwrap_or_else(|e| panic!("{case}: {e:?}"));
+            check(&case, t.render(&input, &no_credentials), Ok(want));
+            check(&case, t.credentials(), Vec::<String>::new());
+        }
+    }
+
+    #[test]
+    fn template_credentials() {
+        let template = json!({
+            "summary": "${.input.data.title}",
+            "n": "${.input.data.count + 1}",
+            "text": "Hello ${.name}!",
+            "auth": "Bearer ${credentials.API_KEY}",
+            "headers": [{"x-token": "${ credentials.other-token }"}, "${credentials.API_KEY}"],
+        });
+        let t = Template::compile(&template).unwrap();
+        check("listed", t.credentials(), vec!["API_KEY".to_string(), "other-token".to_string()]);
+        let input = json!({"input": {"data": {"title": "T", "count": 1}}, "name": "Bo"});
+        let vault = |name: &str| match name {
+            "API_KEY" => Some("s3cret".to_string()),
+            "other-token" => Some("tok".to_string()),
+            _ => None,
+        };
+        let want = json!({
+            "summary": "T",
+            "n": 2,
+            "text": "Hello Bo!",
+            "auth": "Bearer s3cret",
+            "headers": [{"x-token": "tok"}, "s3cret"],
+        });
+        check("rendered", t.render(&input, &vault), Ok(want));
+
+        // Unknown credential: the error names it and its place, never a value.
+        let only_other = |name: &str| (name == "other-token").then(|| "tok".to_string());
+        let err = t.render(&input, &only_other).unwrap_err();
+        check(&err, err.contains("unknown credential `API_KEY`") && err.contains("/auth"), true);
+        check(&err, err.contains("tok") || err.contains("s3cret"), false);
+    }
+
+    #[test]
+    fn template_compile_errors_carry_the_json_path() {
+        let cases = [
+            (json!("${.a +}"), "", "expected term"),
+            (json!({"body": {"summary": "${.a +}"}}), "/body/summary", "hole `${.a +}`"),
+            (json!({"list": [1, "ok ${.x}", "bad ${foo}"]}), "/list/2", "undefined filter `foo/0`"),
+            (json!({"a/b": {"m~n": "${"}}), "/a~1b/m~0n", "without its closing"),
+            (json!({"x": "${ \"} }"}), "/x", "unterminated string literal"),
+            (json!({"x": "${ (.a }"}), "/x", "closes an open `(`"),
+            (json!({"x": "${}"}), "/x", "empty hole"),
+            (json!({"x": "${  }"}), "/x", "empty hole"),
+            (json!({"x": "${credentials.}"}), "/x", "credentials.NAME"),
+            (json!({"x": "${credentials.a.b}"}), "/x", "credentials.NAME"),
+            (json!({"x": "${credentials.a | ascii}"}), "/x", "credentials.NAME"),
+            (json!({"x": "${env.HOME}"}), "/x", "`env` is not available"),
+        ];
+        for (template, path, reason) in cases {
+            let case = template.to_string();
+            let (got_path, got_reason) = Template::compile(&template).expect_err(&case);
+            check(&format!("{case}: {got_reason}"), (got_path.as_str(), got_reason.contains(reason)), (path, true));
+        }
+    }
+
+    #[test]
+    fn template_render_errors_name_the_place() {
+        let t = Template::compile(&json!({"a": [{"b": "x ${.s + 1}"}]})).unwrap();
+        let err = t.render(&json!({"s": "str"}), &no_credentials).unwrap_err();
+        check(&err, err.starts_with("/a/0/b: hole `${.s + 1}`: cannot"), true);
+    }
+}

@@ -1,0 +1,352 @@
+//! The running state of nets, folded from net events: each model's applied net, the tokens in
+//! its places (with reservations by fires in flight), and each transition's run state.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::net::{Inscription, NetDoc};
+
+/// A token: JSON data with metadata.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Token {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub created_at: String,
+    #[schema(value_type = Object)]
+    pub data: Value,
+}
+
+/// A token to be created by an event; its id comes from the event's sequence number.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewToken {
+    pub place: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub data: Value,
+}
+
+/// A token named by its place.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TokenRef {
+    pub place: String,
+    pub id: String,
+}
+
+/// Id of the `i`-th token created by event `seq`; zero-padded so ids sort in creation order.
+pub fn token_id(seq: u64, i: usize) -> String {
+    format!("tok-{seq:012}-{i}")
+}
+
+/// Id of the fire begun by event `seq`.
+pub fn fire_id(seq: u64) -> String {
+    format!("fire-{seq:012}")
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlaceState {
+    pub tokens: BTreeMap<String, Token>,
+    /// token id -> the fire holding it.
+    pub reserved: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TransitionRun {
+    pub started: bool,
+    /// Tokens this transition will not bind again until it is started anew or fired by hand:
+    /// a fire on them failed or matched no emit rule, and refiring would fail the same way.
+    pub parked: BTreeSet<TokenRef>,
+    pub last_error: Option<String>,
+    pub fires: u64,
+}
+
+/// A fire whose action runs: its bound tokens are reserved.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InFlight {
+    pub transition: String,
+    /// preset -> bound tokens, in binding order.
+    pub bound: BTreeMap<String, Vec<TokenRef>>,
+    pub started_at: i64,
+}
+
+/// What a tool net instance runs for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Instance {
+    pub toolnet: String,
+    /// Scripts inside resolve local first in this model.
+    pub resolve_model: String,
+    pub output_place: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelNet {
+    pub doc: NetDoc,
+    pub places: BTreeMap<String, PlaceState>,
+    pub transitions: BTreeMap<String, TransitionRun>,
+    pub in_flight: BTreeMap<String, InFlight>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<Instance>,
+}
+
+impl ModelNet {
+    pub fn inscription(&self, id: &str) -> Option<&Inscription> {
+        self.doc.transitions.iter().find(|t| t.id == id)
+    }
+
+    pub fn token(&self, r: &TokenRef) -> Option<&Token> {
+        self.places.get(&r.place).and_then(|p| p.tokens.get(&r.id))
+    }
+
+    /// Whether a token is there and free for `transition` to bind.
+    pub fn available(&self, r: &TokenRef, transition: &str) -> bool {
+        let Some(place) = self.places.get(&r.place) else { return false };
+        place.tokens.contains_key(&r.id)
+            && !place.reserved.contains_key(&r.id)
+            && !self.transitions.get(transition).is_some_and(|t| t.parked.contains(r))
+    }
+
+    pub fn in_flight_of(&self, transition: &str) -> usize {
+        self.in_flight.values().filter(|f| f.transition == transition).count()
+    }
+
+    fn add(&mut self, seq: u64, time: &str, tokens: &[NewToken]) {
+        for (i, t) in tokens.iter().enumerate() {
+            let token = Token {
+                id: token_id(seq, i),
+                name: t.name.clone(),
+                created_at: time.to_string(),
+                data: t.data.clone(),
+            };
+            self.places.entry(t.place.clone()).or_default().tokens.insert(token.id.clone(), token);
+        }
+    }
+
+    fn take(&mut self, refs: &[TokenRef]) {
+        for r in refs {
+            if let Some(p) = self.places.get_mut(&r.place) {
+                p.tokens.remove(&r.id);
+                p.reserved.remove(&r.id);
+            }
+        }
+    }
+
+    fn release(&mut self, fire: &str) {
+        for p in self.places.values_mut() {
+            p.reserved.retain(|_, f| f != fire);
+        }
+    }
+}
+
+/// Every model's net.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetState {
+    pub nets: BTreeMap<String, ModelNet>,
+}
+
+/// The net events, as the fold sees them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum NetEvent {
+    /// A net document became the model's net. Changed transitions are stopped.
+    Applied {
+        doc: NetDoc,
+        instance: Option<Instance>,
+    },
+    /// The model's net and its tokens are gone (a finished tool net instance).
+    Deleted,
+    TokensPut {
+        tokens: Vec<NewToken>,
+    },
+    Started {
+        transition: String,
+    },
+    Stopped {
+        transition: String,
+    },
+    /// A fire of a synchronous kind, in one step: inputs consumed, outputs produced.
+    Fired {
+        transition: String,
+        consumed: Vec<TokenRef>,
+        outputs: Vec<NewToken>,
+    },
+    /// An asynchronous fire began: its tokens are reserved until it completes or fails.
+    FireStarted {
+        transition: String,
+        bound: BTreeMap<String, Vec<TokenRef>>,
+    },
+    FireCompleted {
+        fire: String,
+        consumed: Vec<TokenRef>,
+        outputs: Vec<NewToken>,
+    },
+    /// A fire that failed or matched no emit rule: inputs stay where they are, parked for this transition.
+    FireFailed {
+        transition: String,
+        fire: Option<String>,
+        tokens: Vec<TokenRef>,
+        reason: String,
+    },
+}
+
+impl NetEvent {
+    /// Whether applying it to `net` is still sound: the tokens it names are there and free.
+    /// Checked when an event is decided, so a race between two fires loses cleanly.
+    pub fn check(&self, net: Option<&ModelNet>) -> Result<(), String> {
+        let net = match (self, net) {
+            (NetEvent::Applied { .. }, _) => return Ok(()),
+            (_, None) => return Err("the model has no net".into()),
+            (_, Some(n)) => n,
+        };
+        match self {
+            NetEvent::TokensPut { tokens } => {
+                for t in tokens {
+                    if !net.doc.place_ids().contains(t.place.as_str()) {
+                        return Err(format!("the net has no place {:?}", t.place));
+                    }
+                }
+                Ok(())
+            }
+            NetEvent::Started { transition } | NetEvent::Stopped { transition } => {
+                net.inscription(transition).map(|_| ()).ok_or_else(|| format!("no transition {transition:?}"))
+            }
+            NetEvent::Fired { transition, consumed, .. } => {
+                for r in consumed {
+                    if !net.available(r, transition) {
+                        return Err(format!("token {} in {} is no longer free", r.id, r.place));
+                    }
+                }
+                Ok(())
+            }
+            NetEvent::FireStarted { transition, bound } => {
+                for r in bound.values().flatten() {
+                    if !net.available(r, transition) {
+                        return Err(format!("token {} in {} is no longer free", r.id, r.place));
+                    }
+                }
+                Ok(())
+            }
+            NetEvent::FireCompleted { fire, .. } => {
+                if net.in_flight.contains_key(fire) {
+                    Ok(())
+                } else {
+                    Err(format!("fire {fire} is not in flight"))
+                }
+            }
+            NetEvent::FireFailed { fire: Some(fire), .. } => {
+                if net.in_flight.contains_key(fire) {
+                    Ok(())
+                } else {
+                    Err(format!("fire {fire} is not in flight"))
+                }
+            }
+            NetEvent::FireFailed { fire: None, .. } | NetEvent::Deleted | NetEvent::Applied { .. } => Ok(()),
+        }
+    }
+}
+
+impl NetState {
+    /// Folds one net event of `model`, committed as `seq` at `time`.
+    pub fn apply(&mut self, model: &str, seq: u64, time_ms: i64, ev: &NetEvent) {
+        let time = crate::event::format_time(time_ms);
+        if let NetEvent::Deleted = ev {
+            self.nets.remove(model);
+            return;
+        }
+        let net = self.nets.entry(model.to_string()).or_default();
+        match ev {
+            NetEvent::Applied { doc, instance } => {
+                let old: BTreeMap<String, Inscription> =
+                    net.doc.transitions.iter().map(|t| (t.id.clone(), t.clone())).collect();
+                for place in doc.place_ids() {
+                    net.places.entry(place.to_string()).or_default();
+                }
+                let keep: BTreeSet<&str> = doc.place_ids();
+                net.places.retain(|p, state| keep.contains(p.as_str()) || !state.tokens.is_empty());
+                let mut runs = BTreeMap::new();
+                for t in &doc.transitions {
+                    let mut run = net.transitions.remove(&t.id).unwrap_or_default();
+                    // A changed inscription stops its transition until it is started again.
+                    if old.get(&t.id) != Some(t) {
+                        run.started = false;
+                        run.parked.clear();
+                    }
+                    runs.insert(t.id.clone(), run);
+                }
+                net.transitions = runs;
+                net.doc = doc.clone();
+                if instance.is_some() {
+                    net.instance = instance.clone();
+                }
+            }
+            NetEvent::Deleted => {}
+            NetEvent::TokensPut { tokens } => net.add(seq, &time, tokens),
+            NetEvent::Started { transition } => {
+                let run = net.transitions.entry(transition.clone()).or_default();
+                run.started = true;
+                run.parked.clear();
+                run.last_error = None;
+            }
+            NetEvent::Stopped { transition } => {
+                net.transitions.entry(transition.clone()).or_default().started = false;
+            }
+            NetEvent::Fired { transition, consumed, outputs } => {
+                net.take(consumed);
+                net.add(seq, &time, outputs);
+                let run = net.transitions.entry(transition.clone()).or_default();
+                run.fires += 1;
+                run.last_error = None;
+            }
+            NetEvent::FireStarted { transition, bound } => {
+                let fire = fire_id(seq);
+                // Only what the fire will consume is reserved; a read arc leaves its token free.
+                let consuming: BTreeSet<String> = net
+                    .inscription(transition)
+                    .map(|t| t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.clone()).collect())
+                    .unwrap_or_default();
+                for (preset, refs) in bound {
+                    if !consuming.contains(preset) {
+                        continue;
+                    }
+                    for r in refs {
+                        net.places.entry(r.place.clone()).or_default().reserved.insert(r.id.clone(), fire.clone());
+                    }
+                }
+                net.in_flight.insert(
+                    fire,
+                    InFlight { transition: transition.clone(), bound: bound.clone(), started_at: time_ms },
+                );
+            }
+            NetEvent::FireCompleted { fire, consumed, outputs } => {
+                let transition = net.in_flight.remove(fire).map(|f| f.transition);
+                net.take(consumed);
+                net.release(fire);
+                net.add(seq, &time, outputs);
+                if let Some(t) = transition {
+                    let run = net.transitions.entry(t).or_default();
+                    run.fires += 1;
+                    run.last_error = None;
+                }
+            }
+            NetEvent::FireFailed { transition, fire, tokens, reason } => {
+                if let Some(f) = fire {
+                    net.in_flight.remove(f);
+                    net.release(f);
+                }
+                let run = net.transitions.entry(transition.clone()).or_default();
+                run.parked.extend(tokens.iter().cloned());
+                run.last_error = Some(reason.clone());
+            }
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! The net routes: models, net documents, tokens, links, transitions, and the event stream.
+
+use std::convert::Infallible;
+
+use axum::extract::{Path, State};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::{Extension, Json};
+use futures_util::Stream;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use agentos_core::event::EventBody;
+use agentos_core::net::NetDoc;
+use agentos_core::net_state::Token;
+use agentos_engine::Principal;
+use agentos_engine::nets::{FireOutcome, LinkView, NetView};
+
+use crate::ApiError;
+use crate::api::AppState;
+use crate::extract::{JsonValue, typed};
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateModel {
+    pub name: String,
+}
+
+/// Create an empty model.
+#[utoipa::path(post, path = "/api/models", tag = "nets", request_body = CreateModel,
+    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn create_model(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
+    let req: CreateModel = typed(body)?;
+    app.engine.create_model(&p, &req.name).await?;
+    Ok(Json(json!({"created": req.name})))
+}
+
+/// Apply a net document (places and transitions) to a model: everything is validated first,
+/// and errors name the path inside the document.
+#[utoipa::path(put, path = "/api/models/{model}/net", tag = "nets", params(("model" = String, Path)), request_body = NetDoc,
+    responses((status = 200, body = NetView), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn apply_net(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(model): Path<String>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<NetView>, ApiError> {
+    let doc = NetDoc::from_value(body)?;
+    Ok(Json(app.engine.apply_net(&p, &model, doc).await?))
+}
+
+/// A model's net: its document, places with token counts, transitions with their run state.
+#[utoipa::path(get, path = "/api/models/{model}/net", tag = "nets", params(("model" = String, Path)),
+    responses((status = 200, body = NetView), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn get_net(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(model): Path<String>,
+) -> Result<Json<NetView>, ApiError> {
+    Ok(Json(app.engine.net_view(&p, &model)?))
+}
+
+/// The tokens in a place.
+#[utoipa::path(get, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path)),
+    responses((status = 200, body = Vec<Token>), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn list_tokens(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((model, place)): Path<(String, String)>,
+) -> Result<Json<Vec<Token>>, ApiError> {
+    Ok(Json(app.engine.tokens(&p, &model, &place)?))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PutToken {
+    #[schema(value_type = Object)]
+    pub data: Value,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Put a token into a place.
+#[utoipa::path(post, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path)), request_body = PutToken,
+    responses((status = 200, body = Token), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn put_token(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((model, place)): Path<(String, String)>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Token>, ApiError> {
+    let req: PutToken = typed(body)?;
+    Ok(Json(app.engine.put_token(&p, &model, &place, req.data, req.name).await?))
+}
+
+/// Links with either end in the model (they may be declared by another model).
+#[utoipa::path(get, path = "/api/models/{model}/links", tag = "nets", params(("model" = String, Path)),
+    responses((status = 200, body = Vec<LinkView>)))]
+pub async fn list_links(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(model): Path<String>,
+) -> Result<Json<Vec<LinkView>>, ApiError> {
+    Ok(Json(app.engine.links(&p, &model)?))
+}
+
+/// Start a transition: it fires whenever enabled (and on its schedule).
+#[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/start", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn start(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((model, transition)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    app.engine.set_started(&p, &model, &transition, true).await?;
+    Ok(Json(json!({"transition": transition, "started": true})))
+}
+
+/// Stop a transition. Fires in flight finish.
+#[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/stop", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn stop(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((model, transition)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    app.engine.set_started(&p, &model, &transition, false).await?;
+    Ok(Json(json!({"transition": transition, "started": false})))
+}
+
+/// Fire a transition once, started or not.
+#[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/fire", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
+    responses((status = 200, body = FireOutcome), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn fire(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((model, transition)): Path<(String, String)>,
+) -> Result<Json<FireOutcome>, ApiError> {
+    Ok(Json(app.engine.fire_once(&p, &model, &transition).await?))
+}
+
+/// Server-sent events: every change to the model's net and tokens, as it is committed.
+#[utoipa::path(get, path = "/api/models/{model}/watch", tag = "nets", params(("model" = String, Path)),
+    responses((status = 200, description = "text/event-stream of {seq, time, event}")))]
+pub async fn watch(
+    State(app): State<AppState>,
+    Path(model): Path<String>,
+) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+    let rx = app.engine.subscribe();
+    let stream = futures_util::stream::unfold((rx, model), |(mut rx, model)| async move {
+        loop {
+            match rx.recv().await {
+                Ok(ev) => {
+                    if ev.model != model {
+                        continue;
+                    }
+                    let EventBody::Net(ne) = &ev.body else { continue };
+                    let data = json!({"seq": ev.seq, "time": agentos_core::event::format_time(ev.time), "event": ne});
+                    let sse = SseEvent::default().event("net").data(data.to_string());
+                    return Some((Ok(sse), (rx, model)));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    let sse = SseEvent::default().event("lagged").data(json!({"missed": n}).to_string());
+                    return Some((Ok(sse), (rx, model)));
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
+}
