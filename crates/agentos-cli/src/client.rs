@@ -405,7 +405,8 @@ pub enum NetCmd {
         conn: Conn,
         place: String,
         /// The token's data, as JSON.
-        data: String,
+        #[arg(value_name = "JSON")]
+        token_data: String,
         #[arg(long)]
         model: String,
         #[arg(long)]
@@ -491,9 +492,9 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             )?;
             output::print(&v, json, output::tokens);
         }
-        NetCmd::Put { conn, place, data, model, name, json } => {
-            let data: Value =
-                serde_json::from_str(&data).map_err(|e| fail(EXIT_USAGE, format!("the data is not JSON: {e}")))?;
+        NetCmd::Put { conn, place, token_data, model, name, json } => {
+            let data: Value = serde_json::from_str(&token_data)
+                .map_err(|e| fail(EXIT_USAGE, format!("the data is not JSON: {e}")))?;
             let v = conn.request(
                 reqwest::Method::POST,
                 &format!("/api/models/{}/places/{place}/tokens", model_path(&model)?),
@@ -556,4 +557,13 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        use clap::CommandFactory;
+        crate::Cli::command().debug_assert();
+    }
 }

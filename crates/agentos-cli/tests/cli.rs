@@ -226,3 +226,33 @@ fn up_runs_a_master_with_a_local_executor() {
     }
     assert!(up.wait().unwrap().success());
 }
+
+#[test]
+fn nets_from_the_command_line_with_a_yaml_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let doc = dir.path().join("net.yaml");
+    std::fs::write(
+        &doc,
+        "model: greet\nplaces: [p-in, p-out]\ntransitions:\n  - id: hello\n    kind: map\n    presets: {who: {place: p-in}}\n    postsets: {out: {place: p-out}}\n    action: {template: {greeting: 'hello ${.who.data.name}'}}\n    emit: [{to: out}]\n",
+    )
+    .unwrap();
+    let r = agentos(&m, &["net", "apply", doc.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("hello") && r.stdout.contains("stopped"), "{}", r.stdout);
+    assert_eq!(agentos(&m, &["net", "put", "p-in", "{\"name\":\"ada\"}", "--model", "greet"]).code, 0);
+    let r = agentos(&m, &["net", "fire", "hello", "--model", "greet"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("fired"), "{}", r.stdout);
+    let r = agentos(&m, &["net", "tokens", "p-out", "--model", "greet", "--json"]);
+    let tokens: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(tokens[0]["data"]["greeting"], "hello ada");
+    std::fs::write(
+        &doc,
+        "model: greet\nplaces: [p-in]\ntransitions:\n  - {id: x, kind: map, presets: {a: {place: nowhere}}}\n",
+    )
+    .unwrap();
+    let r = agentos(&m, &["net", "apply", doc.to_str().unwrap()]);
+    assert_eq!(r.code, 2);
+    assert!(r.stderr.contains("/transitions/0/presets/a/place"), "{}", r.stderr);
+}
