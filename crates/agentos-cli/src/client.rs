@@ -78,7 +78,9 @@ pub const EXIT_FAILURE: u8 = 1;
 pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_DENIED: u8 = 3;
 pub const EXIT_NOT_FOUND: u8 = 4;
-pub const EXIT_UNREACHABLE: u8 = 5;
+pub const EXIT_TOOL_FAILED: u8 = 5;
+pub const EXIT_TIMED_OUT_CALL: u8 = 6;
+pub const EXIT_UNREACHABLE: u8 = 7;
 
 fn fail(code: u8, message: impl Into<String>) -> ClientError {
     ClientError { code, message: message.into() }
@@ -95,7 +97,7 @@ pub fn exit(r: Result<(), ClientError>) -> ExitCode {
 }
 
 impl Conn {
-    fn token(&self) -> Result<String, ClientError> {
+    pub(crate) fn token(&self) -> Result<String, ClientError> {
         if let Some(t) = &self.token {
             return Ok(t.trim().to_string());
         }
@@ -119,7 +121,7 @@ impl Conn {
         resp.bytes().map(|b| b.to_vec()).map_err(|e| fail(EXIT_FAILURE, format!("reading {path}: {e}")))
     }
 
-    fn request(
+    pub(crate) fn request(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -157,6 +159,8 @@ impl Conn {
             400 | 413 => EXIT_USAGE,
             401 | 403 => EXIT_DENIED,
             404 => EXIT_NOT_FOUND,
+            422 => EXIT_TOOL_FAILED,
+            504 => EXIT_TIMED_OUT_CALL,
             _ => EXIT_FAILURE,
         };
         Err(fail(code, format!("{message} (HTTP {})", status.as_u16())))

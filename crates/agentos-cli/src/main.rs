@@ -3,6 +3,7 @@
 mod client;
 mod output;
 mod process;
+mod shim;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -39,6 +40,35 @@ enum Cmd {
     /// Nets: apply a document, see and put tokens, start, stop, fire, watch.
     #[command(subcommand)]
     Net(Box<client::NetCmd>),
+    /// List the tools you can call (all toolkits, or one).
+    ListTools {
+        #[command(flatten)]
+        conn: client::Conn,
+        toolkit: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Link `agentos-{toolkit}` for every toolkit you can see into DIR; remove stale links.
+    InstallShims {
+        #[command(flatten)]
+        conn: client::Conn,
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        model: Option<String>,
+    },
+    /// Print the tool list to put into an agent's system prompt.
+    Prompt {
+        #[command(flatten)]
+        conn: client::Conn,
+        #[arg(long)]
+        model: Option<String>,
+        /// markdown or json.
+        #[arg(long, default_value = "markdown")]
+        format: String,
+    },
     /// Read and write the tool catalog.
     #[command(subcommand)]
     Catalog(Box<CatalogCmd>),
@@ -208,6 +238,10 @@ enum CatalogCmd {
 }
 
 fn main() -> ExitCode {
+    // Called through a shim, the binary is that toolkit.
+    if let Some(toolkit) = shim::toolkit_of_argv0() {
+        return shim::run(toolkit, std::env::args().skip(1).collect());
+    }
     let cli = Cli::parse();
     match cli.command {
         Cmd::Serve(args) => process::serve(args, None),
@@ -220,6 +254,11 @@ fn main() -> ExitCode {
         Cmd::Run(args) => client::run_tool(args),
         Cmd::Catalog(c) => client::exit(run_catalog(*c)),
         Cmd::Net(n) => client::exit(client::net(*n)),
+        Cmd::ListTools { conn, toolkit, model, json } => {
+            shim::list_tools(&conn, toolkit.as_deref(), model.as_deref(), json)
+        }
+        Cmd::InstallShims { conn, dir, model } => shim::install_shims(&conn, &dir, model.as_deref()),
+        Cmd::Prompt { conn, model, format } => shim::prompt(&conn, model.as_deref(), &format),
         Cmd::Models { conn, json } => client::exit(client::models(&conn, json)),
     }
 }

@@ -135,7 +135,7 @@ fn failures_print_one_line_and_exit_with_a_distinct_code() {
     assert_eq!(r.code, 3, "{}", r.stderr);
 
     let r = agentos(&m, &["catalog", "list", "--url", "http://127.0.0.1:9"]);
-    assert_eq!(r.code, 5, "{}", r.stderr);
+    assert_eq!(r.code, 7, "{}", r.stderr);
     assert!(r.stderr.contains("cannot reach the master"), "{}", r.stderr);
 }
 

@@ -217,6 +217,7 @@ impl RegisterScript {
                 description: if description.is_empty() { self.name.clone() } else { description.clone() },
                 input,
                 output: None,
+                examples: Vec::new(),
             },
         );
         let entry = CatalogEntry {
@@ -323,6 +324,7 @@ impl RegisterToolnet {
                 description: if description.is_empty() { self.name.clone() } else { description.clone() },
                 input,
                 output: None,
+                examples: Vec::new(),
             },
         );
         let entry = CatalogEntry {

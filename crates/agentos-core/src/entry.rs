@@ -53,6 +53,16 @@ pub struct Operation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
+    /// Sample calls, shown in `--help` and the system prompt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<Example>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Example {
+    pub description: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
 }
 
 /// How a tool runs.
@@ -61,6 +71,14 @@ pub struct Operation {
 pub enum Binding {
     Script(ScriptBinding),
     Toolnet(ToolnetBinding),
+    /// Rust functions registered by whoever embeds the master; they run inside it.
+    Host(HostBinding),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostBinding {
+    pub toolkit: String,
 }
 
 impl Binding {
@@ -68,6 +86,7 @@ impl Binding {
         match self {
             Binding::Script(_) => BindingKind::Script,
             Binding::Toolnet(_) => BindingKind::Toolnet,
+            Binding::Host(_) => BindingKind::Host,
         }
     }
 }

@@ -17,6 +17,8 @@ pub enum ErrorKind {
     Conflict,
     /// Nobody could do the work in time, e.g. no executor took a job (504).
     Unavailable,
+    /// The tool ran and failed (422).
+    ToolFailed,
     /// Stored data failed its integrity check (500: a real fault, never served).
     Corrupt,
     /// Anything else that is the platform's fault (500).

@@ -6,6 +6,7 @@ pub mod entry;
 pub mod error;
 pub mod event;
 pub mod expr;
+pub mod flagmap;
 pub mod flags;
 pub mod job;
 pub mod name;
@@ -13,6 +14,7 @@ pub mod net;
 pub mod net_state;
 pub mod search;
 pub mod state;
+pub mod toolhelp;
 pub mod urn;
 
 pub use error::{CoreError, ErrorKind};

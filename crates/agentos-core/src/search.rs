@@ -88,7 +88,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::entry::{Binding, CatalogEntry, Contract, Runtime, ScriptBinding, Status, StoredEntry};
+    use crate::entry::{Binding, CatalogEntry, Contract, Runtime, ScriptBinding, Status, StoredEntry, ToolnetBinding};
     use crate::event::{Event, EventBody};
     use crate::flags::Flag;
 
@@ -235,13 +235,24 @@ mod tests {
             capabilities,
             status: Status::Registered,
             contract: Contract { kind: "script-io".into(), operations: BTreeMap::new() },
-            binding: Binding::Script(ScriptBinding {
-                runtime: Runtime::Sh,
-                script_urn: "urn:agentos:blob:tool-catalog/scripts/0.sh".into(),
-                sha256: "0".into(),
-                filename: "run.sh".into(),
-                size_bytes: 1,
-            }),
+            // Re-registrations may change the kind too: the fold allows it even where commands refuse it.
+            binding: if rng.below(4) == 0 {
+                Binding::Toolnet(ToolnetBinding {
+                    net_urn: "urn:agentos:blob:nets/0.yaml".into(),
+                    sha256: "0".into(),
+                    size_bytes: 1,
+                    input_place: "in".into(),
+                    output_place: "out".into(),
+                })
+            } else {
+                Binding::Script(ScriptBinding {
+                    runtime: Runtime::Sh,
+                    script_urn: "urn:agentos:blob:tool-catalog/scripts/0.sh".into(),
+                    sha256: "0".into(),
+                    filename: "run.sh".into(),
+                    size_bytes: 1,
+                })
+            },
         }
     }
 
@@ -281,7 +292,13 @@ mod tests {
             model: rng
                 .pick(&[None, Some(DEFAULT_MODEL), Some("team-0"), Some("team-1"), Some("team-2"), Some("nobody")])
                 .map(str::to_string),
-            kind: rng.pick(&[None, None, Some(BindingKind::Script), Some(BindingKind::Http)]),
+            kind: rng.pick(&[
+                None,
+                None,
+                Some(BindingKind::Script),
+                Some(BindingKind::Toolnet),
+                Some(BindingKind::Http),
+            ]),
             capability: rng
                 .pick(&[None, None, None, Some("cap-1"), Some("ledger"), Some("x_y"), Some("missing")])
                 .map(str::to_string),
@@ -290,7 +307,14 @@ mod tests {
             offset: rng.pick(&[0, 0, 0, 1, 2, 5, 30, 200, usize::MAX]),
         };
         let all_but_scripts = Flag::ALL.into_iter().filter(|f| *f != Flag::Scripts).fold(Flags::empty(), Flags::with);
-        let visible = rng.pick(&[Flags::all(), Flags::all(), Flags::empty().with(Flag::Scripts), all_but_scripts]);
+        let visible = rng.pick(&[
+            Flags::all(),
+            Flags::all(),
+            Flags::empty(),
+            Flags::empty().with(Flag::Scripts),
+            Flags::empty().with(Flag::ToolNets),
+            all_but_scripts,
+        ]);
         (query, visible)
     }
 

@@ -90,6 +90,7 @@ pub(crate) struct Inner {
     pub(crate) credentials: fn(&str) -> Option<String>,
     pub(crate) http: reqwest::Client,
     net_loop: Mutex<Option<JoinHandle<()>>>,
+    pub(crate) host: RwLock<std::collections::HashMap<String, Arc<crate::host::HostToolkit>>>,
 }
 
 /// How the state was rebuilt at open.
@@ -202,6 +203,7 @@ impl Engine {
                 credentials: config_credentials,
                 http: reqwest::Client::new(),
                 net_loop: Mutex::new(None),
+                host: RwLock::new(Default::default()),
             }),
         };
         let weak_nets = Arc::downgrade(&engine.inner);

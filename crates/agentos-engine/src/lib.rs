@@ -1,9 +1,11 @@
 //! The engine: the catalog as the fold of the event log, commands that commit events, principals, snapshots.
 
+pub mod call;
 mod committer;
 pub mod dispatch;
 pub mod engine;
 pub mod error;
+pub mod host;
 pub mod jobs;
 pub mod nets;
 pub mod principal;

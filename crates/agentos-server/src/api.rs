@@ -41,6 +41,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/commands", post(run_command))
         .route("/api/blobs/{*urn}", get(get_blob))
         .route("/api/tools/{id}/invoke", post(invoke_tool))
+        .route("/api/tools/{id}/call", post(call_tool))
         .route("/api/executors", get(list_executors))
         .route("/api/models", post(crate::nets_api::create_model))
         .route("/api/models/{model}/net", get(crate::nets_api::get_net).put(crate::nets_api::apply_net))
@@ -280,6 +281,24 @@ pub async fn invoke_tool(
 ) -> Result<Json<Value>, ApiError> {
     let req: InvokeRequest = typed(body)?;
     Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?))
+}
+
+/// Call a tool with command-line flags, as its shim does: `{tool, args}` → `{"ok":true,"result":...}`.
+/// Usage errors are 400 with code `usage`; a failed tool 422 `tool_failed`; a timeout 504 `timed_out`.
+#[utoipa::path(post, path = "/api/tools/{id}/call", tag = "tools", params(("id" = String, Path, description = "Toolkit (catalog entry) id"), InvokeParams),
+    request_body = agentos_engine::call::CallRequest,
+    responses((status = 200, description = "{\"ok\": true, \"result\": ...}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody), (status = 504, body = crate::error::ErrorBody)))]
+pub async fn call_tool(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    QueryParams(q): QueryParams<InvokeParams>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
+    let req: agentos_engine::call::CallRequest = typed(body)?;
+    let result = app.engine.call_tool(&p, &id, q.model.as_deref(), req).await?;
+    Ok(Json(json!({"ok": true, "result": result})))
 }
 
 /// A finished job and its recorded result.

@@ -16,6 +16,7 @@ use utoipa::{Modify, OpenApi};
         crate::api::run_command,
         crate::api::get_blob,
         crate::api::invoke_tool,
+        crate::api::call_tool,
         crate::api::list_executors,
         crate::api::get_job,
         crate::nets_api::create_model,

@@ -69,6 +69,7 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read)),
     // Scripts need 'x', tool nets 't': the engine checks the kind it finds.
     route("POST", "/api/tools/{id}/invoke", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets])),
+    route("POST", "/api/tools/{id}/call", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets])),
     route("POST", "/api/models", Permission::Flag(Flag::Write)),
     route("GET", "/api/models/{model}/net", Permission::Flag(Flag::Read)),
     route("PUT", "/api/models/{model}/net", Permission::Flag(Flag::Write)),

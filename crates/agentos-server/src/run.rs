@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub max_result_bytes: usize,
     pub jobs: agentos_engine::JobConfig,
     pub dispatch: agentos_engine::DispatchConfig,
+    /// Host toolkits of whoever embeds the master; they join the global catalog at start.
+    pub host_toolkits: Vec<agentos_engine::host::HostToolkit>,
 }
 
 /// What a started master tells whoever launched it.
@@ -86,6 +88,7 @@ pub async fn run(
     .await?;
     let token_file = data.join("operator.token");
     let token_written = engine.ensure_operator(&token_file).await?;
+    engine.register_host_toolkits(config.host_toolkits.clone()).await?;
 
     let listener = tokio::net::TcpListener::bind(&config.listen)
         .await

@@ -30,14 +30,31 @@ impl Master {
         Self::start_full(data, "127.0.0.1:0", extra, &[])
     }
 
+    /// The host tools example: an embedded master with the `weather` toolkit.
+    pub fn start_example(data: &Path) -> Master {
+        Self::start_program(env!("CARGO_BIN_EXE_host-tools-example"), &[], data, "127.0.0.1:0", &[], &[])
+    }
+
     /// A master on a fixed address (restarts keep it, so executors find it again) with extra environment.
     pub fn start_full(data: &Path, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> Master {
-        let mut cmd = Command::new(BIN);
+        Self::start_program(BIN, &["serve"], data, listen, extra, env)
+    }
+
+    fn start_program(
+        bin: &str,
+        pre: &[&str],
+        data: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Master {
+        let mut cmd = Command::new(bin);
         for (k, v) in env {
             cmd.env(k, v);
         }
         let mut child = cmd
-            .args(["serve", "--listen", listen, "--data"])
+            .args(pre)
+            .args(["--listen", listen, "--data"])
             .arg(data)
             .args(extra)
             .env("AGENTOS_LOG", "warn")

@@ -1,0 +1,228 @@
+//! The `agentos` binary as a toolkit: called as `agentos-{toolkit}` it runs that toolkit's tools
+//! (`agentos-weather forecast --city Paris`), plus `list-tools`, `install-shims` and `prompt`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use serde_json::{Value, json};
+
+use agentos_core::entry::CatalogEntry;
+use agentos_core::toolhelp;
+
+use crate::client::{ClientError, Conn, EXIT_NOT_FOUND, EXIT_USAGE, exit};
+
+/// The toolkit this process stands for, when it was started as `agentos-{toolkit}`.
+pub fn toolkit_of_argv0() -> Option<String> {
+    let arg0 = std::env::args_os().next()?;
+    let name = Path::new(&arg0).file_name()?.to_str()?.to_string();
+    name.strip_prefix("agentos-").filter(|tk| !tk.is_empty()).map(str::to_string)
+}
+
+/// Environment only: a shim takes no connection flags, so every flag is the tool's.
+fn conn() -> Conn {
+    Conn {
+        url: std::env::var("AGENTOS_URL").unwrap_or_else(|_| "http://127.0.0.1:7420".into()),
+        token: std::env::var("AGENTOS_TOKEN").ok(),
+        data: std::env::var("AGENTOS_DATA").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from("./.agentos")),
+    }
+}
+
+fn model_query() -> Vec<(&'static str, String)> {
+    std::env::var("AGENTOS_MODEL").ok().filter(|m| !m.is_empty()).map(|m| vec![("model", m)]).unwrap_or_default()
+}
+
+fn fail(code: u8, message: String) -> ClientError {
+    ClientError { code, message }
+}
+
+/// `--json-file PATH` (or `-` for stdin) is read here, where the file is, and sent as `--json`.
+fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        let path = if a == "--json-file" {
+            Some(it.next().ok_or_else(|| fail(EXIT_USAGE, "--json-file needs a path, or - for stdin".into()))?)
+        } else {
+            a.strip_prefix("--json-file=").map(str::to_string)
+        };
+        match path {
+            None => out.push(a),
+            Some(p) => {
+                let text = if p == "-" {
+                    let mut s = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
+                        .map_err(|e| fail(EXIT_USAGE, format!("--json-file -: {e}")))?;
+                    s
+                } else {
+                    std::fs::read_to_string(&p).map_err(|e| fail(EXIT_USAGE, format!("--json-file {p}: {e}")))?
+                };
+                out.push("--json".into());
+                out.push(text);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn entry(conn: &Conn, toolkit: &str) -> Result<CatalogEntry, ClientError> {
+    let v = conn.request(reqwest::Method::GET, &format!("/api/tool-catalog/{toolkit}"), &model_query(), None)?;
+    serde_json::from_value(v).map_err(|e| fail(1, format!("unreadable catalog entry: {e}")))
+}
+
+/// `agentos-{toolkit} ...`
+pub fn run(toolkit: String, args: Vec<String>) -> ExitCode {
+    let label = match args.first() {
+        Some(t) if !t.starts_with('-') => format!("agentos-{toolkit} {t}"),
+        _ => format!("agentos-{toolkit}"),
+    };
+    match run_inner(&toolkit, args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the caller is often a script or an agent reading stderr.
+            eprintln!("{label}: {}", e.message.lines().next().unwrap_or(""));
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+fn run_inner(toolkit: &str, args: Vec<String>) -> Result<(), ClientError> {
+    if !agentos_core::name::is_valid_id(toolkit) {
+        return Err(fail(EXIT_USAGE, format!("{toolkit:?} is not a toolkit name")));
+    }
+    let conn = conn();
+    let json_out = args.iter().any(|a| a == "--json") && args.iter().any(|a| a == "--help" || a == "-h");
+    match args.first().map(String::as_str) {
+        None | Some("--help") | Some("-h") => {
+            let e = entry(&conn, toolkit)?;
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&e.contract).unwrap_or_default());
+            } else {
+                print!("{}", toolhelp::toolkit_help(&e));
+            }
+            Ok(())
+        }
+        Some(tool) if tool.starts_with('-') => {
+            Err(fail(EXIT_USAGE, format!("name a tool first: agentos-{toolkit} <tool> ... (see --help)")))
+        }
+        Some(tool) => {
+            let rest: Vec<String> = args[1..].to_vec();
+            if rest.iter().any(|a| a == "--help" || a == "-h") {
+                let e = entry(&conn, toolkit)?;
+                let op = e.contract.operations.get(tool).ok_or_else(|| {
+                    let tools: Vec<&str> = e.contract.operations.keys().map(String::as_str).collect();
+                    fail(EXIT_NOT_FOUND, format!("no tool {tool:?} in {toolkit}; its tools: {}", tools.join(", ")))
+                })?;
+                if json_out {
+                    println!("{}", serde_json::to_string_pretty(op).unwrap_or_default());
+                } else {
+                    print!("{}", toolhelp::tool_help(toolkit, tool, op));
+                }
+                return Ok(());
+            }
+            let rest = inline_json_files(rest)?;
+            let answer = conn.request(
+                reqwest::Method::POST,
+                &format!("/api/tools/{toolkit}/call"),
+                &model_query(),
+                Some(json!({"tool": tool, "args": rest})),
+            )?;
+            println!("{}", serde_json::to_string(&answer).unwrap_or_default());
+            Ok(())
+        }
+    }
+}
+
+/// The entries the caller can see, one per id (a shadowed global one is left out).
+fn visible(conn: &Conn, model: Option<&str>) -> Result<Vec<CatalogEntry>, ClientError> {
+    let mut q = vec![("limit", "1000".to_string())];
+    if let Some(m) = model {
+        q.push(("model", m.to_string()));
+    }
+    let page = conn.request(reqwest::Method::GET, "/api/tool-catalog", &q, None)?;
+    let items = page["items"].as_array().cloned().unwrap_or_default();
+    Ok(items
+        .into_iter()
+        .filter(|e| e["shadowed"].as_bool() != Some(true))
+        .filter_map(|e| serde_json::from_value(e).ok())
+        .collect())
+}
+
+/// `agentos list-tools [toolkit]`
+pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_out: bool) -> ExitCode {
+    exit((|| {
+        let entries = match toolkit {
+            Some(tk) => vec![entry(conn, tk)?],
+            None => visible(conn, model)?,
+        };
+        let tools = toolhelp::prompt_tools(&entries);
+        if json_out {
+            println!("{}", serde_json::to_string_pretty(&tools).unwrap_or_default());
+        } else if toolkit.is_some() {
+            for t in &tools {
+                println!("{}\n    {}", t.usage, t.description);
+            }
+        } else {
+            let width = tools.iter().map(|t| t.toolkit.len() + t.tool.len() + 1).max().unwrap_or(0);
+            for t in &tools {
+                println!("{:<width$}  {}", format!("{} {}", t.toolkit, t.tool), t.description);
+            }
+        }
+        Ok(())
+    })())
+}
+
+/// `agentos install-shims --dir DIR`: links every visible toolkit, removes stale links.
+pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
+    exit((|| {
+        let me = std::env::current_exe().map_err(|e| fail(1, format!("cannot find this program: {e}")))?;
+        std::fs::create_dir_all(dir).map_err(|e| fail(EXIT_USAGE, format!("cannot create {}: {e}", dir.display())))?;
+        let wanted: Vec<String> = visible(conn, model)?.into_iter().map(|e| e.id).collect();
+        let mut linked = 0;
+        for id in &wanted {
+            let link = dir.join(format!("agentos-{id}"));
+            if std::fs::read_link(&link).is_ok_and(|t| t == me) {
+                continue;
+            }
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&me, &link)
+                .map_err(|e| fail(1, format!("cannot link {}: {e}", link.display())))?;
+            linked += 1;
+        }
+        let mut removed = 0;
+        for e in std::fs::read_dir(dir).map_err(|e| fail(1, e.to_string()))?.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(id) = name.strip_prefix("agentos-") else { continue };
+            // Only links to this program are ours to remove.
+            if !wanted.iter().any(|w| w == id) && std::fs::read_link(e.path()).is_ok_and(|t| t == me) {
+                std::fs::remove_file(e.path()).map_err(|err| fail(1, err.to_string()))?;
+                removed += 1;
+            }
+        }
+        println!("{} toolkit(s) in {}: {linked} linked, {removed} stale link(s) removed", wanted.len(), dir.display());
+        Ok(())
+    })())
+}
+
+/// `agentos prompt`
+pub fn prompt(conn: &Conn, model: Option<&str>, format: &str) -> ExitCode {
+    exit((|| {
+        let tools = toolhelp::prompt_tools(&visible(conn, model)?);
+        let markdown = toolhelp::prompt_markdown(&tools);
+        match format {
+            "markdown" | "md" => print!("{markdown}"),
+            "json" => {
+                let tokens = toolhelp::estimate_tokens(&markdown);
+                let v: Value = json!({
+                    "tools": tools,
+                    "markdown": markdown,
+                    "estimatedTokens": tokens,
+                    "tokensPerTool": if tools.is_empty() { 0.0 } else { tokens as f64 / tools.len() as f64 },
+                    "estimate": "characters / 4",
+                });
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            }
+            other => return Err(fail(EXIT_USAGE, format!("--format {other:?}: use markdown or json"))),
+        }
+        Ok(())
+    })())
+}

@@ -1,0 +1,182 @@
+//! Tools as shell commands: shims, flags, host tools, list-tools and the system prompt, end to end.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::{BIN, Executor, Master};
+use serde_json::{Value, json};
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(m: &Master, program: &Path, args: &[&str], stdin: Option<&str>) -> Out {
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut input = child.stdin.take().unwrap();
+        if let Some(s) = stdin {
+            input.write_all(s.as_bytes()).unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+fn install(m: &Master, dir: &Path) {
+    let out = run(m, Path::new(BIN), &["install-shims", "--dir", dir.to_str().unwrap()], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+fn greet_script(api: &common::Api) {
+    let (status, e) = api.command(json!({
+        "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "greet", "name": "Greeter", "runtime": "python3",
+        "description": "Greet someone",
+        "content": "import sys,json\nd=json.load(sys.stdin)\nif d['name']=='fail':\n    sys.stderr.write('cannot greet fail\\n'); sys.exit(3)\nprint(json.dumps({'greeting': 'Hello, ' + d['name'] + ('!' if d.get('excited') else '.')}))",
+        "input": {"type": "object", "required": ["name"], "properties": {
+            "name": {"type": "string", "description": "Who to greet"},
+            "excited": {"type": "boolean", "description": "End with an exclamation mark"}}}
+    }));
+    assert_eq!(status, 200, "{e}");
+}
+
+#[test]
+fn a_host_tool_runs_through_its_shim_and_times_out_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let weather = bin.join("agentos-weather");
+    assert!(weather.exists());
+
+    let out = run(&m, &weather, &["forecast", "--city", "Paris", "--days", "2"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["result"]["city"], "Paris");
+    assert_eq!(v["result"]["days"].as_array().unwrap().len(), 2);
+    assert_eq!(out.stdout.lines().count(), 1, "nothing else on stdout: {}", out.stdout);
+
+    // The default of --days is honoured; --name=value works; booleans take --x.
+    let out = run(&m, &weather, &["forecast", "--city=Oslo", "--fahrenheit"], None);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(v["result"]["days"].as_array().unwrap().len(), 3);
+    assert!(v["result"]["days"][0]["temperature"].as_f64().unwrap() > 40.0);
+
+    let out = run(&m, &weather, &["slow", "--seconds", "30"], None);
+    assert_eq!(out.code, 6, "timed out: {}", out.stderr);
+    assert!(out.stdout.is_empty());
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(out.stderr.contains("timed out after 500 ms"), "{}", out.stderr);
+
+    for (args, code, words) in [
+        (vec!["forecast"], 2, "missing required flag --city"),
+        (vec!["forecast", "--city", "Rome", "--dayz", "2"], 2, "did you mean --days?"),
+        (vec!["forecast", "--city", "Rome", "--days", "three"], 2, "--days: expected an integer, got \"three\""),
+        (vec!["forecast", "Rome"], 2, "unexpected argument"),
+        (vec!["nowcast"], 4, "no tool \"nowcast\""),
+    ] {
+        let out = run(&m, &weather, &args, None);
+        assert_eq!(out.code, code, "{args:?}: {}", out.stderr);
+        assert!(out.stderr.contains(words), "{args:?}: {}", out.stderr);
+        assert_eq!(out.stderr.lines().count(), 1);
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_sh_script_calls_two_shims_in_a_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let api = m.client();
+    greet_script(&api);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let script = dir.path().join("chain.sh");
+    std::fs::write(
+        &script,
+        "set -e\ncity=$(agentos-weather forecast --city Lima --days 1 | python3 -c 'import sys,json; print(json.load(sys.stdin)[\"result\"][\"city\"])')\nagentos-greet run --name \"$city\" --excited\necho '{\"name\": \"stdin\"}' | agentos-greet run --json-file -\n",
+    )
+    .unwrap();
+    let out = Command::new("sh")
+        .arg(&script)
+        .env("PATH", format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()))
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<Value> =
+        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(
+        lines,
+        vec![
+            json!({"ok": true, "result": {"greeting": "Hello, Lima!"}}),
+            json!({"ok": true, "result": {"greeting": "Hello, stdin."}})
+        ]
+    );
+
+    // A failing script is a tool failure with its last stderr line.
+    let out = run(&m, &bin.join("agentos-greet"), &["run", "--name", "fail"], None);
+    assert_eq!(out.code, 5, "{}", out.stderr);
+    assert!(out.stderr.contains("exit code 3") && out.stderr.contains("cannot greet fail"), "{}", out.stderr);
+}
+
+#[test]
+fn help_list_tools_and_the_prompt_are_stable_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    greet_script(&m.client());
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let weather = bin.join("agentos-weather");
+    let out = run(&m, &weather, &["forecast", "--help"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    insta::assert_snapshot!("forecast_help", out.stdout);
+    let out = run(&m, &weather, &["--help"], None);
+    insta::assert_snapshot!("weather_help", out.stdout);
+    let out = run(&m, Path::new(BIN), &["list-tools"], None);
+    insta::assert_snapshot!("list_tools", out.stdout);
+    let out = run(&m, Path::new(BIN), &["prompt"], None);
+    insta::assert_snapshot!("prompt", out.stdout);
+    let out = run(&m, Path::new(BIN), &["prompt", "--format", "json"], None);
+    let v: Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["tools"].as_array().unwrap().len(), 3);
+    assert!(v["estimatedTokens"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn install_shims_removes_stale_links_and_shows_only_what_the_caller_may_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let api = m.client();
+    greet_script(&api);
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    assert!(bin.join("agentos-greet").exists());
+    api.command(json!({"type": "TOOL_CATALOG_REMOVE", "id": "greet"}));
+    std::fs::write(bin.join("agentos-mine"), "not a link of ours").unwrap();
+    install(&m, &bin);
+    assert!(!bin.join("agentos-greet").exists(), "a stale link stayed");
+    assert!(bin.join("agentos-weather").exists());
+    assert!(bin.join("agentos-mine").exists(), "a file that is not our link was removed");
+}

@@ -1,0 +1,444 @@
+//! The one mapping from an operation's input JSON Schema to command-line flags. Parsing, `--help`
+//! and the system prompt all read the same table, so they can never disagree.
+
+use serde_json::{Map, Value};
+
+/// What a flag takes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FlagType {
+    String,
+    /// Finite.
+    Number,
+    /// Whole: `1.5` and `three` are refused.
+    Integer,
+    /// `--x` / `--no-x`.
+    Boolean,
+    /// One of these values.
+    Enum(Vec<Value>),
+    /// Repeat the flag, one item each.
+    Array(Box<FlagType>),
+    /// A JSON value (objects without declared properties, and anything the table cannot spell).
+    Json,
+}
+
+impl FlagType {
+    /// How `--help` and the prompt show the value.
+    pub fn placeholder(&self) -> String {
+        match self {
+            FlagType::String => "<string>".into(),
+            FlagType::Number => "<number>".into(),
+            FlagType::Integer => "<integer>".into(),
+            FlagType::Boolean => String::new(),
+            FlagType::Enum(vs) => {
+                let names: Vec<String> =
+                    vs.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
+                format!("<{}>", names.join("|"))
+            }
+            FlagType::Array(item) => format!("{}...", item.placeholder()),
+            FlagType::Json => "<json>".into(),
+        }
+    }
+}
+
+/// One flag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlagSpec {
+    /// Without the dashes: `full-page-url`, `where.lat`.
+    pub flag: String,
+    /// Where the value goes in the input: `["where", "lat"]`.
+    pub path: Vec<String>,
+    pub ty: FlagType,
+    /// Required by the schema and without a default.
+    pub required: bool,
+    pub default: Option<Value>,
+    pub description: String,
+}
+
+/// Every flag of one operation.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct FlagTable {
+    pub flags: Vec<FlagSpec>,
+    /// Every nested object that has flags, with whether its parent requires it (and it has no
+    /// default). Defaults inside an object are only filled in when the object is there or must be:
+    /// nothing in `flags` says whether an object is optional once its fields have defaults.
+    objects: Vec<(Vec<String>, bool)>,
+}
+
+/// `fullPageURL` → `full-page-url`; `snake_case` → `snake-case`.
+pub fn kebab(name: &str) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, &c) in chars.iter().enumerate() {
+        if c == '_' || c == ' ' {
+            out.push('-');
+            continue;
+        }
+        if c.is_uppercase() && i > 0 {
+            let prev = chars[i - 1];
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+            // A boundary before an upper-case letter that follows a lower-case one or a digit
+            // (`fullPage`), or that starts a word after an acronym (`URLParser` → url-parser).
+            if (prev.is_lowercase() || prev.is_ascii_digit() || (prev.is_uppercase() && next_lower))
+                && !out.ends_with('-')
+            {
+                out.push('-');
+            }
+        }
+        out.extend(c.to_lowercase());
+    }
+    out
+}
+
+fn type_of(schema: &Value) -> Option<&str> {
+    match schema.get("type") {
+        Some(Value::String(t)) => Some(t.as_str()),
+        // `["string", "null"]`: the first non-null type.
+        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null"),
+        _ => None,
+    }
+}
+
+fn scalar(schema: &Value) -> FlagType {
+    if let Some(Value::Array(vs)) = schema.get("enum") {
+        return FlagType::Enum(vs.clone());
+    }
+    if let Some(c) = schema.get("const") {
+        return FlagType::Enum(vec![c.clone()]);
+    }
+    match type_of(schema) {
+        Some("string") => FlagType::String,
+        Some("number") => FlagType::Number,
+        Some("integer") => FlagType::Integer,
+        Some("boolean") => FlagType::Boolean,
+        Some("array") => match schema.get("items") {
+            Some(items) if !matches!(scalar(items), FlagType::Array(_)) => FlagType::Array(Box::new(scalar(items))),
+            _ => FlagType::Array(Box::new(FlagType::Json)),
+        },
+        _ => FlagType::Json,
+    }
+}
+
+/// Builds the flag table of an input schema.
+pub fn flag_table(schema: &Value) -> FlagTable {
+    let mut table = FlagTable::default();
+    collect(schema, &mut Vec::new(), &mut String::new(), true, &mut table);
+    table
+}
+
+fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_required: bool, table: &mut FlagTable) {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else { return };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    for (name, prop) in props {
+        let flag = if prefix.is_empty() { kebab(name) } else { format!("{prefix}.{}", kebab(name)) };
+        path.push(name.clone());
+        let default = prop.get("default").cloned();
+        let is_required = parent_required && required.contains(&name.as_str()) && default.is_none();
+        let nested = type_of(prop) == Some("object")
+            && prop.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
+        if nested {
+            table.objects.push((path.clone(), required.contains(&name.as_str()) && default.is_none()));
+            let mut p = flag.clone();
+            collect(prop, path, &mut p, is_required, table);
+        } else {
+            table.flags.push(FlagSpec {
+                flag,
+                path: path.clone(),
+                ty: scalar(prop),
+                required: is_required,
+                default,
+                description: prop.get("description").and_then(Value::as_str).unwrap_or("").to_string(),
+            });
+        }
+        path.pop();
+    }
+}
+
+/// A usage error: one line that says what was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur.push((prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+impl FlagTable {
+    fn find(&self, name: &str) -> Option<&FlagSpec> {
+        self.flags.iter().find(|f| f.flag == name)
+    }
+
+    /// The flag closest to `name`, for "did you mean".
+    fn nearest(&self, name: &str) -> Option<String> {
+        let mut names: Vec<String> = self.flags.iter().map(|f| f.flag.clone()).collect();
+        names.extend(["json".to_string(), "json-file".to_string(), "help".to_string()]);
+        // Callers often spell the property as the schema does (`--fullPageURL`, `--snake_case`),
+        // which is far from its flag letter by letter but equal once kebab-cased.
+        let kebabbed = kebab(name);
+        // `--where` for an object spelled as `--where.lat`, `--where.lon`: its first field is
+        // nearer than any look-alike.
+        let prefix = format!("{kebabbed}.");
+        if let Some(f) = self.flags.iter().find(|f| f.flag.starts_with(&prefix)) {
+            return Some(f.flag.clone());
+        }
+        names
+            .into_iter()
+            .filter(|n| n != name)
+            .map(|n| (levenshtein(name, &n).min(levenshtein(&kebabbed, &n)), n))
+            .filter(|(d, n)| *d <= 3.max(n.len() / 3))
+            .min()
+            .map(|(_, n)| n)
+    }
+
+    /// Whether the object at `path` is in `input`, or required there (all the way up) so that its
+    /// defaults belong in it. The top level always is.
+    fn object_expected(&self, input: &Map<String, Value>, path: &[String]) -> bool {
+        if path.is_empty() || get(input, path).is_some() {
+            return true;
+        }
+        let required = self.objects.iter().any(|(p, required)| p.as_slice() == path && *required);
+        required && self.object_expected(input, &path[..path.len() - 1])
+    }
+
+    /// The `--flag` that sets the value at a JSON pointer into the input (`/where/lat` → `--where.lat`).
+    pub fn flag_for_pointer(&self, pointer: &str) -> Option<&FlagSpec> {
+        let parts: Vec<String> = pointer.split('/').skip(1).map(|p| p.replace("~1", "/").replace("~0", "~")).collect();
+        // The longest flag path that is a prefix of the pointer (array items point into their flag).
+        self.flags.iter().filter(|f| parts.starts_with(&f.path)).max_by_key(|f| f.path.len())
+    }
+
+    /// Parses tool arguments into the input object. `json_text` is what `--json-file` read.
+    pub fn parse(&self, args: &[String]) -> Result<Value, UsageError> {
+        // `--json` and flags are gathered apart and merged at the end, so that flags win over
+        // `--json` wherever it stands, and a flag inside an object (`--where.lat`) keeps the rest of
+        // the object `--json` gave. (Writing both into one map let a later `--json` overwrite
+        // earlier flags, and replaced whole objects.)
+        let mut json = Map::new();
+        let mut input = Map::new();
+        let mut set_flags: Vec<&FlagSpec> = Vec::new();
+        let mut i = 0;
+        let err = |m: String| Err(UsageError(m));
+        while i < args.len() {
+            let arg = &args[i];
+            i += 1;
+            let Some(body) = arg.strip_prefix("--") else {
+                return err(format!("unexpected argument {arg:?}: tools take flags only (see --help)"));
+            };
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (body, None),
+            };
+            if name == "json" {
+                let text = match inline.or_else(|| args.get(i).cloned().inspect(|_| i += 1)) {
+                    Some(t) => t,
+                    None => return err("--json needs a value: a JSON object".into()),
+                };
+                let v: Value =
+                    serde_json::from_str(&text).map_err(|e| UsageError(format!("--json: not valid JSON: {e}")))?;
+                let Value::Object(o) = v else { return err("--json: expected a JSON object".into()) };
+                json.extend(o);
+                continue;
+            }
+            if name == "json-file" {
+                return err("--json-file must be read by the caller before parsing".into());
+            }
+            let (spec, negated) = match self.find(name) {
+                Some(s) => (s, false),
+                None => match name.strip_prefix("no-").and_then(|n| self.find(n)).filter(|s| s.ty == FlagType::Boolean)
+                {
+                    Some(s) => (s, true),
+                    None => {
+                        let hint = self.nearest(name).map(|n| format!("; did you mean --{n}?")).unwrap_or_default();
+                        // The name is the caller's text: escaped, so the error stays one line.
+                        return err(format!("unknown flag --{}{hint}", name.escape_debug()));
+                    }
+                },
+            };
+            let value = if spec.ty == FlagType::Boolean {
+                match (negated, inline.as_deref()) {
+                    (true, None) => Value::Bool(false),
+                    // `name` already reads `no-…`.
+                    (true, Some(_)) => return err(format!("--no-{} takes no value", spec.flag)),
+                    (false, None) => Value::Bool(true),
+                    (false, Some("true")) => Value::Bool(true),
+                    (false, Some("false")) => Value::Bool(false),
+                    (false, Some(v)) => return err(format!("--{}: expected true or false, got {v:?}", spec.flag)),
+                }
+            } else {
+                let raw = match inline {
+                    Some(v) => v,
+                    None => match args.get(i) {
+                        // A negative number is a value; another flag is not.
+                        Some(next) if !next.starts_with("--") => {
+                            i += 1;
+                            next.clone()
+                        }
+                        _ => return err(format!("--{} needs a value ({})", spec.flag, spec.ty.placeholder())),
+                    },
+                };
+                let item_ty = match &spec.ty {
+                    FlagType::Array(item) => item.as_ref(),
+                    t => t,
+                };
+                convert(&spec.flag, item_ty, &raw)?
+            };
+            if !set_flags.iter().any(|s| s.flag == spec.flag) {
+                set_flags.push(spec);
+            }
+            insert(&mut input, &spec.path, value, matches!(spec.ty, FlagType::Array(_)))
+                .map_err(|e| UsageError(format!("--{}: {e}", spec.flag)))?;
+        }
+        overlay(&mut json, input);
+        let mut input = json;
+        // Defaults are honoured; fields with one are never required. A default inside an object
+        // that is neither given nor required is left out: filling it in would conjure up an
+        // optional object the caller never asked for, and fail on that object's required fields.
+        for spec in &self.flags {
+            if get(&input, &spec.path).is_none() {
+                if let Some(d) = &spec.default {
+                    if self.object_expected(&input, &spec.path[..spec.path.len() - 1]) {
+                        let _ = insert(&mut input, &spec.path, d.clone(), false);
+                    }
+                } else if spec.required {
+                    return err(format!("missing required flag --{}", spec.flag));
+                }
+            }
+        }
+        Ok(Value::Object(input))
+    }
+}
+
+/// Puts the flags' values over `--json`'s: objects merge, anything else is replaced (a repeated
+/// flag's list replaces the list `--json` gave).
+fn overlay(base: &mut Map<String, Value>, flags: Map<String, Value>) {
+    for (k, v) in flags {
+        match (base.get_mut(&k), v) {
+            (Some(Value::Object(b)), Value::Object(o)) => overlay(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+/// A whole number as JSON writes it: signed, or unsigned beyond `i64`.
+fn whole(raw: &str) -> Option<Value> {
+    raw.parse::<i64>().map(Value::from).or_else(|_| raw.parse::<u64>().map(Value::from)).ok()
+}
+
+fn convert(flag: &str, ty: &FlagType, raw: &str) -> Result<Value, UsageError> {
+    let bad = |what: &str| UsageError(format!("--{flag}: expected {what}, got {raw:?}"));
+    Ok(match ty {
+        FlagType::String => Value::String(raw.to_string()),
+        // `--lat 41` stays the integer 41, as `--json '{"lat": 41}'` gives it, rather than 41.0
+        // (which also showed in errors: "-91.0 is less than the minimum of -90").
+        FlagType::Number => match whole(raw.trim()) {
+            Some(n) => n,
+            None => {
+                let n: f64 = raw.trim().parse().map_err(|_| bad("a number"))?;
+                if !n.is_finite() {
+                    return Err(bad("a finite number"));
+                }
+                serde_json::Number::from_f64(n).map(Value::Number).ok_or_else(|| bad("a finite number"))?
+            }
+        },
+        FlagType::Integer => whole(raw.trim()).ok_or_else(|| bad("an integer"))?,
+        FlagType::Boolean => match raw {
+            "true" => Value::Bool(true),
+            "false" => Value::Bool(false),
+            _ => return Err(bad("true or false")),
+        },
+        FlagType::Enum(choices) => {
+            // A string choice matches its text; any choice matches its JSON (`1`, `null`, `"a"`).
+            let found = choices
+                .iter()
+                .find(|c| c.as_str() == Some(raw) || serde_json::from_str::<Value>(raw).is_ok_and(|v| v == **c));
+            match found {
+                Some(v) => v.clone(),
+                None => {
+                    let names: Vec<String> = choices
+                        .iter()
+                        .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+                        .collect();
+                    return Err(UsageError(format!("--{flag}: {raw:?} is not one of {}", names.join(", "))));
+                }
+            }
+        }
+        FlagType::Array(_) | FlagType::Json => serde_json::from_str(raw)
+            .or_else(|_| if matches!(ty, FlagType::Json) { Ok(Value::String(raw.to_string())) } else { Err(()) })
+            .map_err(|_| bad("JSON"))?,
+    })
+}
+
+fn get<'a>(input: &'a Map<String, Value>, path: &[String]) -> Option<&'a Value> {
+    let (last, parents) = path.split_last()?;
+    let mut cur = input;
+    for p in parents {
+        cur = cur.get(p)?.as_object()?;
+    }
+    cur.get(last)
+}
+
+fn insert(input: &mut Map<String, Value>, path: &[String], value: Value, append: bool) -> Result<(), String> {
+    let (last, parents) = path.split_last().ok_or("empty path")?;
+    let mut cur = input;
+    for p in parents {
+        let slot = cur.entry(p.clone()).or_insert_with(|| Value::Object(Map::new()));
+        cur = slot.as_object_mut().ok_or_else(|| format!("{p} is set to a value that is not an object"))?;
+    }
+    if append {
+        match cur.entry(last.clone()).or_insert_with(|| Value::Array(Vec::new())) {
+            Value::Array(a) => a.push(value),
+            _ => return Err("set both with --json and as a list".into()),
+        }
+    } else {
+        cur.insert(last.clone(), value);
+    }
+    Ok(())
+}
+
+/// Validates `input` against the whole schema; errors name the flag when one maps to the path.
+pub fn validate(schema: &Value, table: &FlagTable, input: &Value) -> Result<(), UsageError> {
+    let validator = match jsonschema::validator_for(schema) {
+        Ok(v) => v,
+        // A schema the validator cannot read is the tool's fault, not the caller's: the
+        // flag-level checks above already ran.
+        Err(_) => return Ok(()),
+    };
+    let Some(error) = validator.iter_errors(input).next() else { return Ok(()) };
+    let mut pointer = error.instance_path().to_string();
+    // A missing property is reported at its parent object (`/near`); the flag to name is the
+    // property's own (`--near.lon`), when it has one.
+    if let jsonschema::error::ValidationErrorKind::Required { property: Value::String(p) } = error.kind() {
+        let child = format!("{pointer}/{}", p.replace('~', "~0").replace('/', "~1"));
+        if table.flag_for_pointer(&child).is_some() {
+            pointer = child;
+        }
+    }
+    let at = match table.flag_for_pointer(&pointer) {
+        Some(f) => format!("--{}", f.flag),
+        None if pointer.is_empty() => "input".to_string(),
+        None => format!("input at {pointer}"),
+    };
+    // The validator quotes some of the input raw (property names in `additionalProperties`):
+    // escape line breaks so the error stays one line.
+    let message = format!("{at}: {error}").replace('\n', "\\n").replace('\r', "\\r");
+    Err(UsageError(message))
+}

@@ -1,0 +1,190 @@
+//! What an agent reads about a tool: the usage line, `--help`, example calls and the system
+//! prompt section, all drawn from the same flag table that parses the call.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::entry::{CatalogEntry, Operation};
+use crate::flagmap::{FlagSpec, FlagTable, FlagType, flag_table};
+
+fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:@,+=".contains(c)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
+fn flag_usage(f: &FlagSpec) -> String {
+    let body = match &f.ty {
+        FlagType::Boolean => format!("--{}", f.flag),
+        ty => format!("--{} {}", f.flag, ty.placeholder()),
+    };
+    if f.required { body } else { format!("[{body}]") }
+}
+
+/// `agentos-weather forecast --city <string> [--days <integer>]`
+pub fn usage_line(toolkit: &str, tool: &str, table: &FlagTable) -> String {
+    let mut parts = vec![format!("agentos-{toolkit} {tool}")];
+    // Required flags first, so the line reads as the call it must be.
+    parts.extend(table.flags.iter().filter(|f| f.required).map(flag_usage));
+    parts.extend(table.flags.iter().filter(|f| !f.required).map(flag_usage));
+    parts.join(" ")
+}
+
+fn lookup<'a>(input: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(input, |v, p| v.get(p))
+}
+
+/// An input written as flags: `--city Paris --days 3`.
+pub fn example_args(table: &FlagTable, input: &Value) -> String {
+    let mut out = Vec::new();
+    for f in &table.flags {
+        let Some(v) = lookup(input, &f.path) else { continue };
+        let one = |v: &Value| match v {
+            Value::String(s) => format!("--{} {}", f.flag, shell_quote(s)),
+            Value::Bool(true) => format!("--{}", f.flag),
+            Value::Bool(false) => format!("--no-{}", f.flag),
+            other => format!("--{} {}", f.flag, shell_quote(&other.to_string())),
+        };
+        match (v, &f.ty) {
+            (Value::Array(items), FlagType::Array(_)) => out.extend(items.iter().map(one)),
+            _ => out.push(one(v)),
+        }
+    }
+    out.join(" ")
+}
+
+/// `agentos-{toolkit} {tool} --help`.
+pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
+    let table = flag_table(&op.input);
+    let mut out = String::new();
+    if !op.description.is_empty() {
+        out.push_str(&op.description);
+        out.push_str("\n\n");
+    }
+    out.push_str(&format!("Usage: {}\n", usage_line(toolkit, tool, &table)));
+    let json_lines = [
+        ("--json <object>", "the whole input as JSON (flags given too win)"),
+        ("--json-file <path>", "the whole input from a file, or - for stdin"),
+    ];
+    out.push_str("\nFlags:\n");
+    let width = table
+        .flags
+        .iter()
+        .map(|f| flag_usage(f).trim_matches(['[', ']']).len())
+        .chain(json_lines.iter().map(|(h, _)| h.len()))
+        .max()
+        .unwrap_or(0)
+        .min(40);
+    {
+        for f in &table.flags {
+            let head = flag_usage(f).trim_matches(['[', ']']).to_string();
+            let mut notes = Vec::new();
+            if f.required {
+                notes.push("required".to_string());
+            }
+            if let Some(d) = &f.default {
+                notes.push(format!("default {d}"));
+            }
+            if f.ty == FlagType::Boolean {
+                notes.push(format!("--no-{} for false", f.flag));
+            }
+            if matches!(f.ty, FlagType::Array(_)) {
+                notes.push("repeat for several".into());
+            }
+            let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
+            out.push_str(&format!("  {head:<width$}  {}{notes}\n", f.description));
+        }
+    }
+    for (head, what) in json_lines {
+        out.push_str(&format!("  {head:<width$}  {what}\n"));
+    }
+    if !op.examples.is_empty() {
+        out.push_str("\nExamples:\n");
+        for e in &op.examples {
+            out.push_str(&format!(
+                "  # {}\n  agentos-{toolkit} {tool} {}\n",
+                e.description,
+                example_args(&table, &e.input)
+            ));
+        }
+    }
+    out.push_str(
+        "\nOutput: {\"ok\":true,\"result\":...} on stdout; on failure one line on stderr and a non-zero exit code.\n",
+    );
+    out
+}
+
+/// `agentos-{toolkit} --help`.
+pub fn toolkit_help(entry: &CatalogEntry) -> String {
+    let mut out = format!(
+        "agentos-{}: {}\n",
+        entry.id,
+        if entry.description.is_empty() { &entry.name } else { &entry.description }
+    );
+    out.push_str("\nTools:\n");
+    let width = entry.contract.operations.keys().map(String::len).max().unwrap_or(0);
+    for (name, op) in &entry.contract.operations {
+        out.push_str(&format!("  {name:<width$}  {}\n", op.description));
+    }
+    out.push_str(&format!("\nRun `agentos-{} <tool> --help` for a tool's flags.\n", entry.id));
+    out
+}
+
+/// One tool in the system prompt.
+#[derive(Debug, Clone, Serialize)]
+pub struct PromptTool {
+    pub toolkit: String,
+    pub tool: String,
+    pub usage: String,
+    pub description: String,
+    pub examples: Vec<String>,
+}
+
+/// The tools of the entries, for the system prompt.
+pub fn prompt_tools(entries: &[CatalogEntry]) -> Vec<PromptTool> {
+    let mut out = Vec::new();
+    for e in entries {
+        for (name, op) in &e.contract.operations {
+            let table = flag_table(&op.input);
+            out.push(PromptTool {
+                toolkit: e.id.clone(),
+                tool: name.clone(),
+                usage: usage_line(&e.id, name, &table),
+                description: op.description.clone(),
+                examples: op
+                    .examples
+                    .iter()
+                    .map(|x| format!("agentos-{} {name} {}", e.id, example_args(&table, &x.input)))
+                    .collect(),
+            });
+        }
+    }
+    out
+}
+
+/// The section to put into an agent's system prompt, as markdown.
+pub fn prompt_markdown(tools: &[PromptTool]) -> String {
+    let mut out = String::from(
+        "## Tools\n\nThese tools are shell commands; call them from the shell or chain them in scripts. Each prints {\"ok\":true,\"result\":...} on success; on failure one line on stderr and a non-zero exit.\n\n",
+    );
+    if tools.is_empty() {
+        out.push_str("(no tools are available to you)\n");
+        return out;
+    }
+    for t in tools {
+        let desc = if t.description.is_empty() { String::new() } else { format!(" — {}", t.description) };
+        out.push_str(&format!("- `{}`{desc}\n", t.usage));
+        for e in &t.examples {
+            out.push_str(&format!("  e.g. `{e}`\n"));
+        }
+    }
+    out.push_str("\nOptional flags are in brackets. `agentos-<toolkit> <tool> --help` shows every flag; `--json '{...}'` passes the whole input.\n");
+    out
+}
+
+/// Rough token count: about four characters per token for English text and code.
+pub fn estimate_tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4)
+}

@@ -1,0 +1,735 @@
+//! The schema → flags mapping, through its public API: every rule of the issue and every error it
+//! names, as tables of `(schema, args, expected)` run through one `check`.
+
+use agentos_core::flagmap::{FlagSpec, FlagType, flag_table, kebab, validate};
+use serde_json::{Value, json};
+
+/// Parses `args` against `schema` and validates the result, as the caller does. `expected` is the
+/// whole input on success, or a substring of the one-line error (a leading `^` anchors it to the start).
+fn check(schema: &Value, args: &[&str], expected: Result<Value, &str>) {
+    let table = flag_table(schema);
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let got = table.parse(&args).and_then(|input| validate(schema, &table, &input).map(|()| input));
+    let ctx = format!("schema {schema}\nargs {args:?}");
+    match (got, expected) {
+        (Ok(got), Ok(want)) => assert_eq!(got, want, "{ctx}"),
+        (Err(e), Err(want)) => {
+            let msg = e.to_string();
+            assert!(!msg.contains('\n') && !msg.contains('\r'), "{ctx}\nerror is not one line: {msg:?}");
+            match want.strip_prefix('^') {
+                Some(prefix) => assert!(msg.starts_with(prefix), "{ctx}\nerror {msg:?} does not start with {prefix:?}"),
+                None => assert!(msg.contains(want), "{ctx}\nerror {msg:?} does not contain {want:?}"),
+            }
+        }
+        (Ok(got), Err(want)) => panic!("{ctx}\nexpected an error containing {want:?}, got Ok({got})"),
+        (Err(e), Ok(want)) => panic!("{ctx}\nexpected Ok({want}), got error {:?}", e.to_string()),
+    }
+}
+
+/// One schema, many calls.
+fn check_all(schema: &Value, cases: &[(&[&str], Result<Value, &str>)]) {
+    for (args, expected) in cases {
+        check(schema, args, expected.clone());
+    }
+}
+
+/// The schema most cases share: one flag of every kind.
+fn weather() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "lat": {"type": "number"},
+            "days": {"type": "integer"},
+            "fullPage": {"type": "boolean"},
+            "units": {"enum": ["metric", "imperial"]},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "scores": {"type": "array", "items": {"type": "number"}}
+        },
+        "required": ["city"]
+    })
+}
+
+#[test]
+fn strings() {
+    check_all(
+        &weather(),
+        &[
+            (&["--city", "Paris"], Ok(json!({"city": "Paris"}))),
+            (&["--city=Paris"], Ok(json!({"city": "Paris"}))),
+            (&["--city", "New York"], Ok(json!({"city": "New York"}))),
+            // Only the first `=` splits.
+            (&["--city=a=b"], Ok(json!({"city": "a=b"}))),
+            (&["--city="], Ok(json!({"city": ""}))),
+            (&["--city", ""], Ok(json!({"city": ""}))),
+            // A single dash is a value; a string that looks like a number stays a string.
+            (&["--city", "-x"], Ok(json!({"city": "-x"}))),
+            (&["--city", "42"], Ok(json!({"city": "42"}))),
+            // A value that starts with `--` must be attached with `=`.
+            (&["--city=--x"], Ok(json!({"city": "--x"}))),
+            // The last one wins.
+            (&["--city", "Paris", "--city", "Rome"], Ok(json!({"city": "Rome"}))),
+            (&["--city"], Err("^--city needs a value (<string>)")),
+            (&["--city", "--days", "3"], Err("^--city needs a value (<string>)")),
+        ],
+    );
+}
+
+#[test]
+fn numbers() {
+    let s = json!({"type": "object", "properties": {"lat": {"type": "number"}}});
+    check_all(
+        &s,
+        &[
+            (&["--lat", "41.9"], Ok(json!({"lat": 41.9}))),
+            (&["--lat=41.9"], Ok(json!({"lat": 41.9}))),
+            (&["--lat", "-41.9"], Ok(json!({"lat": -41.9}))),
+            (&["--lat=-41.9"], Ok(json!({"lat": -41.9}))),
+            (&["--lat", "-0.5"], Ok(json!({"lat": -0.5}))),
+            (&["--lat", "1e3"], Ok(json!({"lat": 1000.0}))),
+            // A whole number stays whole, as `--json '{"lat": 41}'` would give it.
+            (&["--lat", "41"], Ok(json!({"lat": 41}))),
+            (&["--lat", "-7"], Ok(json!({"lat": -7}))),
+            (&["--lat", "abc"], Err(r#"^--lat: expected a number, got "abc""#)),
+            (&["--lat", "41,9"], Err(r#"^--lat: expected a number, got "41,9""#)),
+            (&["--lat", ""], Err("^--lat: expected a number")),
+            (&["--lat", "inf"], Err(r#"^--lat: expected a finite number, got "inf""#)),
+            (&["--lat", "-infinity"], Err("^--lat: expected a finite number")),
+            (&["--lat", "NaN"], Err("^--lat: expected a finite number")),
+            (&["--lat", "1e999"], Err("^--lat: expected a finite number")),
+            (&["--lat"], Err("^--lat needs a value (<number>)")),
+            (&["--lat", "--lat", "1"], Err("^--lat needs a value (<number>)")),
+        ],
+    );
+}
+
+#[test]
+fn integers() {
+    let s = json!({"type": "object", "properties": {"days": {"type": "integer"}}});
+    check_all(
+        &s,
+        &[
+            (&["--days", "3"], Ok(json!({"days": 3}))),
+            (&["--days=3"], Ok(json!({"days": 3}))),
+            (&["--days", "-3"], Ok(json!({"days": -3}))),
+            (&["--days=-3"], Ok(json!({"days": -3}))),
+            (&["--days", "0"], Ok(json!({"days": 0}))),
+            (&["--days", "18446744073709551615"], Ok(json!({"days": u64::MAX}))),
+            (&["--days", "18446744073709551616"], Err("^--days: expected an integer")),
+            (&["--days", "three"], Err(r#"^--days: expected an integer, got "three""#)),
+            (&["--days", "1.5"], Err(r#"^--days: expected an integer, got "1.5""#)),
+            (&["--days", "-1.5"], Err(r#"^--days: expected an integer, got "-1.5""#)),
+            (&["--days", "1e3"], Err("^--days: expected an integer")),
+            (&["--days"], Err("^--days needs a value (<integer>)")),
+            (&["--days", "--days", "3"], Err("^--days needs a value (<integer>)")),
+        ],
+    );
+}
+
+#[test]
+fn booleans() {
+    let s = json!({"type": "object", "properties": {"fullPage": {"type": "boolean"}, "city": {"type": "string"}}});
+    check_all(
+        &s,
+        &[
+            (&["--full-page"], Ok(json!({"fullPage": true}))),
+            (&["--no-full-page"], Ok(json!({"fullPage": false}))),
+            (&["--full-page=true"], Ok(json!({"fullPage": true}))),
+            (&["--full-page=false"], Ok(json!({"fullPage": false}))),
+            (&["--full-page", "--no-full-page"], Ok(json!({"fullPage": false}))),
+            (&["--no-full-page", "--full-page"], Ok(json!({"fullPage": true}))),
+            // A boolean takes no separate value: the next word is a positional argument.
+            (&["--full-page", "false"], Err(r#"^unexpected argument "false""#)),
+            (&["--full-page=yes"], Err(r#"^--full-page: expected true or false, got "yes""#)),
+            (&["--no-full-page=true"], Err("^--no-full-page takes no value")),
+            // `--no-` only negates booleans.
+            (&["--no-city"], Err("^unknown flag --no-city")),
+            (&["--no-such"], Err("^unknown flag --no-such")),
+        ],
+    );
+    // A property whose own name starts with `no`.
+    let s = json!({"type": "object", "properties": {"noCache": {"type": "boolean"}}});
+    check_all(
+        &s,
+        &[(&["--no-cache"], Ok(json!({"noCache": true}))), (&["--no-no-cache"], Ok(json!({"noCache": false})))],
+    );
+}
+
+#[test]
+fn enums() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "units": {"type": "string", "enum": ["metric", "imperial"]},
+            "level": {"type": "integer", "enum": [1, 2, 3]},
+            "mode": {"const": "fast"},
+            "maybe": {"type": ["string", "null"], "enum": ["a", null]}
+        }
+    });
+    check_all(
+        &s,
+        &[
+            (&["--units", "metric"], Ok(json!({"units": "metric"}))),
+            (&["--units=imperial"], Ok(json!({"units": "imperial"}))),
+            (&["--units", "kelvin"], Err(r#"^--units: "kelvin" is not one of metric, imperial"#)),
+            (&["--units", "Metric"], Err("metric, imperial")),
+            (&["--units"], Err("^--units needs a value (<metric|imperial>)")),
+            (&["--level", "2"], Ok(json!({"level": 2}))),
+            (&["--level", "4"], Err(r#"^--level: "4" is not one of 1, 2, 3"#)),
+            (&["--mode", "fast"], Ok(json!({"mode": "fast"}))),
+            (&["--mode", "slow"], Err(r#"^--mode: "slow" is not one of fast"#)),
+            (&["--maybe", "a"], Ok(json!({"maybe": "a"}))),
+            (&["--maybe", "null"], Ok(json!({"maybe": null}))),
+            (&["--maybe", "b"], Err("is not one of a, null")),
+        ],
+    );
+}
+
+#[test]
+fn arrays() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "scores": {"type": "array", "items": {"type": "number"}},
+            "ids": {"type": "array", "items": {"type": "integer"}},
+            "flags": {"type": "array", "items": {"type": "boolean"}},
+            "colors": {"type": "array", "items": {"enum": ["red", "green"]}},
+            "points": {"type": "array", "items": {"type": "object"}},
+            "short": {"type": "array", "items": {"type": "string", "maxLength": 3}, "minItems": 2},
+            "anything": {"type": "array"}
+        }
+    });
+    check_all(
+        &s,
+        &[
+            (&["--tags", "a"], Ok(json!({"tags": ["a"]}))),
+            (&["--tags", "a", "--tags", "b"], Ok(json!({"tags": ["a", "b"]}))),
+            (&["--tags=a", "--tags", "b", "--tags=c"], Ok(json!({"tags": ["a", "b", "c"]}))),
+            // String items stay strings.
+            (&["--tags", "1", "--tags", "true"], Ok(json!({"tags": ["1", "true"]}))),
+            (&["--scores", "1", "--scores", "2.5"], Ok(json!({"scores": [1, 2.5]}))),
+            (&["--scores", "-1", "--scores=-2.5"], Ok(json!({"scores": [-1, -2.5]}))),
+            (&["--scores", "x"], Err(r#"^--scores: expected a number, got "x""#)),
+            (&["--scores", "1", "--scores"], Err("^--scores needs a value (<number>...)")),
+            (&["--ids", "1", "--ids", "2"], Ok(json!({"ids": [1, 2]}))),
+            (&["--ids", "1", "--ids", "1.5"], Err(r#"^--ids: expected an integer, got "1.5""#)),
+            (&["--flags", "true", "--flags", "false"], Ok(json!({"flags": [true, false]}))),
+            (&["--flags", "yes"], Err(r#"^--flags: expected true or false, got "yes""#)),
+            (&["--colors", "red", "--colors", "green"], Ok(json!({"colors": ["red", "green"]}))),
+            (&["--colors", "puce"], Err(r#"^--colors: "puce" is not one of red, green"#)),
+            (&["--points", r#"{"x":1}"#, "--points", r#"{"x":2}"#], Ok(json!({"points": [{"x": 1}, {"x": 2}]}))),
+            // Item-level and array-level schema rules are checked after mapping, and name the flag.
+            (&["--short", "abcd", "--short", "ab"], Err(r#"^--short: "abcd" is longer than 3 characters"#)),
+            (&["--short", "ab"], Err("^--short: ")),
+            (&["--short", "ab", "--short", "cd"], Ok(json!({"short": ["ab", "cd"]}))),
+            (&["--points", "1"], Err("^--points: 1 is not of type \"object\"")),
+            (&["--anything", "1", "--anything", "x"], Ok(json!({"anything": [1, "x"]}))),
+        ],
+    );
+}
+
+#[test]
+fn optional_fields_and_required_fields() {
+    let s = weather();
+    check_all(
+        &s,
+        &[
+            // Every optional field omitted: nothing invented.
+            (&["--city", "Paris"], Ok(json!({"city": "Paris"}))),
+            (&[], Err("^missing required flag --city")),
+            (&["--days", "3"], Err("^missing required flag --city")),
+            // `--json` can supply a required field.
+            (&["--json", r#"{"city":"Rome"}"#], Ok(json!({"city": "Rome"}))),
+        ],
+    );
+}
+
+#[test]
+fn defaults() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "days": {"type": "integer", "default": 3},
+            "fullPage": {"type": "boolean", "default": false},
+            "tags": {"type": "array", "items": {"type": "string"}, "default": ["x"]},
+            "units": {"enum": ["metric", "imperial"], "default": "metric"}
+        },
+        // A field with a default is never required.
+        "required": ["city", "days", "units"]
+    });
+    check_all(
+        &s,
+        &[
+            (
+                &["--city", "Paris"],
+                Ok(json!({"city": "Paris", "days": 3, "fullPage": false, "tags": ["x"], "units": "metric"})),
+            ),
+            (
+                &["--city", "Paris", "--days", "5", "--full-page", "--tags", "y", "--units", "imperial"],
+                Ok(json!({"city": "Paris", "days": 5, "fullPage": true, "tags": ["y"], "units": "imperial"})),
+            ),
+            // `--json` counts as given: its values are not overwritten by defaults.
+            (
+                &["--json", r#"{"city":"Rome","days":9}"#],
+                Ok(json!({"city": "Rome", "days": 9, "fullPage": false, "tags": ["x"], "units": "metric"})),
+            ),
+            (&[], Err("^missing required flag --city")),
+        ],
+    );
+}
+
+#[test]
+fn camel_case_properties_become_kebab_flags() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "fullPageURL": {"type": "string"},
+            "maxResults": {"type": "integer"},
+            "snake_case": {"type": "boolean"},
+            "page2Url": {"type": "string"}
+        }
+    });
+    check_all(
+        &s,
+        &[
+            (&["--full-page-url", "https://x.test"], Ok(json!({"fullPageURL": "https://x.test"}))),
+            (&["--max-results", "10"], Ok(json!({"maxResults": 10}))),
+            (&["--snake-case"], Ok(json!({"snake_case": true}))),
+            (&["--no-snake-case"], Ok(json!({"snake_case": false}))),
+            (&["--page2-url", "u"], Ok(json!({"page2Url": "u"}))),
+            // The property's own spelling is not a flag, but it points at the one that is.
+            (&["--fullPageURL", "x"], Err("^unknown flag --fullPageURL; did you mean --full-page-url?")),
+            (&["--maxResults", "1"], Err("did you mean --max-results?")),
+            (&["--snake_case"], Err("did you mean --snake-case?")),
+        ],
+    );
+}
+
+#[test]
+fn unknown_flags_and_positional_arguments() {
+    let s = weather();
+    check_all(
+        &s,
+        &[
+            (&["--cty", "Paris"], Err("^unknown flag --cty; did you mean --city?")),
+            (&["--city", "Paris", "--dys", "3"], Err("^unknown flag --dys; did you mean --days?")),
+            (&["--fullpage"], Err("did you mean --full-page?")),
+            (&["--unit=metric"], Err("^unknown flag --unit; did you mean --units?")),
+            (&["--jsn", "{}"], Err("did you mean --json?")),
+            (&["--city", "Paris", "--completely-unrelated-thing"], Err("^unknown flag --completely-unrelated-thing")),
+            // Positional arguments, wherever they appear.
+            (&["Paris"], Err(r#"^unexpected argument "Paris": tools take flags only"#)),
+            (&["--city", "Paris", "Rome"], Err(r#"^unexpected argument "Rome""#)),
+            (&["-c", "Paris"], Err(r#"^unexpected argument "-c""#)),
+            (&["-5"], Err(r#"^unexpected argument "-5""#)),
+            // `--json-file` is the caller's: it never reaches the parser.
+            (&["--json-file", "in.json"], Err("^--json-file must be read by the caller")),
+            (&["--json-file=in.json"], Err("^--json-file must be read by the caller")),
+            // A flag name with a line break still gives a one-line error.
+            (&["--ci\nty", "Paris"], Err("^unknown flag --ci\\nty")),
+        ],
+    );
+    // A far-off name gets no suggestion, and a name is never suggested to itself (`--help` is
+    // the caller's to answer before parsing).
+    let table = flag_table(&s);
+    for arg in ["--completely-unrelated-thing", "--help"] {
+        let err = table.parse(&[arg.to_string()]).unwrap_err().to_string();
+        assert_eq!(err, format!("unknown flag {arg}"));
+    }
+}
+
+#[test]
+fn empty_schemas() {
+    for s in [json!({}), json!({"type": "object"}), json!({"type": "object", "properties": {}})] {
+        assert!(flag_table(&s).flags.is_empty(), "{s}");
+        check_all(
+            &s,
+            &[
+                (&[], Ok(json!({}))),
+                (&["--x", "1"], Err("^unknown flag --x")),
+                (&["--city=Paris"], Err("^unknown flag --city")),
+                (&["Paris"], Err("^unexpected argument")),
+                (&["--json", r#"{"a":1,"b":[true]}"#], Ok(json!({"a": 1, "b": [true]}))),
+                (&["--json={}"], Ok(json!({}))),
+            ],
+        );
+    }
+}
+
+#[test]
+fn nested_objects_use_dotted_flags() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "where": {
+                "type": "object",
+                "properties": {
+                    "lat": {"type": "number"},
+                    "lon": {"type": "number"},
+                    "placeName": {"type": "string"}
+                },
+                "required": ["lat"]
+            },
+            "near": {
+                "type": "object",
+                "properties": {
+                    "lat": {"type": "number"},
+                    "lon": {"type": "number"},
+                    "radius": {"type": "integer", "default": 10, "minimum": 1}
+                },
+                "required": ["lat", "lon"]
+            },
+            "a": {"type": "object", "properties": {"b": {"type": "object", "properties": {"cDepth": {"type": "integer"}}}}}
+        },
+        "required": ["where"]
+    });
+    check_all(
+        &s,
+        &[
+            (&["--where.lat", "41.9"], Ok(json!({"where": {"lat": 41.9}}))),
+            (
+                &["--where.lat=41.9", "--where.lon", "-12.5", "--where.place-name", "Rome"],
+                Ok(json!({"where": {"lat": 41.9, "lon": -12.5, "placeName": "Rome"}})),
+            ),
+            (&["--where.lat", "-41.9"], Ok(json!({"where": {"lat": -41.9}}))),
+            (&["--where.lat", "1", "--a.b.c-depth", "3"], Ok(json!({"where": {"lat": 1}, "a": {"b": {"cDepth": 3}}}))),
+            // A required field inside a required object is a required flag.
+            (&[], Err("^missing required flag --where.lat")),
+            (&["--where.lon", "2"], Err("^missing required flag --where.lat")),
+            (&["--where.lat", "north"], Err(r#"^--where.lat: expected a number, got "north""#)),
+            (&["--where.lat"], Err("^--where.lat needs a value (<number>)")),
+            // The object itself is not a flag.
+            (&["--where", r#"{"lat":1}"#], Err("^unknown flag --where; did you mean --where.lat?")),
+            (&["--where.latt", "1"], Err("^unknown flag --where.latt; did you mean --where.lat?")),
+            // An optional object is left out when none of its flags is given: its defaults do not
+            // conjure it up (its own required fields would then fail).
+            (&["--where.lat", "1"], Ok(json!({"where": {"lat": 1}}))),
+            // Given, it gets its defaults and its required fields are checked, naming the flag.
+            (
+                &["--where.lat", "1", "--near.lat", "2", "--near.lon", "3"],
+                Ok(json!({"where": {"lat": 1}, "near": {"lat": 2, "lon": 3, "radius": 10}})),
+            ),
+            (&["--where.lat", "1", "--near.lat", "2"], Err(r#"^--near.lon: "lon" is a required property"#)),
+            (
+                &["--where.lat", "1", "--near.lat", "2", "--near.lon", "3", "--near.radius", "0"],
+                Err("^--near.radius: "),
+            ),
+            // `--json` can fill part of an object and flags the rest.
+            (
+                &["--json", r#"{"where":{"lat":5,"lon":6}}"#, "--where.lon", "7"],
+                Ok(json!({"where": {"lat": 5, "lon": 7}})),
+            ),
+        ],
+    );
+    // A required object whose fields all have defaults is filled in.
+    let s = json!({
+        "type": "object",
+        "properties": {"opts": {"type": "object", "properties": {"n": {"type": "integer", "default": 1}}}},
+        "required": ["opts"]
+    });
+    check_all(&s, &[(&[], Ok(json!({"opts": {"n": 1}}))), (&["--opts.n", "2"], Ok(json!({"opts": {"n": 2}})))]);
+}
+
+#[test]
+fn nullable_types() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "note": {"type": ["string", "null"]},
+            "count": {"type": ["null", "integer"]},
+            "ratio": {"type": ["number", "null"], "maximum": 1}
+        }
+    });
+    check_all(
+        &s,
+        &[
+            (&["--note", "hi"], Ok(json!({"note": "hi"}))),
+            (&["--note", "null"], Ok(json!({"note": "null"}))),
+            (&["--count", "5"], Ok(json!({"count": 5}))),
+            (&["--count", "five"], Err(r#"^--count: expected an integer, got "five""#)),
+            (&["--ratio", "0.5"], Ok(json!({"ratio": 0.5}))),
+            (&["--ratio", "2.5"], Err("^--ratio: 2.5 is greater than the maximum of 1")),
+            (&["--json", r#"{"note":null,"count":null}"#], Ok(json!({"note": null, "count": null}))),
+        ],
+    );
+}
+
+#[test]
+fn json_valued_flags() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "meta": {"type": "object"},
+            "extra": {"type": "object", "properties": {}},
+            "any": {},
+            "either": {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+        }
+    });
+    check_all(
+        &s,
+        &[
+            (&["--meta", r#"{"a":1,"b":{"c":[1,2]}}"#], Ok(json!({"meta": {"a": 1, "b": {"c": [1, 2]}}}))),
+            (&["--meta={}"], Ok(json!({"meta": {}}))),
+            (&["--extra", r#"{"k":"v"}"#], Ok(json!({"extra": {"k": "v"}}))),
+            (&["--meta", "[1]"], Err(r#"^--meta: [1] is not of type "object""#)),
+            (&["--meta", "not json"], Err(r#"^--meta: "not json" is not of type "object""#)),
+            (&["--meta"], Err("^--meta needs a value (<json>)")),
+            (&["--any", "hello"], Ok(json!({"any": "hello"}))),
+            (&["--any", "5"], Ok(json!({"any": 5}))),
+            (&["--any", "[true]"], Ok(json!({"any": [true]}))),
+            (&["--either", "x"], Ok(json!({"either": "x"}))),
+            (&["--either", "7"], Ok(json!({"either": 7}))),
+            (&["--either", "1.5"], Err("^--either: ")),
+        ],
+    );
+}
+
+#[test]
+fn json_flag() {
+    let s = weather();
+    check_all(
+        &s,
+        &[
+            (&["--json", r#"{"city":"Rome","days":5}"#], Ok(json!({"city": "Rome", "days": 5}))),
+            (&[r#"--json={"city":"Rome"}"#], Ok(json!({"city": "Rome"}))),
+            // Flags win over `--json`, wherever it stands.
+            (&["--json", r#"{"city":"Rome","days":5}"#, "--city", "Paris"], Ok(json!({"city": "Paris", "days": 5}))),
+            (&["--city", "Paris", "--json", r#"{"city":"Rome","days":5}"#], Ok(json!({"city": "Paris", "days": 5}))),
+            (
+                &["--json", r#"{"city":"Rome","fullPage":true}"#, "--no-full-page"],
+                Ok(json!({"city": "Rome", "fullPage": false})),
+            ),
+            // A repeated flag replaces the list `--json` gave.
+            (&["--json", r#"{"city":"Rome","tags":["x"]}"#, "--tags", "y"], Ok(json!({"city": "Rome", "tags": ["y"]}))),
+            (&["--tags", "y", "--json", r#"{"city":"Rome","tags":["x"]}"#], Ok(json!({"city": "Rome", "tags": ["y"]}))),
+            // Two `--json`: the later one wins key by key.
+            (
+                &["--json", r#"{"city":"Rome","days":1}"#, "--json", r#"{"days":2}"#],
+                Ok(json!({"city": "Rome", "days": 2})),
+            ),
+            // `--json` is validated too, and errors name the flag for the field.
+            (&["--json", r#"{"city":"Rome","days":"three"}"#], Err(r#"^--days: "three" is not of type "integer""#)),
+            (&["--json", r#"{"city":"Rome","tags":["a",2]}"#], Err(r#"^--tags: 2 is not of type "string""#)),
+            (&["--json", r#"{"city":"Rome","unitz":"metric"}"#], Ok(json!({"city": "Rome", "unitz": "metric"}))),
+            (&["--json"], Err("^--json needs a value: a JSON object")),
+            (&["--json", "--city", "Paris"], Err("^--json: not valid JSON")),
+            (&["--json", "{nope"], Err("^--json: not valid JSON")),
+            (&["--json", "[1,2]"], Err("^--json: expected a JSON object")),
+            (&["--json", "\"city\""], Err("^--json: expected a JSON object")),
+            (&["--json", "{\n\"city\": 1\n"], Err("^--json: not valid JSON")),
+        ],
+    );
+}
+
+#[test]
+fn schema_errors_name_the_flag() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "days": {"type": "integer", "minimum": 1, "maximum": 14},
+            "city": {"type": "string", "maxLength": 5, "pattern": "^[A-Z]"},
+            "where": {"type": "object", "properties": {"lat": {"type": "number", "minimum": -90}}},
+            "a/b": {"type": "integer", "minimum": 0}
+        },
+        "additionalProperties": false
+    });
+    check_all(
+        &s,
+        &[
+            (&["--days", "0"], Err("^--days: 0 is less than the minimum of 1")),
+            (&["--days", "15"], Err("^--days: 15 is greater than the maximum of 14")),
+            (&["--days=-1"], Err("^--days: -1 is less than the minimum of 1")),
+            (&["--city", "Barcelona"], Err(r#"^--city: "Barcelona" is longer than 5 characters"#)),
+            (&["--city", "rome"], Err(r#"^--city: "rome" does not match"#)),
+            (&["--where.lat", "-91"], Err("^--where.lat: -91 is less than the minimum of -90")),
+            (&["--a/b", "-1"], Err("^--a/b: -1 is less than the minimum of 0")),
+            // Nothing to name: the whole input.
+            (
+                &["--json", r#"{"bogus":1}"#],
+                Err("^input: Additional properties are not allowed ('bogus' was unexpected)"),
+            ),
+            (&["--json", "{\"a\\nb\":1}"], Err("^input: Additional properties are not allowed")),
+            (&["--days", "3", "--city", "Rome"], Ok(json!({"days": 3, "city": "Rome"}))),
+        ],
+    );
+
+    // `validate` on its own, for inputs that did not come from flags.
+    let table = flag_table(&s);
+    let items = json!({"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "integer"}}}});
+    let cases: &[(&Value, Value, Result<(), &str>)] = &[
+        (&s, json!({"days": 3}), Ok(())),
+        (&s, json!({"days": 0}), Err("--days: 0 is less than the minimum of 1")),
+        (&s, json!({"city": "Amsterdam"}), Err(r#"--city: "Amsterdam" is longer than 5 characters"#)),
+        (&s, json!({"where": {"lat": -100}}), Err("--where.lat: -100 is less than the minimum of -90")),
+        (&s, json!({"where": 5}), Err(r#"input at /where: 5 is not of type "object""#)),
+        (&items, json!({"ids": [1, "x"]}), Err(r#"--ids: "x" is not of type "integer""#)),
+        (&items, json!({"ids": [1, 2.5]}), Err(r#"--ids: 2.5 is not of type "integer""#)),
+        (&items, json!({"ids": "1"}), Err(r#"--ids: "1" is not of type "array""#)),
+        (&items, json!([]), Err(r#"input: [] is not of type "object""#)),
+    ];
+    for (schema, input, want) in cases {
+        let table = if std::ptr::eq(*schema, &s) { table.clone() } else { flag_table(schema) };
+        let got = validate(schema, &table, input).map_err(|e| e.to_string());
+        assert_eq!(got, want.map_err(str::to_string), "{input}");
+    }
+    // A schema the validator cannot read is not the caller's fault.
+    let broken = json!({"type": "object", "properties": {"x": {"type": "no-such-type"}}});
+    assert_eq!(validate(&broken, &flag_table(&broken), &json!({"x": 1})), Ok(()));
+}
+
+#[test]
+fn everything_at_once() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string"},
+            "lat": {"type": "number"},
+            "days": {"type": "integer", "minimum": 1, "default": 3},
+            "fullPageURL": {"type": "boolean"},
+            "units": {"enum": ["metric", "imperial"], "default": "metric"},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "scores": {"type": "array", "items": {"type": "number"}},
+            "note": {"type": ["string", "null"]},
+            "meta": {"type": "object"},
+            "where": {
+                "type": "object",
+                "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}, "zoom": {"type": "integer", "default": 5}},
+                "required": ["lat", "lon"]
+            }
+        },
+        "required": ["city", "where"]
+    });
+    check(
+        &s,
+        &[
+            "--json",
+            r#"{"note":"from json","city":"Rome","lat":1}"#,
+            "--city=Paris",
+            "--lat",
+            "-41.9",
+            "--full-page-url",
+            "--tags",
+            "a",
+            "--scores=1",
+            "--tags",
+            "b",
+            "--scores",
+            "-2.5",
+            "--meta",
+            r#"{"k":[1]}"#,
+            "--where.lat",
+            "48.8",
+            "--where.lon=-2.3",
+        ],
+        Ok(json!({
+            "city": "Paris",
+            "lat": -41.9,
+            "days": 3,
+            "fullPageURL": true,
+            "units": "metric",
+            "tags": ["a", "b"],
+            "scores": [1, -2.5],
+            "note": "from json",
+            "meta": {"k": [1]},
+            "where": {"lat": 48.8, "lon": -2.3, "zoom": 5}
+        })),
+    );
+    check(&s, &["--city", "Paris", "--where.lat", "1", "--where.lon", "2", "--days", "0"], Err("^--days: "));
+    check(&s, &["--city", "Paris", "--where.lat", "1"], Err("^missing required flag --where.lon"));
+}
+
+#[test]
+fn table_shape() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "days": {"type": "integer", "default": 3},
+            "tags": {"type": "array", "items": {"type": "string"}},
+            "where": {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+            "opt": {"type": "object", "properties": {"x": {"type": "boolean"}}, "required": ["x"]}
+        },
+        "required": ["city", "days", "where"]
+    });
+    let table = flag_table(&s);
+    let mut names: Vec<&str> = table.flags.iter().map(|f| f.flag.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["city", "days", "opt.x", "tags", "where.lat"]);
+    let spec = |flag: &str, path: &[&str], ty: FlagType, required: bool, default: Option<Value>, description: &str| {
+        let want = FlagSpec {
+            flag: flag.to_string(),
+            path: path.iter().map(|p| p.to_string()).collect(),
+            ty,
+            required,
+            default,
+            description: description.to_string(),
+        };
+        assert_eq!(table.flags.iter().find(|f| f.flag == flag), Some(&want));
+    };
+    spec("city", &["city"], FlagType::String, true, None, "City name");
+    // In `required`, but with a default: not a required flag.
+    spec("days", &["days"], FlagType::Integer, false, Some(json!(3)), "");
+    spec("tags", &["tags"], FlagType::Array(Box::new(FlagType::String)), false, None, "");
+    spec("where.lat", &["where", "lat"], FlagType::Number, true, None, "");
+    // Required inside an optional object: not a required flag.
+    spec("opt.x", &["opt", "x"], FlagType::Boolean, false, None, "");
+}
+
+#[test]
+fn kebab_cases() {
+    let cases = [
+        ("fullPageURL", "full-page-url"),
+        ("URLParser", "url-parser"),
+        ("getHTTPResponse", "get-http-response"),
+        ("userID", "user-id"),
+        ("ID", "id"),
+        ("snake_case", "snake-case"),
+        ("SCREAMING_SNAKE", "screaming-snake"),
+        ("camel_Case", "camel-case"),
+        ("simple", "simple"),
+        ("already-kebab", "already-kebab"),
+        ("Capitalized", "capitalized"),
+        ("page2Url", "page2-url"),
+        ("page2url", "page2url"),
+        ("HTTP2Server", "http2-server"),
+        ("x", "x"),
+        ("", ""),
+        ("with space", "with-space"),
+    ];
+    for (name, want) in cases {
+        assert_eq!(kebab(name), want, "kebab({name:?})");
+    }
+}
+
+#[test]
+fn placeholders() {
+    let cases = [
+        (FlagType::String, "<string>"),
+        (FlagType::Number, "<number>"),
+        (FlagType::Integer, "<integer>"),
+        (FlagType::Boolean, ""),
+        (FlagType::Json, "<json>"),
+        (FlagType::Enum(vec![json!("metric"), json!("imperial")]), "<metric|imperial>"),
+        (FlagType::Enum(vec![json!(1), json!(2.5), json!(null)]), "<1|2.5|null>"),
+        (FlagType::Array(Box::new(FlagType::String)), "<string>..."),
+        (FlagType::Array(Box::new(FlagType::Number)), "<number>..."),
+        (FlagType::Array(Box::new(FlagType::Enum(vec![json!("a"), json!("b")]))), "<a|b>..."),
+        (FlagType::Array(Box::new(FlagType::Json)), "<json>..."),
+    ];
+    for (ty, want) in cases {
+        assert_eq!(ty.placeholder(), want, "{ty:?}");
+    }
+    // The table chooses those types from the schema.
+    let s = json!({"type": "object", "properties": {
+        "a": {"type": "array", "items": {"type": "integer"}},
+        "b": {"type": "array", "items": {"type": "array", "items": {"type": "string"}}},
+        "c": {"type": "array"},
+        "d": {"const": 7},
+        "e": {"type": ["boolean", "null"]}
+    }});
+    let table = flag_table(&s);
+    let ty = |n: &str| table.flags.iter().find(|f| f.flag == n).unwrap().ty.placeholder();
+    assert_eq!([ty("a"), ty("b"), ty("c"), ty("d"), ty("e")], ["<integer>...", "<json>...", "<json>...", "<7>", ""]);
+}

@@ -1,0 +1,195 @@
+//! Host tools: Rust functions that whoever embeds the master registers as a toolkit. They join
+//! the catalog with a `host` binding and run inside the master, with its credentials.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use agentos_core::entry::{Binding, CatalogEntry, Contract, Example, HostBinding, Operation, Status};
+use agentos_core::name::check_tool_id;
+use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind};
+
+use crate::{Engine, EngineError};
+
+type HostFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
+type HostFn = Arc<dyn Fn(Value) -> HostFuture + Send + Sync>;
+
+/// One tool of a toolkit.
+#[derive(Clone)]
+pub struct HostTool {
+    name: String,
+    description: String,
+    input: Value,
+    examples: Vec<Example>,
+    timeout: Duration,
+    call: HostFn,
+}
+
+impl HostTool {
+    /// A tool whose input is `I` (its JSON Schema comes from `schemars`) and whose function
+    /// answers any serializable value, or an error message.
+    pub fn new<I, O, F, Fut>(name: &str, description: &str, f: F) -> HostTool
+    where
+        I: schemars::JsonSchema + DeserializeOwned + Send + 'static,
+        O: Serialize + Send + 'static,
+        F: Fn(I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<O, String>> + Send + 'static,
+    {
+        let mut input =
+            serde_json::to_value(schemars::schema_for!(I)).unwrap_or_else(|_| serde_json::json!({"type": "object"}));
+        if let Some(o) = input.as_object_mut() {
+            // The catalog is the context: these only add tokens to prompts.
+            o.remove("$schema");
+            o.remove("title");
+        }
+        let f = Arc::new(f);
+        let call: HostFn = Arc::new(move |v: Value| {
+            let f = f.clone();
+            Box::pin(async move {
+                let input: I = serde_json::from_value(v).map_err(|e| format!("input does not fit the tool: {e}"))?;
+                let out = f(input).await?;
+                serde_json::to_value(out).map_err(|e| format!("the result does not serialize: {e}"))
+            })
+        });
+        HostTool {
+            name: name.to_string(),
+            description: description.to_string(),
+            input,
+            examples: Vec::new(),
+            timeout: Duration::from_secs(30),
+            call,
+        }
+    }
+
+    /// The call is cancelled and reported after this long.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// A sample call, shown in `--help` and the system prompt.
+    pub fn example(mut self, description: &str, input: Value) -> Self {
+        self.examples.push(Example { description: description.to_string(), input });
+        self
+    }
+}
+
+impl std::fmt::Debug for HostToolkit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostToolkit")
+            .field("name", &self.name)
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// A named set of host tools: one catalog entry, one shim `agentos-{name}`.
+#[derive(Clone)]
+pub struct HostToolkit {
+    name: String,
+    description: String,
+    tools: BTreeMap<String, HostTool>,
+}
+
+impl HostToolkit {
+    pub fn new(name: &str, description: &str) -> HostToolkit {
+        HostToolkit { name: name.to_string(), description: description.to_string(), tools: BTreeMap::new() }
+    }
+
+    pub fn tool(mut self, tool: HostTool) -> Self {
+        self.tools.insert(tool.name.clone(), tool);
+        self
+    }
+
+    fn entry(&self) -> CatalogEntry {
+        CatalogEntry {
+            id: self.name.clone(),
+            name: self.name.clone(),
+            version: "1.0.0".into(),
+            description: self.description.clone(),
+            capabilities: Vec::new(),
+            status: Status::Approved,
+            contract: Contract {
+                kind: "host".into(),
+                operations: self
+                    .tools
+                    .values()
+                    .map(|t| {
+                        (
+                            t.name.clone(),
+                            Operation {
+                                description: t.description.clone(),
+                                input: t.input.clone(),
+                                output: None,
+                                examples: t.examples.clone(),
+                            },
+                        )
+                    })
+                    .collect(),
+            },
+            binding: Binding::Host(HostBinding { toolkit: self.name.clone() }),
+        }
+    }
+}
+
+impl Engine {
+    /// Makes toolkits callable and writes (or refreshes) their global catalog entries.
+    pub async fn register_host_toolkits(&self, toolkits: Vec<HostToolkit>) -> Result<(), EngineError> {
+        for tk in toolkits {
+            check_tool_id(&tk.name)?;
+            for name in tk.tools.keys() {
+                check_tool_id(name)?;
+            }
+            let entry = tk.entry();
+            self.inner.host.write().unwrap_or_else(|p| p.into_inner()).insert(tk.name.clone(), Arc::new(tk));
+            self.submit(
+                "system",
+                Box::new(move |st| agentos_core::command::decide_register(st, DEFAULT_MODEL, entry.clone())),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs a host tool with its timeout; a timeout cancels the call.
+    pub(crate) async fn call_host(&self, toolkit: &str, tool: &str, input: Value) -> Result<Value, EngineError> {
+        let t = {
+            let host = self.inner.host.read().unwrap_or_else(|p| p.into_inner());
+            let tk = host.get(toolkit).ok_or_else(|| {
+                CoreError::not_found(format!("toolkit {toolkit:?} is in the catalog but not served by this master (it registers host tools at start)"))
+            })?;
+            tk.tools
+                .get(tool)
+                .cloned()
+                .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in toolkit {toolkit:?}")))?
+        };
+        // Its own task: a panic in the tool becomes an error, not a dead request.
+        let task = tokio::spawn((t.call)(input));
+        let abort = task.abort_handle();
+        match tokio::time::timeout(t.timeout, task).await {
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(msg))) => {
+                Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {msg}")).into())
+            }
+            Ok(Err(e)) => {
+                Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool} crashed: {e}"))
+                    .into())
+            }
+            Err(_) => {
+                abort.abort();
+                Err(CoreError::new(
+                    ErrorKind::Unavailable,
+                    "timed_out",
+                    format!("{toolkit} {tool} timed out after {} ms and was cancelled", t.timeout.as_millis()),
+                )
+                .into())
+            }
+        }
+    }
+}
