@@ -36,6 +36,10 @@ struct Day {
 }
 
 #[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PingInput {}
+
+#[derive(Deserialize, JsonSchema)]
 struct SlowInput {
     /// Seconds to wait
     #[serde(default)]
@@ -63,6 +67,9 @@ fn weather() -> HostToolkit {
             .timeout(Duration::from_secs(5))
             .example("3-day forecast for Paris", json!({"city": "Paris", "days": 3})),
         )
+        .tool(HostTool::new("ping", "Answer at once (the cheapest call there is)", |_: PingInput| async move {
+            Ok::<_, String>(json!({"pong": true}))
+        }))
         .tool(
             HostTool::new("slow", "Wait, then answer (for trying timeouts)", |input: SlowInput| async move {
                 tokio::time::sleep(Duration::from_secs(input.seconds)).await;

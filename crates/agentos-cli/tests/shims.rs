@@ -160,7 +160,7 @@ fn help_list_tools_and_the_prompt_are_stable_text() {
     insta::assert_snapshot!("prompt", out.stdout);
     let out = run(&m, Path::new(BIN), &["prompt", "--format", "json"], None);
     let v: Value = serde_json::from_str(&out.stdout).unwrap();
-    assert_eq!(v["tools"].as_array().unwrap().len(), 3);
+    assert_eq!(v["tools"].as_array().unwrap().len(), 4);
     assert!(v["estimatedTokens"].as_u64().unwrap() > 0);
 }
 

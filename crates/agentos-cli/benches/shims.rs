@@ -1,0 +1,161 @@
+//! Shim benchmark: a shim call to a trivial host tool and to a trivial script tool, beside a
+//! Node.js client making the same request; and the system prompt's size per tool on a 50-tool
+//! catalog. Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench shims`.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+const EXAMPLE: &str = env!("CARGO_BIN_EXE_host-tools-example");
+
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+/// Wall time of `n` runs of a command, in ms, after a few warm-up runs.
+fn time_runs(n: usize, mut make: impl FnMut() -> Command) -> Vec<f64> {
+    for _ in 0..3 {
+        make().output().unwrap();
+    }
+    (0..n)
+        .map(|_| {
+            let t = Instant::now();
+            let out = make().output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            t.elapsed().as_secs_f64() * 1000.0
+        })
+        .collect()
+}
+
+fn main() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let mut child = Command::new(EXAMPLE)
+        .args(["--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .env("AGENTOS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
+    std::thread::spawn(move || for _ in lines {});
+    let _master = Proc(child);
+    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
+    let http = reqwest::blocking::Client::new();
+    let post = |path: &str, body: Value| -> Value {
+        http.post(format!("{url}{path}")).bearer_auth(&token).json(&body).send().unwrap().json().unwrap()
+    };
+    post(
+        "/api/commands",
+        json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "nothing", "name": "nothing", "runtime": "sh", "content": "echo '{}'"}),
+    );
+    let t = post("/api/executor-tokens", json!({"name": "bench"}));
+    let _executor = Proc(
+        Command::new(BIN)
+            .args(["executor", "--master", &url, "--run-as", "current", "--workspace"])
+            .arg(dir.path().join("executor"))
+            .env("AGENTOS_EXECUTOR_TOKEN", t["token"].as_str().unwrap())
+            .env("AGENTOS_LOG", "warn")
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let bin = dir.path().join("bin");
+    let out = Command::new(BIN)
+        .args(["install-shims", "--dir"])
+        .arg(&bin)
+        .env("AGENTOS_URL", &url)
+        .env("AGENTOS_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let shim = |name: &str, args: &[&str]| {
+        let mut c = Command::new(bin.join(name));
+        c.args(args).env("AGENTOS_URL", &url).env("AGENTOS_TOKEN", &token);
+        c
+    };
+    let node = |toolkit: &str, tool: &str| {
+        let script = format!(
+            "fetch(process.env.U + '/api/tools/{toolkit}/call', {{method: 'POST', headers: {{'authorization': 'Bearer ' + process.env.T, 'content-type': 'application/json'}}, body: JSON.stringify({{tool: '{tool}', args: []}})}}).then(r => r.text()).then(t => process.stdout.write(t + '\\n'))"
+        );
+        let mut c = Command::new("node");
+        c.args(["-e", &script]).env("U", &url).env("T", &token);
+        c
+    };
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    println!("shim benchmark: {cores} cores, release build, loopback; wall time of whole processes");
+    println!();
+    println!("{:<44} {:>9} {:>9}", "call", "p50 ms", "p95 ms");
+    let mut host = time_runs(200, || shim("agentos-weather", &["ping"]));
+    let mut script = time_runs(100, || shim("agentos-nothing", &["run"]));
+    let has_node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
+    let (hp50, hp95) = (pct(&mut host, 0.5), pct(&mut host, 0.95));
+    println!("{:<44} {:>9.2} {:>9.2}", "shim → host tool (agentos-weather ping)", hp50, hp95);
+    println!(
+        "{:<44} {:>9.2} {:>9.2}",
+        "shim → script tool (agentos-nothing run)",
+        pct(&mut script, 0.5),
+        pct(&mut script, 0.95)
+    );
+    if has_node {
+        let mut nh = time_runs(40, || node("weather", "ping"));
+        let mut ns = time_runs(40, || node("nothing", "run"));
+        let np50 = pct(&mut nh, 0.5);
+        println!("{:<44} {:>9.2} {:>9.2}", "node -e fetch → host tool", np50, pct(&mut nh, 0.95));
+        println!("{:<44} {:>9.2} {:>9.2}", "node -e fetch → script tool", pct(&mut ns, 0.5), pct(&mut ns, 0.95));
+        println!();
+        println!("host tool: shim p50 {hp50:.2} ms (goal < 3 ms), {:.1}× below Node (goal ≥ 10×)", np50 / hp50);
+    } else {
+        println!("node is not installed: no Node.js baseline");
+    }
+
+    // The prompt of a 50-tool catalog: realistic tools with three to five flags each.
+    let words = ["ledger", "invoice", "forum", "digest", "deploy", "backup", "metrics", "ticket", "report", "calendar"];
+    for i in 0..47 {
+        let w = words[i % words.len()];
+        post(
+            "/api/commands",
+            json!({
+                "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": format!("{w}-{i}"), "name": format!("{w} {i}"), "runtime": "sh", "content": format!("echo {i}"),
+                "description": format!("Summarise the {w} entries of a project"),
+                "input": {"type": "object", "required": ["project"], "properties": {
+                    "project": {"type": "string", "description": "Project name"},
+                    "since": {"type": "string", "description": "ISO date"},
+                    "limit": {"type": "integer", "default": 20},
+                    "format": {"enum": ["text", "json"]},
+                    "includeArchived": {"type": "boolean"}}}
+            }),
+        );
+    }
+    let out = Command::new(BIN)
+        .args(["prompt", "--format", "json"])
+        .env("AGENTOS_URL", &url)
+        .env("AGENTOS_TOKEN", &token)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tools = v["tools"].as_array().unwrap().len();
+    println!();
+    println!(
+        "prompt: {tools} tools, {} tokens in all, {:.1} tokens per tool (estimate: characters / 4)",
+        v["estimatedTokens"],
+        v["tokensPerTool"].as_f64().unwrap()
+    );
+    let _ = Path::new("");
+}
