@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use agentos_engine::host::{HostTool, HostToolkit};
+use agentos_engine::host::{HostContext, HostTool, HostToolkit};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -49,29 +49,35 @@ struct SlowInput {
 fn weather() -> HostToolkit {
     HostToolkit::new("weather", "Weather data tools")
         .tool(
-            HostTool::new("forecast", "Get the weather forecast for a city", |input: ForecastInput| async move {
-                // Stands in for a call to a weather service with a key only the master holds.
-                let base = 12.0 + (input.city.len() % 7) as f64;
-                let days: Vec<Day> = (1..=input.days.min(14))
-                    .map(|d| {
-                        let c = base + d as f64;
-                        Day {
-                            day: d,
-                            temperature: if input.fahrenheit { c * 9.0 / 5.0 + 32.0 } else { c },
-                            condition: ["sunny", "cloudy", "rain"][(d % 3) as usize],
-                        }
-                    })
-                    .collect();
-                Ok::<_, String>(json!({"city": input.city, "days": days}))
-            })
+            HostTool::new(
+                "forecast",
+                "Get the weather forecast for a city",
+                |input: ForecastInput, ctx: HostContext| async move {
+                    // Stands in for a call to a weather service with a key only the master holds: the
+                    // secret is read here and never reaches the agent.
+                    let keyed = ctx.secret("WEATHER_KEY").is_some();
+                    let base = 12.0 + (input.city.len() % 7) as f64;
+                    let days: Vec<Day> = (1..=input.days.min(14))
+                        .map(|d| {
+                            let c = base + d as f64;
+                            Day {
+                                day: d,
+                                temperature: if input.fahrenheit { c * 9.0 / 5.0 + 32.0 } else { c },
+                                condition: ["sunny", "cloudy", "rain"][(d % 3) as usize],
+                            }
+                        })
+                        .collect();
+                    Ok::<_, String>(json!({"city": input.city, "days": days, "keyed": keyed}))
+                },
+            )
             .timeout(Duration::from_secs(5))
             .example("3-day forecast for Paris", json!({"city": "Paris", "days": 3})),
         )
-        .tool(HostTool::new("ping", "Answer at once (the cheapest call there is)", |_: PingInput| async move {
+        .tool(HostTool::new("ping", "Answer at once (the cheapest call there is)", |_: PingInput, _| async move {
             Ok::<_, String>(json!({"pong": true}))
         }))
         .tool(
-            HostTool::new("slow", "Wait, then answer (for trying timeouts)", |input: SlowInput| async move {
+            HostTool::new("slow", "Wait, then answer (for trying timeouts)", |input: SlowInput, _| async move {
                 tokio::time::sleep(Duration::from_secs(input.seconds)).await;
                 Ok::<_, String>(json!({"waited": input.seconds}))
             })
@@ -102,6 +108,7 @@ fn main() -> std::process::ExitCode {
         snapshot_every: 10_000,
         jobs: Default::default(),
         dispatch: Default::default(),
+        max_concurrent_invocations: 32,
         host_toolkits: vec![weather()],
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");

@@ -571,3 +571,174 @@ mod tests {
         crate::Cli::command().debug_assert();
     }
 }
+
+/// `agentos agent ...` (operator only).
+#[derive(clap::Subcommand)]
+pub enum AgentCmd {
+    /// Create an agent and print its token once.
+    Create {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+        /// Capability flags: positional `rwxhludcts` plus `m`, e.g. `rwx` or `r-x------s`.
+        #[arg(long)]
+        flags: String,
+        /// Home model (default: the agent's name).
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List principals (never their tokens).
+    List {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an agent's (or executor's) token.
+    Revoke {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+    },
+}
+
+pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
+    match cmd {
+        AgentCmd::Create { conn, name, flags, model, json } => {
+            let v = conn.request(
+                reqwest::Method::POST,
+                "/api/agents",
+                &[],
+                Some(json!({"name": name, "flags": flags, "model": model})),
+            )?;
+            if json {
+                println!("{}", serde_json::to_string(&v).unwrap_or_default());
+            } else {
+                println!(
+                    "agent {} (flags {}, home model {}); its token, shown once:",
+                    v["name"].as_str().unwrap_or(""),
+                    v["flags"].as_str().unwrap_or(""),
+                    v["model"].as_str().unwrap_or("")
+                );
+                println!("{}", v["token"].as_str().unwrap_or(""));
+            }
+        }
+        AgentCmd::List { conn, json } => {
+            let v = conn.request(reqwest::Method::GET, "/api/agents", &[], None)?;
+            output::print(&v, json, |v| {
+                v.as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|p| {
+                                format!(
+                                    "{:<24} {:<9} {} {}",
+                                    p["name"].as_str().unwrap_or(""),
+                                    p["kind"].as_str().unwrap_or(""),
+                                    p["flags"].as_str().unwrap_or(""),
+                                    p["model"].as_str().unwrap_or("")
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                    .unwrap_or_default()
+            });
+        }
+        AgentCmd::Revoke { conn, name } => {
+            conn.request(reqwest::Method::DELETE, &format!("/api/agents/{}", model_path(&name)?), &[], None)?;
+            println!("revoked {name}");
+        }
+    }
+    Ok(())
+}
+
+/// `agentos secret ...` (operator only).
+#[derive(clap::Subcommand)]
+pub enum SecretCmd {
+    /// Set a secret; the value is read from stdin (a trailing newline is dropped).
+    Set {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+    },
+    /// List secret names (never values).
+    List {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
+    match cmd {
+        SecretCmd::Set { conn, name } => {
+            let mut value = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut value)
+                .map_err(|e| fail(EXIT_USAGE, format!("reading stdin: {e}")))?;
+            let value = value.strip_suffix('\n').unwrap_or(&value).to_string();
+            if !agentos_core::net::valid_credential(&name) {
+                return Err(fail(EXIT_USAGE, format!("secret name {name:?}: use A-Z, a-z, 0-9, '_' and '-'")));
+            }
+            conn.request(reqwest::Method::PUT, &format!("/api/secrets/{name}"), &[], Some(json!({"value": value})))?;
+            println!("secret {name} set");
+        }
+        SecretCmd::List { conn, json } => {
+            let v = conn.request(reqwest::Method::GET, "/api/secrets", &[], None)?;
+            output::print(&v, json, |v| {
+                v.as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|s| {
+                                format!(
+                                    "{:<32} {}",
+                                    s["name"].as_str().unwrap_or(""),
+                                    s["updatedAt"].as_str().unwrap_or("")
+                                )
+                            })
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                    .unwrap_or_default()
+            });
+        }
+    }
+    Ok(())
+}
+
+/// `agentos audit`
+pub fn audit(
+    conn: &Conn,
+    principal: Option<String>,
+    after: Option<u64>,
+    limit: Option<usize>,
+    json: bool,
+) -> Result<(), ClientError> {
+    let mut q = Vec::new();
+    opt(&mut q, "principal", principal);
+    opt(&mut q, "after", after.map(|a| a.to_string()));
+    opt(&mut q, "limit", limit.map(|l| l.to_string()));
+    let v = conn.request(reqwest::Method::GET, "/api/events", &q, None)?;
+    output::print(&v, json, |v| {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|e| {
+                        format!(
+                            "#{:<6} {}  {:<12} {:<18} {}",
+                            e["seq"],
+                            e["time"].as_str().unwrap_or(""),
+                            e["principal"].as_str().unwrap_or(""),
+                            e["type"].as_str().unwrap_or(""),
+                            e["model"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default()
+    });
+    Ok(())
+}

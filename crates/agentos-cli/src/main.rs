@@ -69,6 +69,25 @@ enum Cmd {
         #[arg(long, default_value = "markdown")]
         format: String,
     },
+    /// Agents: create with capability flags, list, revoke (operator only).
+    #[command(subcommand)]
+    Agent(Box<client::AgentCmd>),
+    /// Secrets held by the master, used by name (operator only).
+    #[command(subcommand)]
+    Secret(Box<client::SecretCmd>),
+    /// Read the event log: every change with its principal (needs `l`).
+    Audit {
+        #[command(flatten)]
+        conn: client::Conn,
+        #[arg(long)]
+        principal: Option<String>,
+        #[arg(long)]
+        after: Option<u64>,
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Read and write the tool catalog.
     #[command(subcommand)]
     Catalog(Box<CatalogCmd>),
@@ -117,6 +136,9 @@ pub struct ServeArgs {
     /// Largest timeout a command may ask for, in ms.
     #[arg(long, env = "AGENTOS_MAX_TIMEOUT_MS", default_value_t = 600_000)]
     pub max_timeout_ms: u64,
+    /// Invocations one principal may have in flight; more are refused with 429.
+    #[arg(long, env = "AGENTOS_MAX_CONCURRENT_INVOCATIONS", default_value_t = 32)]
+    pub max_concurrent_invocations: usize,
 }
 
 #[derive(Args, Clone)]
@@ -254,6 +276,11 @@ fn main() -> ExitCode {
         Cmd::Run(args) => client::run_tool(args),
         Cmd::Catalog(c) => client::exit(run_catalog(*c)),
         Cmd::Net(n) => client::exit(client::net(*n)),
+        Cmd::Agent(a) => client::exit(client::agent(*a)),
+        Cmd::Secret(s) => client::exit(client::secret(*s)),
+        Cmd::Audit { conn, principal, after, limit, json } => {
+            client::exit(client::audit(&conn, principal, after, limit, json))
+        }
         Cmd::ListTools { conn, toolkit, model, json } => {
             shim::list_tools(&conn, toolkit.as_deref(), model.as_deref(), json)
         }

@@ -77,6 +77,7 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
             max_timeout_ms: args.max_timeout_ms,
             ..DispatchConfig::default()
         },
+        max_concurrent_invocations: args.max_concurrent_invocations,
         host_toolkits: Vec::new(),
     };
     rt.block_on(async move {

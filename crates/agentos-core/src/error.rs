@@ -19,6 +19,8 @@ pub enum ErrorKind {
     Unavailable,
     /// The tool ran and failed (422).
     ToolFailed,
+    /// Too many requests of this caller at once (429).
+    TooMany,
     /// Stored data failed its integrity check (500: a real fault, never served).
     Corrupt,
     /// Anything else that is the platform's fault (500).

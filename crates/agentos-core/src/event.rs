@@ -22,6 +22,10 @@ pub enum EventBody {
     ToolRemoved { id: String },
     /// A principal was created. Only the sha256 of its token is kept.
     PrincipalCreated(PrincipalRecord),
+    /// A principal's token stops working.
+    PrincipalRevoked { name: String },
+    /// A secret was set. Only its ciphertext is kept; the key is not in the log.
+    SecretSet(SecretRecord),
     /// A change to a model's net or the tokens in its places.
     Net(crate::net_state::NetEvent),
     /// A command job ended: the one result recorded for it.
@@ -45,6 +49,17 @@ pub struct PrincipalRecord {
     pub token_sha256: String,
 }
 
+/// A secret at rest: XChaCha20-Poly1305 with a key kept outside the log, the name as associated data.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretRecord {
+    pub name: String,
+    /// base64
+    pub nonce: String,
+    /// base64
+    pub ciphertext: String,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PrincipalKind {
@@ -61,6 +76,8 @@ impl EventBody {
             EventBody::ToolRegistered { .. } => "ToolRegistered",
             EventBody::ToolRemoved { .. } => "ToolRemoved",
             EventBody::PrincipalCreated(_) => "PrincipalCreated",
+            EventBody::PrincipalRevoked { .. } => "PrincipalRevoked",
+            EventBody::SecretSet(_) => "SecretSet",
             EventBody::JobFinished { .. } => "JobFinished",
             EventBody::Net(_) => "Net",
         }
@@ -72,6 +89,8 @@ impl EventBody {
             EventBody::ToolRegistered { entry } => format!("tool:{}", entry.id),
             EventBody::ToolRemoved { id } => format!("tool:{id}"),
             EventBody::PrincipalCreated(p) => format!("principal:{}", p.name),
+            EventBody::PrincipalRevoked { name } => format!("principal:{name}"),
+            EventBody::SecretSet(s) => format!("secret:{}", s.name),
             EventBody::JobFinished { job_id, .. } => format!("job:{job_id}"),
             EventBody::Net(_) => "net".to_string(),
         }
@@ -131,7 +150,11 @@ pub struct EventView {
 
 impl Event {
     pub fn view(&self) -> EventView {
-        let v = serde_json::to_value(&self.body).expect("event bodies always serialize");
+        let mut v = serde_json::to_value(&self.body).expect("event bodies always serialize");
+        // Even ciphertext stays inside: the name is what a reader of the log needs.
+        if let EventBody::SecretSet(s) = &self.body {
+            v = serde_json::json!({"payload": {"name": s.name}});
+        }
         EventView {
             seq: self.seq,
             model: self.model.clone(),

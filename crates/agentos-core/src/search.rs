@@ -367,7 +367,11 @@ mod tests {
                 .keys()
                 .cloned()
                 .collect();
-            assert_eq!(keys, ["catalogs", "lastSeq", "models", "nets", "principals"], "the snapshot carries no index");
+            assert_eq!(
+                keys,
+                ["catalogs", "lastSeq", "models", "nets", "principals", "secrets"],
+                "the snapshot carries no index"
+            );
             let mut loaded: State = serde_json::from_str(&json).unwrap();
             loaded.after_load();
             check_many(&loaded, &mut rng, 300, &format!("seed {}: after a serde round trip", case.seed));

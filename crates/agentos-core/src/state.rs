@@ -34,6 +34,9 @@ pub struct State {
     /// token sha256 -> principal name. Derived.
     #[serde(skip)]
     token_index: HashMap<String, String>,
+    /// Secrets by name, as ciphertext, with when each was set.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, (crate::event::SecretRecord, i64)>,
     /// Every model's net: places, tokens, transitions, fires in flight.
     #[serde(default)]
     pub nets: crate::net_state::NetState,
@@ -64,6 +67,7 @@ impl State {
             token_index: HashMap::new(),
             search_index: SearchIndex::default(),
             nets: Default::default(),
+            secrets: BTreeMap::new(),
         }
     }
 
@@ -134,6 +138,14 @@ impl State {
                 self.principals.insert(p.name.clone(), Arc::new(p.clone()));
             }
             EventBody::Net(ne) => self.nets.apply(&ev.model, ev.seq, ev.time, ne),
+            EventBody::PrincipalRevoked { name } => {
+                if let Some(old) = self.principals.remove(name) {
+                    self.token_index.remove(&old.token_sha256);
+                }
+            }
+            EventBody::SecretSet(s) => {
+                self.secrets.insert(s.name.clone(), (s.clone(), ev.time));
+            }
             // A job's result is history, read from the log; it changes no state.
             EventBody::JobFinished { .. } => {}
         }

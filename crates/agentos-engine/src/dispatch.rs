@@ -179,6 +179,12 @@ impl Engine {
             let output = self.invoke_toolnet(principal, call).await?;
             return Ok(json!({"toolnet": id, "output": output}));
         }
+        if !principal.flags.has(Flag::Execute) && principal.flags.has(Flag::ToolNets) {
+            // A tool net caller without `x` sees no other kind of tool at all.
+            return Err(
+                CoreError::not_found(format!("no tool net {id:?} in model {m:?} nor in the global catalog")).into()
+            );
+        }
         let result = self.invoke_script(principal, id, Some(&m), req).await?;
         Ok(serde_json::to_value(result).map_err(|e| CoreError::internal(e.to_string()))?)
     }

@@ -33,8 +33,12 @@ pub struct EngineConfig {
     pub snapshot_every: u64,
     pub jobs: JobConfig,
     pub dispatch: DispatchConfig,
-    /// Where the master finds a credential's value by name.
+    /// Where the master finds a credential's value by name when no secret has it.
     pub credentials: fn(&str) -> Option<String>,
+    /// The key secrets are encrypted with; `None`: secrets cannot be set.
+    pub secret_key: Option<[u8; 32]>,
+    /// Invocations one principal may have in flight.
+    pub max_concurrent_invocations: usize,
 }
 
 /// Credentials from the master's environment: `AGENTOS_CREDENTIAL_<NAME>`, the name upper-cased
@@ -52,6 +56,8 @@ impl Default for EngineConfig {
             jobs: JobConfig::default(),
             dispatch: DispatchConfig::default(),
             credentials: credential_from_env,
+            secret_key: None,
+            max_concurrent_invocations: 32,
         }
     }
 }
@@ -76,7 +82,7 @@ pub(crate) struct Inner {
     state: Arc<RwLock<State>>,
     pub(crate) log: Arc<dyn EventLog>,
     pub(crate) blobs: VerifyBlobStore,
-    config: EngineConfig,
+    pub(crate) config: EngineConfig,
     pub(crate) jobs: Arc<JobQueue>,
     pub(crate) dispatch: DispatchConfig,
     reaper: Mutex<Option<JoinHandle<()>>>,
@@ -91,6 +97,8 @@ pub(crate) struct Inner {
     pub(crate) http: reqwest::Client,
     net_loop: Mutex<Option<JoinHandle<()>>>,
     pub(crate) host: RwLock<std::collections::HashMap<String, Arc<crate::host::HostToolkit>>>,
+    pub(crate) secret_key: Option<[u8; 32]>,
+    pub(crate) slots: crate::admin::Slots,
 }
 
 /// How the state was rebuilt at open.
@@ -185,6 +193,7 @@ impl Engine {
             })
         };
         let config_credentials = config.credentials;
+        let secret_key = config.secret_key;
         let engine = Engine {
             inner: Arc::new(Inner {
                 state,
@@ -204,6 +213,8 @@ impl Engine {
                 http: reqwest::Client::new(),
                 net_loop: Mutex::new(None),
                 host: RwLock::new(Default::default()),
+                secret_key,
+                slots: Default::default(),
             }),
         };
         let weak_nets = Arc::downgrade(&engine.inner);

@@ -18,7 +18,22 @@ use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind};
 use crate::{Engine, EngineError};
 
 type HostFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
-type HostFn = Arc<dyn Fn(Value) -> HostFuture + Send + Sync>;
+type HostFn = Arc<dyn Fn(Value, HostContext) -> HostFuture + Send + Sync>;
+
+/// What a host tool may use of the master: its secrets, by name. The agent never sees them;
+/// any value of theirs in a result or error is redacted before it leaves the master.
+#[derive(Clone)]
+pub struct HostContext {
+    secrets: SecretLookup,
+}
+
+type SecretLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+impl HostContext {
+    pub fn secret(&self, name: &str) -> Option<String> {
+        (self.secrets)(name)
+    }
+}
 
 /// One tool of a toolkit.
 #[derive(Clone)]
@@ -38,7 +53,7 @@ impl HostTool {
     where
         I: schemars::JsonSchema + DeserializeOwned + Send + 'static,
         O: Serialize + Send + 'static,
-        F: Fn(I) -> Fut + Send + Sync + 'static,
+        F: Fn(I, HostContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<O, String>> + Send + 'static,
     {
         let mut input =
@@ -49,11 +64,11 @@ impl HostTool {
             o.remove("title");
         }
         let f = Arc::new(f);
-        let call: HostFn = Arc::new(move |v: Value| {
+        let call: HostFn = Arc::new(move |v: Value, ctx: HostContext| {
             let f = f.clone();
             Box::pin(async move {
                 let input: I = serde_json::from_value(v).map_err(|e| format!("input does not fit the tool: {e}"))?;
-                let out = f(input).await?;
+                let out = f(input, ctx).await?;
                 serde_json::to_value(out).map_err(|e| format!("the result does not serialize: {e}"))
             })
         });
@@ -169,12 +184,16 @@ impl Engine {
                 .cloned()
                 .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in toolkit {toolkit:?}")))?
         };
+        let engine = self.clone();
+        let ctx = HostContext { secrets: Arc::new(move |name: &str| engine.secret(name)) };
         // Its own task: a panic in the tool becomes an error, not a dead request.
-        let task = tokio::spawn((t.call)(input));
+        let task = tokio::spawn((t.call)(input, ctx));
         let abort = task.abort_handle();
+        let secrets = self.secret_values();
         match tokio::time::timeout(t.timeout, task).await {
-            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Ok(v))) => Ok(crate::nets::redact(v, &secrets)),
             Ok(Ok(Err(msg))) => {
+                let msg = crate::nets::redact(Value::String(msg), &secrets).as_str().unwrap_or("").to_string();
                 Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {msg}")).into())
             }
             Ok(Err(e)) => {

@@ -176,7 +176,7 @@ fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
 }
 
 /// Replaces every credential value in `v` by a marker, so no token or event ever holds one.
-fn redact(v: Value, secrets: &[String]) -> Value {
+pub(crate) fn redact(v: Value, secrets: &[String]) -> Value {
     if secrets.iter().all(|s| s.is_empty()) {
         return v;
     }
@@ -708,9 +708,10 @@ impl Engine {
         Ok(())
     }
 
-    /// A credential's value, held by the master: `AGENTOS_CREDENTIAL_<NAME>` (upper case, '-' as '_').
+    /// A credential's value, held by the master: a secret of that name, else
+    /// `AGENTOS_CREDENTIAL_<NAME>` from the master's environment (upper case, '-' as '_').
     pub(crate) fn credential(&self, name: &str) -> Option<String> {
-        (self.inner.credentials)(name)
+        self.secret(name).or_else(|| (self.inner.credentials)(name))
     }
 
     async fn run_command(

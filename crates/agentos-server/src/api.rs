@@ -44,6 +44,11 @@ pub fn router(state: AppState) -> Router {
         .route("/api/tools/{id}/call", post(call_tool))
         .route("/api/executors", get(list_executors))
         .route("/api/models", post(crate::nets_api::create_model))
+        .route("/api/agents", post(crate::admin_api::create_agent).get(crate::admin_api::list_agents))
+        .route("/api/agents/{name}", axum::routing::delete(crate::admin_api::revoke_agent))
+        .route("/api/secrets", get(crate::admin_api::list_secrets))
+        .route("/api/secrets/{name}", axum::routing::put(crate::admin_api::set_secret))
+        .route("/api/events", get(crate::admin_api::list_events))
         .route("/api/models/{model}/net", get(crate::nets_api::get_net).put(crate::nets_api::apply_net))
         .route(
             "/api/models/{model}/places/{place}/tokens",
@@ -208,9 +213,12 @@ pub async fn run_command(
     JsonValue(body): JsonValue,
 ) -> Result<Response, ApiError> {
     let kind = body.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
-    let cmd = Command::parse(body)?;
-    let permission =
-        command_permission(&kind).ok_or_else(|| ApiError::forbidden(format!("{kind} declares no permission")))?;
+    // Permission first, on the type alone: a caller who may not run a command learns nothing
+    // from how its fields would have been judged. An unknown type is a 400 from the parser.
+    let Some(permission) = command_permission(&kind) else {
+        Command::parse(body)?;
+        return Err(ApiError::forbidden(format!("{kind} declares no permission")));
+    };
     if !permission.allows(p.flags) {
         return Err(ApiError::forbidden(format!(
             "{} may not run {kind}: that needs {} (it holds {})",
@@ -219,6 +227,7 @@ pub async fn run_command(
             p.flags
         )));
     }
+    let cmd = Command::parse(body)?;
     let engine = &app.engine;
     Ok(match cmd {
         Command::RegisterScript(r) => Json(engine.register_script(&p, r).await?).into_response(),
@@ -280,6 +289,7 @@ pub async fn invoke_tool(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: InvokeRequest = typed(body)?;
+    let _slot = app.engine.invocation_slot(&p)?;
     Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?))
 }
 
@@ -297,6 +307,7 @@ pub async fn call_tool(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: agentos_engine::call::CallRequest = typed(body)?;
+    let _slot = app.engine.invocation_slot(&p)?;
     let result = app.engine.call_tool(&p, &id, q.model.as_deref(), req).await?;
     Ok(Json(json!({"ok": true, "result": result})))
 }

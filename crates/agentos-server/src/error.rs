@@ -54,6 +54,7 @@ fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::Unavailable => StatusCode::GATEWAY_TIMEOUT,
         ErrorKind::ToolFailed => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::TooMany => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Corrupt | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }

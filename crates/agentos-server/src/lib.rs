@@ -1,5 +1,6 @@
 //! The master's HTTP face: the API (axum), its OpenAPI document, bearer auth with a permission per route, and `run`.
 
+mod admin_api;
 mod api;
 mod auth;
 mod error;

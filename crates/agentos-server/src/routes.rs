@@ -70,6 +70,12 @@ pub const ROUTES: &[RouteSpec] = &[
     // Scripts need 'x', tool nets 't': the engine checks the kind it finds.
     route("POST", "/api/tools/{id}/invoke", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets])),
     route("POST", "/api/tools/{id}/call", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets])),
+    route("POST", "/api/agents", Permission::Operator),
+    route("GET", "/api/agents", Permission::Operator),
+    route("DELETE", "/api/agents/{name}", Permission::Operator),
+    route("PUT", "/api/secrets/{name}", Permission::Operator),
+    route("GET", "/api/secrets", Permission::Operator),
+    route("GET", "/api/events", Permission::Flag(Flag::Logs)),
     route("POST", "/api/models", Permission::Flag(Flag::Write)),
     route("GET", "/api/models/{model}/net", Permission::Flag(Flag::Read)),
     route("PUT", "/api/models/{model}/net", Permission::Flag(Flag::Write)),

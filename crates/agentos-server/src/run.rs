@@ -20,6 +20,8 @@ pub struct ServeConfig {
     pub max_result_bytes: usize,
     pub jobs: agentos_engine::JobConfig,
     pub dispatch: agentos_engine::DispatchConfig,
+    /// Invocations one principal may have in flight.
+    pub max_concurrent_invocations: usize,
     /// Host toolkits of whoever embeds the master; they join the global catalog at start.
     pub host_toolkits: Vec<agentos_engine::host::HostToolkit>,
 }
@@ -72,6 +74,9 @@ pub async fn run(
         return Err(ServeError::Locked(data.clone()));
     }
 
+    // The secrets' key lives beside the log, never in it.
+    let secret_key = agentos_engine::admin::load_or_create_secret_key(&data.join("secrets.key"))
+        .map_err(|e| ServeError::Io { context: "the secrets key".into(), source: e })?;
     let log = Arc::new(SqliteEventLog::open(&data.join("events.db"))?);
     let blobs = Arc::new(FsBlobStore::open(data.join("blobs"))?);
     let engine = Engine::open(
@@ -81,6 +86,8 @@ pub async fn run(
             jobs: config.jobs,
             dispatch: config.dispatch,
             credentials: agentos_engine::engine::credential_from_env,
+            secret_key: Some(secret_key),
+            max_concurrent_invocations: config.max_concurrent_invocations.max(1),
         },
         log,
         blobs,

@@ -40,6 +40,12 @@ impl Master {
         Self::start_program(BIN, &["serve"], data, listen, extra, env)
     }
 
+    /// A master whose log (stderr) goes to `log` at debug level, to check what it writes.
+    pub fn start_logged(data: &Path, log: &Path, env: &[(&str, &str)]) -> Master {
+        let file = std::fs::File::create(log).unwrap();
+        Self::start_program_with(BIN, &["serve"], data, "127.0.0.1:0", &[], env, Stdio::from(file), "debug")
+    }
+
     fn start_program(
         bin: &str,
         pre: &[&str],
@@ -47,6 +53,20 @@ impl Master {
         listen: &str,
         extra: &[&str],
         env: &[(&str, &str)],
+    ) -> Master {
+        Self::start_program_with(bin, pre, data, listen, extra, env, Stdio::inherit(), "warn")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_program_with(
+        bin: &str,
+        pre: &[&str],
+        data: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+        level: &str,
     ) -> Master {
         let mut cmd = Command::new(bin);
         for (k, v) in env {
@@ -57,9 +77,9 @@ impl Master {
             .args(["--listen", listen, "--data"])
             .arg(data)
             .args(extra)
-            .env("AGENTOS_LOG", "warn")
+            .env("AGENTOS_LOG", level)
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("spawn agentos serve");
         let stdout = child.stdout.take().expect("stdout");
@@ -297,5 +317,23 @@ impl Api {
         let (status, v) = self.get(&format!("/api/models/{model}/places/{place}/tokens"));
         assert_eq!(status, 200, "{v}");
         v.as_array().unwrap().iter().map(|t| t["data"].clone()).collect()
+    }
+}
+
+impl Api {
+    /// Creates an agent with `flags` and answers a client holding its token.
+    pub fn agent(&self, name: &str, flags: &str) -> Api {
+        let (status, v) = self.post("/api/agents", serde_json::json!({"name": name, "flags": flags}));
+        assert_eq!(status, 200, "{v}");
+        self.with_token(v["token"].as_str())
+    }
+
+    pub fn request(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = self.http.request(m, format!("{}{}", self.url, path));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        self.send(req)
     }
 }

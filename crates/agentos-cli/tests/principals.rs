@@ -1,0 +1,277 @@
+//! Principals, capability flags and secrets, proven by attacking them: the authorization
+//! matrix over every route, flag-limited agents, revocation, and a canary secret.
+
+mod common;
+
+use agentos_core::flags::Flag;
+use agentos_server::routes::{COMMANDS, Permission, ROUTES};
+use common::{Api, Master, wait_for};
+use serde_json::{Value, json};
+
+/// A concrete request for a route: placeholders filled with values that fail fast (bad ids,
+/// missing things), so an allowed call answers 4xx from its handler, never 401/403.
+fn sample(method: &str, path: &str) -> (String, Option<Value>) {
+    let p = path
+        .replace("{*urn}", "urn:agentos:blob:x/BAD")
+        .replace("{id}", "NO-SUCH")
+        .replace("{model}", "no-such-model")
+        .replace("{place}", "p-none")
+        .replace("{transition}", "t-none")
+        .replace("{name}", "no-such-name");
+    let body = match (method, path) {
+        ("POST", "/api/executor/poll") => Some(json!({"waitMs": 1})),
+        ("POST", "/api/tools/{id}/invoke") | ("POST", "/api/tools/{id}/call") => Some(json!({"timeoutMs": 1})),
+        ("POST", _) | ("PUT", _) => Some(json!({"unexpected": true})),
+        _ => None,
+    };
+    (p, body)
+}
+
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Who {
+    Anonymous,
+    Agent(Option<Flag>),
+    Operator,
+    Executor,
+}
+
+fn allowed(perm: Permission, who: Who) -> bool {
+    match (perm, who) {
+        (Permission::Public, _) => true,
+        (_, Who::Anonymous) => false,
+        (Permission::Executor, w) => w == Who::Executor,
+        (_, Who::Executor) => false,
+        (Permission::Operator, w) => w == Who::Operator,
+        (_, Who::Operator) => true,
+        (Permission::Authenticated, _) => true,
+        (Permission::Flag(f), Who::Agent(g)) => g == Some(f),
+        (Permission::AnyOf(fs), Who::Agent(g)) => g.is_some_and(|g| fs.contains(&g)),
+    }
+}
+
+fn flag_string(f: Flag) -> String {
+    (0..11).map(|i| if i == f as usize { f.letter() } else { '-' }).collect()
+}
+
+#[test]
+fn every_route_answers_exactly_who_the_table_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    let mut callers: Vec<(Who, Api)> = vec![
+        (Who::Anonymous, op.with_token(None)),
+        (Who::Operator, op.clone()),
+        (Who::Agent(None), op.agent("no-flags", "-")),
+    ];
+    for f in Flag::ALL {
+        callers.push((Who::Agent(Some(f)), op.agent(&format!("only-{}", f.letter()), &flag_string(f))));
+    }
+    let (_, t) = op.post("/api/executor-tokens", json!({"name": "exec"}));
+    callers.push((Who::Executor, op.with_token(t["token"].as_str())));
+
+    let mut checked = 0;
+    for route in ROUTES {
+        let (path, body) = sample(route.method, route.path);
+        if route.path.ends_with("/watch") {
+            continue; // a stream: checked below with a bounded read
+        }
+        for (who, api) in &callers {
+            let (status, v) = api.request(route.method, &path, body.clone());
+            let expect = allowed(route.permission, *who);
+            if expect {
+                assert!(
+                    status != 401 && status != 403,
+                    "{who:?} was refused {} {}: {status} {v}",
+                    route.method,
+                    route.path
+                );
+            } else {
+                let want = if *who == Who::Anonymous { 401 } else { 403 };
+                assert_eq!(status, want, "{who:?} on {} {}: {v}", route.method, route.path);
+            }
+            checked += 1;
+        }
+    }
+    // Each command type declares its own permission, checked before its fields are.
+    for (kind, perm) in COMMANDS {
+        for (who, api) in &callers {
+            let (status, v) = api.command(json!({"type": kind}));
+            let route_ok = *who != Who::Anonymous && *who != Who::Executor;
+            if route_ok && allowed(*perm, *who) {
+                assert!(status != 401 && status != 403, "{who:?} refused {kind}: {v}");
+            } else {
+                assert!(status == 401 || status == 403, "{who:?} ran {kind}: {status} {v}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked > 400, "only {checked} checks");
+}
+
+#[test]
+fn flag_limited_agents_see_and_do_only_what_their_flags_grant() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    op.register("global-script", "sh", "echo", Some("default"));
+    let net = json!({"places": ["p-a", "p-b"], "transitions": [{"id": "t", "kind": "pass", "presets": {"i": {"place": "p-a"}}, "postsets": {"o": {"place": "p-b"}}, "emit": [{"to": "o"}]}]});
+    let (s, v) = op.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "a-toolnet", "name": "T", "model": "default", "net": net, "inputPlace": "p-a", "outputPlace": "p-b"}));
+    assert_eq!(s, 200, "{v}");
+
+    let scripts = op.agent("scripter", "---------s");
+    let (status, e) = scripts.register("mine", "sh", "echo mine", None);
+    assert_eq!(status, 200, "{e}");
+    assert_eq!(e["model"], "scripter", "scripts go to the agent's home model");
+    assert_eq!(e["scope"], "local");
+    let (_, page) = scripts.get("/api/tool-catalog?model=scripter");
+    let kinds: Vec<&str> =
+        page["items"].as_array().unwrap().iter().map(|e| e["binding"]["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, vec!["script", "script"], "{page}");
+    assert_eq!(scripts.get("/api/tool-catalog/a-toolnet").0, 404, "a tool net is invisible to scripts-only");
+    assert_eq!(scripts.register("elsewhere", "sh", "echo", Some("someone-else")).0, 403);
+    assert_eq!(scripts.register("shared", "sh", "echo", Some("default")).0, 200, "default is allowed");
+
+    let docker = op.agent("docker-only", "------d");
+    let (status, page) = docker.get("/api/tool-catalog");
+    assert_eq!(status, 200);
+    assert_eq!(page["total"], 0, "docker-only sees no script or tool net: {page}");
+    assert_eq!(docker.register("x", "sh", "echo", None).0, 403);
+
+    let reader = op.agent("reader", "r");
+    assert_eq!(reader.get("/api/tool-catalog").0, 403);
+    assert_eq!(reader.get("/api/models").0, 200);
+
+    // Revoked: the token stops working at once.
+    assert_eq!(op.request("DELETE", "/api/agents/reader", None).0, 200);
+    assert_eq!(reader.get("/api/models").0, 401);
+
+    // The audit names who did what.
+    let auditor = op.agent("auditor", "r---l");
+    let (status, events) = auditor.get("/api/events?principal=scripter");
+    assert_eq!(status, 200);
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "ToolRegistered" && e["payload"]["entry"]["id"] == "mine")
+    );
+    assert!(events.as_array().unwrap().iter().all(|e| e["principal"] == "scripter"));
+    assert_eq!(scripts.get("/api/events").0, 403);
+}
+
+#[test]
+fn invalid_flag_strings_are_refused_with_an_explanation() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    for (flags, words) in [
+        ("rwt", "position 3 must be 'x'"),
+        ("rwxhludctsmm", "at most 11"),
+        ("", "empty"),
+        ("RWX", "position 1 must be 'r'"),
+    ] {
+        let (status, v) = m.client().post("/api/agents", json!({"name": "a", "flags": flags}));
+        assert_eq!(status, 400, "{flags:?}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(words), "{flags:?}: {v}");
+    }
+    let out = std::process::Command::new(common::BIN)
+        .args(["agent", "create", "b", "--flags", "rwt"])
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("position 3 must be 'x'"));
+}
+
+#[test]
+fn a_canary_secret_appears_in_no_answer_log_event_or_file() {
+    let canary = "canary-7f3a9e1b-do-not-leak";
+    // A real server that the http transition calls with the secret, and that echoes it back.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for stream in listener.incoming().take(2) {
+            let mut s = stream.unwrap();
+            let mut buf = [0u8; 8192];
+            let n = s.read(&mut buf).unwrap();
+            let req = String::from_utf8_lossy(&buf[..n]).to_string();
+            let auth = req.lines().find(|l| l.to_lowercase().starts_with("authorization:")).unwrap_or("").to_string();
+            let body = json!({"echo": auth}).to_string();
+            write!(s, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let log = dir.path().join("master.log");
+    let m = Master::start_logged(&data, &log, &[]);
+    let op = m.client();
+    let mut answers = Vec::new();
+    let mut keep = |r: (u16, Value)| {
+        answers.push(r.1.to_string());
+        r
+    };
+    assert_eq!(keep(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": canary})))).0, 200);
+    let (_, list) = keep(op.get("/api/secrets"));
+    assert_eq!(list[0]["name"], "API_KEY");
+    keep(op.put("/api/models/leak/net", json!({
+        "places": ["p-in", "p-out"],
+        "transitions": [{"id": "call", "kind": "http", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"method": "GET", "url": format!("http://127.0.0.1:{port}/x"), "headers": {"Authorization": "Bearer ${credentials.API_KEY}"}},
+            "emit": [{"to": "o"}]}]
+    })));
+    keep(op.post("/api/models/leak/transitions/call/start", json!({})));
+    keep(op.post("/api/models/leak/places/p-in/tokens", json!({"data": {"go": true}})));
+    wait_for("the echo", || !op.token_data("leak", "p-out").is_empty());
+    let out = keep(op.get("/api/models/leak/places/p-out/tokens"));
+    assert!(
+        out.1.to_string().contains("Bearer [redacted]"),
+        "the server saw the secret and its echo was redacted: {}",
+        out.1
+    );
+    keep(op.get("/api/events?limit=1000"));
+    keep(op.get("/api/models/leak/net"));
+    keep(op.get("/api/openapi.json"));
+    for a in &answers {
+        assert!(!a.contains(canary), "an answer holds the secret: {a}");
+    }
+    drop(m);
+    let log_text = std::fs::read_to_string(&log).unwrap();
+    assert!(!log_text.contains(canary), "the log holds the secret");
+    fn walk(d: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() { walk(&p, out) } else { out.push(p) }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&data, &mut files);
+    for f in files {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(
+            !bytes.windows(canary.len()).any(|w| w == canary.as_bytes()),
+            "{} holds the secret in clear text",
+            f.display()
+        );
+    }
+}
+
+#[test]
+fn the_concurrent_invocations_of_one_principal_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-concurrent-invocations", "1"]);
+    let op = m.client();
+    op.register("slow", "sh", "sleep 1", None);
+    let _e = common::Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let first = {
+        let op = op.clone();
+        std::thread::spawn(move || op.invoke("slow", json!({})))
+    };
+    wait_for("the first invocation to run", || op.get("/api/executors").1[0]["state"] == "busy");
+    let (status, v) = op.invoke("slow", json!({}));
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(v["error"]["code"], "too_many_invocations");
+    assert_eq!(first.join().unwrap().0, 200);
+    assert_eq!(op.invoke("slow", json!({})).0, 200, "the slot came back");
+}

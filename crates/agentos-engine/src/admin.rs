@@ -1,0 +1,290 @@
+//! Principals and secrets: agents with capability flags, their tokens (kept as hashes), revocation,
+//! secrets encrypted at rest with a key outside the log, the audit trail, and the per-principal
+//! limit on invocations in flight.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use serde::{Deserialize, Serialize};
+
+use agentos_core::event::{EventBody, EventView, PrincipalKind, PrincipalRecord, SecretRecord};
+use agentos_core::flags::{Flag, Flags};
+use agentos_core::name::{check_model_name, is_valid_id};
+use agentos_core::net::valid_credential;
+use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
+
+use crate::principal::new_token;
+use crate::{Engine, EngineError, Principal};
+
+/// A principal as listed: never its token or the token's hash.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PrincipalView {
+    pub name: String,
+    pub kind: String,
+    pub flags: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretView {
+    pub name: String,
+    pub updated_at: String,
+}
+
+/// Invocations in flight per principal.
+#[derive(Default)]
+pub(crate) struct Slots {
+    busy: Mutex<HashMap<String, usize>>,
+}
+
+/// Holds one invocation slot; gives it back when dropped.
+pub struct SlotGuard {
+    slots: Arc<crate::engine::Inner>,
+    name: String,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        let mut busy = self.slots.slots.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = busy.get_mut(&self.name) {
+            *n -= 1;
+            if *n == 0 {
+                busy.remove(&self.name);
+            }
+        }
+    }
+}
+
+fn operator_only(p: &Principal, what: &str) -> Result<(), EngineError> {
+    if p.is_operator() { Ok(()) } else { Err(CoreError::forbidden(format!("only the operator may {what}")).into()) }
+}
+
+fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
+    XChaCha20Poly1305::new(key.into())
+}
+
+impl Engine {
+    /// Creates an agent with a home model and capability flags; answers its token, shown once.
+    pub async fn create_agent(
+        &self,
+        p: &Principal,
+        name: &str,
+        flags: &str,
+        model: Option<&str>,
+    ) -> Result<(PrincipalView, String), EngineError> {
+        operator_only(p, "create agents")?;
+        if !is_valid_id(name) || name == "operator" || name == "system" {
+            return Err(CoreError::bad_input(
+                "invalid_name",
+                format!("agent name {name:?}: use a-z, 0-9 and '-', at most 64 (not operator or system)"),
+            )
+            .into());
+        }
+        let parsed: Flags = flags.parse()?;
+        let model = model.unwrap_or(name).to_string();
+        check_model_name(&model)?;
+        let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
+        let record = PrincipalRecord {
+            name: name.to_string(),
+            kind: PrincipalKind::Agent,
+            flags: parsed.to_string(),
+            home_model: model.clone(),
+            token_sha256: sha256_hex(token.as_bytes()),
+        };
+        let view = PrincipalView { name: name.to_string(), kind: "agent".into(), flags: parsed.to_string(), model };
+        let n = name.to_string();
+        self.submit(
+            &p.name,
+            Box::new(move |st| {
+                if st.principals.contains_key(&n) {
+                    return Err(CoreError::conflict(format!("a principal named {n:?} exists; revoke it first")));
+                }
+                Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])
+            }),
+        )
+        .await?;
+        Ok((view, token))
+    }
+
+    pub fn list_principals(&self, p: &Principal) -> Result<Vec<PrincipalView>, EngineError> {
+        operator_only(p, "list principals")?;
+        Ok(self
+            .read_state()
+            .principals
+            .values()
+            .map(|r| PrincipalView {
+                name: r.name.clone(),
+                kind: match r.kind {
+                    PrincipalKind::Operator => "operator",
+                    PrincipalKind::Agent => "agent",
+                    PrincipalKind::Executor => "executor",
+                }
+                .into(),
+                flags: if r.kind == PrincipalKind::Operator { Flags::all().to_string() } else { r.flags.clone() },
+                model: r.home_model.clone(),
+            })
+            .collect())
+    }
+
+    /// Revokes an agent or executor credential: its token stops working at once.
+    pub async fn revoke(&self, p: &Principal, name: &str) -> Result<(), EngineError> {
+        operator_only(p, "revoke principals")?;
+        let n = name.to_string();
+        self.submit(
+            &p.name,
+            Box::new(move |st| match st.principals.get(&n) {
+                None => Err(CoreError::not_found(format!("no principal {n:?}"))),
+                Some(r) if r.kind == PrincipalKind::Operator => Err(CoreError::bad_input(
+                    "invalid_name",
+                    "the operator cannot be revoked; delete <data>/operator.token and restart to rotate its token",
+                )),
+                Some(_) => Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalRevoked { name: n.clone() })]),
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Sets a secret, encrypted before it reaches the log.
+    pub async fn set_secret(&self, p: &Principal, name: &str, value: &str) -> Result<(), EngineError> {
+        operator_only(p, "set secrets")?;
+        if !valid_credential(name) {
+            return Err(CoreError::bad_input(
+                "invalid_name",
+                format!("secret name {name:?}: use A-Z, a-z, 0-9, '_' and '-'"),
+            )
+            .into());
+        }
+        if value.is_empty() || value.len() > 64 * 1024 {
+            return Err(CoreError::bad_input("invalid_secret", "a secret value is 1 byte to 64 KiB").into());
+        }
+        let key = self.inner.secret_key.ok_or_else(|| CoreError::internal("this master has no secret key"))?;
+        let mut nonce = [0u8; 24];
+        getrandom::fill(&mut nonce).map_err(|e| CoreError::internal(format!("no randomness: {e}")))?;
+        let ciphertext = cipher(&key)
+            .encrypt(&XNonce::from(nonce), Payload { msg: value.as_bytes(), aad: name.as_bytes() })
+            .map_err(|_| CoreError::internal("encryption failed"))?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let record =
+            SecretRecord { name: name.to_string(), nonce: b64.encode(nonce), ciphertext: b64.encode(ciphertext) };
+        self.submit(
+            &p.name,
+            Box::new(move |_| Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::SecretSet(record.clone()))])),
+        )
+        .await?;
+        Ok(())
+    }
+
+    pub fn list_secrets(&self, p: &Principal) -> Result<Vec<SecretView>, EngineError> {
+        operator_only(p, "list secrets")?;
+        Ok(self
+            .read_state()
+            .secrets
+            .iter()
+            .map(|(n, (_, t))| SecretView { name: n.clone(), updated_at: agentos_core::event::format_time(*t) })
+            .collect())
+    }
+
+    /// A secret's value, for the master's own use only.
+    pub(crate) fn secret(&self, name: &str) -> Option<String> {
+        let key = self.inner.secret_key?;
+        let (rec, _) = self.read_state().secrets.get(name).cloned()?;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let nonce = b64.decode(&rec.nonce).ok()?;
+        let ct = b64.decode(&rec.ciphertext).ok()?;
+        let nonce: [u8; 24] = nonce.try_into().ok()?;
+        let plain = cipher(&key).decrypt(&XNonce::from(nonce), Payload { msg: &ct, aad: name.as_bytes() }).ok()?;
+        String::from_utf8(plain).ok()
+    }
+
+    /// Every secret's value, to strip them from what a tool answers.
+    pub(crate) fn secret_values(&self) -> Vec<String> {
+        let names: Vec<String> = self.read_state().secrets.keys().cloned().collect();
+        names.iter().filter_map(|n| self.secret(n)).collect()
+    }
+
+    /// Events, oldest first, for the audit trail. Needs `l`.
+    pub async fn events(
+        &self,
+        p: &Principal,
+        after: u64,
+        limit: usize,
+        principal: Option<&str>,
+    ) -> Result<Vec<EventView>, EngineError> {
+        if !p.flags.has(Flag::Logs) {
+            return Err(CoreError::forbidden(format!(
+                "{} may not read the event log: that needs the 'l' (logs) flag",
+                p.name
+            ))
+            .into());
+        }
+        let limit = limit.clamp(1, 1000);
+        let mut out = Vec::new();
+        let mut cursor = after;
+        // Bounded scan: a filter that matches rarely still answers quickly.
+        for _ in 0..100 {
+            let page = self.inner.log.read_after(cursor, 1000).await?;
+            let Some(last) = page.last() else { break };
+            cursor = last.seq;
+            for rec in page {
+                if principal.is_some_and(|want| rec.event.principal != want) {
+                    continue;
+                }
+                let body = EventBody::from_parts(&rec.event.kind, &rec.event.payload)?;
+                let ev = agentos_core::event::Event {
+                    seq: rec.seq,
+                    model: rec.event.model,
+                    body,
+                    principal: rec.event.principal,
+                    time: rec.event.time,
+                    schema: rec.event.schema,
+                };
+                out.push(ev.view());
+                if out.len() >= limit {
+                    return Ok(out);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Takes one of the caller's invocation slots, or refuses when all are in use.
+    pub fn invocation_slot(&self, p: &Principal) -> Result<SlotGuard, EngineError> {
+        let max = self.inner.config.max_concurrent_invocations;
+        let mut busy = self.inner.slots.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let n = busy.entry(p.name.clone()).or_insert(0);
+        if *n >= max {
+            return Err(CoreError::new(
+                ErrorKind::TooMany,
+                "too_many_invocations",
+                format!("{} has {max} invocations in flight, the limit; wait for one to finish", p.name),
+            )
+            .into());
+        }
+        *n += 1;
+        Ok(SlotGuard { slots: self.inner.clone(), name: p.name.clone() })
+    }
+}
+
+/// Loads the secret key of a data folder, creating it (mode 0600) on first start.
+pub fn load_or_create_secret_key(path: &std::path::Path) -> std::io::Result<[u8; 32]> {
+    if let Ok(bytes) = std::fs::read(path) {
+        return bytes.try_into().map_err(|_| std::io::Error::other(format!("{} is not a 32-byte key", path.display())));
+    }
+    let mut key = [0u8; 32];
+    getrandom::fill(&mut key).map_err(|e| std::io::Error::other(e.to_string()))?;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(&key)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    Ok(key)
+}

@@ -1,0 +1,111 @@
+//! Principals, secrets and the audit trail over HTTP (operator only, but the audit needs `l`).
+
+use axum::extract::{Path, State};
+use axum::{Extension, Json};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use utoipa::IntoParams;
+
+use agentos_core::event::EventView;
+use agentos_engine::Principal;
+use agentos_engine::admin::{PrincipalView, SecretView};
+
+use crate::ApiError;
+use crate::api::AppState;
+use crate::extract::{JsonValue, QueryParams, typed};
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateAgent {
+    pub name: String,
+    /// Positional `rwxhludcts` plus `m`: a prefix (`rwx`) or with `-` gaps (`r-x------s`).
+    pub flags: String,
+    /// Home model (default: the agent's name).
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// Create an agent; its token is in the answer, once.
+#[utoipa::path(post, path = "/api/agents", tag = "principals", request_body = CreateAgent,
+    responses((status = 200, description = "{name, token, flags, model}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn create_agent(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
+    let req: CreateAgent = typed(body)?;
+    let (view, token) = app.engine.create_agent(&p, &req.name, &req.flags, req.model.as_deref()).await?;
+    Ok(Json(json!({"name": view.name, "token": token, "flags": view.flags, "model": view.model})))
+}
+
+/// Principals: name, kind, flags, home model. Never a token.
+#[utoipa::path(get, path = "/api/agents", tag = "principals", responses((status = 200, body = Vec<PrincipalView>), (status = 403, body = crate::error::ErrorBody)))]
+pub async fn list_agents(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Json<Vec<PrincipalView>>, ApiError> {
+    Ok(Json(app.engine.list_principals(&p)?))
+}
+
+/// Revoke an agent or executor credential.
+#[utoipa::path(delete, path = "/api/agents/{name}", tag = "principals", params(("name" = String, Path)),
+    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn revoke_agent(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    app.engine.revoke(&p, &name).await?;
+    Ok(Json(json!({"revoked": name})))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetSecret {
+    pub value: String,
+}
+
+/// Set a secret. The value is encrypted before it is stored and is never answered.
+#[utoipa::path(put, path = "/api/secrets/{name}", tag = "secrets", params(("name" = String, Path)), request_body = SetSecret,
+    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+pub async fn set_secret(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
+    let req: SetSecret = typed(body)?;
+    app.engine.set_secret(&p, &name, &req.value).await?;
+    Ok(Json(json!({"set": name})))
+}
+
+/// Secret names, never values.
+#[utoipa::path(get, path = "/api/secrets", tag = "secrets", responses((status = 200, body = Vec<SecretView>), (status = 403, body = crate::error::ErrorBody)))]
+pub async fn list_secrets(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Json<Vec<SecretView>>, ApiError> {
+    Ok(Json(app.engine.list_secrets(&p)?))
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventParams {
+    /// Only events after this sequence number.
+    pub after: Option<u64>,
+    /// At most this many (1 to 1000, default 100).
+    pub limit: Option<usize>,
+    /// Only events of this principal.
+    pub principal: Option<String>,
+}
+
+/// The event log, oldest first: every change with its principal.
+#[utoipa::path(get, path = "/api/events", tag = "audit", params(EventParams), responses((status = 200, body = Vec<EventView>), (status = 403, body = crate::error::ErrorBody)))]
+pub async fn list_events(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    QueryParams(q): QueryParams<EventParams>,
+) -> Result<Json<Vec<EventView>>, ApiError> {
+    Ok(Json(app.engine.events(&p, q.after.unwrap_or(0), q.limit.unwrap_or(100), q.principal.as_deref()).await?))
+}
