@@ -390,3 +390,93 @@ fn links_are_listed_from_both_ends_and_never_fire() {
     assert_eq!(api.post("/api/models/home/transitions/feeds/fire", json!({})).0, 400);
     assert_eq!(api.token_data("home", "p-outbox").len(), 1);
 }
+
+#[test]
+fn a_changed_inscription_stops_its_transition_and_watch_streams_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let net = |tagged: bool| {
+        json!({"places": ["p-a", "p-b"], "transitions": [
+        {"id": "t", "kind": "map", "presets": {"i": {"place": "p-a"}}, "postsets": {"o": {"place": "p-b"}},
+         "action": {"template": {"tagged": tagged}}, "emit": [{"to": "o"}]},
+        {"id": "u", "kind": "pass", "mode": "manual", "presets": {"i": {"place": "p-b"}}, "postsets": {"o": {"place": "p-a"}}, "emit": [{"to": "o"}]}]})
+    };
+    apply(&api, "w", net(true));
+    start_all(&api, "w", &["t", "u"]);
+    let (_, v) = apply_and_get(&api, net(true));
+    assert!(
+        v["transitions"].as_array().unwrap().iter().all(|t| t["started"] == true),
+        "an unchanged net keeps its run state: {v}"
+    );
+    let (_, v) = apply_and_get(&api, net(false));
+    assert_eq!(v["transitions"][0]["started"], false, "the changed one stops: {v}");
+    assert_eq!(v["transitions"][1]["started"], true, "the unchanged one runs on: {v}");
+
+    // The event stream shows a put as it is committed.
+    let resp = api
+        .http
+        .get(format!("{}/api/models/w/watch", api.url))
+        .bearer_auth(api.token.as_ref().unwrap())
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    put(&api, "w", "p-a", json!({"hello": "stream"}));
+    use std::io::BufRead;
+    let mut reader = std::io::BufReader::new(resp);
+    let mut line = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        line.clear();
+        reader.read_line(&mut line).unwrap();
+        if line.starts_with("data:") && line.contains("\"hello\":\"stream\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no event in the stream");
+    }
+}
+
+fn apply_and_get(api: &Api, doc: Value) -> (u16, Value) {
+    apply(api, "w", doc);
+    api.get("/api/models/w/net")
+}
+
+#[test]
+fn a_command_goes_to_the_named_executor_with_its_credential_which_no_token_keeps() {
+    let secret = "cmd-secret-5150";
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_full(
+        &dir.path().join("master"),
+        "127.0.0.1:0",
+        &[],
+        &[("AGENTOS_CREDENTIAL_DEPLOY_KEY", secret)],
+    );
+    let api = m.client();
+    let _a = Executor::start(&m, &dir.path().join("a"), "exec-a", &[]);
+    let _b = Executor::start(&m, &dir.path().join("b"), "exec-b", &[]);
+    apply(
+        &api,
+        "cmds",
+        json!({
+            "places": ["p-cmd", "p-out"],
+            "transitions": [{"id": "run", "kind": "command", "presets": {"c": {"place": "p-cmd"}}, "postsets": {"o": {"place": "p-out"}},
+                "action": {"executor": "exec-b", "credentials": ["DEPLOY_KEY"]}, "emit": [{"to": "o", "from": "@response"}]}]
+        }),
+    );
+    start_all(&api, "cmds", &["run"]);
+    for _ in 0..3 {
+        put(
+            &api,
+            "cmds",
+            "p-cmd",
+            json!({"executor": "bash", "command": "echo \"len=${#DEPLOY_KEY} value=$DEPLOY_KEY\"", "args": {}}),
+        );
+    }
+    wait_for("three results", || api.token_data("cmds", "p-out").len() == 3);
+    for r in api.token_data("cmds", "p-out") {
+        assert_eq!(r["executor"], "exec-b", "{r}");
+        assert_eq!(r["stdout"], format!("len={} value=[redacted]\n", secret.len()), "{r}");
+    }
+    let (_, events) = api.get("/api/events?limit=1000");
+    assert!(!events.to_string().contains(secret));
+}

@@ -26,39 +26,60 @@ pub(crate) fn kind_bit(k: BindingKind) -> KindSet {
     1 << k as u8
 }
 
-/// Indexes of every catalog, by model.
-#[derive(Clone, Default)]
+/// Indexes of every catalog, by model, or none at all: see [`SearchIndex::is_built`].
+#[derive(Default)]
 pub(crate) struct SearchIndex {
-    // One Arc per catalog: the snapshot's copy of the state shares them, and a write made while the snapshot is
-    // being encoded copies only the catalog it touches, once.
-    catalogs: HashMap<String, Arc<CatalogIndex>>,
+    catalogs: HashMap<String, CatalogIndex>,
+    built: bool,
+}
+
+/// A copy starts without an index, and searches on it scan (see `search`). The one copy ever made is the
+/// snapshot's, which is encoded and dropped; sharing the index with it instead made the next write copy the
+/// whole index, and those copies, one per snapshot, cost the master more resident memory than the index itself.
+impl Clone for SearchIndex {
+    fn clone(&self) -> Self {
+        SearchIndex::default()
+    }
 }
 
 impl SearchIndex {
+    /// The index of a state without catalogs.
+    pub(crate) fn empty() -> Self {
+        SearchIndex { catalogs: HashMap::new(), built: true }
+    }
+
     pub(crate) fn build(catalogs: &HashMap<String, BTreeMap<String, Arc<StoredEntry>>>) -> Self {
-        let catalogs =
-            catalogs.iter().map(|(m, c)| (m.clone(), Arc::new(CatalogIndex::build(c.values().cloned())))).collect();
-        SearchIndex { catalogs }
+        let catalogs = catalogs.iter().map(|(m, c)| (m.clone(), CatalogIndex::build(c.values().cloned()))).collect();
+        SearchIndex { catalogs, built: true }
+    }
+
+    /// False for a state read from a snapshot before `after_load`, and for a copy; writes then leave it unbuilt.
+    pub(crate) fn is_built(&self) -> bool {
+        self.built
     }
 
     pub(crate) fn catalog(&self, model: &str) -> Option<&CatalogIndex> {
-        self.catalogs.get(model).map(|c| &**c)
+        self.catalogs.get(model)
     }
 
     /// Writes `entry` into `model`'s index, replacing the entry with the same id.
     pub(crate) fn upsert(&mut self, model: &str, entry: Arc<StoredEntry>) {
-        if !self.catalogs.contains_key(model) {
-            self.catalogs.insert(model.to_string(), Arc::default());
+        if !self.built {
+            return;
         }
-        let catalog = self.catalogs.get_mut(model).expect("inserted above");
-        Arc::make_mut(catalog).upsert(entry);
+        match self.catalogs.get_mut(model) {
+            Some(c) => c.upsert(entry),
+            None => {
+                let mut c = CatalogIndex::default();
+                c.upsert(entry);
+                self.catalogs.insert(model.to_string(), c);
+            }
+        }
     }
 
     pub(crate) fn remove(&mut self, model: &str, id: &str) {
-        if let Some(c) = self.catalogs.get_mut(model)
-            && c.by_id.contains_key(id)
-        {
-            Arc::make_mut(c).remove(id);
+        if let Some(c) = self.catalogs.get_mut(model) {
+            c.remove(id);
         }
     }
 }
@@ -66,6 +87,9 @@ impl SearchIndex {
 impl fmt::Debug for SearchIndex {
     // The index holds every entry again; printing it would bury the state it belongs to.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.built {
+            return f.write_str("(not built)");
+        }
         let mut m = f.debug_map();
         for (model, c) in &self.catalogs {
             m.entry(model, &format_args!("{} live rows, {} dead", c.by_id.len(), c.dead));
@@ -96,7 +120,6 @@ pub(crate) struct Filter<'a> {
 }
 
 /// Orders the live entries by id; the key is the entry so that the map holds no copy of the id.
-#[derive(Clone)]
 struct ById(Arc<StoredEntry>);
 
 impl Borrow<str> for ById {
@@ -122,7 +145,6 @@ impl Ord for ById {
 }
 
 /// One catalog's index. Row `r` describes one registration; it is dead once its entry was replaced or removed.
-#[derive(Clone)]
 pub(crate) struct CatalogIndex {
     /// Live entries by id, to row. Walking its values yields rows in id order without touching the entries.
     by_id: BTreeMap<ById, u32>,

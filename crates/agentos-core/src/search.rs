@@ -1,11 +1,14 @@
 //! Catalog search: local entries first, then global ones, with shadowing marked.
 
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::DEFAULT_MODEL;
 use crate::catalog_index::{Filter, Needle, kind_bit};
-use crate::entry::{BindingKind, EntryView, Scope};
+use crate::entry::{BindingKind, EntryView, Scope, StoredEntry};
 use crate::flags::Flags;
 use crate::state::State;
 
@@ -37,6 +40,10 @@ pub struct SearchPage {
 /// Runs `query` against `state`, showing only the binding kinds `visible` reveals.
 /// Entries come ordered by id; where a local and a global entry share an id the local one comes first.
 pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
+    let index = state.search_index();
+    if !index.is_built() {
+        return scan(state, query, visible);
+    }
     let lowercase = query.q.as_deref().map(str::to_lowercase).filter(|q| !q.is_empty());
     let needle = lowercase.as_deref().map(Needle::new);
     let kinds = BindingKind::ALL
@@ -49,7 +56,6 @@ pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage 
     let want = query.offset.saturating_add(limit);
 
     let local_model = query.model.as_deref().filter(|m| *m != DEFAULT_MODEL);
-    let index = state.search_index();
     let first = |model: &str| {
         let c = index.catalog(model);
         debug_assert_eq!(
@@ -82,79 +88,77 @@ pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage 
     SearchPage { items, total: local_total + global_total, limit, offset: query.offset }
 }
 
-#[cfg(test)]
-mod tests {
-    use std::cmp::Ordering;
-    use std::collections::BTreeMap;
-
-    use super::*;
-    use crate::entry::{Binding, CatalogEntry, Contract, Runtime, ScriptBinding, Status, StoredEntry, ToolnetBinding};
-    use crate::event::{Event, EventBody};
-    use crate::flags::Flag;
-
-    /// The search as it was before the index: a filter over every entry. The index must answer exactly this.
-    fn reference(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
-        let needle = query.q.as_deref().map(str::to_lowercase).filter(|q| !q.is_empty());
-        let finder = needle.as_deref().map(|n| memchr::memmem::Finder::new(n.as_bytes()));
-        let matches = |e: &StoredEntry| {
-            let kind = e.entry.binding.kind();
-            kind.visible_to(visible)
-                && query.kind.is_none_or(|k| k == kind)
-                && query.capability.as_deref().is_none_or(|c| e.entry.capabilities.iter().any(|x| x == c))
-                && finder.as_ref().is_none_or(|f| f.find(e.haystack.as_bytes()).is_some())
-        };
-        let limit = query.limit.clamp(1, MAX_LIMIT);
-        let empty = BTreeMap::new();
-        let local = match query.model.as_deref() {
-            Some(m) if m != DEFAULT_MODEL => state.catalog(m).unwrap_or(&empty),
-            _ => &empty,
-        };
-        let global = state.catalog(DEFAULT_MODEL).unwrap_or(&empty);
-        let (mut total, mut items) = (0, Vec::new());
-        let mut take = |e: &StoredEntry, scope: Scope, shadowed: bool| {
-            if matches(e) {
-                if total >= query.offset && items.len() < limit {
-                    items.push(e.view(scope, shadowed));
-                }
-                total += 1;
+/// The search without an index: a filter over every entry. It defines what the indexed search answers, and serves
+/// a state whose index is not built.
+fn scan(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
+    let needle = query.q.as_deref().map(str::to_lowercase).filter(|q| !q.is_empty());
+    let finder = needle.as_deref().map(|n| memchr::memmem::Finder::new(n.as_bytes()));
+    let matches = |e: &StoredEntry| {
+        let kind = e.entry.binding.kind();
+        kind.visible_to(visible)
+            && query.kind.is_none_or(|k| k == kind)
+            && query.capability.as_deref().is_none_or(|c| e.entry.capabilities.iter().any(|x| x == c))
+            && finder.as_ref().is_none_or(|f| f.find(e.haystack.as_bytes()).is_some())
+    };
+    let limit = query.limit.clamp(1, MAX_LIMIT);
+    let empty = BTreeMap::new();
+    let local = match query.model.as_deref() {
+        Some(m) if m != DEFAULT_MODEL => state.catalog(m).unwrap_or(&empty),
+        _ => &empty,
+    };
+    let global = state.catalog(DEFAULT_MODEL).unwrap_or(&empty);
+    let (mut total, mut items) = (0, Vec::new());
+    let mut take = |e: &StoredEntry, scope: Scope, shadowed: bool| {
+        if matches(e) {
+            if total >= query.offset && items.len() < limit {
+                items.push(e.view(scope, shadowed));
             }
-        };
-        let (mut l, mut g) = (local.iter().peekable(), global.iter().peekable());
-        loop {
-            match (l.peek(), g.peek()) {
-                (None, None) => break,
-                (Some((_, le)), None) => {
+            total += 1;
+        }
+    };
+    let (mut l, mut g) = (local.iter().peekable(), global.iter().peekable());
+    loop {
+        match (l.peek(), g.peek()) {
+            (None, None) => break,
+            (Some((_, le)), None) => {
+                take(le, Scope::Local, false);
+                l.next();
+            }
+            (None, Some((_, ge))) => {
+                take(ge, Scope::Global, false);
+                g.next();
+            }
+            (Some((lid, le)), Some((gid, ge))) => match lid.cmp(gid) {
+                Ordering::Less => {
                     take(le, Scope::Local, false);
                     l.next();
                 }
-                (None, Some((_, ge))) => {
+                Ordering::Greater => {
                     take(ge, Scope::Global, false);
                     g.next();
                 }
-                (Some((lid, le)), Some((gid, ge))) => match lid.cmp(gid) {
-                    Ordering::Less => {
-                        take(le, Scope::Local, false);
-                        l.next();
-                    }
-                    Ordering::Greater => {
-                        take(ge, Scope::Global, false);
-                        g.next();
-                    }
-                    Ordering::Equal => {
-                        take(le, Scope::Local, false);
-                        take(ge, Scope::Global, true);
-                        l.next();
-                        g.next();
-                    }
-                },
-            }
+                Ordering::Equal => {
+                    take(le, Scope::Local, false);
+                    take(ge, Scope::Global, true);
+                    l.next();
+                    g.next();
+                }
+            },
         }
-        SearchPage { items, total, limit, offset: query.offset }
     }
+    SearchPage { items, total, limit, offset: query.offset }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entry::{Binding, CatalogEntry, Contract, Runtime, ScriptBinding, Status, ToolnetBinding};
+    use crate::event::{Event, EventBody};
+    use crate::flags::Flag;
 
     fn check(state: &State, query: &SearchQuery, visible: Flags, context: &str) {
         let got = serde_json::to_value(search(state, query, visible)).unwrap();
-        let want = serde_json::to_value(reference(state, query, visible)).unwrap();
+        let want = serde_json::to_value(scan(state, query, visible)).unwrap();
         assert!(got == want, "{context}: {query:?} visible {visible}\n got: {got}\nwant: {want}");
     }
 

@@ -65,7 +65,7 @@ impl State {
             catalogs: HashMap::new(),
             principals: BTreeMap::new(),
             token_index: HashMap::new(),
-            search_index: SearchIndex::default(),
+            search_index: SearchIndex::empty(),
             nets: Default::default(),
             secrets: BTreeMap::new(),
         }

@@ -50,6 +50,26 @@ pub struct JobRecord {
     pub results: Vec<JobResult>,
 }
 
+/// Replaces every occurrence of each secret in `bytes` by `[redacted]`.
+fn scrub(mut bytes: Vec<u8>, secrets: &[String]) -> Vec<u8> {
+    for s in secrets.iter().filter(|s| !s.is_empty()) {
+        let finder = memchr::memmem::Finder::new(s.as_bytes());
+        if finder.find(&bytes).is_none() {
+            continue;
+        }
+        let mut out = Vec::with_capacity(bytes.len());
+        let mut last = 0;
+        for at in finder.find_iter(&bytes) {
+            out.extend_from_slice(&bytes[last..at]);
+            out.extend_from_slice(b"[redacted]");
+            last = at + s.len();
+        }
+        out.extend_from_slice(&bytes[last..]);
+        bytes = out;
+    }
+    bytes
+}
+
 /// Characters of an offloaded output kept inline.
 const PREVIEW_CHARS: usize = 2000;
 
@@ -404,6 +424,12 @@ impl Engine {
             .map_err(|e| CoreError::bad_input("invalid_result", format!("stderrBase64: {e}")))?;
         let finished =
             self.inner.jobs.complete(&executor, job_id, &result.lease_id).map_err(|e| e.into_error(job_id))?;
+        // Output may echo a credential the job carried or any secret: scrubbed before it is
+        // stored, recorded or answered.
+        let mut secrets = finished.secrets.clone();
+        secrets.extend(self.secret_values());
+        let (stdout, stderr) = (scrub(stdout, &secrets), scrub(stderr, &secrets));
+        let error = result.error.map(|e| String::from_utf8_lossy(&scrub(e.into_bytes(), &secrets)).into_owned());
         let (stdout, stdout_blob) = self.shape_output(stdout).await?;
         let (stderr, stderr_blob) = self.shape_output(stderr).await?;
         let shaped = JobResult {
@@ -417,7 +443,7 @@ impl Engine {
             stdout_blob,
             stderr_blob,
             output_truncated: result.output_truncated,
-            error: result.error,
+            error,
             attempt: finished.attempt,
             executor,
         };

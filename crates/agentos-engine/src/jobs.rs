@@ -37,6 +37,8 @@ pub struct Finished {
     pub token: CommandToken,
     pub attempt: u32,
     pub waiter: Option<Waiter>,
+    /// Credential values the job carries; its output is scrubbed of them before it is recorded.
+    pub secrets: Vec<String>,
 }
 
 /// A job the queue handed to an executor.
@@ -57,6 +59,7 @@ struct Job {
     attempt: u32,
     lease: Option<Lease>,
     waiter: Option<Waiter>,
+    secrets: Vec<String>,
 }
 
 struct Lease {
@@ -116,7 +119,7 @@ impl JobQueue {
 
     /// Queues a job and wakes one waiting poller. The receiver yields the outcome.
     pub fn enqueue(&self, model: String, token: CommandToken) -> (String, oneshot::Receiver<JobResult>) {
-        self.enqueue_for(model, token, None)
+        self.enqueue_for(model, token, None, Vec::new())
     }
 
     /// Queues a job that only the executor named `target` may take (any, when `None`).
@@ -125,6 +128,7 @@ impl JobQueue {
         model: String,
         token: CommandToken,
         target: Option<String>,
+        secrets: Vec<String>,
     ) -> (String, oneshot::Receiver<JobResult>) {
         let (tx, rx) = oneshot::channel();
         let targeted = target.is_some();
@@ -132,7 +136,7 @@ impl JobQueue {
             let mut q = self.lock();
             q.next += 1;
             let id = format!("job-{}-{}", self.epoch, q.next);
-            q.jobs.insert(id.clone(), Job { model, target, token, attempt: 0, lease: None, waiter: Some(tx) });
+            q.jobs.insert(id.clone(), Job { model, target, token, attempt: 0, lease: None, waiter: Some(tx), secrets });
             q.queued.push_back(id.clone());
             id
         };
@@ -271,6 +275,7 @@ impl JobQueue {
             token: job.token,
             attempt: job.attempt,
             waiter: job.waiter.take(),
+            secrets: std::mem::take(&mut job.secrets),
         })
     }
 
@@ -299,7 +304,14 @@ impl JobQueue {
                     );
                     let waiter = job.waiter.take();
                     failed.push((
-                        Finished { job_id: id, model: job.model, token: job.token, attempt: job.attempt, waiter },
+                        Finished {
+                            job_id: id,
+                            model: job.model,
+                            token: job.token,
+                            attempt: job.attempt,
+                            waiter,
+                            secrets: job.secrets,
+                        },
                         why,
                     ));
                 } else {

@@ -762,7 +762,8 @@ impl Engine {
         }
         let timeout_ms =
             token.args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(self.inner.dispatch.default_timeout_ms);
-        let (job_id, rx) = self.inner.jobs.enqueue_for(resolve_model.to_string(), token, action.executor.clone());
+        let (job_id, rx) =
+            self.inner.jobs.enqueue_for(resolve_model.to_string(), token, action.executor.clone(), secrets.clone());
         let wait = Duration::from_millis(timeout_ms) + self.inner.dispatch.queue_grace;
         let result: JobResult = match tokio::time::timeout(wait, rx).await {
             Ok(Ok(r)) => r,
