@@ -1,7 +1,7 @@
 //! The search index: per catalog, flat arrays that lead a search to its matches without visiting every entry.
 //!
-//! It is derived from `State::catalogs`, never serialized, rebuilt by `State::after_load` and kept in step by
-//! `State::apply`. Rows are append-only: re-registering or removing an entry kills its row (a tombstone) and
+//! It is derived from `State::catalogs`: never serialized nor copied with the state, rebuilt by
+//! `State::after_load` and kept in step by `State::apply`. Rows are append-only: re-registering or removing an entry kills its row (a tombstone) and
 //! a registration appends a new one, so a write costs O(log n) plus the entry's own bytes. When dead rows
 //! outnumber live ones the catalog's index is rebuilt, which keeps the amortized cost of a write constant and
 //! the index at most about twice the size of its live data.
@@ -21,6 +21,7 @@ const SEP: u8 = 0;
 
 /// A set of binding kinds, one bit per kind.
 pub(crate) type KindSet = u8;
+const _: () = assert!(BindingKind::ALL.len() <= KindSet::BITS as usize, "a new binding kind needs a wider KindSet");
 
 pub(crate) fn kind_bit(k: BindingKind) -> KindSet {
     1 << k as u8
@@ -356,12 +357,19 @@ impl CatalogIndex {
     /// The first `want` of `matches` in id order.
     fn first_by_id(&self, mut matches: Vec<u32>, want: usize) -> Vec<u32> {
         let n = matches.len();
-        if want == 0 || n == 0 {
+        let k = want.min(n);
+        if k == 0 {
             return Vec::new();
         }
-        // Walking the rows in id order finds `want` matches after about `want * live / n` steps, which beats
-        // sorting `n` matches once they are that dense; the walk never exceeds the catalog, so it stays cheap.
-        if want < n && (n as u128) * (n as u128) >= (want as u128) * (self.by_id.len() as u128) {
+        // Two ways, costed in id comparisons: select and sort the matches, or walk the rows in id order until `k`
+        // matches have passed. A step of the walk costs about a fifth of a comparison, and the walk finds `k`
+        // matches after about `k * live / n` steps (never more than `live`), so it wins once matches are dense,
+        // and always when a deep offset asks for all of them.
+        let live = self.by_id.len();
+        let select = if k < n { 3 * n } else { 0 };
+        let sort = select + k * (usize::BITS - k.leading_zeros()) as usize;
+        let walk = if k < n { (k as u128 * live as u128 / n as u128) as usize } else { live } / 5;
+        if walk < sort {
             let mut hit = vec![0u64; self.entries.len().div_ceil(64)];
             for r in &matches {
                 hit[*r as usize / 64] |= 1 << (r % 64);
@@ -371,13 +379,13 @@ impl CatalogIndex {
                 .values()
                 .copied()
                 .filter(|r| hit[*r as usize / 64] & (1 << (r % 64)) != 0)
-                .take(want)
+                .take(k)
                 .collect();
         }
         let by_id = |a: &u32, b: &u32| self.id_of(*a).cmp(self.id_of(*b));
-        if want < n {
-            matches.select_nth_unstable_by(want - 1, by_id);
-            matches.truncate(want);
+        if k < n {
+            matches.select_nth_unstable_by(k - 1, by_id);
+            matches.truncate(k);
         }
         matches.sort_unstable_by(by_id);
         matches
