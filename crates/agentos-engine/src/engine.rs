@@ -310,19 +310,7 @@ impl Engine {
         require(principal, Flag::Scripts, "register scripts")?;
         let plan = cmd.plan(&principal.home_model, &self.inner.config.limits)?;
         check_model_access(principal, &plan.model)?;
-        // The blob is durable before the event that names it; an orphan blob after a crash is harmless.
-        self.inner.blobs.put(&plan.urn, &plan.bytes).await?;
-        let (model, id) = (plan.model.clone(), plan.entry.id.clone());
-        let entry = plan.entry;
-        let m = model.clone();
-        self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
-        let st = self.read_state();
-        let stored = st
-            .catalog(&model)
-            .and_then(|c| c.get(&id))
-            .ok_or_else(|| CoreError::internal("a committed entry is missing from the state"))?;
-        let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
-        Ok(stored.view(scope, false))
+        self.store_entry(principal, plan.model, &plan.urn, &plan.bytes, plan.entry).await
     }
 
     /// `TOOL_CATALOG_REGISTER_TOOLNET`: authoring a tool net needs `w`.
@@ -334,9 +322,21 @@ impl Engine {
         require(principal, Flag::Write, "author tool nets")?;
         let plan = cmd.plan(&principal.home_model)?;
         check_model_access(principal, &plan.model)?;
-        self.inner.blobs.put(&plan.urn, &plan.bytes).await?;
-        let (model, id) = (plan.model.clone(), plan.entry.id.clone());
-        let entry = plan.entry;
+        self.store_entry(principal, plan.model, &plan.urn, &plan.bytes, plan.entry).await
+    }
+
+    /// Stores an entry's content, then commits the entry, and answers it as stored.
+    async fn store_entry(
+        &self,
+        principal: &Principal,
+        model: String,
+        urn: &BlobUrn,
+        bytes: &[u8],
+        entry: agentos_core::entry::CatalogEntry,
+    ) -> Result<EntryView, EngineError> {
+        // The blob is durable before the event that names it; an orphan blob after a crash is harmless.
+        self.inner.blobs.put(urn, bytes).await?;
+        let id = entry.id.clone();
         let m = model.clone();
         self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
         let st = self.read_state();
@@ -533,7 +533,7 @@ fn not_found(id: &str, model: &str) -> CoreError {
     }
 }
 
-fn require(p: &Principal, flag: Flag, what: &str) -> Result<(), CoreError> {
+pub(crate) fn require(p: &Principal, flag: Flag, what: &str) -> Result<(), CoreError> {
     if p.flags.has(flag) {
         Ok(())
     } else {

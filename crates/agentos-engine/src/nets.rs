@@ -162,17 +162,7 @@ fn token_json(t: &Token) -> Value {
 }
 
 fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
-    if p.flags.has(flag) {
-        Ok(())
-    } else {
-        Err(CoreError::forbidden(format!(
-            "{} may not {what}: that needs the '{}' ({}) flag",
-            p.name,
-            flag.letter(),
-            flag.word()
-        ))
-        .into())
-    }
+    Ok(crate::engine::require(p, flag, what)?)
 }
 
 /// Replaces every credential value in `v` by a marker, so no token or event ever holds one.
