@@ -1,10 +1,14 @@
 //! The single writer: decides commands against the current state, commits their events in
-//! batches (group commit) and folds them in, in sequence order.
+//! batches (group commit) and folds them in, in sequence order. It runs on a thread of its own
+//! and commits there, so a commit costs no hand-off to a blocking pool and back; it publishes
+//! the committed events to watchers in sequence order, then answers each command.
 
 use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
-use tokio::sync::{mpsc, oneshot};
+use std::sync::mpsc;
+
+use tokio::sync::broadcast;
 
 use agentos_core::CoreError;
 use agentos_core::event::{EVENT_SCHEMA_VERSION, Event, EventBody};
@@ -16,29 +20,41 @@ use crate::EngineError;
 /// Decides the events of one command from the state at the moment it is its turn.
 pub(crate) type Decide = Box<dyn Fn(&State) -> Result<Vec<(String, EventBody)>, CoreError> + Send>;
 
+/// Told the outcome of one command, on the committer's thread: it must be quick and never block.
+pub(crate) type Reply = Box<dyn FnOnce(Result<Vec<Event>, EngineError>) + Send>;
+
 pub(crate) struct Pending {
     pub principal: String,
     pub time: i64,
     pub decide: Decide,
-    pub reply: oneshot::Sender<Result<Vec<Event>, EngineError>>,
+    pub reply: Reply,
 }
 
 /// Most commands taken into one transaction.
 const MAX_BATCH: usize = 256;
 
 struct Staged {
-    reply: oneshot::Sender<Result<Vec<Event>, EngineError>>,
+    reply: Reply,
     events: Vec<NewEvent>,
     bodies: Vec<EventBody>,
 }
 
-pub(crate) async fn run(
-    mut rx: mpsc::Receiver<Pending>,
+/// Where committed events go, besides the log and the state.
+pub(crate) struct Outlets<F: Fn(u64)> {
+    /// Every committed event, in sequence order, for the fire loop and for watchers.
+    pub events: broadcast::Sender<Arc<Event>>,
+    /// Called with the last sequence number after each batch.
+    pub after_commit: F,
+}
+
+/// Runs until every sender is dropped. Blocks: call it on a thread of its own.
+pub(crate) fn run<F: Fn(u64)>(
+    rx: mpsc::Receiver<Pending>,
     state: Arc<RwLock<State>>,
     log: Arc<dyn EventLog>,
-    after_commit: impl Fn(u64),
+    out: Outlets<F>,
 ) {
-    while let Some(first) = rx.recv().await {
+    while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -46,6 +62,7 @@ pub(crate) async fn run(
                 Err(_) => break,
             }
         }
+
         let mut staged: Vec<Staged> = Vec::new();
         let mut keys: HashSet<(String, String)> = HashSet::new();
         for p in batch {
@@ -55,14 +72,12 @@ pub(crate) async fn run(
             if let Ok(evs) = &decided
                 && evs.iter().any(|(m, b)| keys.contains(&(m.clone(), b.key())))
             {
-                flush(&mut staged, &state, &log).await;
+                flush(&mut staged, &state, &log, &out.events);
                 keys.clear();
                 decided = decide(&state, &p);
             }
             match decided {
-                Err(e) => {
-                    let _ = p.reply.send(Err(e.into()));
-                }
+                Err(e) => (p.reply)(Err(e.into())),
                 Ok(evs) => {
                     let mut events = Vec::with_capacity(evs.len());
                     let mut bodies = Vec::with_capacity(evs.len());
@@ -84,9 +99,9 @@ pub(crate) async fn run(
                 }
             }
         }
-        flush(&mut staged, &state, &log).await;
+        flush(&mut staged, &state, &log, &out.events);
         let last = state.read().map(|s| s.last_seq).unwrap_or(0);
-        after_commit(last);
+        (out.after_commit)(last);
     }
 }
 
@@ -95,23 +110,28 @@ fn decide(state: &RwLock<State>, p: &Pending) -> Result<Vec<(String, EventBody)>
     (p.decide)(&guard)
 }
 
-async fn flush(staged: &mut Vec<Staged>, state: &RwLock<State>, log: &Arc<dyn EventLog>) {
+fn flush(
+    staged: &mut Vec<Staged>,
+    state: &RwLock<State>,
+    log: &Arc<dyn EventLog>,
+    events: &broadcast::Sender<Arc<Event>>,
+) {
     if staged.is_empty() {
         return;
     }
     let all: Vec<NewEvent> = staged.iter().flat_map(|s| s.events.iter().cloned()).collect();
     if all.is_empty() {
         for s in staged.drain(..) {
-            let _ = s.reply.send(Ok(Vec::new()));
+            (s.reply)(Ok(Vec::new()));
         }
         return;
     }
-    match log.append(all).await {
+    match log.append_blocking(all) {
         Err(e) => {
             tracing::error!(error = %e, "committing events failed");
             let err = EngineError::from(e);
             for s in staged.drain(..) {
-                let _ = s.reply.send(Err(err.duplicate()));
+                (s.reply)(Err(err.duplicate()));
             }
         }
         Ok(recorded) => {
@@ -137,8 +157,13 @@ async fn flush(staged: &mut Vec<Staged>, state: &RwLock<State>, log: &Arc<dyn Ev
                     replies.push((s.reply, committed));
                 }
             }
+            if events.receiver_count() > 0 {
+                for e in replies.iter().flat_map(|(_, c)| c) {
+                    let _ = events.send(Arc::new(e.clone()));
+                }
+            }
             for (reply, committed) in replies {
-                let _ = reply.send(Ok(committed));
+                reply(Ok(committed));
             }
         }
     }

@@ -449,8 +449,7 @@ impl Engine {
         };
         // The result is taken (no other can be); recording it need not hold up the executor,
         // which goes back to polling while the commit happens. `finish` reports its own failure.
-        let engine = self.clone();
-        tokio::spawn(async move { engine.finish(finished, shaped).await });
+        self.finish(finished, shaped).await;
         Ok(())
     }
 
@@ -466,17 +465,22 @@ impl Engine {
         Ok((preview, Some(OutputBlob { urn: urn.to_string(), size_bytes: bytes.len() as u64, sha256: sha })))
     }
 
-    /// Records the one result of a job, then hands it to whoever waits.
+    /// Queues the one result of a job for recording; once it is committed, whoever waits gets
+    /// it. Waits only for the queue, never for the commit.
     async fn finish(&self, finished: Finished, result: JobResult) {
         let tool_id = finished.token.args.get("toolId").and_then(Value::as_str).map(str::to_string);
         let body = EventBody::JobFinished { job_id: finished.job_id.clone(), tool_id, result: result.clone() };
-        let model = finished.model.clone();
-        if let Err(e) = self.submit("system", Box::new(move |_| Ok(vec![(model.clone(), body.clone())]))).await {
-            tracing::error!(job = %finished.job_id, error = %e, "recording a job result failed");
-        }
-        if let Some(w) = finished.waiter {
-            let _ = w.send(result);
-        }
+        let model = finished.model;
+        let (job_id, waiter) = (finished.job_id, finished.waiter);
+        let reply = Box::new(move |r: Result<_, EngineError>| {
+            if let Err(e) = r {
+                tracing::error!(job = %job_id, error = %e, "recording a job result failed");
+            }
+            if let Some(w) = waiter {
+                let _ = w.send(result);
+            }
+        });
+        self.submit_then("system", Box::new(move |_| Ok(vec![(model.clone(), body.clone())])), reply).await;
     }
 
     /// Fails the jobs whose every lease expired. Called periodically by the reaper.

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use agentos_core::command::{Limits, RegisterScript, RegisterToolnet, RemoveArgs, decide_register, decide_remove};
@@ -20,7 +20,7 @@ use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 use agentos_store::{BlobStore, EventLog, Snapshot, StoreError, VerifyBlobStore};
 
-use crate::committer::{self, Decide, Pending};
+use crate::committer::{self, Decide, Outlets, Pending, Reply};
 use crate::dispatch::DispatchConfig;
 use crate::jobs::{JobConfig, JobQueue};
 use crate::principal::new_token;
@@ -86,8 +86,8 @@ pub(crate) struct Inner {
     pub(crate) jobs: Arc<JobQueue>,
     pub(crate) dispatch: DispatchConfig,
     reaper: Mutex<Option<JoinHandle<()>>>,
-    tx: Mutex<Option<mpsc::Sender<Pending>>>,
-    committer: Mutex<Option<JoinHandle<()>>>,
+    tx: Mutex<Option<std::sync::mpsc::Sender<Pending>>>,
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     snapshots: Arc<SnapshotControl>,
     restored: Restored,
     /// Every committed event, for the fire loop and for watchers.
@@ -171,26 +171,32 @@ impl Engine {
         tracing::info!(seq = state.last_seq, snapshot = snapshot_seq, replayed, "state restored");
 
         let state = Arc::new(RwLock::new(state));
-        let (tx, rx) = mpsc::channel(4096);
+        // Unbounded: every sender waits for its answer, so what is queued is bounded by the
+        // callers in flight.
+        let (tx, rx) = std::sync::mpsc::channel();
         let snapshots = Arc::new(SnapshotControl {
             last_seq: AtomicU64::new(snapshot_seq),
             running: AtomicBool::new(false),
             task: Mutex::new(None),
         });
+        let events = tokio::sync::broadcast::channel(4096).0;
         let committer = {
             let (state, log, snapshots) = (state.clone(), log.clone(), snapshots.clone());
             let every = config.snapshot_every.max(1);
-            tokio::spawn(async move {
-                let after = {
-                    let (state, log, snapshots) = (state.clone(), log.clone(), snapshots.clone());
-                    move |seq: u64| {
-                        if seq >= snapshots.last_seq.load(Ordering::Relaxed) + every {
-                            start_snapshot(&state, &log, &snapshots);
-                        }
+            let runtime = tokio::runtime::Handle::current();
+            let after_commit = {
+                let (state, log) = (state.clone(), log.clone());
+                move |seq: u64| {
+                    if seq >= snapshots.last_seq.load(Ordering::Relaxed) + every {
+                        start_snapshot(&runtime, &state, &log, &snapshots);
                     }
-                };
-                committer::run(rx, state, log, after).await;
-            })
+                }
+            };
+            let out = Outlets { events: events.clone(), after_commit };
+            std::thread::Builder::new()
+                .name("agentos-committer".into())
+                .spawn(move || committer::run(rx, state, log, out))
+                .map_err(|e| CoreError::internal(format!("cannot start the committer thread: {e}")))?
         };
         let config_credentials = config.credentials;
         let secret_key = config.secret_key;
@@ -207,7 +213,7 @@ impl Engine {
                 committer: Mutex::new(Some(committer)),
                 snapshots,
                 restored: Restored { snapshot_seq, replayed },
-                events: tokio::sync::broadcast::channel(4096).0,
+                events,
                 nets: Default::default(),
                 credentials: config_credentials,
                 http: reqwest::Client::new(),
@@ -240,25 +246,30 @@ impl Engine {
         self.inner.state.read().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Decides and commits one command; answers its committed events.
     pub(crate) async fn submit(&self, principal: &str, decide: Decide) -> Result<Vec<Event>, EngineError> {
-        let tx = self
-            .inner
-            .tx
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .ok_or_else(|| CoreError::internal("the engine is shutting down"))?;
-        let (reply, rx) = oneshot::channel();
-        tx.send(Pending { principal: principal.to_string(), time: now_ms(), decide, reply })
-            .await
-            .map_err(|_| CoreError::internal("the engine is shutting down"))?;
-        let events = rx.await.map_err(|_| CoreError::internal("the commit task ended"))??;
-        if self.inner.events.receiver_count() > 0 {
-            for e in &events {
-                let _ = self.inner.events.send(Arc::new(e.clone()));
-            }
+        let (tx, rx) = oneshot::channel();
+        self.submit_then(
+            principal,
+            decide,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        )
+        .await;
+        rx.await.map_err(|_| CoreError::internal("the commit task ended"))?
+    }
+
+    /// Queues one command without waiting for its commit: `reply` hears the outcome (on the
+    /// committer's thread, or at once when the engine is shutting down).
+    pub(crate) async fn submit_then(&self, principal: &str, decide: Decide, reply: Reply) {
+        let tx = self.inner.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(tx) = tx else {
+            return reply(Err(CoreError::internal("the engine is shutting down").into()));
+        };
+        if let Err(e) = tx.send(Pending { principal: principal.to_string(), time: now_ms(), decide, reply }) {
+            (e.0.reply)(Err(CoreError::internal("the engine is shutting down").into()));
         }
-        Ok(events)
     }
 
     pub fn restored(&self) -> Restored {
@@ -338,13 +349,33 @@ impl Engine {
         self.inner.blobs.put(urn, bytes).await?;
         let id = entry.id.clone();
         let m = model.clone();
-        self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
+        let events = self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
+        let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
         let st = self.read_state();
-        let stored = st
-            .catalog(&model)
-            .and_then(|c| c.get(&id))
-            .ok_or_else(|| CoreError::internal("a committed entry is missing from the state"))?;
-        Ok(stored.view(if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local }, false))
+        let current = st.catalog(&model).and_then(|c| c.get(&id));
+        // No event: the same definition was already current.
+        let Some(ev) = events.last() else {
+            return current
+                .map(|s| s.view(scope, false))
+                .ok_or_else(|| CoreError::internal("an unchanged entry is missing from the state").into());
+        };
+        if let Some(stored) = current.filter(|s| s.revision == ev.seq) {
+            return Ok(stored.view(scope, false));
+        }
+        // Another command changed the entry since: answer what this one committed.
+        let EventBody::ToolRegistered { entry } = &ev.body else {
+            return Err(CoreError::internal("a registration committed another kind of event").into());
+        };
+        let created_at = current.map(|s| s.created_at).unwrap_or(ev.time);
+        let stored = agentos_core::entry::StoredEntry::new(
+            entry.clone(),
+            model,
+            ev.seq,
+            created_at,
+            ev.time,
+            ev.principal.clone(),
+        );
+        Ok(stored.view(scope, false))
     }
 
     /// `TOOL_CATALOG_REMOVE`.
@@ -474,7 +505,8 @@ impl Engine {
         drop(self.inner.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
         let committer = self.inner.committer.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(c) = committer {
-            let _ = c.await;
+            // The committer ends once every command queued before the channel closed is answered.
+            let _ = tokio::task::spawn_blocking(move || c.join()).await;
         }
         let running = self.inner.snapshots.task.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(t) = running {
@@ -495,12 +527,17 @@ impl Engine {
     }
 }
 
-fn start_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>, ctl: &Arc<SnapshotControl>) {
+fn start_snapshot(
+    runtime: &tokio::runtime::Handle,
+    state: &Arc<RwLock<State>>,
+    log: &Arc<dyn EventLog>,
+    ctl: &Arc<SnapshotControl>,
+) {
     if ctl.running.swap(true, Ordering::AcqRel) {
         return;
     }
     let (state, log, ctl2) = (state.clone(), log.clone(), ctl.clone());
-    let task = tokio::spawn(async move {
+    let task = runtime.spawn(async move {
         match write_snapshot(&state, &log).await {
             Ok(seq) => ctl2.last_seq.store(seq, Ordering::Relaxed),
             Err(e) => {

@@ -324,26 +324,21 @@ impl Engine {
     ) -> Result<Token, EngineError> {
         need(p, Flag::Write, "put tokens")?;
         check_model_name(model)?;
-        let seq = self
-            .commit_net(
-                &p.name,
-                model,
-                NetEvent::TokensPut { tokens: vec![NewToken { place: place.to_string(), name, data }] },
-            )
-            .await
-            .map_err(|e| match e {
-                EngineError::Core(c) if c.kind == ErrorKind::Conflict => CoreError::not_found(c.message).into(),
-                other => other,
-            })?;
-        let id = agentos_core::net_state::token_id(seq, 0);
-        let st = self.read_state();
-        st.nets
-            .nets
-            .get(model)
-            .and_then(|n| n.places.get(place))
-            .and_then(|pl| pl.tokens.get(&id))
-            .cloned()
-            .ok_or_else(|| CoreError::internal("a committed token is missing").into())
+        let put = NetEvent::TokensPut {
+            tokens: vec![NewToken { place: place.to_string(), name: name.clone(), data: data.clone() }],
+        };
+        let events = self.submit(&p.name, self.net_event(model, put)).await.map_err(|e| match e {
+            EngineError::Core(c) if c.kind == ErrorKind::Conflict => CoreError::not_found(c.message).into(),
+            other => other,
+        })?;
+        // Answered from the committed event: by now a transition may already have taken the token.
+        let ev = events.last().ok_or_else(|| CoreError::internal("a token put committed no event"))?;
+        Ok(Token {
+            id: agentos_core::net_state::token_id(ev.seq, 0),
+            name,
+            created_at: agentos_core::event::format_time(ev.time),
+            data,
+        })
     }
 
     /// Links declared in any model whose either end is in `model`.

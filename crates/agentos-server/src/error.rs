@@ -92,6 +92,11 @@ impl IntoResponse for ApiError {
             resp.headers_mut()
                 .insert(axum::http::header::WWW_AUTHENTICATE, axum::http::HeaderValue::from_static("Bearer"));
         }
+        if self.status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body is never read, so the connection cannot carry another request:
+            // say so, or a client that reuses it races the close.
+            resp.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        }
         resp
     }
 }

@@ -39,6 +39,9 @@ pub struct Snapshot {
 pub trait EventLog: Send + Sync + 'static {
     /// Appends `events` in one transaction, durably, before returning them with their sequence numbers.
     async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError>;
+    /// The same as [`EventLog::append`], on the calling thread: for the engine's committer,
+    /// which owns a thread of its own, so a commit costs no hand-off to a blocking pool.
+    fn append_blocking(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError>;
     /// Up to `limit` events with a sequence number above `after`, in order.
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>;
     /// Every event of one entity in one model, in order.

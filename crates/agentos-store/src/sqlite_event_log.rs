@@ -101,27 +101,33 @@ fn row_to_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<RecordedEvent> {
     })
 }
 
+fn append_in(conn: &mut Connection, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
+    let tx = conn.transaction()?;
+    let mut out = Vec::with_capacity(events.len());
+    {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO events (model, type, key, payload, principal, time, v) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for e in events {
+            stmt.execute(params![e.model, e.kind, e.key, e.payload, e.principal, e.time, e.schema as i64])?;
+            out.push(RecordedEvent { seq: tx.last_insert_rowid() as u64, event: e });
+        }
+    }
+    tx.commit()?;
+    Ok(out)
+}
+
 const SELECT: &str = "SELECT seq, model, type, key, payload, principal, time, v FROM events";
 
 #[async_trait]
 impl EventLog for SqliteEventLog {
     async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
-        Self::with(&self.writer, move |conn| {
-            let tx = conn.transaction()?;
-            let mut out = Vec::with_capacity(events.len());
-            {
-                let mut stmt = tx.prepare_cached(
-                    "INSERT INTO events (model, type, key, payload, principal, time, v) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                )?;
-                for e in events {
-                    stmt.execute(params![e.model, e.kind, e.key, e.payload, e.principal, e.time, e.schema as i64])?;
-                    out.push(RecordedEvent { seq: tx.last_insert_rowid() as u64, event: e });
-                }
-            }
-            tx.commit()?;
-            Ok(out)
-        })
-        .await
+        Self::with(&self.writer, move |conn| append_in(conn, events)).await
+    }
+
+    fn append_blocking(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
+        let mut conn = self.writer.lock().map_err(|_| StoreError::Log("connection lock poisoned".into()))?;
+        append_in(&mut conn, events)
     }
 
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
