@@ -1,7 +1,6 @@
 //! One job on the executor: decode, verify against the sha256, cache, run, report.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -13,6 +12,7 @@ use agentos_core::job::{ExecutorResult, LeasedJob};
 use agentos_core::sha256_hex;
 
 use crate::cache::ScriptCache;
+use crate::folders::Folders;
 use crate::runner::{self, RunSpec};
 
 /// What the executor brings to every job.
@@ -129,7 +129,7 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
 pub async fn execute(
     job: &LeasedJob,
     cache: &ScriptCache,
-    jobs_dir: &Path,
+    folders: &Folders,
     limits: &JobLimits,
     cancel: &CancellationToken,
 ) -> ExecutorResult {
@@ -155,14 +155,10 @@ pub async fn execute(
             format!("runtime {runtime} is not installed on this executor (looked in {})", limits.path),
         );
     };
-    let cwd = jobs_dir.join(format!("{}-{}", job.job_id, job.attempt));
-    let made = std::fs::create_dir_all(&cwd).and_then(|()| match limits.run_as {
-        Some((uid, gid)) => std::os::unix::fs::chown(&cwd, Some(uid), Some(gid)),
-        None => Ok(()),
-    });
-    if let Err(e) = made {
-        return refused(&job.lease_id, format!("cannot create the job folder {}: {e}", cwd.display()));
-    }
+    let cwd = match folders.take() {
+        Ok(p) => p,
+        Err(e) => return refused(&job.lease_id, format!("cannot create a job folder: {e}")),
+    };
     let mut env = BTreeMap::from([
         ("PATH".to_string(), limits.path.clone()),
         ("HOME".to_string(), cwd.display().to_string()),
@@ -181,7 +177,7 @@ pub async fn execute(
         run_as: limits.run_as,
     };
     let outcome = runner::run(spec, cancel).await;
-    let _ = std::fs::remove_dir_all(&cwd);
+    folders.give_back(cwd);
     let b64 = base64::engine::general_purpose::STANDARD;
     match outcome {
         Err(e) => refused(&job.lease_id, format!("cannot start {runtime}: {e}")),
@@ -232,7 +228,7 @@ mod tests {
         let r = execute(
             j,
             &ScriptCache::new(ws.path()),
-            &ws.path().join("jobs"),
+            &Folders::new(ws.path(), None),
             &JobLimits::default(),
             &CancellationToken::new(),
         )

@@ -92,26 +92,38 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
             drop(w);
         });
     }
-    let out = tokio::spawn(drain(child.stdout.take().expect("piped"), spec.max_output));
-    let err = tokio::spawn(drain(child.stderr.take().expect("piped"), spec.max_output));
-
-    let (status, timed_out, cancelled) = tokio::select! {
-        s = child.wait() => (s?, false, false),
-        _ = tokio::time::sleep(spec.timeout) => {
-            kill_group(pgid);
-            (child.wait().await?, true, false)
+    let (out, err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
+    // Output is read while the process runs (a full pipe would stall it), in this same task.
+    let output = async { tokio::join!(drain(out, spec.max_output), drain(err, spec.max_output)) };
+    let waited = async {
+        tokio::select! {
+            s = child.wait() => s.map(|s| (s, false, false)),
+            _ = tokio::time::sleep(spec.timeout) => {
+                kill_group(pgid);
+                child.wait().await.map(|s| (s, true, false))
+            }
+            _ = cancel.cancelled() => {
+                kill_group(pgid);
+                child.wait().await.map(|s| (s, false, true))
+            }
         }
-        _ = cancel.cancelled() => {
-            kill_group(pgid);
-            (child.wait().await?, false, true)
+    };
+    tokio::pin!(output, waited);
+    let mut collected = None;
+    let (status, timed_out, cancelled) = loop {
+        tokio::select! {
+            o = &mut output, if collected.is_none() => collected = Some(o),
+            w = &mut waited => break w?,
         }
     };
     // Whatever the script left behind in its group goes with it.
     if pgid > 0 {
         kill_group(pgid);
     }
-    let collect = async { (out.await.unwrap_or_default(), err.await.unwrap_or_default()) };
-    let ((stdout, t1), (stderr, t2)) = tokio::time::timeout(DRAIN_AFTER_EXIT, collect).await.unwrap_or_default();
+    let ((stdout, t1), (stderr, t2)) = match collected {
+        Some(o) => o,
+        None => tokio::time::timeout(DRAIN_AFTER_EXIT, output).await.unwrap_or_default(),
+    };
     Ok(RunOutput {
         exit_code: status.code(),
         signal: status.signal(),

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use agentos_core::job::LeasedJob;
 
 use crate::cache::ScriptCache;
+use crate::folders::Folders;
 use crate::job::{JobLimits, execute};
 use crate::protocol::{Master, ProtocolError};
 
@@ -78,7 +79,7 @@ pub fn forbid_inspection() {
 struct Shared {
     master: Master,
     cache: ScriptCache,
-    jobs_dir: PathBuf,
+    folders: Folders,
     limits: JobLimits,
 }
 
@@ -102,7 +103,7 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     let shared = Arc::new(Shared {
         master: Master::new(&config.master, &config.token, config.name.clone()),
         cache: ScriptCache::new(&workspace),
-        jobs_dir,
+        folders: Folders::new(&jobs_dir, config.limits.run_as),
         limits: config.limits.clone(),
     });
     // Stop taking work, then (after the grace period) stop running work.
@@ -195,38 +196,30 @@ async fn worker(
 /// answer (only asked for when `take_next`).
 async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take_next: bool) -> Option<LeasedJob> {
     let lease_lost = CancellationToken::new();
-    let cancel = CancellationToken::new();
-    // The heartbeat renews the lease at a third of its length; a lost lease stops the run.
-    let heartbeat = {
-        let (master, job_id, lease_id, lost, cancel) =
-            (shared.master.clone(), job.job_id.clone(), job.lease_id.clone(), lease_lost.clone(), cancel.clone());
+    // Stopped by the executor's kill, or by a lost lease.
+    let cancel = kill.child_token();
+    // The heartbeat renews the lease at a third of its length; a lost lease stops the run. It
+    // runs beside the job in this task and never ends by itself.
+    let heartbeat = async {
         let every = Duration::from_millis((job.lease_ms / 3).max(50));
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                match master.heartbeat(&job_id, &lease_id).await {
-                    Ok(()) => {}
-                    Err(e) if e.lease_lost() => {
-                        tracing::warn!(job = %job_id, error = %e, "lease lost; stopping the job");
-                        lost.cancel();
-                        cancel.cancel();
-                        return;
-                    }
-                    Err(e) => tracing::warn!(job = %job_id, error = %e, "heartbeat failed"),
+        loop {
+            tokio::time::sleep(every).await;
+            match shared.master.heartbeat(&job.job_id, &job.lease_id).await {
+                Ok(()) => {}
+                Err(e) if e.lease_lost() => {
+                    tracing::warn!(job = %job.job_id, error = %e, "lease lost; stopping the job");
+                    lease_lost.cancel();
+                    cancel.cancel();
+                    return std::future::pending::<()>().await;
                 }
+                Err(e) => tracing::warn!(job = %job.job_id, error = %e, "heartbeat failed"),
             }
-        })
+        }
     };
-    let stopper = {
-        let (kill, cancel) = (kill.clone(), cancel.clone());
-        tokio::spawn(async move {
-            kill.cancelled().await;
-            cancel.cancel();
-        })
+    let result = tokio::select! {
+        r = execute(&job, &shared.cache, &shared.folders, &shared.limits, &cancel) => r,
+        _ = heartbeat => unreachable!("the heartbeat never ends"),
     };
-    let result = execute(&job, &shared.cache, &shared.jobs_dir, &shared.limits, &cancel).await;
-    heartbeat.abort();
-    stopper.abort();
     if lease_lost.is_cancelled() {
         return None;
     }
