@@ -2,7 +2,8 @@
 //! throughput with two executors, and sha256 verification speed, each beside its baseline.
 //! Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench executor`.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -68,16 +69,49 @@ fn start_executor(http: &reqwest::blocking::Client, url: &str, token: &str, ws: 
     Proc(child)
 }
 
-fn invoke(http: &reqwest::blocking::Client, url: &str, token: &str, id: &str) {
-    let r: Value = http
-        .post(format!("{url}/api/tools/{id}/invoke"))
-        .bearer_auth(token)
-        .json(&json!({}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(r["exitCode"], 0, "{r}");
+/// A caller on one kept-alive HTTP/1.1 connection, written out by hand: a lean client, so that
+/// the figures are those of the master and executors rather than of the benchmark's own client
+/// (a blocking reqwest client costs about 0.1 ms of CPU per request, in a thread of its own).
+struct Caller {
+    conn: BufReader<TcpStream>,
+    head: String,
+}
+
+impl Caller {
+    fn new(url: &str, token: &str, tool: &str) -> Caller {
+        let addr = url.trim_start_matches("http://");
+        let stream = TcpStream::connect(addr).expect("connect to the master");
+        stream.set_nodelay(true).unwrap();
+        let head = format!(
+            "POST /api/tools/{tool}/invoke HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {token}\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+        );
+        Caller { conn: BufReader::new(stream), head }
+    }
+
+    /// Invokes the tool once and checks that it exited 0.
+    fn invoke(&mut self) {
+        self.conn.get_mut().write_all(self.head.as_bytes()).unwrap();
+        let mut line = String::new();
+        self.conn.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+        let mut length = None;
+        loop {
+            line.clear();
+            self.conn.read_line(&mut line).unwrap();
+            if line == "\r\n" {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':')
+                && k.eq_ignore_ascii_case("content-length")
+            {
+                length = v.trim().parse::<usize>().ok();
+            }
+        }
+        let mut body = vec![0u8; length.expect("a content-length")];
+        self.conn.read_exact(&mut body).unwrap();
+        let r: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(r["exitCode"], 0, "{r}");
+    }
 }
 
 /// CPU seconds (user + system) a process has used so far.
@@ -139,8 +173,9 @@ fn main() {
 
     // (a) 40 sequential jobs through master and one executor against 40 bare spawns.
     let e1 = start_executor(&http, &url, &token, &dir.path().join("e1"), "e1");
+    let mut caller = Caller::new(&url, &token, "exit0");
     for _ in 0..10 {
-        invoke(&http, &url, &token, "exit0");
+        caller.invoke();
     }
     let n = 40;
     let mut best_master = f64::MAX;
@@ -149,7 +184,7 @@ fn main() {
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..n {
-            invoke(&http, &url, &token, "exit0");
+            caller.invoke();
         }
         best_master = best_master.min(ms(t.elapsed()) / n as f64);
         let t = Instant::now();
@@ -172,55 +207,70 @@ fn main() {
     let e2 = start_executor(&http, &url, &token, &dir.path().join("e2"), "e2");
     // AGENTOS_BENCH_JOBS lengthens the run, for profiling.
     let jobs: usize = std::env::var("AGENTOS_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
-    let clients = 4;
+    // xargs always has its next spawn ready; the like for the executors is a queue that is never
+    // empty, which 8 callers keep so (each waits for its result before it asks again). 4 callers
+    // leave the executors idle at moments, waiting for work: that figure is shown as well.
+    let (light, saturated) = (4usize, 8usize);
     let pids = [("master", _master.0.id()), ("executor e1", e1.0.id()), ("executor e2", e2.0.id())];
     let before: Vec<f64> = pids.iter().map(|(_, p)| cpu_secs(*p)).collect();
     let self_before = self_cpu_secs();
-    let (mut ours, mut bare, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut ours_busy, mut bare_busy) = (0.0f64, 0.0f64);
-    // Rounds taken in turns, so that neither side gets the quieter moments of the machine; the
-    // medians are reported, and the ratio is the median of the rounds' ratios.
+    let mut rates: [Vec<f64>; 3] = Default::default();
+    let mut busy = [0.0f64; 3];
+    let mut ratios: [Vec<f64>; 2] = Default::default();
+    // Rounds taken in turns, so that no side gets the quieter moments of the machine; medians
+    // are reported, and each ratio is the median of the rounds' ratios.
     let rounds = 5;
-    for _ in 0..rounds {
-        let t = Instant::now();
-        ours_busy += machine_ms_per_job(jobs, || {
-            let handles: Vec<_> = (0..clients)
-                .map(|_| {
-                    let (http, url, token) = (http.clone(), url.clone(), token.clone());
-                    std::thread::spawn(move || {
-                        for _ in 0..jobs / clients {
-                            invoke(&http, &url, &token, "exit0");
-                        }
-                    })
+    let through_us = |callers: usize| {
+        let handles: Vec<_> = (0..callers)
+            .map(|_| {
+                let mut caller = Caller::new(&url, &token, "exit0");
+                std::thread::spawn(move || {
+                    for _ in 0..jobs / callers {
+                        caller.invoke();
+                    }
                 })
-                .collect();
-            for h in handles {
-                h.join().unwrap();
-            }
-        }) / rounds as f64;
-        ours.push(jobs as f64 / t.elapsed().as_secs_f64());
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    };
+    for _ in 0..rounds {
+        for (i, callers) in [light, saturated].into_iter().enumerate() {
+            let t = Instant::now();
+            busy[i] += machine_ms_per_job(jobs, || through_us(callers)) / rounds as f64;
+            rates[i].push(jobs as f64 / t.elapsed().as_secs_f64());
+        }
         let t = Instant::now();
-        bare_busy += machine_ms_per_job(jobs, || {
+        busy[2] += machine_ms_per_job(jobs, || {
             let script = format!("seq {jobs} | xargs -P2 -I{{}} sh -c 'exit 0'");
             assert!(Command::new("sh").args(["-c", &script]).status().unwrap().success());
         }) / rounds as f64;
-        bare.push(jobs as f64 / t.elapsed().as_secs_f64());
-        ratios.push(ours[ours.len() - 1] / bare[bare.len() - 1]);
+        rates[2].push(jobs as f64 / t.elapsed().as_secs_f64());
+        let bare = rates[2][rates[2].len() - 1];
+        ratios[0].push(rates[0][rates[0].len() - 1] / bare);
+        ratios[1].push(rates[1][rates[1].len() - 1] / bare);
     }
-    let (ours, bare, ratio) = (median(ours), median(bare), median(ratios));
-    let per_job = |secs: f64| secs * 1000.0 / (jobs * rounds) as f64;
+    let per_job = |secs: f64| secs * 1000.0 / (jobs * rounds * 2) as f64;
     let cpu: Vec<String> = pids
         .iter()
         .zip(&before)
         .map(|((name, pid), b)| format!("{name} {:.2} ms", per_job(cpu_secs(*pid) - b)))
         .chain([format!("callers {:.2} ms", per_job(self_cpu_secs() - self_before))])
         .collect();
+    let [r_light, r_saturated, r_bare] = rates.map(median);
+    let [q_light, q_saturated] = ratios.map(median);
     println!();
-    println!("(b) {jobs} `exit 0` jobs, {clients} concurrent callers (median of {rounds} rounds)");
-    println!("    master + 2 executors      : {ours:>8.0} jobs/s   machine CPU {ours_busy:.2} ms per job");
-    println!("    xargs -P2 bare spawns     : {bare:>8.0} jobs/s   machine CPU {bare_busy:.2} ms per job");
-    println!("    ratio                     : {:>7.0} %     (goal >= 70 %)", ratio * 100.0);
-    println!("    CPU per job               : {} (children of executors not counted)", cpu.join(", "));
+    println!("(b) {jobs} `exit 0` jobs per round, median of {rounds} rounds (machine CPU: busy ms per job)");
+    println!("    master + 2 executors, {saturated} callers : {r_saturated:>6.0} jobs/s   CPU {:.2} ms", busy[1]);
+    println!("    master + 2 executors, {light} callers : {r_light:>6.0} jobs/s   CPU {:.2} ms", busy[0]);
+    println!("    xargs -P2 bare spawns          : {r_bare:>6.0} jobs/s   CPU {:.2} ms", busy[2]);
+    println!(
+        "    ratio                          : {:>6.0} %        (goal >= 70 %; {:.0} % with {light} callers)",
+        q_saturated * 100.0,
+        q_light * 100.0
+    );
+    println!("    CPU per job, by process        : {} (children of executors not counted)", cpu.join(", "));
     drop(e1);
 
     // (c) sha256 verification of a 1 MiB script against openssl.
