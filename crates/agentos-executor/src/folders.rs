@@ -36,6 +36,22 @@ impl Folders {
         }
     }
 
+    /// Removes the folders of executors that are no longer running (one killed mid-job leaves
+    /// its folders behind). Folders of a live executor sharing the workspace are left alone.
+    pub fn sweep(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.root) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name.to_str().and_then(|n| n.strip_prefix('w')).and_then(|n| n.split_once('-')) else {
+                continue;
+            };
+            let Ok(pid) = pid.0.parse::<u32>() else { continue };
+            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+
     fn spare(&self) -> std::sync::MutexGuard<'_, Vec<PathBuf>> {
         self.spare.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -114,5 +130,14 @@ mod tests {
         folders.give_back(c.clone());
         assert!(target.join("keep").exists(), "the link was followed");
         assert_ne!(folders.take().unwrap(), c);
+
+        // The folders of an executor that is gone are swept; a live one's are not.
+        let gone = dir.path().join(format!("w{}-0", u32::MAX - 1));
+        std::fs::create_dir(&gone).unwrap();
+        std::fs::write(gone.join("left"), b"x").unwrap();
+        let live = folders.take().unwrap();
+        folders.sweep();
+        assert!(!gone.exists());
+        assert!(live.exists() && target.exists());
     }
 }

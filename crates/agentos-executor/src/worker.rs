@@ -103,7 +103,11 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     let shared = Arc::new(Shared {
         master: Master::new(&config.master, &config.token, config.name.clone()),
         cache: ScriptCache::new(&workspace),
-        folders: Folders::new(&jobs_dir, config.limits.run_as),
+        folders: {
+            let folders = Folders::new(&jobs_dir, config.limits.run_as);
+            folders.sweep();
+            folders
+        },
         limits: config.limits.clone(),
     });
     // Stop taking work, then (after the grace period) stop running work.
