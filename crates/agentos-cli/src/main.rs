@@ -139,6 +139,10 @@ pub struct ServeArgs {
     /// Invocations one principal may have in flight; more are refused with 429.
     #[arg(long, env = "AGENTOS_MAX_CONCURRENT_INVOCATIONS", default_value_t = 32)]
     pub max_concurrent_invocations: usize,
+    /// How long an invocation waits for an executor to appear when none serves the queue,
+    /// in ms, before it is answered 504 `no_executor`.
+    #[arg(long, env = "AGENTOS_NO_EXECUTOR_GRACE_MS", default_value_t = 10_000)]
+    pub no_executor_grace_ms: u64,
 }
 
 #[derive(Args, Clone)]

@@ -75,6 +75,7 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
             inline_output_bytes: args.inline_output_bytes,
             default_timeout_ms: args.default_timeout_ms,
             max_timeout_ms: args.max_timeout_ms,
+            no_executor_grace: Duration::from_millis(args.no_executor_grace_ms),
             ..DispatchConfig::default()
         },
         max_concurrent_invocations: args.max_concurrent_invocations,

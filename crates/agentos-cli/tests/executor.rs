@@ -275,3 +275,29 @@ fn executors_are_listed_with_their_state() {
     // Without a poll outstanding the executor is no longer polling.
     wait_for("e1 to stop polling", || m.client().get("/api/executors").1[0]["state"] != "polling");
 }
+
+#[test]
+fn an_invocation_nobody_serves_is_answered_no_executor_and_one_that_arrives_in_time_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--no-executor-grace-ms", "300"]);
+    let api = m.client();
+    api.register("fine", "sh", "echo fine", None);
+    // No executor at all: answered after the short grace, not after timeoutMs + 30 s.
+    let (status, r) = api.invoke("fine", json!({"timeoutMs": 60000}));
+    assert_eq!(status, 504, "{r}");
+    assert_eq!(r["error"]["code"], "no_executor", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("agentos executor"), "{r}");
+
+    // An executor that comes while a call waits (within the default grace) picks the job up.
+    let m = Master::start(&dir.path().join("master-2"));
+    let api = m.client();
+    api.register("fine", "sh", "echo fine", None);
+    let call = {
+        let api = api.clone();
+        std::thread::spawn(move || api.invoke("fine", json!({"timeoutMs": 60000})))
+    };
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let resp = call.join().unwrap();
+    assert_eq!(ok_result(&resp)["stdout"], "fine\n");
+}

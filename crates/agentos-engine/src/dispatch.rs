@@ -28,6 +28,8 @@ pub struct DispatchConfig {
     pub max_timeout_ms: u64,
     /// How long an invocation waits for an executor beyond its own timeout.
     pub queue_grace: Duration,
+    /// How long an invocation waits for an executor to appear when none serves the queue.
+    pub no_executor_grace: Duration,
 }
 
 impl Default for DispatchConfig {
@@ -37,6 +39,7 @@ impl Default for DispatchConfig {
             default_timeout_ms: 120_000,
             max_timeout_ms: 600_000,
             queue_grace: Duration::from_secs(30),
+            no_executor_grace: Duration::from_secs(10),
         }
     }
 }
@@ -270,9 +273,33 @@ impl Engine {
             args["input"] = input;
         }
         let token = CommandToken { executor: "script".into(), command: "invoke".into(), args };
-        let (job_id, rx) = self.inner.jobs.enqueue(model, token);
+        let (job_id, mut rx) = self.inner.jobs.enqueue(model, token);
         let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
-        match tokio::time::timeout(wait, rx).await {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut early = None;
+        if !self.inner.jobs.serving() {
+            // Nobody serves the queue: wait a little for an executor (one reconnecting after a
+            // master restart, say), then say so rather than hold the caller for the whole wait.
+            let grace = cfg.no_executor_grace.min(wait);
+            early = tokio::time::timeout(grace, &mut rx).await.ok();
+            if early.is_none() && !self.inner.jobs.serving() {
+                self.inner.jobs.cancel(&job_id);
+                return Err(CoreError::new(
+                    ErrorKind::Unavailable,
+                    "no_executor",
+                    format!(
+                        "no executor serves the queue (none has polled the master in the last {} s), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
+                        self.inner.jobs.config().gone_after.as_secs()
+                    ),
+                )
+                .into());
+            }
+        }
+        let outcome = match early {
+            Some(r) => Ok(r),
+            None => tokio::time::timeout_at(deadline, rx).await,
+        };
+        match outcome {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
             Err(_) => {

@@ -330,6 +330,14 @@ impl JobQueue {
         self.lock().queued.len()
     }
 
+    /// Whether any executor serves the queue: one is polling or running a job, or was seen
+    /// within `gone_after`.
+    pub fn serving(&self) -> bool {
+        let q = self.lock();
+        let now = Instant::now();
+        q.executors.values().any(|s| s.polls > 0 || now.duration_since(s.last) <= self.config.gone_after)
+    }
+
     /// Executors with their state, longest-known first.
     pub fn executors(&self) -> Vec<ExecutorView> {
         let q = self.lock();
