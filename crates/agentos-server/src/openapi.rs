@@ -1,5 +1,6 @@
 //! The API's OpenAPI document, generated from the handlers and wire types.
 
+use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -51,7 +52,7 @@ use utoipa::{Modify, OpenApi};
         crate::error::ErrorBody,
         agentos_core::job::CommandToken,
     )),
-    modifiers(&Bearer),
+    modifiers(&Bearer, &RefusalsFromTheRouteTable),
     security(("bearer" = []))
 )]
 struct ApiDoc;
@@ -68,6 +69,98 @@ impl Modify for Bearer {
     }
 }
 
+/// Documents, on every operation, the refusals its entry in the route table can give: 401
+/// without a valid token, 403 when a valid token may still lack the permission. The table is
+/// the one the auth layer enforces, so the document cannot drift from it.
+struct RefusalsFromTheRouteTable;
+
+/// The rule of `agentos_core::name::is_valid_id`, as a schema.
+fn id_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some("^[a-z0-9][a-z0-9-]{0,63}$"))
+        .min_length(Some(1))
+        .max_length(Some(64))
+        .into()
+}
+
+impl Modify for RefusalsFromTheRouteTable {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use crate::routes::{Permission, ROUTES};
+        // The document writes a catch-all `{*urn}` as `{urn}`.
+        let route_permission = |method: &str, path: &str| {
+            ROUTES.iter().find(|r| r.method == method && r.path.replace("{*", "{") == path).map(|r| r.permission)
+        };
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        let error = |description: &str| {
+            ResponseBuilder::new()
+                .description(description)
+                .content(
+                    "application/json",
+                    ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build(),
+                )
+                .build()
+        };
+        for (path, item) in api.paths.paths.iter_mut() {
+            let operations = [
+                ("GET", item.get.as_mut()),
+                ("POST", item.post.as_mut()),
+                ("PUT", item.put.as_mut()),
+                ("DELETE", item.delete.as_mut()),
+                ("PATCH", item.patch.as_mut()),
+            ];
+            for (method, op) in operations {
+                let (Some(op), Some(permission)) = (op, route_permission(method, path)) else { continue };
+                if permission == Permission::Public {
+                    op.security = Some(Vec::new());
+                    continue;
+                }
+                for param in op.parameters.iter_mut().flatten() {
+                    // Ids, model, place, transition and agent names all follow one rule
+                    // (`agentos_core::name::is_valid_id`); secret names follow another.
+                    let named = matches!(param.name.as_str(), "id" | "model" | "place" | "transition")
+                        || (param.name == "name" && path.starts_with("/api/agents/"));
+                    if param.parameter_in == ParameterIn::Path && named {
+                        param.schema = Some(id_schema());
+                    }
+                }
+                let responses = &mut op.responses.responses;
+                responses.entry("401".into()).or_insert_with(|| error("No valid bearer token").into());
+                if permission != Permission::Authenticated {
+                    let why = format!("The token's principal lacks {}", permission.describe());
+                    responses.entry("403".into()).or_insert_with(|| error(&why).into());
+                }
+            }
+        }
+    }
+}
+
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::{Permission, ROUTES};
+
+    #[test]
+    fn every_route_is_documented_with_the_refusals_it_can_give() {
+        let doc = serde_json::to_value(document()).unwrap();
+        for r in ROUTES {
+            let path = r.path.replace("{*", "{");
+            let op = &doc["paths"][&path][r.method.to_lowercase()];
+            assert!(op.is_object(), "{} {} is not in the document", r.method, r.path);
+            let responses = &op["responses"];
+            let public = r.permission == Permission::Public;
+            assert_eq!(responses.get("401").is_some(), !public, "{} {}: 401", r.method, r.path);
+            // An `Authenticated` route may still refuse by what it is asked (commands do).
+            if !public && r.permission != Permission::Authenticated {
+                assert!(responses.get("403").is_some(), "{} {}: 403", r.method, r.path);
+            }
+        }
+        let id = &doc["paths"]["/api/tool-catalog/{id}"]["get"]["parameters"][0]["schema"];
+        assert_eq!(id["pattern"], "^[a-z0-9][a-z0-9-]{0,63}$", "{id}");
+    }
 }
