@@ -235,16 +235,7 @@ impl Engine {
                 if principal.is_some_and(|want| rec.event.principal != want) {
                     continue;
                 }
-                let body = EventBody::from_parts(&rec.event.kind, &rec.event.payload)?;
-                let ev = agentos_core::event::Event {
-                    seq: rec.seq,
-                    model: rec.event.model,
-                    body,
-                    principal: rec.event.principal,
-                    time: rec.event.time,
-                    schema: rec.event.schema,
-                };
-                out.push(ev.view());
+                out.push(crate::engine::to_event(rec)?.view());
                 if out.len() >= limit {
                     return Ok(out);
                 }

@@ -143,14 +143,7 @@ fn flush(
                 for s in staged.drain(..) {
                     let mut committed = Vec::with_capacity(s.bodies.len());
                     for (body, rec) in s.bodies.into_iter().zip(recorded.by_ref()) {
-                        let ev = Event {
-                            seq: rec.seq,
-                            model: rec.event.model,
-                            body,
-                            principal: rec.event.principal,
-                            time: rec.event.time,
-                            schema: rec.event.schema,
-                        };
+                        let ev = crate::engine::with_body(rec, body);
                         st.apply(&ev);
                         committed.push(ev);
                     }

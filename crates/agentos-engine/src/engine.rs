@@ -121,16 +121,21 @@ fn now_ms() -> i64 {
 }
 
 /// Everything the engine needs from a recorded event to fold it.
-fn to_event(rec: agentos_store::RecordedEvent) -> Result<Event, EngineError> {
+pub(crate) fn to_event(rec: agentos_store::RecordedEvent) -> Result<Event, EngineError> {
     let body = EventBody::from_parts(&rec.event.kind, &rec.event.payload)?;
-    Ok(Event {
+    Ok(with_body(rec, body))
+}
+
+/// A recorded event with its body already decoded.
+pub(crate) fn with_body(rec: agentos_store::RecordedEvent, body: EventBody) -> Event {
+    Event {
         seq: rec.seq,
         model: rec.event.model,
         body,
         principal: rec.event.principal,
         time: rec.event.time,
         schema: rec.event.schema,
-    })
+    }
 }
 
 impl Engine {
