@@ -4,70 +4,15 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Instant;
 
 use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+mod common;
 
-/// Kills the process when dropped, so no run leaves one behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_master(data: &Path) -> (Proc, String, String) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .env("AGENTOS_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn master");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
-    let url = first.rsplit(' ').next().unwrap().to_string();
-    std::thread::spawn(move || for _ in lines {});
-    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
-    (Proc(child), url, token)
-}
-
-fn start_executor(http: &reqwest::blocking::Client, url: &str, token: &str, ws: &Path, name: &str) -> Proc {
-    let t: Value = http
-        .post(format!("{url}/api/executor-tokens"))
-        .bearer_auth(token)
-        .json(&json!({"name": name}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    let child = Command::new(BIN)
-        .args(["executor", "--master", url, "--workspace"])
-        .arg(ws)
-        .args(["--run-as", "current"])
-        .env("AGENTOS_EXECUTOR_TOKEN", t["token"].as_str().unwrap())
-        .env("AGENTOS_LOG", "warn")
-        .spawn()
-        .expect("spawn executor");
-    // Ready once the master lists it as polling.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let list: Value = http.get(format!("{url}/api/executors")).bearer_auth(token).send().unwrap().json().unwrap();
-        if list.as_array().unwrap().iter().any(|e| e["name"] == name && e["state"] == "polling") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "executor {name} did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Proc(child)
-}
+use common::{Api, ms, start_executor, start_master};
 
 /// A caller on one kept-alive HTTP/1.1 connection, written out by hand: a lean client, so that
 /// the figures are those of the master and executors rather than of the benchmark's own client
@@ -151,29 +96,17 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let http = reqwest::blocking::Client::builder().tcp_nodelay(true).build().unwrap();
-    let (_master, url, token) = start_master(&dir.path().join("master"));
-    let r: Value = http
-        .post(format!("{url}/api/commands"))
-        .bearer_auth(&token)
-        .json(&json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "exit0", "name": "exit 0", "runtime": "sh", "content": "exit 0"}))
-        .send()
-        .unwrap()
-        .json()
-        .unwrap();
-    assert_eq!(r["status"], "approved", "{r}");
+    let (_master, api) = start_master(&dir.path().join("master"));
+    api.register_script("exit0", "sh", "exit 0");
+    let Api { url, token, .. } = &api;
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     println!("executor benchmark: {cores} cores, release build, loopback");
 
     // (a) 40 sequential jobs through master and one executor against 40 bare spawns.
-    let e1 = start_executor(&http, &url, &token, &dir.path().join("e1"), "e1");
-    let mut caller = Caller::new(&url, &token, "exit0");
+    let e1 = start_executor(&api, &dir.path().join("e1"), "e1", 1);
+    let mut caller = Caller::new(url, token, "exit0");
     for _ in 0..10 {
         caller.invoke();
     }
@@ -204,7 +137,7 @@ fn main() {
     );
 
     // (b) throughput with two executors against xargs -P2.
-    let e2 = start_executor(&http, &url, &token, &dir.path().join("e2"), "e2");
+    let e2 = start_executor(&api, &dir.path().join("e2"), "e2", 1);
     // AGENTOS_BENCH_JOBS lengthens the run, for profiling.
     let jobs: usize = std::env::var("AGENTOS_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     // xargs always has its next spawn ready; the like for the executors is a queue that is never
@@ -223,7 +156,7 @@ fn main() {
     let through_us = |callers: usize| {
         let handles: Vec<_> = (0..callers)
             .map(|_| {
-                let mut caller = Caller::new(&url, &token, "exit0");
+                let mut caller = Caller::new(url, token, "exit0");
                 std::thread::spawn(move || {
                     for _ in 0..jobs / callers {
                         caller.invoke();

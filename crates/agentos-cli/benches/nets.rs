@@ -2,94 +2,23 @@
 //! event, and the end-to-end latency of a three-step net with script steps. Prints figures;
 //! asserts nothing. Run: `cargo bench -p agentos-cli --bench nets`.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+mod common;
 
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Api {
-    url: String,
-    token: String,
-    http: reqwest::blocking::Client,
-}
+use common::{Api, pct, start_executor, start_master};
 
 impl Api {
-    fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
-        let mut req = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().unwrap();
-        let status = resp.status();
-        let v: Value = resp.json().unwrap_or(Value::Null);
-        assert!(status.is_success(), "{path}: {status} {v}");
-        v
-    }
     fn count(&self, model: &str, place: &str) -> usize {
-        self.call(reqwest::Method::GET, &format!("/api/models/{model}/places/{place}/tokens"), None)
-            .as_array()
-            .unwrap()
-            .len()
+        self.get(&format!("/api/models/{model}/places/{place}/tokens")).as_array().unwrap().len()
     }
 }
 
-fn start_master(data: &Path) -> (Proc, Api) {
-    let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .env("AGENTOS_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn master");
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
-    std::thread::spawn(move || for _ in lines {});
-    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
-    let http = reqwest::blocking::Client::builder().tcp_nodelay(true).build().unwrap();
-    (Proc(child), Api { url, token, http })
-}
-
-fn start_executor(api: &Api, ws: &Path) -> Proc {
-    let t = api.call(reqwest::Method::POST, "/api/executor-tokens", Some(json!({"name": "bench"})));
-    let child = Command::new(BIN)
-        .args(["executor", "--master", &api.url, "--workspace"])
-        .arg(ws)
-        .args(["--run-as", "current", "--concurrency", "2"])
-        .env("AGENTOS_EXECUTOR_TOKEN", t["token"].as_str().unwrap())
-        .env("AGENTOS_LOG", "warn")
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !api.call(reqwest::Method::GET, "/api/executors", None).to_string().contains("polling") {
-        assert!(Instant::now() < deadline, "executor did not start");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Proc(child)
-}
-
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out: {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    common::wait_until(what, Duration::from_secs(120), cond)
 }
 
 fn main() {
@@ -123,7 +52,7 @@ fn main() {
     println!("    {:>8.0} fires/s   ({:.3} ms per fire)", n as f64 / secs, secs * 1000.0 / n as f64);
 
     // 2. three-step net with script steps, end to end, one token at a time.
-    let _e = start_executor(&api, &dir.path().join("executor"));
+    let _e = start_executor(&api, &dir.path().join("executor"), "bench", 2);
     api.call(reqwest::Method::POST, "/api/commands", Some(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "noop", "name": "noop", "runtime": "sh", "content": "cat"})));
     let cmd = |from: &str| json!({"executor": "script", "command": "invoke", "args": {"toolId": "noop", "input": format!("${{.{from}.data}}")}});
     let mut transitions = Vec::new();

@@ -2,24 +2,16 @@
 //! Node.js client making the same request; and the system prompt's size per tool on a 50-tool
 //! catalog. Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench shims`.
 
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
-const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+mod common;
+
+use common::{Api, BIN, start_executor, start_program};
+
 const EXAMPLE: &str = env!("CARGO_BIN_EXE_host-tools-example");
-
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn pct(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -43,51 +35,23 @@ fn time_runs(n: usize, mut make: impl FnMut() -> Command) -> Vec<f64> {
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("master");
-    let mut child = Command::new(EXAMPLE)
-        .args(["--listen", "127.0.0.1:0", "--data"])
-        .arg(&data)
-        .env("AGENTOS_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
-    std::thread::spawn(move || for _ in lines {});
-    let _master = Proc(child);
-    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
-    let http = reqwest::blocking::Client::new();
-    let post = |path: &str, body: Value| -> Value {
-        http.post(format!("{url}{path}")).bearer_auth(&token).json(&body).send().unwrap().json().unwrap()
-    };
-    post(
-        "/api/commands",
-        json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "nothing", "name": "nothing", "runtime": "sh", "content": "echo '{}'"}),
-    );
-    let t = post("/api/executor-tokens", json!({"name": "bench"}));
-    let _executor = Proc(
-        Command::new(BIN)
-            .args(["executor", "--master", &url, "--run-as", "current", "--workspace"])
-            .arg(dir.path().join("executor"))
-            .env("AGENTOS_EXECUTOR_TOKEN", t["token"].as_str().unwrap())
-            .env("AGENTOS_LOG", "warn")
-            .spawn()
-            .unwrap(),
-    );
-    std::thread::sleep(Duration::from_millis(300));
+    let (_master, api) = start_program(EXAMPLE, &[], &dir.path().join("master"));
+    let Api { url, token, .. } = &api;
+    api.register_script("nothing", "sh", "echo '{}'");
+    let _executor = start_executor(&api, &dir.path().join("executor"), "bench", 1);
     let bin = dir.path().join("bin");
     let out = Command::new(BIN)
         .args(["install-shims", "--dir"])
         .arg(&bin)
-        .env("AGENTOS_URL", &url)
-        .env("AGENTOS_TOKEN", &token)
+        .env("AGENTOS_URL", url)
+        .env("AGENTOS_TOKEN", token)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let shim = |name: &str, args: &[&str]| {
         let mut c = Command::new(bin.join(name));
-        c.args(args).env("AGENTOS_URL", &url).env("AGENTOS_TOKEN", &token);
+        c.args(args).env("AGENTOS_URL", url).env("AGENTOS_TOKEN", token);
         c
     };
     let node = |toolkit: &str, tool: &str| {
@@ -95,7 +59,7 @@ fn main() {
             "fetch(process.env.U + '/api/tools/{toolkit}/call', {{method: 'POST', headers: {{'authorization': 'Bearer ' + process.env.T, 'content-type': 'application/json'}}, body: JSON.stringify({{tool: '{tool}', args: []}})}}).then(r => r.text()).then(t => process.stdout.write(t + '\\n'))"
         );
         let mut c = Command::new("node");
-        c.args(["-e", &script]).env("U", &url).env("T", &token);
+        c.args(["-e", &script]).env("U", url).env("T", token);
         c
     };
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
@@ -129,7 +93,7 @@ fn main() {
     let words = ["ledger", "invoice", "forum", "digest", "deploy", "backup", "metrics", "ticket", "report", "calendar"];
     for i in 0..47 {
         let w = words[i % words.len()];
-        post(
+        api.post(
             "/api/commands",
             json!({
                 "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": format!("{w}-{i}"), "name": format!("{w} {i}"), "runtime": "sh", "content": format!("echo {i}"),
@@ -145,8 +109,8 @@ fn main() {
     }
     let out = Command::new(BIN)
         .args(["prompt", "--format", "json"])
-        .env("AGENTOS_URL", &url)
-        .env("AGENTOS_TOKEN", &token)
+        .env("AGENTOS_URL", url)
+        .env("AGENTOS_TOKEN", token)
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -157,5 +121,4 @@ fn main() {
         v["estimatedTokens"],
         v["tokensPerTool"].as_f64().unwrap()
     );
-    let _ = Path::new("");
 }

@@ -1,0 +1,119 @@
+//! Bench support: the real release binaries run as a master and as executors on loopback.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+
+/// Kills the process when dropped, so no run leaves one behind.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The operator's view of a master.
+pub struct Api {
+    pub url: String,
+    pub token: String,
+    pub http: reqwest::blocking::Client,
+}
+
+impl Api {
+    /// Answers the JSON body; any status but a success stops the bench.
+    pub fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut req = self.http.request(method, format!("{}{path}", self.url)).bearer_auth(&self.token);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().unwrap();
+        let status = resp.status();
+        let v: Value = resp.json().unwrap_or(Value::Null);
+        assert!(status.is_success(), "{path}: {status} {v}");
+        v
+    }
+
+    pub fn get(&self, path: &str) -> Value {
+        self.call(reqwest::Method::GET, path, None)
+    }
+
+    pub fn post(&self, path: &str, body: Value) -> Value {
+        self.call(reqwest::Method::POST, path, Some(body))
+    }
+
+    /// Registers a script tool in the global catalog.
+    pub fn register_script(&self, id: &str, runtime: &str, content: &str) {
+        let r = self.post(
+            "/api/commands",
+            json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": runtime, "content": content}),
+        );
+        assert_eq!(r["status"], "approved", "{r}");
+    }
+}
+
+/// `agentos serve` on a free port with its data in `data`.
+pub fn start_master(data: &Path) -> (Proc, Api) {
+    start_program(BIN, &["serve"], data)
+}
+
+/// A master program (`agentos serve`, or an embedding such as the host tools example) run as
+/// `program args.. --listen 127.0.0.1:0 --data DATA`; ready once it prints its URL.
+pub fn start_program(program: &str, args: &[&str], data: &Path) -> (Proc, Api) {
+    let mut child = Command::new(program)
+        .args(args)
+        .args(["--listen", "127.0.0.1:0", "--data"])
+        .arg(data)
+        .env("AGENTOS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn master");
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
+    std::thread::spawn(move || for _ in lines {});
+    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
+    let http = reqwest::blocking::Client::builder().tcp_nodelay(true).build().unwrap();
+    (Proc(child), Api { url, token, http })
+}
+
+/// An executor named `name` running `concurrency` jobs at once; ready once the master lists it
+/// as polling.
+pub fn start_executor(api: &Api, ws: &Path, name: &str, concurrency: usize) -> Proc {
+    let t = api.post("/api/executor-tokens", json!({"name": name}));
+    let child = Command::new(BIN)
+        .args(["executor", "--master", &api.url, "--workspace"])
+        .arg(ws)
+        .args(["--run-as", "current", "--concurrency", &concurrency.to_string()])
+        .env("AGENTOS_EXECUTOR_TOKEN", t["token"].as_str().unwrap())
+        .env("AGENTOS_LOG", "warn")
+        .spawn()
+        .expect("spawn executor");
+    wait_until(&format!("executor {name} polling"), Duration::from_secs(10), || {
+        api.get("/api/executors").as_array().unwrap().iter().any(|e| e["name"] == name && e["state"] == "polling")
+    });
+    Proc(child)
+}
+
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The `p` quantile (0 to 1) of sorted figures.
+pub fn pct(sorted: &[f64], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
