@@ -25,6 +25,9 @@ enum Cmd {
     Up(UpArgs),
     /// Run an executor: poll the master for command jobs and run them.
     Executor(ExecutorArgs),
+    /// Evaluate jq expressions for a master (started by the master itself).
+    #[command(hide = true)]
+    ExprWorker,
     /// Manage executor credentials (operator only).
     #[command(subcommand)]
     ExecutorToken(ExecutorTokenCmd),
@@ -143,6 +146,10 @@ pub struct ServeArgs {
     /// in ms, before it is answered 504 `no_executor`.
     #[arg(long, env = "AGENTOS_NO_EXECUTOR_GRACE_MS", default_value_t = 10_000)]
     pub no_executor_grace_ms: u64,
+    /// How long one jq expression of a net may run, in ms (expressions run in worker processes
+    /// limited to 1 GiB).
+    #[arg(long, env = "AGENTOS_EXPR_TIMEOUT_MS", default_value_t = 1_000)]
+    pub expr_timeout_ms: u64,
 }
 
 #[derive(Args, Clone)]
@@ -271,6 +278,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Cmd::Serve(args) => process::serve(args, None),
+        Cmd::ExprWorker => agentos_engine::sandbox::worker_main(),
         Cmd::Up(args) => process::serve(args.serve, Some(args.executor_concurrency)),
         Cmd::Executor(args) => process::executor(args),
         Cmd::ExecutorToken(ExecutorTokenCmd::Create { conn, name }) => {

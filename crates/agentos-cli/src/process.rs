@@ -55,6 +55,11 @@ async fn shutdown_signal() {
 pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
     init_logging();
     agentos_executor::forbid_inspection();
+    // jq expressions run in workers of this same binary, bounded in time and memory.
+    let expr_timeout = Duration::from_millis(args.expr_timeout_ms.max(1));
+    if let Err(e) = agentos_engine::sandbox::install_for_this_program(expr_timeout) {
+        return fail(e);
+    }
     let rt = match runtime(true) {
         Ok(r) => r,
         Err(code) => return code,

@@ -480,3 +480,44 @@ fn a_command_goes_to_the_named_executor_with_its_credential_which_no_token_keeps
     let (_, events) = api.get("/api/events?limit=1000");
     assert!(!events.to_string().contains(secret));
 }
+
+#[test]
+fn an_expression_that_recurses_deep_or_spins_fails_its_fire_and_the_master_lives_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(dir.path(), &["--expr-timeout-ms", "500"]);
+    let api = m.client();
+    let map = |id: &str, template: &str| {
+        json!({"id": id, "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+               "action": {"template": {"v": template}}, "emit": [{"to": "o"}]})
+    };
+    apply(
+        &api,
+        "jq",
+        json!({"places": ["p-in", "p-out"], "transitions": [
+            // Recursion that is not a tail call, and a value a million levels deep: each
+            // overflows the stack of whatever process evaluates it.
+            map("deep", "${def f: 1 + f; f}"),
+            map("nested", "${reduce range(1000000) as $i ([]; [.]) | tojson | length}"),
+            // Tail recursion: spins for ever.
+            map("spin", "${def f: f; f}"),
+            map("fine", "${.i.data.n + 1}"),
+        ]}),
+    );
+    put(&api, "jq", "p-in", json!({"n": 1}));
+    // The deep value is built in a loop: depending on the build's speed it is stopped by its
+    // time limit or overflows its worker's stack first.
+    let died = ["stopped its evaluator"];
+    let either = ["stopped its evaluator", "longer than 500 ms"];
+    let slow = ["longer than 500 ms"];
+    for (t, why) in [("deep", &died[..]), ("nested", &either[..]), ("spin", &slow[..])] {
+        let (status, o) = api.post(&format!("/api/models/jq/transitions/{t}/fire"), json!({}));
+        assert_eq!(status, 200, "{t}: {o}");
+        assert_eq!(o["outcome"], "failed", "{t}: {o}");
+        let reason = o["reason"].as_str().unwrap();
+        assert!(why.iter().any(|w| reason.contains(w)), "{t}: {o}");
+    }
+    // The master lives on, the token is still there, and a sound expression runs.
+    let (status, o) = api.post("/api/models/jq/transitions/fine/fire", json!({}));
+    assert_eq!((status, o["outcome"].as_str()), (200, Some("fired")), "{o}");
+    assert_eq!(api.token_data("jq", "p-out"), vec![json!({"v": 2})]);
+}

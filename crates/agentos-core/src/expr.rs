@@ -36,6 +36,20 @@ const DENIED: &[&str] = &[
 /// Error messages are cut to this many characters: a runtime error may quote a large value.
 const MAX_ERROR_CHARS: usize = 400;
 
+/// Runs a jq program (its source) on an input elsewhere and answers its first output. See
+/// [`set_sandbox`].
+pub type Sandbox = Box<dyn Fn(&str, &Value) -> Result<Option<Value>, String> + Send + Sync>;
+
+static SANDBOX: std::sync::OnceLock<Sandbox> = std::sync::OnceLock::new();
+
+/// Makes every evaluation in this process go through `sandbox` (a worker process with time and
+/// memory limits, on a master): a jq program can recurse without end or build a value deep
+/// enough to overflow the stack, which no code can catch in process. Set once, at start;
+/// `false` if one was set already. Without it, expressions run in process.
+pub fn set_sandbox(sandbox: Sandbox) -> bool {
+    SANDBOX.set(sandbox).is_ok()
+}
+
 /// A compiled jq expression. Cloning is cheap (the compiled filter is shared).
 #[derive(Clone)]
 pub struct Expr {
@@ -71,6 +85,11 @@ impl Expr {
         self.first(to_val(input), |v| v.map(from_val))
     }
 
+    /// The first output on `input`, always in this process: what a sandbox worker runs.
+    pub fn eval_here(&self, input: &Value) -> Result<Option<Value>, String> {
+        self.first_here(to_val(input), |v| v.map(from_val))
+    }
+
     /// jq truthiness of the first output: `false` and `null` are false, and so is no output.
     pub fn truthy(&self, input: &Value) -> Result<bool, String> {
         self.first(to_val(input), |v| matches!(v, Some(v) if !matches!(v, Val::Null | Val::Bool(false))))
@@ -79,6 +98,16 @@ impl Expr {
     /// Runs the expression on `input` and maps its first output with `f`. A panic inside the interpreter
     /// becomes an error rather than unwinding into the caller.
     fn first<T>(&self, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, String> {
+        match SANDBOX.get() {
+            Some(sandbox) => {
+                let out = sandbox(&self.source, &from_val(&input))?;
+                Ok(f(out.map(|v| to_val(&v)).as_ref()))
+            }
+            None => self.first_here(input, f),
+        }
+    }
+
+    fn first_here<T>(&self, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, String> {
         let run = || {
             let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([]));
             let mut outputs = self.filter.id.run((ctx, input));

@@ -10,6 +10,7 @@ pub mod host;
 pub mod jobs;
 pub mod nets;
 pub mod principal;
+pub mod sandbox;
 
 pub use dispatch::DispatchConfig;
 pub use engine::{Engine, EngineConfig, History, Restored};

@@ -1,0 +1,178 @@
+//! jq expressions in worker processes. A jq program can recurse without end or build a value
+//! deep enough to overflow the stack, and a stack overflow aborts the whole process: in the
+//! master, with a started transition firing again after every restart, that is a crash loop.
+//! So a master evaluates expressions in workers (`agentos expr-worker`, one request at a time
+//! each, as many as evaluations run at once) bounded in time and memory; a worker that
+//! overruns is killed and one that dies is replaced, and the evaluation fails with the reason.
+//! Only the program and its input cross: credentials and templates stay in the master.
+
+use std::io::{BufRead, Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use std::collections::HashMap;
+
+use agentos_core::expr::Expr;
+use serde_json::{Value, json};
+
+/// Address space a worker may use.
+const WORKER_MEMORY_BYTES: u64 = 1 << 30;
+
+pub struct ExprPool {
+    program: PathBuf,
+    args: Vec<String>,
+    timeout: Duration,
+    idle: Mutex<Vec<Worker>>,
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    buf: Vec<u8>,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ExprPool {
+    /// Workers are `program args..`, which must run [`worker_main`]; an evaluation may take `timeout`.
+    pub fn new(program: PathBuf, args: Vec<String>, timeout: Duration) -> Self {
+        ExprPool { program, args, timeout, idle: Mutex::new(Vec::new()) }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Worker>> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The first output of `src` on `input`, computed by a worker.
+    pub fn eval(&self, src: &str, input: &Value) -> Result<Option<Value>, String> {
+        let popped = self.idle().pop();
+        let mut worker = match popped {
+            Some(w) => w,
+            None => self.spawn()?,
+        };
+        let mut line = serde_json::to_vec(&json!({"src": src, "input": input})).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        match worker.ask(&line, self.timeout) {
+            Ok(answer) => {
+                self.idle().push(worker);
+                answer
+            }
+            // The worker is dropped, which kills it.
+            Err(why) => Err(why),
+        }
+    }
+
+    fn spawn(&self) -> Result<Worker, String> {
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot start an expression worker ({}): {e}", self.program.display()))?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        Ok(Worker { child, stdin, stdout, buf: Vec::new() })
+    }
+}
+
+impl Worker {
+    /// Sends one request and reads its one answer line. `Err`: the worker is no longer usable.
+    fn ask(&mut self, line: &[u8], timeout: Duration) -> Result<Result<Option<Value>, String>, String> {
+        let died = "the expression stopped its evaluator: it recursed too deep, built too deep a value or used more than 1 GiB";
+        self.stdin.write_all(line).map_err(|_| died.to_string())?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(end) = self.buf.iter().position(|b| *b == b'\n') {
+                let answer: Value = serde_json::from_slice(&self.buf[..end]).map_err(|e| e.to_string())?;
+                self.buf.drain(..=end);
+                return Ok(match answer.get("err").and_then(Value::as_str) {
+                    Some(e) => Err(e.to_string()),
+                    None => Ok(answer.get("ok").cloned().filter(|_| answer["some"] == true)),
+                });
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fd = libc::pollfd { fd: self.stdout.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+            // SAFETY: one valid pollfd for the duration of the call.
+            let ready = unsafe { libc::poll(&mut fd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+            if ready == 0 || left.is_zero() {
+                return Err(format!("the expression ran longer than {} ms and was stopped", timeout.as_millis()));
+            }
+            let mut chunk = [0u8; 64 * 1024];
+            match self.stdout.read(&mut chunk) {
+                Ok(0) => return Err(died.to_string()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(died.to_string()),
+            }
+        }
+    }
+}
+
+/// Makes every jq evaluation of this process run in workers started as `this-program
+/// expr-worker`: the program must answer that argument with [`worker_main`].
+pub fn install_for_this_program(timeout: Duration) -> Result<(), String> {
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find this program to start expression workers: {e}"))?;
+    let pool = ExprPool::new(exe, vec!["expr-worker".into()], timeout);
+    agentos_core::expr::set_sandbox(Box::new(move |src, input| pool.eval(src, input)));
+    Ok(())
+}
+
+/// The worker: one JSON request per line on stdin (`{"src", "input"}`), one answer per line on
+/// stdout (`{"some", "ok"}` or `{"err"}`), until stdin closes. Its memory is capped, and it is
+/// not dumpable (its inputs are token data).
+pub fn worker_main() -> std::process::ExitCode {
+    let limit = libc::rlimit { rlim_cur: WORKER_MEMORY_BYTES, rlim_max: WORKER_MEMORY_BYTES };
+    // SAFETY: setrlimit and prctl only change limits and flags of this process.
+    unsafe {
+        libc::setrlimit(libc::RLIMIT_AS, &limit);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    let stdin = std::io::stdin().lock();
+    let mut stdout = std::io::stdout().lock();
+    // Compiling loads the jq standard library: programs are compiled once per worker.
+    let mut compiled: HashMap<String, Expr> = HashMap::new();
+    for line in stdin.lines() {
+        let Ok(line) = line else { break };
+        let answer = match serde_json::from_str::<Value>(&line) {
+            Ok(req) => {
+                let src = req["src"].as_str().unwrap_or("");
+                if !compiled.contains_key(src) {
+                    if compiled.len() >= 1024 {
+                        compiled.clear();
+                    }
+                    if let Ok(e) = Expr::compile(src) {
+                        compiled.insert(src.to_string(), e);
+                    }
+                }
+                let result = match compiled.get(src) {
+                    Some(e) => e.eval_here(&req["input"]),
+                    None => Expr::compile(src).and_then(|e| e.eval_here(&req["input"])),
+                };
+                match result {
+                    Ok(Some(v)) => json!({"some": true, "ok": v}),
+                    Ok(None) => json!({"some": false}),
+                    Err(e) => json!({"err": e}),
+                }
+            }
+            Err(e) => json!({"err": format!("bad request to the expression worker: {e}")}),
+        };
+        let mut out = serde_json::to_vec(&answer).unwrap_or_else(|_| b"{\"err\":\"unencodable answer\"}".to_vec());
+        out.push(b'\n');
+        if stdout.write_all(&out).and_then(|()| stdout.flush()).is_err() {
+            break;
+        }
+    }
+    std::process::ExitCode::SUCCESS
+}
