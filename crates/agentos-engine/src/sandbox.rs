@@ -10,7 +10,7 @@ use std::io::{BufRead, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
@@ -21,11 +21,22 @@ use serde_json::{Value, json};
 /// Address space a worker may use.
 const WORKER_MEMORY_BYTES: u64 = 1 << 30;
 
+/// Workers alive at once, at most: evaluations beyond wait for one to be free.
+const MAX_WORKERS: usize = 8;
+
 pub struct ExprPool {
     program: PathBuf,
     args: Vec<String>,
     timeout: Duration,
-    idle: Mutex<Vec<Worker>>,
+    slots: Mutex<Slots>,
+    freed: Condvar,
+}
+
+#[derive(Default)]
+struct Slots {
+    idle: Vec<Worker>,
+    /// Workers alive, idle or busy.
+    live: usize,
 }
 
 struct Worker {
@@ -45,29 +56,60 @@ impl Drop for Worker {
 impl ExprPool {
     /// Workers are `program args..`, which must run [`worker_main`]; an evaluation may take `timeout`.
     pub fn new(program: PathBuf, args: Vec<String>, timeout: Duration) -> Self {
-        ExprPool { program, args, timeout, idle: Mutex::new(Vec::new()) }
+        ExprPool { program, args, timeout, slots: Mutex::new(Slots::default()), freed: Condvar::new() }
     }
 
-    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Worker>> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Workers alive now.
+    pub fn live(&self) -> usize {
+        self.slots().live
+    }
+
+    /// An idle worker, a new one while fewer than [`MAX_WORKERS`] live, or the next one freed.
+    fn take(&self) -> Result<Worker, String> {
+        let mut slots = self.slots();
+        loop {
+            if let Some(w) = slots.idle.pop() {
+                return Ok(w);
+            }
+            if slots.live < MAX_WORKERS {
+                slots.live += 1;
+                drop(slots);
+                return self.spawn().inspect_err(|_| self.give_back(None));
+            }
+            slots = self.freed.wait(slots).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Returns a worker after its evaluation; `None`: it was killed.
+    fn give_back(&self, worker: Option<Worker>) {
+        let mut slots = self.slots();
+        match worker {
+            Some(w) => slots.idle.push(w),
+            None => slots.live -= 1,
+        }
+        self.freed.notify_one();
     }
 
     /// The first output of `src` on `input`, computed by a worker.
     pub fn eval(&self, src: &str, input: &Value) -> Result<Option<Value>, String> {
-        let popped = self.idle().pop();
-        let mut worker = match popped {
-            Some(w) => w,
-            None => self.spawn()?,
-        };
         let mut line = serde_json::to_vec(&json!({"src": src, "input": input})).map_err(|e| e.to_string())?;
         line.push(b'\n');
+        let mut worker = self.take()?;
         match worker.ask(&line, self.timeout) {
             Ok(answer) => {
-                self.idle().push(worker);
+                self.give_back(Some(worker));
                 answer
             }
-            // The worker is dropped, which kills it.
-            Err(why) => Err(why),
+            Err(why) => {
+                // Dropping the worker kills it.
+                drop(worker);
+                self.give_back(None);
+                Err(why)
+            }
         }
     }
 
@@ -175,4 +217,51 @@ pub fn worker_main() -> std::process::ExitCode {
         }
     }
     std::process::ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in worker in sh: the pool's own mechanics (reuse, the cap, time limits, deaths)
+    /// against real processes, without the agentos binary.
+    fn pool(script: &str, timeout_ms: u64) -> ExprPool {
+        ExprPool::new("sh".into(), vec!["-c".into(), script.into()], Duration::from_millis(timeout_ms))
+    }
+
+    const ECHO_ONE: &str = r#"while read l; do echo '{"some":true,"ok":1}'; done"#;
+
+    #[test]
+    fn workers_are_reused_capped_stopped_at_their_time_limit_and_replaced_when_they_die() {
+        let p = pool(ECHO_ONE, 5000);
+        assert_eq!(p.eval(".", &json!(null)), Ok(Some(json!(1))));
+        assert_eq!(p.eval(".", &json!(null)), Ok(Some(json!(1))));
+        assert_eq!(p.live(), 1, "the idle worker is reused");
+
+        let p = std::sync::Arc::new(pool(r#"while read l; do sleep 0.05; echo '{"some":false}'; done"#, 5000));
+        let handles: Vec<_> = (0..3 * MAX_WORKERS)
+            .map(|_| {
+                let p = p.clone();
+                std::thread::spawn(move || p.eval(".", &json!(null)))
+            })
+            .collect();
+        for h in handles {
+            assert_eq!(h.join().unwrap(), Ok(None));
+        }
+        assert!(p.live() <= MAX_WORKERS, "{} workers", p.live());
+
+        let slow = pool("read l; sleep 5", 200);
+        let err = slow.eval(".", &json!(null)).unwrap_err();
+        assert!(err.contains("longer than 200 ms"), "{err}");
+        assert_eq!(slow.live(), 0, "the worker that overran is gone");
+
+        let dies = pool("read l; exit 3", 5000);
+        let err = dies.eval(".", &json!(null)).unwrap_err();
+        assert!(err.contains("stopped its evaluator"), "{err}");
+        assert_eq!(dies.live(), 0);
+
+        let errs = pool(r#"while read l; do echo '{"err":"no such function"}'; done"#, 5000);
+        assert_eq!(errs.eval(".", &json!(null)), Err("no such function".into()));
+        assert_eq!(errs.live(), 1, "an error of the program is not the worker's");
+    }
 }
