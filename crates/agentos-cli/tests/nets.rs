@@ -516,6 +516,23 @@ fn an_expression_that_recurses_deep_or_spins_fails_its_fire_and_the_master_lives
         let reason = o["reason"].as_str().unwrap();
         assert!(why.iter().any(|w| reason.contains(w)), "{t}: {o}");
     }
+    // Deep nesting in the source is compiled on a stack made for it; past the length limit the
+    // definition is refused. Either way the master answers.
+    let deep = format!("${{{}.n{}}}", "(".repeat(4000), ")".repeat(4000));
+    let (status, v) =
+        api.put("/api/models/jq/net", json!({"places": ["p-in", "p-out"], "transitions": [map("parens", &deep)]}));
+    assert_eq!(status, 200, "{v}");
+    let long = format!("${{{}}}", vec!["."; 9000].join("|"));
+    let (status, v) =
+        api.put("/api/models/jq2/net", json!({"places": ["p-in", "p-out"], "transitions": [map("long", &long)]}));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("at most 16384"), "{v}");
+    apply(
+        &api,
+        "jq",
+        json!({"places": ["p-in", "p-out"], "transitions": [map("deep", "${def f: 1 + f; f}"), map("fine", "${.i.data.n + 1}")]}),
+    );
+
     // The master lives on, the token is still there, and a sound expression runs.
     let (status, o) = api.post("/api/models/jq/transitions/fine/fire", json!({}));
     assert_eq!((status, o["outcome"].as_str()), (200, Some("fired")), "{o}");

@@ -57,9 +57,33 @@ pub struct Expr {
     filter: Arc<Filter>,
 }
 
+/// Longest expression accepted, in bytes.
+pub const MAX_EXPR_BYTES: usize = 16 * 1024;
+
+/// The stack the compiler runs on. jaq's parser and compiler recurse for each level of nesting
+/// (about 2 KB a level in a release build), so a thousand nested parentheses overflow the 2 MiB
+/// stack of a runtime thread, which aborts the process. On this stack (reserved, committed only
+/// as used) the longest expression accepted compiles whatever its shape.
+const COMPILE_STACK_BYTES: usize = 256 << 20;
+
 impl Expr {
     /// Compiles `src`. The error says what is wrong and where (a byte offset into `src`).
     pub fn compile(src: &str) -> Result<Expr, String> {
+        if src.len() > MAX_EXPR_BYTES {
+            return Err(format!("the expression is {} bytes long; at most {MAX_EXPR_BYTES} are accepted", src.len()));
+        }
+        std::thread::scope(|s| {
+            std::thread::Builder::new()
+                .name("jq-compile".into())
+                .stack_size(COMPILE_STACK_BYTES)
+                .spawn_scoped(s, || Self::compile_here(src))
+                .map_err(|e| format!("cannot start the expression compiler: {e}"))?
+                .join()
+                .unwrap_or_else(|_| Err("the jq compiler failed on this expression".to_string()))
+        })
+    }
+
+    fn compile_here(src: &str) -> Result<Expr, String> {
         let arena = Arena::default();
         let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
         let defs = defs.filter(|def| !DENIED.contains(&def.name));
@@ -577,6 +601,30 @@ mod tests {
     /// The value, or `Err(())` for any error.
     fn outcome<T, E>(r: Result<T, E>) -> Result<T, ()> {
         r.map_err(|_| ())
+    }
+
+    #[test]
+    fn the_deepest_nesting_accepted_compiles_on_a_small_stack_and_longer_is_refused() {
+        // A runtime thread's stack: compiling here must not depend on it.
+        let small = std::thread::Builder::new().stack_size(2 << 20);
+        let shapes = small
+            .spawn(|| {
+                let half = (MAX_EXPR_BYTES - 1) / 2;
+                let parens = format!("{}.{}", "(".repeat(half), ")".repeat(half));
+                let arrays = format!("{}1{}", "[".repeat(half), "]".repeat(half));
+                let pipes = vec!["."; MAX_EXPR_BYTES / 2].join("|");
+                let sums = vec!["1"; MAX_EXPR_BYTES / 2].join("+");
+                [parens, arrays, pipes, sums].map(|src| (src.len(), Expr::compile(&src).map(|_| ())))
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        for (len, r) in shapes {
+            assert!(len <= MAX_EXPR_BYTES);
+            assert!(r.is_ok(), "{len} bytes: {r:?}");
+        }
+        let err = Expr::compile(&".".repeat(MAX_EXPR_BYTES + 1)).unwrap_err();
+        assert!(err.contains("at most 16384"), "{err}");
     }
 
     #[test]
