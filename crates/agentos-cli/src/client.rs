@@ -628,22 +628,15 @@ pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
         AgentCmd::List { conn, json } => {
             let v = conn.request(reqwest::Method::GET, "/api/agents", &[], None)?;
             output::print(&v, json, |v| {
-                v.as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|p| {
-                                format!(
-                                    "{:<24} {:<9} {} {}",
-                                    p["name"].as_str().unwrap_or(""),
-                                    p["kind"].as_str().unwrap_or(""),
-                                    p["flags"].as_str().unwrap_or(""),
-                                    p["model"].as_str().unwrap_or("")
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    })
-                    .unwrap_or_default()
+                output::each_line(v, |p| {
+                    format!(
+                        "{:<24} {:<9} {} {}",
+                        p["name"].as_str().unwrap_or(""),
+                        p["kind"].as_str().unwrap_or(""),
+                        p["flags"].as_str().unwrap_or(""),
+                        p["model"].as_str().unwrap_or("")
+                    )
+                })
             });
         }
         AgentCmd::Revoke { conn, name } => {
@@ -688,20 +681,9 @@ pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
         SecretCmd::List { conn, json } => {
             let v = conn.request(reqwest::Method::GET, "/api/secrets", &[], None)?;
             output::print(&v, json, |v| {
-                v.as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|s| {
-                                format!(
-                                    "{:<32} {}",
-                                    s["name"].as_str().unwrap_or(""),
-                                    s["updatedAt"].as_str().unwrap_or("")
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    })
-                    .unwrap_or_default()
+                output::each_line(v, |s| {
+                    format!("{:<32} {}", s["name"].as_str().unwrap_or(""), s["updatedAt"].as_str().unwrap_or(""))
+                })
             });
         }
     }
@@ -722,23 +704,16 @@ pub fn audit(
     opt(&mut q, "limit", limit.map(|l| l.to_string()));
     let v = conn.request(reqwest::Method::GET, "/api/events", &q, None)?;
     output::print(&v, json, |v| {
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|e| {
-                        format!(
-                            "#{:<6} {}  {:<12} {:<18} {}",
-                            e["seq"],
-                            e["time"].as_str().unwrap_or(""),
-                            e["principal"].as_str().unwrap_or(""),
-                            e["type"].as_str().unwrap_or(""),
-                            e["model"].as_str().unwrap_or("")
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .unwrap_or_default()
+        output::each_line(v, |e| {
+            format!(
+                "#{:<6} {}  {:<12} {:<18} {}",
+                e["seq"],
+                e["time"].as_str().unwrap_or(""),
+                e["principal"].as_str().unwrap_or(""),
+                e["type"].as_str().unwrap_or(""),
+                e["model"].as_str().unwrap_or("")
+            )
+        })
     });
     Ok(())
 }

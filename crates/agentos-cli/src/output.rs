@@ -12,6 +12,11 @@ pub fn print(v: &Value, json: bool, human: impl Fn(&Value) -> String) {
     }
 }
 
+/// One line per item of a list answer.
+pub fn each_line(v: &Value, line: impl Fn(&Value) -> String) -> String {
+    v.as_array().map(|a| a.iter().map(line).collect::<Vec<_>>().join("\n")).unwrap_or_default()
+}
+
 fn s<'a>(v: &'a Value, key: &str) -> &'a str {
     v.get(key).and_then(Value::as_str).unwrap_or("")
 }
@@ -220,9 +225,8 @@ pub fn net(v: &Value) -> String {
 }
 
 pub fn tokens(v: &Value) -> String {
-    let list = v.as_array().cloned().unwrap_or_default();
-    if list.is_empty() {
+    if v.as_array().is_none_or(|a| a.is_empty()) {
         return "no tokens".into();
     }
-    list.iter().map(|t| format!("{}  {}", s(t, "id"), t["data"])).collect::<Vec<_>>().join("\n")
+    each_line(v, |t| format!("{}  {}", s(t, "id"), t["data"]))
 }

@@ -74,6 +74,13 @@ struct Seen {
     polls: u32,
 }
 
+impl Seen {
+    /// Not polling, and not seen for longer than `gone_after`.
+    fn gone(&self, now: Instant, gone_after: Duration) -> bool {
+        self.polls == 0 && now.duration_since(self.last) > gone_after
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     queued: VecDeque<String>,
@@ -335,7 +342,7 @@ impl JobQueue {
     pub fn serving(&self) -> bool {
         let q = self.lock();
         let now = Instant::now();
-        q.executors.values().any(|s| s.polls > 0 || now.duration_since(s.last) <= self.config.gone_after)
+        q.executors.values().any(|s| !s.gone(now, self.config.gone_after))
     }
 
     /// Executors with their state, longest-known first.
@@ -353,7 +360,7 @@ impl JobQueue {
                     .map(|(id, _)| id.clone())
                     .collect();
                 jobs.sort();
-                let state = if now.duration_since(seen.last) > self.config.gone_after && seen.polls == 0 {
+                let state = if seen.gone(now, self.config.gone_after) {
                     "gone"
                 } else if !jobs.is_empty() {
                     "busy"

@@ -37,10 +37,9 @@ pub struct Snapshot {
 
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
-    /// Appends `events` in one transaction, durably, before returning them with their sequence numbers.
-    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError>;
-    /// The same as [`EventLog::append`], on the calling thread: for the engine's committer,
-    /// which owns a thread of its own, so a commit costs no hand-off to a blocking pool.
+    /// Appends `events` in one transaction, durably, before returning them with their sequence
+    /// numbers. Blocks: the engine's committer calls it on a thread of its own, so a commit costs
+    /// no hand-off to a blocking pool.
     fn append_blocking(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError>;
     /// Up to `limit` events with a sequence number above `after`, in order.
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>;

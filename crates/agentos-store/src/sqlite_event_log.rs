@@ -121,10 +121,6 @@ const SELECT: &str = "SELECT seq, model, type, key, payload, principal, time, v 
 
 #[async_trait]
 impl EventLog for SqliteEventLog {
-    async fn append(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
-        Self::with(&self.writer, move |conn| append_in(conn, events)).await
-    }
-
     fn append_blocking(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
         let mut conn = self.writer.lock().map_err(|_| StoreError::Log("connection lock poisoned".into()))?;
         append_in(&mut conn, events)
@@ -222,9 +218,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.db");
         let log = SqliteEventLog::open(&path).unwrap();
-        let a = log.append(vec![ev("tool:a"), ev("tool:b")]).await.unwrap();
+        let a = log.append_blocking(vec![ev("tool:a"), ev("tool:b")]).unwrap();
         assert_eq!(a.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
-        log.append(vec![ev("tool:a")]).await.unwrap();
+        log.append_blocking(vec![ev("tool:a")]).unwrap();
         assert_eq!(log.last_seq().await.unwrap(), 3);
         assert_eq!(log.read_key("default", "tool:a").await.unwrap().len(), 2);
         assert_eq!(log.read_after(1, 10).await.unwrap().len(), 2);
