@@ -602,6 +602,24 @@ pub enum AgentCmd {
         conn: Conn,
         name: String,
     },
+    /// Let an agent act in another model besides its home model (its net, tokens, watch stream, jobs).
+    Grant {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+        /// The model to grant.
+        #[arg(long)]
+        model: String,
+    },
+    /// End a model grant.
+    Ungrant {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+        /// The model to take back.
+        #[arg(long)]
+        model: String,
+    },
 }
 
 pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
@@ -629,8 +647,14 @@ pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
             let v = conn.request(reqwest::Method::GET, "/api/agents", &[], None)?;
             output::print(&v, json, |v| {
                 output::each_line(v, |p| {
+                    let granted: Vec<&str> = p["granted"]
+                        .as_array()
+                        .map(|a| a.iter().filter_map(Value::as_str).collect())
+                        .unwrap_or_default();
+                    let granted =
+                        if granted.is_empty() { String::new() } else { format!(" (granted {})", granted.join(", ")) };
                     format!(
-                        "{:<24} {:<9} {} {}",
+                        "{:<24} {:<9} {} {}{granted}",
                         p["name"].as_str().unwrap_or(""),
                         p["kind"].as_str().unwrap_or(""),
                         p["flags"].as_str().unwrap_or(""),
@@ -642,6 +666,16 @@ pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
         AgentCmd::Revoke { conn, name } => {
             conn.request(reqwest::Method::DELETE, &format!("/api/agents/{}", model_path(&name)?), &[], None)?;
             println!("revoked {name}");
+        }
+        AgentCmd::Grant { conn, name, model } => {
+            let path = format!("/api/agents/{}/grants", model_path(&name)?);
+            conn.request(reqwest::Method::POST, &path, &[], Some(json!({"model": model})))?;
+            println!("{name} may now act in model {model}");
+        }
+        AgentCmd::Ungrant { conn, name, model } => {
+            let path = format!("/api/agents/{}/grants/{}", model_path(&name)?, model_path(&model)?);
+            conn.request(reqwest::Method::DELETE, &path, &[], None)?;
+            println!("{name} may no longer act in model {model}");
         }
     }
     Ok(())
@@ -663,6 +697,52 @@ pub enum SecretCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Grant a secret to one use: a pinned tool (a changed pin loses the grant) or an origin.
+    Grant {
+        #[command(flatten)]
+        conn: Conn,
+        name: String,
+        /// A script tool, as it is pinned now (resolved in --model, else the global catalog).
+        #[arg(long, conflicts_with = "origin", required_unless_present = "origin")]
+        tool: Option<String>,
+        /// Requests to this origin (scheme://host[:port]) may carry the secret in a header.
+        #[arg(long)]
+        origin: Option<String>,
+        /// Only for fires in this model.
+        #[arg(long)]
+        model: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List secret grants.
+    Grants {
+        #[command(flatten)]
+        conn: Conn,
+        #[arg(long)]
+        json: bool,
+    },
+    /// End a secret grant, by the id `secret grants` shows.
+    Ungrant {
+        #[command(flatten)]
+        conn: Conn,
+        id: String,
+    },
+}
+
+/// One line for a secret grant.
+fn grant_line(g: &Value) -> String {
+    let to = &g["to"];
+    let target = match to["kind"].as_str() {
+        Some("tool") => format!(
+            "tool {} in {} (sha256 {})",
+            to["id"].as_str().unwrap_or(""),
+            to["model"].as_str().unwrap_or(""),
+            &to["sha256"].as_str().unwrap_or("")[..12.min(to["sha256"].as_str().unwrap_or("").len())]
+        ),
+        _ => format!("origin {}", to["origin"].as_str().unwrap_or("")),
+    };
+    let only = g["model"].as_str().map(|m| format!(" only in model {m}")).unwrap_or_default();
+    format!("{:<16} {:<24} {target}{only}", g["id"].as_str().unwrap_or(""), g["secret"].as_str().unwrap_or(""))
 }
 
 pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
@@ -685,6 +765,26 @@ pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
                     format!("{:<32} {}", s["name"].as_str().unwrap_or(""), s["updatedAt"].as_str().unwrap_or(""))
                 })
             });
+        }
+        SecretCmd::Grant { conn, name, tool, origin, model, json } => {
+            if !agentos_core::net::valid_credential(&name) {
+                return Err(fail(EXIT_USAGE, format!("secret name {name:?}: use A-Z, a-z, 0-9, '_' and '-'")));
+            }
+            let v = conn.request(
+                reqwest::Method::POST,
+                &format!("/api/secrets/{name}/grants"),
+                &[],
+                Some(json!({"tool": tool, "origin": origin, "model": model})),
+            )?;
+            output::print(&v, json, grant_line);
+        }
+        SecretCmd::Grants { conn, json } => {
+            let v = conn.request(reqwest::Method::GET, "/api/secret-grants", &[], None)?;
+            output::print(&v, json, |v| output::each_line(v, grant_line));
+        }
+        SecretCmd::Ungrant { conn, id } => {
+            conn.request(reqwest::Method::DELETE, &format!("/api/secret-grants/{}", model_path(&id)?), &[], None)?;
+            println!("secret grant {id} revoked");
         }
     }
     Ok(())

@@ -281,8 +281,11 @@ fn an_http_transition_calls_a_real_server_with_a_credential_that_is_stored_nowhe
         text
     });
     let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_full(dir.path(), "127.0.0.1:0", &[], &[("AGENTOS_CREDENTIAL_WEATHER_KEY", secret)]);
+    let m = Master::start(dir.path());
     let api = m.client();
+    assert_eq!(api.put("/api/secrets/WEATHER_KEY", json!({"value": secret})).0, 200);
+    let (s, v) = api.post("/api/secrets/WEATHER_KEY/grants", json!({"origin": format!("http://127.0.0.1:{port}")}));
+    assert_eq!(s, 200, "{v}");
     apply(
         &api,
         "weather",
@@ -445,13 +448,13 @@ fn apply_and_get(api: &Api, doc: Value) -> (u16, Value) {
 fn a_command_goes_to_the_named_executor_with_its_credential_which_no_token_keeps() {
     let secret = "cmd-secret-5150";
     let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_full(
-        &dir.path().join("master"),
-        "127.0.0.1:0",
-        &[],
-        &[("AGENTOS_CREDENTIAL_DEPLOY_KEY", secret)],
-    );
+    let m = Master::start(&dir.path().join("master"));
     let api = m.client();
+    // A secret goes only to a registered script the operator granted it to.
+    assert_eq!(api.put("/api/secrets/DEPLOY_KEY", json!({"value": secret})).0, 200);
+    assert_eq!(api.register("deploy", "sh", "echo \"len=${#DEPLOY_KEY} value=$DEPLOY_KEY\"", Some("default")).0, 200);
+    let (s, v) = api.post("/api/secrets/DEPLOY_KEY/grants", json!({"tool": "deploy"}));
+    assert_eq!(s, 200, "{v}");
     let _a = Executor::start(&m, &dir.path().join("a"), "exec-a", &[]);
     let _b = Executor::start(&m, &dir.path().join("b"), "exec-b", &[]);
     apply(
@@ -465,12 +468,7 @@ fn a_command_goes_to_the_named_executor_with_its_credential_which_no_token_keeps
     );
     start_all(&api, "cmds", &["run"]);
     for _ in 0..3 {
-        put(
-            &api,
-            "cmds",
-            "p-cmd",
-            json!({"executor": "bash", "command": "echo \"len=${#DEPLOY_KEY} value=$DEPLOY_KEY\"", "args": {}}),
-        );
+        put(&api, "cmds", "p-cmd", json!({"executor": "script", "command": "invoke", "args": {"toolId": "deploy"}}));
     }
     wait_for("three results", || api.token_data("cmds", "p-out").len() == 3);
     for r in api.token_data("cmds", "p-out") {

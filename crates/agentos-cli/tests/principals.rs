@@ -58,16 +58,19 @@ fn every_route_answers_exactly_who_the_table_allows() {
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start(dir.path());
     let op = m.client();
-    let mut callers: Vec<(Who, Api)> = vec![
-        (Who::Anonymous, op.with_token(None)),
-        (Who::Operator, op.clone()),
-        (Who::Agent(None), op.agent("no-flags", "-")),
+    // Each caller with the model its requests name: an agent's own (home) model, so that what
+    // is checked here is the flags; other models are the security tests' matrix.
+    let mut callers: Vec<(Who, Api, String)> = vec![
+        (Who::Anonymous, op.with_token(None), "no-such-model".into()),
+        (Who::Operator, op.clone(), "no-such-model".into()),
+        (Who::Agent(None), op.agent("no-flags", "-"), "no-flags".into()),
     ];
     for f in Flag::ALL {
-        callers.push((Who::Agent(Some(f)), op.agent(&format!("only-{}", f.letter()), &flag_string(f))));
+        let name = format!("only-{}", f.letter());
+        callers.push((Who::Agent(Some(f)), op.agent(&name, &flag_string(f)), name));
     }
     let (_, t) = op.post("/api/executor-tokens", json!({"name": "exec"}));
-    callers.push((Who::Executor, op.with_token(t["token"].as_str())));
+    callers.push((Who::Executor, op.with_token(t["token"].as_str()), "no-such-model".into()));
 
     let mut checked = 0;
     for route in ROUTES {
@@ -75,7 +78,8 @@ fn every_route_answers_exactly_who_the_table_allows() {
         if route.path.ends_with("/watch") {
             continue; // a stream: checked below with a bounded read
         }
-        for (who, api) in &callers {
+        for (who, api, model) in &callers {
+            let path = path.replace("no-such-model", model);
             let (status, v) = api.request(route.method, &path, body.clone());
             let expect = allowed(route.permission, *who);
             if expect {
@@ -94,7 +98,7 @@ fn every_route_answers_exactly_who_the_table_allows() {
     }
     // Each command type declares its own permission, checked before its fields are.
     for (kind, perm) in COMMANDS {
-        for (who, api) in &callers {
+        for (who, api, _) in &callers {
             let (status, v) = api.command(json!({"type": kind}));
             let route_ok = *who != Who::Anonymous && *who != Who::Executor;
             if route_ok && allowed(*perm, *who) {
@@ -145,8 +149,14 @@ fn flag_limited_agents_see_and_do_only_what_their_flags_grant() {
     assert_eq!(op.request("DELETE", "/api/agents/reader", None).0, 200);
     assert_eq!(reader.get("/api/models").0, 401);
 
-    // The audit names who did what.
+    // The audit names who did what, in the models the reader may use.
     let auditor = op.agent("auditor", "r---l");
+    let (_, events) = auditor.get("/api/events?principal=scripter");
+    assert!(
+        !events.as_array().unwrap().iter().any(|e| e["model"] == "scripter"),
+        "another model's events are not the auditor's to read: {events}"
+    );
+    assert_eq!(op.post("/api/agents/auditor/grants", json!({"model": "scripter"})).0, 200);
     let (status, events) = auditor.get("/api/events?principal=scripter");
     assert_eq!(status, 200);
     assert!(
@@ -215,6 +225,8 @@ fn a_canary_secret_appears_in_no_answer_log_event_or_file() {
     assert_eq!(keep(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": canary})))).0, 200);
     let (_, list) = keep(op.get("/api/secrets"));
     assert_eq!(list[0]["name"], "API_KEY");
+    let grant = json!({"origin": format!("http://127.0.0.1:{port}")});
+    assert_eq!(keep(op.post("/api/secrets/API_KEY/grants", grant)).0, 200);
     keep(op.put("/api/models/leak/net", json!({
         "places": ["p-in", "p-out"],
         "transitions": [{"id": "call", "kind": "http", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},

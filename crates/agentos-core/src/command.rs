@@ -384,12 +384,18 @@ pub struct RemoveArgs {
 }
 
 /// Decides the events that write `entry` into `model`'s catalog.
-pub fn decide_register(state: &State, model: &str, entry: CatalogEntry) -> Result<Vec<(String, EventBody)>, CoreError> {
+pub fn decide_register(
+    state: &State,
+    model: &str,
+    entry: CatalogEntry,
+    actor: &Actor,
+) -> Result<Vec<(String, EventBody)>, CoreError> {
     let mut events = Vec::with_capacity(2);
     if !state.model_exists(model) {
         events.push((model.to_string(), EventBody::ModelCreated { name: model.to_string() }));
     }
     if let Some(existing) = state.catalog(model).and_then(|c| c.get(&entry.id)) {
+        check_owner(state, model, existing, actor, "replace")?;
         let (old, new) = (existing.entry.binding.kind(), entry.binding.kind());
         if old != new {
             return Err(CoreError::conflict(format!(
@@ -404,14 +410,54 @@ pub fn decide_register(state: &State, model: &str, entry: CatalogEntry) -> Resul
             return Ok(events);
         }
     }
-    events.push((model.to_string(), EventBody::ToolRegistered { entry }));
+    events.push((model.to_string(), EventBody::ToolRegistered { entry, owner: Some(actor.id.to_string()) }));
     Ok(events)
 }
 
+/// Who asks for a change, as the core decides about it.
+#[derive(Debug, Clone, Copy)]
+pub struct Actor<'a> {
+    /// The principal's id.
+    pub id: &'a str,
+    pub name: &'a str,
+    pub operator: bool,
+}
+
+/// An entry belongs to whoever registered it: another principal's entry is replaced or removed
+/// by the operator only, so no agent can swap the code behind a tool every model runs.
+fn check_owner(
+    state: &State,
+    model: &str,
+    existing: &crate::entry::StoredEntry,
+    actor: &Actor,
+    what: &str,
+) -> Result<(), CoreError> {
+    if actor.operator || existing.owner == actor.id {
+        return Ok(());
+    }
+    let owner = match state.principal_by_id(&existing.owner) {
+        Some(p) => format!("{:?}", p.name),
+        None if existing.owner == crate::event::OPERATOR_ID => "the operator".to_string(),
+        None => format!("a revoked principal ({})", existing.owner),
+    };
+    Err(CoreError::forbidden(format!(
+        "{} may not {what} tool {:?} in model {model:?}: it belongs to {owner}; only its owner or the operator may. Choose another id",
+        actor.name, existing.entry.id
+    )))
+}
+
 /// Decides the event that removes `id` from `model`'s catalog.
-pub fn decide_remove(state: &State, model: &str, id: &str) -> Result<Vec<(String, EventBody)>, CoreError> {
+pub fn decide_remove(
+    state: &State,
+    model: &str,
+    id: &str,
+    actor: &Actor,
+) -> Result<Vec<(String, EventBody)>, CoreError> {
     match state.catalog(model).and_then(|c| c.get(id)) {
-        Some(_) => Ok(vec![(model.to_string(), EventBody::ToolRemoved { id: id.to_string() })]),
+        Some(existing) => {
+            check_owner(state, model, existing, actor, "remove")?;
+            Ok(vec![(model.to_string(), EventBody::ToolRemoved { id: id.to_string() })])
+        }
         None => Err(CoreError::not_found(format!("no tool {id:?} in the catalog of model {model:?}"))),
     }
 }

@@ -217,9 +217,16 @@ pub struct StoredEntry {
     pub created_at: i64,
     pub updated_at: i64,
     pub updated_by: String,
+    /// The id of the principal that owns the entry: only it or the operator may replace or remove it.
+    #[serde(default = "operator_id")]
+    pub owner: String,
     /// Lower-cased id, name, description and capabilities, for free-text search. Derived.
     #[serde(skip)]
     pub haystack: String,
+}
+
+fn operator_id() -> String {
+    crate::event::OPERATOR_ID.to_string()
 }
 
 impl StoredEntry {
@@ -231,7 +238,16 @@ impl StoredEntry {
         updated_at: i64,
         updated_by: String,
     ) -> Self {
-        let mut s = StoredEntry { entry, model, revision, created_at, updated_at, updated_by, haystack: String::new() };
+        let mut s = StoredEntry {
+            entry,
+            model,
+            revision,
+            created_at,
+            updated_at,
+            updated_by,
+            owner: operator_id(),
+            haystack: String::new(),
+        };
         s.rebuild_haystack();
         s
     }

@@ -17,7 +17,13 @@ pub enum EventBody {
     /// A model came into being (by its first registration).
     ModelCreated { name: String },
     /// A catalog entry was written (upsert by id within the event's model).
-    ToolRegistered { entry: CatalogEntry },
+    ToolRegistered {
+        entry: CatalogEntry,
+        /// The id of the principal that owns the entry; only it or the operator may replace or remove it.
+        /// Absent in events written before owners were recorded: such entries belong to the operator.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        owner: Option<String>,
+    },
     /// A catalog entry was removed from the event's model.
     ToolRemoved { id: String },
     /// A principal was created. Only the sha256 of its token is kept.
@@ -28,6 +34,14 @@ pub enum EventBody {
     SecretSet(SecretRecord),
     /// A change to a model's net or the tokens in its places.
     Net(crate::net_state::NetEvent),
+    /// The operator let an agent act in a model besides its home model.
+    ModelGranted(ModelGrant),
+    /// A model grant ends.
+    ModelGrantRevoked(ModelGrant),
+    /// The operator let a secret be used by one pinned tool or for requests to one origin.
+    SecretGranted(SecretGrant),
+    /// A secret grant ends.
+    SecretGrantRevoked { id: String },
     /// A command job ended: the one result recorded for it.
     JobFinished {
         #[serde(rename = "jobId")]
@@ -41,12 +55,67 @@ pub enum EventBody {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrincipalRecord {
+    /// Stable and never reused: authority recorded on nets and tokens names principals by id, so an
+    /// agent created later under a revoked agent's name inherits nothing. Records written before ids
+    /// existed get one derived from their token hash when folded.
+    #[serde(default)]
+    pub id: String,
     pub name: String,
     pub kind: PrincipalKind,
     /// Flags in their full positional form.
     pub flags: String,
     pub home_model: String,
     pub token_sha256: String,
+}
+
+/// An agent may act in `model` (its net, tokens, watch stream, jobs) as in its home model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelGrant {
+    /// The principal's id.
+    pub principal: String,
+    /// Its name when granted, for people reading the log.
+    pub name: String,
+    pub model: String,
+}
+
+/// What a secret may be used for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum GrantTarget {
+    /// One pinned tool: a script by its sha256. A changed pin loses the grant.
+    Tool {
+        id: String,
+        /// The catalog (model) the tool was resolved in when granted.
+        model: String,
+        sha256: String,
+    },
+    /// Requests to one origin (`scheme://host[:port]`), in headers.
+    Origin { origin: String },
+}
+
+/// A secret granted to a use, optionally only in one model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretGrant {
+    /// Derived from the rest, so granting the same thing twice is one grant.
+    pub id: String,
+    pub secret: String,
+    pub to: GrantTarget,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl SecretGrant {
+    pub fn new(secret: &str, to: GrantTarget, model: Option<String>) -> SecretGrant {
+        let target = match &to {
+            GrantTarget::Tool { id, model, sha256 } => format!("tool|{model}|{id}|{sha256}"),
+            GrantTarget::Origin { origin } => format!("origin|{origin}"),
+        };
+        let key = format!("{secret}|{target}|{}", model.as_deref().unwrap_or(""));
+        let id = format!("sg-{}", &crate::sha256_hex(key.as_bytes())[..12]);
+        SecretGrant { id, secret: secret.to_string(), to, model }
+    }
 }
 
 /// A secret at rest: XChaCha20-Poly1305 with a key kept outside the log, the name as associated data.
@@ -78,6 +147,10 @@ impl EventBody {
             EventBody::PrincipalCreated(_) => "PrincipalCreated",
             EventBody::PrincipalRevoked { .. } => "PrincipalRevoked",
             EventBody::SecretSet(_) => "SecretSet",
+            EventBody::ModelGranted(_) => "ModelGranted",
+            EventBody::ModelGrantRevoked(_) => "ModelGrantRevoked",
+            EventBody::SecretGranted(_) => "SecretGranted",
+            EventBody::SecretGrantRevoked { .. } => "SecretGrantRevoked",
             EventBody::JobFinished { .. } => "JobFinished",
             EventBody::Net(_) => "Net",
         }
@@ -86,11 +159,14 @@ impl EventBody {
     pub fn key(&self) -> String {
         match self {
             EventBody::ModelCreated { name } => format!("model:{name}"),
-            EventBody::ToolRegistered { entry } => format!("tool:{}", entry.id),
+            EventBody::ToolRegistered { entry, .. } => format!("tool:{}", entry.id),
             EventBody::ToolRemoved { id } => format!("tool:{id}"),
             EventBody::PrincipalCreated(p) => format!("principal:{}", p.name),
             EventBody::PrincipalRevoked { name } => format!("principal:{name}"),
             EventBody::SecretSet(s) => format!("secret:{}", s.name),
+            EventBody::ModelGranted(g) | EventBody::ModelGrantRevoked(g) => format!("principal:{}", g.name),
+            EventBody::SecretGranted(g) => format!("secret:{}", g.secret),
+            EventBody::SecretGrantRevoked { id } => format!("secret-grant:{id}"),
             EventBody::JobFinished { job_id, .. } => format!("job:{job_id}"),
             EventBody::Net(_) => "net".to_string(),
         }
@@ -171,7 +247,18 @@ impl PrincipalRecord {
     pub fn parsed_flags(&self) -> Flags {
         self.flags.parse().unwrap_or_default()
     }
+    /// The id of a record written before ids existed: the operator keeps one id across token
+    /// rotations; anyone else's comes from the token hash, which no later principal shares.
+    pub fn legacy_id(&self) -> String {
+        match self.kind {
+            PrincipalKind::Operator => OPERATOR_ID.to_string(),
+            _ => format!("p-{}", &self.token_sha256[..self.token_sha256.len().min(16)]),
+        }
+    }
 }
+
+/// The operator's principal id, the same across token rotations.
+pub const OPERATOR_ID: &str = "operator";
 
 /// RFC 3339 in UTC with milliseconds.
 pub fn format_time(ms: i64) -> String {

@@ -78,6 +78,10 @@ impl Flags {
     pub fn any_of(self, flags: &[Flag]) -> bool {
         flags.iter().any(|f| self.has(*f))
     }
+    /// The flags both sets hold.
+    pub fn intersect(self, other: Flags) -> Self {
+        Flags(self.0 & other.0)
+    }
 }
 
 impl fmt::Display for Flags {

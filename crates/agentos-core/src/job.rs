@@ -10,6 +10,10 @@ use utoipa::ToSchema;
 /// Arguments the master merges into a script job at fire time; a caller may not set them.
 pub const RESOLVED_ARGS: [&str; 4] = ["content", "sha256", "runtime", "filename"];
 
+/// The sha256 a job's script must still have when it is handed out: set by the master when the
+/// job carries secrets granted to that pin, never taken from a caller.
+pub const PINNED_SHA256: &str = "pinnedSha256";
+
 /// A command token, as DESIGN.md shapes it:
 /// `{"executor":"script","command":"invoke","args":{"toolId":..., "argv":[], "env":{}, "timeoutMs":...}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]

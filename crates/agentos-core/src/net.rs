@@ -397,11 +397,18 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
         }
         "map" => match serde_json::from_value::<MapAction>(t.action.clone()) {
             Err(e) => fault(format!("{at}/action"), format!("map needs {{\"template\": ...}}: {e}")),
-            Ok(m) => {
-                if let Err((path, why)) = Template::compile(&m.template) {
-                    fault(format!("{at}/action/template{path}"), format!("bad expression: {why}"));
-                }
-            }
+            Ok(m) => match Template::compile(&m.template) {
+                Err((path, why)) => fault(format!("{at}/action/template{path}"), format!("bad expression: {why}")),
+                // What a map renders becomes a token, an event and a line in the log: no secret may go there.
+                Ok(tpl) if !tpl.credentials().is_empty() => fault(
+                    format!("{at}/action/template"),
+                    format!(
+                        "a map template cannot read credentials ({}); secrets go only in http headers and to granted scripts",
+                        tpl.credentials().join(", ")
+                    ),
+                ),
+                Ok(_) => {}
+            },
         },
         "command" => match serde_json::from_value::<CommandAction>(if t.action.is_null() {
             Value::Object(Default::default())
@@ -442,9 +449,33 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                 if let Some(b) = &h.body {
                     parts.push(("/body".into(), b.clone()));
                 }
+                let mut uses_credentials = false;
                 for (p, v) in parts {
-                    if let Err((path, why)) = Template::compile(&v) {
-                        fault(format!("{at}/action{p}{path}"), format!("bad expression: {why}"));
+                    match Template::compile(&v) {
+                        Err((path, why)) => fault(format!("{at}/action{p}{path}"), format!("bad expression: {why}")),
+                        Ok(tpl) if !tpl.credentials().is_empty() => {
+                            uses_credentials = true;
+                            // A URL is logged, shown in errors and sent on by redirects; a body is echoed back.
+                            if !p.starts_with("/headers/") {
+                                fault(
+                                    format!("{at}/action{p}"),
+                                    "credentials go only in headers (a query parameter only where a registered http entry declares it)"
+                                        .into(),
+                                );
+                            }
+                        }
+                        Ok(_) => {}
+                    }
+                }
+                if uses_credentials {
+                    for k in h.headers.keys() {
+                        let lower = k.to_ascii_lowercase();
+                        if lower == "host" || lower == "forwarded" || lower.starts_with("x-forwarded-") {
+                            fault(
+                                format!("{at}/action/headers/{k}"),
+                                format!("{k} cannot be set on a request that carries credentials"),
+                            );
+                        }
                     }
                 }
             }

@@ -19,6 +19,11 @@ pub struct Token {
     pub created_at: String,
     #[schema(value_type = Object)]
     pub data: Value,
+    /// The ids of the principals behind the token: who put it, or the author of the transition
+    /// that produced it plus everyone behind that fire's inputs. A fire acts with the flags they
+    /// all hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by: Vec<String>,
 }
 
 /// A token to be created by an event; its id comes from the event's sequence number.
@@ -29,6 +34,9 @@ pub struct NewToken {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub data: Value,
+    /// Principal ids behind the token (see [`Token::by`]), sorted and without duplicates.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub by: Vec<String>,
 }
 
 /// A token named by its place.
@@ -75,6 +83,9 @@ pub struct InFlight {
     /// preset -> bound tokens, in binding order.
     pub bound: BTreeMap<String, Vec<TokenRef>>,
     pub started_at: i64,
+    /// The id of the principal who fired it by hand; its authority joins the fire's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub firer: Option<String>,
 }
 
 /// What a tool net instance runs for.
@@ -82,6 +93,9 @@ pub struct InFlight {
 #[serde(rename_all = "camelCase")]
 pub struct Instance {
     pub toolnet: String,
+    /// The id of the principal that invoked it: the instance is its alone.
+    #[serde(default)]
+    pub invoker: String,
     /// Scripts inside resolve local first in this model.
     pub resolve_model: String,
     pub output_place: String,
@@ -96,6 +110,9 @@ pub struct ModelNet {
     pub in_flight: BTreeMap<String, InFlight>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance: Option<Instance>,
+    /// transition -> the id of the principal who applied its current inscription.
+    #[serde(default)]
+    pub authors: BTreeMap<String, String>,
 }
 
 impl ModelNet {
@@ -115,6 +132,29 @@ impl ModelNet {
             && !self.transitions.get(transition).is_some_and(|t| t.parked.contains(r))
     }
 
+    /// The principal ids behind a fire: the transition's author, everyone behind its bound tokens,
+    /// and whoever fired it by hand. Sorted, without duplicates.
+    pub fn behind(
+        &self,
+        transition: &str,
+        bound: &BTreeMap<String, Vec<TokenRef>>,
+        firer: Option<&str>,
+    ) -> Vec<String> {
+        let mut ids: BTreeSet<String> = BTreeSet::new();
+        if let Some(a) = self.authors.get(transition) {
+            ids.insert(a.clone());
+        }
+        for r in bound.values().flatten() {
+            if let Some(t) = self.token(r) {
+                ids.extend(t.by.iter().cloned());
+            }
+        }
+        if let Some(f) = firer {
+            ids.insert(f.to_string());
+        }
+        ids.into_iter().collect()
+    }
+
     pub fn in_flight_of(&self, transition: &str) -> usize {
         self.in_flight.values().filter(|f| f.transition == transition).count()
     }
@@ -126,6 +166,7 @@ impl ModelNet {
                 name: t.name.clone(),
                 created_at: time.to_string(),
                 data: t.data.clone(),
+                by: t.by.clone(),
             };
             self.places.entry(t.place.clone()).or_default().tokens.insert(token.id.clone(), token);
         }
@@ -162,6 +203,10 @@ pub enum NetEvent {
     Applied {
         doc: NetDoc,
         instance: Option<Instance>,
+        /// The id of the principal whose authority the changed transitions carry. Absent in
+        /// events written before authors were recorded: the event's principal then.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        author: Option<String>,
     },
     /// The model's net and its tokens are gone (a finished tool net instance).
     Deleted,
@@ -173,6 +218,9 @@ pub enum NetEvent {
     },
     Stopped {
         transition: String,
+        /// Why the master stopped it (its author was revoked, say); absent when a person did.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// A fire of a synchronous kind, in one step: inputs consumed, outputs produced.
     Fired {
@@ -184,6 +232,9 @@ pub enum NetEvent {
     FireStarted {
         transition: String,
         bound: BTreeMap<String, Vec<TokenRef>>,
+        /// The id of the principal who fired it by hand.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        firer: Option<String>,
     },
     FireCompleted {
         fire: String,
@@ -217,7 +268,7 @@ impl NetEvent {
                 }
                 Ok(())
             }
-            NetEvent::Started { transition } | NetEvent::Stopped { transition } => {
+            NetEvent::Started { transition } | NetEvent::Stopped { transition, .. } => {
                 net.inscription(transition).map(|_| ()).ok_or_else(|| format!("no transition {transition:?}"))
             }
             NetEvent::Fired { transition, consumed, .. } => {
@@ -228,7 +279,7 @@ impl NetEvent {
                 }
                 Ok(())
             }
-            NetEvent::FireStarted { transition, bound } => {
+            NetEvent::FireStarted { transition, bound, .. } => {
                 for r in bound.values().flatten() {
                     if !net.available(r, transition) {
                         return Err(format!("token {} in {} is no longer free", r.id, r.place));
@@ -256,8 +307,9 @@ impl NetEvent {
 }
 
 impl NetState {
-    /// Folds one net event of `model`, committed as `seq` at `time`.
-    pub fn apply(&mut self, model: &str, seq: u64, time_ms: i64, ev: &NetEvent) {
+    /// Folds one net event of `model`, committed as `seq` at `time` by the principal whose id is
+    /// `by` (`None`: the master itself).
+    pub fn apply(&mut self, model: &str, seq: u64, time_ms: i64, by: Option<&str>, ev: &NetEvent) {
         let time = crate::event::format_time(time_ms);
         if let NetEvent::Deleted = ev {
             self.nets.remove(model);
@@ -265,7 +317,8 @@ impl NetState {
         }
         let net = self.nets.entry(model.to_string()).or_default();
         match ev {
-            NetEvent::Applied { doc, instance } => {
+            NetEvent::Applied { doc, instance, author } => {
+                let author = author.as_deref().or(by);
                 let old: BTreeMap<String, Inscription> =
                     net.doc.transitions.iter().map(|t| (t.id.clone(), t.clone())).collect();
                 for place in doc.place_ids() {
@@ -277,28 +330,58 @@ impl NetState {
                 for t in &doc.transitions {
                     let mut run = net.transitions.remove(&t.id).unwrap_or_default();
                     // A changed inscription stops its transition until it is started again.
-                    if old.get(&t.id) != Some(t) {
+                    let changed = old.get(&t.id) != Some(t);
+                    if changed {
                         run.started = false;
                         run.parked.clear();
+                    }
+                    // A changed inscription carries the authority of whoever applied it.
+                    if changed || !net.authors.contains_key(&t.id) {
+                        match author {
+                            Some(a) => net.authors.insert(t.id.clone(), a.to_string()),
+                            None => net.authors.remove(&t.id),
+                        };
                     }
                     runs.insert(t.id.clone(), run);
                 }
                 net.transitions = runs;
+                net.authors.retain(|t, _| net.transitions.contains_key(t));
                 net.doc = doc.clone();
                 if instance.is_some() {
                     net.instance = instance.clone();
                 }
             }
             NetEvent::Deleted => {}
-            NetEvent::TokensPut { tokens } => net.add(seq, &time, tokens),
+            NetEvent::TokensPut { tokens } => {
+                // A put written before provenance was recorded is the putter's.
+                if let Some(b) = by.filter(|_| tokens.iter().any(|t| t.by.is_empty())) {
+                    let tokens: Vec<NewToken> = tokens
+                        .iter()
+                        .cloned()
+                        .map(|mut t| {
+                            if t.by.is_empty() {
+                                t.by = vec![b.to_string()];
+                            }
+                            t
+                        })
+                        .collect();
+                    net.add(seq, &time, &tokens)
+                } else {
+                    net.add(seq, &time, tokens)
+                }
+            }
             NetEvent::Started { transition } => {
                 let run = net.transitions.entry(transition.clone()).or_default();
                 run.started = true;
                 run.parked.clear();
                 run.last_error = None;
             }
-            NetEvent::Stopped { transition } => {
-                net.transitions.entry(transition.clone()).or_default().started = false;
+            NetEvent::Stopped { transition, reason } => {
+                let run = net.transitions.entry(transition.clone()).or_default();
+                run.started = false;
+                if reason.is_some() {
+                    run.last_error = reason.clone();
+                }
             }
             NetEvent::Fired { transition, consumed, outputs } => {
                 net.take(consumed);
@@ -307,7 +390,7 @@ impl NetState {
                 run.fires += 1;
                 run.last_error = None;
             }
-            NetEvent::FireStarted { transition, bound } => {
+            NetEvent::FireStarted { transition, bound, firer } => {
                 let fire = fire_id(seq);
                 // Only what the fire will consume is reserved; a read arc leaves its token free.
                 let consuming: BTreeSet<String> = net
@@ -324,7 +407,12 @@ impl NetState {
                 }
                 net.in_flight.insert(
                     fire,
-                    InFlight { transition: transition.clone(), bound: bound.clone(), started_at: time_ms },
+                    InFlight {
+                        transition: transition.clone(),
+                        bound: bound.clone(),
+                        started_at: time_ms,
+                        firer: firer.clone(),
+                    },
                 );
             }
             NetEvent::FireCompleted { fire, consumed, outputs } => {

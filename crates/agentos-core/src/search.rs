@@ -67,8 +67,14 @@ pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage 
     };
     let (local_total, local) = local_model.map_or((0, Vec::new()), first);
     let (global_total, global) = first(DEFAULT_MODEL);
-    // A global entry is shadowed by the existence of the local id, whether or not the local entry matched.
-    let shadows = |id: &str| local_model.and_then(|m| state.catalog(m)).is_some_and(|c| c.contains_key(id));
+    // A global entry is shadowed by the existence of the local id, whether or not the local entry matched,
+    // but only when the caller may see the local entry: otherwise `shadowed` would reveal it.
+    let shadows = |id: &str| {
+        local_model
+            .and_then(|m| state.catalog(m))
+            .and_then(|c| c.get(id))
+            .is_some_and(|e| e.entry.binding.kind().visible_to(visible))
+    };
 
     let mut items = Vec::with_capacity(limit.min(local.len() + global.len()));
     let (mut l, mut g) = (local.into_iter().peekable(), global.into_iter().peekable());
@@ -139,7 +145,7 @@ fn scan(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
                 }
                 Ordering::Equal => {
                     take(le, Scope::Local, false);
-                    take(ge, Scope::Global, true);
+                    take(ge, Scope::Global, le.entry.binding.kind().visible_to(visible));
                     l.next();
                     g.next();
                 }
@@ -281,7 +287,7 @@ mod tests {
             apply(state, model, EventBody::ToolRemoved { id });
         } else {
             let entry = entry(rng, &id);
-            apply(state, model, EventBody::ToolRegistered { entry });
+            apply(state, model, EventBody::ToolRegistered { entry, owner: None });
         }
     }
 
@@ -388,13 +394,55 @@ mod tests {
     }
 
     #[test]
+    fn a_local_entry_the_caller_may_not_see_shadows_nothing_it_shows() {
+        let mut state = State::new();
+        let mut rng = Rng(3);
+        // A global script `dup`, and a local tool net `dup` in model m.
+        let mut global = entry(&mut rng, "dup");
+        global.binding = Binding::Script(ScriptBinding {
+            runtime: Runtime::Sh,
+            script_urn: "urn:agentos:blob:tool-catalog/scripts/0.sh".into(),
+            sha256: "0".into(),
+            filename: "run.sh".into(),
+            size_bytes: 1,
+        });
+        let mut local = entry(&mut rng, "dup");
+        local.binding = Binding::Toolnet(ToolnetBinding {
+            net_urn: "urn:agentos:blob:nets/0.yaml".into(),
+            sha256: "0".into(),
+            size_bytes: 1,
+            input_place: "in".into(),
+            output_place: "out".into(),
+        });
+        let (gk, lk) = (global.binding.kind(), local.binding.kind());
+        assert_ne!(gk, lk);
+        apply(&mut state, DEFAULT_MODEL, EventBody::ToolRegistered { entry: global, owner: None });
+        apply(&mut state, "m", EventBody::ToolRegistered { entry: local, owner: None });
+        let query = SearchQuery { model: Some("m".into()), limit: 10, ..Default::default() };
+        let only_global = Flags::empty().with(gk.revealing_flag());
+        for st in [&state, &{
+            let mut s = state.clone();
+            s.after_load();
+            s
+        }] {
+            let page = search(st, &query, only_global);
+            let got: Vec<_> = page.items.iter().map(|i| (i.entry.id.clone(), i.scope, i.shadowed)).collect();
+            assert_eq!(got, [("dup".to_string(), Scope::Global, false)], "a hidden local entry showed through");
+            let page = scan(st, &query, only_global);
+            assert!(page.items.iter().all(|i| !i.shadowed));
+            let page = search(st, &query, Flags::all());
+            assert!(page.items.iter().any(|i| i.scope == Scope::Global && i.shadowed));
+        }
+    }
+
+    #[test]
     fn local_shadows_global_whatever_the_filters() {
         let mut state = State::new();
         let mut rng = Rng(9);
         for (model, id) in [(DEFAULT_MODEL, "a"), (DEFAULT_MODEL, "b"), ("m", "b"), ("m", "c")] {
             let mut e = entry(&mut rng, id);
             e.description = if model == DEFAULT_MODEL { "global".into() } else { "local".into() };
-            apply(&mut state, model, EventBody::ToolRegistered { entry: e });
+            apply(&mut state, model, EventBody::ToolRegistered { entry: e, owner: None });
         }
         let query =
             |q: &str| SearchQuery { model: Some("m".into()), q: Some(q.into()), limit: 10, ..Default::default() };

@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::catalog_index::SearchIndex;
 use crate::entry::{Scope, StoredEntry};
-use crate::event::{Event, EventBody, PrincipalRecord};
+use crate::event::{Event, EventBody, OPERATOR_ID, PrincipalRecord, SecretGrant};
 use crate::{CATALOG_PLACE, DEFAULT_MODEL};
 
 /// Bumped whenever the snapshot form of [`State`] changes; a snapshot of another version is ignored and the log replayed.
-pub const STATE_SCHEMA_VERSION: u32 = 1;
+pub const STATE_SCHEMA_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -34,6 +34,15 @@ pub struct State {
     /// token sha256 -> principal name. Derived.
     #[serde(skip)]
     token_index: HashMap<String, String>,
+    /// principal id -> principal name. Derived.
+    #[serde(skip)]
+    id_index: HashMap<String, String>,
+    /// principal id -> the models the operator granted it besides its home model.
+    #[serde(default)]
+    pub model_grants: BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// Secret grants by id.
+    #[serde(default)]
+    pub secret_grants: BTreeMap<String, SecretGrant>,
     /// Secrets by name, as ciphertext, with when each was set.
     #[serde(default)]
     pub secrets: BTreeMap<String, (crate::event::SecretRecord, i64)>,
@@ -65,6 +74,9 @@ impl State {
             catalogs: HashMap::new(),
             principals: BTreeMap::new(),
             token_index: HashMap::new(),
+            id_index: HashMap::new(),
+            model_grants: BTreeMap::new(),
+            secret_grants: BTreeMap::new(),
             search_index: SearchIndex::empty(),
             nets: Default::default(),
             secrets: BTreeMap::new(),
@@ -81,6 +93,7 @@ impl State {
         // After the haystacks, which the index copies.
         self.search_index = SearchIndex::build(&self.catalogs);
         self.token_index = self.principals.values().map(|p| (p.token_sha256.clone(), p.name.clone())).collect();
+        self.id_index = self.principals.values().map(|p| (p.id.clone(), p.name.clone())).collect();
         self.models.entry(DEFAULT_MODEL.to_string()).or_insert_with(|| ModelInfo {
             name: DEFAULT_MODEL.to_string(),
             created_at: 0,
@@ -103,7 +116,7 @@ impl State {
                     created_by: ev.principal.clone(),
                 });
             }
-            EventBody::ToolRegistered { entry } => {
+            EventBody::ToolRegistered { entry, owner } => {
                 self.models.entry(ev.model.clone()).or_insert_with(|| ModelInfo {
                     name: ev.model.clone(),
                     created_at: ev.time,
@@ -111,7 +124,7 @@ impl State {
                 });
                 let catalog = self.catalogs.entry(ev.model.clone()).or_default();
                 let created_at = catalog.get(&entry.id).map(|e| e.created_at).unwrap_or(ev.time);
-                let stored = StoredEntry::new(
+                let mut stored = StoredEntry::new(
                     entry.clone(),
                     ev.model.clone(),
                     ev.seq,
@@ -119,6 +132,7 @@ impl State {
                     ev.time,
                     ev.principal.clone(),
                 );
+                stored.owner = owner.clone().unwrap_or_else(|| OPERATOR_ID.to_string());
                 let stored = Arc::new(stored);
                 catalog.insert(entry.id.clone(), stored.clone());
                 self.search_index.upsert(&ev.model, stored);
@@ -133,15 +147,43 @@ impl State {
             EventBody::PrincipalCreated(p) => {
                 if let Some(old) = self.principals.get(&p.name) {
                     self.token_index.remove(&old.token_sha256);
+                    self.id_index.remove(&old.id);
+                }
+                let mut p = p.clone();
+                if p.id.is_empty() {
+                    p.id = p.legacy_id();
                 }
                 self.token_index.insert(p.token_sha256.clone(), p.name.clone());
-                self.principals.insert(p.name.clone(), Arc::new(p.clone()));
+                self.id_index.insert(p.id.clone(), p.name.clone());
+                self.principals.insert(p.name.clone(), Arc::new(p));
             }
-            EventBody::Net(ne) => self.nets.apply(&ev.model, ev.seq, ev.time, ne),
+            EventBody::Net(ne) => {
+                let by = self.principals.get(&ev.principal).map(|p| p.id.clone());
+                self.nets.apply(&ev.model, ev.seq, ev.time, by.as_deref(), ne)
+            }
             EventBody::PrincipalRevoked { name } => {
                 if let Some(old) = self.principals.remove(name) {
                     self.token_index.remove(&old.token_sha256);
+                    self.id_index.remove(&old.id);
+                    self.model_grants.remove(&old.id);
                 }
+            }
+            EventBody::ModelGranted(g) => {
+                self.model_grants.entry(g.principal.clone()).or_default().insert(g.model.clone());
+            }
+            EventBody::ModelGrantRevoked(g) => {
+                if let Some(models) = self.model_grants.get_mut(&g.principal) {
+                    models.remove(&g.model);
+                    if models.is_empty() {
+                        self.model_grants.remove(&g.principal);
+                    }
+                }
+            }
+            EventBody::SecretGranted(g) => {
+                self.secret_grants.insert(g.id.clone(), g.clone());
+            }
+            EventBody::SecretGrantRevoked { id } => {
+                self.secret_grants.remove(id);
             }
             EventBody::SecretSet(s) => {
                 self.secrets.insert(s.name.clone(), (s.clone(), ev.time));
@@ -171,6 +213,16 @@ impl State {
             return Some((e, Scope::Local));
         }
         self.catalogs.get(DEFAULT_MODEL).and_then(|c| c.get(id)).map(|e| (e, Scope::Global))
+    }
+
+    /// A principal by its id; `None` once it is revoked.
+    pub fn principal_by_id(&self, id: &str) -> Option<&Arc<PrincipalRecord>> {
+        self.id_index.get(id).and_then(|name| self.principals.get(name))
+    }
+
+    /// Whether the operator granted principal `id` the model `model`.
+    pub fn has_model_grant(&self, id: &str, model: &str) -> bool {
+        self.model_grants.get(id).is_some_and(|m| m.contains(model))
     }
 
     pub fn principal_by_token_sha256(&self, sha: &str) -> Option<&Arc<PrincipalRecord>> {

@@ -10,12 +10,16 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 
-use agentos_core::event::{EventBody, EventView, PrincipalKind, PrincipalRecord, SecretRecord};
+use agentos_core::entry::Binding;
+use agentos_core::event::{
+    EventBody, EventView, GrantTarget, ModelGrant, PrincipalKind, PrincipalRecord, SecretGrant, SecretRecord,
+};
 use agentos_core::flags::{Flag, Flags};
-use agentos_core::name::{check_model_name, is_valid_id};
+use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
 use agentos_core::net::valid_credential;
 use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
+use crate::access::operator_only;
 use crate::principal::new_token;
 use crate::{Engine, EngineError, Principal};
 
@@ -27,6 +31,9 @@ pub struct PrincipalView {
     pub kind: String,
     pub flags: String,
     pub model: String,
+    /// Models the operator granted besides the home model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub granted: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
@@ -34,6 +41,50 @@ pub struct PrincipalView {
 pub struct SecretView {
     pub name: String,
     pub updated_at: String,
+}
+
+/// `POST /api/secrets/{name}/grants`: one use for a secret.
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretGrantRequest {
+    #[serde(default)]
+    pub secret: String,
+    /// A pinned tool, resolved in `model` (or the global catalog) when granted.
+    #[serde(default)]
+    pub tool: Option<String>,
+    /// `scheme://host[:port]`: the secret may go in headers of requests to this origin.
+    #[serde(default)]
+    pub origin: Option<String>,
+    /// Only in this model.
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// `https://Host:443/x` -> `https://host`: the form origins are compared in.
+pub fn normalize_origin(s: &str) -> Result<String, CoreError> {
+    let bad = |why: &str| {
+        CoreError::bad_input(
+            "invalid_origin",
+            format!("origin {s:?} {why}: use scheme://host[:port], e.g. https://api.example.com"),
+        )
+    };
+    let url = reqwest::Url::parse(s).map_err(|_| bad("is not a URL"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("must be http or https"));
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+        return Err(bad("must have no path, query or user"));
+    }
+    origin_of(&url).ok_or_else(|| bad("has no host"))
+}
+
+/// The origin of a URL, in the form grants hold: scheme, lower-case host, and the port when it is not the default.
+pub fn origin_of(url: &reqwest::Url) -> Option<String> {
+    let host = url.host_str()?.to_lowercase();
+    Some(match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    })
 }
 
 /// Invocations in flight per principal.
@@ -58,10 +109,6 @@ impl Drop for SlotGuard {
             }
         }
     }
-}
-
-fn operator_only(p: &Principal, what: &str) -> Result<(), EngineError> {
-    if p.is_operator() { Ok(()) } else { Err(CoreError::forbidden(format!("only the operator may {what}")).into()) }
 }
 
 fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
@@ -90,13 +137,21 @@ impl Engine {
         check_model_name(&model)?;
         let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
         let record = PrincipalRecord {
+            id: crate::principal::new_principal_id()
+                .map_err(|e| CoreError::internal(format!("no randomness for an id: {e}")))?,
             name: name.to_string(),
             kind: PrincipalKind::Agent,
             flags: parsed.to_string(),
             home_model: model.clone(),
             token_sha256: sha256_hex(token.as_bytes()),
         };
-        let view = PrincipalView { name: name.to_string(), kind: "agent".into(), flags: parsed.to_string(), model };
+        let view = PrincipalView {
+            name: name.to_string(),
+            kind: "agent".into(),
+            flags: parsed.to_string(),
+            model,
+            granted: Vec::new(),
+        };
         let n = name.to_string();
         self.submit(
             &p.name,
@@ -113,11 +168,12 @@ impl Engine {
 
     pub fn list_principals(&self, p: &Principal) -> Result<Vec<PrincipalView>, EngineError> {
         operator_only(p, "list principals")?;
-        Ok(self
-            .read_state()
+        let st = self.read_state();
+        Ok(st
             .principals
             .values()
             .map(|r| PrincipalView {
+                granted: st.model_grants.get(&r.id).map(|m| m.iter().cloned().collect()).unwrap_or_default(),
                 name: r.name.clone(),
                 kind: match r.kind {
                     PrincipalKind::Operator => "operator",
@@ -208,6 +264,119 @@ impl Engine {
         names.iter().filter_map(|n| self.secret(n)).collect()
     }
 
+    /// Lets an agent act in `model` besides its home model. The operator only; an event.
+    pub async fn grant_model(&self, p: &Principal, name: &str, model: &str, grant: bool) -> Result<(), EngineError> {
+        operator_only(p, if grant { "grant models" } else { "revoke model grants" })?;
+        check_model_name(model)?;
+        let (n, m) = (name.to_string(), model.to_string());
+        self.submit(
+            &p.name,
+            Box::new(move |st| {
+                let r = match st.principals.get(&n) {
+                    Some(r) if r.kind == PrincipalKind::Agent => r,
+                    Some(_) => {
+                        return Err(CoreError::bad_input(
+                            "invalid_name",
+                            format!("{n:?} is not an agent; the operator acts everywhere already"),
+                        ));
+                    }
+                    None => return Err(CoreError::not_found(format!("no agent {n:?}"))),
+                };
+                let g = ModelGrant { principal: r.id.clone(), name: n.clone(), model: m.clone() };
+                let has = st.has_model_grant(&r.id, &m);
+                Ok(match (grant, has) {
+                    (true, false) => vec![(DEFAULT_MODEL.to_string(), EventBody::ModelGranted(g))],
+                    (false, true) => vec![(DEFAULT_MODEL.to_string(), EventBody::ModelGrantRevoked(g))],
+                    // Granting what is granted, or revoking what is not, changes nothing.
+                    _ => Vec::new(),
+                })
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Grants a secret to one pinned tool (resolved now; a changed pin loses the grant) or to
+    /// requests for one origin, optionally only in one model. The operator only; an event.
+    pub async fn grant_secret(&self, p: &Principal, req: SecretGrantRequest) -> Result<SecretGrant, EngineError> {
+        operator_only(p, "grant secrets")?;
+        if let Some(m) = &req.model {
+            check_model_name(m)?;
+        }
+        let to = match (&req.tool, &req.origin) {
+            (Some(tool), None) => {
+                check_tool_id(tool)?;
+                let model = req.model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_string());
+                let st = self.read_state();
+                let (e, _) = st.resolve(&model, tool).ok_or_else(|| {
+                    CoreError::not_found(format!("no tool {tool:?} in model {model:?} nor in the global catalog"))
+                })?;
+                let sha256 = match &e.entry.binding {
+                    Binding::Script(s) => s.sha256.clone(),
+                    other => {
+                        return Err(CoreError::bad_input(
+                            "not_pinned",
+                            format!(
+                                "{tool:?} is a {} tool; secrets are granted to pinned tools (scripts) or to origins",
+                                other.kind().as_str()
+                            ),
+                        )
+                        .into());
+                    }
+                };
+                GrantTarget::Tool { id: tool.clone(), model: e.model.clone(), sha256 }
+            }
+            (None, Some(origin)) => GrantTarget::Origin { origin: normalize_origin(origin)? },
+            _ => {
+                return Err(CoreError::bad_input(
+                    "invalid_grant",
+                    "name exactly one use: a tool (--tool ID) or an origin (--origin https://host[:port])",
+                )
+                .into());
+            }
+        };
+        let grant = SecretGrant::new(&req.secret, to, req.model.clone());
+        let g = grant.clone();
+        self.submit(
+            &p.name,
+            Box::new(move |st| {
+                if !st.secrets.contains_key(&g.secret) {
+                    return Err(CoreError::not_found(format!(
+                        "no secret {:?}; set it first with `agentos secret set {}`",
+                        g.secret, g.secret
+                    )));
+                }
+                if st.secret_grants.get(&g.id) == Some(&g) {
+                    return Ok(Vec::new());
+                }
+                Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::SecretGranted(g.clone()))])
+            }),
+        )
+        .await?;
+        Ok(grant)
+    }
+
+    pub fn secret_grants(&self, p: &Principal) -> Result<Vec<SecretGrant>, EngineError> {
+        operator_only(p, "list secret grants")?;
+        Ok(self.read_state().secret_grants.values().cloned().collect())
+    }
+
+    pub async fn revoke_secret_grant(&self, p: &Principal, id: &str) -> Result<(), EngineError> {
+        operator_only(p, "revoke secret grants")?;
+        let id = id.to_string();
+        self.submit(
+            &p.name,
+            Box::new(move |st| {
+                if !st.secret_grants.contains_key(&id) {
+                    return Err(CoreError::not_found(format!("no secret grant {id:?} (see `agentos secret grants`)")));
+                }
+                Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::SecretGrantRevoked { id: id.clone() })])
+            }),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Events, oldest first, for the audit trail. Needs `l`.
     pub async fn events(
         &self,
@@ -233,6 +402,11 @@ impl Engine {
             cursor = last.seq;
             for rec in page {
                 if principal.is_some_and(|want| rec.event.principal != want) {
+                    continue;
+                }
+                // An agent reads the events of the models it may act in; the rest of the log
+                // (other models' tokens, principals, secrets) is the operator's.
+                if !p.is_operator() && !crate::access::may_use_model(&self.read_state(), p, &rec.event.model) {
                     continue;
                 }
                 out.push(crate::engine::to_event(rec)?.view());

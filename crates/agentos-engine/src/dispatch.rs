@@ -105,6 +105,9 @@ fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, Engin
     }
 }
 
+/// The blob namespace of job output that is too large to inline; the model follows.
+pub(crate) const OUTPUT_NAMESPACE: &str = "job-output";
+
 impl Engine {
     /// Creates (or rotates) an executor credential. Operator only. Returns the token.
     pub async fn create_executor_token(&self, principal: &Principal, name: &str) -> Result<String, EngineError> {
@@ -127,6 +130,8 @@ impl Engine {
         }
         let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
         let record = PrincipalRecord {
+            id: crate::principal::new_principal_id()
+                .map_err(|e| CoreError::internal(format!("no randomness for an id: {e}")))?,
             name: name.to_string(),
             kind: PrincipalKind::Executor,
             flags: Flags::empty().to_string(),
@@ -156,12 +161,13 @@ impl Engine {
         check_model_name(&m)?;
         let toolnet = {
             let st = self.read_state();
-            match st.resolve(&m, id).map(|(e, _)| e.entry.binding.clone()) {
-                Some(Binding::Toolnet(b)) => Some(b),
+            crate::access::check_catalog_read(&st, principal, Some(&m))?;
+            match st.resolve(&m, id).map(|(e, _)| (e.entry.binding.clone(), e.owner.clone())) {
+                Some((Binding::Toolnet(b), owner)) => Some((b, owner)),
                 _ => None,
             }
         };
-        if let Some(b) = toolnet {
+        if let Some((b, author)) = toolnet {
             if !principal.flags.has(Flag::ToolNets) {
                 // Without `t` a tool net is not visible at all.
                 if !principal.flags.has(Flag::Execute) {
@@ -192,6 +198,7 @@ impl Engine {
             let input = req.input.unwrap_or(Value::Null);
             let call = crate::nets::ToolnetCall {
                 id,
+                author,
                 resolve_model: &m,
                 doc,
                 input_place: &b.input_place,
@@ -229,6 +236,7 @@ impl Engine {
         check_tool_id(id)?;
         let model = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
         check_model_name(&model)?;
+        crate::access::check_catalog_read(&self.read_state(), principal, Some(&model))?;
         let cfg = self.inner.dispatch;
         let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
         if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
@@ -376,6 +384,22 @@ impl Engine {
         let Some(Binding::Script(s)) = binding else {
             return (token, fail("not found in the model's catalog nor in the global one".into()));
         };
+        if let Some(pin) = token.args.get(agentos_core::job::PINNED_SHA256).and_then(Value::as_str).map(str::to_string)
+            && pin != s.sha256
+        {
+            // The secrets in this job were granted to another version of the script: they do not ship.
+            let mut token = token;
+            if let Some(args) = token.args.as_object_mut() {
+                args.remove("env");
+            }
+            return (
+                token,
+                fail(format!(
+                    "the script changed since its secrets were granted (pinned {pin}, now {}); the grant does not cover it",
+                    s.sha256
+                )),
+            );
+        }
         let urn: BlobUrn = match s.script_urn.parse() {
             Ok(u) => u,
             Err(e) => return (token, fail(format!("the entry's URN is not valid: {e}"))),
@@ -457,8 +481,8 @@ impl Engine {
         secrets.extend(self.secret_values());
         let (stdout, stderr) = (scrub(stdout, &secrets), scrub(stderr, &secrets));
         let error = result.error.map(|e| String::from_utf8_lossy(&scrub(e.into_bytes(), &secrets)).into_owned());
-        let (stdout, stdout_blob) = self.shape_output(stdout).await?;
-        let (stderr, stderr_blob) = self.shape_output(stderr).await?;
+        let (stdout, stdout_blob) = self.shape_output(&finished.model, stdout).await?;
+        let (stderr, stderr_blob) = self.shape_output(&finished.model, stderr).await?;
         let shaped = JobResult {
             job_id: job_id.to_string(),
             exit_code: result.exit_code,
@@ -480,12 +504,14 @@ impl Engine {
         Ok(())
     }
 
-    async fn shape_output(&self, bytes: Vec<u8>) -> Result<(String, Option<OutputBlob>), EngineError> {
+    /// Output past the inline threshold goes to a blob under `job-output/<model>`, so that who may
+    /// read it is the model's question.
+    async fn shape_output(&self, model: &str, bytes: Vec<u8>) -> Result<(String, Option<OutputBlob>), EngineError> {
         if bytes.len() <= self.inner.dispatch.inline_output_bytes {
             return Ok((String::from_utf8_lossy(&bytes).into_owned(), None));
         }
         let sha = sha256_hex(&bytes);
-        let urn = BlobUrn::new("job-output", &sha, None)?;
+        let urn = BlobUrn::new(&format!("{OUTPUT_NAMESPACE}/{model}"), &sha, None)?;
         self.inner.blobs.put(&urn, &bytes).await?;
         let preview: String =
             String::from_utf8_lossy(&bytes[..bytes.len().min(PREVIEW_CHARS * 4)]).chars().take(PREVIEW_CHARS).collect();
@@ -537,7 +563,8 @@ impl Engine {
                 results.push(result);
             }
         }
-        if results.is_empty() {
+        // Another model's job is as absent as one never run: its output is that model's.
+        if results.is_empty() || !crate::access::may_use_model(&self.read_state(), principal, &model) {
             return Err(
                 CoreError::not_found(format!("no finished job {job_id:?} (a job is recorded when it ends)")).into()
             );

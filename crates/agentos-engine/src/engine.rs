@@ -20,6 +20,7 @@ use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 use agentos_store::{BlobStore, EventLog, Snapshot, StoreError, VerifyBlobStore};
 
+use crate::access::{check_catalog_read, check_catalog_write, require};
 use crate::committer::{self, Decide, Outlets, Pending, Reply};
 use crate::dispatch::DispatchConfig;
 use crate::jobs::{JobConfig, JobQueue};
@@ -33,19 +34,10 @@ pub struct EngineConfig {
     pub snapshot_every: u64,
     pub jobs: JobConfig,
     pub dispatch: DispatchConfig,
-    /// Where the master finds a credential's value by name when no secret has it.
-    pub credentials: fn(&str) -> Option<String>,
     /// The key secrets are encrypted with; `None`: secrets cannot be set.
     pub secret_key: Option<[u8; 32]>,
     /// Invocations one principal may have in flight.
     pub max_concurrent_invocations: usize,
-}
-
-/// Credentials from the master's environment: `AGENTOS_CREDENTIAL_<NAME>`, the name upper-cased
-/// with '-' as '_'. Values never leave the master but in the requests and processes that use them.
-pub fn credential_from_env(name: &str) -> Option<String> {
-    let key = format!("AGENTOS_CREDENTIAL_{}", name.to_uppercase().replace('-', "_"));
-    std::env::var(key).ok()
 }
 
 impl Default for EngineConfig {
@@ -55,7 +47,6 @@ impl Default for EngineConfig {
             snapshot_every: 10_000,
             jobs: JobConfig::default(),
             dispatch: DispatchConfig::default(),
-            credentials: credential_from_env,
             secret_key: None,
             max_concurrent_invocations: 32,
         }
@@ -93,7 +84,6 @@ pub(crate) struct Inner {
     /// Every committed event, for the fire loop and for watchers.
     pub(crate) events: tokio::sync::broadcast::Sender<Arc<Event>>,
     pub(crate) nets: crate::nets::NetRuntime,
-    pub(crate) credentials: fn(&str) -> Option<String>,
     pub(crate) http: reqwest::Client,
     net_loop: Mutex<Option<JoinHandle<()>>>,
     pub(crate) host: RwLock<std::collections::HashMap<String, Arc<crate::host::HostToolkit>>>,
@@ -203,7 +193,6 @@ impl Engine {
                 .spawn(move || committer::run(rx, state, log, out))
                 .map_err(|e| CoreError::internal(format!("cannot start the committer thread: {e}")))?
         };
-        let config_credentials = config.credentials;
         let secret_key = config.secret_key;
         let engine = Engine {
             inner: Arc::new(Inner {
@@ -220,7 +209,6 @@ impl Engine {
                 restored: Restored { snapshot_seq, replayed },
                 events,
                 nets: Default::default(),
-                credentials: config_credentials,
                 http: reqwest::Client::new(),
                 net_loop: Mutex::new(None),
                 host: RwLock::new(Default::default()),
@@ -307,6 +295,7 @@ impl Engine {
         write_secret_file(token_file, &token)
             .map_err(|e| StoreError::io(format!("writing {}", token_file.display()), e))?;
         let record = PrincipalRecord {
+            id: agentos_core::event::OPERATOR_ID.into(),
             name: "operator".into(),
             kind: PrincipalKind::Operator,
             flags: Flags::all().to_string(),
@@ -325,7 +314,7 @@ impl Engine {
     pub async fn register_script(&self, principal: &Principal, cmd: RegisterScript) -> Result<EntryView, EngineError> {
         require(principal, Flag::Scripts, "register scripts")?;
         let plan = cmd.plan(&principal.home_model, &self.inner.config.limits)?;
-        check_model_access(principal, &plan.model)?;
+        check_catalog_write(&self.read_state(), principal, &plan.model)?;
         self.store_entry(principal, plan.model, &plan.urn, &plan.bytes, plan.entry).await
     }
 
@@ -337,7 +326,7 @@ impl Engine {
     ) -> Result<EntryView, EngineError> {
         require(principal, Flag::Write, "author tool nets")?;
         let plan = cmd.plan(&principal.home_model)?;
-        check_model_access(principal, &plan.model)?;
+        check_catalog_write(&self.read_state(), principal, &plan.model)?;
         self.store_entry(principal, plan.model, &plan.urn, &plan.bytes, plan.entry).await
     }
 
@@ -354,7 +343,10 @@ impl Engine {
         self.inner.blobs.put(urn, bytes).await?;
         let id = entry.id.clone();
         let m = model.clone();
-        let events = self.submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone()))).await?;
+        let who = principal.clone();
+        let events = self
+            .submit(&principal.name, Box::new(move |st| decide_register(st, &m, entry.clone(), &who.actor())))
+            .await?;
         let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
         let st = self.read_state();
         let current = st.catalog(&model).and_then(|c| c.get(&id));
@@ -368,11 +360,11 @@ impl Engine {
             return Ok(stored.view(scope, false));
         }
         // Another command changed the entry since: answer what this one committed.
-        let EventBody::ToolRegistered { entry } = &ev.body else {
+        let EventBody::ToolRegistered { entry, owner } = &ev.body else {
             return Err(CoreError::internal("a registration committed another kind of event").into());
         };
         let created_at = current.map(|s| s.created_at).unwrap_or(ev.time);
-        let stored = agentos_core::entry::StoredEntry::new(
+        let mut stored = agentos_core::entry::StoredEntry::new(
             entry.clone(),
             model,
             ev.seq,
@@ -380,6 +372,9 @@ impl Engine {
             ev.time,
             ev.principal.clone(),
         );
+        if let Some(o) = owner {
+            stored.owner = o.clone();
+        }
         Ok(stored.view(scope, false))
     }
 
@@ -388,7 +383,7 @@ impl Engine {
         check_tool_id(&args.id)?;
         let model = args.model.unwrap_or_else(|| principal.home_model.clone());
         check_model_name(&model)?;
-        check_model_access(principal, &model)?;
+        check_catalog_write(&self.read_state(), principal, &model)?;
         let kind = self.read_state().catalog(&model).and_then(|c| c.get(&args.id)).map(|e| e.entry.binding.kind());
         match kind {
             Some(k) if k.visible_to(principal.flags) => {
@@ -401,7 +396,8 @@ impl Engine {
             }
         }
         let id = args.id;
-        self.submit(&principal.name, Box::new(move |st| decide_remove(st, &model, &id))).await?;
+        let who = principal.clone();
+        self.submit(&principal.name, Box::new(move |st| decide_remove(st, &model, &id, &who.actor()))).await?;
         Ok(())
     }
 
@@ -410,7 +406,9 @@ impl Engine {
         if let Some(m) = &query.model {
             check_model_name(m)?;
         }
-        Ok(search(&self.read_state(), query, principal.flags))
+        let st = self.read_state();
+        check_catalog_read(&st, principal, query.model.as_deref())?;
+        Ok(search(&st, query, principal.flags))
     }
 
     /// One entry, local first.
@@ -419,6 +417,7 @@ impl Engine {
         let model = model.unwrap_or(DEFAULT_MODEL);
         check_model_name(model)?;
         let st = self.read_state();
+        check_catalog_read(&st, principal, Some(model))?;
         match st.resolve(model, id) {
             Some((e, scope)) if e.entry.binding.kind().visible_to(principal.flags) => Ok(e.view(scope, false)),
             _ => Err(not_found(id, model).into()),
@@ -430,6 +429,7 @@ impl Engine {
         check_tool_id(id)?;
         let model = model.unwrap_or(DEFAULT_MODEL);
         check_model_name(model)?;
+        check_catalog_read(&self.read_state(), principal, Some(model))?;
         let key = format!("tool:{id}");
         let mut found = None;
         if model != DEFAULT_MODEL {
@@ -450,7 +450,7 @@ impl Engine {
         let events = recs.into_iter().map(to_event).collect::<Result<Vec<_>, _>>()?;
         // Shown only to a caller who may see the kind the entry had.
         let visible = events.iter().all(|e| match &e.body {
-            EventBody::ToolRegistered { entry } => entry.binding.kind().visible_to(principal.flags),
+            EventBody::ToolRegistered { entry, .. } => entry.binding.kind().visible_to(principal.flags),
             _ => true,
         });
         if !visible {
@@ -462,6 +462,38 @@ impl Engine {
     /// A blob's bytes, verified against its digest.
     pub async fn read_blob(&self, urn: &BlobUrn) -> Result<Vec<u8>, EngineError> {
         Ok(self.inner.blobs.get_checked(urn, None).await?)
+    }
+
+    /// A blob's bytes for `p`: job output of a model it may use, or the content of an entry it
+    /// can see in the global catalog or a model it may use. Anything else is as absent as a blob
+    /// never stored, so names do not leak.
+    pub async fn read_blob_as(&self, p: &Principal, urn: &BlobUrn) -> Result<Vec<u8>, EngineError> {
+        if !p.is_operator() && !self.may_read_blob(p, urn) {
+            return Err(CoreError::not_found(format!("no blob {urn} that {} may read", p.name)).into());
+        }
+        self.read_blob(urn).await
+    }
+
+    fn may_read_blob(&self, p: &Principal, urn: &BlobUrn) -> bool {
+        let st = self.read_state();
+        if let Some(model) =
+            urn.namespace().strip_prefix(crate::dispatch::OUTPUT_NAMESPACE).and_then(|m| m.strip_prefix('/'))
+        {
+            return crate::access::may_use_model(&st, p, model);
+        }
+        let wanted = urn.to_string();
+        st.catalogs.iter().filter(|(m, _)| *m == DEFAULT_MODEL || crate::access::may_use_model(&st, p, m)).any(
+            |(_, c)| {
+                c.values().any(|e| {
+                    e.entry.binding.kind().visible_to(p.flags)
+                        && match &e.entry.binding {
+                            Binding::Script(s) => s.script_urn == wanted,
+                            Binding::Toolnet(t) => t.net_urn == wanted,
+                            Binding::Host(_) => false,
+                        }
+                })
+            },
+        )
     }
 
     /// The script of an entry, verified against the pinned size and sha256.
@@ -488,6 +520,15 @@ impl Engine {
 
     pub fn models(&self) -> Vec<ModelView> {
         self.read_state().model_views()
+    }
+
+    /// The models `p` may use, and the global catalog's `default`.
+    pub fn models_for(&self, p: &Principal) -> Vec<ModelView> {
+        let st = self.read_state();
+        st.model_views()
+            .into_iter()
+            .filter(|m| m.name == DEFAULT_MODEL || crate::access::may_use_model(&st, p, &m.name))
+            .collect()
     }
 
     /// Number of entries in every catalog.
@@ -575,33 +616,8 @@ fn not_found(id: &str, model: &str) -> CoreError {
     }
 }
 
-pub(crate) fn require(p: &Principal, flag: Flag, what: &str) -> Result<(), CoreError> {
-    if p.flags.has(flag) {
-        Ok(())
-    } else {
-        Err(CoreError::forbidden(format!(
-            "{} may not {what}: that needs the '{}' ({}) flag",
-            p.name,
-            flag.letter(),
-            flag.word()
-        )))
-    }
-}
-
 fn registering_flag(kind: BindingKind) -> Flag {
     kind.revealing_flag()
-}
-
-/// Agents write into their home model or the global catalog; the operator anywhere.
-fn check_model_access(p: &Principal, model: &str) -> Result<(), CoreError> {
-    if p.is_operator() || model == p.home_model || model == DEFAULT_MODEL {
-        Ok(())
-    } else {
-        Err(CoreError::forbidden(format!(
-            "{} may write only into its home model {:?} or the global catalog (\"default\"), not {model:?}",
-            p.name, p.home_model
-        )))
-    }
 }
 
 fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {

@@ -165,7 +165,7 @@ impl Engine {
             self.inner.host.write().unwrap_or_else(|p| p.into_inner()).insert(tk.name.clone(), Arc::new(tk));
             self.submit(
                 "system",
-                Box::new(move |st| agentos_core::command::decide_register(st, DEFAULT_MODEL, entry.clone())),
+                Box::new(move |st| agentos_core::command::decide_register(st, DEFAULT_MODEL, entry.clone(), &MASTER)),
             )
             .await?;
         }
@@ -212,3 +212,7 @@ impl Engine {
         }
     }
 }
+
+/// Host toolkits are registered by the master itself, on the operator's behalf.
+const MASTER: agentos_core::command::Actor<'static> =
+    agentos_core::command::Actor { id: agentos_core::event::OPERATOR_ID, name: "system", operator: true };

@@ -1,5 +1,6 @@
 //! The engine: the catalog as the fold of the event log, commands that commit events, principals, snapshots.
 
+pub mod access;
 pub mod admin;
 pub mod call;
 mod committer;

@@ -10,15 +10,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use agentos_core::event::GrantTarget;
 use agentos_core::event::{Event, EventBody};
 use agentos_core::expr::{Expr, Template};
 use agentos_core::flags::Flag;
-use agentos_core::job::{CommandToken, JobResult, RESOLVED_ARGS};
+use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
 use agentos_core::name::check_model_name;
 use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction, Mode, NetDoc, Take};
 use agentos_core::net_state::{Instance, ModelNet, NetEvent, NewToken, Token, TokenRef, fire_id};
 use agentos_core::{CoreError, ErrorKind};
 
+use crate::access::{Authority, check_model_in, may_use_model, require};
 use crate::{Engine, EngineError, Principal};
 
 /// Compiled expressions of one inscription, built once per applied version.
@@ -81,6 +83,8 @@ struct HttpCompiled {
 /// A tool net invocation.
 pub(crate) struct ToolnetCall<'a> {
     pub id: &'a str,
+    /// The id of the principal that owns the tool net entry: its transitions act with its authority.
+    pub author: String,
     /// Scripts inside resolve local first in this model.
     pub resolve_model: &'a str,
     pub doc: NetDoc,
@@ -98,6 +102,36 @@ pub(crate) struct NetRuntime {
     due: Mutex<HashMap<(String, String), tokio::time::Instant>>,
     wake: tokio::sync::Notify,
     next_instance: std::sync::atomic::AtomicU64,
+    /// The client for requests that carry a secret: it follows no redirect.
+    sealed_http: std::sync::OnceLock<reqwest::Client>,
+}
+
+impl NetRuntime {
+    fn sealed_http(&self) -> reqwest::Client {
+        self.sealed_http
+            .get_or_init(|| {
+                reqwest::Client::builder()
+                    .redirect(reqwest::redirect::Policy::none())
+                    .build()
+                    .unwrap_or_else(|_| reqwest::Client::new())
+            })
+            .clone()
+    }
+}
+
+/// Where a fire acts and with whose authority.
+struct FireRun<'a> {
+    /// The model whose net fires.
+    model: &'a str,
+    /// Scripts resolve local first in this model (an instance's invoker's model).
+    resolve_model: &'a str,
+    authority: &'a Authority,
+}
+
+/// What a secret would be used for.
+enum SecretUse {
+    Script { id: String, model: String, sha256: String },
+    Origin(String),
 }
 
 /// Where a net stands, for `GET /api/models/{m}/net`.
@@ -162,8 +196,11 @@ fn token_json(t: &Token) -> Value {
 }
 
 fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
-    Ok(crate::engine::require(p, flag, what)?)
+    Ok(require(p, flag, what)?)
 }
+
+/// Model names the master keeps for tool-net instances.
+const INSTANCE_PREFIX: &str = "tni-";
 
 /// Replaces every credential value in `v` by a marker, so no token or event ever holds one.
 pub(crate) fn redact(v: Value, secrets: &[String]) -> Value {
@@ -200,6 +237,14 @@ impl Engine {
     pub async fn create_model(&self, p: &Principal, name: &str) -> Result<(), EngineError> {
         need(p, Flag::Write, "create models")?;
         check_model_name(name)?;
+        if name.starts_with(INSTANCE_PREFIX) {
+            return Err(CoreError::bad_input(
+                "invalid_model",
+                format!("model names starting with {INSTANCE_PREFIX:?} are kept for tool-net instances"),
+            )
+            .into());
+        }
+        check_model_in(&self.read_state(), p, name)?;
         let name = name.to_string();
         self.submit(
             &p.name,
@@ -218,6 +263,8 @@ impl Engine {
     pub async fn apply_net(&self, p: &Principal, model: &str, doc: NetDoc) -> Result<NetView, EngineError> {
         need(p, Flag::Write, "author nets")?;
         check_model_name(model)?;
+        // Decided before anything is written: a refused apply leaves no trace but its answer.
+        check_model_in(&self.read_state(), p, model)?;
         if let Some(m) = &doc.model
             && m != model
         {
@@ -229,9 +276,12 @@ impl Engine {
         }
         doc.validate()?;
         let m = model.to_string();
+        let author = p.clone();
         self.submit(
             &p.name,
             Box::new(move |st| {
+                // Again at commit time: a grant may have been revoked since.
+                check_model_in(st, &author, &m)?;
                 if let Some(net) = st.nets.nets.get(&m) {
                     if net.instance.is_some() {
                         return Err(CoreError::conflict(format!("{m:?} is a tool net instance")));
@@ -260,18 +310,31 @@ impl Engine {
                 if !st.model_exists(&m) {
                     events.push((m.clone(), EventBody::ModelCreated { name: m.clone() }));
                 }
-                events.push((m.clone(), EventBody::Net(NetEvent::Applied { doc: doc.clone(), instance: None })));
+                events.push((
+                    m.clone(),
+                    EventBody::Net(NetEvent::Applied {
+                        doc: doc.clone(),
+                        instance: None,
+                        author: Some(author.id.clone()),
+                    }),
+                ));
                 Ok(events)
             }),
         )
         .await?;
         self.inner.nets.compiled.lock().unwrap_or_else(|e| e.into_inner()).retain(|(mm, _), _| mm != model);
-        self.net_view(p, model)
+        // The author may see what it wrote, whether or not it holds 'r'.
+        self.view_of(model)
     }
 
     pub fn net_view(&self, p: &Principal, model: &str) -> Result<NetView, EngineError> {
         need(p, Flag::Read, "read nets")?;
         check_model_name(model)?;
+        self.check_model(p, model)?;
+        self.view_of(model)
+    }
+
+    fn view_of(&self, model: &str) -> Result<NetView, EngineError> {
         let st = self.read_state();
         let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
         Ok(NetView {
@@ -305,6 +368,7 @@ impl Engine {
     pub fn tokens(&self, p: &Principal, model: &str, place: &str) -> Result<Vec<Token>, EngineError> {
         need(p, Flag::Read, "read tokens")?;
         let st = self.read_state();
+        check_model_in(&st, p, model)?;
         let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
         let place = net
             .places
@@ -324,10 +388,17 @@ impl Engine {
     ) -> Result<Token, EngineError> {
         need(p, Flag::Write, "put tokens")?;
         check_model_name(model)?;
+        let by = vec![p.id.clone()];
         let put = NetEvent::TokensPut {
-            tokens: vec![NewToken { place: place.to_string(), name: name.clone(), data: data.clone() }],
+            tokens: vec![NewToken { place: place.to_string(), name: name.clone(), data: data.clone(), by: by.clone() }],
         };
-        let events = self.submit(&p.name, self.net_event(model, put)).await.map_err(|e| match e {
+        let (who, m) = (p.clone(), model.to_string());
+        let decide = self.net_event(model, put);
+        let guarded: crate::committer::Decide = Box::new(move |st| {
+            check_model_in(st, &who, &m)?;
+            decide(st)
+        });
+        let events = self.submit(&p.name, guarded).await.map_err(|e| match e {
             EngineError::Core(c) if c.kind == ErrorKind::Conflict => CoreError::not_found(c.message).into(),
             other => other,
         })?;
@@ -338,6 +409,7 @@ impl Engine {
             name,
             created_at: agentos_core::event::format_time(ev.time),
             data,
+            by,
         })
     }
 
@@ -345,8 +417,10 @@ impl Engine {
     pub fn links(&self, p: &Principal, model: &str) -> Result<Vec<LinkView>, EngineError> {
         need(p, Flag::Read, "read links")?;
         let st = self.read_state();
+        check_model_in(&st, p, model)?;
         let mut out = Vec::new();
-        for (owner, net) in &st.nets.nets {
+        // Only links declared in models the caller may use: the others would show their nets.
+        for (owner, net) in st.nets.nets.iter().filter(|(m, _)| may_use_model(&st, p, m)) {
             for t in net.doc.transitions.iter().filter(|t| t.kind == "link") {
                 let end_model = |r: &Option<agentos_core::net::PlaceRef>| {
                     r.as_ref().map(|r| r.model.clone().unwrap_or_else(|| owner.clone()))
@@ -376,8 +450,13 @@ impl Engine {
         started: bool,
     ) -> Result<(), EngineError> {
         need(p, Flag::Execute, "start or stop transitions")?;
+        self.check_model(p, model)?;
         let t = transition.to_string();
-        let ev = if started { NetEvent::Started { transition: t } } else { NetEvent::Stopped { transition: t } };
+        let ev = if started {
+            NetEvent::Started { transition: t }
+        } else {
+            NetEvent::Stopped { transition: t, reason: None }
+        };
         self.commit_net(&p.name, model, ev).await.map_err(|e| match e {
             EngineError::Core(c) if c.kind == ErrorKind::Conflict => CoreError::not_found(c.message).into(),
             other => other,
@@ -397,6 +476,7 @@ impl Engine {
         need(p, Flag::Execute, "fire transitions")?;
         {
             let st = self.read_state();
+            check_model_in(&st, p, model)?;
             let net =
                 st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
             let t = net
@@ -406,7 +486,14 @@ impl Engine {
                 return Err(CoreError::bad_input("not_firing", "a link never fires").into());
             }
         }
-        self.try_fire(model, transition, true, &p.name).await
+        self.try_fire(model, transition, Some(p)).await
+    }
+
+    /// Checks that `p` may watch `model`'s stream. Needs `r` and the model.
+    pub fn check_watch(&self, p: &Principal, model: &str) -> Result<(), EngineError> {
+        need(p, Flag::Read, "watch nets")?;
+        check_model_name(model)?;
+        self.check_model(p, model)
     }
 
     fn compiled(&self, model: &str, t: &Inscription) -> Result<Arc<Compiled>, String> {
@@ -484,7 +571,13 @@ impl Engine {
     }
 
     /// Routes a result by the emit rules. `Err` with the reason when no rule matches.
-    fn route(c: &Compiled, result: &Value, response: &Value, input: &Value) -> Result<Vec<NewToken>, String> {
+    fn route(
+        c: &Compiled,
+        result: &Value,
+        response: &Value,
+        input: &Value,
+        by: &[String],
+    ) -> Result<Vec<NewToken>, String> {
         let t = &c.inscription;
         if t.emit.is_empty() {
             return Ok(Vec::new());
@@ -524,7 +617,10 @@ impl Engine {
                 continue;
             }
             let place = t.postsets.get(&rule.to).map(|p| p.place.clone()).unwrap_or_default();
-            return Ok(values.into_iter().map(|data| NewToken { place: place.clone(), name: None, data }).collect());
+            return Ok(values
+                .into_iter()
+                .map(|data| NewToken { place: place.clone(), name: None, data, by: by.to_vec() })
+                .collect());
         }
         Err(format!("no emit rule matched the result ({}); the inputs stay in place", why.join("; ")))
     }
@@ -535,16 +631,18 @@ impl Engine {
         &self,
         model: &str,
         transition: &str,
-        manual: bool,
-        principal: &str,
+        firer: Option<&Principal>,
     ) -> Result<FireOutcome, EngineError> {
+        let manual = firer.is_some();
+        let principal = firer.map_or("system", |p| p.name.as_str());
+        let firer_id = firer.map(|p| p.id.clone());
         let outcome = |o: &str, fire: Option<String>, reason: Option<String>| FireOutcome {
             transition: transition.to_string(),
             outcome: o.to_string(),
             fire,
             reason,
         };
-        let (c, bound, ctx) = {
+        let prepared = {
             let st = self.read_state();
             let Some(net) = st.nets.nets.get(model) else {
                 return Ok(outcome("not-enabled", None, Some("no net".into())));
@@ -552,31 +650,49 @@ impl Engine {
             let Some(t) = net.inscription(transition) else {
                 return Ok(outcome("not-enabled", None, Some("no such transition".into())));
             };
-            let c = self
-                .compiled(model, t)
-                .map_err(|e| CoreError::internal(format!("inscription does not compile: {e}")))?;
-            if net.in_flight_of(transition) >= t.concurrency as usize {
-                return Ok(outcome(
-                    "not-enabled",
-                    None,
-                    Some(format!("{} fire(s) in flight, the concurrency limit", t.concurrency)),
-                ));
-            }
-            match Self::bind(net, &c, manual) {
-                Ok(Some(bound)) => {
-                    let ctx = Self::context(net, t, &bound);
-                    (c, bound, ctx)
-                }
-                Ok(None) => {
-                    let empty: Vec<&str> =
-                        t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
+            // A transition acts with its author's authority; one whose author is gone stops.
+            let author = net.authors.get(transition).filter(|a| st.principal_by_id(a).is_some()).cloned();
+            if author.is_none() {
+                Err(format!(
+                    "stopped: the principal who applied transition {transition:?} ({}) was revoked; apply it again to run it with someone's authority",
+                    net.authors.get(transition).map_or("unknown", String::as_str)
+                ))
+            } else {
+                let c = self
+                    .compiled(model, t)
+                    .map_err(|e| CoreError::internal(format!("inscription does not compile: {e}")))?;
+                if net.in_flight_of(transition) >= t.concurrency as usize {
                     return Ok(outcome(
                         "not-enabled",
                         None,
-                        Some(format!("a consuming preset binds no token (presets: {})", empty.join(", "))),
+                        Some(format!("{} fire(s) in flight, the concurrency limit", t.concurrency)),
                     ));
                 }
-                Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
+                match Self::bind(net, &c, manual) {
+                    Ok(Some(bound)) => {
+                        let ctx = Self::context(net, t, &bound);
+                        let by = net.behind(transition, &bound, firer_id.as_deref());
+                        Ok((c, bound, ctx, by))
+                    }
+                    Ok(None) => {
+                        let empty: Vec<&str> =
+                            t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
+                        return Ok(outcome(
+                            "not-enabled",
+                            None,
+                            Some(format!("a consuming preset binds no token (presets: {})", empty.join(", "))),
+                        ));
+                    }
+                    Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
+                }
+            }
+        };
+        let (c, bound, ctx, by) = match prepared {
+            Ok(p) => p,
+            Err(reason) => {
+                let ev = NetEvent::Stopped { transition: transition.to_string(), reason: Some(reason.clone()) };
+                self.commit_net("system", model, ev).await?;
+                return Ok(outcome("not-enabled", None, Some(reason)));
             }
         };
         let t = &c.inscription;
@@ -585,7 +701,8 @@ impl Engine {
             "pass" | "map" => {
                 let result = if t.kind == "map" {
                     let tpl = c.template.as_ref().expect("map compiles a template");
-                    match tpl.render(&ctx, &|name| self.credential(name)) {
+                    // A map never reads credentials (refused when the net is applied, and here too).
+                    match tpl.render(&ctx, &|_| None) {
                         Ok(v) => Ok(v),
                         Err(e) => Err(format!("the template failed: {e}")),
                     }
@@ -596,7 +713,7 @@ impl Engine {
                     });
                     Ok(first.and_then(|tok| tok.get("data").cloned()).unwrap_or(Value::Null))
                 };
-                let routed = result.and_then(|r| Self::route(&c, &r, &r, &ctx));
+                let routed = result.and_then(|r| Self::route(&c, &r, &r, &ctx, &by));
                 match routed {
                     Ok(outputs) => {
                         let ev = NetEvent::Fired { transition: transition.to_string(), consumed, outputs };
@@ -622,7 +739,7 @@ impl Engine {
                 }
             }
             _ => {
-                let ev = NetEvent::FireStarted { transition: transition.to_string(), bound };
+                let ev = NetEvent::FireStarted { transition: transition.to_string(), bound, firer: firer_id };
                 let seq = match self.commit_net(principal, model, ev).await {
                     Ok(seq) => seq,
                     Err(EngineError::Core(e)) if e.kind == ErrorKind::Conflict => {
@@ -648,26 +765,30 @@ impl Engine {
     }
 
     async fn complete_fire(&self, model: &str, fire: &str) -> Result<(), EngineError> {
-        let (c, bound, ctx, resolve_model) = {
+        let (c, bound, ctx, resolve_model, by, authority) = {
             let st = self.read_state();
             let net = st.nets.nets.get(model).ok_or_else(|| CoreError::internal("the net is gone"))?;
             let f = net.in_flight.get(fire).ok_or_else(|| CoreError::internal("the fire is gone"))?;
             let t = net.inscription(&f.transition).ok_or_else(|| CoreError::internal("the transition is gone"))?;
             let c = self.compiled(model, t).map_err(CoreError::internal)?;
             let resolve = net.instance.as_ref().map(|i| i.resolve_model.clone()).unwrap_or_else(|| model.to_string());
-            (c, f.bound.clone(), Self::context(net, t, &f.bound), resolve)
+            // Decided when the action runs (again after a restart), from who holds what now.
+            let by = net.behind(&f.transition, &f.bound, f.firer.as_deref());
+            let authority = Authority::of(&st, by.iter().map(String::as_str));
+            (c, f.bound.clone(), Self::context(net, t, &f.bound), resolve, by, authority)
         };
         let t = &c.inscription;
         let mut secrets = Vec::new();
+        let run = FireRun { model, resolve_model: &resolve_model, authority: &authority };
         let action = match t.kind.as_str() {
-            "command" => self.run_command(&c, &bound, &ctx, &resolve_model, &mut secrets).await,
-            "http" => self.run_http(&c, &ctx, &mut secrets).await,
+            "command" => self.run_command(&c, &bound, &ctx, &run, &mut secrets).await,
+            "http" => self.run_http(&c, &ctx, &run, &mut secrets).await,
             other => Err(format!("kind {other} does not run asynchronously")),
         };
         let ev = match action {
             Ok((result, response)) => {
                 let (result, response) = (redact(result, &secrets), redact(response, &secrets));
-                match Self::route(&c, &result, &response, &ctx) {
+                match Self::route(&c, &result, &response, &ctx, &by) {
                     Ok(outputs) => {
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed: Self::consumed(t, &bound), outputs }
                     }
@@ -693,10 +814,34 @@ impl Engine {
         Ok(())
     }
 
-    /// A credential's value, held by the master: a secret of that name, else
-    /// `AGENTOS_CREDENTIAL_<NAME>` from the master's environment (upper case, '-' as '_').
-    pub(crate) fn credential(&self, name: &str) -> Option<String> {
-        self.secret(name).or_else(|| (self.inner.credentials)(name))
+    /// A secret's value for one use, when the operator granted it to that use: `pinned`, a
+    /// script's (id, catalog model, sha256), or `origin`, an http request's origin. `model` is
+    /// where the fire runs (a grant may be narrowed to one model).
+    fn granted_secret(&self, name: &str, model: &str, use_: &SecretUse) -> Result<String, String> {
+        let granted = self.read_state().secret_grants.values().any(|g| {
+            g.secret == name
+                && g.model.as_deref().is_none_or(|m| m == model)
+                && match (&g.to, use_) {
+                    (GrantTarget::Tool { id, model, sha256 }, SecretUse::Script { id: i, model: m, sha256: s }) => {
+                        id == i && model == m && sha256 == s
+                    }
+                    (GrantTarget::Origin { origin }, SecretUse::Origin(o)) => origin == o,
+                    _ => false,
+                }
+        });
+        if !granted {
+            let (what, how) = match use_ {
+                SecretUse::Script { id, model: m, .. } => {
+                    let narrow = if m == agentos_core::DEFAULT_MODEL { String::new() } else { format!(" --model {m}") };
+                    (format!("script {id:?} as it is pinned now"), format!("--tool {id}{narrow}"))
+                }
+                SecretUse::Origin(o) => (format!("requests to {o}"), format!("--origin {o}")),
+            };
+            return Err(format!(
+                "secret {name:?} is not granted to {what}; the operator grants it with `agentos secret grant {name} {how}`"
+            ));
+        }
+        self.secret(name).ok_or_else(|| format!("secret {name:?} is not set on the master"))
     }
 
     async fn run_command(
@@ -704,9 +849,11 @@ impl Engine {
         c: &Compiled,
         bound: &BTreeMap<String, Vec<TokenRef>>,
         ctx: &Value,
-        resolve_model: &str,
+        run: &FireRun<'_>,
         secrets: &mut Vec<String>,
     ) -> Result<(Value, Value), String> {
+        run.authority.need(Flag::Execute, "a command")?;
+        let resolve_model = run.resolve_model;
         let t = &c.inscription;
         let action = c.command.clone().unwrap_or_default();
         let preset = action
@@ -735,15 +882,56 @@ impl Engine {
         if let Some(ms) = action.timeout_ms {
             args.entry("timeoutMs").or_insert(json!(ms));
         }
+        args.remove(PINNED_SHA256);
+        // What the command runs decides the flag it needs: a registered script must be visible to
+        // everyone behind the fire; anything else is an unregistered script.
+        let script = match (token.executor.as_str(), token.command.as_str()) {
+            ("script", "invoke") => {
+                let id = args.get("toolId").and_then(Value::as_str).unwrap_or_default().to_string();
+                let st = self.read_state();
+                match st.resolve(resolve_model, &id) {
+                    Some((e, _)) if e.entry.binding.kind().visible_to(run.authority.flags) => match &e.entry.binding {
+                        agentos_core::entry::Binding::Script(b) => {
+                            Some(SecretUse::Script { id, model: e.model.clone(), sha256: b.sha256.clone() })
+                        }
+                        _ => None,
+                    },
+                    Some(_) => {
+                        return Err(format!(
+                            "refused: tool {id:?} is not visible to the principals behind this fire ({})",
+                            run.authority.names.join(", ")
+                        ));
+                    }
+                    // Shipped as it is: the executor fails it with the reason, like any unresolved tool.
+                    None => None,
+                }
+            }
+            _ => {
+                run.authority.need(Flag::Scripts, "a command that is not a registered script")?;
+                None
+            }
+        };
         let env = args.entry("env").or_insert(json!({}));
         if !env.is_object() {
             *env = json!({});
         }
-        for name in &action.credentials {
-            // Resolved now, carried only in the job handed to the executor: never in a token or an event.
-            let value = self.credential(name).ok_or_else(|| format!("credential {name:?} is not set on the master"))?;
-            secrets.push(value.clone());
-            env[name.as_str()] = Value::String(value);
+        if !action.credentials.is_empty() {
+            let Some(use_ @ SecretUse::Script { sha256, .. }) = &script else {
+                return Err(
+                    "refused: credentials go only to a registered script the operator granted them to, not to a command from a token"
+                        .into(),
+                );
+            };
+            // A run that carries a secret takes nothing from the caller's environment.
+            *env = json!({});
+            for name in &action.credentials {
+                // Resolved now, carried only in the job handed to the executor: never in a token or an event.
+                let value = self.granted_secret(name, resolve_model, use_)?;
+                secrets.push(value.clone());
+                env[name.as_str()] = Value::String(value);
+            }
+            // The hand-out resolves the tool again; it must still be the script the secrets were granted to.
+            args.insert(PINNED_SHA256.into(), Value::String(sha256.clone()));
         }
         let timeout_ms =
             token.args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(self.inner.dispatch.default_timeout_ms);
@@ -776,24 +964,38 @@ impl Engine {
         Ok((parsed, response))
     }
 
-    async fn run_http(&self, c: &Compiled, ctx: &Value, secrets: &mut Vec<String>) -> Result<(Value, Value), String> {
+    async fn run_http(
+        &self,
+        c: &Compiled,
+        ctx: &Value,
+        run: &FireRun<'_>,
+        secrets: &mut Vec<String>,
+    ) -> Result<(Value, Value), String> {
+        run.authority.need(Flag::Execute, "an http action")?;
+        run.authority.need(Flag::Http, "an http action")?;
         let HttpCompiled { action: h, url, headers, body } = c.http.as_ref().ok_or("no http action")?;
-        let resolve = |name: &str| self.credential(name);
-        for tpl in std::iter::once(url).chain(headers.values()).chain(body.iter()) {
-            for name in tpl.credentials() {
-                let v =
-                    self.credential(&name).ok_or_else(|| format!("credential {name:?} is not set on the master"))?;
-                secrets.push(v);
+        let no_credentials = |_: &str| None;
+        let url = url.render(ctx, &no_credentials)?;
+        let url = url.as_str().ok_or("the url must render to a string")?.to_string();
+        let parsed = reqwest::Url::parse(&url).map_err(|e| format!("the url {url:?} is not valid: {e}"))?;
+        // Credentials (in headers only) are resolved for this request's origin, if granted there.
+        let mut values = BTreeMap::new();
+        let names: std::collections::BTreeSet<String> = headers.values().flat_map(|t| t.credentials()).collect();
+        if !names.is_empty() {
+            let origin = crate::admin::origin_of(&parsed).ok_or("the url has no host")?;
+            for name in names {
+                let v = self.granted_secret(&name, run.model, &SecretUse::Origin(origin.clone()))?;
+                secrets.push(v.clone());
+                values.insert(name, v);
             }
         }
-        let url = url.render(ctx, &resolve)?;
-        let url = url.as_str().ok_or("the url must render to a string")?.to_string();
+        let resolve = |name: &str| values.get(name).cloned();
+        let carries_secret = !values.is_empty();
         let method = reqwest::Method::from_bytes(h.method.to_uppercase().as_bytes()).map_err(|e| e.to_string())?;
-        let mut req = self
-            .inner
-            .http
-            .request(method.clone(), &url)
-            .timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
+        // A request that carries a secret follows no redirect: the secret goes to the granted origin only.
+        let client = if carries_secret { self.inner.nets.sealed_http() } else { self.inner.http.clone() };
+        let mut req =
+            client.request(method.clone(), &url).timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
         for (k, tpl) in headers {
             let v = tpl.render(ctx, &resolve)?;
             let v = match v {
@@ -803,7 +1005,7 @@ impl Engine {
             req = req.header(k.as_str(), v);
         }
         if let Some(b) = body {
-            req = req.json(&b.render(ctx, &resolve)?);
+            req = req.json(&b.render(ctx, &no_credentials)?);
         }
         let shown_url = redact(Value::String(url.clone()), secrets).as_str().unwrap_or("").to_string();
         let resp = req.send().await.map_err(|e| format!("{method} {shown_url} failed: {e}"))?;
@@ -846,7 +1048,7 @@ impl Engine {
             };
             let mut fired = false;
             for (m, t) in candidates {
-                match self.try_fire(&m, &t, false, "system").await {
+                match self.try_fire(&m, &t, None).await {
                     Ok(o) if o.outcome != "not-enabled" => fired = true,
                     Ok(_) => {}
                     Err(e) => tracing::warn!(model = %m, transition = %t, error = %e, "fire failed"),
@@ -896,7 +1098,7 @@ impl Engine {
             }
         }
         for (m, t) in fire_now {
-            if let Err(e) = self.try_fire(&m, &t, false, "system").await {
+            if let Err(e) = self.try_fire(&m, &t, None).await {
                 tracing::warn!(model = %m, transition = %t, error = %e, "scheduled fire failed");
             }
         }
@@ -919,25 +1121,33 @@ impl Engine {
     /// Runs a tool net: an isolated instance of its net, the input in its input place, the
     /// first token of its output place as the answer.
     pub(crate) async fn invoke_toolnet(&self, p: &Principal, call: ToolnetCall<'_>) -> Result<Value, EngineError> {
-        let ToolnetCall { id, resolve_model, doc, input_place, output_place, input, timeout } = call;
+        let ToolnetCall { id, author, resolve_model, doc, input_place, output_place, input, timeout } = call;
         let n = self.inner.nets.next_instance.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let instance_model = format!(
-            "tni-{:x}-{n}",
+            "{INSTANCE_PREFIX}{:x}-{n}",
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
         );
         let mut events = self.subscribe();
         let inst = Instance {
             toolnet: id.to_string(),
+            invoker: p.id.clone(),
             resolve_model: resolve_model.to_string(),
             output_place: output_place.to_string(),
         };
-        let (m, ip) = (instance_model.clone(), input_place.to_string());
+        let (m, ip, invoker) = (instance_model.clone(), input_place.to_string(), p.id.clone());
         self.submit(
             &p.name,
             Box::new(move |_| {
                 let mut evs = vec![
                     (m.clone(), EventBody::ModelCreated { name: m.clone() }),
-                    (m.clone(), EventBody::Net(NetEvent::Applied { doc: doc.clone(), instance: Some(inst.clone()) })),
+                    (
+                        m.clone(),
+                        EventBody::Net(NetEvent::Applied {
+                            doc: doc.clone(),
+                            instance: Some(inst.clone()),
+                            author: Some(author.clone()),
+                        }),
+                    ),
                 ];
                 for t in doc.transitions.iter().filter(|t| t.kind != "link") {
                     evs.push((m.clone(), EventBody::Net(NetEvent::Started { transition: t.id.clone() })));
@@ -945,7 +1155,12 @@ impl Engine {
                 evs.push((
                     m.clone(),
                     EventBody::Net(NetEvent::TokensPut {
-                        tokens: vec![NewToken { place: ip.clone(), name: None, data: input.clone() }],
+                        tokens: vec![NewToken {
+                            place: ip.clone(),
+                            name: None,
+                            data: input.clone(),
+                            by: vec![invoker.clone()],
+                        }],
                     }),
                 ));
                 Ok(evs)

@@ -5,6 +5,8 @@ use agentos_core::flags::Flags;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal {
+    /// Stable and never reused (see `PrincipalRecord::id`).
+    pub id: String,
     pub name: String,
     pub kind: PrincipalKind,
     pub flags: Flags,
@@ -14,6 +16,7 @@ pub struct Principal {
 impl Principal {
     pub fn from_record(r: &PrincipalRecord) -> Self {
         Principal {
+            id: r.id.clone(),
             name: r.name.clone(),
             kind: r.kind,
             // The operator holds every flag, whatever the record says.
@@ -24,6 +27,17 @@ impl Principal {
     pub fn is_operator(&self) -> bool {
         self.kind == PrincipalKind::Operator
     }
+    /// As the core's decisions see it.
+    pub fn actor(&self) -> agentos_core::command::Actor<'_> {
+        agentos_core::command::Actor { id: &self.id, name: &self.name, operator: self.is_operator() }
+    }
+}
+
+/// A new principal id: `p-` and 16 hex characters (64 random bits).
+pub fn new_principal_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("p-{}", bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()))
 }
 
 /// A new random bearer token: `aos_` and 43 base64url characters (256 bits).

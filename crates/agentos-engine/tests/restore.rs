@@ -11,6 +11,7 @@ use agentos_store::{FsBlobStore, SqliteEventLog};
 
 fn operator() -> Principal {
     Principal {
+        id: "operator".into(),
         name: "operator".into(),
         kind: PrincipalKind::Operator,
         flags: Flags::all(),

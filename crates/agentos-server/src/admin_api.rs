@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 use utoipa::IntoParams;
 
 use agentos_core::event::EventView;
+use agentos_core::event::SecretGrant;
 use agentos_engine::Principal;
-use agentos_engine::admin::{PrincipalView, SecretView};
+use agentos_engine::admin::{PrincipalView, SecretGrantRequest, SecretView};
 
 use crate::ApiError;
 use crate::api::AppState;
@@ -57,6 +58,75 @@ pub async fn revoke_agent(
 ) -> Result<Json<Value>, ApiError> {
     app.engine.revoke(&p, &name).await?;
     Ok(Json(json!({"revoked": name})))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrantModel {
+    /// The model the agent may act in besides its home model.
+    pub model: String,
+}
+
+/// Let an agent act in another model (its net, tokens, watch stream, jobs). An event; revocable.
+#[utoipa::path(post, path = "/api/agents/{name}/grants", tag = "principals", params(("name" = String, Path)), request_body = GrantModel,
+    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn grant_model(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
+    let req: GrantModel = typed(body)?;
+    app.engine.grant_model(&p, &name, &req.model, true).await?;
+    Ok(Json(json!({"agent": name, "granted": req.model})))
+}
+
+/// End a model grant.
+#[utoipa::path(delete, path = "/api/agents/{name}/grants/{model}", tag = "principals", params(("name" = String, Path), ("model" = String, Path)),
+    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn revoke_model_grant(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((name, model)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    app.engine.grant_model(&p, &name, &model, false).await?;
+    Ok(Json(json!({"agent": name, "revoked": model})))
+}
+
+/// Grant a secret to one use: a pinned tool (`tool`, resolved in `model` or the global catalog) or an origin
+/// (`origin`, for headers of requests there), optionally only in `model`.
+#[utoipa::path(post, path = "/api/secrets/{name}/grants", tag = "secrets", params(("name" = String, Path)), request_body = SecretGrantRequest,
+    responses((status = 200, body = SecretGrant), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn grant_secret(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(name): Path<String>,
+    JsonValue(body): JsonValue,
+) -> Result<Json<SecretGrant>, ApiError> {
+    let mut req: SecretGrantRequest = typed(body)?;
+    req.secret = name;
+    Ok(Json(app.engine.grant_secret(&p, req).await?))
+}
+
+/// Every secret grant.
+#[utoipa::path(get, path = "/api/secret-grants", tag = "secrets", responses((status = 200, body = Vec<SecretGrant>), (status = 403, body = crate::error::ErrorBody)))]
+pub async fn list_secret_grants(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Result<Json<Vec<SecretGrant>>, ApiError> {
+    Ok(Json(app.engine.secret_grants(&p)?))
+}
+
+/// End a secret grant.
+#[utoipa::path(delete, path = "/api/secret-grants/{id}", tag = "secrets", params(("id" = String, Path)),
+    responses((status = 200, body = Object), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn revoke_secret_grant(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    app.engine.revoke_secret_grant(&p, &id).await?;
+    Ok(Json(json!({"revoked": id})))
 }
 
 #[derive(Debug, Deserialize, utoipa::ToSchema)]

@@ -46,8 +46,13 @@ pub fn router(state: AppState) -> Router {
         .route("/api/models", post(crate::nets_api::create_model))
         .route("/api/agents", post(crate::admin_api::create_agent).get(crate::admin_api::list_agents))
         .route("/api/agents/{name}", axum::routing::delete(crate::admin_api::revoke_agent))
+        .route("/api/agents/{name}/grants", post(crate::admin_api::grant_model))
+        .route("/api/agents/{name}/grants/{model}", axum::routing::delete(crate::admin_api::revoke_model_grant))
         .route("/api/secrets", get(crate::admin_api::list_secrets))
         .route("/api/secrets/{name}", axum::routing::put(crate::admin_api::set_secret))
+        .route("/api/secrets/{name}/grants", post(crate::admin_api::grant_secret))
+        .route("/api/secret-grants", get(crate::admin_api::list_secret_grants))
+        .route("/api/secret-grants/{id}", axum::routing::delete(crate::admin_api::revoke_secret_grant))
         .route("/api/events", get(crate::admin_api::list_events))
         .route("/api/models/{model}/net", get(crate::nets_api::get_net).put(crate::nets_api::apply_net))
         .route(
@@ -102,8 +107,8 @@ pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
 /// Models with their places.
 #[utoipa::path(get, path = "/api/models", tag = "models",
     responses((status = 200, body = Vec<ModelView>), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
-pub async fn list_models(State(app): State<AppState>) -> Json<Vec<ModelView>> {
-    Json(app.engine.models())
+pub async fn list_models(State(app): State<AppState>, Extension(p): Extension<Principal>) -> Json<Vec<ModelView>> {
+    Json(app.engine.models_for(&p))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -250,9 +255,13 @@ pub async fn run_command(
     responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
         (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
         (status = 500, description = "The stored bytes are corrupt and are not served", body = crate::error::ErrorBody)))]
-pub async fn get_blob(State(app): State<AppState>, Path(urn): Path<String>) -> Result<Response, ApiError> {
+pub async fn get_blob(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(urn): Path<String>,
+) -> Result<Response, ApiError> {
     let urn: BlobUrn = urn.parse()?;
-    let bytes = app.engine.read_blob(&urn).await?;
+    let bytes = app.engine.read_blob_as(&p, &urn).await?;
     let mut resp = bytes.into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));

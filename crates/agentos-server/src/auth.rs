@@ -1,6 +1,6 @@
 //! Bearer authentication and the per-route permission check, driven by [`crate::routes::ROUTES`].
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -8,14 +8,15 @@ use crate::ApiError;
 use agentos_core::event::PrincipalKind;
 
 use crate::api::AppState;
-use crate::routes::{Permission, route_permission};
+use crate::routes::{ModelRule, Permission, route_spec};
 
 pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_default();
     let method = req.method().as_str().to_string();
     // A route missing from the table is refused rather than left open.
-    let permission = route_permission(&method, &path)
+    let spec = route_spec(&method, &path)
         .ok_or_else(|| ApiError::forbidden(format!("{method} {path} declares no permission")))?;
+    let permission = spec.permission;
     if permission == Permission::Public {
         return Ok(next.run(req).await);
     }
@@ -56,6 +57,17 @@ pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next
             permission.describe(),
             principal.flags
         )));
+    }
+    if spec.model == ModelRule::Path {
+        // Decided here, before the handler: a request refused for its model writes nothing.
+        let (mut parts, body) = req.into_parts();
+        let params = axum::extract::RawPathParams::from_request_parts(&mut parts, &())
+            .await
+            .map_err(|e| ApiError::bad_request("invalid_path", e.to_string()))?;
+        if let Some((_, model)) = params.iter().find(|(k, _)| *k == "model") {
+            app.engine.check_model(&principal, model)?;
+        }
+        req = Request::from_parts(parts, body);
     }
     req.extensions_mut().insert(principal);
     Ok(next.run(req).await)

@@ -144,11 +144,13 @@ pub async fn fire(
 
 /// Server-sent events: every change to the model's net and tokens, as it is committed.
 #[utoipa::path(get, path = "/api/models/{model}/watch", tag = "nets", params(("model" = String, Path)),
-    responses((status = 200, description = "text/event-stream of {seq, time, event}")))]
+    responses((status = 200, description = "text/event-stream of {seq, time, event}"), (status = 403, body = crate::error::ErrorBody)))]
 pub async fn watch(
     State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
     Path(model): Path<String>,
-) -> Sse<impl Stream<Item = Result<SseEvent, Infallible>>> {
+) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
+    app.engine.check_watch(&p, &model)?;
     let rx = app.engine.subscribe();
     let stream = futures_util::stream::unfold((rx, model), |(mut rx, model)| async move {
         loop {
@@ -170,5 +172,5 @@ pub async fn watch(
             }
         }
     });
-    Sse::new(stream).keep_alive(KeepAlive::default())
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

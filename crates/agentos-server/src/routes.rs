@@ -46,37 +46,83 @@ impl Permission {
 /// Catalog search and get: granted by any flag that reveals a kind of tool.
 pub const CATALOG_READ: &[Flag] = &[Flag::Docker, Flag::Http, Flag::ToolNets, Flag::Scripts, Flag::Mcp];
 
+/// Which model a route touches, and so which model the caller must be allowed to use
+/// (its home model, one the operator granted it, its own tool-net instance; the operator any).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelRule {
+    /// No model's data.
+    None,
+    /// The `{model}` path parameter: checked by the auth layer before the handler runs, so a
+    /// refused request writes nothing.
+    Path,
+    /// The `?model=` query parameter (absent: the caller's home model or the global catalog),
+    /// checked by the engine where it resolves the model.
+    Query,
+    /// Decided per resource by the engine: a blob by the entry or job output it belongs to, a
+    /// job by its model, events and models listed only for the models the caller may use.
+    Resource,
+}
+
 pub struct RouteSpec {
     pub method: &'static str,
     /// The path as axum matches it.
     pub path: &'static str,
     pub permission: Permission,
+    pub model: ModelRule,
 }
 
 const fn route(method: &'static str, path: &'static str, permission: Permission) -> RouteSpec {
-    RouteSpec { method, path, permission }
+    let model = if has_model_param(path) { ModelRule::Path } else { ModelRule::None };
+    RouteSpec { method, path, permission, model }
+}
+
+const fn with_model(method: &'static str, path: &'static str, permission: Permission, model: ModelRule) -> RouteSpec {
+    RouteSpec { method, path, permission, model }
+}
+
+/// Whether `path` holds `{model}`.
+const fn has_model_param(path: &str) -> bool {
+    let (p, n) = (path.as_bytes(), b"{model}");
+    let mut i = 0;
+    while i + n.len() <= p.len() {
+        let mut j = 0;
+        while j < n.len() && p[i + j] == n[j] {
+            j += 1;
+        }
+        if j == n.len() {
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
 
 pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/healthz", Permission::Public),
     route("GET", "/api/openapi.json", Permission::Authenticated),
-    route("GET", "/api/models", Permission::Flag(Flag::Read)),
-    route("GET", "/api/tool-catalog", Permission::AnyOf(CATALOG_READ)),
-    route("GET", "/api/tool-catalog/{id}", Permission::AnyOf(CATALOG_READ)),
-    route("GET", "/api/tool-catalog/{id}/history", Permission::AnyOf(CATALOG_READ)),
+    with_model("GET", "/api/models", Permission::Flag(Flag::Read), ModelRule::Resource),
+    with_model("GET", "/api/tool-catalog", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
+    with_model("GET", "/api/tool-catalog/{id}", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
+    with_model("GET", "/api/tool-catalog/{id}/history", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
     // Each command type declares its own permission in COMMANDS.
-    route("POST", "/api/commands", Permission::Authenticated),
-    route("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read)),
+    with_model("POST", "/api/commands", Permission::Authenticated, ModelRule::Query),
+    with_model("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read), ModelRule::Resource),
     // Scripts need 'x', tool nets 't': the engine checks the kind it finds.
-    route("POST", "/api/tools/{id}/invoke", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets])),
-    route("POST", "/api/tools/{id}/call", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets])),
+    with_model("POST", "/api/tools/{id}/invoke", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets]), ModelRule::Query),
+    with_model("POST", "/api/tools/{id}/call", Permission::AnyOf(&[Flag::Execute, Flag::ToolNets]), ModelRule::Query),
     route("POST", "/api/agents", Permission::Operator),
     route("GET", "/api/agents", Permission::Operator),
     route("DELETE", "/api/agents/{name}", Permission::Operator),
+    route("POST", "/api/agents/{name}/grants", Permission::Operator),
+    route("DELETE", "/api/agents/{name}/grants/{model}", Permission::Operator),
     route("PUT", "/api/secrets/{name}", Permission::Operator),
     route("GET", "/api/secrets", Permission::Operator),
-    route("GET", "/api/events", Permission::Flag(Flag::Logs)),
-    route("POST", "/api/models", Permission::Flag(Flag::Write)),
+    route("POST", "/api/secrets/{name}/grants", Permission::Operator),
+    route("GET", "/api/secret-grants", Permission::Operator),
+    route("DELETE", "/api/secret-grants/{id}", Permission::Operator),
+    with_model("GET", "/api/events", Permission::Flag(Flag::Logs), ModelRule::Resource),
+    // The new model's name is in the body: the engine checks it is the caller's to create.
+    with_model("POST", "/api/models", Permission::Flag(Flag::Write), ModelRule::Resource),
     route("GET", "/api/models/{model}/net", Permission::Flag(Flag::Read)),
     route("PUT", "/api/models/{model}/net", Permission::Flag(Flag::Write)),
     route("GET", "/api/models/{model}/places/{place}/tokens", Permission::Flag(Flag::Read)),
@@ -87,7 +133,7 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/api/models/{model}/transitions/{transition}/stop", Permission::Flag(Flag::Execute)),
     route("POST", "/api/models/{model}/transitions/{transition}/fire", Permission::Flag(Flag::Execute)),
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
-    route("GET", "/api/jobs/{id}", Permission::Flag(Flag::Logs)),
+    with_model("GET", "/api/jobs/{id}", Permission::Flag(Flag::Logs), ModelRule::Resource),
     route("POST", "/api/executor-tokens", Permission::Operator),
     route("POST", "/api/executor/poll", Permission::Executor),
     route("POST", "/api/executor/jobs/{id}/heartbeat", Permission::Executor),
@@ -106,8 +152,8 @@ pub const COMMANDS: &[(&str, Permission)] = &[
     ("TOOL_CATALOG_REMOVE", Permission::AnyOf(CATALOG_READ)),
 ];
 
-pub fn route_permission(method: &str, path: &str) -> Option<Permission> {
-    ROUTES.iter().find(|r| r.method == method && r.path == path).map(|r| r.permission)
+pub fn route_spec(method: &str, path: &str) -> Option<&'static RouteSpec> {
+    ROUTES.iter().find(|r| r.method == method && r.path == path)
 }
 
 pub fn command_permission(kind: &str) -> Option<Permission> {

@@ -85,7 +85,6 @@ pub async fn run(
             snapshot_every: config.snapshot_every,
             jobs: config.jobs,
             dispatch: config.dispatch,
-            credentials: agentos_engine::engine::credential_from_env,
             secret_key: Some(secret_key),
             max_concurrent_invocations: config.max_concurrent_invocations.max(1),
         },
