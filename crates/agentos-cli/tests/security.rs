@@ -183,7 +183,10 @@ fn a_tool_net_instance_belongs_to_its_invoker_alone() {
     });
     let (_, seen) = a.get("/api/models");
     assert!(!seen.to_string().contains("tni-"), "another principal's instance is listed: {seen}");
-    assert_eq!(a.post(&format!("/api/models/{instance}/places/p-out/tokens"), json!({"data": {"forged": true}})).0, 403);
+    assert_eq!(
+        a.post(&format!("/api/models/{instance}/places/p-out/tokens"), json!({"data": {"forged": true}})).0,
+        403
+    );
     assert_eq!(a.get(&format!("/api/models/{instance}/net")).0, 403);
     assert_eq!(b.get(&format!("/api/models/{instance}/net")).0, 200, "the invoker may look at its own");
     let (status, v) = waiting.join().unwrap();
@@ -213,7 +216,8 @@ fn w_and_t_alone_run_no_command_and_reach_no_url() {
     assert!(v["output"]["stdout"].as_str().unwrap().trim().parse::<u32>().is_ok(), "{v}");
 
     let wt = agent(&op, "wt", &flags(&[Flag::Write, Flag::ToolNets]), "wt");
-    let (s, v) = wt.invoke("runner", json!({"input": {"executor": "bash", "command": "id", "args": {}}, "timeoutMs": 2000}));
+    let (s, v) =
+        wt.invoke("runner", json!({"input": {"executor": "bash", "command": "id", "args": {}}, "timeoutMs": 2000}));
     assert_eq!(s, 504, "{v}");
     let why = v["error"]["message"].as_str().unwrap();
     assert!(why.contains("refused") && why.contains("'x'"), "{v}");
@@ -226,8 +230,11 @@ fn w_and_t_alone_run_no_command_and_reach_no_url() {
     assert_eq!(rwx.put("/api/models/rwx/net", command_net(&[])).0, 200);
     assert_eq!(rwx.post("/api/models/rwx/transitions/run/start", json!({})).0, 200);
     assert_eq!(
-        rwx.post("/api/models/rwx/places/p-cmd/tokens", json!({"data": {"executor": "bash", "command": "id", "args": {}}}))
-            .0,
+        rwx.post(
+            "/api/models/rwx/places/p-cmd/tokens",
+            json!({"data": {"executor": "bash", "command": "id", "args": {}}})
+        )
+        .0,
         200
     );
     let e = last_error(&op, "rwx", "run");
@@ -284,7 +291,10 @@ fn secrets_reach_only_the_uses_the_operator_granted() {
     for name in ["API_KEY", "ENV_KEY"] {
         let model = format!("hdr-{}", name.to_lowercase().replace('_', "-"));
         let headers = json!({"Authorization": format!("Bearer ${{credentials.{name}}}")});
-        assert_eq!(op.put(&format!("/api/models/{model}/net"), http_net(&format!("http://127.0.0.1:{port}/"), headers)).0, 200);
+        assert_eq!(
+            op.put(&format!("/api/models/{model}/net"), http_net(&format!("http://127.0.0.1:{port}/"), headers)).0,
+            200
+        );
         assert_eq!(op.post(&format!("/api/models/{model}/transitions/call/start"), json!({})).0, 200);
         assert_eq!(op.post(&format!("/api/models/{model}/places/p-in/tokens"), json!({"data": {}})).0, 200);
         let e = last_error(&op, &model, "call");
@@ -327,6 +337,25 @@ fn secrets_reach_only_the_uses_the_operator_granted() {
     for model in ["ungranted", "bash", "changed"] {
         assert!(op.token_data(model, "p-out").is_empty(), "{model} produced a result");
     }
+    // A sealed run takes from the caller's environment only the names its script declared.
+    let envy = json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "envy", "name": "envy", "runtime": "sh",
+        "model": "default", "env": ["KEEP"], "content": "echo \"keep=$KEEP drop=$DROP len=${#API_KEY}\""});
+    assert_eq!(op.command(envy).0, 200);
+    let (s, v) = op.command(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "bad-env", "name": "b",
+        "runtime": "sh", "content": "true", "env": ["LD_PRELOAD"]}));
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(op.post("/api/secrets/API_KEY/grants", json!({"tool": "envy"})).0, 200);
+    run(
+        "declared",
+        json!({"executor": "script", "command": "invoke",
+        "args": {"toolId": "envy", "env": {"KEEP": "kept", "DROP": "dropped"}}}),
+    );
+    wait_for("the sealed run's result", || op.token_data("declared", "p-out").len() == 1);
+    let out = &op.token_data("declared", "p-out")[0];
+    assert_eq!(out["stdout"], format!("keep=kept drop= len={}\n", secret.len()), "{out}");
+    let (_, grants) = op.get("/api/secret-grants");
+    let envy_grant = grants.as_array().unwrap().iter().find(|g| g["to"]["id"] == "envy").unwrap()["id"].clone();
+    assert_eq!(op.request("DELETE", &format!("/api/secret-grants/{}", envy_grant.as_str().unwrap()), None).0, 200);
     let (_, grants) = op.get("/api/secret-grants");
     assert_eq!(grants.as_array().unwrap().len(), 1, "{grants}");
     let id = grants[0]["id"].as_str().unwrap();
@@ -439,17 +468,18 @@ fn every_model_route_answers_by_model_for_each_flag() {
                 continue;
             }
             let body = if route.method == "GET" { None } else { Some(json!({"unexpected": true})) };
-            for (model, ok) in
-                [(name.as_str(), true), ("granted-m", true), ("someone-else", false), ("default", false), (&instance, false)]
-            {
+            for (model, ok) in [
+                (name.as_str(), true),
+                ("granted-m", true),
+                ("someone-else", false),
+                ("default", false),
+                (&instance, false),
+            ] {
                 if ok && route.path.ends_with("/watch") {
                     continue; // an allowed stream does not end; its refusals are checked
                 }
-                let path = route
-                    .path
-                    .replace("{model}", model)
-                    .replace("{place}", "p-none")
-                    .replace("{transition}", "t-none");
+                let path =
+                    route.path.replace("{model}", model).replace("{place}", "p-none").replace("{transition}", "t-none");
                 let (status, v) = api.request(route.method, &path, body.clone());
                 if ok {
                     assert!(status != 401 && status != 403, "{name} refused {} {path}: {status} {v}", route.method);

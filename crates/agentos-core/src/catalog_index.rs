@@ -412,6 +412,7 @@ mod tests {
                 sha256: String::new(),
                 filename: "x.sh".into(),
                 size_bytes: 0,
+                env: Vec::new(),
             }),
         };
         Arc::new(StoredEntry::new(entry, "default".into(), 1, 0, 0, "t".into()))

@@ -120,6 +120,11 @@ pub struct RegisterScript {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
+    /// Environment variable names the script takes from its caller in a run that carries a
+    /// secret; other names are dropped there. At most 32; `PATH`, `HOME`, `LANG`, `LD_*`,
+    /// `NODE_*`, `PYTHON*`, `BASH_ENV` and `ENV` are refused.
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
 }
 
 /// A validated registration: the entry to write, the bytes to store, the model it goes to.
@@ -208,6 +213,27 @@ impl RegisterScript {
             })?,
             None => format!("{}.{ext}", self.id),
         };
+        let env = self.env.unwrap_or_default();
+        if env.len() > 32 {
+            return Err(CoreError::bad_input("invalid_env", "env names at most 32 variables"));
+        }
+        for name in &env {
+            let shaped = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.len() <= 128
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !shaped {
+                return Err(CoreError::bad_input(
+                    "invalid_env",
+                    format!("env name {name:?}: use letters, digits and '_', not starting with a digit"),
+                ));
+            }
+            if crate::entry::reserved_env_name(name) {
+                return Err(CoreError::bad_input(
+                    "invalid_env",
+                    format!("env name {name:?} is reserved: the runtime reads it before the script runs"),
+                ));
+            }
+        }
         let sha256 = sha256_hex(&bytes);
         let urn = BlobUrn::new(SCRIPT_NAMESPACE, &sha256, Some(ext))?;
         let mut operations = BTreeMap::new();
@@ -234,6 +260,7 @@ impl RegisterScript {
                 sha256,
                 filename,
                 size_bytes: bytes.len() as u64,
+                env,
             }),
         };
         Ok(ScriptPlan { model, entry, urn, bytes })

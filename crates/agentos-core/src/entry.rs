@@ -185,6 +185,18 @@ pub struct ScriptBinding {
     pub sha256: String,
     pub filename: String,
     pub size_bytes: u64,
+    /// The environment variables the script takes from its caller when a run carries a secret
+    /// (a sealed run); every other name the caller sets is dropped there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+}
+
+/// Names a caller may never set in a script's environment: they change what the runtime loads
+/// or runs before the script's first line.
+pub fn reserved_env_name(name: &str) -> bool {
+    const EXACT: [&str; 8] = ["PATH", "HOME", "LANG", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "PS4"];
+    const PREFIXES: [&str; 6] = ["LD_", "NODE_", "PYTHON", "BASH_FUNC_", "PERL5", "RUBY"];
+    EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 /// A tool net: a net definition in the blob store, run as one call from its input place to its output place.

@@ -262,6 +262,7 @@ mod tests {
                     sha256: "0".into(),
                     filename: "run.sh".into(),
                     size_bytes: 1,
+                    env: Vec::new(),
                 })
             },
         }
@@ -405,6 +406,7 @@ mod tests {
             sha256: "0".into(),
             filename: "run.sh".into(),
             size_bytes: 1,
+            env: Vec::new(),
         });
         let mut local = entry(&mut rng, "dup");
         local.binding = Binding::Toolnet(ToolnetBinding {

@@ -883,6 +883,7 @@ impl Engine {
             args.entry("timeoutMs").or_insert(json!(ms));
         }
         args.remove(PINNED_SHA256);
+        let mut declared_env = Vec::new();
         // What the command runs decides the flag it needs: a registered script must be visible to
         // everyone behind the fire; anything else is an unregistered script.
         let script = match (token.executor.as_str(), token.command.as_str()) {
@@ -892,6 +893,7 @@ impl Engine {
                 match st.resolve(resolve_model, &id) {
                     Some((e, _)) if e.entry.binding.kind().visible_to(run.authority.flags) => match &e.entry.binding {
                         agentos_core::entry::Binding::Script(b) => {
+                            declared_env = b.env.clone();
                             Some(SecretUse::Script { id, model: e.model.clone(), sha256: b.sha256.clone() })
                         }
                         _ => None,
@@ -922,8 +924,11 @@ impl Engine {
                         .into(),
                 );
             };
-            // A run that carries a secret takes nothing from the caller's environment.
-            *env = json!({});
+            // A run that carries a secret takes from the caller's environment only the names the
+            // script declared at registration.
+            if let Some(vars) = env.as_object_mut() {
+                vars.retain(|k, _| declared_env.contains(k));
+            }
             for name in &action.credentials {
                 // Resolved now, carried only in the job handed to the executor: never in a token or an event.
                 let value = self.granted_secret(name, resolve_model, use_)?;
