@@ -39,6 +39,8 @@ pub struct EngineConfig {
     pub secret_key: Option<[u8; 32]>,
     /// Invocations one principal may have in flight.
     pub max_concurrent_invocations: usize,
+    /// Which addresses requests made on a principal's behalf may connect to.
+    pub outbound: crate::outbound::OutboundPolicy,
 }
 
 /// Credentials from the master's environment: `AGENTOS_CREDENTIAL_<NAME>`, the name upper-cased
@@ -58,6 +60,7 @@ impl Default for EngineConfig {
             credentials: credential_from_env,
             secret_key: None,
             max_concurrent_invocations: 32,
+            outbound: Default::default(),
         }
     }
 }
@@ -205,6 +208,7 @@ impl Engine {
         };
         let config_credentials = config.credentials;
         let secret_key = config.secret_key;
+        let http = config.outbound.client().map_err(|e| CoreError::internal(e.to_string()))?;
         let engine = Engine {
             inner: Arc::new(Inner {
                 state,
@@ -221,7 +225,7 @@ impl Engine {
                 events,
                 nets: Default::default(),
                 credentials: config_credentials,
-                http: reqwest::Client::new(),
+                http,
                 net_loop: Mutex::new(None),
                 host: RwLock::new(Default::default()),
                 secret_key,

@@ -19,6 +19,8 @@ use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction, Mode,
 use agentos_core::net_state::{Instance, ModelNet, NetEvent, NewToken, Token, TokenRef, fire_id};
 use agentos_core::{CoreError, ErrorKind};
 
+use crate::outbound::describe;
+use crate::redact::Redactor;
 use crate::{Engine, EngineError, Principal};
 
 /// Compiled expressions of one inscription, built once per applied version.
@@ -163,18 +165,6 @@ fn token_json(t: &Token) -> Value {
 
 fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
     Ok(crate::engine::require(p, flag, what)?)
-}
-
-/// Replaces every credential value in `v` by a marker, so no token or event ever holds one.
-pub(crate) fn redact(v: Value, secrets: &[String]) -> Value {
-    if secrets.iter().all(|s| s.is_empty()) {
-        return v;
-    }
-    let mut text = v.to_string();
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        text = text.replace(s.as_str(), "[redacted]");
-    }
-    serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
 impl Engine {
@@ -666,7 +656,8 @@ impl Engine {
         };
         let ev = match action {
             Ok((result, response)) => {
-                let (result, response) = (redact(result, &secrets), redact(response, &secrets));
+                let redactor = Redactor::new(&secrets);
+                let (result, response) = (redactor.value(result), redactor.value(response));
                 match Self::route(&c, &result, &response, &ctx) {
                     Ok(outputs) => {
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed: Self::consumed(t, &bound), outputs }
@@ -680,7 +671,7 @@ impl Engine {
                 }
             }
             Err(reason) => {
-                let reason = redact(Value::String(reason), &secrets).as_str().unwrap_or("").to_string();
+                let reason = Redactor::new(&secrets).text(&reason);
                 NetEvent::FireFailed {
                     transition: t.id.clone(),
                     fire: Some(fire.to_string()),
@@ -789,10 +780,14 @@ impl Engine {
         let url = url.render(ctx, &resolve)?;
         let url = url.as_str().ok_or("the url must render to a string")?.to_string();
         let method = reqwest::Method::from_bytes(h.method.to_uppercase().as_bytes()).map_err(|e| e.to_string())?;
+        let shown_url = Redactor::new(secrets).text(&url);
+        let parsed = reqwest::Url::parse(&url).map_err(|e| format!("the url {shown_url} is invalid: {e}"))?;
+        // Names are checked when they resolve; an IP literal never reaches the resolver.
+        self.inner.config.outbound.check_url(&parsed).map_err(|e| format!("{method} {shown_url} refused: {e}"))?;
         let mut req = self
             .inner
             .http
-            .request(method.clone(), &url)
+            .request(method.clone(), parsed)
             .timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
         for (k, tpl) in headers {
             let v = tpl.render(ctx, &resolve)?;
@@ -805,8 +800,7 @@ impl Engine {
         if let Some(b) = body {
             req = req.json(&b.render(ctx, &resolve)?);
         }
-        let shown_url = redact(Value::String(url.clone()), secrets).as_str().unwrap_or("").to_string();
-        let resp = req.send().await.map_err(|e| format!("{method} {shown_url} failed: {e}"))?;
+        let resp = req.send().await.map_err(|e| format!("{method} {shown_url} failed: {}", describe(&e)))?;
         let status = resp.status().as_u16();
         let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let bytes = resp.bytes().await.map_err(|e| format!("reading the answer of {shown_url}: {e}"))?;
