@@ -118,6 +118,8 @@ fn main() -> std::process::ExitCode {
         dispatch: Default::default(),
         max_concurrent_invocations: 32,
         host_toolkits: vec![weather()],
+        http_allow: Vec::new(),
+        http_deny_private: false,
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let shutdown = async {

@@ -85,6 +85,8 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
         },
         max_concurrent_invocations: args.max_concurrent_invocations,
         host_toolkits: Vec::new(),
+        http_allow: args.http_allow.clone(),
+        http_deny_private: args.http_deny_private,
     };
     rt.block_on(async move {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

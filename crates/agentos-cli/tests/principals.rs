@@ -269,6 +269,61 @@ fn a_canary_secret_appears_in_no_answer_log_event_or_file() {
     }
 }
 
+/// Regression: redaction replaced the secret's text inside serialized JSON, so a secret with
+/// `"` or `\` echoed back stayed in clear (its escaped form differs), and one that looked like
+/// JSON corrupted the text and the token's data became null.
+#[test]
+fn a_secret_with_json_syntax_echoed_back_is_redacted_in_every_form_and_the_data_kept() {
+    let secret = r#"q"uo\te{"a":1}-long"#;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use base64::Engine as _;
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 8192];
+        let n = s.read(&mut buf).unwrap();
+        let req = String::from_utf8_lossy(&buf[..n]).to_string();
+        let key = req.lines().find_map(|l| l.strip_prefix("x-key: ")).unwrap_or("").to_string();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(format!("{key}\n"));
+        let body = json!({"echo": format!("key={key}"), "b64": b64, "kept": [1, {"n": true}]}).to_string();
+        write!(s, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).unwrap();
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    assert_eq!(op.request("PUT", "/api/secrets/ODD_KEY", Some(json!({"value": secret}))).0, 200);
+    let (status, v) = op.put("/api/models/odd/net", json!({
+        "places": ["p-in", "p-out"],
+        "transitions": [{"id": "call", "kind": "http", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"method": "GET", "url": format!("http://127.0.0.1:{port}/x"), "headers": {"X-Key": "${credentials.ODD_KEY}"}},
+            "emit": [{"to": "o"}]}]
+    }));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(op.post("/api/models/odd/transitions/call/start", json!({})).0, 200);
+    assert_eq!(op.post("/api/models/odd/places/p-in/tokens", json!({"data": {}})).0, 200);
+    wait_for("the echo", || !op.token_data("odd", "p-out").is_empty());
+    let out = op.token_data("odd", "p-out");
+    assert_eq!(out[0]["echo"], "key=[redacted]", "{out:?}");
+    assert!(out[0]["b64"].as_str().unwrap().starts_with("[redacted]"), "{out:?}");
+    assert_eq!(out[0]["kept"], json!([1, {"n": true}]), "{out:?}");
+}
+
+#[test]
+fn a_secret_shorter_than_8_bytes_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    for (value, status) in [("", 400), ("1234567", 400), ("12345678", 200)] {
+        let r = op.request("PUT", "/api/secrets/SHORT", Some(json!({"value": value})));
+        assert_eq!(r.0, status, "{value:?}: {r:?}");
+        if status == 400 {
+            assert_eq!(r.1["error"]["code"], "invalid_secret", "{r:?}");
+            assert!(r.1["error"]["message"].as_str().unwrap().contains("at least 8 bytes"), "{r:?}");
+        }
+    }
+}
+
 #[test]
 fn the_concurrent_invocations_of_one_principal_are_bounded() {
     let dir = tempfile::tempdir().unwrap();

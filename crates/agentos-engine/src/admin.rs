@@ -21,6 +21,7 @@ use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
 use crate::access::operator_only;
 use crate::principal::new_token;
+use crate::redact::MIN_SECRET_BYTES;
 use crate::{Engine, EngineError, Principal};
 
 /// A principal as listed: never its token or the token's hash.
@@ -216,8 +217,12 @@ impl Engine {
             )
             .into());
         }
-        if value.is_empty() || value.len() > 64 * 1024 {
-            return Err(CoreError::bad_input("invalid_secret", "a secret value is 1 byte to 64 KiB").into());
+        if value.len() < MIN_SECRET_BYTES || value.len() > 64 * 1024 {
+            return Err(CoreError::bad_input(
+                "invalid_secret",
+                format!("a secret value is at least {MIN_SECRET_BYTES} bytes and at most 64 KiB"),
+            )
+            .into());
         }
         let key = self.inner.secret_key.ok_or_else(|| CoreError::internal("this master has no secret key"))?;
         let mut nonce = [0u8; 24];
@@ -375,6 +380,12 @@ impl Engine {
         )
         .await?;
         Ok(())
+    }
+
+    /// Names of secrets set before values had a minimum length and shorter than it.
+    pub fn short_secrets(&self) -> Vec<String> {
+        let names: Vec<String> = self.read_state().secrets.keys().cloned().collect();
+        names.into_iter().filter(|n| self.secret(n).is_some_and(|v| v.len() < MIN_SECRET_BYTES)).collect()
     }
 
     /// Events, oldest first, for the audit trail. Needs `l`.

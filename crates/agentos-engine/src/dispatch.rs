@@ -53,26 +53,6 @@ pub struct JobRecord {
     pub results: Vec<JobResult>,
 }
 
-/// Replaces every occurrence of each secret in `bytes` by `[redacted]`.
-fn scrub(mut bytes: Vec<u8>, secrets: &[String]) -> Vec<u8> {
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        let finder = memchr::memmem::Finder::new(s.as_bytes());
-        if finder.find(&bytes).is_none() {
-            continue;
-        }
-        let mut out = Vec::with_capacity(bytes.len());
-        let mut last = 0;
-        for at in finder.find_iter(&bytes) {
-            out.extend_from_slice(&bytes[last..at]);
-            out.extend_from_slice(b"[redacted]");
-            last = at + s.len();
-        }
-        out.extend_from_slice(&bytes[last..]);
-        bytes = out;
-    }
-    bytes
-}
-
 /// Characters of an offloaded output kept inline.
 const PREVIEW_CHARS: usize = 2000;
 
@@ -479,8 +459,9 @@ impl Engine {
         // stored, recorded or answered.
         let mut secrets = finished.secrets.clone();
         secrets.extend(self.secret_values());
-        let (stdout, stderr) = (scrub(stdout, &secrets), scrub(stderr, &secrets));
-        let error = result.error.map(|e| String::from_utf8_lossy(&scrub(e.into_bytes(), &secrets)).into_owned());
+        let redactor = crate::redact::Redactor::new(&secrets);
+        let (stdout, stderr) = (redactor.bytes(stdout), redactor.bytes(stderr));
+        let error = result.error.map(|e| redactor.text(&e));
         let (stdout, stdout_blob) = self.shape_output(&finished.model, stdout).await?;
         let (stderr, stderr_blob) = self.shape_output(&finished.model, stderr).await?;
         let shaped = JobResult {

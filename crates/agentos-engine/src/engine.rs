@@ -38,6 +38,8 @@ pub struct EngineConfig {
     pub secret_key: Option<[u8; 32]>,
     /// Invocations one principal may have in flight.
     pub max_concurrent_invocations: usize,
+    /// Which addresses requests made on a principal's behalf may connect to.
+    pub outbound: crate::outbound::OutboundPolicy,
 }
 
 impl Default for EngineConfig {
@@ -49,6 +51,7 @@ impl Default for EngineConfig {
             dispatch: DispatchConfig::default(),
             secret_key: None,
             max_concurrent_invocations: 32,
+            outbound: Default::default(),
         }
     }
 }
@@ -85,6 +88,8 @@ pub(crate) struct Inner {
     pub(crate) events: tokio::sync::broadcast::Sender<Arc<Event>>,
     pub(crate) nets: crate::nets::NetRuntime,
     pub(crate) http: reqwest::Client,
+    /// For requests that carry a secret: redirects are followed within the origin only.
+    pub(crate) sealed_http: reqwest::Client,
     net_loop: Mutex<Option<JoinHandle<()>>>,
     pub(crate) host: RwLock<std::collections::HashMap<String, Arc<crate::host::HostToolkit>>>,
     pub(crate) secret_key: Option<[u8; 32]>,
@@ -194,6 +199,8 @@ impl Engine {
                 .map_err(|e| CoreError::internal(format!("cannot start the committer thread: {e}")))?
         };
         let secret_key = config.secret_key;
+        let http = config.outbound.client().map_err(|e| CoreError::internal(e.to_string()))?;
+        let sealed_http = config.outbound.sealed_client().map_err(|e| CoreError::internal(e.to_string()))?;
         let engine = Engine {
             inner: Arc::new(Inner {
                 state,
@@ -209,7 +216,8 @@ impl Engine {
                 restored: Restored { snapshot_seq, replayed },
                 events,
                 nets: Default::default(),
-                http: reqwest::Client::new(),
+                http,
+                sealed_http,
                 net_loop: Mutex::new(None),
                 host: RwLock::new(Default::default()),
                 secret_key,

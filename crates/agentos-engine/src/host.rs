@@ -189,11 +189,11 @@ impl Engine {
         // Its own task: a panic in the tool becomes an error, not a dead request.
         let task = tokio::spawn((t.call)(input, ctx));
         let abort = task.abort_handle();
-        let secrets = self.secret_values();
+        let redactor = crate::redact::Redactor::new(&self.secret_values());
         match tokio::time::timeout(t.timeout, task).await {
-            Ok(Ok(Ok(v))) => Ok(crate::nets::redact(v, &secrets)),
+            Ok(Ok(Ok(v))) => Ok(redactor.value(v)),
             Ok(Ok(Err(msg))) => {
-                let msg = crate::nets::redact(Value::String(msg), &secrets).as_str().unwrap_or("").to_string();
+                let msg = redactor.text(&msg);
                 Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {msg}")).into())
             }
             Ok(Err(e)) => {

@@ -10,7 +10,9 @@ pub mod error;
 pub mod host;
 pub mod jobs;
 pub mod nets;
+pub mod outbound;
 pub mod principal;
+pub mod redact;
 pub mod sandbox;
 
 pub use dispatch::DispatchConfig;

@@ -21,6 +21,8 @@ use agentos_core::net_state::{Instance, ModelNet, NetEvent, NewToken, Token, Tok
 use agentos_core::{CoreError, ErrorKind};
 
 use crate::access::{Authority, check_model_in, may_use_model, require};
+use crate::outbound::describe;
+use crate::redact::Redactor;
 use crate::{Engine, EngineError, Principal};
 
 /// Compiled expressions of one inscription, built once per applied version.
@@ -102,21 +104,6 @@ pub(crate) struct NetRuntime {
     due: Mutex<HashMap<(String, String), tokio::time::Instant>>,
     wake: tokio::sync::Notify,
     next_instance: std::sync::atomic::AtomicU64,
-    /// The client for requests that carry a secret: it follows no redirect.
-    sealed_http: std::sync::OnceLock<reqwest::Client>,
-}
-
-impl NetRuntime {
-    fn sealed_http(&self) -> reqwest::Client {
-        self.sealed_http
-            .get_or_init(|| {
-                reqwest::Client::builder()
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .unwrap_or_else(|_| reqwest::Client::new())
-            })
-            .clone()
-    }
 }
 
 /// Where a fire acts and with whose authority.
@@ -201,18 +188,6 @@ fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
 
 /// Model names the master keeps for tool-net instances.
 const INSTANCE_PREFIX: &str = "tni-";
-
-/// Replaces every credential value in `v` by a marker, so no token or event ever holds one.
-pub(crate) fn redact(v: Value, secrets: &[String]) -> Value {
-    if secrets.iter().all(|s| s.is_empty()) {
-        return v;
-    }
-    let mut text = v.to_string();
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        text = text.replace(s.as_str(), "[redacted]");
-    }
-    serde_json::from_str(&text).unwrap_or(Value::Null)
-}
 
 impl Engine {
     fn net_event(&self, model: &str, ev: NetEvent) -> crate::committer::Decide {
@@ -787,7 +762,8 @@ impl Engine {
         };
         let ev = match action {
             Ok((result, response)) => {
-                let (result, response) = (redact(result, &secrets), redact(response, &secrets));
+                let redactor = Redactor::new(&secrets);
+                let (result, response) = (redactor.value(result), redactor.value(response));
                 match Self::route(&c, &result, &response, &ctx, &by) {
                     Ok(outputs) => {
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed: Self::consumed(t, &bound), outputs }
@@ -801,7 +777,7 @@ impl Engine {
                 }
             }
             Err(reason) => {
-                let reason = redact(Value::String(reason), &secrets).as_str().unwrap_or("").to_string();
+                let reason = Redactor::new(&secrets).text(&reason);
                 NetEvent::FireFailed {
                     transition: t.id.clone(),
                     fire: Some(fire.to_string()),
@@ -997,10 +973,14 @@ impl Engine {
         let resolve = |name: &str| values.get(name).cloned();
         let carries_secret = !values.is_empty();
         let method = reqwest::Method::from_bytes(h.method.to_uppercase().as_bytes()).map_err(|e| e.to_string())?;
-        // A request that carries a secret follows no redirect: the secret goes to the granted origin only.
-        let client = if carries_secret { self.inner.nets.sealed_http() } else { self.inner.http.clone() };
+        let shown_url = Redactor::new(secrets).text(&url);
+        // Names are checked when they resolve; an IP literal never reaches the resolver.
+        self.inner.config.outbound.check_url(&parsed).map_err(|e| format!("{method} {shown_url} refused: {e}"))?;
+        // A request that carries a secret follows redirects within its origin only: the secret
+        // goes to the granted origin alone.
+        let client = if carries_secret { &self.inner.sealed_http } else { &self.inner.http };
         let mut req =
-            client.request(method.clone(), &url).timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
+            client.request(method.clone(), parsed).timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
         for (k, tpl) in headers {
             let v = tpl.render(ctx, &resolve)?;
             let v = match v {
@@ -1012,8 +992,7 @@ impl Engine {
         if let Some(b) = body {
             req = req.json(&b.render(ctx, &no_credentials)?);
         }
-        let shown_url = redact(Value::String(url.clone()), secrets).as_str().unwrap_or("").to_string();
-        let resp = req.send().await.map_err(|e| format!("{method} {shown_url} failed: {e}"))?;
+        let resp = req.send().await.map_err(|e| format!("{method} {shown_url} failed: {}", describe(&e)))?;
         let status = resp.status().as_u16();
         let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let bytes = resp.bytes().await.map_err(|e| format!("reading the answer of {shown_url}: {e}"))?;

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentos_core::command::Limits;
+use agentos_engine::outbound::{IpRange, OutboundPolicy};
 use agentos_engine::{Engine, EngineConfig, EngineError};
 use agentos_store::{FsBlobStore, SqliteEventLog, StoreError};
 
@@ -24,6 +25,11 @@ pub struct ServeConfig {
     pub max_concurrent_invocations: usize,
     /// Host toolkits of whoever embeds the master; they join the global catalog at start.
     pub host_toolkits: Vec<agentos_engine::host::HostToolkit>,
+    /// Addresses requests on a principal's behalf may reach though the policy refuses them
+    /// (`--http-allow`).
+    pub http_allow: Vec<IpRange>,
+    /// Refuse private ranges too (`--http-deny-private`).
+    pub http_deny_private: bool,
 }
 
 /// What a started master tells whoever launched it.
@@ -74,6 +80,14 @@ pub async fn run(
         return Err(ServeError::Locked(data.clone()));
     }
 
+    // Bound before the engine opens: the outbound policy refuses the master's own address, and
+    // fires resumed at open already make requests. Connections wait in the backlog meanwhile.
+    let listener = tokio::net::TcpListener::bind(&config.listen)
+        .await
+        .map_err(|e| ServeError::Listen { addr: config.listen.clone(), source: e })?;
+    let addr =
+        listener.local_addr().map_err(|e| ServeError::Io { context: "reading the bound address".into(), source: e })?;
+
     // The secrets' key lives beside the log, never in it.
     let secret_key = agentos_engine::admin::load_or_create_secret_key(&data.join("secrets.key"))
         .map_err(|e| ServeError::Io { context: "the secrets key".into(), source: e })?;
@@ -87,20 +101,25 @@ pub async fn run(
             dispatch: config.dispatch,
             secret_key: Some(secret_key),
             max_concurrent_invocations: config.max_concurrent_invocations.max(1),
+            outbound: OutboundPolicy::new(config.http_allow.clone())
+                .listening_on(addr)
+                .deny_private(config.http_deny_private),
         },
         log,
         blobs,
     )
     .await?;
+    for name in engine.short_secrets() {
+        tracing::warn!(
+            secret = %name,
+            "secret {name} is shorter than {} bytes, too short to redact reliably; replace it with `agentos secret set {name}` (the value is read from stdin)",
+            agentos_engine::redact::MIN_SECRET_BYTES
+        );
+    }
     let token_file = data.join("operator.token");
     let token_written = engine.ensure_operator(&token_file).await?;
     engine.register_host_toolkits(config.host_toolkits.clone()).await?;
 
-    let listener = tokio::net::TcpListener::bind(&config.listen)
-        .await
-        .map_err(|e| ServeError::Listen { addr: config.listen.clone(), source: e })?;
-    let addr =
-        listener.local_addr().map_err(|e| ServeError::Io { context: "reading the bound address".into(), source: e })?;
     let ready = Ready {
         url: format!("http://{addr}"),
         addr,

@@ -10,6 +10,10 @@ use serde_json::Value;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_agentos");
 
+/// `agentos serve` as tests run it: their masters call listeners on this machine, and a master
+/// refuses loopback addresses unless told.
+const SERVE: &[&str] = &["serve", "--http-allow", "127.0.0.1"];
+
 /// A running master. Killed when dropped.
 pub struct Master {
     pub child: Child,
@@ -37,13 +41,18 @@ impl Master {
 
     /// A master on a fixed address (restarts keep it, so executors find it again) with extra environment.
     pub fn start_full(data: &Path, listen: &str, extra: &[&str], env: &[(&str, &str)]) -> Master {
-        Self::start_program(BIN, &["serve"], data, listen, extra, env)
+        Self::start_program(BIN, SERVE, data, listen, extra, env)
     }
 
     /// A master whose log (stderr) goes to `log` at debug level, to check what it writes.
     pub fn start_logged(data: &Path, log: &Path, env: &[(&str, &str)]) -> Master {
         let file = std::fs::File::create(log).unwrap();
-        Self::start_program_with(BIN, &["serve"], data, "127.0.0.1:0", &[], env, Stdio::from(file), "debug")
+        Self::start_program_with(BIN, SERVE, data, "127.0.0.1:0", &[], env, Stdio::from(file), "debug")
+    }
+
+    /// A master with the default outbound policy: loopback and the rest refused.
+    pub fn start_default_policy(data: &Path) -> Master {
+        Self::start_program(BIN, &["serve"], data, "127.0.0.1:0", &[], &[])
     }
 
     fn start_program(

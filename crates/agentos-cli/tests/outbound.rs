@@ -1,0 +1,117 @@
+//! The outbound policy end to end: an http transition may not reach loopback addresses (by IP,
+//! by name, or through a redirect) unless the master was started with `--http-allow`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+
+use common::{Api, Master, wait_for};
+use serde_json::json;
+
+/// A net with one manual http transition calling `url`, and one token to fire it with.
+fn http_net(api: &Api, model: &str, url: &str) {
+    let (status, v) = api.put(
+        &format!("/api/models/{model}/net"),
+        json!({
+            "places": ["p-req", "p-resp"],
+            "transitions": [{"id": "call", "kind": "http", "mode": "manual",
+                "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+                "action": {"method": "GET", "url": url}, "emit": [{"to": "o"}]}]
+        }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = api.post(&format!("/api/models/{model}/places/p-req/tokens"), json!({"data": {}}));
+    assert_eq!(status, 200, "{v}");
+}
+
+/// Fires the transition by hand and answers the reason its fire failed with.
+fn fire_and_fail(api: &Api, model: &str) -> String {
+    let (status, o) = api.post(&format!("/api/models/{model}/transitions/call/fire"), json!({}));
+    assert_eq!(status, 200, "{o}");
+    assert_eq!(o["outcome"], "started", "{o}");
+    let mut reason = String::new();
+    wait_for("the fire to fail", || {
+        let (_, net) = api.get(&format!("/api/models/{model}/net"));
+        match net["transitions"][0]["lastError"].as_str() {
+            Some(e) => {
+                reason = e.to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    assert!(api.token_data(model, "p-resp").is_empty(), "a response arrived");
+    assert_eq!(api.token_data(model, "p-req"), vec![json!({})], "the input was not kept");
+    reason
+}
+
+/// A listener whose every connection is a failure of the policy: once the fire has failed, a
+/// connection the master made would already wait in its backlog.
+fn untouched(listener: &TcpListener) {
+    listener.set_nonblocking(true).unwrap();
+    match listener.accept() {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the refused listener was reached: {other:?}"),
+    }
+}
+
+#[test]
+fn a_master_without_http_allow_refuses_loopback_by_ip_and_by_name() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_default_policy(dir.path());
+    let api = m.client();
+
+    http_net(&api, "by-ip", &format!("http://127.0.0.1:{port}/"));
+    let reason = fire_and_fail(&api, "by-ip");
+    assert!(reason.contains("127.0.0.1 is refused") && reason.contains("--http-allow 127.0.0.1"), "{reason}");
+
+    // `localhost` goes through the resolver, which keeps no loopback address.
+    http_net(&api, "by-name", &format!("http://localhost:{port}/"));
+    let reason = fire_and_fail(&api, "by-name");
+    assert!(reason.contains("localhost resolves only to refused addresses"), "{reason}");
+    assert!(reason.contains("--http-allow"), "{reason}");
+
+    // Another spelling of the same address is the same address.
+    http_net(&api, "decimal", &format!("http://2130706433:{port}/"));
+    let reason = fire_and_fail(&api, "decimal");
+    assert!(reason.contains("127.0.0.1 is refused"), "{reason}");
+
+    untouched(&listener);
+}
+
+#[test]
+fn a_redirect_from_an_allowed_origin_to_a_refused_address_is_not_followed() {
+    // 127.0.0.2 is loopback too, and outside `--http-allow 127.0.0.1`.
+    let target = TcpListener::bind("127.0.0.2:0").unwrap();
+    let target_port = target.local_addr().unwrap().port();
+    let origin = TcpListener::bind("127.0.0.1:0").unwrap();
+    let origin_port = origin.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = origin.accept().unwrap();
+        let mut req = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !String::from_utf8_lossy(&req).contains("\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "the request ended early");
+            req.extend_from_slice(&buf[..n]);
+        }
+        write!(
+            s,
+            "HTTP/1.1 302 Found\r\nlocation: http://127.0.0.2:{target_port}/inside\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        )
+        .unwrap();
+        String::from_utf8_lossy(&req).into_owned()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    http_net(&api, "redirect", &format!("http://127.0.0.1:{origin_port}/outside"));
+    let reason = fire_and_fail(&api, "redirect");
+    assert!(reason.contains("127.0.0.2 is refused") && reason.contains("--http-allow 127.0.0.2"), "{reason}");
+    let request: String = server.join().unwrap();
+    assert!(request.starts_with("GET /outside"), "{request}");
+    untouched(&target);
+}

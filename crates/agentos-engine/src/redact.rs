@@ -1,0 +1,312 @@
+//! Redaction: every form a secret's value can take in what a tool, a server or a script answers
+//! (raw, JSON-escaped, URL-encoded, base64 at any alignment, hex) is replaced by `[redacted]`,
+//! in JSON values (walked, keys included), text and bytes, before anything is recorded.
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+/// What a secret's value is replaced by.
+pub const MARK: &str = "[redacted]";
+
+/// Secrets are at least this long when set: a shorter value turns up by chance in ordinary
+/// answers, which redaction would then mangle, and is quick to guess.
+pub const MIN_SECRET_BYTES: usize = 8;
+
+/// A base64 core shorter than this is not used: short runs of base64 characters occur by
+/// chance in ordinary text, and redacting them would damage it.
+const MIN_CORE: usize = 8;
+
+/// Replaces the secrets it was built from, in every form it knows, by [`MARK`].
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    /// `None`: there is nothing to redact.
+    matcher: Option<AhoCorasick>,
+}
+
+impl Redactor {
+    /// A redactor for these secret values; empty ones are ignored.
+    pub fn new(secrets: &[String]) -> Redactor {
+        let mut patterns: Vec<Vec<u8>> = secrets.iter().filter(|s| !s.is_empty()).flat_map(|s| forms(s)).collect();
+        patterns.sort();
+        patterns.dedup();
+        if patterns.is_empty() {
+            return Redactor { matcher: None };
+        }
+        // Leftmost-longest: where the padded base64 of a secret and its shorter core both start,
+        // the whole form goes, not the core with its tail left behind.
+        let matcher = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(&patterns)
+            .expect("literal patterns of bounded size always build");
+        Redactor { matcher: Some(matcher) }
+    }
+
+    /// True when there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.matcher.is_none()
+    }
+
+    /// `v` with every string and every object key redacted. A number whose text holds a secret
+    /// becomes the string [`MARK`]. Structure is never changed.
+    pub fn value(&self, v: Value) -> Value {
+        if self.is_empty() {
+            return v;
+        }
+        match v {
+            Value::String(s) => Value::String(self.text(&s)),
+            Value::Number(n) => {
+                let shown = n.to_string();
+                if self.text(&shown) == shown { Value::Number(n) } else { Value::String(MARK.to_string()) }
+            }
+            Value::Array(items) => Value::Array(items.into_iter().map(|x| self.value(x)).collect()),
+            Value::Object(fields) => {
+                let mut out = Map::with_capacity(fields.len());
+                for (k, x) in fields {
+                    out.insert(self.text(&k), self.value(x));
+                }
+                Value::Object(out)
+            }
+            other => other,
+        }
+    }
+
+    /// `s` with every form of every secret replaced.
+    pub fn text(&self, s: &str) -> String {
+        let Some(m) = &self.matcher else { return s.to_string() };
+        // Every pattern is valid UTF-8 (a secret is a string, its encodings ASCII), so matches
+        // fall on character boundaries.
+        let mut out = String::with_capacity(s.len());
+        m.replace_all_with(s, &mut out, |_, _, dst| {
+            dst.push_str(MARK);
+            true
+        });
+        out
+    }
+
+    /// `b` with every form of every secret replaced.
+    pub fn bytes(&self, b: Vec<u8>) -> Vec<u8> {
+        let Some(m) = &self.matcher else { return b };
+        if !m.is_match(&b) {
+            return b;
+        }
+        let mut out = Vec::with_capacity(b.len());
+        m.replace_all_with_bytes(&b, &mut out, |_, _, dst| {
+            dst.extend_from_slice(MARK.as_bytes());
+            true
+        });
+        out
+    }
+}
+
+/// Every form of one secret that is matched.
+fn forms(secret: &str) -> Vec<Vec<u8>> {
+    let raw = secret.as_bytes();
+    let mut out = vec![raw.to_vec()];
+    // JSON escaping as serde_json writes it, and with non-ASCII as \u escapes as other
+    // serializers (Python's json, for one) write it.
+    let quoted = serde_json::to_string(secret).expect("a string always serializes");
+    let escaped = &quoted[1..quoted.len() - 1];
+    out.push(escaped.as_bytes().to_vec());
+    out.push(json_ascii(escaped).into_bytes());
+    // URL encoding: every byte outside the unreserved set, upper and lower case hex; and form
+    // encoding, with `+` for a space.
+    for (lower, plus) in [(false, false), (true, false), (false, true), (true, true)] {
+        out.push(percent(raw, lower, plus).into_bytes());
+    }
+    // base64, whole, in both alphabets, with and without padding.
+    let std = base64::engine::general_purpose::STANDARD.encode(raw);
+    out.push(std.clone().into_bytes());
+    out.push(std.trim_end_matches('=').as_bytes().to_vec());
+    out.push(url_safe(&std).into_bytes());
+    out.push(url_safe(std.trim_end_matches('=')).into_bytes());
+    // base64 of a longer text that holds the secret (`echo $S | base64`, a prefix before it):
+    // the characters that depend on the secret's bytes alone, for each of the three alignments.
+    for filler in 0..3usize {
+        let mut buf = vec![0u8; filler];
+        buf.extend_from_slice(raw);
+        let enc = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&buf);
+        // Character i covers bits 6i..6i+6: those below 8*filler come from the filler, those
+        // past the last whole byte from whatever follows the secret.
+        let first = (8 * filler).div_ceil(6);
+        let end = (8 * buf.len()) / 6;
+        if end > first && end - first >= MIN_CORE {
+            let core = &enc[first..end];
+            out.push(core.as_bytes().to_vec());
+            out.push(url_safe(core).into_bytes());
+        }
+    }
+    out.push(hex::encode(raw).into_bytes());
+    out.push(hex::encode_upper(raw).into_bytes());
+    out
+}
+
+/// JSON-escaped text with every non-ASCII character as `\uXXXX` (UTF-16, lower-case hex).
+fn json_ascii(escaped: &str) -> String {
+    let mut out = String::with_capacity(escaped.len());
+    for c in escaped.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+    out
+}
+
+/// Percent-encoding of every byte that is not unreserved (RFC 3986: `A-Z a-z 0-9 - . _ ~`).
+fn percent(raw: &[u8], lower: bool, plus_for_space: bool) -> String {
+    let mut out = String::with_capacity(raw.len() * 3);
+    for &b in raw {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else if b == b' ' && plus_for_space {
+            out.push('+');
+        } else if lower {
+            out.push_str(&format!("%{b:02x}"));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The URL-safe alphabet's spelling of standard base64.
+fn url_safe(std: &str) -> String {
+    std.replace('+', "-").replace('/', "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    enum Input {
+        Text(String),
+        Value(Value),
+    }
+
+    fn b64(b: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(b)
+    }
+
+    /// Redacts `input` of `secret`; the result must equal `expected`, and must not hold the
+    /// secret's raw form anywhere unless `expected` holds it too.
+    fn check(secret: &str, input: Input, expected: Input) {
+        let r = Redactor::new(&[secret.to_string()]);
+        match (input, expected) {
+            (Input::Text(t), Input::Text(e)) => {
+                let got = r.text(&t);
+                assert_eq!(got, e, "text of {t:?}");
+                assert_eq!(r.bytes(t.clone().into_bytes()), e.as_bytes(), "bytes of {t:?}");
+            }
+            (Input::Value(v), Input::Value(e)) => {
+                let got = r.value(v.clone());
+                assert_eq!(got, e, "value {v}");
+                let shown = got.to_string();
+                assert!(e.to_string().contains(secret) || !shown.contains(secret), "{shown} holds {secret:?}");
+            }
+            _ => panic!("input and expected must be of one kind"),
+        }
+    }
+
+    fn text(s: &str) -> Input {
+        Input::Text(s.to_string())
+    }
+
+    /// The base64 of `plain` with its characters `from..to` redacted.
+    fn around(plain: &[u8], from: usize, to: usize) -> Input {
+        let e = b64(plain);
+        Input::Text(format!("{}[redacted]{}", &e[..from], &e[to..]))
+    }
+
+    #[test]
+    fn every_form_of_a_secret_is_redacted() {
+        let q = r#"pa"ss\word-42"#;
+        let tricky_json = serde_json::to_string(q).unwrap();
+        let tricky_escaped = &tricky_json[1..tricky_json.len() - 1];
+        let cases: Vec<(&str, Input, Input)> = vec![
+            ("hunter2-secret", text("token=hunter2-secret; ok"), text("token=[redacted]; ok")),
+            // In a value the string is unescaped: the raw form, even with quotes and backslashes.
+            (q, Input::Value(json!({"echo": format!("got {q}")})), Input::Value(json!({"echo": "got [redacted]"}))),
+            // In text (a body that is JSON, say) it is escaped.
+            (q, text(&format!(r#"{{"echo":"{tricky_escaped}"}}"#)), text(r#"{"echo":"[redacted]"}"#)),
+            // A secret that looks like JSON leaves the value's structure whole.
+            (
+                r#"{"a":1}-secret"#,
+                Input::Value(json!({"x": r#"{"a":1}-secret"#, "y": [1, 2]})),
+                Input::Value(json!({"x": "[redacted]", "y": [1, 2]})),
+            ),
+            (
+                r#"{"a":1}-secret"#,
+                text(r#"{"x":"{\"a\":1}-secret","y":[1,2]}"#),
+                text(r#"{"x":"[redacted]","y":[1,2]}"#),
+            ),
+            // URL-encoded in a query string.
+            (
+                "s3cr3t/with space&more",
+                text("GET /x?k=s3cr3t%2Fwith%20space%26more&z=1"),
+                text("GET /x?k=[redacted]&z=1"),
+            ),
+            ("s3cr3t/with space&more", text("k=s3cr3t%2fwith+space%26more"), text("k=[redacted]")),
+            // `echo $S | base64`: the trailing newline shifts the last group.
+            (
+                "correct-horse-battery",
+                text(&b64(b"correct-horse-battery\n")),
+                around(b"correct-horse-battery\n", 0, 28),
+            ),
+            // base64 of the secret after a prefix of each length modulo 3.
+            (
+                "correct-horse-battery",
+                text(&b64(b"x:correct-horse-battery")),
+                around(b"x:correct-horse-battery", 3, 30),
+            ),
+            (
+                "correct-horse-battery",
+                text(&b64(b"user:correct-horse-battery")),
+                around(b"user:correct-horse-battery", 7, 34),
+            ),
+            (
+                "correct-horse-battery",
+                text(&b64(b"Bearer correct-horse-battery ok")),
+                around(b"Bearer correct-horse-battery ok", 10, 37),
+            ),
+            // Whole base64, standard and URL-safe.
+            ("??>>secret<<??", text(&format!("a {} b", b64(b"??>>secret<<??"))), text("a [redacted] b")),
+            ("??>>secret<<??", text(&format!("a {} b", url_safe(&b64(b"??>>secret<<??")))), text("a [redacted] b")),
+            // Hex, both cases.
+            ("hexsecret", text("6865787365637265740a"), text("[redacted]0a")),
+            ("??>>secret<<??", text("x=3F3F3E3E7365637265743C3C3F3F."), text("x=[redacted].")),
+            // Key names and nested arrays.
+            (
+                "key-secret-99",
+                Input::Value(json!({"key-secret-99": {"list": [["a key-secret-99 b"], 5, null]}})),
+                Input::Value(json!({"[redacted]": {"list": [["a [redacted] b"], 5, null]}})),
+            ),
+            // A numeric secret in a number.
+            (
+                "1234567890",
+                Input::Value(json!({"n": 1234567890, "m": 7})),
+                Input::Value(json!({"n": "[redacted]", "m": 7})),
+            ),
+            // Non-ASCII, escaped as \u by other serializers.
+            ("pässwörd-1", text(r#"{"p":"p\u00e4ssw\u00f6rd-1"}"#), text(r#"{"p":"[redacted]"}"#)),
+            // Nothing to redact: untouched.
+            ("not-here-secret", text("plain text"), text("plain text")),
+        ];
+        for (secret, input, expected) in cases {
+            check(secret, input, expected);
+        }
+    }
+
+    #[test]
+    fn no_secrets_redact_nothing() {
+        let r = Redactor::new(&[String::new()]);
+        assert!(r.is_empty());
+        assert_eq!(r.text("anything"), "anything");
+        assert!(!Redactor::new(&["long-enough".to_string()]).is_empty());
+    }
+}
