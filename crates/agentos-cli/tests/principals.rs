@@ -293,6 +293,8 @@ fn a_secret_with_json_syntax_echoed_back_is_redacted_in_every_form_and_the_data_
     let m = Master::start(dir.path());
     let op = m.client();
     assert_eq!(op.request("PUT", "/api/secrets/ODD_KEY", Some(json!({"value": secret}))).0, 200);
+    let grant = json!({"origin": format!("http://127.0.0.1:{port}")});
+    assert_eq!(op.post("/api/secrets/ODD_KEY/grants", grant).0, 200);
     let (status, v) = op.put("/api/models/odd/net", json!({
         "places": ["p-in", "p-out"],
         "transitions": [{"id": "call", "kind": "http", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
