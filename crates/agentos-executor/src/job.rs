@@ -215,6 +215,7 @@ mod tests {
             attempt: 1,
             model: "default".into(),
             token: CommandToken { executor: "script".into(), command: "invoke".into(), args },
+            sealed: false,
             resolution_error: None,
         }
     }
