@@ -210,6 +210,13 @@ pub struct ExecutorArgs {
     /// executor runs as root, else `current`.
     #[arg(long)]
     pub run_as: Option<String>,
+    /// Uids for jobs that carry a credential (sealed jobs), START-END: each such job runs as a
+    /// uid of its own (gid the same number; no /etc/passwd entry needed), and what it leaves
+    /// running is killed when it ends. Default 61000-61999 when the executor runs as root.
+    /// Executors sharing a machine need ranges of their own. Without root, sealed jobs fail
+    /// unless `--run-as current` accepts running them as the executor's user.
+    #[arg(long, env = "AGENTOS_SEALED_UIDS")]
+    pub sealed_uids: Option<String>,
 }
 
 #[derive(Subcommand)]

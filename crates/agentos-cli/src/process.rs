@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use agentos_engine::{DispatchConfig, JobConfig};
 use agentos_executor::ExecutorConfig;
 use agentos_executor::job::JobLimits;
+use agentos_executor::sealed::SealedPolicy;
 
 use crate::{ExecutorArgs, ServeArgs, output};
 
@@ -117,6 +118,12 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
                             tracing::warn!(%why, "the local executor runs scripts as the current user (root): its workspace is not reachable by nobody");
                             cfg.limits.run_as = None;
                         }
+                        if let SealedPolicy::Uids(range) = &cfg.limits.sealed
+                            && let Err(why) = agentos_executor::workspace_reachable(&cfg.workspace, *range.start())
+                        {
+                            tracing::warn!(%why, "the local executor runs sealed jobs as the current user (root): its workspace is not reachable by other users");
+                            cfg.limits.sealed = SealedPolicy::CurrentUser;
+                        }
                         let stop = stop_executor.clone();
                         executor = Some(tokio::spawn(agentos_executor::run(cfg, async move { stop.cancelled().await })));
                     }
@@ -163,6 +170,9 @@ async fn local_executor_config(
             default_timeout: Duration::from_millis(args.default_timeout_ms),
             max_timeout: Duration::from_millis(args.max_timeout_ms),
             run_as: run_as(None).unwrap_or(None),
+            // `up` is one person's machine: without root, sealed jobs run as that person, like
+            // every other script does.
+            sealed: if is_root() { SealedPolicy::Uids(DEFAULT_SEALED_UIDS) } else { SealedPolicy::CurrentUser },
             ..JobLimits::default()
         },
         grace: Duration::from_secs(30),
@@ -191,10 +201,40 @@ fn run_as(value: Option<&str>) -> Result<Option<(u32, u32)>, String> {
     }
 }
 
+/// Sealed uids of an executor started as root without `--sealed-uids`. Far from the uids
+/// distributions hand out (1000 up) and from nobody (65534).
+const DEFAULT_SEALED_UIDS: std::ops::RangeInclusive<u32> = 61000..=61999;
+
+/// Parses `--sealed-uids START-END`; without it, the default range as root, else the current
+/// user when `--run-as current` was given, else sealed jobs are refused.
+fn sealed_policy(value: Option<&str>, run_as: Option<&str>) -> Result<SealedPolicy, String> {
+    match value {
+        None if is_root() => Ok(SealedPolicy::Uids(DEFAULT_SEALED_UIDS)),
+        None if run_as == Some("current") => Ok(SealedPolicy::CurrentUser),
+        None => Ok(SealedPolicy::Refuse),
+        Some(v) => {
+            let parsed = v.split_once('-').and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)));
+            match parsed {
+                // 0 is root and u32::MAX is the "no uid" of chown and setuid.
+                Some((start, end)) if start > 0 && start <= end && end < u32::MAX => {
+                    Ok(SealedPolicy::Uids(start..=end))
+                }
+                _ => {
+                    Err(format!("--sealed-uids {v:?}: use START-END, two uids with 0 < START <= END, e.g. 61000-61999"))
+                }
+            }
+        }
+    }
+}
+
 pub fn executor(args: ExecutorArgs) -> ExitCode {
     init_logging();
     let run_as = match run_as(args.run_as.as_deref()) {
         Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let sealed = match sealed_policy(args.sealed_uids.as_deref(), args.run_as.as_deref()) {
+        Ok(s) => s,
         Err(e) => return fail(e),
     };
     let token = match (args.token, &args.token_file) {
@@ -221,6 +261,7 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
             max_output: args.max_output_bytes,
             path: args.path,
             run_as,
+            sealed,
         },
         grace: Duration::from_millis(args.grace_ms),
         poll_wait: Duration::from_secs(25),
@@ -228,5 +269,30 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
     match rt.block_on(agentos_executor::run(config, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(value: &str, expected: Result<std::ops::RangeInclusive<u32>, ()>) {
+        let got = sealed_policy(Some(value), None);
+        match expected {
+            Ok(r) => assert_eq!(got, Ok(SealedPolicy::Uids(r)), "{value}"),
+            Err(()) => assert!(got.as_ref().is_err_and(|e| e.contains("use START-END")), "{value}: {got:?}"),
+        }
+    }
+
+    #[test]
+    fn sealed_uid_ranges_are_start_dash_end_without_root_or_the_no_uid() {
+        check("61000-61999", Ok(61000..=61999));
+        check("5-5", Ok(5..=5));
+        check("0-10", Err(()));
+        check("10-5", Err(()));
+        check("61000", Err(()));
+        check("a-b", Err(()));
+        check("1-4294967295", Err(()));
+        check("-5-10", Err(()));
     }
 }

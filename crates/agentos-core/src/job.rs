@@ -40,6 +40,10 @@ pub struct LeasedJob {
     /// The model the command belongs to.
     pub model: String,
     pub token: CommandToken,
+    /// The job carries credential values (a secret in its `env`): the executor runs it as a user
+    /// of its own that no other job uses meanwhile, in a folder nobody else may enter.
+    #[serde(default)]
+    pub sealed: bool,
     /// Why the master could not resolve the tool, when it could not. The token then ships untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution_error: Option<String>,

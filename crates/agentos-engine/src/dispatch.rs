@@ -64,7 +64,11 @@ impl LeaseError {
                     .into()
             }
             LeaseError::LeaseLost => CoreError::conflict(format!(
-                "the lease on job {job_id:?} is no longer yours: it expired and the job was handed out again"
+                "the lease on job {job_id:?} is not yours: the lease id is not the job's current one (it expired and the job was handed out again, or it was never this job's)"
+            ))
+            .into(),
+            LeaseError::NotHolder => CoreError::forbidden(format!(
+                "job {job_id:?} is leased to another executor: only the executor that took it may renew, hand back or finish it"
             ))
             .into(),
         }
@@ -343,6 +347,7 @@ impl Engine {
             attempt: h.attempt,
             model: h.model,
             token,
+            sealed: h.sealed,
             resolution_error,
         }
     }

@@ -49,6 +49,8 @@ pub struct Handout {
     pub attempt: u32,
     pub model: String,
     pub token: CommandToken,
+    /// The job carries credential values: the executor runs it sealed (a user of its own).
+    pub sealed: bool,
 }
 
 struct Job {
@@ -63,7 +65,10 @@ struct Job {
 }
 
 struct Lease {
+    /// 128 random bits: job ids are shown to agents (`GET /api/executors`), lease ids never are,
+    /// and nobody can guess one.
     id: String,
+    /// The executor that took the job; only it may renew, hand back or finish it.
     executor: String,
     expires: Instant,
 }
@@ -93,16 +98,36 @@ pub struct JobQueue {
     inner: Mutex<Inner>,
     work: Notify,
     config: JobConfig,
-    /// A per-process prefix so job and lease ids never repeat across restarts.
+    /// A per-process prefix so job ids never repeat across restarts.
     epoch: String,
 }
 
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LeaseError {
     /// No such job (finished, failed, or never queued).
     UnknownJob,
     /// The job is held under another lease (this one expired and it was handed out again).
     LeaseLost,
+    /// The lease is right but another executor took the job: a lease is bound to its holder.
+    NotHolder,
+}
+
+/// A fresh lease id: 128 random bits as 32 hex characters.
+fn new_lease_id() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)?;
+    Ok(hex::encode(bytes))
+}
+
+/// Whether `executor` holds `job` under `lease_id`. A wrong lease id is a lost lease (the holder
+/// of an expired lease hears the same), the right id from another executor is refused as such.
+fn check_holder(lease: Option<&Lease>, executor: &str, lease_id: &str) -> Result<(), LeaseError> {
+    match lease {
+        Some(l) if l.id != lease_id => Err(LeaseError::LeaseLost),
+        Some(l) if l.executor != executor => Err(LeaseError::NotHolder),
+        Some(_) => Ok(()),
+        None => Err(LeaseError::LeaseLost),
+    }
 }
 
 fn wall_ms() -> i64 {
@@ -172,6 +197,15 @@ impl JobQueue {
     }
 
     fn try_take(&self, executor: &str) -> Option<Handout> {
+        // Drawn before the lock, so the critical section stays short. Without randomness no job is
+        // handed out (a guessable lease would let any executor finish it); the job stays queued.
+        let lease_id = match new_lease_id() {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::error!(error = %e, "no randomness for a lease id: no job handed out");
+                return None;
+            }
+        };
         let mut guard = self.lock();
         let q = &mut *guard;
         q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
@@ -184,8 +218,6 @@ impl JobQueue {
         let pos =
             q.queued.iter().position(|id| q.jobs.get(id).is_some_and(|j| may_take(j.target.as_deref(), executor)));
         if let Some(id) = pos.and_then(|p| q.queued.remove(p)) {
-            q.next += 1;
-            let lease_id = format!("lease-{}-{}", self.epoch, q.next);
             let job = q.jobs.get_mut(&id)?;
             job.attempt += 1;
             job.lease = Some(Lease {
@@ -199,6 +231,7 @@ impl JobQueue {
                 attempt: job.attempt,
                 model: job.model.clone(),
                 token: job.token.clone(),
+                sealed: !job.secrets.is_empty(),
             });
         }
         None
@@ -235,29 +268,26 @@ impl JobQueue {
         }
     }
 
-    /// Renews a lease.
+    /// Renews a lease; only its holder may.
     pub fn heartbeat(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Duration, LeaseError> {
         self.touch(executor, 0);
         let mut q = self.lock();
         let job = q.jobs.get_mut(job_id).ok_or(LeaseError::UnknownJob)?;
-        match &mut job.lease {
-            Some(l) if l.id == lease_id => {
-                l.expires = Instant::now() + self.config.lease;
-                Ok(self.config.lease)
-            }
-            _ => Err(LeaseError::LeaseLost),
+        check_holder(job.lease.as_ref(), executor, lease_id)?;
+        if let Some(l) = &mut job.lease {
+            l.expires = Instant::now() + self.config.lease;
         }
+        Ok(self.config.lease)
     }
 
-    /// Hands a job back to the queue (an executor stopping). The attempt is not counted.
+    /// Hands a job back to the queue (an executor stopping); only its holder may. The attempt is
+    /// not counted.
     pub fn release(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
         self.touch(executor, 0);
         {
             let mut q = self.lock();
             let job = q.jobs.get_mut(job_id).ok_or(LeaseError::UnknownJob)?;
-            if job.lease.as_ref().is_none_or(|l| l.id != lease_id) {
-                return Err(LeaseError::LeaseLost);
-            }
+            check_holder(job.lease.as_ref(), executor, lease_id)?;
             job.lease = None;
             job.attempt = job.attempt.saturating_sub(1);
             q.queued.push_front(job_id.to_string());
@@ -266,15 +296,13 @@ impl JobQueue {
         Ok(())
     }
 
-    /// Takes the result of a job from its current lease holder; any other result is refused,
-    /// so exactly one result is recorded per job.
+    /// Takes the result of a job from its current lease holder (that lease, that executor); any
+    /// other result is refused and changes nothing, so exactly one result is recorded per job.
     pub fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
         self.touch(executor, 0);
         let mut q = self.lock();
         let job = q.jobs.get(job_id).ok_or(LeaseError::UnknownJob)?;
-        if job.lease.as_ref().is_none_or(|l| l.id != lease_id) {
-            return Err(LeaseError::LeaseLost);
-        }
+        check_holder(job.lease.as_ref(), executor, lease_id)?;
         let mut job = q.jobs.remove(job_id).expect("checked above");
         Ok(Finished {
             job_id: job_id.to_string(),
@@ -467,5 +495,52 @@ mod tests {
         assert!(q.complete("e1", &a, &again.lease_id).is_ok());
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(q.executors()[0].state, "gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn another_executor_cannot_heartbeat_release_or_finish_a_job_even_with_its_lease_id() {
+        let q = queue();
+        let (id, mut rx) = q.enqueue("default".into(), token());
+        let a = q.poll("exec-a", Duration::from_secs(1)).await.unwrap();
+        for wrong in [a.lease_id.as_str(), "00000000000000000000000000000000"] {
+            let expected = if wrong == a.lease_id { LeaseError::NotHolder } else { LeaseError::LeaseLost };
+            assert_eq!(q.heartbeat("exec-b", &id, wrong), Err(expected.clone()));
+            assert_eq!(q.release("exec-b", &id, wrong), Err(expected.clone()));
+            assert_eq!(q.complete("exec-b", &id, wrong).unwrap_err(), expected);
+        }
+        // A display name under another credential is another executor too.
+        assert_eq!(q.heartbeat("exec-b/exec-a", &id, &a.lease_id), Err(LeaseError::NotHolder));
+        // Nothing changed: the job is still A's, not queued again, and A's result is taken.
+        assert_eq!(q.queued_len(), 0);
+        let a_view = q.executors().into_iter().find(|e| e.name == "exec-a").unwrap();
+        assert_eq!(a_view.jobs, vec![id.clone()]);
+        assert!(rx.try_recv().is_err(), "the waiter heard nothing");
+        assert_eq!(q.heartbeat("exec-a", &id, &a.lease_id), Ok(Duration::from_secs(10)));
+        let finished = q.complete("exec-a", &id, &a.lease_id).unwrap();
+        assert_eq!((finished.job_id.as_str(), finished.attempt), (id.as_str(), 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lease_ids_are_128_random_bits_and_differ_between_jobs() {
+        let q = queue();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..50 {
+            let (_id, _rx) = q.enqueue("default".into(), token());
+            let h = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+            assert_eq!(h.lease_id.len(), 32, "{}", h.lease_id);
+            assert!(h.lease_id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{}", h.lease_id);
+            assert!(!h.lease_id.contains(&h.job_id) && !h.job_id.contains(&h.lease_id));
+            assert!(seen.insert(h.lease_id.clone()), "lease id {} given twice", h.lease_id);
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_a_job_carrying_secrets_is_handed_out_sealed() {
+        let q = queue();
+        q.enqueue_for("default".into(), token(), None, vec!["s3cret".into()]);
+        q.enqueue("default".into(), token());
+        let first = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        let second = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        assert_eq!((first.sealed, second.sealed), (true, false));
     }
 }

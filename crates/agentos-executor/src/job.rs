@@ -1,6 +1,7 @@
 //! One job on the executor: decode, verify against the sha256, cache, run, report.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -14,6 +15,7 @@ use agentos_core::sha256_hex;
 use crate::cache::ScriptCache;
 use crate::folders::Folders;
 use crate::runner::{self, RunSpec};
+use crate::sealed::{Sealed, SealedPolicy};
 
 /// What the executor brings to every job.
 #[derive(Debug, Clone)]
@@ -25,6 +27,8 @@ pub struct JobLimits {
     pub path: String,
     /// The user and group scripts run as; `None`: the executor's own.
     pub run_as: Option<(u32, u32)>,
+    /// How jobs that carry credentials run.
+    pub sealed: SealedPolicy,
 }
 
 impl Default for JobLimits {
@@ -35,8 +39,34 @@ impl Default for JobLimits {
             max_output: 16 * 1024 * 1024,
             path: "/usr/local/bin:/usr/bin:/bin".into(),
             run_as: None,
+            sealed: SealedPolicy::Refuse,
         }
     }
+}
+
+/// Names a caller's `env` may not set, exactly.
+const FORBIDDEN_ENV: [&str; 10] =
+    ["PATH", "HOME", "LANG", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "GLIBC_TUNABLES"];
+
+/// Prefixes of names a caller's `env` may not set.
+const FORBIDDEN_ENV_PREFIXES: [&str; 6] = ["LD_", "NODE_", "PYTHON", "BASH_FUNC_", "PERL5", "RUBY"];
+
+/// Refuses a caller's environment variable that would decide what runs rather than what the
+/// script reads: the loader (`LD_PRELOAD`, `GLIBC_TUNABLES`), a runtime's start-up code
+/// (`NODE_OPTIONS`, `PYTHONSTARTUP`, `PERL5OPT`, `RUBYOPT`, `BASH_ENV`, `ENV`, exported bash
+/// functions), the shell's parsing (`IFS`, `SHELLOPTS`, `PS4`), or what the executor itself sets
+/// (`PATH`, `HOME`, `LANG`). Such a job fails with the variable named rather than running with
+/// it dropped: a script that silently runs without what its caller asked for does something
+/// nobody asked for, and the caller learns of the refusal only from an error.
+fn check_env_name(name: &str) -> Result<(), String> {
+    if FORBIDDEN_ENV.contains(&name) || FORBIDDEN_ENV_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return Err(format!(
+            "args.env.{name} may not be set by a caller: it changes how the loader, the runtime or the shell starts, or is set by the executor (refused: {}, and names starting with {})",
+            FORBIDDEN_ENV.join(", "),
+            FORBIDDEN_ENV_PREFIXES.join(", ")
+        ));
+    }
+    Ok(())
 }
 
 fn refused(lease_id: &str, error: String) -> ExecutorResult {
@@ -102,7 +132,7 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("args.argv must be a list of strings".into()),
     };
-    let env = match args.get("env") {
+    let env: BTreeMap<String, String> = match args.get("env") {
         None | Some(Value::Null) => BTreeMap::new(),
         Some(Value::Object(o)) => o
             .iter()
@@ -112,6 +142,7 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("args.env must be an object of strings".into()),
     };
+    env.keys().try_for_each(|k| check_env_name(k))?;
     let input = match args.get("input") {
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_vec(v).map_err(|e| e.to_string())?),
@@ -130,6 +161,7 @@ pub async fn execute(
     job: &LeasedJob,
     cache: &ScriptCache,
     folders: &Folders,
+    sealed: &Arc<Sealed>,
     limits: &JobLimits,
     cancel: &CancellationToken,
 ) -> ExecutorResult {
@@ -155,9 +187,29 @@ pub async fn execute(
             format!("runtime {runtime} is not installed on this executor (looked in {})", limits.path),
         );
     };
-    let cwd = match folders.take() {
+    // A sealed job: a uid of its own (or the executor's, if so configured), a new folder.
+    let uid = if job.sealed {
+        match sealed.take() {
+            Ok(u) => u,
+            Err(e) => return refused(&job.lease_id, e),
+        }
+    } else {
+        None
+    };
+    let run_as = match &uid {
+        Some(u) => Some((u.uid(), u.uid())),
+        None if job.sealed => None,
+        None => limits.run_as,
+    };
+    let cwd = if job.sealed { folders.take_sealed(run_as) } else { folders.take() };
+    let cwd = match cwd {
         Ok(p) => p,
-        Err(e) => return refused(&job.lease_id, format!("cannot create a job folder: {e}")),
+        Err(e) => {
+            if let Some(u) = uid {
+                u.release().await;
+            }
+            return refused(&job.lease_id, format!("cannot create a job folder: {e}"));
+        }
     };
     let mut env = BTreeMap::from([
         ("PATH".to_string(), limits.path.clone()),
@@ -174,10 +226,19 @@ pub async fn execute(
         stdin: script.input,
         timeout: script.timeout,
         max_output: limits.max_output,
-        run_as: limits.run_as,
+        run_as,
     };
     let outcome = runner::run(spec, cancel).await;
-    folders.give_back(cwd);
+    if job.sealed {
+        // Whatever still runs as the uid (a `setsid` child outside the group) dies before the uid
+        // goes back to the pool and before the folder goes, whatever the outcome.
+        if let Some(u) = uid {
+            u.release().await;
+        }
+        folders.discard(cwd);
+    } else {
+        folders.give_back(cwd);
+    }
     let b64 = base64::engine::general_purpose::STANDARD;
     match outcome {
         Err(e) => refused(&job.lease_id, format!("cannot start {runtime}: {e}")),
@@ -215,6 +276,7 @@ mod tests {
             attempt: 1,
             model: "default".into(),
             token: CommandToken { executor: "script".into(), command: "invoke".into(), args },
+            sealed: false,
             resolution_error: None,
         }
     }
@@ -229,6 +291,7 @@ mod tests {
             j,
             &ScriptCache::new(ws.path()),
             &Folders::new(ws.path(), None),
+            &Sealed::new(SealedPolicy::Refuse),
             &JobLimits::default(),
             &CancellationToken::new(),
         )
@@ -270,5 +333,85 @@ mod tests {
         assert_eq!(lines.next(), Some("{\"k\":1}"));
         let env: Vec<&str> = lines.map(|l| l.split('=').next().unwrap()).collect();
         assert_eq!(env, vec!["GREETING", "HOME", "LANG", "PATH", "PWD"]);
+    }
+
+    fn sh(content: &str, env: Value) -> LeasedJob {
+        job(json!({"toolId": "t", "runtime": "sh", "filename": "t.sh", "sha256": sha256_hex(content.as_bytes()),
+            "content": b64(content), "env": env}))
+    }
+
+    #[tokio::test]
+    async fn a_caller_env_that_steers_the_loader_runtime_or_shell_fails_the_job_naming_it() {
+        for name in [
+            "PATH",
+            "HOME",
+            "LANG",
+            "LD_PRELOAD",
+            "LD_LIBRARY_PATH",
+            "NODE_OPTIONS",
+            "PYTHONSTARTUP",
+            "PYTHONPATH",
+            "BASH_ENV",
+            "ENV",
+            "BASH_FUNC_echo%%",
+            "IFS",
+            "SHELLOPTS",
+            "PS4",
+            "PERL5OPT",
+            "RUBYOPT",
+            "GLIBC_TUNABLES",
+        ] {
+            let (r, _) = exec(&sh("echo ran", json!({"OK": "1", name: "x"}))).await;
+            let err = r.error.unwrap_or_default();
+            assert!(err.starts_with(&format!("args.env.{name} may not be set")), "{name}: {err}");
+            assert_eq!(r.exit_code, None, "{name}: the script ran");
+        }
+        // Names that merely look alike are the caller's to set.
+        let (r, _) = exec(&sh(
+            "echo \"$PATHS $LANGUAGE $MY_LD_FLAGS\"",
+            json!({"PATHS": "a", "LANGUAGE": "b", "MY_LD_FLAGS": "c"}),
+        ))
+        .await;
+        assert_eq!(r.error, None);
+        assert_eq!(base64::engine::general_purpose::STANDARD.decode(r.stdout_base64).unwrap(), b"a b c\n");
+    }
+
+    #[tokio::test]
+    async fn a_sealed_job_is_refused_by_an_executor_that_cannot_change_user() {
+        let mut j = sh("echo ran", json!({"KEY": "s3cret"}));
+        j.sealed = true;
+        let (r, ws) = exec(&j).await;
+        let err = r.error.unwrap_or_default();
+        assert!(err.starts_with("sealed jobs need an executor running as root with --sealed-uids"), "{err}");
+        assert_eq!(r.exit_code, None);
+        let folders = std::fs::read_dir(ws.path()).unwrap().flatten();
+        assert_eq!(folders.filter(|e| e.file_name().to_string_lossy().starts_with('w')).count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_sealed_job_as_the_current_user_gets_a_new_folder_that_is_removed_after() {
+        let ws = tempfile::tempdir().unwrap();
+        let folders = Folders::new(ws.path(), None);
+        let spare = folders.take().unwrap();
+        folders.give_back(spare.clone());
+        let mut j = sh("pwd; touch left-behind", json!({}));
+        j.sealed = true;
+        let sealed = Sealed::new(SealedPolicy::CurrentUser);
+        let r = execute(
+            &j,
+            &ScriptCache::new(ws.path()),
+            &folders,
+            &sealed,
+            &JobLimits::default(),
+            &CancellationToken::new(),
+        )
+        .await;
+        assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)));
+        let out =
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(r.stdout_base64).unwrap()).unwrap();
+        let cwd = std::path::PathBuf::from(out.trim());
+        assert_ne!(cwd, spare, "a sealed job ran in a reused folder");
+        assert!(!cwd.exists(), "the sealed job's folder was kept");
+        assert_eq!(folders.take().unwrap(), spare);
     }
 }

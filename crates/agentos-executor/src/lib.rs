@@ -6,6 +6,7 @@ pub mod folders;
 pub mod job;
 pub mod protocol;
 pub mod runner;
+pub mod sealed;
 mod worker;
 
 pub use worker::{ExecutorConfig, ExecutorError, forbid_inspection, run, workspace_reachable};

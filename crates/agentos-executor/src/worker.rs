@@ -14,6 +14,7 @@ use crate::cache::ScriptCache;
 use crate::folders::Folders;
 use crate::job::{JobLimits, execute};
 use crate::protocol::{Master, ProtocolError};
+use crate::sealed::{Sealed, SealedPolicy};
 
 #[derive(Debug, Clone)]
 pub struct ExecutorConfig {
@@ -39,6 +40,34 @@ pub enum ExecutorError {
         "scripts run as uid {uid} but could not reach the workspace {path}: {why}; choose a --workspace under a folder others may enter, or --run-as current"
     )]
     Unreachable { path: PathBuf, uid: u32, why: String },
+    #[error("sealed uids: {0}")]
+    Sealed(String),
+}
+
+/// Checks that sealed uids can be used here: the executor is root (only root changes user), and
+/// the range holds neither its own uid nor the one other scripts run as (the end-of-job kill of
+/// a sealed uid would kill those too).
+fn check_sealed(policy: &SealedPolicy, run_as: Option<(u32, u32)>) -> Result<(), ExecutorError> {
+    let SealedPolicy::Uids(range) = policy else { return Ok(()) };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if me != 0 {
+        return Err(ExecutorError::Sealed(format!(
+            "{}-{} need an executor running as root (this one runs as uid {me}); without root, start it with --run-as current to run sealed jobs as its own user",
+            range.start(),
+            range.end()
+        )));
+    }
+    for (uid, who) in [(Some(me), "the executor's own uid"), (run_as.map(|r| r.0), "the uid scripts run as")] {
+        if let Some(uid) = uid.filter(|u| range.contains(u)) {
+            return Err(ExecutorError::Sealed(format!(
+                "{}-{} holds {uid}, {who}: choose a range that holds neither",
+                range.start(),
+                range.end()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Makes the workspace usable by the user scripts run as: its own folders open to enter and
@@ -80,6 +109,7 @@ struct Shared {
     master: Master,
     cache: ScriptCache,
     folders: Folders,
+    sealed: Arc<Sealed>,
     limits: JobLimits,
 }
 
@@ -92,7 +122,14 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     let jobs_dir = workspace.join("jobs");
     std::fs::create_dir_all(&jobs_dir).map_err(ws_err)?;
     std::fs::create_dir_all(workspace.join("scripts/sha256")).map_err(ws_err)?;
-    if let Some((uid, _)) = config.limits.run_as {
+    check_sealed(&config.limits.sealed, config.limits.run_as)?;
+    let sealed_uid = match &config.limits.sealed {
+        SealedPolicy::Uids(range) => Some(*range.start()),
+        _ => None,
+    };
+    // Sealed uids are not the owner of anything above their folders, like any other user: one
+    // of them stands for all.
+    for uid in config.limits.run_as.map(|r| r.0).into_iter().chain(sealed_uid) {
         prepare_for_user(&workspace, uid).map_err(|why| ExecutorError::Unreachable {
             path: workspace.clone(),
             uid,
@@ -100,6 +137,12 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         })?;
     }
     forbid_inspection();
+    let sealed = Sealed::new(config.limits.sealed.clone());
+    // A predecessor killed mid-job leaves processes under sealed uids; none may meet a new job.
+    let left = sealed.sweep();
+    if left > 0 {
+        tracing::error!(left, "processes under sealed uids survived the start-up sweep");
+    }
     let shared = Arc::new(Shared {
         master: Master::new(&config.master, &config.token, config.name.clone()),
         cache: ScriptCache::new(&workspace),
@@ -108,6 +151,7 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
             folders.sweep();
             folders
         },
+        sealed,
         limits: config.limits.clone(),
     });
     // Stop taking work, then (after the grace period) stop running work.
@@ -221,7 +265,7 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         }
     };
     let result = tokio::select! {
-        r = execute(&job, &shared.cache, &shared.folders, &shared.limits, &cancel) => r,
+        r = execute(&job, &shared.cache, &shared.folders, &shared.sealed, &shared.limits, &cancel) => r,
         _ = heartbeat => unreachable!("the heartbeat never ends"),
     };
     if lease_lost.is_cancelled() {

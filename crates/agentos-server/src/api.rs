@@ -375,9 +375,10 @@ pub async fn executor_poll(
     }
 }
 
-/// Renew a lease. 409 when the lease was lost (the job went to another executor).
+/// Renew a lease. 409 when the lease was lost (the job went to another executor); 403 when
+/// another executor holds it (a lease is bound to the executor that took it).
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/heartbeat", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
-    responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
 pub async fn executor_heartbeat(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -390,9 +391,9 @@ pub async fn executor_heartbeat(
     Ok(Json(json!({"leaseMs": lease.as_millis() as u64})))
 }
 
-/// Hand a job back to the queue (an executor stopping before it could run it).
+/// Hand a job back to the queue (an executor stopping before it could run it). Only its holder may.
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/release", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
-    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
 pub async fn executor_release(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -413,10 +414,11 @@ pub struct ResultParams {
     pub next: Option<bool>,
 }
 
-/// Post a job's result. Only the current lease holder's result is taken, once. With
+/// Post a job's result. Only the current lease holder's result is taken (its lease id, from the
+/// executor that took it: 403 from any other), once. With
 /// `?next=true` the answer carries the next queued job, saving the executor a round trip.
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id"), ResultParams), request_body = ExecutorResult,
-    responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
+    responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
 pub async fn executor_result(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,

@@ -237,6 +237,17 @@ pub struct Executor {
 
 impl Executor {
     pub fn start(master: &Master, workspace: &Path, name: &str, extra_env: &[(&str, &str)]) -> Executor {
+        Self::start_args(master, workspace, name, extra_env, &[])
+    }
+
+    /// Like `start`, with extra `agentos executor` arguments.
+    pub fn start_args(
+        master: &Master,
+        workspace: &Path,
+        name: &str,
+        extra_env: &[(&str, &str)],
+        extra_args: &[&str],
+    ) -> Executor {
         let (status, body) = master
             .client()
             .post_raw("/api/executor-tokens", serde_json::json!({"name": name}).to_string().into_bytes());
@@ -251,10 +262,16 @@ impl Executor {
         cmd.args(["executor", "--master", &master.url, "--workspace"])
             .arg(workspace)
             .args(["--grace-ms", "10000"])
+            .args(extra_args)
             .env("AGENTOS_EXECUTOR_TOKEN", &token)
             .env("AGENTOS_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let (start, end) = own_sealed_uids();
+            cmd.env("AGENTOS_SEALED_UIDS", format!("{start}-{end}"));
+        }
         for (k, v) in extra_env {
             cmd.env(k, v);
         }
@@ -290,6 +307,32 @@ impl Drop for Executor {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sealed uids no other executor uses: each executor kills whatever runs under its sealed uids
+/// (at start, and after each sealed job), and tests run in parallel on one machine. A test
+/// process holds a block of 32 uids (a lock on a file named after it, released when the process
+/// ends) and gives each executor it starts four of them; all below 61000 (the default range)
+/// and 65534 (user namespaces may map no more).
+pub fn own_sealed_uids() -> (u32, u32) {
+    use std::os::unix::io::AsRawFd;
+    static BLOCK: std::sync::OnceLock<(u32, std::fs::File)> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let (block, _lock) = BLOCK.get_or_init(|| {
+        let dir = std::env::temp_dir().join("agentos-test-sealed-uids");
+        std::fs::create_dir_all(&dir).unwrap();
+        (0..1250)
+            .find_map(|b| {
+                let f = std::fs::File::create(dir.join(b.to_string())).ok()?;
+                // SAFETY: flock on a descriptor this function owns.
+                let locked = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0;
+                locked.then_some((b, f))
+            })
+            .expect("a free block of sealed uids")
+    });
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 8;
+    let start = 20_000 + block * 32 + n * 4;
+    (start, start + 3)
 }
 
 /// Polls `cond` every 20 ms for up to 20 s: for conditions another process brings about.

@@ -1,0 +1,315 @@
+//! Sealed runs and lease holders end to end: a job that carries a secret runs as a uid of its
+//! own and leaves nothing running; a caller cannot steer the loader or a runtime through `env`;
+//! and one executor cannot finish another's job. Real master, real executors, run as root.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::ops::RangeInclusive;
+
+use base64::Engine as _;
+use common::{Api, Executor, Master, wait_for};
+use serde_json::{Value, json};
+
+/// The uid scripts of a root executor run as by default (`nobody`).
+const NOBODY: u32 = 65534;
+
+/// A master and a root executor with sealed uids of its own (answered).
+fn setup(executor_args: &[&str]) -> (tempfile::TempDir, Master, Executor, RangeInclusive<u32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let (start, end) = common::own_sealed_uids();
+    let range = format!("{start}-{end}");
+    let args: Vec<&str> = executor_args.iter().copied().chain(["--sealed-uids", &range]).collect();
+    let e = Executor::start_args(&m, &dir.path().join("executor"), "e1", &[], &args);
+    (dir, m, e, start..=end)
+}
+
+/// Makes `model`'s transition `run` turn each bash command token put into `p-cmd` into a job
+/// that carries a secret, at most `concurrency` at once, its response emitted into `p-out`.
+///
+/// Today a job carries a secret when a net `command` transition names a credential; the value
+/// comes from the secrets store (`PUT /api/secrets/{name}`). All of that is here, so that a
+/// change to how credentials reach command fires is made in one place.
+fn sealed_net(api: &Api, model: &str, concurrency: usize) {
+    let (status, v) = api.put("/api/secrets/SEALED_KEY", json!({"value": "sealed-secret-value-4711"}));
+    assert_eq!(status, 200, "{v}");
+    let net = json!({
+        "places": ["p-cmd", "p-out"],
+        "transitions": [{"id": "run", "kind": "command", "concurrency": concurrency,
+            "presets": {"c": {"place": "p-cmd"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"credentials": ["SEALED_KEY"]}, "emit": [{"to": "o", "from": "@response"}]}]
+    });
+    let (status, v) = api.put(&format!("/api/models/{model}/net"), net);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = api.post(&format!("/api/models/{model}/transitions/run/start"), json!({}));
+    assert_eq!(status, 200, "{v}");
+}
+
+fn put_commands(api: &Api, model: &str, commands: &[&str]) {
+    for c in commands {
+        let token = json!({"data": {"executor": "bash", "command": c, "args": {"timeoutMs": 30000}}});
+        let (status, v) = api.post(&format!("/api/models/{model}/places/p-cmd/tokens"), token);
+        assert_eq!(status, 200, "{v}");
+    }
+}
+
+/// Runs each bash `command` as a job that carries a secret, all at once, and answers their job
+/// results (in any order) once every one of them succeeded.
+fn sealed_jobs(api: &Api, model: &str, commands: &[&str]) -> Vec<Value> {
+    sealed_net(api, model, commands.len());
+    put_commands(api, model, commands);
+    wait_for("the sealed jobs' results", || {
+        let (_, net) = api.get(&format!("/api/models/{model}/net"));
+        let error = &net["transitions"][0]["lastError"];
+        assert!(error.is_null(), "a sealed job failed: {error}");
+        api.token_data(model, "p-out").len() == commands.len()
+    });
+    api.token_data(model, "p-out")
+}
+
+/// Runs `command` as a job that carries a secret, and answers why its fire failed.
+fn sealed_job_failure(api: &Api, model: &str, command: &str) -> String {
+    sealed_net(api, model, 1);
+    put_commands(api, model, &[command]);
+    let mut error = String::new();
+    wait_for("the sealed job's failure", || {
+        let (_, net) = api.get(&format!("/api/models/{model}/net"));
+        error = net["transitions"][0]["lastError"].as_str().unwrap_or("").to_string();
+        !error.is_empty()
+    });
+    error
+}
+
+/// Processes alive (not zombies) whose real, effective, saved or file system uid is `uid`.
+fn live_processes_of(uid: u32) -> Vec<i32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { continue };
+        let field = |name: &str| status.lines().find_map(|l| l.strip_prefix(name)).unwrap_or("").trim().to_string();
+        let zombie = field("State:").starts_with('Z');
+        let ours = field("Uid:").split_whitespace().any(|u| u == uid.to_string());
+        if ours && !zombie {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn stdout_lines(result: &Value) -> Vec<String> {
+    assert!(result.get("error").is_none_or(Value::is_null), "the job failed: {result}");
+    assert_eq!(result["exitCode"], 0, "{result}");
+    result["stdout"].as_str().unwrap().lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_caller_env_that_sets_ld_preload_or_bash_env_fails_the_job_naming_the_variable() {
+    let (_d, m, _e, _) = setup(&[]);
+    let api = m.client();
+    assert_eq!(api.register("hello", "bash", "echo ran", None).0, 200);
+    for name in ["LD_PRELOAD", "BASH_ENV"] {
+        let (status, r) = api.invoke("hello", json!({"env": {"GREETING": "hi", name: "/tmp/evil"}}));
+        assert_eq!(status, 200, "{r}");
+        let err = r["error"].as_str().unwrap_or_else(|| panic!("{name} was accepted: {r}"));
+        assert!(err.contains(&format!("args.env.{name} may not be set")), "{name}: {err}");
+        assert_eq!(r["stdout"], "", "{name}: the script ran");
+    }
+    let (_, r) = api.invoke("hello", json!({"env": {"GREETING": "hi"}}));
+    assert_eq!(r["stdout"], "ran\n", "{r}");
+}
+
+#[test]
+fn concurrent_sealed_jobs_run_as_uids_of_their_own_in_private_folders() {
+    let (d, m, _e, sealed_uids) = setup(&["--concurrency", "3"]);
+    let api = m.client();
+    // Each job waits until both have started, so they are sure to run at the same time.
+    let meet = d.path().join("meet");
+    std::fs::create_dir(&meet).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&meet, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let command = format!(
+        "touch {dir}/$(id -u); for i in $(seq 200); do [ $(ls {dir} | wc -l) -ge 2 ] && break; sleep 0.05; done; \
+         ls {dir} | wc -l; id -u; id -g; stat -c '%u %a' \"$HOME\"; [ \"$PWD\" = \"$HOME\" ] && echo home-is-cwd",
+        dir = meet.display()
+    );
+    let results = sealed_jobs(&api, "sealed", &[&command, &command]);
+    let mut uids = BTreeSet::new();
+    for r in &results {
+        let lines = stdout_lines(r);
+        assert_eq!(lines[0], "2", "the two sealed jobs did not run at the same time: {r}");
+        let uid: u32 = lines[1].parse().unwrap();
+        assert!(sealed_uids.contains(&uid), "uid {uid} is not a sealed uid: {r}");
+        assert_eq!(lines[2], lines[1], "gid is the uid's number");
+        assert_eq!(lines[3], format!("{uid} 700"), "the job folder is the sealed uid's alone");
+        assert_eq!(lines[4], "home-is-cwd");
+        uids.insert(uid);
+    }
+    assert_eq!(uids.len(), 2, "two concurrent sealed jobs shared a uid: {results:?}");
+
+    // A job without a secret runs as the uid every normal job runs as: none of the sealed ones.
+    assert_eq!(api.register("who", "sh", "id -u", None).0, 200);
+    let (_, r) = api.invoke("who", json!({}));
+    let normal: u32 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+    assert_eq!(normal, NOBODY, "{r}");
+    assert!(!uids.contains(&normal));
+
+    // Sealed folders are removed after their jobs.
+    let left: Vec<_> = std::fs::read_dir(d.path().join("executor/jobs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::metadata(e.path()).is_ok_and(|m| uids.contains(&std::os::unix::fs::MetadataExt::uid(&m))))
+        .collect();
+    assert!(left.is_empty(), "sealed job folders were kept: {left:?}");
+}
+
+#[test]
+fn a_sealed_job_that_leaves_a_setsid_child_behind_leaves_no_process_of_its_uid() {
+    let (_d, m, _e, sealed_uids) = setup(&[]);
+    let api = m.client();
+    // `setsid` leaves the job's process group, so killing the group does not reach it.
+    let results =
+        sealed_jobs(&api, "leftover", &["setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!; id -u; sleep 0.2"]);
+    let lines = stdout_lines(&results[0]);
+    let (pid, uid): (i32, u32) = (lines[0].parse().unwrap(), lines[1].parse().unwrap());
+    assert!(sealed_uids.contains(&uid), "not a sealed uid: {uid}");
+    // The result is posted only after the uid's processes were killed.
+    assert_eq!(live_processes_of(uid), Vec::<i32>::new(), "processes of sealed uid {uid} survived the job");
+    assert!(!live_processes_of(uid).contains(&pid), "the setsid sleep {pid} survived");
+}
+
+#[test]
+fn an_executor_sweeps_sealed_uids_left_running_by_a_predecessor() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    // A process under a sealed uid, as a killed executor would leave it.
+    let (start, end) = common::own_sealed_uids();
+    let uid = end;
+    let mut orphan = std::process::Command::new("setsid");
+    std::os::unix::process::CommandExt::uid(&mut orphan, uid);
+    std::os::unix::process::CommandExt::gid(&mut orphan, uid);
+    let mut orphan = orphan.args(["sleep", "300"]).spawn().unwrap();
+    wait_for("the orphan to run as its uid", || !live_processes_of(uid).is_empty());
+    let range = format!("{start}-{end}");
+    let _e = Executor::start_args(&m, &dir.path().join("executor"), "e1", &[], &["--sealed-uids", &range]);
+    // The sweep ran before the executor first polled.
+    let status = orphan.try_wait().unwrap();
+    assert!(status.is_some_and(|s| std::os::unix::process::ExitStatusExt::signal(&s) == Some(9)), "{status:?}");
+    assert_eq!(live_processes_of(uid), Vec::<i32>::new());
+}
+
+#[test]
+fn an_executor_without_root_fails_sealed_jobs_with_the_reason_and_runs_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let (status, body) = m.client().post("/api/executor-tokens", json!({"name": "plain"}));
+    assert_eq!(status, 200, "{body}");
+    // The executor itself runs as nobody, in a workspace nobody may write.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let workspace = dir.path().join("executor");
+    let mut cmd = std::process::Command::new(common::BIN);
+    std::os::unix::process::CommandExt::uid(&mut cmd, NOBODY);
+    std::os::unix::process::CommandExt::gid(&mut cmd, NOBODY);
+    let child = cmd
+        .args(["executor", "--master", &m.url, "--workspace"])
+        .arg(&workspace)
+        .env("AGENTOS_EXECUTOR_TOKEN", body["token"].as_str().unwrap())
+        .env("AGENTOS_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let e = Executor { child, workspace };
+    e.wait_until_polling(&m, "plain");
+    let err = sealed_job_failure(&m.client(), "refused", "echo ran");
+    assert!(err.contains("sealed jobs need an executor running as root with --sealed-uids"), "{err}");
+    assert!(m.client().token_data("refused", "p-out").is_empty());
+    assert_eq!(m.client().register("who", "sh", "id -u", None).0, 200);
+    let (_, r) = m.client().invoke("who", json!({}));
+    assert_eq!(r["stdout"], format!("{NOBODY}\n"), "{r}");
+}
+
+#[test]
+fn a_sealed_uid_range_that_holds_the_uid_of_normal_scripts_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let (status, body) = m.client().post("/api/executor-tokens", json!({"name": "e2"}));
+    assert_eq!(status, 200, "{body}");
+    let out = std::process::Command::new(common::BIN)
+        .args(["executor", "--master", &m.url, "--workspace"])
+        .arg(dir.path().join("w"))
+        .args(["--run-as", "nobody", "--sealed-uids", "65000-65534"])
+        .env("AGENTOS_EXECUTOR_TOKEN", body["token"].as_str().unwrap())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("65000-65534 holds 65534, the uid scripts run as"), "{err}");
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+#[test]
+fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let op = m.client();
+    let token = |name: &str| {
+        let (status, v) = op.post("/api/executor-tokens", json!({"name": name}));
+        assert_eq!(status, 200, "{v}");
+        op.with_token(v["token"].as_str())
+    };
+    let (a, b) = (token("exec-a"), token("exec-b"));
+    assert_eq!(op.register("work", "sh", "echo real", None).0, 200);
+
+    // A polls (so the queue is served), then the job is queued by an invocation that waits.
+    let poller = {
+        let a = a.clone();
+        std::thread::spawn(move || a.post("/api/executor/poll", json!({"waitMs": 20000})))
+    };
+    wait_for("exec-a polling", || {
+        let (_, list) = op.get("/api/executors");
+        list.as_array().is_some_and(|l| l.iter().any(|e| e["name"] == "exec-a" && e["state"] == "polling"))
+    });
+    let invocation = {
+        let op = op.clone();
+        std::thread::spawn(move || op.invoke("work", json!({"timeoutMs": 20000})))
+    };
+    let (status, job) = poller.join().unwrap();
+    assert_eq!(status, 200, "{job}");
+    let (job_id, lease) = (job["jobId"].as_str().unwrap().to_string(), job["leaseId"].as_str().unwrap().to_string());
+    assert_eq!(lease.len(), 32, "{lease}");
+    assert!(lease.bytes().all(|c| c.is_ascii_hexdigit()), "{lease}");
+
+    let forged = json!({"leaseId": lease, "exitCode": 0, "signal": null, "stdoutBase64": b64("forged by b\n"),
+        "stderrBase64": "", "durationMs": 1});
+    for (path, body) in
+        [("heartbeat", json!({"leaseId": lease})), ("release", json!({"leaseId": lease})), ("result", forged.clone())]
+    {
+        let resp = b.post(&format!("/api/executor/jobs/{job_id}/{path}"), body);
+        assert_eq!(common::error_code(&resp, 403), "forbidden", "{path}: {resp:?}");
+        let msg = resp.1["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("leased to another executor"), "{path}: {msg}");
+    }
+    // A guessed lease id is as good as none.
+    let mut guessed = forged;
+    guessed["leaseId"] = json!("0".repeat(32));
+    assert_eq!(b.post(&format!("/api/executor/jobs/{job_id}/result"), guessed).0, 409);
+
+    // Nothing changed: still A's job, not queued again for B, and A's result is the one taken.
+    let (_, list) = op.get("/api/executors");
+    let held = |name: &str| list.as_array().unwrap().iter().find(|e| e["name"] == name).map(|e| e["jobs"].clone());
+    assert_eq!(held("exec-a"), Some(json!([job_id])), "{list}");
+    assert_eq!(b.post("/api/executor/poll", json!({"waitMs": 100})).0, 204, "the job went back to the queue");
+    let (status, v) = a.post(&format!("/api/executor/jobs/{job_id}/heartbeat"), json!({"leaseId": lease}));
+    assert_eq!(status, 200, "{v}");
+    let real = json!({"leaseId": lease, "exitCode": 0, "signal": null, "stdoutBase64": b64("from a\n"),
+        "stderrBase64": "", "durationMs": 1});
+    let (status, v) = a.post(&format!("/api/executor/jobs/{job_id}/result"), real);
+    assert_eq!(status, 200, "{v}");
+    let (status, r) = invocation.join().unwrap();
+    assert_eq!(status, 200, "{r}");
+    assert_eq!((r["stdout"].as_str(), r["executor"].as_str()), (Some("from a\n"), Some("exec-a")), "{r}");
+}

@@ -1,0 +1,252 @@
+//! Sealed runs: a job that carries a credential runs as a uid that no other job uses while it
+//! runs, and whatever is still running under that uid when the job ends is killed before the
+//! uid is handed to another job. Scripts of one user can read each other's environment
+//! (`/proc/<pid>/environ`) and memory; a uid of its own is what keeps a secret to its job.
+
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How an executor runs jobs that carry credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SealedPolicy {
+    /// Each sealed job runs as a uid (and gid of the same number) of this range, one job per uid
+    /// at a time. Needs an executor running as root; the uids need no `/etc/passwd` entry.
+    Uids(RangeInclusive<u32>),
+    /// Sealed jobs run as the executor's own user, as every other job does: the operator chose
+    /// `--run-as current`, and accepts that such a job's secret is readable by the other jobs.
+    CurrentUser,
+    /// Sealed jobs fail: this executor cannot change user and was not told to run them as its own.
+    Refuse,
+}
+
+/// Why a sealed job cannot run here.
+const NEEDS_ROOT: &str = "sealed jobs need an executor running as root with --sealed-uids; this one cannot change user, so the job's credential would be readable by every other job it runs (start it as root, or with --run-as current to accept that)";
+
+/// Rounds of scan-and-kill before a uid is given up on. A fork loop is outrun after a few
+/// rounds (a process that was sent SIGKILL forks no more); one stuck in the kernel (state D)
+/// may outlast them all, and its uid is then never used again by this executor.
+const KILL_ROUNDS: u32 = 50;
+
+/// The sealed uids of one executor: which are free, and the policy.
+pub struct Sealed {
+    policy: SealedPolicy,
+    /// Free uids; the one used longest ago is taken first, so a uid rests between jobs.
+    free: Mutex<std::collections::VecDeque<u32>>,
+    warned: AtomicBool,
+}
+
+/// A uid taken for one sealed job. Dropping it kills every process left under the uid and
+/// then returns the uid to the pool (never while any of them runs). Call [`UidLease::release`]
+/// from async code so the waiting happens off the runtime's thread.
+pub struct UidLease {
+    pool: Arc<Sealed>,
+    uid: u32,
+}
+
+impl Sealed {
+    pub fn new(policy: SealedPolicy) -> Arc<Sealed> {
+        let free = match &policy {
+            SealedPolicy::Uids(r) => r.clone().collect(),
+            _ => Default::default(),
+        };
+        Arc::new(Sealed { policy, free: Mutex::new(free), warned: AtomicBool::new(false) })
+    }
+
+    pub fn policy(&self) -> &SealedPolicy {
+        &self.policy
+    }
+
+    /// Kills every process running as a uid of the range: the leftovers of a predecessor that
+    /// was killed mid-job. Returns how many are still running after the last round.
+    pub fn sweep(&self) -> usize {
+        let SealedPolicy::Uids(r) = &self.policy else { return 0 };
+        let left = kill_users(|uid| r.contains(&uid));
+        if left > 0 {
+            // Those uids are held back, as after a job whose processes could not be killed.
+            let held = live_uids(|uid| r.contains(&uid));
+            self.free.lock().unwrap_or_else(|p| p.into_inner()).retain(|u| !held.contains(u));
+        }
+        left
+    }
+
+    /// The user a sealed job runs as: `Ok(Some)` a uid of its own, `Ok(None)` the executor's own
+    /// user (`--run-as current`, warned about once), `Err` why it cannot run here.
+    pub fn take(self: &Arc<Self>) -> Result<Option<UidLease>, String> {
+        match &self.policy {
+            SealedPolicy::Refuse => Err(NEEDS_ROOT.into()),
+            SealedPolicy::CurrentUser => {
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "a sealed job (one carrying a credential) runs as the executor's own user (--run-as current): other jobs of this executor can read its credential; run the executor as root for a uid per sealed job"
+                    );
+                }
+                Ok(None)
+            }
+            SealedPolicy::Uids(r) => {
+                let uid = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| {
+                    format!(
+                        "no sealed uid is free: all of {}-{} are in use or held back because a process under them could not be killed",
+                        r.start(),
+                        r.end()
+                    )
+                })?;
+                Ok(Some(UidLease { pool: self.clone(), uid }))
+            }
+        }
+    }
+}
+
+impl UidLease {
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// Kills what is left under the uid and returns it to the pool, on a blocking thread.
+    pub async fn release(self) {
+        if let Err(e) = tokio::task::spawn_blocking(move || drop(self)).await {
+            tracing::error!(error = %e, "releasing a sealed uid failed");
+        }
+    }
+}
+
+impl Drop for UidLease {
+    fn drop(&mut self) {
+        let uid = self.uid;
+        let left = kill_users(|u| u == uid);
+        if left == 0 {
+            self.pool.free.lock().unwrap_or_else(|p| p.into_inner()).push_back(uid);
+        } else {
+            // A uid with a live process is never handed to another job: that process could read
+            // the next job's secret. Held back until the executor restarts (and sweeps).
+            tracing::error!(
+                uid,
+                left,
+                "processes of a sealed job survived {KILL_ROUNDS} rounds of SIGKILL; the uid is held back"
+            );
+        }
+    }
+}
+
+/// One process seen in `/proc`: its uids (real, effective, saved, file system) and whether it is
+/// dead: a zombie waiting to be reaped, with no other thread left running.
+fn status(pid: &str) -> Option<([u32; 4], bool)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let mut uids = None;
+    let mut zombie = false;
+    let mut threads = 1;
+    for line in text.lines() {
+        if let Some(s) = line.strip_prefix("State:") {
+            zombie = matches!(s.trim_start().chars().next(), Some('Z' | 'X'));
+        } else if let Some(t) = line.strip_prefix("Threads:") {
+            threads = t.trim().parse().unwrap_or(1);
+        } else if let Some(u) = line.strip_prefix("Uid:") {
+            let mut it = u.split_whitespace().filter_map(|n| n.parse().ok());
+            uids = Some([it.next()?, it.next()?, it.next()?, it.next()?]);
+        }
+    }
+    // A leader that exited while its other threads run shows as a zombie: it is not dead.
+    Some((uids?, zombie && threads <= 1))
+}
+
+/// Sends SIGKILL to process `pid` if it runs as a uid that `matches`; `Some(alive)` when it did.
+/// The process is pinned with a pidfd and its uid read again before the signal, so a pid reused
+/// in between is never signalled.
+fn kill_if(pid: i32, matches: &impl Fn(u32) -> bool) -> Option<bool> {
+    let ours = |pid: i32| status(&pid.to_string()).filter(|(uids, _)| uids.iter().any(|u| matches(*u)));
+    ours(pid)?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    let Some((_, dead)) = ours(pid) else {
+        if fd >= 0 {
+            // SAFETY: fd was opened above and is closed once.
+            unsafe { libc::close(fd) };
+        }
+        return None;
+    };
+    if fd >= 0 {
+        // SAFETY: fd is the pidfd opened above; a process that already died gives ESRCH.
+        unsafe {
+            libc::syscall(libc::SYS_pidfd_send_signal, fd, libc::SIGKILL, std::ptr::null::<libc::siginfo_t>(), 0);
+            libc::close(fd);
+        }
+    } else {
+        // No pidfds (a kernel before 5.3): a plain kill, with the small reuse window it has.
+        // SAFETY: kill only sends a signal.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    // A dead process is signalled too (harmless) but not waited for: only its parent can reap it.
+    Some(!dead)
+}
+
+/// The uids (those that `matches`) of processes alive now.
+fn live_uids(matches: impl Fn(u32) -> bool) -> std::collections::BTreeSet<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Default::default() };
+    entries
+        .flatten()
+        .filter_map(|e| status(e.file_name().to_str()?).filter(|(_, dead)| !dead))
+        .flat_map(|(uids, _)| uids)
+        .filter(|u| matches(*u))
+        .collect()
+}
+
+/// SIGKILLs every process running as a uid that `matches` (any of its real, effective, saved or
+/// file system uid), scanning `/proc` again until a scan finds none alive or the rounds run
+/// out. This finds what left the job's process group (`setsid`, a double fork) too. Returns how
+/// many were still alive in the last round.
+pub fn kill_users(matches: impl Fn(u32) -> bool) -> usize {
+    let mut alive = 0;
+    for round in 0..KILL_ROUNDS {
+        alive = 0;
+        let Ok(entries) = std::fs::read_dir("/proc") else { return 0 };
+        for entry in entries.flatten() {
+            let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            if kill_if(pid, &matches) == Some(true) {
+                alive += 1;
+            }
+        }
+        if alive == 0 {
+            return 0;
+        }
+        // A killed process takes a moment to exit; later rounds wait a little longer.
+        std::thread::sleep(Duration::from_millis(2 + 2 * u64::from(round.min(10))));
+    }
+    alive
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uid_is_taken_by_one_job_at_a_time_and_comes_back_last_in_line() {
+        // Uids far above anything this machine uses, so the kill scan finds nothing of theirs.
+        let pool = Sealed::new(SealedPolicy::Uids(3_999_999_001..=3_999_999_002));
+        let a = pool.take().unwrap().unwrap();
+        let b = pool.take().unwrap().unwrap();
+        assert_ne!(a.uid(), b.uid());
+        let err = pool.take().err().unwrap();
+        assert!(err.contains("3999999001-3999999002"), "{err}");
+        let first = a.uid();
+        drop(a);
+        drop(b);
+        assert_eq!(pool.take().unwrap().unwrap().uid(), first, "the uid used longest ago comes first");
+    }
+
+    #[test]
+    fn without_root_a_sealed_job_is_refused_unless_the_current_user_was_chosen() {
+        let err = Sealed::new(SealedPolicy::Refuse).take().err().unwrap();
+        assert!(err.starts_with("sealed jobs need an executor running as root with --sealed-uids"), "{err}");
+        assert!(Sealed::new(SealedPolicy::CurrentUser).take().unwrap().is_none());
+    }
+
+    #[test]
+    fn the_status_of_this_process_names_its_uids() {
+        // SAFETY: getuid has no preconditions.
+        let me = unsafe { libc::getuid() };
+        let (uids, dead) = status(&std::process::id().to_string()).unwrap();
+        assert_eq!(uids[0], me);
+        assert!(!dead);
+    }
+}
