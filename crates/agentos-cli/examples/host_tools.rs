@@ -118,6 +118,7 @@ fn main() -> std::process::ExitCode {
         dispatch: Default::default(),
         max_concurrent_invocations: 32,
         host_toolkits: vec![weather()],
+        loose_data_folder: agentos_server::LooseDataFolder::Refuse,
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let shutdown = async {

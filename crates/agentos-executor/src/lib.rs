@@ -8,4 +8,4 @@ pub mod protocol;
 pub mod runner;
 mod worker;
 
-pub use worker::{ExecutorConfig, ExecutorError, forbid_inspection, run, workspace_reachable};
+pub use worker::{ExecutorConfig, ExecutorError, folders_closed_to, forbid_inspection, run, workspace_reachable};

@@ -56,15 +56,25 @@ fn prepare_for_user(workspace: &std::path::Path, uid: u32) -> Result<(), String>
 
 /// Whether user `uid` may enter every folder above `workspace` (which need not exist yet).
 pub fn workspace_reachable(workspace: &std::path::Path, uid: u32) -> Result<(), String> {
+    match folders_closed_to(workspace, uid)?.last() {
+        Some((dir, mode)) => Err(format!("{} (mode {mode:o}) may not be entered by others", dir.display())),
+        None => Ok(()),
+    }
+}
+
+/// The folders above `workspace` that user `uid` may not enter, outermost last, with their
+/// modes: what `chmod o+x` would have to open for scripts of that user to reach it.
+pub fn folders_closed_to(workspace: &std::path::Path, uid: u32) -> Result<Vec<(PathBuf, u32)>, String> {
     use std::os::unix::fs::MetadataExt;
     let absolute = std::path::absolute(workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
+    let mut closed = Vec::new();
     for dir in absolute.ancestors().skip(1) {
         let Ok(meta) = std::fs::metadata(dir) else { continue };
         if meta.uid() != uid && meta.mode() & 0o001 == 0 {
-            return Err(format!("{} (mode {:o}) may not be entered by others", dir.display(), meta.mode() & 0o777));
+            closed.push((dir.to_path_buf(), meta.mode() & 0o777));
         }
     }
-    Ok(())
+    Ok(closed)
 }
 
 /// Marks this process non-dumpable, so that a script running as the same user cannot read
