@@ -210,6 +210,7 @@ fn scripts_run_by_up_cannot_read_the_data_folder() {
     let script = r#"id -u
 cat "$1/events.db" "$1/events.db-wal" "$1/operator.token" "$1/secrets.key" 2>&1 >/dev/null
 ls "$1" 2>&1 >/dev/null
+ls "$1.work/scripts/sha256" 2>&1 >/dev/null
 pwd"#;
     assert_eq!(up.api.register("snoop", "sh", script, None).0, 200);
     let (status, r) = up.api.invoke("snoop", json!({"argv": [data.to_str().unwrap()]}));
@@ -217,7 +218,8 @@ pwd"#;
     let stdout = r["stdout"].as_str().unwrap();
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines[0], "65534", "scripts do not run as nobody: {stdout}");
-    assert_eq!(lines.iter().filter(|l| l.contains("Permission denied")).count(), 5, "{stdout}");
+    // Four files and the folder of the data, and the list of cached scripts.
+    assert_eq!(lines.iter().filter(|l| l.contains("Permission denied")).count(), 6, "{stdout}");
     assert!(!stdout.contains("token data"), "{stdout}");
 
     let cwd = Path::new(lines.last().unwrap());

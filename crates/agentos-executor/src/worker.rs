@@ -41,14 +41,19 @@ pub enum ExecutorError {
     Unreachable { path: PathBuf, uid: u32, why: String },
 }
 
-/// Makes the workspace usable by the user scripts run as: its own folders open to enter and
-/// read (never to write: each job gets a folder of its own), every folder above enterable.
+/// Makes the workspace usable by the user scripts run as: its own folders open to enter
+/// (never to write: each job gets a folder of its own), every folder above enterable. The
+/// script cache may be entered but not listed: a script reaches its own file by its digest,
+/// and does not learn which scripts of other models this executor has run.
 fn prepare_for_user(workspace: &std::path::Path, uid: u32) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    for dir in
-        [workspace.to_path_buf(), workspace.join("jobs"), workspace.join("scripts"), workspace.join("scripts/sha256")]
-    {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+    for (dir, mode) in [
+        (workspace.to_path_buf(), 0o755),
+        (workspace.join("jobs"), 0o755),
+        (workspace.join("scripts"), 0o711),
+        (workspace.join("scripts/sha256"), 0o711),
+    ] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
             .map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     workspace_reachable(workspace, uid)
