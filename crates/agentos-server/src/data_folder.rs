@@ -35,6 +35,8 @@ pub(crate) fn prepare(data: &Path, loose: LooseDataFolder) -> Result<(), ServeEr
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(e) => return Err(io(format!("creating {}", data.display()))(e)),
     }
+    // The folder a link given as --data points at is the one to check (links under it are not followed).
+    let data = &std::fs::canonicalize(data).map_err(io(format!("resolving {}", data.display())))?;
     let open = open_to_others(data).map_err(io(format!("reading {}", data.display())))?;
     if open.is_empty() {
         return Ok(());
@@ -159,6 +161,17 @@ mod tests {
             assert_eq!(mode(&data.join(p)), m, "{p}");
         }
         prepare(&data, LooseDataFolder::Refuse).expect("a tightened folder is accepted");
+    }
+
+    #[test]
+    fn a_data_folder_given_as_a_link_is_checked_where_it_points() {
+        let root = tempfile::tempdir().unwrap();
+        let data = loose_folder(root.path());
+        let link = root.path().join("link");
+        std::os::unix::fs::symlink(&data, &link).unwrap();
+        assert!(prepare(&link, LooseDataFolder::Refuse).is_err());
+        prepare(&link, LooseDataFolder::Tighten).unwrap();
+        assert_eq!(mode(&data), 0o700);
     }
 
     #[test]
