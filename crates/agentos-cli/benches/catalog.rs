@@ -49,6 +49,11 @@ fn main() {
 
     // Declared before the master so it is removed only after the master's guard has killed it.
     let data = tempfile::tempdir().expect("temp data folder");
+    // A master refuses a data folder others may enter; a temp folder has the umask's mode.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o700)).expect("close the data folder");
+    }
     let first = Master::start(data.path());
     println!("cold start (empty data folder): {:.0} ms", ms(first.to_healthz));
     let mut master = first.master;

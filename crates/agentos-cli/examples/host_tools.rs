@@ -120,6 +120,7 @@ fn main() -> std::process::ExitCode {
         host_toolkits: vec![weather()],
         http_allow: Vec::new(),
         http_deny_private: false,
+        loose_data_folder: agentos_server::LooseDataFolder::Refuse,
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let shutdown = async {

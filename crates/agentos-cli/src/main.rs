@@ -168,6 +168,10 @@ pub struct UpArgs {
     /// Jobs the local executor runs at once.
     #[arg(long, env = "AGENTOS_EXECUTOR_CONCURRENCY", default_value_t = 2)]
     pub executor_concurrency: usize,
+    /// The user the local executor runs scripts as: `nobody` (the default, when agentos runs as
+    /// root), UID:GID, or `current`, which lets scripts read the data folder and must be asked for.
+    #[arg(long)]
+    pub run_as: Option<String>,
 }
 
 #[derive(Args, Clone)]
@@ -293,9 +297,9 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Serve(args) => process::serve(args, None),
+        Cmd::Serve(args) => process::serve(args),
         Cmd::ExprWorker => agentos_engine::sandbox::worker_main(),
-        Cmd::Up(args) => process::serve(args.serve, Some(args.executor_concurrency)),
+        Cmd::Up(args) => process::up(args),
         Cmd::Executor(args) => process::executor(args),
         Cmd::ExecutorToken(ExecutorTokenCmd::Create { conn, name }) => {
             client::exit(client::create_executor_token(&conn, &name))

@@ -155,15 +155,26 @@ pub fn models(v: &Value) -> String {
 }
 
 /// What `serve` and `up` print once the master listens. The first line is stable for scripts.
-pub fn ready(r: &Ready, welcome: bool) {
+/// What `agentos up` says about its local executor.
+pub struct LocalWelcome {
+    pub workspace: std::path::PathBuf,
+    /// `None`: scripts run as the master's own user (`--run-as current`).
+    pub run_as: Option<String>,
+}
+
+pub fn ready(r: &Ready, welcome: Option<&LocalWelcome>) {
     println!("agentos master listening on {}", r.url);
     println!("operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
     println!(
         "catalog: {} entries, event log at seq {} (restored from snapshot at seq {} and {} events after it)",
         r.entries, r.seq, r.restored.snapshot_seq, r.restored.replayed
     );
-    if welcome {
-        println!("local executor: running beside the master (agentos executors)");
+    if let Some(local) = welcome {
+        let user = local.run_as.as_deref().unwrap_or("the master's own user");
+        println!(
+            "local executor: running beside the master (agentos executors), scripts as {user}, workspace {}",
+            local.workspace.display()
+        );
         println!();
         println!("Try it (in another shell):");
         println!("  export AGENTOS_URL={} AGENTOS_TOKEN=$(cat {})", r.url, r.token_file.display());

@@ -1,5 +1,6 @@
 //! The long-running processes: the master (`serve`, `up` with its local executor) and `executor`.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -9,8 +10,9 @@ use agentos_engine::{DispatchConfig, JobConfig};
 use agentos_executor::ExecutorConfig;
 use agentos_executor::job::JobLimits;
 use agentos_executor::sealed::SealedPolicy;
+use agentos_server::LooseDataFolder;
 
-use crate::{ExecutorArgs, ServeArgs, output};
+use crate::{ExecutorArgs, ServeArgs, UpArgs, output};
 
 fn init_logging() {
     tracing_subscriber::fmt()
@@ -52,9 +54,101 @@ async fn shutdown_signal() {
     tracing::info!("shutting down");
 }
 
-/// `serve`, or `up` when `local_executor` gives the local executor's concurrency.
-pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
+/// What `agentos up` runs beside its master.
+struct LocalExecutor {
+    concurrency: usize,
+    workspace: PathBuf,
+    /// The user scripts run as; `None` only when `--run-as current` asked for the master's own.
+    run_as: Option<(u32, u32)>,
+}
+
+/// `agentos serve`: a master that refuses a data folder open to other users.
+pub fn serve(args: ServeArgs) -> ExitCode {
     init_logging();
+    run_master(args, LooseDataFolder::Refuse, None)
+}
+
+/// `agentos up`: a master that tightens its data folder, and a local executor whose scripts
+/// run as a user of their own, decided before anything starts.
+pub fn up(args: UpArgs) -> ExitCode {
+    init_logging();
+    let local = match local_executor(&args) {
+        Ok(l) => l,
+        Err(e) => return fail(e),
+    };
+    run_master(args.serve, LooseDataFolder::Tighten, Some(local))
+}
+
+/// `<data>.work`, beside the data folder and never inside it: the scripts' user must enter the
+/// workspace, and must not enter the data folder, which is the master's alone (0700).
+fn local_workspace(data: &Path) -> Result<PathBuf, String> {
+    let absolute = std::path::absolute(data).map_err(|e| format!("--data {}: {e}", data.display()))?;
+    let name = absolute.file_name().ok_or_else(|| {
+        format!("--data {}: name a folder; the local executor's workspace goes beside it", data.display())
+    })?;
+    let mut work = name.to_os_string();
+    work.push(".work");
+    Ok(absolute.with_file_name(work))
+}
+
+fn local_executor(args: &UpArgs) -> Result<LocalExecutor, String> {
+    let data = &args.serve.data;
+    let workspace = local_workspace(data)?;
+    let run_as = local_run_as(args.run_as.as_deref(), data, &workspace)?;
+    Ok(LocalExecutor { concurrency: args.executor_concurrency, workspace, run_as })
+}
+
+/// Who the local executor's scripts run as. Never the master's own user unless `--run-as
+/// current` says so: such a script could read the event log, the secrets key and the
+/// operator token. Refused with what to do, rather than run as that user behind one's back.
+fn local_run_as(flag: Option<&str>, data: &Path, workspace: &Path) -> Result<Option<(u32, u32)>, String> {
+    let uid = effective_uid();
+    let data = data.display();
+    if flag == Some("current") {
+        tracing::warn!(
+            uid,
+            data = %data,
+            "--run-as current: scripts run as the master's own user and can read everything in its data folder, the operator token and secrets key included"
+        );
+        return Ok(None);
+    }
+    let can_switch = is_root();
+    let user = match run_as(flag)? {
+        Some(user) if can_switch && user.0 != uid => user,
+        Some((other, _)) if other != uid => {
+            return Err(format!(
+                "--run-as {}: running scripts as uid {other} needs agentos to run as root (it runs as uid {uid}). Run `agentos up` as root, or give --run-as current to run scripts as uid {uid}, which lets them read everything in {data}",
+                flag.unwrap_or_default()
+            ));
+        }
+        Some(_) => {
+            return Err(format!(
+                "--run-as {}: that is the master's own user, whose scripts can read everything in {data}; give --run-as current if that is what you want",
+                flag.unwrap_or_default()
+            ));
+        }
+        None => {
+            return Err(format!(
+                "the local executor has no user of its own to run scripts as: agentos runs as uid {uid}, not root, so it cannot run them as nobody. Run `agentos up` as root (scripts then run as nobody), or give --run-as current to run them as uid {uid}, which lets them read everything in {data}"
+            ));
+        }
+    };
+    let closed = agentos_executor::folders_closed_to(workspace, user.0)?;
+    if !closed.is_empty() {
+        let folders: Vec<String> = closed.iter().rev().map(|(d, _)| d.display().to_string()).collect();
+        let modes: Vec<String> = closed.iter().rev().map(|(d, m)| format!("{} is {m:o}", d.display())).collect();
+        return Err(format!(
+            "scripts run as uid {}, who cannot reach the local executor's workspace {} ({}). Let them enter with `chmod o+x {}`, choose a --data whose folder others may enter, or give --run-as current to run scripts as the master's own user, which lets them read everything in {data}",
+            user.0,
+            workspace.display(),
+            modes.join(", "),
+            folders.join(" "),
+        ));
+    }
+    Ok(Some(user))
+}
+
+fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option<LocalExecutor>) -> ExitCode {
     agentos_executor::forbid_inspection();
     // jq expressions run in workers of this same binary, bounded in time and memory.
     let expr_timeout = Duration::from_millis(args.expr_timeout_ms.max(1));
@@ -88,17 +182,24 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
         host_toolkits: Vec::new(),
         http_allow: args.http_allow.clone(),
         http_deny_private: args.http_deny_private,
+        loose_data_folder,
     };
     rt.block_on(async move {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let stop_master = CancellationToken::new();
-        let welcome = local_executor.is_some();
+        let welcome = local.as_ref().map(|l| output::LocalWelcome {
+            workspace: l.workspace.clone(),
+            run_as: l.run_as.map(|user| match user {
+                NOBODY => "nobody".to_string(),
+                (uid, gid) => format!("uid {uid}, gid {gid}"),
+            }),
+        });
         let mut master = {
             let stop = stop_master.clone();
             tokio::spawn(agentos_server::run(
                 config,
                 move |ready| {
-                    output::ready(ready, welcome);
+                    output::ready(ready, welcome.as_ref());
                     let _ = ready_tx.send(ready.clone());
                 },
                 async move { stop.cancelled().await },
@@ -106,26 +207,26 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
         };
         let stop_executor = CancellationToken::new();
         let mut executor = None;
-        if let Some(concurrency) = local_executor {
+        if let Some(local) = local {
             // A master that fails to start drops the sender; its error comes from the join below.
             if let Ok(ready) = ready_rx.await {
-                match local_executor_config(&ready, &args, concurrency).await {
+                match local_executor_config(&ready, &args, local).await {
                     Ok(mut cfg) => {
-                        // A first run as root from a private folder: scripts run as root rather than not at all.
-                        if let Some((uid, _)) = cfg.limits.run_as
-                            && let Err(why) = agentos_executor::workspace_reachable(&cfg.workspace, uid)
-                        {
-                            tracing::warn!(%why, "the local executor runs scripts as the current user (root): its workspace is not reachable by nobody");
-                            cfg.limits.run_as = None;
-                        }
+                        // Sealed jobs need uids that can enter the workspace; without that they
+                        // fail with the reason rather than run as the master's user.
                         if let SealedPolicy::Uids(range) = &cfg.limits.sealed
                             && let Err(why) = agentos_executor::workspace_reachable(&cfg.workspace, *range.start())
                         {
-                            tracing::warn!(%why, "the local executor runs sealed jobs as the current user (root): its workspace is not reachable by other users");
-                            cfg.limits.sealed = SealedPolicy::CurrentUser;
+                            tracing::warn!(%why, "the local executor refuses jobs that carry secrets: the sealed uids cannot reach its workspace");
+                            cfg.limits.sealed = SealedPolicy::Refuse;
                         }
                         let stop = stop_executor.clone();
-                        executor = Some(tokio::spawn(agentos_executor::run(cfg, async move { stop.cancelled().await })));
+                        executor = Some(tokio::spawn(async move {
+                            // Said at once: a master without its executor would only time out invocations.
+                            if let Err(e) = agentos_executor::run(cfg, async move { stop.cancelled().await }).await {
+                                tracing::error!(error = %e, "the local executor stopped");
+                            }
+                        }));
                     }
                     Err(e) => tracing::error!(error = %e, "the local executor could not start"),
                 }
@@ -156,22 +257,22 @@ pub fn serve(args: ServeArgs, local_executor: Option<usize>) -> ExitCode {
 async fn local_executor_config(
     ready: &agentos_server::Ready,
     args: &ServeArgs,
-    concurrency: usize,
+    local: LocalExecutor,
 ) -> Result<ExecutorConfig, agentos_engine::EngineError> {
     let operator = ready.engine.operator().ok_or_else(|| agentos_core::CoreError::internal("no operator"))?;
     let token = ready.engine.create_executor_token(&operator, "local").await?;
     Ok(ExecutorConfig {
         master: ready.url.clone(),
         token,
-        workspace: args.data.join("executor"),
+        workspace: local.workspace,
         name: None,
-        concurrency,
+        concurrency: local.concurrency,
         limits: JobLimits {
             default_timeout: Duration::from_millis(args.default_timeout_ms),
             max_timeout: Duration::from_millis(args.max_timeout_ms),
-            run_as: run_as(None).unwrap_or(None),
-            // `up` is one person's machine: without root, sealed jobs run as that person, like
-            // every other script does.
+            run_as: local.run_as,
+            // Without root, `up` runs only with --run-as current: sealed jobs then run as that
+            // user, like every other script does.
             sealed: if is_root() { SealedPolicy::Uids(DEFAULT_SEALED_UIDS) } else { SealedPolicy::CurrentUser },
             ..JobLimits::default()
         },
@@ -183,9 +284,13 @@ async fn local_executor_config(
 /// uid:gid of `nobody:nogroup`.
 const NOBODY: (u32, u32) = (65534, 65534);
 
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
+    effective_uid() == 0
 }
 
 /// Parses `--run-as`; `None` keeps the executor's own user.

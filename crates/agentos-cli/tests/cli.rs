@@ -197,6 +197,9 @@ fn run_and_executors_from_the_command_line() {
 #[test]
 fn up_runs_a_master_with_a_local_executor() {
     let dir = tempfile::tempdir().unwrap();
+    // Scripts run as nobody (this test runs as root), from a workspace beside the data folder.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir.path().join("data");
     let mut up = Command::new(BIN)
         .args(["up", "--listen", "127.0.0.1:0", "--data"])

@@ -9,4 +9,4 @@ pub mod runner;
 pub mod sealed;
 mod worker;
 
-pub use worker::{ExecutorConfig, ExecutorError, forbid_inspection, run, workspace_reachable};
+pub use worker::{ExecutorConfig, ExecutorError, folders_closed_to, forbid_inspection, run, workspace_reachable};

@@ -70,14 +70,19 @@ fn check_sealed(policy: &SealedPolicy, run_as: Option<(u32, u32)>) -> Result<(),
     Ok(())
 }
 
-/// Makes the workspace usable by the user scripts run as: its own folders open to enter and
-/// read (never to write: each job gets a folder of its own), every folder above enterable.
+/// Makes the workspace usable by the user scripts run as: its own folders open to enter
+/// (never to write: each job gets a folder of its own), every folder above enterable. The
+/// script cache may be entered but not listed: a script reaches its own file by its digest,
+/// and does not learn which scripts of other models this executor has run.
 fn prepare_for_user(workspace: &std::path::Path, uid: u32) -> Result<(), String> {
     use std::os::unix::fs::PermissionsExt;
-    for dir in
-        [workspace.to_path_buf(), workspace.join("jobs"), workspace.join("scripts"), workspace.join("scripts/sha256")]
-    {
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))
+    for (dir, mode) in [
+        (workspace.to_path_buf(), 0o755),
+        (workspace.join("jobs"), 0o755),
+        (workspace.join("scripts"), 0o711),
+        (workspace.join("scripts/sha256"), 0o711),
+    ] {
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
             .map_err(|e| format!("{}: {e}", dir.display()))?;
     }
     workspace_reachable(workspace, uid)
@@ -85,15 +90,25 @@ fn prepare_for_user(workspace: &std::path::Path, uid: u32) -> Result<(), String>
 
 /// Whether user `uid` may enter every folder above `workspace` (which need not exist yet).
 pub fn workspace_reachable(workspace: &std::path::Path, uid: u32) -> Result<(), String> {
+    match folders_closed_to(workspace, uid)?.last() {
+        Some((dir, mode)) => Err(format!("{} (mode {mode:o}) may not be entered by others", dir.display())),
+        None => Ok(()),
+    }
+}
+
+/// The folders above `workspace` that user `uid` may not enter, outermost last, with their
+/// modes: what `chmod o+x` would have to open for scripts of that user to reach it.
+pub fn folders_closed_to(workspace: &std::path::Path, uid: u32) -> Result<Vec<(PathBuf, u32)>, String> {
     use std::os::unix::fs::MetadataExt;
     let absolute = std::path::absolute(workspace).map_err(|e| format!("{}: {e}", workspace.display()))?;
+    let mut closed = Vec::new();
     for dir in absolute.ancestors().skip(1) {
         let Ok(meta) = std::fs::metadata(dir) else { continue };
         if meta.uid() != uid && meta.mode() & 0o001 == 0 {
-            return Err(format!("{} (mode {:o}) may not be entered by others", dir.display(), meta.mode() & 0o777));
+            closed.push((dir.to_path_buf(), meta.mode() & 0o777));
         }
     }
-    Ok(())
+    Ok(closed)
 }
 
 /// Marks this process non-dumpable, so that a script running as the same user cannot read

@@ -3,6 +3,7 @@
 mod admin_api;
 mod api;
 mod auth;
+mod data_folder;
 mod error;
 mod extract;
 mod nets_api;
@@ -11,7 +12,7 @@ pub mod routes;
 mod run;
 
 pub use error::ApiError;
-pub use run::{Ready, ServeConfig, ServeError, run};
+pub use run::{LooseDataFolder, Ready, ServeConfig, ServeError, run};
 
 /// Builds the router over an engine.
 pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize, max_result_bytes: usize) -> axum::Router {

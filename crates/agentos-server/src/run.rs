@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -9,6 +10,8 @@ use agentos_core::command::Limits;
 use agentos_engine::outbound::{IpRange, OutboundPolicy};
 use agentos_engine::{Engine, EngineConfig, EngineError};
 use agentos_store::{FsBlobStore, SqliteEventLog, StoreError};
+
+pub use crate::data_folder::LooseDataFolder;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -30,6 +33,8 @@ pub struct ServeConfig {
     pub http_allow: Vec<IpRange>,
     /// Refuse private ranges too (`--http-deny-private`).
     pub http_deny_private: bool,
+    /// What to do when the data folder, or anything in it, is open to other users.
+    pub loose_data_folder: LooseDataFolder,
 }
 
 /// What a started master tells whoever launched it.
@@ -51,6 +56,10 @@ pub struct Ready {
 pub enum ServeError {
     #[error("the data folder {0} is in use by another master (its LOCK file is held)")]
     Locked(PathBuf),
+    #[error(
+        "the data folder {dir} is open to other users ({found}); its event log, blobs, secrets key and operator token must be the master's alone. Close it with: {fix}"
+    )]
+    OpenToOthers { dir: PathBuf, found: String, fix: String },
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
     #[error("{context}: {source}")]
@@ -67,13 +76,16 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let data = &config.data_dir;
-    std::fs::create_dir_all(data)
-        .map_err(|e| ServeError::Io { context: format!("creating {}", data.display()), source: e })?;
+    // Checked before anything is opened in it. Every file the master creates there is given
+    // mode 0600 where it is created (the umask is left alone: it is the whole process's, and
+    // `agentos up` runs an executor in this process whose workspace another user must read).
+    crate::data_folder::prepare(data, config.loose_data_folder)?;
     // One master per data folder: a second one would fold a log it does not own.
     let lock = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
+        .mode(0o600)
         .open(data.join("LOCK"))
         .map_err(|e| ServeError::Io { context: "opening the LOCK file".into(), source: e })?;
     if lock.try_lock().is_err() {

@@ -1,6 +1,7 @@
 //! Blobs as files in a local folder: `<root>/<namespace>/<sha[0..2]>/<sha>`, written by temp file, fsync and rename.
 
 use std::io::Write;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -20,7 +21,7 @@ pub struct FsBlobStore {
 impl FsBlobStore {
     pub fn open(root: impl Into<PathBuf>) -> Result<Self, StoreError> {
         let root = root.into();
-        std::fs::create_dir_all(&root).map_err(|e| StoreError::io(format!("creating {}", root.display()), e))?;
+        create_private_dir(&root)?;
         Ok(FsBlobStore { root })
     }
 
@@ -32,8 +33,19 @@ impl FsBlobStore {
     }
 }
 
+/// Folders of blobs are their owner's alone (0700), whatever the umask: blobs hold scripts and
+/// command output that other users of the machine must not read. (Blob files need no such
+/// step: temp files are created 0600 and the rename keeps that mode.)
+fn create_private_dir(dir: &Path) -> Result<(), StoreError> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))
+}
+
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
-    std::fs::create_dir_all(dir).map_err(|e| StoreError::io(format!("creating {}", dir.display()), e))?;
+    create_private_dir(dir)?;
     let mut tmp = tempfile::Builder::new()
         .prefix(".tmp-")
         .tempfile_in(dir)
@@ -116,5 +128,21 @@ mod tests {
         let wrong = BlobUrn::new("x", &sha256_hex(b"other"), None).unwrap();
         assert!(store.put(&wrong, content).await.is_err());
         assert!(matches!(store.get(&wrong).await.unwrap_err(), StoreError::BlobNotFound(_)));
+    }
+
+    #[tokio::test]
+    async fn blobs_and_their_folders_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("blobs");
+        let fs = FsBlobStore::open(&root).unwrap();
+        let urn = BlobUrn::new("tool-catalog/scripts", &sha256_hex(b"echo"), Some("sh")).unwrap();
+        fs.put(&urn, b"echo").await.unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let file = fs.path_of(&urn);
+        assert_eq!(mode(&file), 0o600);
+        for folder in file.ancestors().skip(1).take_while(|p| p.starts_with(&root)) {
+            assert_eq!(mode(folder), 0o700, "{}", folder.display());
+        }
     }
 }

@@ -45,6 +45,22 @@ pub struct SqliteEventLog {
     snapshots: Arc<Mutex<Connection>>,
 }
 
+/// Creates the database file with mode 0600 before SQLite opens it. SQLite would create it
+/// 0644 (less the umask), and it gives the `-wal` and `-shm` files it makes later the mode of
+/// the database file, so this one mode keeps all three private: the log holds token data
+/// that no other user of the machine (a script running as `nobody`, say) may read.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| StoreError::io(format!("creating {}", path.display()), e))?;
+    Ok(())
+}
+
 fn connect(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -56,11 +72,13 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
 
 impl SqliteEventLog {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        create_private(path)?;
         let writer = connect(path)?;
         writer.execute_batch(SCHEMA)?;
         let reader = connect(path)?;
         let mut snapshot_path = path.as_os_str().to_owned();
         snapshot_path.push(".snapshots");
+        create_private(Path::new(&snapshot_path))?;
         let snapshots = connect(Path::new(&snapshot_path))?;
         snapshots.execute_batch(SNAPSHOT_SCHEMA)?;
         Ok(SqliteEventLog {
@@ -236,5 +254,24 @@ mod tests {
             log.save_snapshot(Snapshot { seq, schema: 1, data: vec![seq as u8] }).await.unwrap();
         }
         assert_eq!(log.load_snapshot().await.unwrap().unwrap().seq, 7);
+    }
+
+    #[tokio::test]
+    async fn the_log_its_wal_and_the_snapshots_are_private_to_their_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteEventLog::open(&dir.path().join("events.db")).unwrap();
+        log.append_blocking(vec![ev("tool:a")]).unwrap();
+        log.save_snapshot(Snapshot { seq: 1, schema: 1, data: vec![1] }).await.unwrap();
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let entry = entry.unwrap();
+            let mode = entry.metadata().unwrap().permissions().mode() & 0o777;
+            files.push((entry.file_name().into_string().unwrap(), mode));
+        }
+        files.sort();
+        let names: Vec<&str> = files.iter().map(|(n, _)| n.as_str()).collect();
+        assert!(names.contains(&"events.db-wal") && names.contains(&"events.db.snapshots-shm"), "{files:?}");
+        assert!(files.iter().all(|(_, mode)| *mode == 0o600), "{files:?}");
     }
 }

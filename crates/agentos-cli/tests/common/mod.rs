@@ -77,6 +77,7 @@ impl Master {
         stderr: Stdio,
         level: &str,
     ) -> Master {
+        close_to_others(data);
         let mut cmd = Command::new(bin);
         for (k, v) in env {
             cmd.env(k, v);
@@ -145,6 +146,23 @@ impl Master {
 
     pub fn client(&self) -> Api {
         Api { url: self.url.clone(), token: Some(self.token.clone()), http: http() }
+    }
+}
+
+/// A master refuses a data folder that group or others may enter, or that holds a file they
+/// may read. Many tests hand their temp folder (made with the umask's 0755) over as the data
+/// folder, some with their own files in it, as an operator would after `chmod -R go-rwx`.
+fn close_to_others(data: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::symlink_metadata(data) else { return };
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(data).unwrap() {
+            close_to_others(&entry.unwrap().path());
+        }
+    }
+    if !meta.file_type().is_symlink() {
+        let mode = meta.permissions().mode() & 0o700;
+        std::fs::set_permissions(data, std::fs::Permissions::from_mode(mode)).unwrap();
     }
 }
 
