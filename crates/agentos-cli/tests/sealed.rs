@@ -46,9 +46,17 @@ fn sealed_net(api: &Api, model: &str, concurrency: usize) {
     assert_eq!(status, 200, "{v}");
 }
 
+/// Each command becomes a registered script the secret is granted to (a secret goes to nothing
+/// else), run by a token that names it.
 fn put_commands(api: &Api, model: &str, commands: &[&str]) {
-    for c in commands {
-        let token = json!({"data": {"executor": "bash", "command": c, "args": {"timeoutMs": 30000}}});
+    for (i, c) in commands.iter().enumerate() {
+        let id = format!("{model}-{i}");
+        let (status, v) = api.register(&id, "sh", c, Some("default"));
+        assert_eq!(status, 200, "{v}");
+        let (status, v) = api.post("/api/secrets/SEALED_KEY/grants", json!({"tool": id}));
+        assert_eq!(status, 200, "{v}");
+        let token =
+            json!({"data": {"executor": "script", "command": "invoke", "args": {"toolId": id, "timeoutMs": 30000}}});
         let (status, v) = api.post(&format!("/api/models/{model}/places/p-cmd/tokens"), token);
         assert_eq!(status, 200, "{v}");
     }
