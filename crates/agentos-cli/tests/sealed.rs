@@ -321,3 +321,30 @@ fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_anothe
     assert_eq!(status, 200, "{r}");
     assert_eq!((r["stdout"].as_str(), r["executor"].as_str()), (Some("from a\n"), Some("exec-a")), "{r}");
 }
+
+#[test]
+fn a_script_running_beside_a_sealed_job_cannot_read_its_secret() {
+    let (d, m, _e, _) = setup(&["--concurrency", "3"]);
+    let api = m.client();
+    let meet = d.path().join("meet");
+    std::fs::create_dir(&meet).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&meet, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // The sealed job can read its own environment (so the scan below is able to find it), then
+    // stays alive while the other script looks.
+    let sealed = format!(
+        "tr '\\0' '\\n' < /proc/$$/environ | grep -q '^SEALED_KEY=' && echo self-has-it; touch {dir}/started; sleep 3",
+        dir = meet.display()
+    );
+    sealed_net(&api, "beside", 1);
+    put_commands(&api, "beside", &[&sealed]);
+    wait_for("the sealed job to start", || meet.join("started").exists());
+    let scan = "n=0; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep -q '^SEALED_KEY=' && n=$((n+1)); done; echo found=$n";
+    assert_eq!(api.register("scan", "sh", scan, None).0, 200);
+    let (status, r) = api.invoke("scan", json!({}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "found=0\n", "a concurrent script read the sealed job's environment: {r}");
+    wait_for("the sealed job's result", || api.token_data("beside", "p-out").len() == 1);
+    let out = &api.token_data("beside", "p-out")[0];
+    assert!(stdout_lines(out).contains(&"self-has-it".to_string()), "{out}");
+}

@@ -128,6 +128,15 @@ pub async fn run(
             agentos_engine::redact::MIN_SECRET_BYTES
         );
     }
+    // Credentials once came from the environment; now a secret goes only where it is granted.
+    for (key, _) in std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v))) {
+        if let Some(name) = key.strip_prefix("AGENTOS_CREDENTIAL_") {
+            tracing::warn!(
+                variable = %key,
+                "{key} is ignored: credentials are secrets granted to a use. Set it with `agentos secret set {name}` and grant it with `agentos secret grant {name} --origin URL` or `--tool ID`"
+            );
+        }
+    }
     let token_file = data.join("operator.token");
     let token_written = engine.ensure_operator(&token_file).await?;
     engine.register_host_toolkits(config.host_toolkits.clone()).await?;
