@@ -83,6 +83,22 @@ fn last_error(api: &Api, model: &str, transition: &str) -> String {
     error
 }
 
+/// The name of the tool-net instance running now, once there is one.
+fn running_instance(op: &Api) -> String {
+    let mut instance = String::new();
+    wait_for("a tool-net instance", || {
+        let (_, models) = op.get("/api/models");
+        match models.as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("tni-")) {
+            Some(m) => {
+                instance = m["name"].as_str().unwrap().to_string();
+                true
+            }
+            None => false,
+        }
+    });
+    instance
+}
+
 fn status_of(r: (u16, Value)) -> u16 {
     r.0
 }
@@ -170,17 +186,7 @@ fn a_tool_net_instance_belongs_to_its_invoker_alone() {
         let b = b.clone();
         std::thread::spawn(move || b.invoke("stall", json!({"input": {"q": 1}, "timeoutMs": 4000})))
     };
-    let mut instance = String::new();
-    wait_for("the instance", || {
-        let (_, models) = op.get("/api/models");
-        match models.as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("tni-")) {
-            Some(m) => {
-                instance = m["name"].as_str().unwrap().to_string();
-                true
-            }
-            None => false,
-        }
-    });
+    let instance = running_instance(&op);
     let (_, seen) = a.get("/api/models");
     assert!(!seen.to_string().contains("tni-"), "another principal's instance is listed: {seen}");
     assert_eq!(
@@ -442,17 +448,7 @@ fn every_model_route_answers_by_model_for_each_flag() {
         let op = op.clone();
         std::thread::spawn(move || op.invoke("stall", json!({"input": {}, "timeoutMs": 10000})))
     };
-    let mut instance = String::new();
-    wait_for("the operator's instance", || {
-        let (_, models) = op.get("/api/models");
-        match models.as_array().unwrap().iter().find(|m| m["name"].as_str().unwrap().starts_with("tni-")) {
-            Some(m) => {
-                instance = m["name"].as_str().unwrap().to_string();
-                true
-            }
-            None => false,
-        }
-    });
+    let instance = running_instance(&op);
     let mut checked = 0;
     for f in Flag::ALL {
         let name = format!("only-{}", f.letter());
