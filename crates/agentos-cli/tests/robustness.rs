@@ -292,3 +292,25 @@ fn token_names_with_control_characters_or_past_200_characters_are_refused() {
     assert_eq!(put(&api, "m", "p-n", json!({"data": 1, "name": "n".repeat(200)})).0, 200);
     wait_for("the token", || api.token_data("m", "p-n").len() == 1);
 }
+
+#[test]
+fn a_watch_stream_outlives_the_header_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(dir.path(), &["--header-timeout-ms", "500"]);
+    let api = m.client();
+    places(&api, "m", &["p-w"]);
+    let mut watch = TcpStream::connect(m.url.trim_start_matches("http://")).unwrap();
+    write!(watch, "GET /api/models/m/watch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n", m.token).unwrap();
+    let mut stalled = stalled(&m.url);
+    // Once the stalled connection is closed, the timeout has passed for the watch too.
+    assert!(closed_within(&mut stalled, Duration::from_secs(15)));
+    assert_eq!(put(&api, "m", "p-w", json!({"data": "seen"})).0, 200);
+    watch.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("seen") {
+        let n = watch.read(&mut buf).expect("the watch stream was cut");
+        assert!(n > 0, "the watch stream was closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+}

@@ -550,7 +550,9 @@ impl Engine {
         let Some((owner, scope, recs)) = found else {
             return Err(not_found(id, model).into());
         };
-        let events = recs.into_iter().map(to_event).collect::<Result<Vec<_>, _>>()?;
+        let skipped = &self.inner.skipped;
+        let events =
+            recs.into_iter().filter(|r| !skipped.contains(&r.seq)).map(to_event).collect::<Result<Vec<_>, _>>()?;
         // Shown only to a caller who may see the kind the entry had.
         let visible = events.iter().all(|e| match &e.body {
             EventBody::ToolRegistered { entry, .. } => entry.binding.kind().visible_to(principal.flags),
