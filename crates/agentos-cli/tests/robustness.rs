@@ -314,3 +314,34 @@ fn a_watch_stream_outlives_the_header_timeout() {
         got.extend_from_slice(&buf[..n]);
     }
 }
+
+/// The case: 300 stalled connections against a master allowed 256 file handles.
+#[test]
+fn three_hundred_stalled_connections_under_ulimit_256_do_not_stop_healthz() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let mut child = Command::new("sh")
+        .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\"", BIN, "serve", "--listen", "127.0.0.1:0"])
+        .arg("--data")
+        .arg(&data)
+        .args(["--header-timeout-ms", "1000"])
+        .env("AGENTOS_LOG", "warn")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let url = first.strip_prefix("agentos master listening on ").unwrap_or_else(|| panic!("{first}")).to_string();
+    std::thread::spawn(move || for _ in lines {});
+
+    let mut held: Vec<TcpStream> = (0..300).map(|_| stalled(&url)).collect();
+    let anon = Api { url: url.clone(), token: None, http: common::http() };
+    assert_eq!(anon.get("/healthz").0, 200);
+    for s in &mut held {
+        assert!(closed_within(s, Duration::from_secs(30)), "a stalled connection was kept open");
+    }
+    assert_eq!(anon.get("/healthz").0, 200);
+    let _ = child.kill();
+    let _ = child.wait();
+}
