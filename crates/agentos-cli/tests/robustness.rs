@@ -321,16 +321,18 @@ fn three_hundred_stalled_connections_under_ulimit_256_do_not_stop_healthz() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
-    let mut child = Command::new("sh")
-        .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\"", BIN, "serve", "--listen", "127.0.0.1:0"])
-        .arg("--data")
-        .arg(&data)
-        .args(["--header-timeout-ms", "1000"])
-        .env("AGENTOS_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(
+        Command::new("sh")
+            .args(["-c", "ulimit -n 256 && exec \"$0\" \"$@\"", BIN, "serve", "--listen", "127.0.0.1:0"])
+            .arg("--data")
+            .arg(&data)
+            .args(["--header-timeout-ms", "1000"])
+            .env("AGENTOS_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = std::io::BufReader::new(child.0.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     let url = first.strip_prefix("agentos master listening on ").unwrap_or_else(|| panic!("{first}")).to_string();
     std::thread::spawn(move || for _ in lines {});
@@ -342,6 +344,14 @@ fn three_hundred_stalled_connections_under_ulimit_256_do_not_stop_healthz() {
         assert!(closed_within(s, Duration::from_secs(30)), "a stalled connection was kept open");
     }
     assert_eq!(anon.get("/healthz").0, 200);
-    let _ = child.kill();
-    let _ = child.wait();
+}
+
+/// A master started outside `Master`, killed however the test ends.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
