@@ -159,6 +159,20 @@ pub struct ServeArgs {
     /// default so a master can call services on its own network.
     #[arg(long, env = "AGENTOS_HTTP_DENY_PRIVATE")]
     pub http_deny_private: bool,
+    /// Connections open at once; more wait until one closes. Never more than half the file
+    /// handles the process may open (`ulimit -n`).
+    #[arg(long, env = "AGENTOS_MAX_CONNECTIONS", default_value_t = 1024)]
+    pub max_connections: usize,
+    /// How long a connection may take to send a request's headers, in ms; also how long a
+    /// kept-alive connection may sit idle between requests. Watch streams and executor long
+    /// polls, whose headers arrived, are not cut by it.
+    #[arg(long, env = "AGENTOS_HEADER_TIMEOUT_MS", default_value_t = 30_000)]
+    pub header_timeout_ms: u64,
+    /// Start past an event of the log that cannot be read, treating it as never written. The
+    /// skip is recorded in the log; see the README for what it can leave inconsistent.
+    /// Repeatable.
+    #[arg(long = "skip-event", value_name = "SEQ")]
+    pub skip_events: Vec<u64>,
 }
 
 #[derive(Args, Clone)]

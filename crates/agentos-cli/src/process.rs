@@ -183,6 +183,11 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
         http_allow: args.http_allow.clone(),
         http_deny_private: args.http_deny_private,
         loose_data_folder,
+        connections: agentos_server::ConnectionLimits {
+            max_connections: args.max_connections.max(1),
+            header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
+        },
+        skip_events: args.skip_events.clone(),
     };
     rt.block_on(async move {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

@@ -50,7 +50,17 @@ pub enum EventBody {
         tool_id: Option<String>,
         result: crate::job::JobResult,
     },
+    /// The operator started the master with `--skip-event SEQ`: the event at `seq` could not be
+    /// read, and every fold treats it as never written.
+    EventSkipped {
+        seq: u64,
+        /// Why it could not be read, as the master reported it.
+        reason: String,
+    },
 }
+
+/// The key all skip records share, so a fold finds them in one lookup before it starts.
+pub const SKIP_KEY: &str = "log:skipped";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -153,6 +163,7 @@ impl EventBody {
             EventBody::SecretGrantRevoked { .. } => "SecretGrantRevoked",
             EventBody::JobFinished { .. } => "JobFinished",
             EventBody::Net(_) => "Net",
+            EventBody::EventSkipped { .. } => "EventSkipped",
         }
     }
     /// The entity the event is about, indexed by the log so one entity's history is one lookup.
@@ -169,6 +180,7 @@ impl EventBody {
             EventBody::SecretGrantRevoked { id } => format!("secret-grant:{id}"),
             EventBody::JobFinished { job_id, .. } => format!("job:{job_id}"),
             EventBody::Net(_) => "net".to_string(),
+            EventBody::EventSkipped { .. } => SKIP_KEY.to_string(),
         }
     }
     /// Splits into the log's `type` and `payload` columns.
@@ -179,14 +191,16 @@ impl EventBody {
     }
     /// Rebuilds a body from the log's columns.
     pub fn from_parts(kind: &str, payload: &str) -> Result<Self, CoreError> {
-        let payload: serde_json::Value = serde_json::from_str(payload).map_err(|e| {
+        // Any depth: an older version wrote payloads deeper than serde_json reads by default, and
+        // a log that cannot be read keeps the master from starting.
+        let payload: serde_json::Value = crate::depth::from_str_any_depth(payload).map_err(|e| {
             CoreError::new(
                 ErrorKind::Corrupt,
                 "event_corrupt",
                 format!("event payload of type {kind} is not JSON: {e}"),
             )
         })?;
-        serde_json::from_value(serde_json::json!({"type": kind, "payload": payload})).map_err(|e| {
+        crate::depth::from_value_any_depth(serde_json::json!({"type": kind, "payload": payload})).map_err(|e| {
             CoreError::new(
                 ErrorKind::Corrupt,
                 "event_corrupt",

@@ -2,6 +2,7 @@
 
 mod catalog_index;
 pub mod command;
+pub mod depth;
 pub mod entry;
 pub mod error;
 pub mod event;

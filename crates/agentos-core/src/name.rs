@@ -70,6 +70,29 @@ pub fn check_text(field: &str, s: &str, max_chars: usize, required: bool) -> Res
     Ok(())
 }
 
+/// The longest token name, in characters.
+pub const MAX_TOKEN_NAME_CHARS: usize = 200;
+
+/// A token name, when one is given: 1 to 200 characters, no control characters (a NUL, CR or LF
+/// in a name broke every line-oriented reader of tokens, and names were unbounded).
+pub fn check_token_name(name: Option<&str>) -> Result<(), CoreError> {
+    let Some(name) = name else { return Ok(()) };
+    let chars = name.chars().count();
+    if chars == 0 || chars > MAX_TOKEN_NAME_CHARS {
+        return Err(CoreError::bad_input(
+            "invalid_name",
+            format!("a token name has 1 to {MAX_TOKEN_NAME_CHARS} characters; this one has {chars}"),
+        ));
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        return Err(CoreError::bad_input(
+            "invalid_name",
+            format!("a token name may not contain control characters (found {c:?})"),
+        ));
+    }
+    Ok(())
+}
+
 /// Reduces a user-supplied filename to a safe base name: the last path component, only
 /// `[A-Za-z0-9._-]`, no leading dots, at most 128 bytes. `None` when nothing usable is left.
 pub fn safe_filename(raw: &str) -> Option<String> {
@@ -99,6 +122,16 @@ mod tests {
         }
         for bad in ["", "-a", "A", "a_b", "a.b", "a/b", "ü", &"a".repeat(65), " a"] {
             assert!(!is_valid_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn token_names_are_short_printable_text() {
+        for ok in [None, Some("a"), Some("ünïcode name"), Some(&*"x".repeat(200))] {
+            assert!(check_token_name(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", "a\0b", "a\r\nb", "tab\there", &"x".repeat(201), &"x".repeat(200_000)] {
+            assert_eq!(check_token_name(Some(bad)).unwrap_err().code, "invalid_name", "{bad:?}");
         }
     }
 

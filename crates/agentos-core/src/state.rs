@@ -190,6 +190,8 @@ impl State {
             }
             // A job's result is history, read from the log; it changes no state.
             EventBody::JobFinished { .. } => {}
+            // The skipped event itself is left out by the reader of the log; the record changes nothing.
+            EventBody::EventSkipped { .. } => {}
         }
     }
 

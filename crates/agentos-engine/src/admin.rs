@@ -403,7 +403,14 @@ impl Engine {
             ))
             .into());
         }
-        let limit = limit.clamp(1, 1000);
+        // SQLite keeps sequence numbers as i64: a larger `after` wrapped round to the start.
+        if after > i64::MAX as u64 {
+            return Err(CoreError::bad_input("invalid_after", format!("after must be at most {}", i64::MAX)).into());
+        }
+        if limit == 0 {
+            return Err(CoreError::bad_input("invalid_limit", "limit must be between 1 and 1000").into());
+        }
+        let limit = limit.min(1000);
         let mut out = Vec::new();
         let mut cursor = after;
         // Bounded scan: a filter that matches rarely still answers quickly.
@@ -412,6 +419,9 @@ impl Engine {
             let Some(last) = page.last() else { break };
             cursor = last.seq;
             for rec in page {
+                if self.inner.skipped.contains(&rec.seq) {
+                    continue;
+                }
                 if principal.is_some_and(|want| rec.event.principal != want) {
                     continue;
                 }

@@ -78,31 +78,42 @@ pub(crate) fn run<F: Fn(u64)>(
             }
             match decided {
                 Err(e) => (p.reply)(Err(e.into())),
-                Ok(evs) => {
-                    let mut events = Vec::with_capacity(evs.len());
-                    let mut bodies = Vec::with_capacity(evs.len());
-                    for (model, body) in evs {
-                        keys.insert((model.clone(), body.key()));
-                        let (kind, payload) = body.to_parts();
-                        events.push(NewEvent {
-                            model,
-                            kind: kind.to_string(),
-                            key: body.key(),
-                            payload,
-                            principal: p.principal.clone(),
-                            time: p.time,
-                            schema: EVENT_SCHEMA_VERSION,
-                        });
-                        bodies.push(body);
+                Ok(evs) => match stored_form(evs, &p) {
+                    Err(e) => (p.reply)(Err(e.into())),
+                    Ok((events, bodies)) => {
+                        keys.extend(events.iter().map(|e| (e.model.clone(), e.key.clone())));
+                        staged.push(Staged { reply: p.reply, events, bodies });
                     }
-                    staged.push(Staged { reply: p.reply, events, bodies });
-                }
+                },
             }
         }
         flush(&mut staged, &state, &log, &out.events);
         let last = state.read().map(|s| s.last_seq).unwrap_or(0);
         (out.after_commit)(last);
     }
+}
+
+/// The events of one command as the log will store them. A command with an event that would not
+/// read back (nested past what JSON readers accept) is refused whole, before anything is
+/// written: one such event once answered 200 and then kept the master from starting.
+fn stored_form(evs: Vec<(String, EventBody)>, p: &Pending) -> Result<(Vec<NewEvent>, Vec<EventBody>), CoreError> {
+    let mut events = Vec::with_capacity(evs.len());
+    let mut bodies = Vec::with_capacity(evs.len());
+    for (model, body) in evs {
+        let (kind, payload) = body.to_parts();
+        agentos_core::depth::check_stored_depth(kind, &payload)?;
+        events.push(NewEvent {
+            model,
+            kind: kind.to_string(),
+            key: body.key(),
+            payload,
+            principal: p.principal.clone(),
+            time: p.time,
+            schema: EVENT_SCHEMA_VERSION,
+        });
+        bodies.push(body);
+    }
+    Ok((events, bodies))
 }
 
 fn decide(state: &RwLock<State>, p: &Pending) -> Result<Vec<(String, EventBody)>, CoreError> {
@@ -159,5 +170,39 @@ fn flush(
                 reply(Ok(committed));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentos_core::net_state::{NetEvent, NewToken};
+    use serde_json::{Value, json};
+
+    fn pending() -> Pending {
+        Pending { principal: "operator".into(), time: 1, decide: Box::new(|_| Ok(Vec::new())), reply: Box::new(|_| {}) }
+    }
+
+    fn put_of(levels: usize) -> (String, EventBody) {
+        let mut data = json!(1);
+        for _ in 0..levels {
+            data = Value::Array(vec![data]);
+        }
+        let tokens = vec![NewToken { place: "p".into(), name: None, data, by: Vec::new() }];
+        ("m".to_string(), EventBody::Net(NetEvent::TokensPut { tokens }))
+    }
+
+    #[test]
+    fn a_command_with_an_event_too_deep_to_read_back_is_refused_whole() {
+        // The first event alone would be fine; the command is refused for its second.
+        let refused = stored_form(vec![put_of(1), put_of(125)], &pending()).unwrap_err();
+        assert_eq!(refused.code, "too_deep");
+        assert!(refused.message.contains("nothing was written"), "{}", refused.message);
+        let (events, _) = stored_form(vec![put_of(100)], &pending()).unwrap();
+        // What is stored reads back with serde_json's default limit, in its envelope.
+        let e = &events[0];
+        assert!(EventBody::from_parts(&e.kind, &e.payload).is_ok());
+        let envelope = format!("{{\"type\":\"Net\",\"payload\":{}}}", e.payload);
+        assert!(serde_json::from_str::<Value>(&envelope).is_ok());
     }
 }

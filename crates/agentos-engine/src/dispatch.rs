@@ -543,7 +543,7 @@ impl Engine {
         let recs = self.inner.log.read_key_any_model(&format!("job:{job_id}")).await?;
         let mut model = String::new();
         let mut results = Vec::new();
-        for rec in recs {
+        for rec in recs.into_iter().filter(|r| !self.inner.skipped.contains(&r.seq)) {
             model = rec.event.model.clone();
             if let EventBody::JobFinished { result, .. } = EventBody::from_parts(&rec.event.kind, &rec.event.payload)? {
                 results.push(result);

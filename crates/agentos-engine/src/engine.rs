@@ -1,5 +1,6 @@
 //! The engine a master runs: opens the log, folds it into state, and serves catalog commands.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -40,6 +41,9 @@ pub struct EngineConfig {
     pub max_concurrent_invocations: usize,
     /// Which addresses requests made on a principal's behalf may connect to.
     pub outbound: crate::outbound::OutboundPolicy,
+    /// Unreadable events the operator chose to skip (`agentos serve --skip-event SEQ`): each is
+    /// recorded in the log at open, and every fold from then on treats it as never written.
+    pub skip_events: Vec<u64>,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +56,7 @@ impl Default for EngineConfig {
             secret_key: None,
             max_concurrent_invocations: 32,
             outbound: Default::default(),
+            skip_events: Vec::new(),
         }
     }
 }
@@ -94,6 +99,8 @@ pub(crate) struct Inner {
     pub(crate) host: RwLock<std::collections::HashMap<String, Arc<crate::host::HostToolkit>>>,
     pub(crate) secret_key: Option<[u8; 32]>,
     pub(crate) slots: crate::admin::Slots,
+    /// Sequence numbers of the events skipped by `--skip-event`, left out of every read.
+    pub(crate) skipped: BTreeSet<u64>,
 }
 
 /// How the state was rebuilt at open.
@@ -133,6 +140,76 @@ pub(crate) fn with_body(rec: agentos_store::RecordedEvent, body: EventBody) -> E
     }
 }
 
+/// The error for an event the master cannot read at start: it names the event and the way on.
+fn unreadable_at_start(seq: u64, e: &EngineError) -> EngineError {
+    CoreError::new(
+        agentos_core::ErrorKind::Corrupt,
+        "event_corrupt",
+        format!(
+            "event {seq} of the log cannot be read ({e}); the master will not fold a log with a hole it did not choose. \
+             To go on without it, start with `agentos serve --skip-event {seq}` (recorded in the log; see the README \
+             for what skipping an event can leave inconsistent)"
+        ),
+    )
+    .into()
+}
+
+/// The events skipped so far, after recording those the operator asks to skip now. Only an
+/// event that exists and cannot be read may be skipped: skipping a readable one would rewrite
+/// history that the state depends on.
+async fn record_skips(log: &Arc<dyn EventLog>, asked: &[u64]) -> Result<BTreeSet<u64>, EngineError> {
+    let mut skipped = BTreeSet::new();
+    for rec in log.read_key_any_model(agentos_core::event::SKIP_KEY).await? {
+        if let EventBody::EventSkipped { seq, .. } = to_event(rec)?.body {
+            skipped.insert(seq);
+        }
+    }
+    for &seq in asked {
+        if skipped.contains(&seq) {
+            tracing::info!(seq, "event already skipped by an earlier start");
+            continue;
+        }
+        let rec = log.read_after(seq.saturating_sub(1), 1).await?.into_iter().next().filter(|r| r.seq == seq);
+        let Some(rec) = rec else {
+            return Err(CoreError::bad_input(
+                "no_such_event",
+                format!("--skip-event {seq}: the log has no event {seq}"),
+            )
+            .into());
+        };
+        let model = rec.event.model.clone();
+        let reason = match to_event(rec) {
+            Ok(_) => {
+                return Err(CoreError::bad_input(
+                    "event_readable",
+                    format!("--skip-event {seq}: event {seq} reads fine; only an unreadable event may be skipped"),
+                )
+                .into());
+            }
+            Err(e) => e.to_string(),
+        };
+        let body = EventBody::EventSkipped { seq, reason: reason.clone() };
+        let (kind, payload) = body.to_parts();
+        let record = agentos_store::NewEvent {
+            model,
+            kind: kind.to_string(),
+            key: body.key(),
+            payload,
+            principal: "operator".into(),
+            time: now_ms(),
+            schema: agentos_core::event::EVENT_SCHEMA_VERSION,
+        };
+        let log = log.clone();
+        // Before the committer starts: this is the only writer yet.
+        tokio::task::spawn_blocking(move || log.append_blocking(vec![record]))
+            .await
+            .map_err(|e| CoreError::internal(format!("recording a skip: {e}")))??;
+        tracing::warn!(seq, %reason, "event skipped by --skip-event: the state is folded as if it were never written");
+        skipped.insert(seq);
+    }
+    Ok(skipped)
+}
+
 impl Engine {
     /// Opens the engine: the newest usable snapshot, then every event after it.
     pub async fn open(
@@ -140,10 +217,21 @@ impl Engine {
         log: Arc<dyn EventLog>,
         blobs: Arc<dyn BlobStore>,
     ) -> Result<Engine, EngineError> {
+        let skipped = record_skips(&log, &config.skip_events).await?;
         let mut state = State::new();
-        if let Some(snap) = log.load_snapshot().await? {
+        let snapshot = log.load_snapshot().await.unwrap_or_else(|e| {
+            // The snapshot only saves time; the log is the truth.
+            tracing::warn!(error = %e, "snapshot unreadable; ignoring it and replaying the whole log");
+            None
+        });
+        if let Some(snap) = snapshot {
             if snap.schema == STATE_SCHEMA_VERSION {
-                match tokio::task::spawn_blocking(move || serde_json::from_slice::<State>(&snap.data)).await {
+                let decoded = tokio::task::spawn_blocking(move || {
+                    let text = std::str::from_utf8(&snap.data).map_err(|e| e.to_string())?;
+                    agentos_core::depth::from_str_any_depth::<State>(text).map_err(|e| e.to_string())
+                })
+                .await;
+                match decoded {
                     Ok(Ok(s)) => state = s,
                     Ok(Err(e)) => {
                         tracing::warn!(error = %e, "snapshot unreadable; replaying the whole log")
@@ -164,7 +252,13 @@ impl Engine {
                 break;
             }
             for rec in page {
-                state.apply(&to_event(rec)?);
+                if skipped.contains(&rec.seq) {
+                    state.last_seq = rec.seq;
+                    continue;
+                }
+                let seq = rec.seq;
+                let ev = to_event(rec).map_err(|e| unreadable_at_start(seq, &e))?;
+                state.apply(&ev);
             }
         }
         let replayed = state.last_seq - snapshot_seq;
@@ -222,6 +316,7 @@ impl Engine {
                 host: RwLock::new(Default::default()),
                 secret_key,
                 slots: Default::default(),
+                skipped,
             }),
         };
         let weak_nets = Arc::downgrade(&engine.inner);
@@ -455,7 +550,9 @@ impl Engine {
         let Some((owner, scope, recs)) = found else {
             return Err(not_found(id, model).into());
         };
-        let events = recs.into_iter().map(to_event).collect::<Result<Vec<_>, _>>()?;
+        let skipped = &self.inner.skipped;
+        let events =
+            recs.into_iter().filter(|r| !skipped.contains(&r.seq)).map(to_event).collect::<Result<Vec<_>, _>>()?;
         // Shown only to a caller who may see the kind the entry had.
         let visible = events.iter().all(|e| match &e.body {
             EventBody::ToolRegistered { entry, .. } => entry.binding.kind().visible_to(principal.flags),

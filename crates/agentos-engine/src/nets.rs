@@ -363,6 +363,8 @@ impl Engine {
     ) -> Result<Token, EngineError> {
         need(p, Flag::Write, "put tokens")?;
         check_model_name(model)?;
+        agentos_core::name::check_token_name(name.as_deref())?;
+        agentos_core::depth::check_token_depth(&data)?;
         let by = vec![p.id.clone()];
         let put = NetEvent::TokensPut {
             tokens: vec![NewToken { place: place.to_string(), name: name.clone(), data: data.clone(), by: by.clone() }],
@@ -592,6 +594,7 @@ impl Engine {
                 continue;
             }
             let place = t.postsets.get(&rule.to).map(|p| p.place.clone()).unwrap_or_default();
+            values.iter().try_for_each(agentos_core::depth::check_token_depth).map_err(|e| e.message)?;
             return Ok(values
                 .into_iter()
                 .map(|data| NewToken { place: place.clone(), name: None, data, by: by.to_vec() })

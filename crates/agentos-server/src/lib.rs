@@ -3,6 +3,7 @@
 mod admin_api;
 mod api;
 mod auth;
+mod connections;
 mod data_folder;
 mod error;
 mod extract;
@@ -11,6 +12,7 @@ mod openapi;
 pub mod routes;
 mod run;
 
+pub use connections::ConnectionLimits;
 pub use error::ApiError;
 pub use run::{LooseDataFolder, Ready, ServeConfig, ServeError, run};
 

@@ -35,6 +35,10 @@ pub struct ServeConfig {
     pub http_deny_private: bool,
     /// What to do when the data folder, or anything in it, is open to other users.
     pub loose_data_folder: LooseDataFolder,
+    /// The connection cap and the header/idle timeout.
+    pub connections: crate::ConnectionLimits,
+    /// Unreadable events to skip (`--skip-event SEQ`), each recorded in the log.
+    pub skip_events: Vec<u64>,
 }
 
 /// What a started master tells whoever launched it.
@@ -116,6 +120,7 @@ pub async fn run(
             outbound: OutboundPolicy::new(config.http_allow.clone())
                 .listening_on(addr)
                 .deny_private(config.http_deny_private),
+            skip_events: config.skip_events.clone(),
         },
         log,
         blobs,
@@ -154,8 +159,8 @@ pub async fn run(
     on_ready(&ready);
 
     let app = crate::router(engine.clone(), config.max_body_bytes, config.max_result_bytes);
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    crate::connections::serve(listener, app, config.connections, shutdown).await;
     engine.shutdown().await;
     drop(lock);
-    served.map_err(|e| ServeError::Io { context: "serving".into(), source: e })
+    Ok(())
 }

@@ -70,6 +70,50 @@ fn connect(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+fn try_open_snapshots(path: &Path) -> Result<Connection, StoreError> {
+    create_private(path)?;
+    let conn = connect(path)?;
+    conn.execute_batch(SNAPSHOT_SCHEMA)?;
+    conn.query_row("SELECT count(*) FROM snapshots", [], |r| r.get::<_, i64>(0))?;
+    Ok(conn)
+}
+
+/// Opens the snapshot database, or a new one in place of one that cannot be read. A snapshot
+/// only saves replay time, so an unreadable one must not stop the master (a garbage file did,
+/// with an error that named the event log): it is moved aside, for whoever wants to look, and
+/// the state is rebuilt from the log.
+fn open_snapshots(path: &Path) -> Result<Connection, StoreError> {
+    match try_open_snapshots(path) {
+        Ok(conn) => Ok(conn),
+        Err(e) => {
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+            let mut aside = path.as_os_str().to_owned();
+            aside.push(format!(".unreadable-{now}"));
+            tracing::warn!(
+                file = %path.display(),
+                moved_to = %Path::new(&aside).display(),
+                error = %e,
+                "the snapshot database cannot be read; ignoring it and replaying the whole log"
+            );
+            std::fs::rename(path, &aside)
+                .map_err(|e| StoreError::io(format!("moving the unreadable {} aside", path.display()), e))?;
+            for suffix in ["-wal", "-shm"] {
+                let mut side = path.as_os_str().to_owned();
+                side.push(suffix);
+                // Left over from the unreadable file, they would be applied to the new one.
+                match std::fs::remove_file(&side) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        return Err(StoreError::io(format!("removing {}", Path::new(&side).display()), e));
+                    }
+                    _ => {}
+                }
+            }
+            try_open_snapshots(path)
+        }
+    }
+}
+
 impl SqliteEventLog {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         create_private(path)?;
@@ -78,9 +122,7 @@ impl SqliteEventLog {
         let reader = connect(path)?;
         let mut snapshot_path = path.as_os_str().to_owned();
         snapshot_path.push(".snapshots");
-        create_private(Path::new(&snapshot_path))?;
-        let snapshots = connect(Path::new(&snapshot_path))?;
-        snapshots.execute_batch(SNAPSHOT_SCHEMA)?;
+        let snapshots = open_snapshots(Path::new(&snapshot_path))?;
         Ok(SqliteEventLog {
             writer: Arc::new(Mutex::new(writer)),
             reader: Arc::new(Mutex::new(reader)),
@@ -254,6 +296,32 @@ mod tests {
             log.save_snapshot(Snapshot { seq, schema: 1, data: vec![seq as u8] }).await.unwrap();
         }
         assert_eq!(log.load_snapshot().await.unwrap().unwrap().seq, 7);
+    }
+
+    #[tokio::test]
+    async fn a_garbage_snapshot_file_is_set_aside_and_the_log_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("events.db");
+        let log = SqliteEventLog::open(&path).unwrap();
+        log.append_blocking(vec![ev("tool:a")]).unwrap();
+        log.save_snapshot(Snapshot { seq: 1, schema: 1, data: vec![1] }).await.unwrap();
+        drop(log);
+        for f in ["events.db.snapshots-wal", "events.db.snapshots-shm"] {
+            let _ = std::fs::remove_file(dir.path().join(f));
+        }
+        std::fs::write(dir.path().join("events.db.snapshots"), vec![0x5a; 8192]).unwrap();
+
+        let log = SqliteEventLog::open(&path).unwrap();
+        assert_eq!(log.last_seq().await.unwrap(), 1);
+        assert!(log.load_snapshot().await.unwrap().is_none());
+        log.save_snapshot(Snapshot { seq: 1, schema: 1, data: vec![2] }).await.unwrap();
+        assert_eq!(log.load_snapshot().await.unwrap().unwrap().data, vec![2]);
+        let aside = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("events.db.snapshots.unreadable-"))
+            .count();
+        assert_eq!(aside, 1);
     }
 
     #[tokio::test]
