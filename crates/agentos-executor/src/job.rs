@@ -69,6 +69,10 @@ fn check_env_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The line added to a job's stderr when a process the script left running held its output
+/// open past the drain (`runner::DRAIN_AFTER_EXIT`): its output is what was read until then.
+pub const PIPES_LEFT_OPEN: &str = "\nagentos: the script exited but a process it started still held stdout or stderr open; the output read until then is kept\n";
+
 fn refused(lease_id: &str, error: String) -> ExecutorResult {
     ExecutorResult { lease_id: lease_id.to_string(), error: Some(error), ..Default::default() }
 }
@@ -242,12 +246,19 @@ pub async fn execute(
     let b64 = base64::engine::general_purpose::STANDARD;
     match outcome {
         Err(e) => refused(&job.lease_id, format!("cannot start {runtime}: {e}")),
-        Ok(o) => ExecutorResult {
+        Ok(mut o) => ExecutorResult {
             lease_id: job.lease_id.clone(),
             exit_code: o.exit_code,
             signal: o.signal,
             stdout_base64: b64.encode(&o.stdout),
-            stderr_base64: b64.encode(&o.stderr),
+            stderr_base64: {
+                if o.pipes_left_open {
+                    // Said in stderr, not in `error`: the script did what it did and its exit
+                    // code stands; the note only explains why the output may stop short.
+                    o.stderr.extend_from_slice(PIPES_LEFT_OPEN.as_bytes());
+                }
+                b64.encode(&o.stderr)
+            },
             duration_ms: o.duration.as_millis() as u64,
             timed_out: o.timed_out,
             output_truncated: o.truncated,

@@ -37,23 +37,25 @@ pub struct RunOutput {
     pub timed_out: bool,
     pub cancelled: bool,
     pub truncated: bool,
+    /// Output pipes still held open [`DRAIN_AFTER_EXIT`] after the main process exited (by a
+    /// process that left its group): what was read until then is in `stdout` and `stderr`.
+    pub pipes_left_open: bool,
 }
 
-async fn drain(mut r: impl AsyncRead + Unpin, max: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
+/// Reads `r` to its end into `kept` (at most `max` bytes, the rest read and dropped). It fills a
+/// buffer its caller owns so that a read abandoned half way keeps what came before.
+async fn drain(mut r: impl AsyncRead + Unpin, max: usize, kept: &mut Vec<u8>, truncated: &mut bool) {
     let mut buf = vec![0u8; 64 * 1024];
-    let mut truncated = false;
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 let room = max.saturating_sub(kept.len());
                 kept.extend_from_slice(&buf[..n.min(room)]);
-                truncated |= n > room;
+                *truncated |= n > room;
             }
         }
     }
-    (kept, truncated)
 }
 
 fn kill_group(pgid: i32) {
@@ -93,36 +95,45 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         });
     }
     let (out, err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
-    // Output is read while the process runs (a full pipe would stall it), in this same task.
-    let output = async { tokio::join!(drain(out, spec.max_output), drain(err, spec.max_output)) };
-    let waited = async {
-        tokio::select! {
-            s = child.wait() => s.map(|s| (s, false, false)),
-            _ = tokio::time::sleep(spec.timeout) => {
-                kill_group(pgid);
-                child.wait().await.map(|s| (s, true, false))
+    let (mut stdout, mut stderr, mut t1, mut t2) = (Vec::new(), Vec::new(), false, false);
+    // The reads borrow the buffers until this block ends, abandoned or not.
+    let (status, timed_out, cancelled, pipes_left_open) = {
+        // Output is read while the process runs (a full pipe would stall it), in this same task.
+        let output = async {
+            tokio::join!(
+                drain(out, spec.max_output, &mut stdout, &mut t1),
+                drain(err, spec.max_output, &mut stderr, &mut t2)
+            )
+        };
+        let waited = async {
+            tokio::select! {
+                s = child.wait() => s.map(|s| (s, false, false)),
+                _ = tokio::time::sleep(spec.timeout) => {
+                    kill_group(pgid);
+                    child.wait().await.map(|s| (s, true, false))
+                }
+                _ = cancel.cancelled() => {
+                    kill_group(pgid);
+                    child.wait().await.map(|s| (s, false, true))
+                }
             }
-            _ = cancel.cancelled() => {
-                kill_group(pgid);
-                child.wait().await.map(|s| (s, false, true))
+        };
+        tokio::pin!(output, waited);
+        let mut drained = false;
+        let (status, timed_out, cancelled) = loop {
+            tokio::select! {
+                _ = &mut output, if !drained => drained = true,
+                w = &mut waited => break w?,
             }
+        };
+        // Whatever the script left behind in its group goes with it.
+        if pgid > 0 {
+            kill_group(pgid);
         }
-    };
-    tokio::pin!(output, waited);
-    let mut collected = None;
-    let (status, timed_out, cancelled) = loop {
-        tokio::select! {
-            o = &mut output, if collected.is_none() => collected = Some(o),
-            w = &mut waited => break w?,
-        }
-    };
-    // Whatever the script left behind in its group goes with it.
-    if pgid > 0 {
-        kill_group(pgid);
-    }
-    let ((stdout, t1), (stderr, t2)) = match collected {
-        Some(o) => o,
-        None => tokio::time::timeout(DRAIN_AFTER_EXIT, output).await.unwrap_or_default(),
+        // A process that left the group (`setsid`) may hold the pipes for ever: read for a
+        // bounded time, then keep what came.
+        let left_open = !drained && tokio::time::timeout(DRAIN_AFTER_EXIT, output).await.is_err();
+        (status, timed_out, cancelled, left_open)
     };
     Ok(RunOutput {
         exit_code: status.code(),
@@ -133,6 +144,7 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         timed_out,
         cancelled,
         truncated: t1 || t2,
+        pipes_left_open,
     })
 }
 
@@ -205,5 +217,17 @@ pub(crate) mod tests {
         assert_eq!(o.signal, Some(9));
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         assert!(!crate::runner::tests::alive(pid), "the sleeping grandchild {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn output_read_before_a_detached_child_that_holds_stdout_is_kept() {
+        // Issue 11: the whole output was dropped (`"stdout": ""`) when the bounded drain ran out.
+        let never = CancellationToken::new();
+        let o = run(spec("echo hello; (setsid sleep 30 &); echo bye", 10_000), &never).await.unwrap();
+        assert_eq!(o.exit_code, Some(0));
+        assert_eq!(o.stdout, b"hello\nbye\n");
+        assert!(o.pipes_left_open);
+        let o = run(spec("echo alone", 10_000), &never).await.unwrap();
+        assert!(!o.pipes_left_open);
     }
 }
