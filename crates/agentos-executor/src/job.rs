@@ -13,6 +13,7 @@ use agentos_core::job::{ExecutorResult, LeasedJob};
 use agentos_core::sha256_hex;
 
 use crate::cache::ScriptCache;
+use crate::cgroup::JobCgroups;
 use crate::folders::Folders;
 use crate::runner::{self, RunSpec};
 use crate::sealed::{Sealed, SealedPolicy};
@@ -166,6 +167,7 @@ pub async fn execute(
     cache: &ScriptCache,
     folders: &Folders,
     sealed: &Arc<Sealed>,
+    cgroups: Option<&JobCgroups>,
     limits: &JobLimits,
     cancel: &CancellationToken,
 ) -> ExecutorResult {
@@ -190,6 +192,11 @@ pub async fn execute(
             &job.lease_id,
             format!("runtime {runtime} is not installed on this executor (looked in {})", limits.path),
         );
+    };
+    // Made before anything else the job holds, so a refusal leaves nothing to undo.
+    let cgroup = match cgroups.map(JobCgroups::job).transpose() {
+        Ok(c) => c,
+        Err(e) => return refused(&job.lease_id, format!("cannot create the job's cgroup: {e}")),
     };
     // A sealed job: a uid of its own (or the executor's, if so configured), a new folder.
     let uid = if job.sealed {
@@ -231,6 +238,7 @@ pub async fn execute(
         timeout: script.timeout,
         max_output: limits.max_output,
         run_as,
+        cgroup,
     };
     let outcome = runner::run(spec, cancel).await;
     if job.sealed {
@@ -303,6 +311,7 @@ mod tests {
             &ScriptCache::new(ws.path()),
             &Folders::new(ws.path(), None),
             &Sealed::new(SealedPolicy::Refuse),
+            None,
             &JobLimits::default(),
             &CancellationToken::new(),
         )
@@ -413,6 +422,7 @@ mod tests {
             &ScriptCache::new(ws.path()),
             &folders,
             &sealed,
+            None,
             &JobLimits::default(),
             &CancellationToken::new(),
         )

@@ -12,6 +12,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+use crate::cgroup::JobCgroup;
+
 pub struct RunSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
@@ -25,6 +27,9 @@ pub struct RunSpec {
     pub max_output: usize,
     /// Run as this user and group instead of the executor's own.
     pub run_as: Option<(u32, u32)>,
+    /// The job's cgroup: the process joins it before it runs, and everything in it is killed
+    /// when the main process exits, whatever left the process group.
+    pub cgroup: Option<JobCgroup>,
 }
 
 #[derive(Debug)]
@@ -81,9 +86,31 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    if let Some((uid, gid)) = spec.run_as {
-        // As root, std also drops the supplementary groups before it changes the user.
-        cmd.uid(uid).gid(gid);
+    let join = spec.cgroup.as_ref().map(JobCgroup::procs_fd);
+    let user = spec.run_as;
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe system calls on descriptors and values prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The cgroup is joined first, as the executor's user: once the user changed, the
+            // child may no longer move itself, and nothing runs before it is in.
+            if let Some(fd) = join
+                && libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some((uid, gid)) = user {
+                // What std's `uid`/`gid` do, here so that they come after the join: as root,
+                // drop the supplementary groups, then the group, then the user.
+                if libc::geteuid() == 0 && libc::setgroups(0, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
@@ -126,15 +153,26 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
                 w = &mut waited => break w?,
             }
         };
-        // Whatever the script left behind in its group goes with it.
+        // Whatever the script left behind in its group, or anywhere in its cgroup, goes with it.
         if pgid > 0 {
             kill_group(pgid);
+        }
+        if let Some(cg) = &spec.cgroup {
+            cg.kill();
         }
         // A process that left the group (`setsid`) may hold the pipes for ever: read for a
         // bounded time, then keep what came.
         let left_open = !drained && tokio::time::timeout(DRAIN_AFTER_EXIT, output).await.is_err();
         (status, timed_out, cancelled, left_open)
     };
+    if let Some(cg) = spec.cgroup {
+        // Waiting for the killed processes to leave happens off the runtime's thread.
+        match tokio::task::spawn_blocking(move || cg.remove()).await {
+            Ok(0) => {}
+            Ok(left) => tracing::error!(left, "processes of a job survived SIGKILL in its cgroup"),
+            Err(e) => tracing::error!(error = %e, "removing a job's cgroup failed"),
+        }
+    }
     Ok(RunOutput {
         exit_code: status.code(),
         signal: status.signal(),
@@ -188,6 +226,7 @@ pub(crate) mod tests {
             timeout: Duration::from_millis(timeout_ms),
             max_output: 1024,
             run_as: None,
+            cgroup: None,
         }
     }
 
@@ -217,6 +256,29 @@ pub(crate) mod tests {
         assert_eq!(o.signal, Some(9));
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         assert!(!crate::runner::tests::alive(pid), "the sleeping grandchild {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn a_detached_child_dies_with_its_job_in_the_jobs_cgroup() {
+        // Tests run as root where cgroup v2 is writable; this is the mechanism the executor
+        // relies on for what left the process group.
+        let ws = tempfile::tempdir().unwrap();
+        let cgroups = crate::cgroup::JobCgroups::open().expect("a writable cgroup v2");
+        let pidfile = ws.path().join("detached.pid");
+        let mut s = spec(
+            &format!(
+                "echo hello; (setsid sh -c 'echo $$ > {}; exec sleep 311' &); sleep 0.2; echo bye",
+                pidfile.display()
+            ),
+            10_000,
+        );
+        s.cgroup = Some(cgroups.job().unwrap());
+        let o = run(s, &CancellationToken::new()).await.unwrap();
+        assert_eq!(o.stdout, b"hello\nbye\n");
+        assert!(!o.pipes_left_open, "the detached child was killed, so its pipes closed at once");
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        assert!(!alive(pid), "the detached child {pid} survived its job");
+        cgroups.close();
     }
 
     #[tokio::test]
