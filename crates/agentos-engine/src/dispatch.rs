@@ -344,6 +344,17 @@ impl Engine {
             .into());
         }
         let job = self.script_job(principal, id, Some(&m), req)?;
+        // An asynchronous job holds no invocation slot while it waits, so the same limit counts
+        // open jobs instead: a caller cannot flood the durable queue either.
+        let max = self.inner.config.max_concurrent_invocations;
+        if self.inner.jobs.open_jobs_of(&principal.id) >= max {
+            return Err(CoreError::new(
+                ErrorKind::TooMany,
+                "too_many_invocations",
+                format!("{} has {max} jobs open, the limit; wait for one to finish", principal.name),
+            )
+            .into());
+        }
         Ok(self.queue_direct(principal, job).await?.0)
     }
 

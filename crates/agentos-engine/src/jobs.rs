@@ -224,6 +224,11 @@ impl JobQueue {
         rx
     }
 
+    /// How many direct jobs `invoker` has open (queued or running).
+    pub fn open_jobs_of(&self, invoker: &str) -> usize {
+        self.lock().jobs.values().filter(|j| j.invoker.as_deref() == Some(invoker)).count()
+    }
+
     /// An open job: queued, or handed out and not finished.
     pub fn open_job(&self, job_id: &str) -> Option<OpenJob> {
         let q = self.lock();

@@ -16,9 +16,13 @@ fn principal(name: &str, kind: PrincipalKind) -> Principal {
 }
 
 async fn open(dir: &std::path::Path) -> (Engine, Arc<SqliteJobStore>, usize) {
+    open_with(dir, EngineConfig::default()).await
+}
+
+async fn open_with(dir: &std::path::Path, config: EngineConfig) -> (Engine, Arc<SqliteJobStore>, usize) {
     let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
     let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
-    let engine = Engine::open(EngineConfig::default(), log, blobs).await.unwrap();
+    let engine = Engine::open(config, log, blobs).await.unwrap();
     let store = Arc::new(SqliteJobStore::open(&dir.join("jobs.db")).unwrap());
     let requeued = engine.recover_jobs(store.clone()).await.unwrap();
     (engine, store, requeued)
@@ -62,4 +66,19 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     let leased = e.poll_job(&exec, None, Duration::from_secs(1)).await.unwrap().unwrap();
     assert_eq!((leased.job_id.as_str(), leased.attempt), (open_job.as_str(), 1));
     assert!(e.poll_job(&exec, None, Duration::from_millis(50)).await.unwrap().is_none(), "a finished job ran again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_invocations_count_against_the_invocation_limit_while_their_jobs_are_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = principal("operator", PrincipalKind::Operator);
+    let (e, _store, _) =
+        open_with(dir.path(), EngineConfig { max_concurrent_invocations: 2, ..Default::default() }).await;
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.register_script(&op, serde_json::from_value(script).unwrap()).await.unwrap();
+    for _ in 0..2 {
+        e.invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
+    }
+    let err = e.invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap_err();
+    assert_eq!(err.code(), "too_many_invocations", "{err}");
 }
