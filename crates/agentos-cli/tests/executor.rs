@@ -359,10 +359,11 @@ fn an_executor_starting_on_a_workspace_kills_what_its_dead_predecessor_left() {
         .flatten()
         .filter_map(|d| d.file_name().to_str()?.parse::<i32>().ok())
         .find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                let (comm, rest) = s.split_once(") ").unwrap_or_default();
-                comm.ends_with("(agentos-guard") && rest.split_whitespace().nth(1) == Some(executor.as_str())
-            })
+            let parent = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(1)) == Some(executor.as_str())
+            });
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            parent && cmdline.split(|b| *b == 0).any(|arg| arg == b"agentos-guard")
         })
         .expect("the executor's guard process");
     // SAFETY: kill only sends a signal, to the guard found above.

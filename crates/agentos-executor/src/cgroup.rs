@@ -5,9 +5,8 @@
 //! or a parent-death signal reaches none of those that left: `setsid` leaves the group, and a
 //! parent-death signal goes to the direct child only.
 
-use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -38,9 +37,19 @@ const PREFIX: &str = "agentos-executor-";
 pub struct JobCgroups {
     dir: PathBuf,
     next: AtomicU64,
-    /// The write end of the guard's pipe: never written, closed only when this process ends.
-    guard: Option<OwnedFd>,
+    guard: Option<Guard>,
 }
+
+/// The guard process and the write end of its pipe: never written, closed when this process
+/// ends (or the executor stops and closes its cgroups).
+struct Guard {
+    _pipe: OwnedFd,
+    child: std::process::Child,
+}
+
+/// The guard's script: ignore what a terminal sends, wait for end of file on stdin, kill the
+/// cgroup named by `$1`.
+const GUARD_SCRIPT: &str = "trap '' INT TERM HUP QUIT PIPE; while read -r _; do :; done; echo 1 > \"$1\"";
 
 /// One job's cgroup. The runner puts the script in it before it runs, kills it when the main
 /// process exits, and removes it.
@@ -118,50 +127,41 @@ impl JobCgroups {
         Ok(JobCgroup { dir, procs: procs.into() })
     }
 
-    /// Starts the guard: a process forked from this one that waits on a pipe only this process
-    /// holds open and, when it closes (this process ended, however it ended), kills every
-    /// process in this executor's cgroup and exits. Forked rather than run from a program so
-    /// that it needs nothing on disk; between fork and exit it makes only system calls that are
-    /// safe in the child of a threaded process.
-    pub fn start_guard(&mut self) -> std::io::Result<()> {
-        let kill = CString::new(self.dir.join("cgroup.kill").as_os_str().as_bytes())?;
-        let mut fds = [0 as RawFd; 2];
-        // SAFETY: pipe2 writes two descriptors into the array it is given.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let (read, write) = (fds[0], fds[1]);
-        // SAFETY: fork has no preconditions; the child below calls only async-signal-safe
-        // functions and never returns into Rust code.
-        match unsafe { libc::fork() } {
-            -1 => {
-                let e = std::io::Error::last_os_error();
-                // SAFETY: both descriptors were opened above and are closed once.
-                unsafe {
-                    libc::close(read);
-                    libc::close(write);
-                }
-                Err(e)
-            }
-            0 => {
-                // SAFETY: in the child: signal, prctl, close_range, close, read, open, write and
-                // _exit are async-signal-safe; `kill` was allocated before the fork.
-                unsafe { guard(read, &kill) }
-            }
-            pid => {
-                // SAFETY: the read end belongs to the guard now; this process keeps the write end.
-                unsafe { libc::close(read) };
-                // SAFETY: `write` was opened above and is owned from here on.
-                self.guard = Some(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(write) });
-                tracing::debug!(guard = pid, cgroup = %self.dir.display(), "job guard started");
-                Ok(())
-            }
-        }
+    /// Starts the guard: a shell (`sh`, run as `agentos-guard`) whose stdin is a pipe only
+    /// this process holds the other end of. When the pipe closes (this process ended, however
+    /// it ended) its `read` sees end of file, and it kills every process in this executor's
+    /// cgroup and exits. A program of its own rather than a fork of this process: a fork would
+    /// keep a copy-on-write image of the whole executor (of the whole master, under `up`)
+    /// alive, and a fork of a threaded process may call nothing but async-signal-safe code.
+    /// It ignores the signals a terminal sends and runs in a process group of its own, so a
+    /// Ctrl-C that stops the executor does not stop it first.
+    pub fn start_guard(&mut self, sh: &Path) -> std::io::Result<()> {
+        // Both ends are close-on-exec: no script inherits the write end, which would keep the
+        // pipe open after the executor died.
+        let (read, write) = pipe()?;
+        let child = std::process::Command::new(sh)
+            .args(["-c", GUARD_SCRIPT, "agentos-guard"])
+            .arg(self.dir.join("cgroup.kill"))
+            .env_clear()
+            .current_dir("/")
+            .stdin(std::process::Stdio::from(read))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()?;
+        tracing::debug!(guard = child.id(), cgroup = %self.dir.display(), "job guard started");
+        self.guard = Some(Guard { _pipe: write, child });
+        Ok(())
     }
 
     /// Kills whatever still runs in this executor's cgroup and removes it: the executor is
     /// stopping and its jobs are over.
-    pub fn close(self) {
+    pub fn close(mut self) {
+        if let Some(Guard { _pipe, mut child }) = self.guard.take() {
+            // Closing the pipe ends the guard (after its kill, which finds nothing left to do).
+            drop(_pipe);
+            let _ = child.wait();
+        }
         let left = kill_and_remove(&self.dir);
         if left > 0 {
             tracing::error!(cgroup = %self.dir.display(), left, "processes of this executor's jobs survived SIGKILL");
@@ -169,42 +169,16 @@ impl JobCgroups {
     }
 }
 
-/// The guard's whole life, in the forked child.
-unsafe fn guard(read: RawFd, kill: &CString) -> ! {
-    // SAFETY: see the caller; every call below is async-signal-safe.
-    unsafe {
-        // A terminal's Ctrl-C or a hang-up reaches the executor's whole group; the guard must
-        // outlive the executor, so it ignores them and ends only when the pipe closes.
-        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGPIPE] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
-        libc::prctl(libc::PR_SET_NAME, c"agentos-guard".as_ptr(), 0, 0, 0);
-        // Nothing of the executor stays open in the guard: a listening socket or a lock held
-        // here would outlive the executor.
-        // Above all the pipe's write end: held here, it would never close. (The pipe is made
-        // just before the fork, so its ends are the two highest descriptors but for a race.)
-        let read_u = read as libc::c_uint;
-        let below = read_u == 0 || libc::syscall(libc::SYS_close_range, 0 as libc::c_uint, read_u - 1, 0) == 0;
-        let above = libc::syscall(libc::SYS_close_range, read_u + 1, libc::c_uint::MAX, 0) == 0;
-        if !(below && above) {
-            // No close_range (a kernel before 5.9): one by one, as far as descriptors go here.
-            for fd in (0..65_536).filter(|fd| *fd != read) {
-                libc::close(fd);
-            }
-        }
-        let mut buf = [0u8; 16];
-        loop {
-            let n = libc::read(read, buf.as_mut_ptr().cast(), buf.len());
-            if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
-                break;
-            }
-        }
-        let fd = libc::open(kill.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd >= 0 {
-            libc::write(fd, b"1".as_ptr().cast(), 1);
-        }
-        libc::_exit(0)
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two new descriptors into the array it is given.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: both descriptors were just opened and are owned from here on, once each.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 impl JobCgroup {

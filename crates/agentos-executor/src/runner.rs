@@ -267,7 +267,7 @@ pub(crate) mod tests {
         let pidfile = ws.path().join("detached.pid");
         let mut s = spec(
             &format!(
-                "echo hello; (setsid sh -c 'echo $$ > {}; exec sleep 311' &); sleep 0.2; echo bye",
+                "echo hello; (setsid sh -c 'echo $$ > {0}; exec sleep 311' &); until [ -s {0} ]; do sleep 0.01; done; echo bye",
                 pidfile.display()
             ),
             10_000,
@@ -285,7 +285,18 @@ pub(crate) mod tests {
     async fn output_read_before_a_detached_child_that_holds_stdout_is_kept() {
         // Issue 11: the whole output was dropped (`"stdout": ""`) when the bounded drain ran out.
         let never = CancellationToken::new();
-        let o = run(spec("echo hello; (setsid sleep 30 &); echo bye", 10_000), &never).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("detached.pid");
+        // The script waits until the child has left its group: killed before `setsid`, it
+        // would not hold the pipe.
+        let script = format!(
+            "echo hello; (setsid sh -c 'echo $$ > {0}; exec sleep 30' &); until [ -s {0} ]; do sleep 0.01; done; echo bye",
+            pidfile.display()
+        );
+        let o = run(spec(&script, 10_000), &never).await.unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        // SAFETY: kill only sends a signal, to the child this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
         assert_eq!(o.exit_code, Some(0));
         assert_eq!(o.stdout, b"hello\nbye\n");
         assert!(o.pipes_left_open);

@@ -162,9 +162,10 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     if left > 0 {
         tracing::error!(left, "processes under sealed uids survived the start-up sweep");
     }
-    // Before any connection is open: the guard is forked from this process.
+    let sh =
+        crate::runner::find_program("sh", &config.limits.path).unwrap_or_else(|| std::path::PathBuf::from("/bin/sh"));
     let cgroups = match JobCgroups::open() {
-        Ok(mut c) => match c.start_guard() {
+        Ok(mut c) => match c.start_guard(&sh) {
             Ok(()) => Some(c),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot start the job guard: scripts would outlive a killed executor; running jobs without cgroups");
