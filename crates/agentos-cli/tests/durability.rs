@@ -111,3 +111,63 @@ fn a_lost_operator_token_is_replaced_and_the_old_one_stops_working() {
     assert_eq!(api.get("/api/tool-catalog/keep").0, 200);
     assert_eq!(api.with_token(Some(&old)).get("/api/tool-catalog/keep").0, 401);
 }
+
+#[test]
+fn an_async_invocation_survives_a_master_killed_before_any_executor_ran_it() {
+    // Issue 11: a direct invocation's job lived in memory; a master crash lost it.
+    use common::{Executor, free_port, wait_for};
+    use serde_json::{Value, json};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let listen = format!("127.0.0.1:{}", free_port());
+    let master = Master::start_full(&dir.path().join("master"), &listen, &[], &[]);
+    let api = master.client();
+    // Every run of the script leaves a line here, whichever user it runs as.
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let runs = shared.join("runs");
+    let script = format!("echo ran >> {}; echo done", runs.display());
+    assert_eq!(api.register("once", "sh", &script, Some("default")).0, 200);
+    // `x` and `s` but not `l`: it may invoke scripts, and read its own job, not others'.
+    let invoker = api.agent("invoker", "--x------s");
+    let other = api.agent("other", "--x------s");
+    let resp = invoker
+        .http
+        .post(format!("{}/api/tools/once/invoke", invoker.url))
+        .bearer_auth(invoker.token.as_ref().unwrap())
+        .header("Prefer", "respond-async")
+        .json(&json!({"timeoutMs": 10000}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    assert_eq!(resp.headers()["preference-applied"], "respond-async");
+    let body: Value = resp.json().unwrap();
+    let job_id = body["jobId"].as_str().unwrap().to_string();
+    let path = format!("/api/jobs/{job_id}");
+    assert_eq!(body["location"], path.as_str());
+    let (status, job) = invoker.get(&path);
+    assert_eq!((status, job["state"].as_str()), (200, Some("queued")), "{job}");
+    assert_eq!(other.get(&path).0, 404, "another principal without l sees the job");
+
+    let master = master.restart();
+    let (status, job) = invoker.get(&path);
+    assert_eq!((status, job["state"].as_str()), (200, Some("queued")), "the job did not survive the crash: {job}");
+    let _e = Executor::start(&master, &dir.path().join("executor"), "e1", &[]);
+    let mut job = Value::Null;
+    wait_for("the job to finish", || {
+        job = invoker.get(&path).1;
+        job["state"] == "finished"
+    });
+    let results = job["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{job}");
+    assert_eq!(results[0]["stdout"], "done\n", "{job}");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n", "the job ran more than once");
+    // Once recorded, the job is not queued again by another restart.
+    let master = master.restart();
+    let _e2 = Executor::start(&master, &dir.path().join("executor2"), "e2", &[]);
+    assert_eq!(master.client().get("/api/executors").0, 200);
+    let (status, job) = invoker.get(&path);
+    assert_eq!((status, job["results"].as_array().map(Vec::len)), (200, Some(1)), "{job}");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n");
+}

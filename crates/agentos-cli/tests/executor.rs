@@ -301,3 +301,77 @@ fn an_invocation_nobody_serves_is_answered_no_executor_and_one_that_arrives_in_t
     let resp = call.join().unwrap();
     assert_eq!(ok_result(&resp)["stdout"], "fine\n");
 }
+
+/// The pids of live processes (zombies count as gone) whose command line is exactly `argv`.
+fn processes(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        })
+        .collect()
+}
+
+/// Registers and invokes (from a thread that is never joined: its answer does not matter) a
+/// script that starts `sleep SECONDS` twice, once detached with `setsid`, and waits until both
+/// run. A marker file makes a second run (after the lease expires) exit at once.
+fn start_sleepers(dir: &std::path::Path, m: &Master, seconds: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let shared = dir.join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let marker = shared.join("ran");
+    let script =
+        format!("[ -e {m} ] && exit 0; touch {m}; setsid sleep {seconds} & sleep {seconds}\n", m = marker.display());
+    let api = m.client();
+    assert_eq!(api.register("sleepers", "sh", &script, None).0, 200);
+    std::thread::spawn(move || api.invoke("sleepers", json!({"timeoutMs": 3000})));
+    wait_for("both sleepers to run", || processes(&["sleep", seconds]).len() == 2);
+}
+
+#[test]
+fn a_script_and_its_setsid_child_die_with_an_executor_killed_9() {
+    // Issue 11: `sleep 313` ran on long past its 3 s timeout once its executor was killed -9.
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let mut e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    start_sleepers(dir.path(), &m, "313");
+    e.kill9();
+    wait_for("no sleep 313 to be left", || processes(&["sleep", "313"]).is_empty());
+}
+
+#[test]
+fn an_executor_starting_on_a_workspace_kills_what_its_dead_predecessor_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let workspace = dir.path().join("executor");
+    let mut e = Executor::start(&m, &workspace, "e1", &[]);
+    start_sleepers(dir.path(), &m, "317");
+    // The guard goes first, as when the whole process group is killed at once.
+    let executor = e.child.id().to_string();
+    let guard = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|d| d.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            let parent = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(") ").and_then(|(_, rest)| rest.split_whitespace().nth(1)) == Some(executor.as_str())
+            });
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            parent && cmdline.split(|b| *b == 0).any(|arg| arg == b"agentos-guard")
+        })
+        .expect("the executor's guard process");
+    // SAFETY: kill only sends a signal, to the guard found above.
+    unsafe { libc::kill(guard, libc::SIGKILL) };
+    e.kill9();
+    // With the executor and its guard dead, only a starting executor's sweep kills the
+    // sleepers (this one, or one another test starts meanwhile: every executor sweeps the
+    // cgroups of all dead ones).
+    let _e = Executor::start(&m, &workspace, "e2", &[]);
+    wait_for("no sleep 317 to be left", || processes(&["sleep", "317"]).is_empty());
+}

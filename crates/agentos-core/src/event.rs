@@ -49,6 +49,9 @@ pub enum EventBody {
         #[serde(rename = "toolId", default, skip_serializing_if = "Option::is_none")]
         tool_id: Option<String>,
         result: crate::job::JobResult,
+        /// The principal (id) that invoked the job directly: it may read the result without `l`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        invoker: Option<String>,
     },
     /// The operator started the master with `--skip-event SEQ`: the event at `seq` could not be
     /// read, and every fold treats it as never written.

@@ -1,6 +1,7 @@
 //! Command dispatch on the master: queue a job, resolve and verify its script at hand-out time
 //! only, shape and record the one result, and fail jobs whose leases ran out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -13,7 +14,7 @@ use agentos_core::job::{CommandToken, ExecutorResult, ExecutorView, InvokeReques
 use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
-use agentos_store::BlobStore;
+use agentos_store::{BlobStore, JobStore, StoredJob};
 
 use crate::jobs::{Finished, LeaseError};
 use crate::principal::new_token;
@@ -50,7 +51,16 @@ impl Default for DispatchConfig {
 pub struct JobRecord {
     pub job_id: String,
     pub model: String,
+    /// `queued`, `running` (handed to an executor), or `finished` (`results` holds its result).
+    pub state: String,
     pub results: Vec<JobResult>,
+}
+
+/// A direct invocation's job, checked and ready to queue.
+struct ScriptJob {
+    model: String,
+    token: CommandToken,
+    timeout_ms: u64,
 }
 
 /// Characters of an offloaded output kept inline.
@@ -203,13 +213,14 @@ impl Engine {
         Ok(serde_json::to_value(result).map_err(|e| CoreError::internal(e.to_string()))?)
     }
 
-    async fn invoke_script(
+    /// Checks a direct invocation of a script and builds its command token.
+    fn script_job(
         &self,
         principal: &Principal,
         id: &str,
         model: Option<&str>,
         req: InvokeRequest,
-    ) -> Result<JobResult, EngineError> {
+    ) -> Result<ScriptJob, EngineError> {
         if !principal.flags.has(Flag::Execute) {
             return Err(CoreError::forbidden(format!(
                 "{} may not invoke tools: that needs the 'x' (execute) flag",
@@ -265,7 +276,99 @@ impl Engine {
             args["input"] = input;
         }
         let token = CommandToken { executor: "script".into(), command: "invoke".into(), args };
-        let (job_id, mut rx) = self.inner.jobs.enqueue(model, token);
+        Ok(ScriptJob { model, token, timeout_ms })
+    }
+
+    /// Queues a direct invocation's job, stored first when jobs are durable (the caller hears
+    /// of the job only once a crash can no longer lose it).
+    async fn queue_direct(
+        &self,
+        principal: &Principal,
+        job: ScriptJob,
+    ) -> Result<(String, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
+        let job_id = self.inner.jobs.new_id();
+        if let Some(d) = self.inner.durable.get() {
+            let token = serde_json::to_string(&job.token).map_err(|e| CoreError::internal(e.to_string()))?;
+            let stored = StoredJob {
+                job_id: job_id.clone(),
+                model: job.model.clone(),
+                invoker: principal.id.clone(),
+                token,
+                queued_at: crate::engine::now_ms(),
+            };
+            d.store.put(stored).await?;
+        }
+        let rx = self.inner.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone());
+        Ok((job_id, rx))
+    }
+
+    /// Drops a direct job nobody waits for any more, if no executor took it yet.
+    fn cancel_direct(&self, job_id: &str) {
+        if self.inner.jobs.cancel(job_id) {
+            self.forget_direct(job_id);
+        }
+    }
+
+    /// Removes a direct job from the job store (without waiting: the store is written off this
+    /// thread, which may be the committer's). One left behind by a crash is found finished in
+    /// the log at the next start.
+    fn forget_direct(&self, job_id: &str) {
+        if let Some(d) = self.inner.durable.get() {
+            let _ = d.forget.send(job_id.to_string());
+        }
+    }
+
+    /// `Prefer: respond-async`: queues a script's job and answers its id at once. The invoker
+    /// reads the result with `GET /api/jobs/{id}`. Queued whether or not an executor serves
+    /// the queue: the job is durable and waits for one.
+    pub async fn invoke_async(
+        &self,
+        principal: &Principal,
+        id: &str,
+        model: Option<&str>,
+        req: InvokeRequest,
+    ) -> Result<String, EngineError> {
+        check_tool_id(id)?;
+        let m = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
+        check_model_name(&m)?;
+        let is_toolnet = {
+            let st = self.read_state();
+            crate::access::check_catalog_read(&st, principal, Some(&m))?;
+            matches!(st.resolve(&m, id).map(|(e, _)| &e.entry.binding), Some(Binding::Toolnet(_)))
+        };
+        if is_toolnet && principal.flags.has(Flag::ToolNets) {
+            return Err(CoreError::bad_input(
+                "async_unsupported",
+                format!("{id:?} is a tool net: it answers synchronously; invoke it without Prefer: respond-async"),
+            )
+            .into());
+        }
+        let job = self.script_job(principal, id, Some(&m), req)?;
+        // An asynchronous job holds no invocation slot while it waits, so the same limit counts
+        // open jobs instead: a caller cannot flood the durable queue either.
+        let max = self.inner.config.max_concurrent_invocations;
+        if self.inner.jobs.open_jobs_of(&principal.id) >= max {
+            return Err(CoreError::new(
+                ErrorKind::TooMany,
+                "too_many_invocations",
+                format!("{} has {max} jobs open, the limit; wait for one to finish", principal.name),
+            )
+            .into());
+        }
+        Ok(self.queue_direct(principal, job).await?.0)
+    }
+
+    async fn invoke_script(
+        &self,
+        principal: &Principal,
+        id: &str,
+        model: Option<&str>,
+        req: InvokeRequest,
+    ) -> Result<JobResult, EngineError> {
+        let cfg = self.inner.dispatch;
+        let job = self.script_job(principal, id, model, req)?;
+        let timeout_ms = job.timeout_ms;
+        let (job_id, mut rx) = self.queue_direct(principal, job).await?;
         let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
         let deadline = tokio::time::Instant::now() + wait;
         let mut early = None;
@@ -275,7 +378,7 @@ impl Engine {
             let grace = cfg.no_executor_grace.min(wait);
             early = tokio::time::timeout(grace, &mut rx).await.ok();
             if early.is_none() && !self.inner.jobs.serving() {
-                self.inner.jobs.cancel(&job_id);
+                self.cancel_direct(&job_id);
                 return Err(CoreError::new(
                     ErrorKind::Unavailable,
                     "no_executor",
@@ -295,7 +398,7 @@ impl Engine {
             Ok(Ok(result)) => Ok(result),
             Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
             Err(_) => {
-                self.inner.jobs.cancel(&job_id);
+                self.cancel_direct(&job_id);
                 let serving = self.inner.jobs.executors().iter().filter(|e| e.state != "gone").count();
                 Err(CoreError::new(
                     ErrorKind::Unavailable,
@@ -508,12 +611,22 @@ impl Engine {
     /// it. Waits only for the queue, never for the commit.
     async fn finish(&self, finished: Finished, result: JobResult) {
         let tool_id = finished.token.args.get("toolId").and_then(Value::as_str).map(str::to_string);
-        let body = EventBody::JobFinished { job_id: finished.job_id.clone(), tool_id, result: result.clone() };
+        let body = EventBody::JobFinished {
+            job_id: finished.job_id.clone(),
+            tool_id,
+            result: result.clone(),
+            invoker: finished.invoker.clone(),
+        };
         let model = finished.model;
         let (job_id, waiter) = (finished.job_id, finished.waiter);
+        let direct = finished.invoker.is_some();
+        let engine = self.clone();
         let reply = Box::new(move |r: Result<_, EngineError>| {
-            if let Err(e) = r {
-                tracing::error!(job = %job_id, error = %e, "recording a job result failed");
+            match r {
+                // Recorded: the stored job has done its work. Until this point a crash re-runs it.
+                Ok(_) if direct => engine.forget_direct(&job_id),
+                Ok(_) => {}
+                Err(e) => tracing::error!(job = %job_id, error = %e, "recording a job result failed"),
             }
             if let Some(w) = waiter {
                 let _ = w.send(result);
@@ -531,31 +644,82 @@ impl Engine {
         }
     }
 
-    /// The recorded outcome of a job: its one result (a list, so a breach of that rule would show).
+    /// A job: its one result once it ended (a list, so a breach of that rule would show), or
+    /// that it is queued or running. Readable with `l` in the job's model, or by the principal
+    /// that invoked it directly.
     pub async fn job(&self, principal: &Principal, job_id: &str) -> Result<JobRecord, EngineError> {
-        if !principal.flags.has(Flag::Logs) {
-            return Err(CoreError::forbidden(format!(
-                "{} may not read job output: that needs the 'l' (logs) flag",
-                principal.name
-            ))
-            .into());
-        }
         let recs = self.inner.log.read_key_any_model(&format!("job:{job_id}")).await?;
         let mut model = String::new();
+        let mut invoker = None;
         let mut results = Vec::new();
         for rec in recs.into_iter().filter(|r| !self.inner.skipped.contains(&r.seq)) {
             model = rec.event.model.clone();
-            if let EventBody::JobFinished { result, .. } = EventBody::from_parts(&rec.event.kind, &rec.event.payload)? {
+            if let EventBody::JobFinished { result, invoker: by, .. } =
+                EventBody::from_parts(&rec.event.kind, &rec.event.payload)?
+            {
+                invoker = by;
                 results.push(result);
             }
         }
-        // Another model's job is as absent as one never run: its output is that model's.
-        if results.is_empty() || !crate::access::may_use_model(&self.read_state(), principal, &model) {
-            return Err(
-                CoreError::not_found(format!("no finished job {job_id:?} (a job is recorded when it ends)")).into()
-            );
+        let state = if !results.is_empty() {
+            "finished"
+        } else if let Some(open) = self.inner.jobs.open_job(job_id) {
+            model = open.model;
+            invoker = open.invoker;
+            if open.running { "running" } else { "queued" }
+        } else {
+            ""
+        };
+        // Absent, like one never run, unless the caller invoked it or may read logs in its
+        // model: whether a job exists says something about another principal's work.
+        let own = invoker.as_deref() == Some(principal.id.as_str());
+        let readable = own
+            || (principal.flags.has(Flag::Logs) && crate::access::may_use_model(&self.read_state(), principal, &model));
+        if state.is_empty() || !readable {
+            return Err(CoreError::not_found(format!("no job {job_id:?} (a job is recorded when it ends)")).into());
         }
-        Ok(JobRecord { job_id: job_id.to_string(), model, results })
+        Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
+    }
+
+    /// Makes direct invocations' jobs durable in `store`, and queues again those a previous
+    /// run of the master left open. A stored job whose result is already in the log (the
+    /// master died between recording it and forgetting it) is forgotten, never run again, so
+    /// each job has exactly one result. Returns how many were queued again.
+    pub async fn recover_jobs(&self, store: Arc<dyn JobStore>) -> Result<usize, EngineError> {
+        let (forget, mut forgotten) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let janitor = store.clone();
+        // Ends when the engine (the sender's holder) is dropped; a failed removal is logged, and
+        // the job is found finished in the log at the next start.
+        tokio::spawn(async move {
+            while let Some(id) = forgotten.recv().await {
+                if let Err(e) = janitor.forget(&id).await {
+                    tracing::warn!(job = %id, error = %e, "removing a finished job from the job store failed");
+                }
+            }
+        });
+        let mut requeued = 0;
+        for job in store.all().await? {
+            if !self.inner.log.read_key_any_model(&format!("job:{}", job.job_id)).await?.is_empty() {
+                store.forget(&job.job_id).await?;
+                continue;
+            }
+            let token: CommandToken = match serde_json::from_str(&job.token) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::error!(job = %job.job_id, error = %e, "a stored job's token does not parse; dropped");
+                    store.forget(&job.job_id).await?;
+                    continue;
+                }
+            };
+            tracing::info!(job = %job.job_id, model = %job.model, "queued again after a restart");
+            // Nobody waits on this run's receiver: the caller reads the result by job id.
+            drop(self.inner.jobs.enqueue_direct(job.job_id, job.model, token, job.invoker));
+            requeued += 1;
+        }
+        if self.inner.durable.set(crate::engine::DurableJobs { store, forget }).is_err() {
+            return Err(CoreError::internal("jobs were already made durable").into());
+        }
+        Ok(requeued)
     }
 
     pub fn executors(&self) -> Vec<ExecutorView> {

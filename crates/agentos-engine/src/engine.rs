@@ -101,6 +101,14 @@ pub(crate) struct Inner {
     pub(crate) slots: crate::admin::Slots,
     /// Sequence numbers of the events skipped by `--skip-event`, left out of every read.
     pub(crate) skipped: BTreeSet<u64>,
+    /// Where direct invocations' jobs are kept while open; unset: they live in memory only.
+    pub(crate) durable: std::sync::OnceLock<DurableJobs>,
+}
+
+/// The job store of direct invocations, and the queue of finished jobs to remove from it.
+pub(crate) struct DurableJobs {
+    pub(crate) store: Arc<dyn agentos_store::JobStore>,
+    pub(crate) forget: tokio::sync::mpsc::UnboundedSender<String>,
 }
 
 /// How the state was rebuilt at open.
@@ -118,7 +126,7 @@ struct SnapshotControl {
     task: Mutex<Option<JoinHandle<()>>>,
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
@@ -317,6 +325,7 @@ impl Engine {
                 secret_key,
                 slots: Default::default(),
                 skipped,
+                durable: Default::default(),
             }),
         };
         let weak_nets = Arc::downgrade(&engine.inner);

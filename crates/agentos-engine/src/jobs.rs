@@ -39,6 +39,8 @@ pub struct Finished {
     pub waiter: Option<Waiter>,
     /// Credential values the job carries; its output is scrubbed of them before it is recorded.
     pub secrets: Vec<String>,
+    /// The principal (id) that invoked it directly; `None` for a net's job.
+    pub invoker: Option<String>,
 }
 
 /// A job the queue handed to an executor.
@@ -62,6 +64,16 @@ struct Job {
     lease: Option<Lease>,
     waiter: Option<Waiter>,
     secrets: Vec<String>,
+    invoker: Option<String>,
+}
+
+/// Where an open job is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenJob {
+    pub model: String,
+    pub invoker: Option<String>,
+    /// Handed to an executor and not back yet.
+    pub running: bool,
 }
 
 struct Lease {
@@ -162,32 +174,81 @@ impl JobQueue {
         target: Option<String>,
         secrets: Vec<String>,
     ) -> (String, oneshot::Receiver<JobResult>) {
+        let id = self.new_id();
+        let rx = self.insert(id.clone(), model, token, target, secrets, None);
+        (id, rx)
+    }
+
+    /// A job id never given before, across restarts too (the epoch is this process's start).
+    pub fn new_id(&self) -> String {
+        let mut q = self.lock();
+        q.next += 1;
+        format!("job-{}-{}", self.epoch, q.next)
+    }
+
+    /// Queues a direct invocation's job under `id` (new, or one recovered after a restart):
+    /// any executor may take it, it carries no secrets, and `invoker` may read its result.
+    pub fn enqueue_direct(
+        &self,
+        id: String,
+        model: String,
+        token: CommandToken,
+        invoker: String,
+    ) -> oneshot::Receiver<JobResult> {
+        self.insert(id, model, token, None, Vec::new(), Some(invoker))
+    }
+
+    fn insert(
+        &self,
+        id: String,
+        model: String,
+        token: CommandToken,
+        target: Option<String>,
+        secrets: Vec<String>,
+        invoker: Option<String>,
+    ) -> oneshot::Receiver<JobResult> {
         let (tx, rx) = oneshot::channel();
         let targeted = target.is_some();
-        let id = {
+        {
             let mut q = self.lock();
-            q.next += 1;
-            let id = format!("job-{}-{}", self.epoch, q.next);
-            q.jobs.insert(id.clone(), Job { model, target, token, attempt: 0, lease: None, waiter: Some(tx), secrets });
-            q.queued.push_back(id.clone());
-            id
-        };
+            let job = Job { model, target, token, attempt: 0, lease: None, waiter: Some(tx), secrets, invoker };
+            q.jobs.insert(id.clone(), job);
+            q.queued.push_back(id);
+        }
         if targeted {
             // Only one executor may take it: wake every poller so that one is sure to look.
             self.work.notify_waiters();
         } else {
             self.work.notify_one();
         }
-        (id, rx)
+        rx
+    }
+
+    /// How many direct jobs `invoker` has open (queued or running).
+    pub fn open_jobs_of(&self, invoker: &str) -> usize {
+        self.lock().jobs.values().filter(|j| j.invoker.as_deref() == Some(invoker)).count()
+    }
+
+    /// An open job: queued, or handed out and not finished.
+    pub fn open_job(&self, job_id: &str) -> Option<OpenJob> {
+        let q = self.lock();
+        q.jobs.get(job_id).map(|j| OpenJob {
+            model: j.model.clone(),
+            invoker: j.invoker.clone(),
+            running: j.lease.is_some(),
+        })
     }
 
     /// Drops a job whose caller stopped waiting. A job already handed out finishes unobserved.
-    pub fn cancel(&self, job_id: &str) {
+    /// Returns whether it was dropped.
+    pub fn cancel(&self, job_id: &str) -> bool {
         let mut q = self.lock();
         if q.jobs.get(job_id).is_some_and(|j| j.lease.is_none()) {
             q.jobs.remove(job_id);
             q.queued.retain(|j| j != job_id);
+            return true;
         }
+        false
     }
 
     /// A job if one is queued right now, without waiting.
@@ -311,6 +372,7 @@ impl JobQueue {
             attempt: job.attempt,
             waiter: job.waiter.take(),
             secrets: std::mem::take(&mut job.secrets),
+            invoker: job.invoker.take(),
         })
     }
 
@@ -346,6 +408,7 @@ impl JobQueue {
                             attempt: job.attempt,
                             waiter,
                             secrets: job.secrets,
+                            invoker: job.invoker,
                         },
                         why,
                     ));

@@ -13,6 +13,7 @@ use agentos_core::job::{ExecutorResult, LeasedJob};
 use agentos_core::sha256_hex;
 
 use crate::cache::ScriptCache;
+use crate::cgroup::JobCgroups;
 use crate::folders::Folders;
 use crate::runner::{self, RunSpec};
 use crate::sealed::{Sealed, SealedPolicy};
@@ -68,6 +69,10 @@ fn check_env_name(name: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// The line added to a job's stderr when a process the script left running held its output
+/// open past the drain (`runner::DRAIN_AFTER_EXIT`): its output is what was read until then.
+pub const PIPES_LEFT_OPEN: &str = "\nagentos: the script exited but a process it started still held stdout or stderr open; the output read until then is kept\n";
 
 fn refused(lease_id: &str, error: String) -> ExecutorResult {
     ExecutorResult { lease_id: lease_id.to_string(), error: Some(error), ..Default::default() }
@@ -162,6 +167,7 @@ pub async fn execute(
     cache: &ScriptCache,
     folders: &Folders,
     sealed: &Arc<Sealed>,
+    cgroups: Option<&JobCgroups>,
     limits: &JobLimits,
     cancel: &CancellationToken,
 ) -> ExecutorResult {
@@ -186,6 +192,11 @@ pub async fn execute(
             &job.lease_id,
             format!("runtime {runtime} is not installed on this executor (looked in {})", limits.path),
         );
+    };
+    // Made before anything else the job holds, so a refusal leaves nothing to undo.
+    let cgroup = match cgroups.map(JobCgroups::job).transpose() {
+        Ok(c) => c,
+        Err(e) => return refused(&job.lease_id, format!("cannot create the job's cgroup: {e}")),
     };
     // A sealed job: a uid of its own (or the executor's, if so configured), a new folder.
     let uid = if job.sealed {
@@ -227,6 +238,7 @@ pub async fn execute(
         timeout: script.timeout,
         max_output: limits.max_output,
         run_as,
+        cgroup,
     };
     let outcome = runner::run(spec, cancel).await;
     if job.sealed {
@@ -242,12 +254,19 @@ pub async fn execute(
     let b64 = base64::engine::general_purpose::STANDARD;
     match outcome {
         Err(e) => refused(&job.lease_id, format!("cannot start {runtime}: {e}")),
-        Ok(o) => ExecutorResult {
+        Ok(mut o) => ExecutorResult {
             lease_id: job.lease_id.clone(),
             exit_code: o.exit_code,
             signal: o.signal,
             stdout_base64: b64.encode(&o.stdout),
-            stderr_base64: b64.encode(&o.stderr),
+            stderr_base64: {
+                if o.pipes_left_open {
+                    // Said in stderr, not in `error`: the script did what it did and its exit
+                    // code stands; the note only explains why the output may stop short.
+                    o.stderr.extend_from_slice(PIPES_LEFT_OPEN.as_bytes());
+                }
+                b64.encode(&o.stderr)
+            },
             duration_ms: o.duration.as_millis() as u64,
             timed_out: o.timed_out,
             output_truncated: o.truncated,
@@ -292,6 +311,7 @@ mod tests {
             &ScriptCache::new(ws.path()),
             &Folders::new(ws.path(), None),
             &Sealed::new(SealedPolicy::Refuse),
+            None,
             &JobLimits::default(),
             &CancellationToken::new(),
         )
@@ -402,6 +422,7 @@ mod tests {
             &ScriptCache::new(ws.path()),
             &folders,
             &sealed,
+            None,
             &JobLimits::default(),
             &CancellationToken::new(),
         )

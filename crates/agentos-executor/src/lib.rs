@@ -2,6 +2,7 @@
 //! against its sha256 again, caches it by digest, and runs it in a clean, bounded process.
 
 pub mod cache;
+pub mod cgroup;
 pub mod folders;
 pub mod job;
 pub mod protocol;

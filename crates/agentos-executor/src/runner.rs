@@ -12,6 +12,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
+use crate::cgroup::JobCgroup;
+
 pub struct RunSpec {
     pub program: PathBuf,
     pub args: Vec<String>,
@@ -25,6 +27,9 @@ pub struct RunSpec {
     pub max_output: usize,
     /// Run as this user and group instead of the executor's own.
     pub run_as: Option<(u32, u32)>,
+    /// The job's cgroup: the process joins it before it runs, and everything in it is killed
+    /// when the main process exits, whatever left the process group.
+    pub cgroup: Option<JobCgroup>,
 }
 
 #[derive(Debug)]
@@ -37,23 +42,25 @@ pub struct RunOutput {
     pub timed_out: bool,
     pub cancelled: bool,
     pub truncated: bool,
+    /// Output pipes still held open [`DRAIN_AFTER_EXIT`] after the main process exited (by a
+    /// process that left its group): what was read until then is in `stdout` and `stderr`.
+    pub pipes_left_open: bool,
 }
 
-async fn drain(mut r: impl AsyncRead + Unpin, max: usize) -> (Vec<u8>, bool) {
-    let mut kept = Vec::new();
+/// Reads `r` to its end into `kept` (at most `max` bytes, the rest read and dropped). It fills a
+/// buffer its caller owns so that a read abandoned half way keeps what came before.
+async fn drain(mut r: impl AsyncRead + Unpin, max: usize, kept: &mut Vec<u8>, truncated: &mut bool) {
     let mut buf = vec![0u8; 64 * 1024];
-    let mut truncated = false;
     loop {
         match r.read(&mut buf).await {
             Ok(0) | Err(_) => break,
             Ok(n) => {
                 let room = max.saturating_sub(kept.len());
                 kept.extend_from_slice(&buf[..n.min(room)]);
-                truncated |= n > room;
+                *truncated |= n > room;
             }
         }
     }
-    (kept, truncated)
 }
 
 fn kill_group(pgid: i32) {
@@ -79,9 +86,31 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    if let Some((uid, gid)) = spec.run_as {
-        // As root, std also drops the supplementary groups before it changes the user.
-        cmd.uid(uid).gid(gid);
+    let join = spec.cgroup.as_ref().map(JobCgroup::procs_fd);
+    let user = spec.run_as;
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe system calls on descriptors and values prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            // The cgroup is joined first, as the executor's user: once the user changed, the
+            // child may no longer move itself, and nothing runs before it is in.
+            if let Some(fd) = join
+                && libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some((uid, gid)) = user {
+                // What std's `uid`/`gid` do, here so that they come after the join: as root,
+                // drop the supplementary groups, then the group, then the user.
+                if libc::geteuid() == 0 && libc::setgroups(0, std::ptr::null()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
     }
     let mut child = cmd.spawn()?;
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
@@ -93,37 +122,57 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         });
     }
     let (out, err) = (child.stdout.take().expect("piped"), child.stderr.take().expect("piped"));
-    // Output is read while the process runs (a full pipe would stall it), in this same task.
-    let output = async { tokio::join!(drain(out, spec.max_output), drain(err, spec.max_output)) };
-    let waited = async {
-        tokio::select! {
-            s = child.wait() => s.map(|s| (s, false, false)),
-            _ = tokio::time::sleep(spec.timeout) => {
-                kill_group(pgid);
-                child.wait().await.map(|s| (s, true, false))
+    let (mut stdout, mut stderr, mut t1, mut t2) = (Vec::new(), Vec::new(), false, false);
+    // The reads borrow the buffers until this block ends, abandoned or not.
+    let (status, timed_out, cancelled, pipes_left_open) = {
+        // Output is read while the process runs (a full pipe would stall it), in this same task.
+        let output = async {
+            tokio::join!(
+                drain(out, spec.max_output, &mut stdout, &mut t1),
+                drain(err, spec.max_output, &mut stderr, &mut t2)
+            )
+        };
+        let waited = async {
+            tokio::select! {
+                s = child.wait() => s.map(|s| (s, false, false)),
+                _ = tokio::time::sleep(spec.timeout) => {
+                    kill_group(pgid);
+                    child.wait().await.map(|s| (s, true, false))
+                }
+                _ = cancel.cancelled() => {
+                    kill_group(pgid);
+                    child.wait().await.map(|s| (s, false, true))
+                }
             }
-            _ = cancel.cancelled() => {
-                kill_group(pgid);
-                child.wait().await.map(|s| (s, false, true))
+        };
+        tokio::pin!(output, waited);
+        let mut drained = false;
+        let (status, timed_out, cancelled) = loop {
+            tokio::select! {
+                _ = &mut output, if !drained => drained = true,
+                w = &mut waited => break w?,
             }
+        };
+        // Whatever the script left behind in its group, or anywhere in its cgroup, goes with it.
+        if pgid > 0 {
+            kill_group(pgid);
         }
-    };
-    tokio::pin!(output, waited);
-    let mut collected = None;
-    let (status, timed_out, cancelled) = loop {
-        tokio::select! {
-            o = &mut output, if collected.is_none() => collected = Some(o),
-            w = &mut waited => break w?,
+        if let Some(cg) = &spec.cgroup {
+            cg.kill();
         }
+        // A process that left the group (`setsid`) may hold the pipes for ever: read for a
+        // bounded time, then keep what came.
+        let left_open = !drained && tokio::time::timeout(DRAIN_AFTER_EXIT, output).await.is_err();
+        (status, timed_out, cancelled, left_open)
     };
-    // Whatever the script left behind in its group goes with it.
-    if pgid > 0 {
-        kill_group(pgid);
+    if let Some(cg) = spec.cgroup {
+        // Waiting for the killed processes to leave happens off the runtime's thread.
+        match tokio::task::spawn_blocking(move || cg.remove()).await {
+            Ok(0) => {}
+            Ok(left) => tracing::error!(left, "processes of a job survived SIGKILL in its cgroup"),
+            Err(e) => tracing::error!(error = %e, "removing a job's cgroup failed"),
+        }
     }
-    let ((stdout, t1), (stderr, t2)) = match collected {
-        Some(o) => o,
-        None => tokio::time::timeout(DRAIN_AFTER_EXIT, output).await.unwrap_or_default(),
-    };
     Ok(RunOutput {
         exit_code: status.code(),
         signal: status.signal(),
@@ -133,6 +182,7 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         timed_out,
         cancelled,
         truncated: t1 || t2,
+        pipes_left_open,
     })
 }
 
@@ -176,6 +226,7 @@ pub(crate) mod tests {
             timeout: Duration::from_millis(timeout_ms),
             max_output: 1024,
             run_as: None,
+            cgroup: None,
         }
     }
 
@@ -205,5 +256,51 @@ pub(crate) mod tests {
         assert_eq!(o.signal, Some(9));
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         assert!(!crate::runner::tests::alive(pid), "the sleeping grandchild {pid} survived");
+    }
+
+    #[tokio::test]
+    async fn a_detached_child_dies_with_its_job_in_the_jobs_cgroup() {
+        // Tests run as root where cgroup v2 is writable; this is the mechanism the executor
+        // relies on for what left the process group.
+        let ws = tempfile::tempdir().unwrap();
+        let cgroups = crate::cgroup::JobCgroups::open().expect("a writable cgroup v2");
+        let pidfile = ws.path().join("detached.pid");
+        let mut s = spec(
+            &format!(
+                "echo hello; (setsid sh -c 'echo $$ > {0}; exec sleep 311' &); until [ -s {0} ]; do sleep 0.01; done; echo bye",
+                pidfile.display()
+            ),
+            10_000,
+        );
+        s.cgroup = Some(cgroups.job().unwrap());
+        let o = run(s, &CancellationToken::new()).await.unwrap();
+        assert_eq!(o.stdout, b"hello\nbye\n");
+        assert!(!o.pipes_left_open, "the detached child was killed, so its pipes closed at once");
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        assert!(!alive(pid), "the detached child {pid} survived its job");
+        cgroups.close();
+    }
+
+    #[tokio::test]
+    async fn output_read_before_a_detached_child_that_holds_stdout_is_kept() {
+        // Issue 11: the whole output was dropped (`"stdout": ""`) when the bounded drain ran out.
+        let never = CancellationToken::new();
+        let dir = tempfile::tempdir().unwrap();
+        let pidfile = dir.path().join("detached.pid");
+        // The script waits until the child has left its group: killed before `setsid`, it
+        // would not hold the pipe.
+        let script = format!(
+            "echo hello; (setsid sh -c 'echo $$ > {0}; exec sleep 30' &); until [ -s {0} ]; do sleep 0.01; done; echo bye",
+            pidfile.display()
+        );
+        let o = run(spec(&script, 10_000), &never).await.unwrap();
+        let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+        // SAFETY: kill only sends a signal, to the child this test started.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert_eq!(o.exit_code, Some(0));
+        assert_eq!(o.stdout, b"hello\nbye\n");
+        assert!(o.pipes_left_open);
+        let o = run(spec("echo alone", 10_000), &never).await.unwrap();
+        assert!(!o.pipes_left_open);
     }
 }

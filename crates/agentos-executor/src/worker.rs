@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use agentos_core::job::LeasedJob;
 
 use crate::cache::ScriptCache;
+use crate::cgroup::JobCgroups;
 use crate::folders::Folders;
 use crate::job::{JobLimits, execute};
 use crate::protocol::{Master, ProtocolError};
@@ -125,6 +126,9 @@ struct Shared {
     cache: ScriptCache,
     folders: Folders,
     sealed: Arc<Sealed>,
+    /// `None`: this machine gives the executor no cgroups, and a script's detached processes
+    /// can outlive their job and the executor (warned about at start).
+    cgroups: Option<JobCgroups>,
     limits: JobLimits,
 }
 
@@ -158,6 +162,22 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     if left > 0 {
         tracing::error!(left, "processes under sealed uids survived the start-up sweep");
     }
+    let sh =
+        crate::runner::find_program("sh", &config.limits.path).unwrap_or_else(|| std::path::PathBuf::from("/bin/sh"));
+    let cgroups = match JobCgroups::open() {
+        Ok(mut c) => match c.start_guard(&sh) {
+            Ok(()) => Some(c),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the job guard: scripts would outlive a killed executor; running jobs without cgroups");
+                c.close();
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "jobs run without a cgroup of their own: processes a script detaches (setsid) can outlive their job, and every script outlives an executor that is killed; run the executor as root where cgroup v2 is writable");
+            None
+        }
+    };
     let shared = Arc::new(Shared {
         master: Master::new(&config.master, &config.token, config.name.clone()),
         cache: ScriptCache::new(&workspace),
@@ -167,6 +187,7 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
             folders
         },
         sealed,
+        cgroups,
         limits: config.limits.clone(),
     });
     // Stop taking work, then (after the grace period) stop running work.
@@ -199,6 +220,10 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
                 kill_running.cancel();
             }
         }
+    }
+    // Every worker has ended, so `shared` is the last reference.
+    if let Some(cgroups) = Arc::into_inner(shared).and_then(|s| s.cgroups) {
+        tokio::task::spawn_blocking(move || cgroups.close()).await.ok();
     }
     match fatal {
         Some(why) => Err(ExecutorError::Credential(why)),
@@ -280,7 +305,7 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         }
     };
     let result = tokio::select! {
-        r = execute(&job, &shared.cache, &shared.folders, &shared.sealed, &shared.limits, &cancel) => r,
+        r = execute(&job, &shared.cache, &shared.folders, &shared.sealed, shared.cgroups.as_ref(), &shared.limits, &cancel) => r,
         _ = heartbeat => unreachable!("the heartbeat never ends"),
     };
     if lease_lost.is_cancelled() {

@@ -286,20 +286,48 @@ pub struct InvokeParams {
 }
 
 /// Run a script tool once and wait for its result: `{exitCode, signal, stdout, stderr, durationMs, timedOut}`.
+/// With `Prefer: respond-async`, a script's job is queued durably and answered at once: 202
+/// `{jobId, location}`; the invoker reads the result with `GET /api/jobs/{id}`.
 #[utoipa::path(post, path = "/api/tools/{id}/invoke", tag = "tools", params(("id" = String, Path, description = "Tool id"), InvokeParams),
     request_body = InvokeRequest,
-    responses((status = 200, description = "A script's job result, or {toolnet, output} for a tool net", body = JobResult), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
+    responses((status = 200, description = "A script's job result, or {toolnet, output} for a tool net", body = JobResult), (status = 202, description = "Prefer: respond-async: the job is queued; {jobId, location}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
         (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 504, description = "No executor finished the job in time", body = crate::error::ErrorBody)))]
 pub async fn invoke_tool(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
     QueryParams(q): QueryParams<InvokeParams>,
+    headers: axum::http::HeaderMap,
     JsonValue(body): JsonValue,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
     let req: InvokeRequest = typed(body)?;
+    if prefers_async(&headers) {
+        // Answered once the job is stored: no invocation slot is held while it waits.
+        let job_id = app.engine.invoke_async(&p, &id, q.model.as_deref(), req).await?;
+        let location = format!("/api/jobs/{job_id}");
+        return Ok((
+            axum::http::StatusCode::ACCEPTED,
+            [
+                (axum::http::header::LOCATION, location.clone()),
+                (axum::http::header::HeaderName::from_static("preference-applied"), "respond-async".to_string()),
+            ],
+            Json(json!({"jobId": job_id, "location": location})),
+        )
+            .into_response());
+    }
     let _slot = app.engine.invocation_slot(&p)?;
-    Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?))
+    Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?).into_response())
+}
+
+/// Whether a `Prefer` header (RFC 7240) asks for `respond-async`.
+fn prefers_async(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all("prefer")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|pref| pref.split(';').next().is_some_and(|token| token.trim().eq_ignore_ascii_case("respond-async")))
 }
 
 /// Call a tool with command-line flags, as its shim does: `{tool, args}` → `{"ok":true,"result":...}`.
@@ -321,7 +349,8 @@ pub async fn call_tool(
     Ok(Json(json!({"ok": true, "result": result})))
 }
 
-/// A finished job and its recorded result.
+/// A job: queued, running, or finished with its recorded result. Readable with `l` in its
+/// model, or by the principal that invoked it.
 #[utoipa::path(get, path = "/api/jobs/{id}", tag = "tools", params(("id" = String, Path, description = "Job id")),
     responses((status = 200, body = agentos_engine::dispatch::JobRecord), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
 pub async fn get_job(

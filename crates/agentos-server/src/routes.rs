@@ -133,7 +133,8 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/api/models/{model}/transitions/{transition}/stop", Permission::Flag(Flag::Execute)),
     route("POST", "/api/models/{model}/transitions/{transition}/fire", Permission::Flag(Flag::Execute)),
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
-    with_model("GET", "/api/jobs/{id}", Permission::Flag(Flag::Logs), ModelRule::Resource),
+    // The engine decides: `l` in the job's model, or the job's own invoker (`job`).
+    with_model("GET", "/api/jobs/{id}", Permission::Authenticated, ModelRule::Resource),
     route("POST", "/api/executor-tokens", Permission::Operator),
     route("POST", "/api/executor/poll", Permission::Executor),
     route("POST", "/api/executor/jobs/{id}/heartbeat", Permission::Executor),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use agentos_core::command::Limits;
 use agentos_engine::outbound::{IpRange, OutboundPolicy};
 use agentos_engine::{Engine, EngineConfig, EngineError};
-use agentos_store::{FsBlobStore, SqliteEventLog, StoreError};
+use agentos_store::{FsBlobStore, SqliteEventLog, SqliteJobStore, StoreError};
 
 pub use crate::data_folder::LooseDataFolder;
 
@@ -126,6 +126,12 @@ pub async fn run(
         blobs,
     )
     .await?;
+    // Direct invocations' jobs survive a crash: those left open are queued again.
+    let job_store = Arc::new(SqliteJobStore::open(&data.join("jobs.db"))?);
+    let requeued = engine.recover_jobs(job_store).await?;
+    if requeued > 0 {
+        tracing::info!(requeued, "direct jobs left open by the last run are queued again");
+    }
     for name in engine.short_secrets() {
         tracing::warn!(
             secret = %name,

@@ -10,6 +10,8 @@ pub enum StoreError {
     BlobCorrupt { urn: BlobUrn, why: String },
     #[error("event log: {0}")]
     Log(String),
+    #[error("job store: {0}")]
+    Jobs(String),
     #[error("{context}: {source}")]
     Io {
         context: String,

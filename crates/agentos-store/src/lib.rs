@@ -1,15 +1,20 @@
-//! Storage behind two small traits: the append-only [`EventLog`] and the content-addressed [`BlobStore`].
+//! Storage behind small traits: the append-only [`EventLog`], the content-addressed
+//! [`BlobStore`], and the [`JobStore`] of open direct jobs.
 
 pub mod blob_store;
 pub mod error;
 pub mod event_log;
 pub mod fs_blob_store;
+pub mod job_store;
 pub mod sqlite_event_log;
+pub mod sqlite_job_store;
 pub mod verify_blob_store;
 
 pub use blob_store::BlobStore;
 pub use error::StoreError;
 pub use event_log::{EventLog, NewEvent, RecordedEvent, Snapshot};
 pub use fs_blob_store::FsBlobStore;
+pub use job_store::{JobStore, StoredJob};
 pub use sqlite_event_log::SqliteEventLog;
+pub use sqlite_job_store::SqliteJobStore;
 pub use verify_blob_store::VerifyBlobStore;

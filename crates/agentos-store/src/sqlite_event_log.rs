@@ -49,7 +49,7 @@ pub struct SqliteEventLog {
 /// 0644 (less the umask), and it gives the `-wal` and `-shm` files it makes later the mode of
 /// the database file, so this one mode keeps all three private: the log holds token data
 /// that no other user of the machine (a script running as `nobody`, say) may read.
-fn create_private(path: &Path) -> Result<(), StoreError> {
+pub(crate) fn create_private(path: &Path) -> Result<(), StoreError> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
         .create(true)
@@ -61,7 +61,7 @@ fn create_private(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-fn connect(path: &Path) -> Result<Connection, StoreError> {
+pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     // FULL: a commit is on disk before the API answers, even if the machine loses power.

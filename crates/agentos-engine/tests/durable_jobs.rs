@@ -1,0 +1,84 @@
+//! Direct jobs survive a restart through the job store, and a job whose result is already in
+//! the log is never queued again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agentos_core::event::PrincipalKind;
+use agentos_core::flags::Flags;
+use agentos_core::job::{ExecutorResult, InvokeRequest};
+use agentos_engine::{Engine, EngineConfig, Principal};
+use agentos_store::{FsBlobStore, JobStore, SqliteEventLog, SqliteJobStore};
+
+fn principal(name: &str, kind: PrincipalKind) -> Principal {
+    let flags = if kind == PrincipalKind::Operator { Flags::all() } else { Flags::empty() };
+    Principal { id: name.into(), name: name.into(), kind, flags, home_model: "default".into() }
+}
+
+async fn open(dir: &std::path::Path) -> (Engine, Arc<SqliteJobStore>, usize) {
+    open_with(dir, EngineConfig::default()).await
+}
+
+async fn open_with(dir: &std::path::Path, config: EngineConfig) -> (Engine, Arc<SqliteJobStore>, usize) {
+    let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
+    let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
+    let engine = Engine::open(config, log, blobs).await.unwrap();
+    let store = Arc::new(SqliteJobStore::open(&dir.join("jobs.db")).unwrap());
+    let requeued = engine.recover_jobs(store.clone()).await.unwrap();
+    (engine, store, requeued)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
+    let (e, store, _) = open(dir.path()).await;
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.register_script(&op, serde_json::from_value(script).unwrap()).await.unwrap();
+    let invoke = || InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+    let done = e.invoke_async(&op, "t", None, invoke()).await.unwrap();
+    let open_job = e.invoke_async(&op, "t", None, invoke()).await.unwrap();
+    assert_eq!(store.all().await.unwrap().len(), 2, "both jobs are stored before they are answered");
+    // An executor finishes the first; the second is still queued when the master dies.
+    let leased = e.poll_job(&exec, None, Duration::from_secs(1)).await.unwrap().unwrap();
+    assert_eq!(leased.job_id, done);
+    let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
+    e.complete_job(&exec, None, &done, result).await.unwrap();
+    let mut finished = None;
+    for _ in 0..200 {
+        finished = e.job(&op, &done).await.ok().filter(|j| j.state == "finished");
+        if finished.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(finished.is_some(), "the first job's result was not recorded");
+    // As if the master died after recording the result and before forgetting the job.
+    let stored = store.get(&open_job).await.unwrap().unwrap();
+    store.put(agentos_store::StoredJob { job_id: done.clone(), ..stored }).await.unwrap();
+    drop((e, store));
+
+    let (e, store, requeued) = open(dir.path()).await;
+    assert_eq!(requeued, 1, "only the job without a result runs again");
+    let ids: Vec<String> = store.all().await.unwrap().into_iter().map(|j| j.job_id).collect();
+    assert_eq!(ids, std::slice::from_ref(&open_job));
+    assert_eq!(e.job(&op, &open_job).await.unwrap().state, "queued");
+    let leased = e.poll_job(&exec, None, Duration::from_secs(1)).await.unwrap().unwrap();
+    assert_eq!((leased.job_id.as_str(), leased.attempt), (open_job.as_str(), 1));
+    assert!(e.poll_job(&exec, None, Duration::from_millis(50)).await.unwrap().is_none(), "a finished job ran again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asynchronous_invocations_count_against_the_invocation_limit_while_their_jobs_are_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = principal("operator", PrincipalKind::Operator);
+    let (e, _store, _) =
+        open_with(dir.path(), EngineConfig { max_concurrent_invocations: 2, ..Default::default() }).await;
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.register_script(&op, serde_json::from_value(script).unwrap()).await.unwrap();
+    for _ in 0..2 {
+        e.invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
+    }
+    let err = e.invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap_err();
+    assert_eq!(err.code(), "too_many_invocations", "{err}");
+}
