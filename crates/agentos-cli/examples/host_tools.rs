@@ -121,6 +121,7 @@ fn main() -> std::process::ExitCode {
         http_allow: Vec::new(),
         http_deny_private: false,
         loose_data_folder: agentos_server::LooseDataFolder::Refuse,
+        net_limits: Default::default(),
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let shutdown = async {

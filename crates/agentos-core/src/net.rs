@@ -354,14 +354,19 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
             (Some(_), Some(_)) | (None, None) => {
                 fault(format!("{at}/schedule"), "give exactly one of everyMs and cron".into())
             }
-            (None, Some(c)) => {
-                if let Err(e) = c.parse::<cron::Schedule>() {
-                    fault(
-                        format!("{at}/schedule/cron"),
-                        format!("bad cron expression {c:?}: {e} (six fields: sec min hour day month weekday)"),
-                    );
-                }
-            }
+            (None, Some(c)) => match c.parse::<cron::Schedule>() {
+                Err(e) => fault(
+                    format!("{at}/schedule/cron"),
+                    format!("bad cron expression {c:?}: {e} (six fields: sec min hour day month weekday)"),
+                ),
+                // A schedule with no next time would otherwise need a fallback rhythm, and any
+                // rhythm fires a transition its author meant never (or rarely) to fire.
+                Ok(s) if s.upcoming(chrono::Utc).next().is_none() => fault(
+                    format!("{at}/schedule/cron"),
+                    format!("cron expression {c:?} never comes due (no such date ahead, e.g. 30 February)"),
+                ),
+                Ok(_) => {}
+            },
             (Some(_), None) => {}
         }
     }

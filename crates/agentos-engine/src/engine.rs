@@ -40,6 +40,8 @@ pub struct EngineConfig {
     pub max_concurrent_invocations: usize,
     /// Which addresses requests made on a principal's behalf may connect to.
     pub outbound: crate::outbound::OutboundPolicy,
+    /// What one net may hold and do, and where the crash-loop marker lives.
+    pub nets: crate::nets::NetLimits,
 }
 
 impl Default for EngineConfig {
@@ -52,6 +54,7 @@ impl Default for EngineConfig {
             secret_key: None,
             max_concurrent_invocations: 32,
             outbound: Default::default(),
+            nets: Default::default(),
         }
     }
 }
@@ -201,6 +204,7 @@ impl Engine {
         let secret_key = config.secret_key;
         let http = config.outbound.client().map_err(|e| CoreError::internal(e.to_string()))?;
         let sealed_http = config.outbound.sealed_client().map_err(|e| CoreError::internal(e.to_string()))?;
+        let nets = crate::nets::NetRuntime::new(&config.nets);
         let engine = Engine {
             inner: Arc::new(Inner {
                 state,
@@ -215,7 +219,7 @@ impl Engine {
                 snapshots,
                 restored: Restored { snapshot_seq, replayed },
                 events,
-                nets: Default::default(),
+                nets,
                 http,
                 sealed_http,
                 net_loop: Mutex::new(None),
@@ -556,6 +560,7 @@ impl Engine {
         if let Some(n) = self.inner.net_loop.lock().unwrap_or_else(|p| p.into_inner()).take() {
             n.abort();
         }
+        self.inner.nets.clean_stop();
         drop(self.inner.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
         let committer = self.inner.committer.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(c) = committer {

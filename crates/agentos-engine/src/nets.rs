@@ -21,6 +21,7 @@ use agentos_core::net_state::{Instance, ModelNet, NetEvent, NewToken, Token, Tok
 use agentos_core::{CoreError, ErrorKind};
 
 use crate::access::{Authority, check_model_in, may_use_model, require};
+use crate::firing_marker::{CrashLooping, FiringMarker};
 use crate::outbound::describe;
 use crate::redact::Redactor;
 use crate::{Engine, EngineError, Principal};
@@ -96,14 +97,196 @@ pub(crate) struct ToolnetCall<'a> {
     pub timeout: Duration,
 }
 
+/// What one net may hold and do, so that a runaway net stops before it exhausts the master.
+/// Each is a flag of `agentos serve` (see the README); 0 turns a limit off.
+#[derive(Debug, Clone)]
+pub struct NetLimits {
+    /// Tokens one place may hold (`p-tool-catalog` is exempt: it is the catalog).
+    pub max_tokens_per_place: usize,
+    /// Tokens one fire may produce.
+    pub max_outputs_per_fire: usize,
+    /// Bytes of one token's data, as JSON.
+    pub max_token_bytes: usize,
+    /// Fires of one transition within one second.
+    pub max_fires_per_second: u32,
+    /// The master's resident memory above which fires fail instead of running.
+    pub max_memory_bytes: u64,
+    /// The crash-loop marker file; `None`: no crash-loop protection (an engine without a data folder).
+    pub firing_marker: Option<std::path::PathBuf>,
+}
+
+impl Default for NetLimits {
+    fn default() -> Self {
+        NetLimits {
+            max_tokens_per_place: 100_000,
+            max_outputs_per_fire: 1_000,
+            max_token_bytes: 1024 * 1024,
+            max_fires_per_second: 1_000,
+            max_memory_bytes: default_memory_cap(),
+            firing_marker: None,
+        }
+    }
+}
+
+/// Three quarters of the machine's memory (`MemTotal`), leaving the rest to the executor, the
+/// expression workers and the page cache; 0 (no cap) where it cannot be read.
+pub fn default_memory_cap() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    });
+    total_kib.map_or(0, |k| k * 1024 / 4 * 3)
+}
+
+/// The master's resident memory, from `/proc/self/statm`.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system and has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// The place whose tokens are the catalog's entries: never counted against a limit.
+pub const CATALOG_PLACE: &str = "p-tool-catalog";
+
 /// The engine's part that runs nets.
-#[derive(Default)]
 pub(crate) struct NetRuntime {
     compiled: Mutex<HashMap<(String, String), Arc<Compiled>>>,
     /// When each scheduled transition fires next.
     due: Mutex<HashMap<(String, String), tokio::time::Instant>>,
     wake: tokio::sync::Notify,
     next_instance: std::sync::atomic::AtomicU64,
+    limits: NetLimits,
+    marker: Arc<FiringMarker>,
+    /// Transitions found crash-looping at open; the fire loop stops them before it fires anything.
+    crash_looping: Mutex<Vec<CrashLooping>>,
+    /// Fires per transition in the current one-second window.
+    rates: Mutex<HashMap<(String, String), (std::time::Instant, u32)>>,
+    /// The last reading of the resident memory: read at most every [`MEMORY_READ_EVERY`].
+    memory: Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+/// How stale a memory reading may be: one read per fire would cost a file read per `pass` fire.
+const MEMORY_READ_EVERY: Duration = Duration::from_millis(10);
+
+impl NetRuntime {
+    pub(crate) fn new(limits: &NetLimits) -> NetRuntime {
+        let (marker, looping) = match &limits.firing_marker {
+            Some(path) => FiringMarker::open(path),
+            None => (FiringMarker::none(), Vec::new()),
+        };
+        NetRuntime {
+            compiled: Default::default(),
+            due: Default::default(),
+            wake: Default::default(),
+            next_instance: Default::default(),
+            limits: limits.clone(),
+            marker,
+            crash_looping: Mutex::new(looping),
+            rates: Default::default(),
+            memory: Default::default(),
+        }
+    }
+
+    /// A clean stop: no transition was firing when the master died.
+    pub(crate) fn clean_stop(&self) {
+        self.marker.clear_all();
+    }
+
+    /// Counts a fire of `key`; the reason to stop it when it exceeds its fires per second.
+    fn count_fire(&self, key: &(String, String)) -> Result<(), String> {
+        let max = self.limits.max_fires_per_second;
+        if max == 0 {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        let (since, n) = rates.entry(key.clone()).or_insert((now, 0));
+        if now.duration_since(*since) >= Duration::from_secs(1) {
+            (*since, *n) = (now, 0);
+        }
+        *n += 1;
+        if *n > max {
+            return Err(format!(
+                "stopped: more than {max} fires within one second (the master's --max-fires-per-second); a net that feeds itself without end? Start it again once fixed"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reason to refuse a fire when the master's memory is above its cap.
+    fn check_memory(&self) -> Result<(), String> {
+        let cap = self.limits.max_memory_bytes;
+        if cap == 0 {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let rss = {
+            let mut last = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+            match *last {
+                Some((at, v)) if now.duration_since(at) < MEMORY_READ_EVERY => v,
+                _ => {
+                    let v = resident_bytes().unwrap_or(0);
+                    *last = Some((now, v));
+                    v
+                }
+            }
+        };
+        if rss > cap {
+            return Err(format!(
+                "refused: the master uses {} MiB, above its cap of {} MiB (--max-memory-mb); the inputs stay parked",
+                rss >> 20,
+                cap >> 20
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reason to stop a transition whose fire would produce `outputs` (after taking `consumed`)
+    /// beyond a limit.
+    fn check_outputs(&self, net: &ModelNet, consumed: &[TokenRef], outputs: &[NewToken]) -> Result<(), String> {
+        let l = &self.limits;
+        if l.max_outputs_per_fire > 0 && outputs.len() > l.max_outputs_per_fire {
+            return Err(format!(
+                "stopped: one fire produced {} tokens, more than {} (the master's --max-outputs-per-fire)",
+                outputs.len(),
+                l.max_outputs_per_fire
+            ));
+        }
+        if l.max_token_bytes > 0 {
+            for t in outputs {
+                let bytes = serde_json::to_vec(&t.data).map_or(usize::MAX, |b| b.len());
+                if bytes > l.max_token_bytes {
+                    return Err(format!(
+                        "stopped: a token for {} is {bytes} bytes, more than {} (the master's --max-token-bytes)",
+                        t.place, l.max_token_bytes
+                    ));
+                }
+            }
+        }
+        if l.max_tokens_per_place > 0 {
+            let mut added: BTreeMap<&str, i64> = BTreeMap::new();
+            for t in outputs {
+                *added.entry(t.place.as_str()).or_default() += 1;
+            }
+            for r in consumed {
+                if let Some(n) = added.get_mut(r.place.as_str()) {
+                    *n -= 1;
+                }
+            }
+            for (place, n) in added {
+                let held = net.places.get(place).map_or(0, |p| p.tokens.len()) as i64;
+                if place != CATALOG_PLACE && n > 0 && held + n > l.max_tokens_per_place as i64 {
+                    return Err(format!(
+                        "stopped: place {place} would hold {} tokens, more than {} (the master's --max-tokens-per-place)",
+                        held + n,
+                        l.max_tokens_per_place
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where a fire acts and with whose authority.
@@ -170,7 +353,8 @@ pub struct LinkView {
 #[serde(rename_all = "camelCase")]
 pub struct FireOutcome {
     pub transition: String,
-    /// `fired` (done), `started` (a command or http action runs), `failed` (inputs kept), `not-enabled`.
+    /// `fired` (done), `started` (a command or http action runs), `failed` (inputs kept),
+    /// `stopped` (a limit was hit: the transition stopped, inputs kept), `not-enabled`.
     pub outcome: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fire: Option<String>,
@@ -367,14 +551,42 @@ impl Engine {
         let put = NetEvent::TokensPut {
             tokens: vec![NewToken { place: place.to_string(), name: name.clone(), data: data.clone(), by: by.clone() }],
         };
-        let (who, m) = (p.clone(), model.to_string());
+        let limits = &self.inner.nets.limits;
+        if limits.max_token_bytes > 0 {
+            let bytes = serde_json::to_vec(&data).map_or(usize::MAX, |b| b.len());
+            if bytes > limits.max_token_bytes {
+                return Err(CoreError::new(
+                    ErrorKind::TooLarge,
+                    "token_too_large",
+                    format!(
+                        "the token is {bytes} bytes, more than {} (the master's --max-token-bytes)",
+                        limits.max_token_bytes
+                    ),
+                )
+                .into());
+            }
+        }
+        let max_tokens = limits.max_tokens_per_place;
+        let (who, m, pl) = (p.clone(), model.to_string(), place.to_string());
         let decide = self.net_event(model, put);
         let guarded: crate::committer::Decide = Box::new(move |st| {
             check_model_in(st, &who, &m)?;
+            let held = st.nets.nets.get(&m).and_then(|n| n.places.get(&pl)).map_or(0, |p| p.tokens.len());
+            if max_tokens > 0 && held >= max_tokens && pl != CATALOG_PLACE {
+                return Err(CoreError::new(
+                    ErrorKind::Conflict,
+                    "place_full",
+                    format!(
+                        "place {pl:?} holds {held} tokens, the most a place may hold (the master's --max-tokens-per-place)"
+                    ),
+                ));
+            }
             decide(st)
         });
         let events = self.submit(&p.name, guarded).await.map_err(|e| match e {
-            EngineError::Core(c) if c.kind == ErrorKind::Conflict => CoreError::not_found(c.message).into(),
+            EngineError::Core(c) if c.kind == ErrorKind::Conflict && c.code != "place_full" => {
+                CoreError::not_found(c.message).into()
+            }
             other => other,
         })?;
         // Answered from the committed event: by now a transition may already have taken the token.
@@ -600,6 +812,19 @@ impl Engine {
         Err(format!("no emit rule matched the result ({}); the inputs stay in place", why.join("; ")))
     }
 
+    /// Stops a transition that hit a limit, with the reason: an event, so it stays stopped after a restart.
+    async fn stop_for(&self, model: &str, transition: &str, reason: String) -> Result<FireOutcome, EngineError> {
+        tracing::warn!(%model, %transition, %reason, "transition stopped");
+        let ev = NetEvent::Stopped { transition: transition.to_string(), reason: Some(reason.clone()) };
+        self.commit_net("system", model, ev).await?;
+        Ok(FireOutcome {
+            transition: transition.to_string(),
+            outcome: "stopped".into(),
+            fire: None,
+            reason: Some(reason),
+        })
+    }
+
     /// Tries to fire `transition` once. Synchronous kinds complete here; command and http begin here
     /// and complete in a task of their own.
     async fn try_fire(
@@ -670,6 +895,20 @@ impl Engine {
                 return Ok(outcome("not-enabled", None, Some(reason)));
             }
         };
+        let key = (model.to_string(), transition.to_string());
+        if let Err(reason) = self.inner.nets.count_fire(&key) {
+            return self.stop_for(model, transition, reason).await;
+        }
+        if let Err(reason) = self.inner.nets.check_memory() {
+            let tokens: Vec<TokenRef> = bound.values().flatten().cloned().collect();
+            let ev =
+                NetEvent::FireFailed { transition: transition.to_string(), fire: None, tokens, reason: reason.clone() };
+            self.commit_net(principal, model, ev).await?;
+            return Ok(outcome("failed", None, Some(reason)));
+        }
+        // Held until the fire is committed (or, for command and http, begun): a master that dies
+        // in between counts a death against this transition.
+        let _firing = self.inner.nets.marker.enter(key);
         let t = &c.inscription;
         let consumed = Self::consumed(t, &bound);
         match t.kind.as_str() {
@@ -689,6 +928,18 @@ impl Engine {
                     Ok(first.and_then(|tok| tok.get("data").cloned()).unwrap_or(Value::Null))
                 };
                 let routed = result.and_then(|r| Self::route(&c, &r, &r, &ctx, &by));
+                if let Ok(outputs) = &routed {
+                    let limit = {
+                        let st = self.read_state();
+                        st.nets
+                            .nets
+                            .get(model)
+                            .map_or(Ok(()), |net| self.inner.nets.check_outputs(net, &consumed, outputs))
+                    };
+                    if let Err(reason) = limit {
+                        return self.stop_for(model, transition, reason).await;
+                    }
+                }
                 match routed {
                     Ok(outputs) => {
                         let ev = NetEvent::Fired { transition: transition.to_string(), consumed, outputs };
@@ -755,10 +1006,22 @@ impl Engine {
         let t = &c.inscription;
         let mut secrets = Vec::new();
         let run = FireRun { model, resolve_model: &resolve_model, authority: &authority };
+        let key = (model.to_string(), t.id.clone());
+        // An http answer is read into the master's memory, so the whole request counts as firing; a
+        // command runs on an executor, and only what the master does with its result counts (a
+        // long command under a master restarted by hand is no crash loop).
+        let mut firing = (t.kind == "http").then(|| self.inner.nets.marker.enter(key.clone()));
         let action = match t.kind.as_str() {
             "command" => self.run_command(&c, &bound, &ctx, &run, &mut secrets).await,
             "http" => self.run_http(&c, &ctx, &run, &mut secrets).await,
             other => Err(format!("kind {other} does not run asynchronously")),
+        };
+        let _firing = firing.take().unwrap_or_else(|| self.inner.nets.marker.enter(key));
+        let failed = |reason: String| NetEvent::FireFailed {
+            transition: t.id.clone(),
+            fire: Some(fire.to_string()),
+            tokens: bound.values().flatten().cloned().collect(),
+            reason,
         };
         let ev = match action {
             Ok((result, response)) => {
@@ -766,25 +1029,41 @@ impl Engine {
                 let (result, response) = (redactor.value(result), redactor.value(response));
                 match Self::route(&c, &result, &response, &ctx, &by) {
                     Ok(outputs) => {
-                        NetEvent::FireCompleted { fire: fire.to_string(), consumed: Self::consumed(t, &bound), outputs }
+                        let consumed = Self::consumed(t, &bound);
+                        let limit = {
+                            let st = self.read_state();
+                            st.nets
+                                .nets
+                                .get(model)
+                                .map_or(Ok(()), |net| self.inner.nets.check_outputs(net, &consumed, &outputs))
+                        };
+                        if let Err(reason) = limit {
+                            // The fire ends failed, its inputs parked, and the transition stops.
+                            tracing::warn!(%model, transition = %t.id, %reason, "transition stopped");
+                            let stop = NetEvent::Stopped { transition: t.id.clone(), reason: Some(reason.clone()) };
+                            let evs = [failed(reason), stop];
+                            let m = model.to_string();
+                            self.submit(
+                                "system",
+                                Box::new(move |st| {
+                                    let net = st.nets.nets.get(&m);
+                                    let mut out = Vec::new();
+                                    for ev in &evs {
+                                        ev.check(net).map_err(CoreError::conflict)?;
+                                        out.push((m.clone(), EventBody::Net(ev.clone())));
+                                    }
+                                    Ok(out)
+                                }),
+                            )
+                            .await?;
+                            return Ok(());
+                        }
+                        NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
                     }
-                    Err(reason) => NetEvent::FireFailed {
-                        transition: t.id.clone(),
-                        fire: Some(fire.to_string()),
-                        tokens: bound.values().flatten().cloned().collect(),
-                        reason,
-                    },
+                    Err(reason) => failed(reason),
                 }
             }
-            Err(reason) => {
-                let reason = Redactor::new(&secrets).text(&reason);
-                NetEvent::FireFailed {
-                    transition: t.id.clone(),
-                    fire: Some(fire.to_string()),
-                    tokens: bound.values().flatten().cloned().collect(),
-                    reason,
-                }
-            }
+            Err(reason) => failed(Redactor::new(&secrets).text(&reason)),
         };
         self.commit_net("system", model, ev).await?;
         Ok(())
@@ -1069,7 +1348,11 @@ impl Engine {
             due.retain(|k, _| scheduled.iter().any(|(m, t, _)| &k.0 == m && &k.1 == t));
             for (m, t, s) in &scheduled {
                 let key = (m.clone(), t.clone());
-                let step = interval_of(s).unwrap_or(Duration::from_secs(1)).max(Duration::from_millis(1));
+                let Some(step) = interval_of(s) else {
+                    due.insert(key.clone(), now + NEVER_DUE);
+                    continue;
+                };
+                let step = step.max(Duration::from_millis(1));
                 let at = *due.entry(key.clone()).or_insert(now + step);
                 if at <= now {
                     fire_now.push(key.clone());
@@ -1087,6 +1370,49 @@ impl Engine {
             }
         }
         next
+    }
+
+    /// Stops the transitions that were firing at the master's last deaths in a row, before
+    /// anything fires: their fires in flight fail (inputs parked) instead of running again.
+    async fn stop_crash_looping(&self) {
+        let looping = std::mem::take(&mut *self.inner.nets.crash_looping.lock().unwrap_or_else(|e| e.into_inner()));
+        for CrashLooping { model, transition, deaths } in looping {
+            let reason = format!(
+                "stopped at start: the master died {deaths} times in a row while transition {transition:?} was firing; look at its inputs (they stay in place), then start it again"
+            );
+            tracing::error!(%model, %transition, deaths, "a transition was firing at every recent death of the master; it starts stopped");
+            let (m, t, why) = (model.clone(), transition.clone(), reason.clone());
+            let stopped = self
+                .submit(
+                    "system",
+                    Box::new(move |st| {
+                        let Some(net) = st.nets.nets.get(&m) else { return Ok(Vec::new()) };
+                        if net.inscription(&t).is_none() {
+                            return Ok(Vec::new());
+                        }
+                        let mut out = vec![(
+                            m.clone(),
+                            EventBody::Net(NetEvent::Stopped { transition: t.clone(), reason: Some(why.clone()) }),
+                        )];
+                        for (id, f) in net.in_flight.iter().filter(|(_, f)| f.transition == t) {
+                            out.push((
+                                m.clone(),
+                                EventBody::Net(NetEvent::FireFailed {
+                                    transition: t.clone(),
+                                    fire: Some(id.clone()),
+                                    tokens: f.bound.values().flatten().cloned().collect(),
+                                    reason: why.clone(),
+                                }),
+                            ));
+                        }
+                        Ok(out)
+                    }),
+                )
+                .await;
+            if let Err(e) = stopped {
+                tracing::error!(%model, %transition, error = %e, "stopping a crash-looping transition failed");
+            }
+        }
     }
 
     /// Re-runs the fires that were in flight when the master stopped.
@@ -1222,6 +1548,7 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
     let (mut events, wake) = match weak.upgrade() {
         Some(inner) => {
             let engine = Engine { inner };
+            engine.stop_crash_looping().await;
             engine.resume_fires();
             (engine.subscribe(), engine.inner.clone())
         }
@@ -1254,5 +1581,10 @@ fn interval_of(s: &agentos_core::net::Schedule) -> Option<Duration> {
     }
     let cron: cron::Schedule = s.cron.as_deref()?.parse().ok()?;
     let next = cron.upcoming(chrono::Utc).next()?;
-    (next - chrono::Utc::now()).to_std().ok()
+    // A time already passed (the clock moved): due now.
+    Some((next - chrono::Utc::now()).to_std().unwrap_or_default())
 }
+
+/// A schedule that never comes due (refused when a net is applied; one applied before that rule
+/// may still be in the log) waits this long between looks, and never fires.
+const NEVER_DUE: Duration = Duration::from_secs(3600);

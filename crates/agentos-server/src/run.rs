@@ -35,6 +35,8 @@ pub struct ServeConfig {
     pub http_deny_private: bool,
     /// What to do when the data folder, or anything in it, is open to other users.
     pub loose_data_folder: LooseDataFolder,
+    /// What one net may hold and do (the crash-loop marker is put in the data folder).
+    pub net_limits: agentos_engine::NetLimits,
 }
 
 /// What a started master tells whoever launched it.
@@ -116,6 +118,10 @@ pub async fn run(
             outbound: OutboundPolicy::new(config.http_allow.clone())
                 .listening_on(addr)
                 .deny_private(config.http_deny_private),
+            nets: agentos_engine::NetLimits {
+                firing_marker: Some(data.join("nets.firing")),
+                ..config.net_limits.clone()
+            },
         },
         log,
         blobs,
