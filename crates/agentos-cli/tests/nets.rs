@@ -719,3 +719,104 @@ fn finished_tool_net_instances_leave_no_model_behind() {
     let m = m.restart();
     assert_eq!(instances(&m.client()), 0, "instances came back from the log");
 }
+
+#[test]
+fn a_poison_token_among_a_hundred_lands_in_the_error_place_after_its_attempts_through_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "work",
+        json!({"places": ["p-in", "p-out", "p-err"], "transitions": [{"id": "inc", "kind": "map",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"out": {"place": "p-out"}, "err": {"place": "p-err"}},
+            "action": {"template": {"n": "${.i.data.n}", "next": "${.i.data.n + 1}"}},
+            "retry": {"maxAttempts": 3, "backoffMs": 100}, "onError": {"to": "err"},
+            "emit": [{"to": "out"}]}]}),
+    );
+    start_all(&api, "work", &["inc"]);
+    for n in 0..50 {
+        assert_eq!(put(&api, "work", "p-in", json!({"n": n})).0, 200);
+    }
+    // A string plus a number fails the template on every attempt.
+    assert_eq!(put(&api, "work", "p-in", json!({"n": "poison"})).0, 200);
+    let m = m.restart();
+    let api = m.client();
+    for n in 50..100 {
+        assert_eq!(put(&api, "work", "p-in", json!({"n": n})).0, 200);
+    }
+    wait_for("every token through", || {
+        api.token_data("work", "p-out").len() >= 100 && !api.token_data("work", "p-err").is_empty()
+    });
+    let mut seen: Vec<u64> = api.token_data("work", "p-out").iter().map(|d| d["n"].as_u64().unwrap()).collect();
+    seen.sort();
+    assert_eq!(seen, (0..100).collect::<Vec<_>>(), "lost or duplicated answers");
+    let errors = api.token_data("work", "p-err");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert_eq!((e["attempts"].as_u64(), e["transition"].as_str()), (Some(3), Some("inc")), "{e}");
+    assert_eq!(e["input"]["i"]["data"]["n"], "poison", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("the template failed"), "{e}");
+    assert!(api.token_data("work", "p-in").is_empty());
+    assert_eq!(api.get("/api/models/work/parked").1, json!([]));
+}
+
+#[test]
+fn a_parked_token_is_listed_with_its_reason_then_retried_or_discarded_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    // The rule reads `.v` at the top, where a rule sees {result, response, input}.
+    apply(
+        &api,
+        "park",
+        json!({"places": ["p-in", "p-big"], "transitions": [{"id": "sort", "kind": "pass",
+            "presets": {"x": {"place": "p-in"}}, "postsets": {"big": {"place": "p-big"}},
+            "emit": [{"to": "big", "when": ".v > 10"}], "onUnmatched": "keep"}]}),
+    );
+    start_all(&api, "park", &["sort"]);
+    put(&api, "park", "p-in", json!({"v": 11}));
+    wait_for("the token to park", || !api.get("/api/models/park/parked").1.as_array().unwrap().is_empty());
+    let (_, parked) = api.get("/api/models/park/parked?transition=sort");
+    let p = &parked[0];
+    assert_eq!(
+        (p["transition"].as_str(), p["place"].as_str(), p["attempts"].as_u64()),
+        (Some("sort"), Some("p-in"), Some(1))
+    );
+    let reason = p["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(
+            "`.v` is null here; rules see {result, response, input}: did you mean `.result.v` or `.input.x.data.v`?"
+        ),
+        "{reason}"
+    );
+    let id = p["token"]["id"].as_str().unwrap().to_string();
+    assert_eq!(error_code(&api.get("/api/models/park/parked?transition=nope"), 404), "not_found");
+
+    // The CLI lists the same.
+    let out = std::process::Command::new(common::BIN)
+        .args(["net", "parked", "sort", "--model", "park", "--url", &m.url, "--token", &m.token])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&id) && text.contains("did you mean"), "{text}");
+
+    // Retried: it binds again (and parks again, the rule being still wrong).
+    let (status, v) = api.post(&format!("/api/models/park/parked/{id}/retry"), json!({}));
+    assert_eq!(status, 200, "{v}");
+    wait_for("the retried token to park again", || {
+        let (_, events) = api.get("/api/events?limit=1000");
+        let failed = events["events"]
+            .as_array()
+            .or(events.as_array())
+            .map(|e| e.iter().filter(|e| e.to_string().contains("fireFailed")).count())
+            .unwrap_or(0);
+        failed >= 2
+    });
+    // Discarded: the token is gone, with an event.
+    let (status, v) = api.post(&format!("/api/models/park/parked/{id}/discard"), json!({}));
+    assert_eq!(status, 200, "{v}");
+    assert!(api.token_data("park", "p-in").is_empty());
+    assert_eq!(api.get("/api/models/park/parked").1, json!([]));
+    assert_eq!(error_code(&api.post(&format!("/api/models/park/parked/{id}/retry"), json!({})), 404), "not_found");
+}

@@ -228,6 +228,7 @@ impl Engine {
                 slots: Default::default(),
             }),
         };
+        engine.stop_crash_looping().await;
         let weak_nets = Arc::downgrade(&engine.inner);
         let net_loop = tokio::spawn(crate::nets::net_loop(weak_nets));
         *engine.inner.net_loop.lock().unwrap_or_else(|p| p.into_inner()) = Some(net_loop);

@@ -362,6 +362,20 @@ pub struct FireOutcome {
     pub reason: Option<String>,
 }
 
+/// A token a transition will not bind again by itself, for `GET /api/models/{m}/parked`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParkedToken {
+    pub transition: String,
+    pub place: String,
+    pub token: Token,
+    /// Why the fire that parked it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Failed fires of this transition on it.
+    pub attempts: u32,
+}
+
 fn token_json(t: &Token) -> Value {
     serde_json::to_value(t).unwrap_or(Value::Null)
 }
@@ -676,6 +690,70 @@ impl Engine {
         self.try_fire(model, transition, Some(p)).await
     }
 
+    /// The parked tokens of a model, of one transition or all. Needs `r`.
+    pub fn parked(
+        &self,
+        p: &Principal,
+        model: &str,
+        transition: Option<&str>,
+    ) -> Result<Vec<ParkedToken>, EngineError> {
+        need(p, Flag::Read, "read parked tokens")?;
+        let st = self.read_state();
+        check_model_in(&st, p, model)?;
+        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        if let Some(t) = transition
+            && net.inscription(t).is_none()
+        {
+            return Err(CoreError::not_found(format!("no transition {t:?} in {model:?}")).into());
+        }
+        let mut out = Vec::new();
+        for (id, run) in net.transitions.iter().filter(|(id, _)| transition.is_none_or(|t| t == id.as_str())) {
+            for r in &run.parked {
+                let Some(token) = net.token(r) else { continue };
+                out.push(ParkedToken {
+                    transition: id.clone(),
+                    place: r.place.clone(),
+                    token: token.clone(),
+                    reason: run.parked_why.get(&r.id).cloned(),
+                    attempts: run.failed(&r.id),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The places where `token` is parked, or 404.
+    fn parked_refs(&self, model: &str, token: &str) -> Result<Vec<TokenRef>, EngineError> {
+        let st = self.read_state();
+        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        let mut refs: Vec<TokenRef> =
+            net.transitions.values().flat_map(|r| r.parked.iter().filter(|r| r.id == token).cloned()).collect();
+        refs.dedup();
+        if refs.is_empty() {
+            return Err(CoreError::not_found(format!("token {token:?} is not parked in {model:?}")).into());
+        }
+        Ok(refs)
+    }
+
+    /// Releases a parked token: every transition may bind it again, its attempts forgotten. Needs `x`.
+    pub async fn retry_parked(&self, p: &Principal, model: &str, token: &str) -> Result<(), EngineError> {
+        need(p, Flag::Execute, "retry parked tokens")?;
+        self.check_model(p, model)?;
+        let tokens = self.parked_refs(model, token)?;
+        self.commit_net(&p.name, model, NetEvent::Unparked { tokens }).await?;
+        self.inner.nets.wake.notify_one();
+        Ok(())
+    }
+
+    /// Removes a parked token from its place. Needs `w`.
+    pub async fn discard_parked(&self, p: &Principal, model: &str, token: &str) -> Result<(), EngineError> {
+        need(p, Flag::Write, "discard parked tokens")?;
+        self.check_model(p, model)?;
+        let tokens = self.parked_refs(model, token)?;
+        self.commit_net(&p.name, model, NetEvent::Discarded { tokens }).await?;
+        Ok(())
+    }
+
     /// Checks that `p` may watch `model`'s stream. Needs `r` and the model.
     pub fn check_watch(&self, p: &Principal, model: &str) -> Result<(), EngineError> {
         need(p, Flag::Read, "watch nets")?;
@@ -699,6 +777,17 @@ impl Engine {
     /// Finds tokens for every preset; `None` when a consuming preset binds nothing.
     fn bind(net: &ModelNet, c: &Compiled, manual: bool) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, String> {
         let t = &c.inscription;
+        let now = now_ms();
+        // Tokens waiting out a retry backoff bind again only when it is over (or by hand).
+        let waiting = |id: &str| {
+            !manual
+                && net
+                    .transitions
+                    .get(&t.id)
+                    .and_then(|r| r.attempts.get(id))
+                    .and_then(|a| a.retry_at)
+                    .is_some_and(|at| at > now)
+        };
         let mut bound = BTreeMap::new();
         let mut used = std::collections::BTreeSet::new();
         for (name, preset) in &t.presets {
@@ -714,7 +803,7 @@ impl Engine {
                 }
                 let r = TokenRef { place: preset.place.clone(), id: token.id.clone() };
                 let free = if manual { !place.reserved.contains_key(&token.id) } else { net.available(&r, &t.id) };
-                if !free || used.contains(&r) {
+                if !free || used.contains(&r) || (preset.consume && waiting(&token.id)) {
                     continue;
                 }
                 if let Some(f) = c.filters.get(name) {
@@ -776,11 +865,13 @@ impl Engine {
                 match w.truthy(&scope) {
                     Ok(true) => {}
                     Ok(false) => {
-                        why.push(format!("rule {i} (when {}) is false", w.source()));
+                        let hint = null_field_hint(w.source(), &scope).map(|h| format!(" ({h})")).unwrap_or_default();
+                        why.push(format!("rule {i} (when {}) is false{hint}", w.source()));
                         continue;
                     }
                     Err(e) => {
-                        why.push(format!("rule {i}: {e}"));
+                        let hint = null_field_hint(w.source(), &scope).map(|h| format!(" ({h})")).unwrap_or_default();
+                        why.push(format!("rule {i}: {e}{hint}"));
                         continue;
                     }
                 }
@@ -810,6 +901,61 @@ impl Engine {
                 .collect());
         }
         Err(format!("no emit rule matched the result ({}); the inputs stay in place", why.join("; ")))
+    }
+
+    /// What a failed fire commits, by its transition's `retry` and `onError`: its consumed inputs
+    /// wait for another attempt, park, or (after the last attempt) go to the error place as one
+    /// token `{input, error, attempts, transition}`, consumed in the same event that makes it.
+    #[allow(clippy::too_many_arguments)]
+    fn on_failure(
+        &self,
+        model: &str,
+        c: &Compiled,
+        fire: Option<&str>,
+        consumed: Vec<TokenRef>,
+        ctx: &Value,
+        by: &[String],
+        reason: String,
+    ) -> NetEvent {
+        let t = &c.inscription;
+        let failed_before = {
+            let st = self.read_state();
+            st.nets
+                .nets
+                .get(model)
+                .and_then(|n| n.transitions.get(&t.id))
+                .map_or(0, |run| consumed.iter().map(|r| run.failed(&r.id)).max().unwrap_or(0))
+        };
+        let attempts = failed_before + 1;
+        let error_place = t.on_error.as_ref().and_then(|e| t.postsets.get(&e.to)).map(|p| p.place.clone());
+        if attempts < t.max_attempts() && !consumed.is_empty() {
+            let backoff = t.retry.map_or(0, |r| r.backoff_ms);
+            let at = now_ms().saturating_add(i64::try_from(backoff).unwrap_or(i64::MAX));
+            return NetEvent::FireFailed {
+                transition: t.id.clone(),
+                fire: fire.map(str::to_string),
+                tokens: consumed,
+                reason,
+                retry_at: Some(at),
+            };
+        }
+        match error_place {
+            Some(place) if !consumed.is_empty() => {
+                let data = json!({"input": ctx, "error": reason, "attempts": attempts, "transition": t.id});
+                let outputs = vec![NewToken { place, name: None, data, by: by.to_vec() }];
+                match fire {
+                    None => NetEvent::Fired { transition: t.id.clone(), consumed, outputs },
+                    Some(f) => NetEvent::FireCompleted { fire: f.to_string(), consumed, outputs },
+                }
+            }
+            _ => NetEvent::FireFailed {
+                transition: t.id.clone(),
+                fire: fire.map(str::to_string),
+                tokens: consumed,
+                reason,
+                retry_at: None,
+            },
+        }
     }
 
     /// Stops a transition that hit a limit, with the reason: an event, so it stays stopped after a restart.
@@ -900,9 +1046,15 @@ impl Engine {
             return self.stop_for(model, transition, reason).await;
         }
         if let Err(reason) = self.inner.nets.check_memory() {
-            let tokens: Vec<TokenRef> = bound.values().flatten().cloned().collect();
-            let ev =
-                NetEvent::FireFailed { transition: transition.to_string(), fire: None, tokens, reason: reason.clone() };
+            // Parked, not retried: the master is short of memory now, and a person should look.
+            let tokens = Self::consumed(&c.inscription, &bound);
+            let ev = NetEvent::FireFailed {
+                transition: transition.to_string(),
+                fire: None,
+                tokens,
+                reason: reason.clone(),
+                retry_at: None,
+            };
             self.commit_net(principal, model, ev).await?;
             return Ok(outcome("failed", None, Some(reason)));
         }
@@ -952,13 +1104,7 @@ impl Engine {
                         }
                     }
                     Err(reason) => {
-                        let tokens: Vec<TokenRef> = bound.values().flatten().cloned().collect();
-                        let ev = NetEvent::FireFailed {
-                            transition: transition.to_string(),
-                            fire: None,
-                            tokens,
-                            reason: reason.clone(),
-                        };
+                        let ev = self.on_failure(model, &c, None, consumed, &ctx, &by, reason.clone());
                         self.commit_net(principal, model, ev).await?;
                         Ok(outcome("failed", None, Some(reason)))
                     }
@@ -1017,12 +1163,8 @@ impl Engine {
             other => Err(format!("kind {other} does not run asynchronously")),
         };
         let _firing = firing.take().unwrap_or_else(|| self.inner.nets.marker.enter(key));
-        let failed = |reason: String| NetEvent::FireFailed {
-            transition: t.id.clone(),
-            fire: Some(fire.to_string()),
-            tokens: bound.values().flatten().cloned().collect(),
-            reason,
-        };
+        let failed =
+            |reason: String| self.on_failure(model, &c, Some(fire), Self::consumed(t, &bound), &ctx, &by, reason);
         let ev = match action {
             Ok((result, response)) => {
                 let redactor = Redactor::new(&secrets);
@@ -1041,7 +1183,14 @@ impl Engine {
                             // The fire ends failed, its inputs parked, and the transition stops.
                             tracing::warn!(%model, transition = %t.id, %reason, "transition stopped");
                             let stop = NetEvent::Stopped { transition: t.id.clone(), reason: Some(reason.clone()) };
-                            let evs = [failed(reason), stop];
+                            let park = NetEvent::FireFailed {
+                                transition: t.id.clone(),
+                                fire: Some(fire.to_string()),
+                                tokens: consumed,
+                                reason: reason.clone(),
+                                retry_at: None,
+                            };
+                            let evs = [park, stop];
                             let m = model.to_string();
                             self.submit(
                                 "system",
@@ -1373,8 +1522,9 @@ impl Engine {
     }
 
     /// Stops the transitions that were firing at the master's last deaths in a row, before
-    /// anything fires: their fires in flight fail (inputs parked) instead of running again.
-    async fn stop_crash_looping(&self) {
+    /// anything fires or any request is answered (`Engine::open` calls it): their fires in
+    /// flight fail (inputs parked) instead of running again.
+    pub(crate) async fn stop_crash_looping(&self) {
         let looping = std::mem::take(&mut *self.inner.nets.crash_looping.lock().unwrap_or_else(|e| e.into_inner()));
         for CrashLooping { model, transition, deaths } in looping {
             let reason = format!(
@@ -1402,6 +1552,7 @@ impl Engine {
                                     fire: Some(id.clone()),
                                     tokens: f.bound.values().flatten().cloned().collect(),
                                     reason: why.clone(),
+                                    retry_at: None,
                                 }),
                             ));
                         }
@@ -1413,6 +1564,22 @@ impl Engine {
                 tracing::error!(%model, %transition, error = %e, "stopping a crash-looping transition failed");
             }
         }
+    }
+
+    /// How long until the first token waiting out a retry backoff may bind again.
+    fn next_retry(&self) -> Option<Duration> {
+        let st = self.read_state();
+        let now = now_ms();
+        // Only backoffs still running: one already over waits for whatever else keeps it from firing.
+        let first = st
+            .nets
+            .nets
+            .values()
+            .flat_map(|n| n.transitions.values().filter(|r| r.started))
+            .flat_map(|r| r.attempts.values().filter_map(|a| a.retry_at))
+            .filter(|at| *at > now)
+            .min()?;
+        Some(Duration::from_millis(u64::try_from(first - now).unwrap_or(0)))
     }
 
     /// Re-runs the fires that were in flight when the master stopped.
@@ -1548,7 +1715,6 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
     let (mut events, wake) = match weak.upgrade() {
         Some(inner) => {
             let engine = Engine { inner };
-            engine.stop_crash_looping().await;
             engine.resume_fires();
             (engine.subscribe(), engine.inner.clone())
         }
@@ -1560,7 +1726,8 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
             let Some(inner) = weak.upgrade() else { return };
             let engine = Engine { inner };
             engine.run_enabled().await;
-            engine.run_schedules().await
+            let wait = engine.run_schedules().await;
+            engine.next_retry().map_or(wait, |r| wait.min(r))
         };
         let Some(w) = wake.upgrade() else { return };
         tokio::select! {
@@ -1573,6 +1740,50 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// When an emit rule's expression reads a field at the top of its input, where the input holds
+/// only `result`, `response` and `input`, and that field is present in the result or a bound
+/// token: says where it is. `when: ".v > 10"` was false for every token, with a reason that
+/// named the rule and not the mistake.
+fn null_field_hint(src: &str, scope: &Value) -> Option<String> {
+    let bytes = src.as_bytes();
+    for (i, _) in src.match_indices('.') {
+        // A path's first field: not after a name, a closing bracket, a string or another dot.
+        let after_path = i > 0
+            && matches!(bytes[i - 1], b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b']' | b')' | b'"' | b'.' | b'$' | b'?');
+        if after_path {
+            continue;
+        }
+        let name: String = src[i + 1..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if name.is_empty() || scope.get(&name).is_some() {
+            continue;
+        }
+        let mut guesses = Vec::new();
+        if scope["result"].get(&name).is_some() {
+            guesses.push(format!("`.result.{name}`"));
+        }
+        for (preset, bound) in scope["input"].as_object().into_iter().flatten() {
+            match bound {
+                Value::Array(tokens) if tokens.iter().any(|t| t["data"].get(&name).is_some()) => {
+                    guesses.push(format!("`.input.{preset}[].data.{name}`"))
+                }
+                token if token["data"].get(&name).is_some() => guesses.push(format!("`.input.{preset}.data.{name}`")),
+                _ => {}
+            }
+        }
+        if !guesses.is_empty() {
+            return Some(format!(
+                "`.{name}` is null here; rules see {{result, response, input}}: did you mean {}?",
+                guesses.join(" or ")
+            ));
+        }
+    }
+    None
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 fn interval_of(s: &agentos_core::net::Schedule) -> Option<Duration> {
@@ -1588,3 +1799,33 @@ fn interval_of(s: &agentos_core::net::Schedule) -> Option<Duration> {
 /// A schedule that never comes due (refused when a net is applied; one applied before that rule
 /// may still be in the log) waits this long between looks, and never fires.
 const NEVER_DUE: Duration = Duration::from_secs(3600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(src: &str, scope: Value, expected: Option<&str>) {
+        assert_eq!(null_field_hint(src, &scope).as_deref(), expected, "{src}");
+    }
+
+    #[test]
+    fn a_rule_reading_a_field_of_the_token_at_the_top_is_told_where_it_is() {
+        let scope = json!({"result": {"v": 11}, "response": {"v": 11}, "input": {"x": {"id": "t", "data": {"v": 11}}}});
+        check(
+            ".v > 10",
+            scope.clone(),
+            Some(
+                "`.v` is null here; rules see {result, response, input}: did you mean `.result.v` or `.input.x.data.v`?",
+            ),
+        );
+        check(".result.v > 10", scope.clone(), None);
+        check(".input.x.data.v > 10", scope.clone(), None);
+        check(".nowhere > 1", scope, None);
+        let all = json!({"result": 1, "response": 1, "input": {"xs": [{"data": {"n": 1}}]}});
+        check(
+            "(.n // 0) > 0",
+            all,
+            Some("`.n` is null here; rules see {result, response, input}: did you mean `.input.xs[].data.n`?"),
+        );
+    }
+}
