@@ -820,3 +820,33 @@ fn a_parked_token_is_listed_with_its_reason_then_retried_or_discarded_by_id() {
     assert_eq!(api.get("/api/models/park/parked").1, json!([]));
     assert_eq!(error_code(&api.post(&format!("/api/models/park/parked/{id}/retry"), json!({})), 404), "not_found");
 }
+
+#[test]
+fn a_filter_binds_the_tokens_it_is_true_for_and_names_the_token_it_fails_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "pick",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "big", "kind": "map", "mode": "manual",
+            "presets": {"xs": {"place": "p-in", "take": "all", "limit": 2, "filter": "(.data.n + 0) > 5 # a comment"}},
+            "postsets": {"o": {"place": "p-out"}},
+            "action": {"template": {"picked": "${[.xs[].data.n]}"}}, "emit": [{"to": "o"}]}]}),
+    );
+    for n in [1, 7, 3, 9, 8] {
+        put(&api, "pick", "p-in", json!({"n": n}));
+    }
+    let (_, o) = api.post("/api/models/pick/transitions/big/fire", json!({}));
+    assert_eq!(o["outcome"], "fired", "{o}");
+    assert_eq!(api.token_data("pick", "p-out"), vec![json!({"picked": [7, 9]})]);
+    let mut left: Vec<i64> = api.token_data("pick", "p-in").iter().map(|d| d["n"].as_i64().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, vec![1, 3, 8]);
+    // A filter that fails on one token says which.
+    let (_, t) = put(&api, "pick", "p-in", json!({"n": {"not": "a number"}}));
+    let (_, o) = api.post("/api/models/pick/transitions/big/fire", json!({}));
+    assert_eq!(o["outcome"], "not-enabled", "{o}");
+    let reason = o["reason"].as_str().unwrap();
+    assert!(reason.contains("filter failed on token") && reason.contains(t["id"].as_str().unwrap()), "{reason}");
+}

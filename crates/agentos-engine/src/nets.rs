@@ -29,6 +29,7 @@ use crate::{Engine, EngineError, Principal};
 /// Compiled expressions of one inscription, built once per applied version.
 struct Compiled {
     inscription: Inscription,
+    /// preset -> its filter over every candidate token at once (see [`filter_over_all`]).
     filters: BTreeMap<String, Expr>,
     template: Option<Template>,
     when: Vec<Option<Expr>>,
@@ -41,7 +42,7 @@ impl Compiled {
         let mut filters = BTreeMap::new();
         for (name, p) in &t.presets {
             if let Some(f) = &p.filter {
-                filters.insert(name.clone(), Expr::compile(f)?);
+                filters.insert(name.clone(), Expr::compile(&filter_over_all(f))?);
             }
         }
         let when = t.emit.iter().map(|r| r.when.as_deref().map(Expr::compile).transpose()).collect::<Result<_, _>>()?;
@@ -73,6 +74,21 @@ impl Compiled {
         };
         Ok(Compiled { inscription: t.clone(), filters, template, when, http, command })
     }
+}
+
+/// A preset filter made into one expression over the array of candidate tokens, answering for
+/// each `true`, `false` (jq truthiness of its first output) or `"error: …"`: binding costs one
+/// round trip to an expression worker, not one per token. The newline ends a trailing comment.
+fn filter_over_all(src: &str) -> String {
+    format!("[.[] | try ([({src}\n)][0] | . != null and . != false) catch (\"error: \" + tostring)]")
+}
+
+/// What a preset may bind, decided under the state's read lock; filters run after it is released.
+enum Candidates {
+    /// No filter: bound already.
+    Bound(Vec<TokenRef>),
+    /// Free tokens for the filter, in place order, with the JSON it reads.
+    Filter(Vec<(TokenRef, Value)>),
 }
 
 /// An http action with its templates compiled.
@@ -774,8 +790,10 @@ impl Engine {
         Ok(c)
     }
 
-    /// Finds tokens for every preset; `None` when a consuming preset binds nothing.
-    fn bind(net: &ModelNet, c: &Compiled, manual: bool) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, String> {
+    /// What every preset may bind, read under the state's lock; `None` when a consuming preset
+    /// has nothing free. Filters are not run here: an expression round trip per token under the
+    /// read lock held every commit back while a slow filter ran.
+    fn candidates(net: &ModelNet, c: &Compiled, manual: bool) -> Option<Vec<(String, Candidates)>> {
         let t = &c.inscription;
         let now = now_ms();
         // Tokens waiting out a retry backoff bind again only when it is over (or by hand).
@@ -788,17 +806,19 @@ impl Engine {
                     .and_then(|a| a.retry_at)
                     .is_some_and(|at| at > now)
         };
-        let mut bound = BTreeMap::new();
+        let mut out = Vec::new();
         let mut used = std::collections::BTreeSet::new();
         for (name, preset) in &t.presets {
-            let Some(place) = net.places.get(&preset.place) else { return Ok(None) };
+            let place = net.places.get(&preset.place)?;
             let limit = match preset.take {
                 Take::First => 1,
                 Take::All => preset.limit.unwrap_or(usize::MAX),
             };
+            let filtered = c.filters.contains_key(name);
             let mut refs = Vec::new();
+            let mut free_tokens = Vec::new();
             for token in place.tokens.values() {
-                if refs.len() >= limit {
+                if !filtered && refs.len() >= limit {
                     break;
                 }
                 let r = TokenRef { place: preset.place.clone(), id: token.id.clone() };
@@ -806,22 +826,89 @@ impl Engine {
                 if !free || used.contains(&r) || (preset.consume && waiting(&token.id)) {
                     continue;
                 }
-                if let Some(f) = c.filters.get(name) {
-                    match f.truthy(&token_json(token)) {
-                        Ok(true) => {}
-                        Ok(false) => continue,
-                        Err(e) => return Err(format!("preset {name}: filter failed on token {}: {e}", token.id)),
-                    }
+                if filtered {
+                    free_tokens.push((r, token_json(token)));
+                } else {
+                    used.insert(r.clone());
+                    refs.push(r);
                 }
-                used.insert(r.clone());
-                refs.push(r);
             }
+            if refs.is_empty() && free_tokens.is_empty() && preset.consume {
+                return None;
+            }
+            out.push((name.clone(), if filtered { Candidates::Filter(free_tokens) } else { Candidates::Bound(refs) }));
+        }
+        Some(out)
+    }
+
+    /// Runs the filters over the candidates, one round trip per filtered preset, outside any lock;
+    /// `None` when a consuming preset binds nothing.
+    fn select(
+        c: &Compiled,
+        candidates: Vec<(String, Candidates)>,
+    ) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, String> {
+        let t = &c.inscription;
+        let mut bound = BTreeMap::new();
+        let mut used: std::collections::BTreeSet<TokenRef> = candidates
+            .iter()
+            .filter_map(|(_, c)| if let Candidates::Bound(r) = c { Some(r.clone()) } else { None })
+            .flatten()
+            .collect();
+        for (name, cand) in candidates {
+            let Some(preset) = t.presets.get(&name) else { continue };
+            let refs = match cand {
+                Candidates::Bound(refs) => refs,
+                Candidates::Filter(tokens) => {
+                    let limit = match preset.take {
+                        Take::First => 1,
+                        Take::All => preset.limit.unwrap_or(usize::MAX),
+                    };
+                    let f = c.filters.get(&name).ok_or("a filtered preset lost its filter")?;
+                    let (refs, values): (Vec<TokenRef>, Vec<Value>) = tokens.into_iter().unzip();
+                    let verdicts = if values.is_empty() {
+                        Vec::new()
+                    } else {
+                        match f.eval(&Value::Array(values)).map_err(|e| format!("preset {name}: filter failed: {e}"))? {
+                            Some(Value::Array(v)) if v.len() == refs.len() => v,
+                            other => {
+                                return Err(format!("preset {name}: the filter answered {other:?} over its tokens"));
+                            }
+                        }
+                    };
+                    let mut chosen = Vec::new();
+                    for (r, verdict) in refs.into_iter().zip(verdicts) {
+                        if chosen.len() >= limit {
+                            break;
+                        }
+                        match verdict {
+                            Value::Bool(true) if !used.contains(&r) => {
+                                used.insert(r.clone());
+                                chosen.push(r);
+                            }
+                            Value::String(e) => {
+                                return Err(format!(
+                                    "preset {name}: filter failed on token {}: {}",
+                                    r.id,
+                                    e.trim_start_matches("error: ")
+                                ));
+                            }
+                            _ => {}
+                        }
+                    }
+                    chosen
+                }
+            };
             if refs.is_empty() && preset.consume {
                 return Ok(None);
             }
-            bound.insert(name.clone(), refs);
+            bound.insert(name, refs);
         }
         Ok(Some(bound))
+    }
+
+    fn binds_nothing(t: &Inscription) -> String {
+        let consuming: Vec<&str> = t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
+        format!("a consuming preset binds no token (presets: {})", consuming.join(", "))
     }
 
     /// The jq input of a fire: preset -> token (take first) or [tokens] (take all).
@@ -1014,32 +1101,32 @@ impl Engine {
                         Some(format!("{} fire(s) in flight, the concurrency limit", t.concurrency)),
                     ));
                 }
-                match Self::bind(net, &c, manual) {
-                    Ok(Some(bound)) => {
-                        let ctx = Self::context(net, t, &bound);
-                        let by = net.behind(transition, &bound, firer_id.as_deref());
-                        Ok((c, bound, ctx, by))
-                    }
-                    Ok(None) => {
-                        let empty: Vec<&str> =
-                            t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
-                        return Ok(outcome(
-                            "not-enabled",
-                            None,
-                            Some(format!("a consuming preset binds no token (presets: {})", empty.join(", "))),
-                        ));
-                    }
-                    Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
+                match Self::candidates(net, &c, manual) {
+                    Some(candidates) => Ok((c, candidates)),
+                    None => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(t)))),
                 }
             }
         };
-        let (c, bound, ctx, by) = match prepared {
+        let (c, candidates) = match prepared {
             Ok(p) => p,
             Err(reason) => {
                 let ev = NetEvent::Stopped { transition: transition.to_string(), reason: Some(reason.clone()) };
                 self.commit_net("system", model, ev).await?;
                 return Ok(outcome("not-enabled", None, Some(reason)));
             }
+        };
+        // Filters run here, with no lock held; the commit checks that what they chose is still free.
+        let bound = match Self::select(&c, candidates) {
+            Ok(Some(bound)) => bound,
+            Ok(None) => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(&c.inscription)))),
+            Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
+        };
+        let (ctx, by) = {
+            let st = self.read_state();
+            let Some(net) = st.nets.nets.get(model) else {
+                return Ok(outcome("not-enabled", None, Some("no net".into())));
+            };
+            (Self::context(net, &c.inscription, &bound), net.behind(transition, &bound, firer_id.as_deref()))
         };
         let key = (model.to_string(), transition.to_string());
         if let Err(reason) = self.inner.nets.count_fire(&key) {
