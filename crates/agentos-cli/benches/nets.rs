@@ -9,7 +9,7 @@ use serde_json::json;
 
 mod common;
 
-use common::{Api, pct, start_executor, start_master};
+use common::{Api, pct, start_executor};
 
 impl Api {
     fn count(&self, model: &str, place: &str) -> usize {
@@ -23,7 +23,10 @@ fn wait_until(what: &str, cond: impl FnMut() -> bool) {
 
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let (_master, api) = start_master(&dir.path().join("master"));
+    // Without the limit on fires per second (default 1,000 per transition): the bench measures
+    // how fast a transition can fire, and a fast machine would stop it at the limit.
+    let (_master, api) =
+        common::start_program(common::BIN, &["serve", "--max-fires-per-second", "0"], &dir.path().join("master"));
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     println!(
         "net benchmark: {cores} cores, release build, loopback; every fire is a committed event (SQLite WAL, synchronous=FULL)"

@@ -123,6 +123,7 @@ fn main() -> std::process::ExitCode {
         loose_data_folder: agentos_server::LooseDataFolder::Refuse,
         connections: Default::default(),
         skip_events: Vec::new(),
+        net_limits: Default::default(),
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let shutdown = async {

@@ -444,6 +444,39 @@ pub enum NetCmd {
         #[arg(long)]
         json: bool,
     },
+    /// List the tokens transitions parked (their fire failed or matched no rule), with the reason.
+    Parked {
+        #[command(flatten)]
+        conn: Conn,
+        /// Only the tokens this transition parked.
+        transition: Option<String>,
+        /// The model.
+        #[arg(long)]
+        model: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Release a parked token so transitions bind it again (its attempts are forgotten).
+    Retry {
+        #[command(flatten)]
+        conn: Conn,
+        /// The token's id (from `agentos net parked`).
+        token: String,
+        /// The model.
+        #[arg(long)]
+        model: String,
+    },
+    /// Remove a parked token from its place.
+    Discard {
+        #[command(flatten)]
+        conn: Conn,
+        /// The token's id (from `agentos net parked`).
+        token: String,
+        /// The model.
+        #[arg(long)]
+        model: String,
+    },
     /// Print every change to the model's net as it happens (one JSON line each).
     Watch {
         #[command(flatten)]
@@ -536,6 +569,51 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 let reason = o["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default();
                 format!("{} {}{reason}", o["transition"].as_str().unwrap_or(""), o["outcome"].as_str().unwrap_or(""))
             });
+        }
+        NetCmd::Parked { conn, transition, model, json } => {
+            let query: Vec<(&str, String)> = transition.map(|t| ("transition", t)).into_iter().collect();
+            let v = conn.request(
+                reqwest::Method::GET,
+                &format!("/api/models/{}/parked", model_path(&model)?),
+                &query,
+                None,
+            )?;
+            output::print(&v, json, |list| {
+                let lines: Vec<String> = list
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        format!(
+                            "{}  {} in {}  attempts {}  {}",
+                            p["token"]["id"].as_str().unwrap_or(""),
+                            p["transition"].as_str().unwrap_or(""),
+                            p["place"].as_str().unwrap_or(""),
+                            p["attempts"],
+                            p["reason"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                if lines.is_empty() { "no parked tokens".to_string() } else { lines.join("\n") }
+            });
+        }
+        NetCmd::Retry { conn, token, model } => {
+            conn.request(
+                reqwest::Method::POST,
+                &format!("/api/models/{}/parked/{token}/retry", model_path(&model)?),
+                &[],
+                Some(json!({})),
+            )?;
+            println!("released {token}");
+        }
+        NetCmd::Discard { conn, token, model } => {
+            conn.request(
+                reqwest::Method::POST,
+                &format!("/api/models/{}/parked/{token}/discard", model_path(&model)?),
+                &[],
+                Some(json!({})),
+            )?;
+            println!("discarded {token}");
         }
         NetCmd::Watch { conn, model } => {
             let token = conn.token()?;

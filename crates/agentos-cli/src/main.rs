@@ -173,6 +173,22 @@ pub struct ServeArgs {
     /// Repeatable.
     #[arg(long = "skip-event", value_name = "SEQ")]
     pub skip_events: Vec<u64>,
+    /// Tokens one place may hold; a transition that would exceed it stops, a put is refused (0: no limit).
+    #[arg(long, env = "AGENTOS_MAX_TOKENS_PER_PLACE", default_value_t = 100_000)]
+    pub max_tokens_per_place: usize,
+    /// Tokens one fire may produce; a transition that exceeds it stops (0: no limit).
+    #[arg(long, env = "AGENTOS_MAX_OUTPUTS_PER_FIRE", default_value_t = 1_000)]
+    pub max_outputs_per_fire: usize,
+    /// Bytes of one token's data as JSON; a bigger put is refused, a fire producing one stops its transition (0: no limit).
+    #[arg(long, env = "AGENTOS_MAX_TOKEN_BYTES", default_value_t = 1024 * 1024)]
+    pub max_token_bytes: usize,
+    /// Fires of one transition within one second; a transition that exceeds it stops (0: no limit).
+    #[arg(long, env = "AGENTOS_MAX_FIRES_PER_SECOND", default_value_t = 1_000)]
+    pub max_fires_per_second: u32,
+    /// The master's resident memory, in MiB, above which fires fail instead of running
+    /// (default: three quarters of the machine's memory; 0: no cap).
+    #[arg(long, env = "AGENTOS_MAX_MEMORY_MB")]
+    pub max_memory_mb: Option<u64>,
 }
 
 #[derive(Args, Clone)]

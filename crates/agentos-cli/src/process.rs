@@ -188,6 +188,14 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
             header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
         },
         skip_events: args.skip_events.clone(),
+        net_limits: agentos_engine::NetLimits {
+            max_tokens_per_place: args.max_tokens_per_place,
+            max_outputs_per_fire: args.max_outputs_per_fire,
+            max_token_bytes: args.max_token_bytes,
+            max_fires_per_second: args.max_fires_per_second,
+            max_memory_bytes: args.max_memory_mb.map_or_else(agentos_engine::nets::default_memory_cap, |mb| mb << 20),
+            firing_marker: None,
+        },
     };
     rt.block_on(async move {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

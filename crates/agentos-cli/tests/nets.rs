@@ -93,6 +93,7 @@ fn no_token_is_lost_or_duplicated_when_the_master_is_killed_during_200_fires() {
     let mut seed: u64 = 0x5DEECE66D;
     while n < 200 {
         let api = m.client();
+        let through = api.token_data("crash", "p-c").len();
         // A pseudo-random number of puts before the next kill: the kill lands mid-stream.
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         let burst = 20 + (seed >> 33) % 40;
@@ -106,6 +107,10 @@ fn no_token_is_lost_or_duplicated_when_the_master_is_killed_during_200_fires() {
             n += 1;
         }
         std::thread::sleep(Duration::from_millis((seed >> 40) % 20));
+        // Each run ends a fire of both transitions before it is killed: a master that dies twice
+        // while the same transition's fire is under way, with none ending between, starts it
+        // stopped (crash-loop protection), and under load the first fire after a start can be slow.
+        wait_for("a fire of both transitions in this run", || api.token_data("crash", "p-c").len() > through);
         m = m.restart();
     }
     let api = m.client();
@@ -365,6 +370,8 @@ fn bad_definitions_are_refused_with_the_path_in_the_document() {
     check(t(json!({"emit": [{"to": "o", "when": ".result.ok"}]})), "/transitions/0/emit", "missing catch-all");
     check(t(json!({"emit": [{"to": "nope"}]})), "/transitions/0/emit/0/to", "not a postset");
     check(t(json!({"schedule": {"cron": "every tuesday"}})), "/transitions/0/schedule/cron", "bad cron");
+    // 30 February: it used to fire every second.
+    check(t(json!({"schedule": {"cron": "0 0 0 30 2 *"}})), "/transitions/0/schedule/cron", "never comes due");
     check(json!({"places": ["p-a"], "transitions": [], "surprise": 1}), "surprise", "unknown field");
     let (_, models) = api.get("/api/models");
     assert!(models.as_array().unwrap().iter().all(|m| m["name"] != "bad"), "a refused net created its model");
@@ -535,4 +542,311 @@ fn an_expression_that_recurses_deep_or_spins_fails_its_fire_and_the_master_lives
     let (status, o) = api.post("/api/models/jq/transitions/fine/fire", json!({}));
     assert_eq!((status, o["outcome"].as_str()), (200, Some("fired")), "{o}");
     assert_eq!(api.token_data("jq", "p-out"), vec![json!({"v": 2})]);
+}
+
+/// A map that reads its whole place without consuming it and emits every token back: the place
+/// doubles on each fire.
+fn doubling_net(every_ms: u64) -> Value {
+    json!({"places": ["p"], "transitions": [
+        {"id": "double", "kind": "map", "schedule": {"everyMs": every_ms},
+         "presets": {"all": {"place": "p", "take": "all", "consume": false}}, "postsets": {"back": {"place": "p"}},
+         "action": {"template": {}}, "emit": [{"to": "back", "from": "@input.all"}]}]})
+}
+
+fn transition(api: &Api, model: &str, id: &str) -> Value {
+    let (status, net) = api.get(&format!("/api/models/{model}/net"));
+    assert_eq!(status, 200, "{net}");
+    net["transitions"].as_array().unwrap().iter().find(|t| t["id"] == id).cloned().unwrap()
+}
+
+fn resident_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kib / 1024
+}
+
+#[test]
+fn a_doubling_net_stops_at_a_limit_with_the_reason_and_stays_stopped_after_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(&api, "grow", doubling_net(20));
+    assert_eq!(put(&api, "grow", "p", json!({"n": 1})).0, 200);
+    start_all(&api, "grow", &["double"]);
+    wait_for("the transition to stop", || transition(&api, "grow", "double")["started"] == false);
+    let t = transition(&api, "grow", "double");
+    let reason = t["lastError"].as_str().unwrap_or_default().to_string();
+    // 1, 2, 4 … 1024 tokens: the fire that would emit 1,024 at once is over the default 1,000.
+    assert!(reason.contains("--max-outputs-per-fire"), "{t}");
+    assert_eq!(api.token_data("grow", "p").len(), 1024);
+    let rss = resident_mib(m.child.id());
+    assert!(rss < 256, "the master grew to {rss} MiB");
+
+    let m = m.restart();
+    let api = m.client();
+    let t = transition(&api, "grow", "double");
+    assert_eq!((t["started"].as_bool(), t["lastError"].as_str()), (Some(false), Some(reason.as_str())), "{t}");
+    let fires = t["fires"].clone();
+    // The schedule (every 20 ms) would have fired it many times by now had it started.
+    wait_for("a few schedule periods", || {
+        let net = api.get("/api/models/grow/net").1;
+        net["transitions"][0]["fires"] == fires
+    });
+    assert_eq!(api.token_data("grow", "p").len(), 1024);
+}
+
+#[test]
+fn the_limits_refuse_puts_and_stop_a_transition_that_exceeds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--max-tokens-per-place", "100", "--max-token-bytes", "1000", "--max-fires-per-second", "5"];
+    let m = Master::start_with(dir.path(), &flags);
+    let api = m.client();
+    // Slow enough to stay under 5 fires a second.
+    apply(&api, "grow", doubling_net(300));
+    put(&api, "grow", "p", json!({"n": 1}));
+    start_all(&api, "grow", &["double"]);
+    wait_for("the transition to stop", || transition(&api, "grow", "double")["started"] == false);
+    let t = transition(&api, "grow", "double");
+    assert!(t["lastError"].as_str().unwrap().contains("would hold 128 tokens, more than 100"), "{t}");
+    assert_eq!(api.token_data("grow", "p").len(), 64);
+    for _ in 64..100 {
+        assert_eq!(put(&api, "grow", "p", json!({})).0, 200);
+    }
+    assert_eq!(error_code(&put(&api, "grow", "p", json!({})), 409), "place_full");
+    assert_eq!(error_code(&put(&api, "grow", "p", json!({"s": "x".repeat(1000)})), 413), "token_too_large");
+
+    // A pass that feeds its own place fires without end: past 5 fires in a second it stops.
+    apply(
+        &api,
+        "loop",
+        json!({"places": ["p"], "transitions": [{"id": "spin", "kind": "pass",
+            "presets": {"i": {"place": "p"}}, "postsets": {"o": {"place": "p"}}, "emit": [{"to": "o"}]}]}),
+    );
+    put(&api, "loop", "p", json!({}));
+    start_all(&api, "loop", &["spin"]);
+    wait_for("the loop to stop", || transition(&api, "loop", "spin")["started"] == false);
+    let t = transition(&api, "loop", "spin");
+    assert!(t["lastError"].as_str().unwrap().contains("more than 5 fires within one second"), "{t}");
+    assert_eq!(api.token_data("loop", "p").len(), 1, "the loop lost or doubled its token");
+}
+
+#[test]
+fn a_fire_is_refused_while_the_master_is_above_its_memory_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(dir.path(), &["--max-memory-mb", "1"]);
+    let api = m.client();
+    apply(
+        &api,
+        "mem",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "move", "kind": "pass",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]}),
+    );
+    put(&api, "mem", "p-in", json!({"n": 1}));
+    let (status, o) = api.post("/api/models/mem/transitions/move/fire", json!({}));
+    assert_eq!(status, 200, "{o}");
+    assert_eq!(o["outcome"], "failed", "{o}");
+    assert!(o["reason"].as_str().unwrap().contains("above its cap of 1 MiB"), "{o}");
+    assert_eq!(api.token_data("mem", "p-in"), vec![json!({"n": 1})]);
+}
+
+#[test]
+fn a_transition_firing_at_two_deaths_in_a_row_starts_stopped() {
+    // An http server that takes requests and never answers: the fire is under way until the kill.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in server.incoming() {
+            if tx.send(conn).is_err() {
+                return;
+            }
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "hang",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "call", "kind": "http",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"method": "GET", "url": format!("http://127.0.0.1:{port}/"), "timeoutMs": 60000},
+            "emit": [{"to": "o"}]}]}),
+    );
+    start_all(&api, "hang", &["call"]);
+    put(&api, "hang", "p-in", json!({"n": 1}));
+    let mut held = Vec::new();
+    for death in 1..=2 {
+        // The first request, then the one the restarted master sends again for the fire in flight.
+        held.push(rx.recv_timeout(Duration::from_secs(20)).expect("the http request"));
+        m = m.restart();
+        let t = transition(&m.client(), "hang", "call");
+        if death == 1 {
+            assert_eq!(t["started"], true, "one death is not a loop: {t}");
+        }
+    }
+    let api = m.client();
+    let t = transition(&api, "hang", "call");
+    assert_eq!(t["started"], false, "{t}");
+    assert_eq!(t["inFlight"], 0, "{t}");
+    assert!(t["lastError"].as_str().unwrap().contains("died 2 times in a row"), "{t}");
+    assert_eq!(api.token_data("hang", "p-in"), vec![json!({"n": 1})]);
+    drop(held);
+}
+
+#[test]
+fn finished_tool_net_instances_leave_no_model_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let net = json!({"places": ["p-in", "p-out"], "transitions": [
+        {"id": "move", "kind": "pass", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]});
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "echo", "name": "Echo", "net": net, "inputPlace": "p-in", "outputPlace": "p-out"}));
+    assert_eq!(status, 200, "{v}");
+    for i in 0..20 {
+        let (status, r) = api.invoke("echo", json!({"input": {"i": i}, "timeoutMs": 10000}));
+        assert_eq!(status, 200, "{r}");
+    }
+    let instances = |api: &Api| {
+        let (_, models) = api.get("/api/models");
+        models.as_array().unwrap().iter().filter(|m| m["name"].as_str().unwrap().starts_with("tni-")).count()
+    };
+    assert_eq!(instances(&api), 0);
+    let m = m.restart();
+    assert_eq!(instances(&m.client()), 0, "instances came back from the log");
+}
+
+#[test]
+fn a_poison_token_among_a_hundred_lands_in_the_error_place_after_its_attempts_through_a_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "work",
+        json!({"places": ["p-in", "p-out", "p-err"], "transitions": [{"id": "inc", "kind": "map",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"out": {"place": "p-out"}, "err": {"place": "p-err"}},
+            "action": {"template": {"n": "${.i.data.n}", "next": "${.i.data.n + 1}"}},
+            "retry": {"maxAttempts": 3, "backoffMs": 100}, "onError": {"to": "err"},
+            "emit": [{"to": "out"}]}]}),
+    );
+    start_all(&api, "work", &["inc"]);
+    for n in 0..50 {
+        assert_eq!(put(&api, "work", "p-in", json!({"n": n})).0, 200);
+    }
+    // A string plus a number fails the template on every attempt.
+    assert_eq!(put(&api, "work", "p-in", json!({"n": "poison"})).0, 200);
+    let m = m.restart();
+    let api = m.client();
+    for n in 50..100 {
+        assert_eq!(put(&api, "work", "p-in", json!({"n": n})).0, 200);
+    }
+    wait_for("every token through", || {
+        api.token_data("work", "p-out").len() >= 100 && !api.token_data("work", "p-err").is_empty()
+    });
+    let mut seen: Vec<u64> = api.token_data("work", "p-out").iter().map(|d| d["n"].as_u64().unwrap()).collect();
+    seen.sort();
+    assert_eq!(seen, (0..100).collect::<Vec<_>>(), "lost or duplicated answers");
+    let errors = api.token_data("work", "p-err");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let e = &errors[0];
+    assert_eq!((e["attempts"].as_u64(), e["transition"].as_str()), (Some(3), Some("inc")), "{e}");
+    assert_eq!(e["input"]["i"]["data"]["n"], "poison", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("the template failed"), "{e}");
+    assert!(api.token_data("work", "p-in").is_empty());
+    assert_eq!(api.get("/api/models/work/parked").1, json!([]));
+}
+
+#[test]
+fn a_parked_token_is_listed_with_its_reason_then_retried_or_discarded_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    // The rule reads `.v` at the top, where a rule sees {result, response, input}.
+    apply(
+        &api,
+        "park",
+        json!({"places": ["p-in", "p-big"], "transitions": [{"id": "sort", "kind": "pass",
+            "presets": {"x": {"place": "p-in"}}, "postsets": {"big": {"place": "p-big"}},
+            "emit": [{"to": "big", "when": ".v > 10"}], "onUnmatched": "keep"}]}),
+    );
+    start_all(&api, "park", &["sort"]);
+    put(&api, "park", "p-in", json!({"v": 11}));
+    wait_for("the token to park", || !api.get("/api/models/park/parked").1.as_array().unwrap().is_empty());
+    let (_, parked) = api.get("/api/models/park/parked?transition=sort");
+    let p = &parked[0];
+    assert_eq!(
+        (p["transition"].as_str(), p["place"].as_str(), p["attempts"].as_u64()),
+        (Some("sort"), Some("p-in"), Some(1))
+    );
+    let reason = p["reason"].as_str().unwrap();
+    assert!(
+        reason.contains(
+            "`.v` is null here; rules see {result, response, input}: did you mean `.result.v` or `.input.x.data.v`?"
+        ),
+        "{reason}"
+    );
+    let id = p["token"]["id"].as_str().unwrap().to_string();
+    assert_eq!(error_code(&api.get("/api/models/park/parked?transition=nope"), 404), "not_found");
+
+    // The CLI lists the same.
+    let out = std::process::Command::new(common::BIN)
+        .args(["net", "parked", "sort", "--model", "park", "--url", &m.url, "--token", &m.token])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.contains(&id) && text.contains("did you mean"), "{text}");
+
+    // Retried: it binds again (and parks again, the rule being still wrong).
+    let (status, v) = api.post(&format!("/api/models/park/parked/{id}/retry"), json!({}));
+    assert_eq!(status, 200, "{v}");
+    wait_for("the retried token to park again", || {
+        let (_, events) = api.get("/api/events?limit=1000");
+        let failed = events["events"]
+            .as_array()
+            .or(events.as_array())
+            .map(|e| e.iter().filter(|e| e.to_string().contains("fireFailed")).count())
+            .unwrap_or(0);
+        failed >= 2
+    });
+    // Discarded: the token is gone, with an event.
+    let (status, v) = api.post(&format!("/api/models/park/parked/{id}/discard"), json!({}));
+    assert_eq!(status, 200, "{v}");
+    assert!(api.token_data("park", "p-in").is_empty());
+    assert_eq!(api.get("/api/models/park/parked").1, json!([]));
+    assert_eq!(error_code(&api.post(&format!("/api/models/park/parked/{id}/retry"), json!({})), 404), "not_found");
+}
+
+#[test]
+fn a_filter_binds_the_tokens_it_is_true_for_and_names_the_token_it_fails_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "pick",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "big", "kind": "map", "mode": "manual",
+            "presets": {"xs": {"place": "p-in", "take": "all", "limit": 2, "filter": "(.data.n + 0) > 5 # a comment"}},
+            "postsets": {"o": {"place": "p-out"}},
+            "action": {"template": {"picked": "${[.xs[].data.n]}"}}, "emit": [{"to": "o"}]}]}),
+    );
+    for n in [1, 7, 3, 9, 8] {
+        put(&api, "pick", "p-in", json!({"n": n}));
+    }
+    let (_, o) = api.post("/api/models/pick/transitions/big/fire", json!({}));
+    assert_eq!(o["outcome"], "fired", "{o}");
+    assert_eq!(api.token_data("pick", "p-out"), vec![json!({"picked": [7, 9]})]);
+    let mut left: Vec<i64> = api.token_data("pick", "p-in").iter().map(|d| d["n"].as_i64().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, vec![1, 3, 8]);
+    // A filter that fails on one token says which.
+    let (_, t) = put(&api, "pick", "p-in", json!({"n": {"not": "a number"}}));
+    let (_, o) = api.post("/api/models/pick/transitions/big/fire", json!({}));
+    assert_eq!(o["outcome"], "not-enabled", "{o}");
+    let reason = o["reason"].as_str().unwrap();
+    assert!(reason.contains("filter failed on token") && reason.contains(t["id"].as_str().unwrap()), "{reason}");
 }

@@ -76,6 +76,13 @@ pub struct Inscription {
     /// `keep`: a result no rule matches leaves the inputs in place (otherwise a catch-all rule is required).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_unmatched: Option<String>,
+    /// Fire failed inputs again, up to `maxAttempts` fires in all, `backoffMs` apart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<Retry>,
+    /// After the last attempt, move the inputs to this postset as one token
+    /// `{input, error, attempts, transition}` instead of parking them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_error: Option<OnError>,
     /// `link` only: the two ends and the relation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub from: Option<PlaceRef>,
@@ -87,6 +94,32 @@ pub struct Inscription {
 
 fn one() -> u32 {
     1
+}
+
+/// How a transition fires failed inputs again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Retry {
+    /// Fires of the same inputs in all, the first included.
+    pub max_attempts: u32,
+    /// Wait before each new attempt, in ms.
+    #[serde(default)]
+    pub backoff_ms: u64,
+}
+
+/// Where the inputs of a fire that failed its last attempt go.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OnError {
+    /// A postset name.
+    pub to: String,
+}
+
+impl Inscription {
+    /// Fires of the same inputs in all before they park or go to the error place.
+    pub fn max_attempts(&self) -> u32 {
+        self.retry.map_or(1, |r| r.max_attempts.max(1))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
@@ -354,14 +387,19 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
             (Some(_), Some(_)) | (None, None) => {
                 fault(format!("{at}/schedule"), "give exactly one of everyMs and cron".into())
             }
-            (None, Some(c)) => {
-                if let Err(e) = c.parse::<cron::Schedule>() {
-                    fault(
-                        format!("{at}/schedule/cron"),
-                        format!("bad cron expression {c:?}: {e} (six fields: sec min hour day month weekday)"),
-                    );
-                }
-            }
+            (None, Some(c)) => match c.parse::<cron::Schedule>() {
+                Err(e) => fault(
+                    format!("{at}/schedule/cron"),
+                    format!("bad cron expression {c:?}: {e} (six fields: sec min hour day month weekday)"),
+                ),
+                // A schedule with no next time would otherwise need a fallback rhythm, and any
+                // rhythm fires a transition its author meant never (or rarely) to fire.
+                Ok(s) if s.upcoming(chrono::Utc).next().is_none() => fault(
+                    format!("{at}/schedule/cron"),
+                    format!("cron expression {c:?} never comes due (no such date ahead, e.g. 30 February)"),
+                ),
+                Ok(_) => {}
+            },
             (Some(_), None) => {}
         }
     }
@@ -381,6 +419,19 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
         {
             fault(format!("{rat}/when"), format!("bad expression: {e}"));
         }
+    }
+    if let Some(r) = &t.retry {
+        if r.max_attempts == 0 {
+            fault(format!("{at}/retry/maxAttempts"), "maxAttempts must be at least 1 (the first fire counts)".into());
+        }
+        if r.backoff_ms > 24 * 3600 * 1000 {
+            fault(format!("{at}/retry/backoffMs"), "backoffMs is at most a day".into());
+        }
+    }
+    if let Some(e) = &t.on_error
+        && !t.postsets.contains_key(&e.to)
+    {
+        fault(format!("{at}/onError/to"), format!("{:?} is not a postset of this transition", e.to));
     }
     let has_catch_all = t.emit.last().is_some_and(|r| r.when.is_none());
     match t.on_unmatched.as_deref() {

@@ -73,6 +73,43 @@ pub struct TransitionRun {
     pub parked: BTreeSet<TokenRef>,
     pub last_error: Option<String>,
     pub fires: u64,
+    /// token id -> why the fire that parked it failed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub parked_why: BTreeMap<String, String>,
+    /// token id -> the failed fires of this transition on it, and when it may bind again.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attempts: BTreeMap<String, Attempts>,
+}
+
+/// Failed fires of one transition on one token.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempts {
+    pub failed: u32,
+    /// Unix ms before which the transition does not bind it again (its retry backoff).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at: Option<i64>,
+}
+
+impl TransitionRun {
+    /// Forgets what failed: parked tokens and attempts.
+    fn forget_failures(&mut self) {
+        self.parked.clear();
+        self.parked_why.clear();
+        self.attempts.clear();
+    }
+
+    /// Forgets one token (consumed, discarded, or released by hand).
+    fn forget(&mut self, r: &TokenRef) {
+        self.parked.remove(r);
+        self.parked_why.remove(&r.id);
+        self.attempts.remove(&r.id);
+    }
+
+    /// Failed fires on `token` so far.
+    pub fn failed(&self, token: &str) -> u32 {
+        self.attempts.get(token).map_or(0, |a| a.failed)
+    }
 }
 
 /// A fire whose action runs: its bound tokens are reserved.
@@ -179,6 +216,16 @@ impl ModelNet {
                 p.reserved.remove(&r.id);
             }
         }
+        self.forget(refs);
+    }
+
+    /// No transition holds `refs` parked or counts failures on them any more.
+    fn forget(&mut self, refs: &[TokenRef]) {
+        for run in self.transitions.values_mut() {
+            if !run.parked.is_empty() || !run.attempts.is_empty() {
+                refs.iter().for_each(|r| run.forget(r));
+            }
+        }
     }
 
     fn release(&mut self, fire: &str) {
@@ -241,12 +288,24 @@ pub enum NetEvent {
         consumed: Vec<TokenRef>,
         outputs: Vec<NewToken>,
     },
-    /// A fire that failed or matched no emit rule: inputs stay where they are, parked for this transition.
+    /// A fire that failed or matched no emit rule: inputs stay where they are, parked for this
+    /// transition, or, with `retryAt`, waiting until then for another attempt.
     FireFailed {
         transition: String,
         fire: Option<String>,
         tokens: Vec<TokenRef>,
         reason: String,
+        /// Unix ms of the next attempt; absent: the tokens park.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_at: Option<i64>,
+    },
+    /// Parked tokens released by hand: every transition may bind them again, attempts forgotten.
+    Unparked {
+        tokens: Vec<TokenRef>,
+    },
+    /// Parked tokens removed by hand.
+    Discarded {
+        tokens: Vec<TokenRef>,
     },
 }
 
@@ -301,6 +360,17 @@ impl NetEvent {
                     Err(format!("fire {fire} is not in flight"))
                 }
             }
+            NetEvent::Unparked { tokens } | NetEvent::Discarded { tokens } => {
+                for r in tokens {
+                    if net.token(r).is_none() {
+                        return Err(format!("token {} in {} is gone", r.id, r.place));
+                    }
+                    if net.places.get(&r.place).is_some_and(|p| p.reserved.contains_key(&r.id)) {
+                        return Err(format!("token {} in {} is held by a fire in flight", r.id, r.place));
+                    }
+                }
+                Ok(())
+            }
             NetEvent::FireFailed { fire: None, .. } | NetEvent::Deleted | NetEvent::Applied { .. } => Ok(()),
         }
     }
@@ -333,7 +403,7 @@ impl NetState {
                     let changed = old.get(&t.id) != Some(t);
                     if changed {
                         run.started = false;
-                        run.parked.clear();
+                        run.forget_failures();
                     }
                     // A changed inscription carries the authority of whoever applied it.
                     if changed || !net.authors.contains_key(&t.id) {
@@ -373,7 +443,7 @@ impl NetState {
             NetEvent::Started { transition } => {
                 let run = net.transitions.entry(transition.clone()).or_default();
                 run.started = true;
-                run.parked.clear();
+                run.forget_failures();
                 run.last_error = None;
             }
             NetEvent::Stopped { transition, reason } => {
@@ -426,15 +496,25 @@ impl NetState {
                     run.last_error = None;
                 }
             }
-            NetEvent::FireFailed { transition, fire, tokens, reason } => {
+            NetEvent::FireFailed { transition, fire, tokens, reason, retry_at } => {
                 if let Some(f) = fire {
                     net.in_flight.remove(f);
                     net.release(f);
                 }
                 let run = net.transitions.entry(transition.clone()).or_default();
-                run.parked.extend(tokens.iter().cloned());
+                for r in tokens {
+                    let a = run.attempts.entry(r.id.clone()).or_default();
+                    a.failed += 1;
+                    a.retry_at = *retry_at;
+                    if retry_at.is_none() {
+                        run.parked.insert(r.clone());
+                        run.parked_why.insert(r.id.clone(), reason.clone());
+                    }
+                }
                 run.last_error = Some(reason.clone());
             }
+            NetEvent::Unparked { tokens } => net.forget(tokens),
+            NetEvent::Discarded { tokens } => net.take(tokens),
         }
     }
 }

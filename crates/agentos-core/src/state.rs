@@ -158,6 +158,12 @@ impl State {
                 self.principals.insert(p.name.clone(), Arc::new(p));
             }
             EventBody::Net(ne) => {
+                // A finished tool-net instance leaves no model behind (its events stay in the log).
+                if matches!(ne, crate::net_state::NetEvent::Deleted)
+                    && self.nets.nets.get(&ev.model).is_some_and(|n| n.instance.is_some())
+                {
+                    self.models.remove(&ev.model);
+                }
                 let by = self.principals.get(&ev.principal).map(|p| p.id.clone());
                 self.nets.apply(&ev.model, ev.seq, ev.time, by.as_deref(), ne)
             }

@@ -44,6 +44,8 @@ pub struct EngineConfig {
     /// Unreadable events the operator chose to skip (`agentos serve --skip-event SEQ`): each is
     /// recorded in the log at open, and every fold from then on treats it as never written.
     pub skip_events: Vec<u64>,
+    /// What one net may hold and do, and where the crash-loop marker lives.
+    pub nets: crate::nets::NetLimits,
 }
 
 impl Default for EngineConfig {
@@ -57,6 +59,7 @@ impl Default for EngineConfig {
             max_concurrent_invocations: 32,
             outbound: Default::default(),
             skip_events: Vec::new(),
+            nets: Default::default(),
         }
     }
 }
@@ -303,6 +306,7 @@ impl Engine {
         let secret_key = config.secret_key;
         let http = config.outbound.client().map_err(|e| CoreError::internal(e.to_string()))?;
         let sealed_http = config.outbound.sealed_client().map_err(|e| CoreError::internal(e.to_string()))?;
+        let nets = crate::nets::NetRuntime::new(&config.nets);
         let engine = Engine {
             inner: Arc::new(Inner {
                 state,
@@ -317,7 +321,7 @@ impl Engine {
                 snapshots,
                 restored: Restored { snapshot_seq, replayed },
                 events,
-                nets: Default::default(),
+                nets,
                 http,
                 sealed_http,
                 net_loop: Mutex::new(None),
@@ -328,6 +332,7 @@ impl Engine {
                 durable: Default::default(),
             }),
         };
+        engine.stop_crash_looping().await;
         let weak_nets = Arc::downgrade(&engine.inner);
         let net_loop = tokio::spawn(crate::nets::net_loop(weak_nets));
         *engine.inner.net_loop.lock().unwrap_or_else(|p| p.into_inner()) = Some(net_loop);
@@ -662,6 +667,7 @@ impl Engine {
         if let Some(n) = self.inner.net_loop.lock().unwrap_or_else(|p| p.into_inner()).take() {
             n.abort();
         }
+        self.inner.nets.clean_stop();
         drop(self.inner.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
         let committer = self.inner.committer.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(c) = committer {

@@ -21,6 +21,7 @@ use agentos_core::net_state::{Instance, ModelNet, NetEvent, NewToken, Token, Tok
 use agentos_core::{CoreError, ErrorKind};
 
 use crate::access::{Authority, check_model_in, may_use_model, require};
+use crate::firing_marker::{CrashLooping, FiringMarker};
 use crate::outbound::describe;
 use crate::redact::Redactor;
 use crate::{Engine, EngineError, Principal};
@@ -28,6 +29,7 @@ use crate::{Engine, EngineError, Principal};
 /// Compiled expressions of one inscription, built once per applied version.
 struct Compiled {
     inscription: Inscription,
+    /// preset -> its filter over every candidate token at once (see [`filter_over_all`]).
     filters: BTreeMap<String, Expr>,
     template: Option<Template>,
     when: Vec<Option<Expr>>,
@@ -40,7 +42,7 @@ impl Compiled {
         let mut filters = BTreeMap::new();
         for (name, p) in &t.presets {
             if let Some(f) = &p.filter {
-                filters.insert(name.clone(), Expr::compile(f)?);
+                filters.insert(name.clone(), Expr::compile(&filter_over_all(f))?);
             }
         }
         let when = t.emit.iter().map(|r| r.when.as_deref().map(Expr::compile).transpose()).collect::<Result<_, _>>()?;
@@ -74,6 +76,21 @@ impl Compiled {
     }
 }
 
+/// A preset filter made into one expression over the array of candidate tokens, answering for
+/// each `true`, `false` (jq truthiness of its first output) or `"error: …"`: binding costs one
+/// round trip to an expression worker, not one per token. The newline ends a trailing comment.
+fn filter_over_all(src: &str) -> String {
+    format!("[.[] | try ([({src}\n)][0] | . != null and . != false) catch (\"error: \" + tostring)]")
+}
+
+/// What a preset may bind, decided under the state's read lock; filters run after it is released.
+enum Candidates {
+    /// No filter: bound already.
+    Bound(Vec<TokenRef>),
+    /// Free tokens for the filter, in place order, with the JSON it reads.
+    Filter(Vec<(TokenRef, Value)>),
+}
+
 /// An http action with its templates compiled.
 struct HttpCompiled {
     action: HttpAction,
@@ -96,14 +113,196 @@ pub(crate) struct ToolnetCall<'a> {
     pub timeout: Duration,
 }
 
+/// What one net may hold and do, so that a runaway net stops before it exhausts the master.
+/// Each is a flag of `agentos serve` (see the README); 0 turns a limit off.
+#[derive(Debug, Clone)]
+pub struct NetLimits {
+    /// Tokens one place may hold (`p-tool-catalog` is exempt: it is the catalog).
+    pub max_tokens_per_place: usize,
+    /// Tokens one fire may produce.
+    pub max_outputs_per_fire: usize,
+    /// Bytes of one token's data, as JSON.
+    pub max_token_bytes: usize,
+    /// Fires of one transition within one second.
+    pub max_fires_per_second: u32,
+    /// The master's resident memory above which fires fail instead of running.
+    pub max_memory_bytes: u64,
+    /// The crash-loop marker file; `None`: no crash-loop protection (an engine without a data folder).
+    pub firing_marker: Option<std::path::PathBuf>,
+}
+
+impl Default for NetLimits {
+    fn default() -> Self {
+        NetLimits {
+            max_tokens_per_place: 100_000,
+            max_outputs_per_fire: 1_000,
+            max_token_bytes: 1024 * 1024,
+            max_fires_per_second: 1_000,
+            max_memory_bytes: default_memory_cap(),
+            firing_marker: None,
+        }
+    }
+}
+
+/// Three quarters of the machine's memory (`MemTotal`), leaving the rest to the executor, the
+/// expression workers and the page cache; 0 (no cap) where it cannot be read.
+pub fn default_memory_cap() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    });
+    total_kib.map_or(0, |k| k * 1024 / 4 * 3)
+}
+
+/// The master's resident memory, from `/proc/self/statm`.
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system and has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// The place whose tokens are the catalog's entries: never counted against a limit.
+pub const CATALOG_PLACE: &str = "p-tool-catalog";
+
 /// The engine's part that runs nets.
-#[derive(Default)]
 pub(crate) struct NetRuntime {
     compiled: Mutex<HashMap<(String, String), Arc<Compiled>>>,
     /// When each scheduled transition fires next.
     due: Mutex<HashMap<(String, String), tokio::time::Instant>>,
     wake: tokio::sync::Notify,
     next_instance: std::sync::atomic::AtomicU64,
+    limits: NetLimits,
+    marker: Arc<FiringMarker>,
+    /// Transitions found crash-looping at open; the fire loop stops them before it fires anything.
+    crash_looping: Mutex<Vec<CrashLooping>>,
+    /// Fires per transition in the current one-second window.
+    rates: Mutex<HashMap<(String, String), (std::time::Instant, u32)>>,
+    /// The last reading of the resident memory: read at most every [`MEMORY_READ_EVERY`].
+    memory: Mutex<Option<(std::time::Instant, u64)>>,
+}
+
+/// How stale a memory reading may be: one read per fire would cost a file read per `pass` fire.
+const MEMORY_READ_EVERY: Duration = Duration::from_millis(10);
+
+impl NetRuntime {
+    pub(crate) fn new(limits: &NetLimits) -> NetRuntime {
+        let (marker, looping) = match &limits.firing_marker {
+            Some(path) => FiringMarker::open(path),
+            None => (FiringMarker::none(), Vec::new()),
+        };
+        NetRuntime {
+            compiled: Default::default(),
+            due: Default::default(),
+            wake: Default::default(),
+            next_instance: Default::default(),
+            limits: limits.clone(),
+            marker,
+            crash_looping: Mutex::new(looping),
+            rates: Default::default(),
+            memory: Default::default(),
+        }
+    }
+
+    /// A clean stop: no transition was firing when the master died.
+    pub(crate) fn clean_stop(&self) {
+        self.marker.clear_all();
+    }
+
+    /// Counts a fire of `key`; the reason to stop it when it exceeds its fires per second.
+    fn count_fire(&self, key: &(String, String)) -> Result<(), String> {
+        let max = self.limits.max_fires_per_second;
+        if max == 0 {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        let (since, n) = rates.entry(key.clone()).or_insert((now, 0));
+        if now.duration_since(*since) >= Duration::from_secs(1) {
+            (*since, *n) = (now, 0);
+        }
+        *n += 1;
+        if *n > max {
+            return Err(format!(
+                "stopped: more than {max} fires within one second (the master's --max-fires-per-second); a net that feeds itself without end? Start it again once fixed"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reason to refuse a fire when the master's memory is above its cap.
+    fn check_memory(&self) -> Result<(), String> {
+        let cap = self.limits.max_memory_bytes;
+        if cap == 0 {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let rss = {
+            let mut last = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+            match *last {
+                Some((at, v)) if now.duration_since(at) < MEMORY_READ_EVERY => v,
+                _ => {
+                    let v = resident_bytes().unwrap_or(0);
+                    *last = Some((now, v));
+                    v
+                }
+            }
+        };
+        if rss > cap {
+            return Err(format!(
+                "refused: the master uses {} MiB, above its cap of {} MiB (--max-memory-mb); the inputs stay parked",
+                rss >> 20,
+                cap >> 20
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reason to stop a transition whose fire would produce `outputs` (after taking `consumed`)
+    /// beyond a limit.
+    fn check_outputs(&self, net: &ModelNet, consumed: &[TokenRef], outputs: &[NewToken]) -> Result<(), String> {
+        let l = &self.limits;
+        if l.max_outputs_per_fire > 0 && outputs.len() > l.max_outputs_per_fire {
+            return Err(format!(
+                "stopped: one fire produced {} tokens, more than {} (the master's --max-outputs-per-fire)",
+                outputs.len(),
+                l.max_outputs_per_fire
+            ));
+        }
+        if l.max_token_bytes > 0 {
+            for t in outputs {
+                let bytes = serde_json::to_vec(&t.data).map_or(usize::MAX, |b| b.len());
+                if bytes > l.max_token_bytes {
+                    return Err(format!(
+                        "stopped: a token for {} is {bytes} bytes, more than {} (the master's --max-token-bytes)",
+                        t.place, l.max_token_bytes
+                    ));
+                }
+            }
+        }
+        if l.max_tokens_per_place > 0 {
+            let mut added: BTreeMap<&str, i64> = BTreeMap::new();
+            for t in outputs {
+                *added.entry(t.place.as_str()).or_default() += 1;
+            }
+            for r in consumed {
+                if let Some(n) = added.get_mut(r.place.as_str()) {
+                    *n -= 1;
+                }
+            }
+            for (place, n) in added {
+                let held = net.places.get(place).map_or(0, |p| p.tokens.len()) as i64;
+                if place != CATALOG_PLACE && n > 0 && held + n > l.max_tokens_per_place as i64 {
+                    return Err(format!(
+                        "stopped: place {place} would hold {} tokens, more than {} (the master's --max-tokens-per-place)",
+                        held + n,
+                        l.max_tokens_per_place
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Where a fire acts and with whose authority.
@@ -170,12 +369,27 @@ pub struct LinkView {
 #[serde(rename_all = "camelCase")]
 pub struct FireOutcome {
     pub transition: String,
-    /// `fired` (done), `started` (a command or http action runs), `failed` (inputs kept), `not-enabled`.
+    /// `fired` (done), `started` (a command or http action runs), `failed` (inputs kept),
+    /// `stopped` (a limit was hit: the transition stopped, inputs kept), `not-enabled`.
     pub outcome: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fire: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+/// A token a transition will not bind again by itself, for `GET /api/models/{m}/parked`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ParkedToken {
+    pub transition: String,
+    pub place: String,
+    pub token: Token,
+    /// Why the fire that parked it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Failed fires of this transition on it.
+    pub attempts: u32,
 }
 
 fn token_json(t: &Token) -> Value {
@@ -369,14 +583,42 @@ impl Engine {
         let put = NetEvent::TokensPut {
             tokens: vec![NewToken { place: place.to_string(), name: name.clone(), data: data.clone(), by: by.clone() }],
         };
-        let (who, m) = (p.clone(), model.to_string());
+        let limits = &self.inner.nets.limits;
+        if limits.max_token_bytes > 0 {
+            let bytes = serde_json::to_vec(&data).map_or(usize::MAX, |b| b.len());
+            if bytes > limits.max_token_bytes {
+                return Err(CoreError::new(
+                    ErrorKind::TooLarge,
+                    "token_too_large",
+                    format!(
+                        "the token is {bytes} bytes, more than {} (the master's --max-token-bytes)",
+                        limits.max_token_bytes
+                    ),
+                )
+                .into());
+            }
+        }
+        let max_tokens = limits.max_tokens_per_place;
+        let (who, m, pl) = (p.clone(), model.to_string(), place.to_string());
         let decide = self.net_event(model, put);
         let guarded: crate::committer::Decide = Box::new(move |st| {
             check_model_in(st, &who, &m)?;
+            let held = st.nets.nets.get(&m).and_then(|n| n.places.get(&pl)).map_or(0, |p| p.tokens.len());
+            if max_tokens > 0 && held >= max_tokens && pl != CATALOG_PLACE {
+                return Err(CoreError::new(
+                    ErrorKind::Conflict,
+                    "place_full",
+                    format!(
+                        "place {pl:?} holds {held} tokens, the most a place may hold (the master's --max-tokens-per-place)"
+                    ),
+                ));
+            }
             decide(st)
         });
         let events = self.submit(&p.name, guarded).await.map_err(|e| match e {
-            EngineError::Core(c) if c.kind == ErrorKind::Conflict => CoreError::not_found(c.message).into(),
+            EngineError::Core(c) if c.kind == ErrorKind::Conflict && c.code != "place_full" => {
+                CoreError::not_found(c.message).into()
+            }
             other => other,
         })?;
         // Answered from the committed event: by now a transition may already have taken the token.
@@ -466,6 +708,70 @@ impl Engine {
         self.try_fire(model, transition, Some(p)).await
     }
 
+    /// The parked tokens of a model, of one transition or all. Needs `r`.
+    pub fn parked(
+        &self,
+        p: &Principal,
+        model: &str,
+        transition: Option<&str>,
+    ) -> Result<Vec<ParkedToken>, EngineError> {
+        need(p, Flag::Read, "read parked tokens")?;
+        let st = self.read_state();
+        check_model_in(&st, p, model)?;
+        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        if let Some(t) = transition
+            && net.inscription(t).is_none()
+        {
+            return Err(CoreError::not_found(format!("no transition {t:?} in {model:?}")).into());
+        }
+        let mut out = Vec::new();
+        for (id, run) in net.transitions.iter().filter(|(id, _)| transition.is_none_or(|t| t == id.as_str())) {
+            for r in &run.parked {
+                let Some(token) = net.token(r) else { continue };
+                out.push(ParkedToken {
+                    transition: id.clone(),
+                    place: r.place.clone(),
+                    token: token.clone(),
+                    reason: run.parked_why.get(&r.id).cloned(),
+                    attempts: run.failed(&r.id),
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// The places where `token` is parked, or 404.
+    fn parked_refs(&self, model: &str, token: &str) -> Result<Vec<TokenRef>, EngineError> {
+        let st = self.read_state();
+        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        let mut refs: Vec<TokenRef> =
+            net.transitions.values().flat_map(|r| r.parked.iter().filter(|r| r.id == token).cloned()).collect();
+        refs.dedup();
+        if refs.is_empty() {
+            return Err(CoreError::not_found(format!("token {token:?} is not parked in {model:?}")).into());
+        }
+        Ok(refs)
+    }
+
+    /// Releases a parked token: every transition may bind it again, its attempts forgotten. Needs `x`.
+    pub async fn retry_parked(&self, p: &Principal, model: &str, token: &str) -> Result<(), EngineError> {
+        need(p, Flag::Execute, "retry parked tokens")?;
+        self.check_model(p, model)?;
+        let tokens = self.parked_refs(model, token)?;
+        self.commit_net(&p.name, model, NetEvent::Unparked { tokens }).await?;
+        self.inner.nets.wake.notify_one();
+        Ok(())
+    }
+
+    /// Removes a parked token from its place. Needs `w`.
+    pub async fn discard_parked(&self, p: &Principal, model: &str, token: &str) -> Result<(), EngineError> {
+        need(p, Flag::Write, "discard parked tokens")?;
+        self.check_model(p, model)?;
+        let tokens = self.parked_refs(model, token)?;
+        self.commit_net(&p.name, model, NetEvent::Discarded { tokens }).await?;
+        Ok(())
+    }
+
     /// Checks that `p` may watch `model`'s stream. Needs `r` and the model.
     pub fn check_watch(&self, p: &Principal, model: &str) -> Result<(), EngineError> {
         need(p, Flag::Read, "watch nets")?;
@@ -486,43 +792,125 @@ impl Engine {
         Ok(c)
     }
 
-    /// Finds tokens for every preset; `None` when a consuming preset binds nothing.
-    fn bind(net: &ModelNet, c: &Compiled, manual: bool) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, String> {
+    /// What every preset may bind, read under the state's lock; `None` when a consuming preset
+    /// has nothing free. Filters are not run here: an expression round trip per token under the
+    /// read lock held every commit back while a slow filter ran.
+    fn candidates(net: &ModelNet, c: &Compiled, manual: bool) -> Option<Vec<(String, Candidates)>> {
         let t = &c.inscription;
-        let mut bound = BTreeMap::new();
+        let now = now_ms();
+        // Tokens waiting out a retry backoff bind again only when it is over (or by hand).
+        let waiting = |id: &str| {
+            !manual
+                && net
+                    .transitions
+                    .get(&t.id)
+                    .and_then(|r| r.attempts.get(id))
+                    .and_then(|a| a.retry_at)
+                    .is_some_and(|at| at > now)
+        };
+        let mut out = Vec::new();
         let mut used = std::collections::BTreeSet::new();
         for (name, preset) in &t.presets {
-            let Some(place) = net.places.get(&preset.place) else { return Ok(None) };
+            let place = net.places.get(&preset.place)?;
             let limit = match preset.take {
                 Take::First => 1,
                 Take::All => preset.limit.unwrap_or(usize::MAX),
             };
+            let filtered = c.filters.contains_key(name);
             let mut refs = Vec::new();
+            let mut free_tokens = Vec::new();
             for token in place.tokens.values() {
-                if refs.len() >= limit {
+                if !filtered && refs.len() >= limit {
                     break;
                 }
                 let r = TokenRef { place: preset.place.clone(), id: token.id.clone() };
                 let free = if manual { !place.reserved.contains_key(&token.id) } else { net.available(&r, &t.id) };
-                if !free || used.contains(&r) {
+                if !free || used.contains(&r) || (preset.consume && waiting(&token.id)) {
                     continue;
                 }
-                if let Some(f) = c.filters.get(name) {
-                    match f.truthy(&token_json(token)) {
-                        Ok(true) => {}
-                        Ok(false) => continue,
-                        Err(e) => return Err(format!("preset {name}: filter failed on token {}: {e}", token.id)),
-                    }
+                if filtered {
+                    free_tokens.push((r, token_json(token)));
+                } else {
+                    used.insert(r.clone());
+                    refs.push(r);
                 }
-                used.insert(r.clone());
-                refs.push(r);
             }
+            if refs.is_empty() && free_tokens.is_empty() && preset.consume {
+                return None;
+            }
+            out.push((name.clone(), if filtered { Candidates::Filter(free_tokens) } else { Candidates::Bound(refs) }));
+        }
+        Some(out)
+    }
+
+    /// Runs the filters over the candidates, one round trip per filtered preset, outside any lock;
+    /// `None` when a consuming preset binds nothing.
+    fn select(
+        c: &Compiled,
+        candidates: Vec<(String, Candidates)>,
+    ) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, String> {
+        let t = &c.inscription;
+        let mut bound = BTreeMap::new();
+        let mut used: std::collections::BTreeSet<TokenRef> = candidates
+            .iter()
+            .filter_map(|(_, c)| if let Candidates::Bound(r) = c { Some(r.clone()) } else { None })
+            .flatten()
+            .collect();
+        for (name, cand) in candidates {
+            let Some(preset) = t.presets.get(&name) else { continue };
+            let refs = match cand {
+                Candidates::Bound(refs) => refs,
+                Candidates::Filter(tokens) => {
+                    let limit = match preset.take {
+                        Take::First => 1,
+                        Take::All => preset.limit.unwrap_or(usize::MAX),
+                    };
+                    let f = c.filters.get(&name).ok_or("a filtered preset lost its filter")?;
+                    let (refs, values): (Vec<TokenRef>, Vec<Value>) = tokens.into_iter().unzip();
+                    let verdicts = if values.is_empty() {
+                        Vec::new()
+                    } else {
+                        match f.eval(&Value::Array(values)).map_err(|e| format!("preset {name}: filter failed: {e}"))? {
+                            Some(Value::Array(v)) if v.len() == refs.len() => v,
+                            other => {
+                                return Err(format!("preset {name}: the filter answered {other:?} over its tokens"));
+                            }
+                        }
+                    };
+                    let mut chosen = Vec::new();
+                    for (r, verdict) in refs.into_iter().zip(verdicts) {
+                        if chosen.len() >= limit {
+                            break;
+                        }
+                        match verdict {
+                            Value::Bool(true) if !used.contains(&r) => {
+                                used.insert(r.clone());
+                                chosen.push(r);
+                            }
+                            Value::String(e) => {
+                                return Err(format!(
+                                    "preset {name}: filter failed on token {}: {}",
+                                    r.id,
+                                    e.trim_start_matches("error: ")
+                                ));
+                            }
+                            _ => {}
+                        }
+                    }
+                    chosen
+                }
+            };
             if refs.is_empty() && preset.consume {
                 return Ok(None);
             }
-            bound.insert(name.clone(), refs);
+            bound.insert(name, refs);
         }
         Ok(Some(bound))
+    }
+
+    fn binds_nothing(t: &Inscription) -> String {
+        let consuming: Vec<&str> = t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
+        format!("a consuming preset binds no token (presets: {})", consuming.join(", "))
     }
 
     /// The jq input of a fire: preset -> token (take first) or [tokens] (take all).
@@ -566,11 +954,13 @@ impl Engine {
                 match w.truthy(&scope) {
                     Ok(true) => {}
                     Ok(false) => {
-                        why.push(format!("rule {i} (when {}) is false", w.source()));
+                        let hint = null_field_hint(w.source(), &scope).map(|h| format!(" ({h})")).unwrap_or_default();
+                        why.push(format!("rule {i} (when {}) is false{hint}", w.source()));
                         continue;
                     }
                     Err(e) => {
-                        why.push(format!("rule {i}: {e}"));
+                        let hint = null_field_hint(w.source(), &scope).map(|h| format!(" ({h})")).unwrap_or_default();
+                        why.push(format!("rule {i}: {e}{hint}"));
                         continue;
                     }
                 }
@@ -601,6 +991,74 @@ impl Engine {
                 .collect());
         }
         Err(format!("no emit rule matched the result ({}); the inputs stay in place", why.join("; ")))
+    }
+
+    /// What a failed fire commits, by its transition's `retry` and `onError`: its consumed inputs
+    /// wait for another attempt, park, or (after the last attempt) go to the error place as one
+    /// token `{input, error, attempts, transition}`, consumed in the same event that makes it.
+    #[allow(clippy::too_many_arguments)]
+    fn on_failure(
+        &self,
+        model: &str,
+        c: &Compiled,
+        fire: Option<&str>,
+        consumed: Vec<TokenRef>,
+        ctx: &Value,
+        by: &[String],
+        reason: String,
+    ) -> NetEvent {
+        let t = &c.inscription;
+        let failed_before = {
+            let st = self.read_state();
+            st.nets
+                .nets
+                .get(model)
+                .and_then(|n| n.transitions.get(&t.id))
+                .map_or(0, |run| consumed.iter().map(|r| run.failed(&r.id)).max().unwrap_or(0))
+        };
+        let attempts = failed_before + 1;
+        let error_place = t.on_error.as_ref().and_then(|e| t.postsets.get(&e.to)).map(|p| p.place.clone());
+        if attempts < t.max_attempts() && !consumed.is_empty() {
+            let backoff = t.retry.map_or(0, |r| r.backoff_ms);
+            let at = now_ms().saturating_add(i64::try_from(backoff).unwrap_or(i64::MAX));
+            return NetEvent::FireFailed {
+                transition: t.id.clone(),
+                fire: fire.map(str::to_string),
+                tokens: consumed,
+                reason,
+                retry_at: Some(at),
+            };
+        }
+        match error_place {
+            Some(place) if !consumed.is_empty() => {
+                let data = json!({"input": ctx, "error": reason, "attempts": attempts, "transition": t.id});
+                let outputs = vec![NewToken { place, name: None, data, by: by.to_vec() }];
+                match fire {
+                    None => NetEvent::Fired { transition: t.id.clone(), consumed, outputs },
+                    Some(f) => NetEvent::FireCompleted { fire: f.to_string(), consumed, outputs },
+                }
+            }
+            _ => NetEvent::FireFailed {
+                transition: t.id.clone(),
+                fire: fire.map(str::to_string),
+                tokens: consumed,
+                reason,
+                retry_at: None,
+            },
+        }
+    }
+
+    /// Stops a transition that hit a limit, with the reason: an event, so it stays stopped after a restart.
+    async fn stop_for(&self, model: &str, transition: &str, reason: String) -> Result<FireOutcome, EngineError> {
+        tracing::warn!(%model, %transition, %reason, "transition stopped");
+        let ev = NetEvent::Stopped { transition: transition.to_string(), reason: Some(reason.clone()) };
+        self.commit_net("system", model, ev).await?;
+        Ok(FireOutcome {
+            transition: transition.to_string(),
+            outcome: "stopped".into(),
+            fire: None,
+            reason: Some(reason),
+        })
     }
 
     /// Tries to fire `transition` once. Synchronous kinds complete here; command and http begin here
@@ -646,26 +1104,13 @@ impl Engine {
                         Some(format!("{} fire(s) in flight, the concurrency limit", t.concurrency)),
                     ));
                 }
-                match Self::bind(net, &c, manual) {
-                    Ok(Some(bound)) => {
-                        let ctx = Self::context(net, t, &bound);
-                        let by = net.behind(transition, &bound, firer_id.as_deref());
-                        Ok((c, bound, ctx, by))
-                    }
-                    Ok(None) => {
-                        let empty: Vec<&str> =
-                            t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
-                        return Ok(outcome(
-                            "not-enabled",
-                            None,
-                            Some(format!("a consuming preset binds no token (presets: {})", empty.join(", "))),
-                        ));
-                    }
-                    Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
+                match Self::candidates(net, &c, manual) {
+                    Some(candidates) => Ok((c, candidates)),
+                    None => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(t)))),
                 }
             }
         };
-        let (c, bound, ctx, by) = match prepared {
+        let (c, candidates) = match prepared {
             Ok(p) => p,
             Err(reason) => {
                 let ev = NetEvent::Stopped { transition: transition.to_string(), reason: Some(reason.clone()) };
@@ -673,6 +1118,39 @@ impl Engine {
                 return Ok(outcome("not-enabled", None, Some(reason)));
             }
         };
+        // Filters run here, with no lock held; the commit checks that what they chose is still free.
+        let bound = match Self::select(&c, candidates) {
+            Ok(Some(bound)) => bound,
+            Ok(None) => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(&c.inscription)))),
+            Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
+        };
+        let (ctx, by) = {
+            let st = self.read_state();
+            let Some(net) = st.nets.nets.get(model) else {
+                return Ok(outcome("not-enabled", None, Some("no net".into())));
+            };
+            (Self::context(net, &c.inscription, &bound), net.behind(transition, &bound, firer_id.as_deref()))
+        };
+        let key = (model.to_string(), transition.to_string());
+        if let Err(reason) = self.inner.nets.count_fire(&key) {
+            return self.stop_for(model, transition, reason).await;
+        }
+        if let Err(reason) = self.inner.nets.check_memory() {
+            // Parked, not retried: the master is short of memory now, and a person should look.
+            let tokens = Self::consumed(&c.inscription, &bound);
+            let ev = NetEvent::FireFailed {
+                transition: transition.to_string(),
+                fire: None,
+                tokens,
+                reason: reason.clone(),
+                retry_at: None,
+            };
+            self.commit_net(principal, model, ev).await?;
+            return Ok(outcome("failed", None, Some(reason)));
+        }
+        // Held until the fire is committed (or, for command and http, begun): a master that dies
+        // in between counts a death against this transition.
+        let _firing = self.inner.nets.marker.enter(key);
         let t = &c.inscription;
         let consumed = Self::consumed(t, &bound);
         match t.kind.as_str() {
@@ -692,6 +1170,18 @@ impl Engine {
                     Ok(first.and_then(|tok| tok.get("data").cloned()).unwrap_or(Value::Null))
                 };
                 let routed = result.and_then(|r| Self::route(&c, &r, &r, &ctx, &by));
+                if let Ok(outputs) = &routed {
+                    let limit = {
+                        let st = self.read_state();
+                        st.nets
+                            .nets
+                            .get(model)
+                            .map_or(Ok(()), |net| self.inner.nets.check_outputs(net, &consumed, outputs))
+                    };
+                    if let Err(reason) = limit {
+                        return self.stop_for(model, transition, reason).await;
+                    }
+                }
                 match routed {
                     Ok(outputs) => {
                         let ev = NetEvent::Fired { transition: transition.to_string(), consumed, outputs };
@@ -704,13 +1194,7 @@ impl Engine {
                         }
                     }
                     Err(reason) => {
-                        let tokens: Vec<TokenRef> = bound.values().flatten().cloned().collect();
-                        let ev = NetEvent::FireFailed {
-                            transition: transition.to_string(),
-                            fire: None,
-                            tokens,
-                            reason: reason.clone(),
-                        };
+                        let ev = self.on_failure(model, &c, None, consumed, &ctx, &by, reason.clone());
                         self.commit_net(principal, model, ev).await?;
                         Ok(outcome("failed", None, Some(reason)))
                     }
@@ -758,36 +1242,67 @@ impl Engine {
         let t = &c.inscription;
         let mut secrets = Vec::new();
         let run = FireRun { model, resolve_model: &resolve_model, authority: &authority };
+        let key = (model.to_string(), t.id.clone());
+        // An http answer is read into the master's memory, so the whole request counts as firing; a
+        // command runs on an executor, and only what the master does with its result counts (a
+        // long command under a master restarted by hand is no crash loop).
+        let mut firing = (t.kind == "http").then(|| self.inner.nets.marker.enter(key.clone()));
         let action = match t.kind.as_str() {
             "command" => self.run_command(&c, &bound, &ctx, &run, &mut secrets).await,
             "http" => self.run_http(&c, &ctx, &run, &mut secrets).await,
             other => Err(format!("kind {other} does not run asynchronously")),
         };
+        let _firing = firing.take().unwrap_or_else(|| self.inner.nets.marker.enter(key));
+        let failed =
+            |reason: String| self.on_failure(model, &c, Some(fire), Self::consumed(t, &bound), &ctx, &by, reason);
         let ev = match action {
             Ok((result, response)) => {
                 let redactor = Redactor::new(&secrets);
                 let (result, response) = (redactor.value(result), redactor.value(response));
                 match Self::route(&c, &result, &response, &ctx, &by) {
                     Ok(outputs) => {
-                        NetEvent::FireCompleted { fire: fire.to_string(), consumed: Self::consumed(t, &bound), outputs }
+                        let consumed = Self::consumed(t, &bound);
+                        let limit = {
+                            let st = self.read_state();
+                            st.nets
+                                .nets
+                                .get(model)
+                                .map_or(Ok(()), |net| self.inner.nets.check_outputs(net, &consumed, &outputs))
+                        };
+                        if let Err(reason) = limit {
+                            // The fire ends failed, its inputs parked, and the transition stops.
+                            tracing::warn!(%model, transition = %t.id, %reason, "transition stopped");
+                            let stop = NetEvent::Stopped { transition: t.id.clone(), reason: Some(reason.clone()) };
+                            let park = NetEvent::FireFailed {
+                                transition: t.id.clone(),
+                                fire: Some(fire.to_string()),
+                                tokens: consumed,
+                                reason: reason.clone(),
+                                retry_at: None,
+                            };
+                            let evs = [park, stop];
+                            let m = model.to_string();
+                            self.submit(
+                                "system",
+                                Box::new(move |st| {
+                                    let net = st.nets.nets.get(&m);
+                                    let mut out = Vec::new();
+                                    for ev in &evs {
+                                        ev.check(net).map_err(CoreError::conflict)?;
+                                        out.push((m.clone(), EventBody::Net(ev.clone())));
+                                    }
+                                    Ok(out)
+                                }),
+                            )
+                            .await?;
+                            return Ok(());
+                        }
+                        NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
                     }
-                    Err(reason) => NetEvent::FireFailed {
-                        transition: t.id.clone(),
-                        fire: Some(fire.to_string()),
-                        tokens: bound.values().flatten().cloned().collect(),
-                        reason,
-                    },
+                    Err(reason) => failed(reason),
                 }
             }
-            Err(reason) => {
-                let reason = Redactor::new(&secrets).text(&reason);
-                NetEvent::FireFailed {
-                    transition: t.id.clone(),
-                    fire: Some(fire.to_string()),
-                    tokens: bound.values().flatten().cloned().collect(),
-                    reason,
-                }
-            }
+            Err(reason) => failed(Redactor::new(&secrets).text(&reason)),
         };
         self.commit_net("system", model, ev).await?;
         Ok(())
@@ -1072,7 +1587,11 @@ impl Engine {
             due.retain(|k, _| scheduled.iter().any(|(m, t, _)| &k.0 == m && &k.1 == t));
             for (m, t, s) in &scheduled {
                 let key = (m.clone(), t.clone());
-                let step = interval_of(s).unwrap_or(Duration::from_secs(1)).max(Duration::from_millis(1));
+                let Some(step) = interval_of(s) else {
+                    due.insert(key.clone(), now + NEVER_DUE);
+                    continue;
+                };
+                let step = step.max(Duration::from_millis(1));
                 let at = *due.entry(key.clone()).or_insert(now + step);
                 if at <= now {
                     fire_now.push(key.clone());
@@ -1090,6 +1609,67 @@ impl Engine {
             }
         }
         next
+    }
+
+    /// Stops the transitions that were firing at the master's last deaths in a row, before
+    /// anything fires or any request is answered (`Engine::open` calls it): their fires in
+    /// flight fail (inputs parked) instead of running again.
+    pub(crate) async fn stop_crash_looping(&self) {
+        let looping = std::mem::take(&mut *self.inner.nets.crash_looping.lock().unwrap_or_else(|e| e.into_inner()));
+        for CrashLooping { model, transition, deaths } in looping {
+            let reason = format!(
+                "stopped at start: the master died {deaths} times in a row while transition {transition:?} was firing; look at its inputs (they stay in place), then start it again"
+            );
+            tracing::error!(%model, %transition, deaths, "a transition was firing at every recent death of the master; it starts stopped");
+            let (m, t, why) = (model.clone(), transition.clone(), reason.clone());
+            let stopped = self
+                .submit(
+                    "system",
+                    Box::new(move |st| {
+                        let Some(net) = st.nets.nets.get(&m) else { return Ok(Vec::new()) };
+                        if net.inscription(&t).is_none() {
+                            return Ok(Vec::new());
+                        }
+                        let mut out = vec![(
+                            m.clone(),
+                            EventBody::Net(NetEvent::Stopped { transition: t.clone(), reason: Some(why.clone()) }),
+                        )];
+                        for (id, f) in net.in_flight.iter().filter(|(_, f)| f.transition == t) {
+                            out.push((
+                                m.clone(),
+                                EventBody::Net(NetEvent::FireFailed {
+                                    transition: t.clone(),
+                                    fire: Some(id.clone()),
+                                    tokens: f.bound.values().flatten().cloned().collect(),
+                                    reason: why.clone(),
+                                    retry_at: None,
+                                }),
+                            ));
+                        }
+                        Ok(out)
+                    }),
+                )
+                .await;
+            if let Err(e) = stopped {
+                tracing::error!(%model, %transition, error = %e, "stopping a crash-looping transition failed");
+            }
+        }
+    }
+
+    /// How long until the first token waiting out a retry backoff may bind again.
+    fn next_retry(&self) -> Option<Duration> {
+        let st = self.read_state();
+        let now = now_ms();
+        // Only backoffs still running: one already over waits for whatever else keeps it from firing.
+        let first = st
+            .nets
+            .nets
+            .values()
+            .flat_map(|n| n.transitions.values().filter(|r| r.started))
+            .flat_map(|r| r.attempts.values().filter_map(|a| a.retry_at))
+            .filter(|at| *at > now)
+            .min()?;
+        Some(Duration::from_millis(u64::try_from(first - now).unwrap_or(0)))
     }
 
     /// Re-runs the fires that were in flight when the master stopped.
@@ -1236,7 +1816,8 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
             let Some(inner) = weak.upgrade() else { return };
             let engine = Engine { inner };
             engine.run_enabled().await;
-            engine.run_schedules().await
+            let wait = engine.run_schedules().await;
+            engine.next_retry().map_or(wait, |r| wait.min(r))
         };
         let Some(w) = wake.upgrade() else { return };
         tokio::select! {
@@ -1251,11 +1832,90 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
     }
 }
 
+/// When an emit rule's expression reads a field at the top of its input, where the input holds
+/// only `result`, `response` and `input`, and that field is present in the result or a bound
+/// token: says where it is. `when: ".v > 10"` was false for every token, with a reason that
+/// named the rule and not the mistake.
+fn null_field_hint(src: &str, scope: &Value) -> Option<String> {
+    let bytes = src.as_bytes();
+    for (i, _) in src.match_indices('.') {
+        // A path's first field: not after a name, a closing bracket, a string or another dot.
+        let after_path = i > 0
+            && matches!(bytes[i - 1], b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b']' | b')' | b'"' | b'.' | b'$' | b'?');
+        if after_path {
+            continue;
+        }
+        let name: String = src[i + 1..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        if name.is_empty() || scope.get(&name).is_some() {
+            continue;
+        }
+        let mut guesses = Vec::new();
+        if scope["result"].get(&name).is_some() {
+            guesses.push(format!("`.result.{name}`"));
+        }
+        for (preset, bound) in scope["input"].as_object().into_iter().flatten() {
+            match bound {
+                Value::Array(tokens) if tokens.iter().any(|t| t["data"].get(&name).is_some()) => {
+                    guesses.push(format!("`.input.{preset}[].data.{name}`"))
+                }
+                token if token["data"].get(&name).is_some() => guesses.push(format!("`.input.{preset}.data.{name}`")),
+                _ => {}
+            }
+        }
+        if !guesses.is_empty() {
+            return Some(format!(
+                "`.{name}` is null here; rules see {{result, response, input}}: did you mean {}?",
+                guesses.join(" or ")
+            ));
+        }
+    }
+    None
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
 fn interval_of(s: &agentos_core::net::Schedule) -> Option<Duration> {
     if let Some(ms) = s.every_ms {
         return Some(Duration::from_millis(ms));
     }
     let cron: cron::Schedule = s.cron.as_deref()?.parse().ok()?;
     let next = cron.upcoming(chrono::Utc).next()?;
-    (next - chrono::Utc::now()).to_std().ok()
+    // A time already passed (the clock moved): due now.
+    Some((next - chrono::Utc::now()).to_std().unwrap_or_default())
+}
+
+/// A schedule that never comes due (refused when a net is applied; one applied before that rule
+/// may still be in the log) waits this long between looks, and never fires.
+const NEVER_DUE: Duration = Duration::from_secs(3600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(src: &str, scope: Value, expected: Option<&str>) {
+        assert_eq!(null_field_hint(src, &scope).as_deref(), expected, "{src}");
+    }
+
+    #[test]
+    fn a_rule_reading_a_field_of_the_token_at_the_top_is_told_where_it_is() {
+        let scope = json!({"result": {"v": 11}, "response": {"v": 11}, "input": {"x": {"id": "t", "data": {"v": 11}}}});
+        check(
+            ".v > 10",
+            scope.clone(),
+            Some(
+                "`.v` is null here; rules see {result, response, input}: did you mean `.result.v` or `.input.x.data.v`?",
+            ),
+        );
+        check(".result.v > 10", scope.clone(), None);
+        check(".input.x.data.v > 10", scope.clone(), None);
+        check(".nowhere > 1", scope, None);
+        let all = json!({"result": 1, "response": 1, "input": {"xs": [{"data": {"n": 1}}]}});
+        check(
+            "(.n // 0) > 0",
+            all,
+            Some("`.n` is null here; rules see {result, response, input}: did you mean `.input.xs[].data.n`?"),
+        );
+    }
 }

@@ -13,7 +13,7 @@ use agentos_core::event::EventBody;
 use agentos_core::net::NetDoc;
 use agentos_core::net_state::Token;
 use agentos_engine::Principal;
-use agentos_engine::nets::{FireOutcome, LinkView, NetView};
+use agentos_engine::nets::{FireOutcome, LinkView, NetView, ParkedToken};
 
 use crate::ApiError;
 use crate::api::AppState;
@@ -173,4 +173,47 @@ pub async fn watch(
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ParkedQuery {
+    /// Only the tokens this transition parked.
+    pub transition: Option<String>,
+}
+
+/// The tokens transitions parked (their fire failed or matched no rule), with the reason.
+#[utoipa::path(get, path = "/api/models/{model}/parked", tag = "nets", params(("model" = String, Path), ParkedQuery),
+    responses((status = 200, body = Vec<ParkedToken>), (status = 404, body = crate::error::ErrorBody)))]
+pub async fn list_parked(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(model): Path<String>,
+    axum::extract::Query(q): axum::extract::Query<ParkedQuery>,
+) -> Result<Json<Vec<ParkedToken>>, ApiError> {
+    Ok(Json(app.engine.parked(&p, &model, q.transition.as_deref())?))
+}
+
+/// Release a parked token: transitions bind it again, its attempts forgotten (an event).
+#[utoipa::path(post, path = "/api/models/{model}/parked/{token}/retry", tag = "nets", params(("model" = String, Path), ("token" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn retry_parked(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((model, token)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    app.engine.retry_parked(&p, &model, &token).await?;
+    Ok(Json(json!({"retried": token})))
+}
+
+/// Remove a parked token from its place (an event).
+#[utoipa::path(post, path = "/api/models/{model}/parked/{token}/discard", tag = "nets", params(("model" = String, Path), ("token" = String, Path)),
+    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+pub async fn discard_parked(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path((model, token)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    app.engine.discard_parked(&p, &model, &token).await?;
+    Ok(Json(json!({"discarded": token})))
 }

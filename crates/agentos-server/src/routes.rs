@@ -132,6 +132,9 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/api/models/{model}/transitions/{transition}/start", Permission::Flag(Flag::Execute)),
     route("POST", "/api/models/{model}/transitions/{transition}/stop", Permission::Flag(Flag::Execute)),
     route("POST", "/api/models/{model}/transitions/{transition}/fire", Permission::Flag(Flag::Execute)),
+    route("GET", "/api/models/{model}/parked", Permission::Flag(Flag::Read)),
+    route("POST", "/api/models/{model}/parked/{token}/retry", Permission::Flag(Flag::Execute)),
+    route("POST", "/api/models/{model}/parked/{token}/discard", Permission::Flag(Flag::Write)),
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
     // The engine decides: `l` in the job's model, or the job's own invoker (`job`).
     with_model("GET", "/api/jobs/{id}", Permission::Authenticated, ModelRule::Resource),

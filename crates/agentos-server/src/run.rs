@@ -39,6 +39,8 @@ pub struct ServeConfig {
     pub connections: crate::ConnectionLimits,
     /// Unreadable events to skip (`--skip-event SEQ`), each recorded in the log.
     pub skip_events: Vec<u64>,
+    /// What one net may hold and do (the crash-loop marker is put in the data folder).
+    pub net_limits: agentos_engine::NetLimits,
 }
 
 /// What a started master tells whoever launched it.
@@ -121,6 +123,10 @@ pub async fn run(
                 .listening_on(addr)
                 .deny_private(config.http_deny_private),
             skip_events: config.skip_events.clone(),
+            nets: agentos_engine::NetLimits {
+                firing_marker: Some(data.join("nets.firing")),
+                ..config.net_limits.clone()
+            },
         },
         log,
         blobs,
