@@ -462,7 +462,8 @@ pub enum NetCmd {
         #[command(flatten)]
         conn: Conn,
         /// The token's id (from `agentos net parked`).
-        token: String,
+        #[arg(value_name = "TOKEN")]
+        token_id: String,
         /// The model.
         #[arg(long)]
         model: String,
@@ -472,7 +473,8 @@ pub enum NetCmd {
         #[command(flatten)]
         conn: Conn,
         /// The token's id (from `agentos net parked`).
-        token: String,
+        #[arg(value_name = "TOKEN")]
+        token_id: String,
         /// The model.
         #[arg(long)]
         model: String,
@@ -597,19 +599,19 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 if lines.is_empty() { "no parked tokens".to_string() } else { lines.join("\n") }
             });
         }
-        NetCmd::Retry { conn, token, model } => {
+        NetCmd::Retry { conn, token_id: token, model } => {
             conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/parked/{token}/retry", model_path(&model)?),
+                &format!("/api/models/{}/parked/{}/retry", model_path(&model)?, model_path(&token)?),
                 &[],
                 Some(json!({})),
             )?;
             println!("released {token}");
         }
-        NetCmd::Discard { conn, token, model } => {
+        NetCmd::Discard { conn, token_id: token, model } => {
             conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/parked/{token}/discard", model_path(&model)?),
+                &format!("/api/models/{}/parked/{}/discard", model_path(&model)?, model_path(&token)?),
                 &[],
                 Some(json!({})),
             )?;
