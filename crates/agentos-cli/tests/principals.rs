@@ -170,6 +170,31 @@ fn flag_limited_agents_see_and_do_only_what_their_flags_grant() {
     assert_eq!(scripts.get("/api/events").0, 403);
 }
 
+/// Regression: a `w` agent could register a tool net (authoring one is writing a net) but not
+/// see it (only `t` revealed tool nets) nor remove it (that needed `t`).
+#[test]
+fn a_writer_sees_and_removes_the_tool_net_it_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    let writer = op.agent("writer", "-w");
+    let net = json!({"places": ["p-a", "p-b"], "transitions": [{"id": "t", "kind": "pass", "presets": {"i": {"place": "p-a"}}, "postsets": {"o": {"place": "p-b"}}, "emit": [{"to": "o"}]}]});
+    let (s, v) = writer.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "relay", "name": "Relay", "net": net, "inputPlace": "p-a", "outputPlace": "p-b"}));
+    assert_eq!(s, 200, "{v}");
+    let (s, e) = writer.get("/api/tool-catalog/relay");
+    assert_eq!((s, e["model"].as_str()), (200, Some("writer")), "{e}");
+    let (s, page) = writer.get("/api/tool-catalog");
+    assert_eq!((s, page["total"].as_u64()), (200, Some(1)), "{page}");
+    // `t` runs tool nets but does not author them, so it removes none.
+    let runner = op.agent("runner", "--------t");
+    assert_eq!(op.post("/api/agents/runner/grants", json!({"model": "writer"})).0, 200);
+    let (s, v) = runner.command(json!({"type": "TOOL_CATALOG_REMOVE", "id": "relay", "model": "writer"}));
+    assert_eq!(s, 403, "{v}");
+    let (s, v) = writer.command(json!({"type": "TOOL_CATALOG_REMOVE", "id": "relay"}));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(writer.get("/api/tool-catalog/relay").0, 404);
+}
+
 #[test]
 fn invalid_flag_strings_are_refused_with_an_explanation() {
     let dir = tempfile::tempdir().unwrap();
@@ -192,6 +217,18 @@ fn invalid_flag_strings_are_refused_with_an_explanation() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("position 3 must be 'x'"));
+
+    // Regression: a flag string starting with `-` (the README's `---------s`) was taken for an
+    // option and refused before it reached the master.
+    let out = std::process::Command::new(common::BIN)
+        .args(["agent", "create", "scripter", "--flags", "---------s", "--json"])
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["flags"], "---------s-", "{created}");
 }
 
 #[test]
