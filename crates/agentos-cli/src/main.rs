@@ -250,7 +250,7 @@ enum ExecutorTokenCmd {
 
 #[derive(Subcommand)]
 enum CatalogCmd {
-    /// Search the catalog (local first when --model is given).
+    /// Search the catalog: a model's local entries first, then the global ones.
     List {
         #[command(flatten)]
         conn: client::Conn,
@@ -277,7 +277,7 @@ enum CatalogCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Show one entry (local first when --model is given).
+    /// Show one entry, local first.
     Get {
         #[command(flatten)]
         conn: client::Conn,

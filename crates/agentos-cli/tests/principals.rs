@@ -381,3 +381,32 @@ fn the_concurrent_invocations_of_one_principal_are_bounded() {
     assert_eq!(first.join().unwrap().0, 200);
     assert_eq!(op.invoke("slow", json!({})).0, 200, "the slot came back");
 }
+
+/// Regression: the README's API table left out routes, `TOOL_CATALOG_REGISTER_TOOLNET` and the
+/// 405, 422, 429 and 504 answers. It names every route of the table and every command type.
+#[test]
+fn the_readme_api_table_names_every_route_command_and_status() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let api = &readme[readme.find("\n## API\n").expect("an API section")..];
+    let api = &api[..api[1..].find("\n## ").map_or(api.len(), |i| i + 1)];
+    let mut missing = Vec::new();
+    for route in ROUTES {
+        let row = format!("| `{} {}", route.method, route.path.replace("{*urn}", "{urn}"));
+        let named =
+            api.match_indices(&row).any(|(i, _)| matches!(api[i + row.len()..].chars().next(), Some('`' | '?')));
+        if !named {
+            missing.push(row);
+        }
+    }
+    for (kind, _) in COMMANDS {
+        if !api.contains(&format!("`{kind}`")) {
+            missing.push(kind.to_string());
+        }
+    }
+    for status in [400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 504] {
+        if !api.split_whitespace().any(|w| w == status.to_string()) {
+            missing.push(status.to_string());
+        }
+    }
+    assert!(missing.is_empty(), "the README's API section lacks:\n{}", missing.join("\n"));
+}
