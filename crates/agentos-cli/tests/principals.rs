@@ -72,6 +72,13 @@ fn every_route_answers_exactly_who_the_table_allows() {
     let (_, t) = op.post("/api/executor-tokens", json!({"name": "exec"}));
     callers.push((Who::Executor, op.with_token(t["token"].as_str()), "no-such-model".into()));
 
+    // The catalog is read by every flag that reveals a kind of tool: `x` host tools, `w` the tool
+    // nets it authors, besides `d h t s m`; `r`, `l` and the rest reveal none.
+    let catalog = ROUTES.iter().find(|r| r.path == "/api/tool-catalog").unwrap().permission;
+    let readers: Vec<char> =
+        Flag::ALL.into_iter().filter(|f| allowed(catalog, Who::Agent(Some(*f)))).map(Flag::letter).collect();
+    assert_eq!(readers.iter().collect::<String>(), "wxhdtsm");
+
     let mut checked = 0;
     for route in ROUTES {
         let (path, body) = sample(route.method, route.path);
