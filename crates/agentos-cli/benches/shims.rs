@@ -1,6 +1,7 @@
 //! Shim benchmark: a shim call to a trivial host tool and to a trivial script tool, beside a
 //! Node.js client making the same request; and the system prompt's size per tool on a 50-tool
-//! catalog. Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench shims`.
+//! catalog. Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench shims`
+//! (`-- prompt` for the prompt's size alone).
 
 use std::process::Command;
 use std::time::Instant;
@@ -34,12 +35,21 @@ fn time_runs(n: usize, mut make: impl FnMut() -> Command) -> Vec<f64> {
 }
 
 fn main() {
+    // `cargo bench` passes `--bench`; a bare `prompt` asks for the prompt's size alone.
+    let prompt_only = std::env::args().skip(1).any(|a| a == "prompt");
     let dir = tempfile::tempdir().unwrap();
     let (_master, api) = start_program(EXAMPLE, &[], &dir.path().join("master"));
-    let Api { url, token, .. } = &api;
     api.register_script("nothing", "sh", "echo '{}'");
-    let _executor = start_executor(&api, &dir.path().join("executor"), "bench", 1);
-    let bin = dir.path().join("bin");
+    if !prompt_only {
+        time_calls(&api, dir.path());
+    }
+    prompt_size(&api);
+}
+
+fn time_calls(api: &Api, dir: &std::path::Path) {
+    let Api { url, token, .. } = api;
+    let _executor = start_executor(api, &dir.join("executor"), "bench", 1);
+    let bin = dir.join("bin");
     let out = Command::new(BIN)
         .args(["install-shims", "--dir"])
         .arg(&bin)
@@ -88,8 +98,13 @@ fn main() {
     } else {
         println!("node is not installed: no Node.js baseline");
     }
+}
 
-    // The prompt of a 50-tool catalog: realistic tools with three to five flags each.
+/// The prompt of a 51-tool catalog: the example's host tools, `nothing`, and 47 realistic
+/// script tools with five flags each.
+fn prompt_size(api: &Api) {
+    let Api { url, token, .. } = api;
+
     let words = ["ledger", "invoice", "forum", "digest", "deploy", "backup", "metrics", "ticket", "report", "calendar"];
     for i in 0..47 {
         let w = words[i % words.len()];

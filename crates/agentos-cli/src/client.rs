@@ -44,8 +44,10 @@ pub struct RegisterScriptArgs {
     /// File holding the JSON Schema of the script's input.
     #[arg(long)]
     pub input_schema: Option<PathBuf>,
+    /// The tool's version, shown in the catalog.
     #[arg(long)]
     pub version: Option<String>,
+    /// What the tool does, shown in search, --help and the prompt.
     #[arg(long)]
     pub description: Option<String>,
     /// A capability tag; repeat for several.
@@ -54,6 +56,7 @@ pub struct RegisterScriptArgs {
     /// File name the executor gives the script (defaults to the file's name).
     #[arg(long)]
     pub filename: Option<String>,
+    /// Print JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -72,6 +75,9 @@ pub struct ListArgs {
 pub struct ClientError {
     pub code: u8,
     pub message: String,
+    /// The master's HTTP status, when the master answered: shown by client commands, left off
+    /// the one line a shim prints, where agents act on the message and the exit code.
+    pub status: Option<u16>,
 }
 
 pub const EXIT_FAILURE: u8 = 1;
@@ -83,14 +89,17 @@ pub const EXIT_TIMED_OUT_CALL: u8 = 6;
 pub const EXIT_UNREACHABLE: u8 = 7;
 
 fn fail(code: u8, message: impl Into<String>) -> ClientError {
-    ClientError { code, message: message.into() }
+    ClientError { code, message: message.into(), status: None }
 }
 
 pub fn exit(r: Result<(), ClientError>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {}", e.message);
+            match e.status {
+                Some(status) => eprintln!("error: {} (HTTP {status})", e.message),
+                None => eprintln!("error: {}", e.message),
+            }
             ExitCode::from(e.code)
         }
     }
@@ -163,7 +172,7 @@ impl Conn {
             504 => EXIT_TIMED_OUT_CALL,
             _ => EXIT_FAILURE,
         };
-        Err(fail(code, format!("{message} (HTTP {})", status.as_u16())))
+        Err(ClientError { code, message, status: Some(status.as_u16()) })
     }
 }
 
@@ -286,6 +295,7 @@ pub struct RunArgs {
     /// An environment variable for the script, NAME=VALUE; repeat for several.
     #[arg(long = "env")]
     pub env: Vec<String>,
+    /// How long the script may run, in ms (the master caps it).
     #[arg(long)]
     pub timeout_ms: Option<u64>,
     /// Print the whole result as JSON instead of the script's output.
@@ -377,10 +387,12 @@ pub enum NetCmd {
     Apply {
         #[command(flatten)]
         conn: Conn,
+        /// The net document, JSON or YAML.
         file: PathBuf,
         /// The model (default: the document's `model`).
         #[arg(long)]
         model: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -388,8 +400,10 @@ pub enum NetCmd {
     Show {
         #[command(flatten)]
         conn: Conn,
+        /// The model whose net this is.
         #[arg(long)]
         model: String,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -397,9 +411,12 @@ pub enum NetCmd {
     Tokens {
         #[command(flatten)]
         conn: Conn,
+        /// The place, e.g. p-in.
         place: String,
+        /// The model whose net this is.
         #[arg(long)]
         model: String,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -407,14 +424,18 @@ pub enum NetCmd {
     Put {
         #[command(flatten)]
         conn: Conn,
+        /// The place, e.g. p-in.
         place: String,
         /// The token's data, as JSON.
         #[arg(value_name = "JSON")]
         token_data: String,
+        /// The model whose net this is.
         #[arg(long)]
         model: String,
+        /// A name for the token.
         #[arg(long)]
         name: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -422,7 +443,9 @@ pub enum NetCmd {
     Start {
         #[command(flatten)]
         conn: Conn,
+        /// The transition's id.
         transition: String,
+        /// The model whose net this is.
         #[arg(long)]
         model: String,
     },
@@ -430,7 +453,9 @@ pub enum NetCmd {
     Stop {
         #[command(flatten)]
         conn: Conn,
+        /// The transition's id.
         transition: String,
+        /// The model whose net this is.
         #[arg(long)]
         model: String,
     },
@@ -438,9 +463,12 @@ pub enum NetCmd {
     Fire {
         #[command(flatten)]
         conn: Conn,
+        /// The transition's id.
         transition: String,
+        /// The model whose net this is.
         #[arg(long)]
         model: String,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -483,6 +511,7 @@ pub enum NetCmd {
     Watch {
         #[command(flatten)]
         conn: Conn,
+        /// The model whose net this is.
         #[arg(long)]
         model: String,
     },
@@ -659,13 +688,16 @@ pub enum AgentCmd {
     Create {
         #[command(flatten)]
         conn: Conn,
+        /// The agent's name.
         name: String,
-        /// Capability flags: positional `rwxhludcts` plus `m`, e.g. `rwx` or `r-x------s`.
-        #[arg(long)]
+        /// Capability flags: positional `rwxhludcts` plus `m`, e.g. `rwx` or `---------s`
+        /// (a string may start with `-`).
+        #[arg(long, allow_hyphen_values = true)]
         flags: String,
         /// Home model (default: the agent's name).
         #[arg(long)]
         model: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -673,6 +705,7 @@ pub enum AgentCmd {
     List {
         #[command(flatten)]
         conn: Conn,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -680,12 +713,14 @@ pub enum AgentCmd {
     Revoke {
         #[command(flatten)]
         conn: Conn,
+        /// The agent's name.
         name: String,
     },
     /// Let an agent act in another model besides its home model (its net, tokens, watch stream, jobs).
     Grant {
         #[command(flatten)]
         conn: Conn,
+        /// The agent's name.
         name: String,
         /// The model to grant.
         #[arg(long)]
@@ -695,6 +730,7 @@ pub enum AgentCmd {
     Ungrant {
         #[command(flatten)]
         conn: Conn,
+        /// The agent's name.
         name: String,
         /// The model to take back.
         #[arg(long)]
@@ -768,12 +804,14 @@ pub enum SecretCmd {
     Set {
         #[command(flatten)]
         conn: Conn,
+        /// The secret's name.
         name: String,
     },
     /// List secret names (never values).
     List {
         #[command(flatten)]
         conn: Conn,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -781,6 +819,7 @@ pub enum SecretCmd {
     Grant {
         #[command(flatten)]
         conn: Conn,
+        /// The secret's name.
         name: String,
         /// A script tool, as it is pinned now (resolved in --model, else the global catalog).
         #[arg(long, conflicts_with = "origin", required_unless_present = "origin")]
@@ -791,6 +830,7 @@ pub enum SecretCmd {
         /// Only for fires in this model.
         #[arg(long)]
         model: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -798,6 +838,7 @@ pub enum SecretCmd {
     Grants {
         #[command(flatten)]
         conn: Conn,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -805,6 +846,7 @@ pub enum SecretCmd {
     Ungrant {
         #[command(flatten)]
         conn: Conn,
+        /// The grant's id (from `agentos secret grants`).
         id: String,
     },
 }

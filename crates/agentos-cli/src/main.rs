@@ -35,6 +35,7 @@ enum Cmd {
     Executors {
         #[command(flatten)]
         conn: client::Conn,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -47,9 +48,13 @@ enum Cmd {
     ListTools {
         #[command(flatten)]
         conn: client::Conn,
+        /// One toolkit to list (default: every toolkit you can see).
         toolkit: Option<String>,
-        #[arg(long)]
+        /// The model whose local tools come first, the global ones behind them (default: your
+        /// home model).
+        #[arg(long, env = "AGENTOS_MODEL")]
         model: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -57,16 +62,21 @@ enum Cmd {
     InstallShims {
         #[command(flatten)]
         conn: client::Conn,
+        /// The folder to link the shims into (put it on PATH).
         #[arg(long)]
         dir: PathBuf,
-        #[arg(long)]
+        /// The model whose local tools come first, the global ones behind them (default: your
+        /// home model).
+        #[arg(long, env = "AGENTOS_MODEL")]
         model: Option<String>,
     },
     /// Print the tool list to put into an agent's system prompt.
     Prompt {
         #[command(flatten)]
         conn: client::Conn,
-        #[arg(long)]
+        /// The model whose local tools come first, the global ones behind them (default: your
+        /// home model).
+        #[arg(long, env = "AGENTOS_MODEL")]
         model: Option<String>,
         /// markdown or json.
         #[arg(long, default_value = "markdown")]
@@ -82,12 +92,16 @@ enum Cmd {
     Audit {
         #[command(flatten)]
         conn: client::Conn,
+        /// Only the events of this principal (its name).
         #[arg(long)]
         principal: Option<String>,
+        /// Only events after this sequence number.
         #[arg(long)]
         after: Option<u64>,
+        /// At most this many events.
         #[arg(long)]
         limit: Option<usize>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -259,40 +273,51 @@ enum ExecutorTokenCmd {
     Create {
         #[command(flatten)]
         conn: client::Conn,
+        /// The executor's name.
         name: String,
     },
 }
 
 #[derive(Subcommand)]
 enum CatalogCmd {
-    /// Search the catalog (local first when --model is given).
+    /// Search the catalog: a model's local entries first, then the global ones.
     List {
         #[command(flatten)]
         conn: client::Conn,
         /// Binding type: script, http, docker, toolnet, host, mcp.
         #[arg(long = "type")]
         kind: Option<String>,
+        /// The model whose local catalog comes first, the global one behind it (default: your
+        /// home model).
         #[arg(long)]
         model: Option<String>,
         /// Free text over id, name, description and capabilities.
         #[arg(long, short)]
         q: Option<String>,
+        /// Only entries with this capability tag.
         #[arg(long)]
         capability: Option<String>,
+        /// Entries per page (50 by default, 1000 at most).
         #[arg(long)]
         limit: Option<usize>,
+        /// Entries to skip, for the next page.
         #[arg(long)]
         offset: Option<usize>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
-    /// Show one entry (local first when --model is given).
+    /// Show one entry, local first.
     Get {
         #[command(flatten)]
         conn: client::Conn,
+        /// The tool id.
         id: String,
+        /// The model whose local catalog comes first, the global one behind it (default: your
+        /// home model).
         #[arg(long)]
         model: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -300,9 +325,13 @@ enum CatalogCmd {
     History {
         #[command(flatten)]
         conn: client::Conn,
+        /// The tool id.
         id: String,
+        /// The model whose local catalog comes first, the global one behind it (default: your
+        /// home model).
         #[arg(long)]
         model: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -312,9 +341,12 @@ enum CatalogCmd {
     Remove {
         #[command(flatten)]
         conn: client::Conn,
+        /// The tool id.
         id: String,
+        /// The model to remove it from (default: your home model).
         #[arg(long)]
         model: Option<String>,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -361,5 +393,38 @@ fn run_catalog(c: CatalogCmd) -> Result<(), client::ClientError> {
         CatalogCmd::History { conn, id, model, json } => client::history(&conn, &id, model.as_deref(), json),
         CatalogCmd::RegisterScript(a) => client::register_script(a),
         CatalogCmd::Remove { conn, id, model, json } => client::remove(&conn, &id, model.as_deref(), json),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Every argument a person can see in `--help` says what it is for.
+    fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {
+        for arg in cmd.get_arguments() {
+            if arg.is_hide_set() || ["help", "version"].contains(&arg.get_id().as_str()) {
+                continue;
+            }
+            if arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{path} {}", arg.get_id()));
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            if !sub.is_hide_set() {
+                undocumented(sub, &format!("{path} {}", sub.get_name()), out);
+            }
+        }
+    }
+
+    /// Regression: `agentos net put --help` listed PLACE, --model, --name and --json with no
+    /// word about them.
+    #[test]
+    fn every_argument_has_help_text() {
+        let mut missing = Vec::new();
+        undocumented(&Cli::command(), "agentos", &mut missing);
+        assert!(missing.is_empty(), "arguments without help text:\n{}", missing.join("\n"));
     }
 }

@@ -15,9 +15,13 @@ use agentos_server::LooseDataFolder;
 use crate::{ExecutorArgs, ServeArgs, UpArgs, output};
 
 fn init_logging() {
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("AGENTOS_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
+        // Colour codes are for a person at a terminal; in a file (`agentos up 2> log`) or a
+        // pipe they are noise that breaks grep.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 

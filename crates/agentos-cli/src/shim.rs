@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use serde_json::{Value, json};
 
 use agentos_core::entry::CatalogEntry;
+use agentos_core::search::MAX_LIMIT;
 use agentos_core::toolhelp;
 
 use crate::client::{ClientError, Conn, EXIT_NOT_FOUND, EXIT_USAGE, exit};
@@ -32,7 +33,7 @@ fn model_query() -> Vec<(&'static str, String)> {
 }
 
 fn fail(code: u8, message: String) -> ClientError {
-    ClientError { code, message }
+    ClientError { code, message, status: None }
 }
 
 /// `--json-file PATH` (or `-` for stdin) is read here, where the file is, and sent as `--json`.
@@ -132,19 +133,49 @@ fn run_inner(toolkit: &str, args: Vec<String>) -> Result<(), ClientError> {
     }
 }
 
-/// The entries the caller can see, one per id (a shadowed global one is left out).
+/// The entries the caller can see, one per id (a shadowed global one is left out), from every
+/// page of the search: one page holds at most `MAX_LIMIT` entries.
 fn visible(conn: &Conn, model: Option<&str>) -> Result<Vec<CatalogEntry>, ClientError> {
-    let mut q = vec![("limit", "1000".to_string())];
-    if let Some(m) = model {
-        q.push(("model", m.to_string()));
-    }
-    let page = conn.request(reqwest::Method::GET, "/api/tool-catalog", &q, None)?;
-    let items = page["items"].as_array().cloned().unwrap_or_default();
+    let items = all_pages(MAX_LIMIT, |offset, limit| {
+        let mut q = vec![("limit", limit.to_string()), ("offset", offset.to_string())];
+        if let Some(m) = model {
+            q.push(("model", m.to_string()));
+        }
+        conn.request(reqwest::Method::GET, "/api/tool-catalog", &q, None)
+    })?;
     Ok(items
         .into_iter()
         .filter(|e| e["shadowed"].as_bool() != Some(true))
         .filter_map(|e| serde_json::from_value(e).ok())
         .collect())
+}
+
+/// Every item of a paged search (`{items, total}` pages fetched by offset and limit), in order.
+/// An entry registered or removed between two pages can shift the rest by one: a repeated
+/// (id, scope) is kept once, and the walk ends at the first short page rather than at a `total`
+/// that may have moved.
+fn all_pages(
+    page_size: usize,
+    mut fetch: impl FnMut(usize, usize) -> Result<Value, ClientError>,
+) -> Result<Vec<Value>, ClientError> {
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let page = fetch(offset, page_size)?;
+        let items = page["items"].as_array().cloned().unwrap_or_default();
+        let n = items.len();
+        for e in items {
+            let key = (e["id"].as_str().unwrap_or_default().to_string(), e["scope"].to_string());
+            if seen.insert(key) {
+                out.push(e);
+            }
+        }
+        offset += n;
+        if n < page_size || offset >= page["total"].as_u64().unwrap_or(0) as usize {
+            return Ok(out);
+        }
+    }
 }
 
 /// `agentos list-tools [toolkit]`
@@ -225,4 +256,56 @@ pub fn prompt(conn: &Conn, model: Option<&str>, format: &str) -> ExitCode {
         }
         Ok(())
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A catalog of `n` entries served in pages the way the master serves them.
+    fn catalog(n: usize) -> impl FnMut(usize, usize) -> Result<Value, ClientError> {
+        move |offset, limit| {
+            let items: Vec<Value> = (offset..n.min(offset + limit))
+                .map(|i| json!({"id": format!("tool-{i:05}"), "scope": "global"}))
+                .collect();
+            Ok(json!({"items": items, "total": n, "limit": limit, "offset": offset}))
+        }
+    }
+
+    fn check(n: usize, page_size: usize) {
+        let got = all_pages(page_size, catalog(n)).unwrap();
+        assert_eq!(got.len(), n, "{n} entries in pages of {page_size}");
+        let ids: Vec<&str> = got.iter().map(|e| e["id"].as_str().unwrap()).collect();
+        assert!(ids.windows(2).all(|w| w[0] < w[1]), "out of order or repeated");
+    }
+
+    /// Regression: `list-tools`, `install-shims` and `prompt` read one page of at most 1,000
+    /// entries and dropped the rest.
+    #[test]
+    fn every_page_is_read() {
+        check(0, MAX_LIMIT);
+        check(1, MAX_LIMIT);
+        check(MAX_LIMIT, MAX_LIMIT);
+        check(MAX_LIMIT + 1, MAX_LIMIT);
+        check(2_500, MAX_LIMIT);
+        check(7, 3);
+    }
+
+    #[test]
+    fn an_entry_shifted_into_the_next_page_is_kept_once() {
+        // Between the first two fetches `a0` is registered before the page boundary, so the
+        // second page starts with the first page's last entry again.
+        let got = all_pages(2, |offset, _| {
+            let ids: &[&str] = match offset {
+                0 => &["a", "b"],
+                2 => &["b", "c"],
+                _ => &["d"],
+            };
+            let items: Vec<Value> = ids.iter().map(|i| json!({"id": i, "scope": "global"})).collect();
+            Ok(json!({"items": items, "total": if offset == 0 { 4 } else { 5 }}))
+        })
+        .unwrap();
+        let ids: Vec<&str> = got.iter().map(|e| e["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["a", "b", "c", "d"]);
+    }
 }

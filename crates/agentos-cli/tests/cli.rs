@@ -259,3 +259,16 @@ fn nets_from_the_command_line_with_a_yaml_document() {
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("/transitions/0/presets/a/place"), "{}", r.stderr);
 }
+
+/// Regression: log lines written to a file (`agentos up 2> log`) carried colour codes.
+#[test]
+fn logs_written_to_a_file_carry_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("master.log");
+    let mut m = common::Master::start_logged(&dir.path().join("data"), &log, &[]);
+    assert_eq!(m.client().get("/api/tool-catalog").0, 200);
+    m.terminate();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().count() > 2, "the master logged nothing: {text}");
+    assert!(!text.contains('\u{1b}'), "colour codes in a log file: {text:?}");
+}

@@ -72,6 +72,13 @@ fn every_route_answers_exactly_who_the_table_allows() {
     let (_, t) = op.post("/api/executor-tokens", json!({"name": "exec"}));
     callers.push((Who::Executor, op.with_token(t["token"].as_str()), "no-such-model".into()));
 
+    // The catalog is read by every flag that reveals a kind of tool: `x` host tools, `w` the tool
+    // nets it authors, besides `d h t s m`; `r`, `l` and the rest reveal none.
+    let catalog = ROUTES.iter().find(|r| r.path == "/api/tool-catalog").unwrap().permission;
+    let readers: Vec<char> =
+        Flag::ALL.into_iter().filter(|f| allowed(catalog, Who::Agent(Some(*f)))).map(Flag::letter).collect();
+    assert_eq!(readers.iter().collect::<String>(), "wxhdtsm");
+
     let mut checked = 0;
     for route in ROUTES {
         let (path, body) = sample(route.method, route.path);
@@ -170,6 +177,31 @@ fn flag_limited_agents_see_and_do_only_what_their_flags_grant() {
     assert_eq!(scripts.get("/api/events").0, 403);
 }
 
+/// Regression: a `w` agent could register a tool net (authoring one is writing a net) but not
+/// see it (only `t` revealed tool nets) nor remove it (that needed `t`).
+#[test]
+fn a_writer_sees_and_removes_the_tool_net_it_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    let writer = op.agent("writer", "-w");
+    let net = json!({"places": ["p-a", "p-b"], "transitions": [{"id": "t", "kind": "pass", "presets": {"i": {"place": "p-a"}}, "postsets": {"o": {"place": "p-b"}}, "emit": [{"to": "o"}]}]});
+    let (s, v) = writer.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "relay", "name": "Relay", "net": net, "inputPlace": "p-a", "outputPlace": "p-b"}));
+    assert_eq!(s, 200, "{v}");
+    let (s, e) = writer.get("/api/tool-catalog/relay");
+    assert_eq!((s, e["model"].as_str()), (200, Some("writer")), "{e}");
+    let (s, page) = writer.get("/api/tool-catalog");
+    assert_eq!((s, page["total"].as_u64()), (200, Some(1)), "{page}");
+    // `t` runs tool nets but does not author them, so it removes none.
+    let runner = op.agent("runner", "--------t");
+    assert_eq!(op.post("/api/agents/runner/grants", json!({"model": "writer"})).0, 200);
+    let (s, v) = runner.command(json!({"type": "TOOL_CATALOG_REMOVE", "id": "relay", "model": "writer"}));
+    assert_eq!(s, 403, "{v}");
+    let (s, v) = writer.command(json!({"type": "TOOL_CATALOG_REMOVE", "id": "relay"}));
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(writer.get("/api/tool-catalog/relay").0, 404);
+}
+
 #[test]
 fn invalid_flag_strings_are_refused_with_an_explanation() {
     let dir = tempfile::tempdir().unwrap();
@@ -192,6 +224,18 @@ fn invalid_flag_strings_are_refused_with_an_explanation() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("position 3 must be 'x'"));
+
+    // Regression: a flag string starting with `-` (the README's `---------s`) was taken for an
+    // option and refused before it reached the master.
+    let out = std::process::Command::new(common::BIN)
+        .args(["agent", "create", "scripter", "--flags", "---------s", "--json"])
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let created: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(created["flags"], "---------s-", "{created}");
 }
 
 #[test]
@@ -343,4 +387,33 @@ fn the_concurrent_invocations_of_one_principal_are_bounded() {
     assert_eq!(v["error"]["code"], "too_many_invocations");
     assert_eq!(first.join().unwrap().0, 200);
     assert_eq!(op.invoke("slow", json!({})).0, 200, "the slot came back");
+}
+
+/// Regression: the README's API table left out routes, `TOOL_CATALOG_REGISTER_TOOLNET` and the
+/// 405, 422, 429 and 504 answers. It names every route of the table and every command type.
+#[test]
+fn the_readme_api_table_names_every_route_command_and_status() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let api = &readme[readme.find("\n## API\n").expect("an API section")..];
+    let api = &api[..api[1..].find("\n## ").map_or(api.len(), |i| i + 1)];
+    let mut missing = Vec::new();
+    for route in ROUTES {
+        let row = format!("| `{} {}", route.method, route.path.replace("{*urn}", "{urn}"));
+        let named =
+            api.match_indices(&row).any(|(i, _)| matches!(api[i + row.len()..].chars().next(), Some('`' | '?')));
+        if !named {
+            missing.push(row);
+        }
+    }
+    for (kind, _) in COMMANDS {
+        if !api.contains(&format!("`{kind}`")) {
+            missing.push(kind.to_string());
+        }
+    }
+    for status in [400, 401, 403, 404, 405, 409, 413, 422, 429, 500, 504] {
+        if !api.split_whitespace().any(|w| w == status.to_string()) {
+            missing.push(status.to_string());
+        }
+    }
+    assert!(missing.is_empty(), "the README's API section lacks:\n{}", missing.join("\n"));
 }

@@ -15,12 +15,17 @@ struct Out {
 }
 
 fn run(m: &Master, program: &Path, args: &[&str], stdin: Option<&str>) -> Out {
+    run_as(m, &m.token, program, args, stdin)
+}
+
+/// `program` run with `token` and no `AGENTOS_MODEL`, as an agent given only its token would.
+fn run_as(m: &Master, token: &str, program: &Path, args: &[&str], stdin: Option<&str>) -> Out {
     let mut child = Command::new(program)
         .args(args)
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("AGENTOS_URL", &m.url)
-        .env("AGENTOS_TOKEN", &m.token)
+        .env("AGENTOS_TOKEN", token)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -88,7 +93,7 @@ fn a_host_tool_runs_through_its_shim_and_times_out_cleanly() {
     assert!(out.stderr.contains("timed out after 500 ms"), "{}", out.stderr);
 
     for (args, code, words) in [
-        (vec!["forecast"], 2, "missing required flag --city"),
+        (vec!["forecast"], 2, "agentos-weather forecast: Missing required flag: --city"),
         (vec!["forecast", "--city", "Rome", "--dayz", "2"], 2, "did you mean --days?"),
         (vec!["forecast", "--city", "Rome", "--days", "three"], 2, "--days: expected an integer, got \"three\""),
         (vec!["forecast", "Rome"], 2, "unexpected argument"),
@@ -97,6 +102,8 @@ fn a_host_tool_runs_through_its_shim_and_times_out_cleanly() {
         let out = run(&m, &weather, &args, None);
         assert_eq!(out.code, code, "{args:?}: {}", out.stderr);
         assert!(out.stderr.contains(words), "{args:?}: {}", out.stderr);
+        // Agents act on the message and the exit code; the HTTP status is not theirs to parse.
+        assert!(!out.stderr.contains("HTTP"), "{args:?}: {}", out.stderr);
         assert_eq!(out.stderr.lines().count(), 1);
         assert!(out.stdout.is_empty());
     }
@@ -179,4 +186,77 @@ fn install_shims_removes_stale_links_and_shows_only_what_the_caller_may_use() {
     assert!(!bin.join("agentos-greet").exists(), "a stale link stayed");
     assert!(bin.join("agentos-weather").exists());
     assert!(bin.join("agentos-mine").exists(), "a file that is not our link was removed");
+}
+
+/// Regression: search and get without a model read the global catalog only, so an agent's own
+/// (local) scripts were missing from `list-tools`, `install-shims`, `prompt` and `--help`
+/// although calling them worked; and an `x`-only agent, who may call host tools, was refused
+/// all four (403).
+#[test]
+fn an_agent_sees_its_home_model_and_host_tools_without_naming_a_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let op = m.client();
+    greet_script(&op);
+    let agent = op.agent("scripter", "--x------s");
+    greet_script(&agent);
+    let (status, e) = agent.register("mine", "sh", "echo mine", None);
+    assert_eq!(status, 200, "{e}");
+    let token = agent.token.clone().unwrap();
+
+    // The API: the home model first, the global catalog behind it, shadowing shown.
+    let (status, page) = agent.get("/api/tool-catalog");
+    assert_eq!(status, 200, "{page}");
+    let got: Vec<(String, String, bool)> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["id"].as_str().unwrap().into(), e["scope"].as_str().unwrap().into(), e["shadowed"] == true))
+        .collect();
+    let want =
+        [("greet", "local", false), ("greet", "global", true), ("mine", "local", false), ("weather", "global", false)];
+    assert_eq!(got, want.map(|(i, s, d)| (i.to_string(), s.to_string(), d)), "{page}");
+    assert_eq!(agent.get("/api/tool-catalog/mine").1["scope"], "local");
+    assert_eq!(agent.get("/api/tool-catalog/mine/history").0, 200);
+    let (status, page) = agent.command(json!({"type": "TOOL_CATALOG_SEARCH"}));
+    assert_eq!((status, page["total"].as_u64()), (200, Some(4)), "{page}");
+    let (status, e) = agent.command(json!({"type": "TOOL_CATALOG_GET", "id": "greet"}));
+    assert_eq!((status, e["scope"].as_str()), (200, Some("local")), "{e}");
+    // The operator's home model is `default`: the agent's local entries are not its.
+    assert_eq!(op.get("/api/tool-catalog/mine").0, 404);
+
+    // The command line, with the agent's token alone.
+    let bin = dir.path().join("bin");
+    let out = run_as(&m, &token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(bin.join("agentos-mine").exists() && bin.join("agentos-weather").exists());
+    let out = run_as(&m, &token, Path::new(BIN), &["list-tools"], None);
+    assert!(out.stdout.contains("mine run"), "{}{}", out.stdout, out.stderr);
+    let out = run_as(&m, &token, Path::new(BIN), &["prompt"], None);
+    assert!(out.stdout.contains("agentos-mine"), "{}{}", out.stdout, out.stderr);
+    let out = run_as(&m, &token, &bin.join("agentos-mine"), &["--help"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    // `x` alone: host tools show, and nothing else.
+    let caller = op.agent("caller", "--x");
+    let token = caller.token.clone().unwrap();
+    let bin = dir.path().join("caller-bin");
+    let out = run_as(&m, &token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let linked: Vec<String> =
+        std::fs::read_dir(&bin).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into()).collect();
+    assert_eq!(linked, ["agentos-weather"]);
+    let out = run_as(&m, &token, Path::new(BIN), &["list-tools"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("weather forecast") && !out.stdout.contains("greet"), "{}", out.stdout);
+    let out = run_as(&m, &token, Path::new(BIN), &["prompt"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("agentos-weather forecast --city"), "{}", out.stdout);
+    let weather = bin.join("agentos-weather");
+    for args in [&["--help"][..], &["forecast", "--help"]] {
+        let out = run_as(&m, &token, &weather, args, None);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+    }
+    let out = run_as(&m, &token, &weather, &["forecast", "--city", "Oslo"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
 }

@@ -103,6 +103,11 @@ pub enum BindingKind {
     Mcp,
 }
 
+/// Every flag that reveals some kind of entry: holding any of them lets a principal search and
+/// read the catalog (it then sees the kinds its flags reveal).
+pub const CATALOG_READ_FLAGS: &[Flag] =
+    &[Flag::Docker, Flag::Http, Flag::ToolNets, Flag::Scripts, Flag::Mcp, Flag::Execute, Flag::Write];
+
 impl BindingKind {
     pub const ALL: [BindingKind; 6] = [
         BindingKind::Script,
@@ -125,19 +130,34 @@ impl BindingKind {
     pub fn parse(s: &str) -> Option<Self> {
         Self::ALL.into_iter().find(|k| k.as_str() == s)
     }
-    /// The flag that reveals entries of this kind in search and get.
-    pub fn revealing_flag(self) -> Flag {
+    /// The flags that reveal entries of this kind in search, get and history: the kind's own
+    /// flag, and for tool nets also `w`, the flag that authors them, so whoever may register a
+    /// tool net sees what it registered.
+    pub fn revealing_flags(self) -> &'static [Flag] {
+        match self {
+            BindingKind::Script => &[Flag::Scripts],
+            BindingKind::Http => &[Flag::Http],
+            BindingKind::Docker => &[Flag::Docker],
+            BindingKind::Toolnet => &[Flag::ToolNets, Flag::Write],
+            BindingKind::Host => &[Flag::Execute],
+            BindingKind::Mcp => &[Flag::Mcp],
+        }
+    }
+    /// The flag that registers (and so removes) entries of this kind.
+    pub fn registering_flag(self) -> Flag {
         match self {
             BindingKind::Script => Flag::Scripts,
             BindingKind::Http => Flag::Http,
             BindingKind::Docker => Flag::Docker,
-            BindingKind::Toolnet => Flag::ToolNets,
+            // Authoring a tool net is writing a net.
+            BindingKind::Toolnet => Flag::Write,
+            // Host toolkits are the embedder's; their entries belong to the operator.
             BindingKind::Host => Flag::Execute,
             BindingKind::Mcp => Flag::Mcp,
         }
     }
     pub fn visible_to(self, flags: Flags) -> bool {
-        flags.has(self.revealing_flag())
+        flags.any_of(self.revealing_flags())
     }
 }
 

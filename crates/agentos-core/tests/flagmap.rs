@@ -237,8 +237,8 @@ fn optional_fields_and_required_fields() {
         &[
             // Every optional field omitted: nothing invented.
             (&["--city", "Paris"], Ok(json!({"city": "Paris"}))),
-            (&[], Err("^missing required flag --city")),
-            (&["--days", "3"], Err("^missing required flag --city")),
+            (&[], Err("^Missing required flag: --city")),
+            (&["--days", "3"], Err("^Missing required flag: --city")),
             // `--json` can supply a required field.
             (&["--json", r#"{"city":"Rome"}"#], Ok(json!({"city": "Rome"}))),
         ],
@@ -275,7 +275,7 @@ fn defaults() {
                 &["--json", r#"{"city":"Rome","days":9}"#],
                 Ok(json!({"city": "Rome", "days": 9, "fullPage": false, "tags": ["x"], "units": "metric"})),
             ),
-            (&[], Err("^missing required flag --city")),
+            (&[], Err("^Missing required flag: --city")),
         ],
     );
 }
@@ -396,8 +396,8 @@ fn nested_objects_use_dotted_flags() {
             (&["--where.lat", "-41.9"], Ok(json!({"where": {"lat": -41.9}}))),
             (&["--where.lat", "1", "--a.b.c-depth", "3"], Ok(json!({"where": {"lat": 1}, "a": {"b": {"cDepth": 3}}}))),
             // A required field inside a required object is a required flag.
-            (&[], Err("^missing required flag --where.lat")),
-            (&["--where.lon", "2"], Err("^missing required flag --where.lat")),
+            (&[], Err("^Missing required flag: --where.lat")),
+            (&["--where.lon", "2"], Err("^Missing required flag: --where.lat")),
             (&["--where.lat", "north"], Err(r#"^--where.lat: expected a number, got "north""#)),
             (&["--where.lat"], Err("^--where.lat needs a value (<number>)")),
             // The object itself is not a flag.
@@ -637,7 +637,7 @@ fn everything_at_once() {
         })),
     );
     check(&s, &["--city", "Paris", "--where.lat", "1", "--where.lon", "2", "--days", "0"], Err("^--days: "));
-    check(&s, &["--city", "Paris", "--where.lat", "1"], Err("^missing required flag --where.lon"));
+    check(&s, &["--city", "Paris", "--where.lat", "1"], Err("^Missing required flag: --where.lon"));
 }
 
 #[test]

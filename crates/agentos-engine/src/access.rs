@@ -44,11 +44,8 @@ pub(crate) fn check_catalog_write(st: &State, p: &Principal, model: &str) -> Res
 }
 
 /// Reading a catalog: the global one is open to every reader; a local one needs the model.
-pub(crate) fn check_catalog_read(st: &State, p: &Principal, model: Option<&str>) -> Result<(), CoreError> {
-    match model {
-        None | Some(DEFAULT_MODEL) => Ok(()),
-        Some(m) => check_model_in(st, p, m),
-    }
+pub(crate) fn check_catalog_read(st: &State, p: &Principal, model: &str) -> Result<(), CoreError> {
+    if model == DEFAULT_MODEL { Ok(()) } else { check_model_in(st, p, model) }
 }
 
 /// A flag the caller must hold.

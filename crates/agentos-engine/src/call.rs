@@ -41,7 +41,7 @@ impl Engine {
         check_model_name(&model)?;
         let entry = {
             let st = self.read_state();
-            crate::access::check_catalog_read(&st, p, Some(&model))?;
+            crate::access::check_catalog_read(&st, p, &model)?;
             match st.resolve(&model, toolkit) {
                 Some((e, _)) if e.entry.binding.kind().visible_to(p.flags) => e.entry.clone(),
                 _ => {

@@ -155,7 +155,7 @@ impl Engine {
         check_model_name(&m)?;
         let toolnet = {
             let st = self.read_state();
-            crate::access::check_catalog_read(&st, principal, Some(&m))?;
+            crate::access::check_catalog_read(&st, principal, &m)?;
             match st.resolve(&m, id).map(|(e, _)| (e.entry.binding.clone(), e.owner.clone())) {
                 Some((Binding::Toolnet(b), owner)) => Some((b, owner)),
                 _ => None,
@@ -231,7 +231,7 @@ impl Engine {
         check_tool_id(id)?;
         let model = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
         check_model_name(&model)?;
-        crate::access::check_catalog_read(&self.read_state(), principal, Some(&model))?;
+        crate::access::check_catalog_read(&self.read_state(), principal, &model)?;
         let cfg = self.inner.dispatch;
         let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
         if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
@@ -333,7 +333,7 @@ impl Engine {
         check_model_name(&m)?;
         let is_toolnet = {
             let st = self.read_state();
-            crate::access::check_catalog_read(&st, principal, Some(&m))?;
+            crate::access::check_catalog_read(&st, principal, &m)?;
             matches!(st.resolve(&m, id).map(|(e, _)| &e.entry.binding), Some(Binding::Toolnet(_)))
         };
         if is_toolnet && principal.flags.has(Flag::ToolNets) {

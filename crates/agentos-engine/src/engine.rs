@@ -11,7 +11,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use agentos_core::command::{Limits, RegisterScript, RegisterToolnet, RemoveArgs, decide_register, decide_remove};
-use agentos_core::entry::{Binding, BindingKind, EntryView, Scope};
+use agentos_core::entry::{Binding, EntryView, Scope};
 use agentos_core::event::{Event, EventBody, EventView, PrincipalKind, PrincipalRecord};
 use agentos_core::flags::{Flag, Flags};
 use agentos_core::name::{check_model_name, check_tool_id};
@@ -504,7 +504,7 @@ impl Engine {
         let kind = self.read_state().catalog(&model).and_then(|c| c.get(&args.id)).map(|e| e.entry.binding.kind());
         match kind {
             Some(k) if k.visible_to(principal.flags) => {
-                require(principal, registering_flag(k), "remove this kind of tool")?;
+                require(principal, k.registering_flag(), "remove this kind of tool")?;
             }
             _ => {
                 return Err(
@@ -518,23 +518,23 @@ impl Engine {
         Ok(())
     }
 
-    /// Catalog search, local first, showing only the kinds the caller's flags reveal.
+    /// Catalog search, local first, showing only the kinds the caller's flags reveal. Without a
+    /// model it searches the caller's home model, as register, invoke and call do.
     pub fn search(&self, principal: &Principal, query: &SearchQuery) -> Result<SearchPage, EngineError> {
-        if let Some(m) = &query.model {
-            check_model_name(m)?;
-        }
+        let model = query.model.clone().unwrap_or_else(|| principal.home_model.clone());
+        check_model_name(&model)?;
         let st = self.read_state();
-        check_catalog_read(&st, principal, query.model.as_deref())?;
-        Ok(search(&st, query, principal.flags))
+        check_catalog_read(&st, principal, &model)?;
+        Ok(search(&st, &SearchQuery { model: Some(model), ..query.clone() }, principal.flags))
     }
 
-    /// One entry, local first.
+    /// One entry, local first (in the caller's home model when no model is given).
     pub fn get(&self, principal: &Principal, id: &str, model: Option<&str>) -> Result<EntryView, EngineError> {
         check_tool_id(id)?;
-        let model = model.unwrap_or(DEFAULT_MODEL);
+        let model = model.unwrap_or(&principal.home_model);
         check_model_name(model)?;
         let st = self.read_state();
-        check_catalog_read(&st, principal, Some(model))?;
+        check_catalog_read(&st, principal, model)?;
         match st.resolve(model, id) {
             Some((e, scope)) if e.entry.binding.kind().visible_to(principal.flags) => Ok(e.view(scope, false)),
             _ => Err(not_found(id, model).into()),
@@ -544,9 +544,9 @@ impl Engine {
     /// Every definition `id` has had in the scope it resolves to from `model`.
     pub async fn history(&self, principal: &Principal, id: &str, model: Option<&str>) -> Result<History, EngineError> {
         check_tool_id(id)?;
-        let model = model.unwrap_or(DEFAULT_MODEL);
+        let model = model.unwrap_or(&principal.home_model);
         check_model_name(model)?;
-        check_catalog_read(&self.read_state(), principal, Some(model))?;
+        check_catalog_read(&self.read_state(), principal, model)?;
         let key = format!("tool:{id}");
         let mut found = None;
         if model != DEFAULT_MODEL {
@@ -734,10 +734,6 @@ fn not_found(id: &str, model: &str) -> CoreError {
     } else {
         CoreError::not_found(format!("no tool {id:?} in model {model:?} nor in the global catalog"))
     }
-}
-
-fn registering_flag(kind: BindingKind) -> Flag {
-    kind.revealing_flag()
 }
 
 fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {

@@ -122,7 +122,7 @@ pub struct SearchParams {
     #[serde(rename = "type")]
     #[param(rename = "type")]
     pub kind: Option<String>,
-    /// Search this model's local catalog first, then the global one.
+    /// Search this model's local catalog first, then the global one (default: the caller's home model).
     pub model: Option<String>,
     /// Free text over id, name, description and capabilities.
     pub q: Option<String>,
@@ -181,7 +181,7 @@ pub async fn search_catalog(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct ModelParam {
-    /// Look in this model's local catalog first, then the global one.
+    /// Look in this model's local catalog first, then the global one (default: the caller's home model).
     pub model: Option<String>,
 }
 

@@ -43,8 +43,9 @@ impl Permission {
     }
 }
 
-/// Catalog search and get: granted by any flag that reveals a kind of tool.
-pub const CATALOG_READ: &[Flag] = &[Flag::Docker, Flag::Http, Flag::ToolNets, Flag::Scripts, Flag::Mcp];
+/// Catalog search and get: granted by any flag that reveals a kind of tool (`x` reveals host
+/// tools, `w` the tool nets it authors); the engine then shows only the kinds the caller's flags reveal.
+pub const CATALOG_READ: &[Flag] = agentos_core::entry::CATALOG_READ_FLAGS;
 
 /// Which model a route touches, and so which model the caller must be allowed to use
 /// (its home model, one the operator granted it, its own tool-net instance; the operator any).
