@@ -850,3 +850,52 @@ fn a_filter_binds_the_tokens_it_is_true_for_and_names_the_token_it_fails_on() {
     let reason = o["reason"].as_str().unwrap();
     assert!(reason.contains("filter failed on token") && reason.contains(t["id"].as_str().unwrap()), "{reason}");
 }
+
+#[test]
+fn the_catalog_is_read_only_tokens_of_p_tool_catalog_that_a_net_reads_with_a_read_arc() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    api.register("alpha", "sh", "echo a", Some("cat"));
+    api.register("beta", "sh", "echo b", Some("cat"));
+    let net = json!({"places": ["p-a", "p-b"], "transitions": []});
+    let (s, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "gamma", "name": "gamma",
+        "model": "cat", "net": net, "inputPlace": "p-a", "outputPlace": "p-b"}));
+    assert_eq!(s, 200, "{v}");
+
+    // Served as tokens, filtered by the reader's flags like search.
+    let (s, tokens) = api.get("/api/models/cat/places/p-tool-catalog/tokens");
+    assert_eq!(s, 200, "{tokens}");
+    let names: Vec<&str> = tokens.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["alpha", "beta", "gamma"], "{tokens}");
+    assert_eq!(tokens[0]["data"]["binding"]["type"], "script");
+    let (s, v) = api.post("/api/agents", json!({"name": "reader", "flags": "r--------s", "model": "cat"}));
+    assert_eq!(s, 200, "{v}");
+    let reader = api.with_token(v["token"].as_str());
+    let (_, seen) = reader.get("/api/models/cat/places/p-tool-catalog/tokens");
+    assert_eq!(seen.as_array().unwrap().len(), 2, "a scripts-only reader sees no tool net: {seen}");
+
+    // Read-only: no put, no consuming arc, no output into it.
+    let (s, v) = put(&api, "cat", "p-tool-catalog", json!({"id": "forged"}));
+    assert_eq!(s, 400, "{v}");
+    assert_eq!(v["error"]["code"], "read_only_place");
+    let arc = |consume: bool, to_catalog: bool| {
+        json!({"places": ["p-go", "p-out"], "transitions": [{"id": "count", "kind": "map",
+            "presets": {"go": {"place": "p-go"},
+                        "cat": {"place": "p-tool-catalog", "take": "all", "consume": consume,
+                                "filter": ".data.binding.type == \"script\""}},
+            "postsets": {"o": {"place": if to_catalog { "p-tool-catalog" } else { "p-out" }}},
+            "action": {"template": {"n": "${.cat | length}", "ids": "${[.cat[].name]}"}},
+            "emit": [{"to": "o"}]}]})
+    };
+    assert_eq!(api.put("/api/models/cat/net", arc(true, false)).0, 400);
+    assert_eq!(api.put("/api/models/cat/net", arc(false, true)).0, 400);
+
+    // A net reads the catalog with a read arc and a filter; the catalog is unchanged after.
+    apply(&api, "cat", arc(false, false));
+    start_all(&api, "cat", &["count"]);
+    assert_eq!(put(&api, "cat", "p-go", json!({})).0, 200);
+    wait_for("the count", || !api.token_data("cat", "p-out").is_empty());
+    assert_eq!(api.token_data("cat", "p-out"), vec![json!({"n": 2, "ids": ["alpha", "beta"]})]);
+    assert_eq!(api.get("/api/models/cat/places/p-tool-catalog/tokens").1.as_array().unwrap().len(), 3);
+}

@@ -347,7 +347,15 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
     }
     for (name, p) in &t.presets {
         let pat = format!("{at}/presets/{name}");
-        if !places.contains(p.place.as_str()) {
+        // The catalog place is implicit in every net, and read-only: its tokens are the catalog's.
+        if p.place == crate::CATALOG_PLACE {
+            if p.consume {
+                fault(
+                    format!("{pat}/consume"),
+                    format!("{} is read-only (the catalog's entries): read it with consume: false", p.place),
+                );
+            }
+        } else if !places.contains(p.place.as_str()) {
             fault(
                 format!("{pat}/place"),
                 format!("unknown place {:?} (dangling arc): declare it under places", p.place),
@@ -363,7 +371,12 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
         }
     }
     for (name, p) in &t.postsets {
-        if !places.contains(p.place.as_str()) {
+        if p.place == crate::CATALOG_PLACE {
+            fault(
+                format!("{at}/postsets/{name}/place"),
+                format!("{} is read-only: its tokens are the catalog's entries; register a tool instead", p.place),
+            );
+        } else if !places.contains(p.place.as_str()) {
             fault(
                 format!("{at}/postsets/{name}/place"),
                 format!("unknown place {:?} (dangling arc): declare it under places", p.place),

@@ -163,6 +163,10 @@ impl ModelNet {
 
     /// Whether a token is there and free for `transition` to bind.
     pub fn available(&self, r: &TokenRef, transition: &str) -> bool {
+        // Catalog tokens are only ever read (a consuming arc on them is refused when applied).
+        if r.place == crate::CATALOG_PLACE {
+            return true;
+        }
         let Some(place) = self.places.get(&r.place) else { return false };
         place.tokens.contains_key(&r.id)
             && !place.reserved.contains_key(&r.id)

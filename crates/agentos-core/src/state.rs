@@ -237,6 +237,28 @@ impl State {
         self.token_index.get(sha).and_then(|name| self.principals.get(name))
     }
 
+    /// A model's catalog entries as the read-only tokens of its `p-tool-catalog` place (the
+    /// global catalog's for `default`), only the kinds `visible` reveals. Derived, never stored:
+    /// the catalog is the fact, these are a view a net can read with a read arc.
+    pub fn catalog_tokens(&self, model: &str, visible: crate::flags::Flags) -> Vec<crate::net_state::Token> {
+        let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
+        self.catalogs
+            .get(model)
+            .map(|c| {
+                c.values()
+                    .filter(|e| e.entry.binding.kind().visible_to(visible))
+                    .map(|e| crate::net_state::Token {
+                        id: format!("cat-{}", e.entry.id),
+                        name: Some(e.entry.id.clone()),
+                        created_at: crate::event::format_time(e.updated_at),
+                        data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
+                        by: Vec::new(),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Models with their places and token counts.
     pub fn model_views(&self) -> Vec<ModelView> {
         self.models

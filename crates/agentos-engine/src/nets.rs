@@ -558,6 +558,12 @@ impl Engine {
         need(p, Flag::Read, "read tokens")?;
         let st = self.read_state();
         check_model_in(&st, p, model)?;
+        if place == CATALOG_PLACE {
+            if !st.model_exists(model) {
+                return Err(CoreError::not_found(format!("no model {model:?}")).into());
+            }
+            return Ok(st.catalog_tokens(model, p.flags));
+        }
         let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
         let place = net
             .places
@@ -577,6 +583,15 @@ impl Engine {
     ) -> Result<Token, EngineError> {
         need(p, Flag::Write, "put tokens")?;
         check_model_name(model)?;
+        if place == CATALOG_PLACE {
+            return Err(CoreError::bad_input(
+                "read_only_place",
+                format!(
+                    "{CATALOG_PLACE} is read-only: its tokens are the catalog's entries; register a tool to add one"
+                ),
+            )
+            .into());
+        }
         agentos_core::name::check_token_name(name.as_deref())?;
         agentos_core::depth::check_token_depth(&data)?;
         let by = vec![p.id.clone()];
@@ -795,7 +810,7 @@ impl Engine {
     /// What every preset may bind, read under the state's lock; `None` when a consuming preset
     /// has nothing free. Filters are not run here: an expression round trip per token under the
     /// read lock held every commit back while a slow filter ran.
-    fn candidates(net: &ModelNet, c: &Compiled, manual: bool) -> Option<Vec<(String, Candidates)>> {
+    fn candidates(net: &ModelNet, c: &Compiled, manual: bool, catalog: &[Token]) -> Option<Vec<(String, Candidates)>> {
         let t = &c.inscription;
         let now = now_ms();
         // Tokens waiting out a retry backoff bind again only when it is over (or by hand).
@@ -810,8 +825,12 @@ impl Engine {
         };
         let mut out = Vec::new();
         let mut used = std::collections::BTreeSet::new();
+        let empty = agentos_core::net_state::PlaceState::default();
         for (name, preset) in &t.presets {
-            let place = net.places.get(&preset.place)?;
+            let in_catalog = preset.place == CATALOG_PLACE;
+            let place = if in_catalog { &empty } else { net.places.get(&preset.place)? };
+            let tokens: Box<dyn Iterator<Item = &Token>> =
+                if in_catalog { Box::new(catalog.iter()) } else { Box::new(place.tokens.values()) };
             let limit = match preset.take {
                 Take::First => 1,
                 Take::All => preset.limit.unwrap_or(usize::MAX),
@@ -819,12 +838,13 @@ impl Engine {
             let filtered = c.filters.contains_key(name);
             let mut refs = Vec::new();
             let mut free_tokens = Vec::new();
-            for token in place.tokens.values() {
+            for token in tokens {
                 if !filtered && refs.len() >= limit {
                     break;
                 }
                 let r = TokenRef { place: preset.place.clone(), id: token.id.clone() };
-                let free = if manual { !place.reserved.contains_key(&token.id) } else { net.available(&r, &t.id) };
+                let free = in_catalog
+                    || if manual { !place.reserved.contains_key(&token.id) } else { net.available(&r, &t.id) };
                 if !free || used.contains(&r) || (preset.consume && waiting(&token.id)) {
                     continue;
                 }
@@ -908,16 +928,38 @@ impl Engine {
         Ok(Some(bound))
     }
 
+    /// The catalog tokens a transition may read: its model's entries (for a tool-net instance,
+    /// the invoking model's) that its author's flags reveal. Empty when it reads no catalog.
+    fn catalog_for(st: &agentos_core::state::State, model: &str, net: &ModelNet, t: &Inscription) -> Vec<Token> {
+        if !t.presets.values().any(|p| p.place == CATALOG_PLACE) {
+            return Vec::new();
+        }
+        let flags = net
+            .authors
+            .get(&t.id)
+            .and_then(|a| st.principal_by_id(a))
+            .map(|r| Principal::from_record(r).flags)
+            .unwrap_or_default();
+        let model = net.instance.as_ref().map_or(model, |i| i.resolve_model.as_str());
+        st.catalog_tokens(model, flags)
+    }
+
     fn binds_nothing(t: &Inscription) -> String {
         let consuming: Vec<&str> = t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
         format!("a consuming preset binds no token (presets: {})", consuming.join(", "))
     }
 
     /// The jq input of a fire: preset -> token (take first) or [tokens] (take all).
-    fn context(net: &ModelNet, t: &Inscription, bound: &BTreeMap<String, Vec<TokenRef>>) -> Value {
+    fn context(net: &ModelNet, t: &Inscription, bound: &BTreeMap<String, Vec<TokenRef>>, catalog: &[Token]) -> Value {
         let mut ctx = serde_json::Map::new();
         for (name, refs) in bound {
-            let tokens: Vec<Value> = refs.iter().filter_map(|r| net.token(r)).map(token_json).collect();
+            let tokens: Vec<Value> =
+                refs.iter()
+                    .filter_map(|r| {
+                        if r.place == CATALOG_PLACE { catalog.iter().find(|c| c.id == r.id) } else { net.token(r) }
+                    })
+                    .map(token_json)
+                    .collect();
             let v = match t.presets.get(name).map(|p| p.take) {
                 Some(Take::All) => Value::Array(tokens),
                 _ => tokens.into_iter().next().unwrap_or(Value::Null),
@@ -1104,7 +1146,8 @@ impl Engine {
                         Some(format!("{} fire(s) in flight, the concurrency limit", t.concurrency)),
                     ));
                 }
-                match Self::candidates(net, &c, manual) {
+                let catalog = Self::catalog_for(&st, model, net, t);
+                match Self::candidates(net, &c, manual, &catalog) {
                     Some(candidates) => Ok((c, candidates)),
                     None => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(t)))),
                 }
@@ -1129,7 +1172,8 @@ impl Engine {
             let Some(net) = st.nets.nets.get(model) else {
                 return Ok(outcome("not-enabled", None, Some("no net".into())));
             };
-            (Self::context(net, &c.inscription, &bound), net.behind(transition, &bound, firer_id.as_deref()))
+            let catalog = Self::catalog_for(&st, model, net, &c.inscription);
+            (Self::context(net, &c.inscription, &bound, &catalog), net.behind(transition, &bound, firer_id.as_deref()))
         };
         let key = (model.to_string(), transition.to_string());
         if let Err(reason) = self.inner.nets.count_fire(&key) {
@@ -1237,7 +1281,8 @@ impl Engine {
             // Decided when the action runs (again after a restart), from who holds what now.
             let by = net.behind(&f.transition, &f.bound, f.firer.as_deref());
             let authority = Authority::of(&st, by.iter().map(String::as_str));
-            (c, f.bound.clone(), Self::context(net, t, &f.bound), resolve, by, authority)
+            let catalog = Self::catalog_for(&st, model, net, t);
+            (c, f.bound.clone(), Self::context(net, t, &f.bound, &catalog), resolve, by, authority)
         };
         let t = &c.inscription;
         let mut secrets = Vec::new();
