@@ -10,6 +10,46 @@ use utoipa::ToSchema;
 /// Arguments the master merges into a script job at fire time; a caller may not set them.
 pub const RESOLVED_ARGS: [&str; 4] = ["content", "sha256", "runtime", "filename"];
 
+/// The script a master resolved for a job, carried in the command's `args` beside what the
+/// caller gave: written by the master, read and verified by the executor, by this one type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedScript {
+    /// The content as base64.
+    pub content_base64: String,
+    /// The pin the content must hash to.
+    pub sha256: String,
+    pub runtime: String,
+    pub filename: String,
+}
+
+impl ResolvedScript {
+    /// Writes the script into `args` (made an object if it is not one).
+    pub fn put_into(self, args: &mut Value) {
+        if !args.is_object() {
+            *args = Value::Object(Default::default());
+        }
+        let Some(a) = args.as_object_mut() else { return };
+        let [content, sha256, runtime, filename] = RESOLVED_ARGS;
+        a.insert(content.into(), Value::String(self.content_base64));
+        a.insert(sha256.into(), Value::String(self.sha256));
+        a.insert(runtime.into(), Value::String(self.runtime));
+        a.insert(filename.into(), Value::String(self.filename));
+    }
+
+    /// Reads the script from a job's `args`; `Err` names the first field missing. A missing
+    /// file name is `script`.
+    pub fn read_from(args: &serde_json::Map<String, Value>) -> Result<ResolvedScript, &'static str> {
+        let [content, sha256, runtime, filename] = RESOLVED_ARGS;
+        let s = |k: &'static str| args.get(k).and_then(Value::as_str).map(str::to_string).ok_or(k);
+        Ok(ResolvedScript {
+            runtime: s(runtime)?,
+            sha256: s(sha256)?,
+            content_base64: s(content)?,
+            filename: s(filename).unwrap_or_else(|_| "script".into()),
+        })
+    }
+}
+
 /// The sha256 a job's script must still have when it is handed out: set by the master when the
 /// job carries secrets granted to that pin, never taken from a caller.
 pub const PINNED_SHA256: &str = "pinnedSha256";

@@ -10,7 +10,6 @@ use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 
-use agentos_core::entry::Binding;
 use agentos_core::event::{
     EventBody, EventView, GrantTarget, ModelGrant, PrincipalKind, PrincipalRecord, SecretGrant, SecretRecord,
 };
@@ -316,18 +315,16 @@ impl Engine {
                 let (e, _) = st.resolve(&model, tool).ok_or_else(|| {
                     CoreError::not_found(format!("no tool {tool:?} in model {model:?} nor in the global catalog"))
                 })?;
-                let sha256 = match &e.entry.binding {
-                    Binding::Script(s) => s.sha256.clone(),
-                    other => {
-                        return Err(CoreError::bad_input(
-                            "not_pinned",
-                            format!(
-                                "{tool:?} is a {} tool; secrets are granted to pinned tools (scripts) or to origins",
-                                other.kind().as_str()
-                            ),
-                        )
-                        .into());
-                    }
+                let kind = e.entry.binding.kind();
+                let Some(sha256) = crate::bindings::binder(kind).and_then(|b| b.secret_pin(&e.entry.binding)) else {
+                    return Err(CoreError::bad_input(
+                        "not_pinned",
+                        format!(
+                            "{tool:?} is a {} tool; secrets are granted to pinned tools (scripts) or to origins",
+                            kind.as_str()
+                        ),
+                    )
+                    .into());
                 };
                 GrantTarget::Tool { id: tool.clone(), model: e.model.clone(), sha256 }
             }

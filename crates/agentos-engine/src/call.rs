@@ -1,16 +1,20 @@
-//! Calling a tool the way a shell command does: flags in, `{"ok":true,"result":...}` out. The
-//! flags are parsed here, by the same table that draws `--help`, so the shim needs one round trip.
+//! Calling a tool, whatever its kind: the id is resolved once (local first), and the kind's
+//! binder runs it. `invoke` takes raw input and answers the outcome as it is; `call_tool` is
+//! the shell command's way: flags in, parsed here by the same table that draws `--help` (so
+//! the shim needs one round trip), and `{"ok":true,"result":...}` or one error line out.
+
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use agentos_core::entry::Binding;
+use agentos_core::CoreError;
+use agentos_core::entry::{BindingKind, StoredEntry};
 use agentos_core::flagmap::{flag_table, validate};
-use agentos_core::flags::Flag;
 use agentos_core::job::InvokeRequest;
 use agentos_core::name::{check_model_name, check_tool_id};
-use agentos_core::{CoreError, ErrorKind};
 
+use crate::bindings::{Binder, Call, binder};
 use crate::{Engine, EngineError, Principal};
 
 /// `POST /api/tools/{id}/call`.
@@ -28,7 +32,64 @@ fn usage(message: String) -> EngineError {
     CoreError::bad_input("usage", message).into()
 }
 
+/// A tool id resolved in a model: its entry, if any, and the binder that runs it.
+struct Resolved {
+    model: String,
+    entry: Option<Arc<StoredEntry>>,
+    binder: &'static dyn Binder,
+}
+
 impl Engine {
+    /// Resolves `id` for `p` in `model` (its home model when absent), local first. An id that
+    /// resolves to nothing goes to the script binder, whose job fails at the executor with the
+    /// reason, like any fire.
+    fn resolve_call(&self, p: &Principal, id: &str, model: Option<&str>) -> Result<Resolved, EngineError> {
+        check_tool_id(id)?;
+        let model = model.map(str::to_string).unwrap_or_else(|| p.home_model.clone());
+        check_model_name(&model)?;
+        let entry = {
+            let st = self.read_state();
+            crate::access::check_catalog_read(&st, p, &model)?;
+            st.resolve(&model, id).map(|(e, _)| e.clone())
+        };
+        let kind = entry.as_ref().map(|e| e.entry.binding.kind()).unwrap_or(BindingKind::Script);
+        let binder = binder(kind).ok_or_else(|| {
+            CoreError::bad_input(
+                "not_invocable",
+                format!("{id:?} is a {} tool, which this master cannot run", kind.as_str()),
+            )
+        })?;
+        Ok(Resolved { model, entry, binder })
+    }
+
+    /// Runs a tool's one operation and waits: a script's job result, or `{<kind>: id, output}`.
+    pub async fn invoke(
+        &self,
+        principal: &Principal,
+        id: &str,
+        model: Option<&str>,
+        req: InvokeRequest,
+    ) -> Result<Value, EngineError> {
+        let Resolved { model, entry, binder } = self.resolve_call(principal, id, model)?;
+        let kind = binder.kind();
+        let call = Call { principal, id, model: &model, entry, operation: None, req };
+        binder.invoke(self, call).await?.into_answer(kind, id)
+    }
+
+    /// `Prefer: respond-async`: queues a tool's job and answers its id at once; the invoker
+    /// reads the result with `GET /api/jobs/{id}`. Kinds that answer synchronously refuse.
+    pub async fn invoke_async(
+        &self,
+        principal: &Principal,
+        id: &str,
+        model: Option<&str>,
+        req: InvokeRequest,
+    ) -> Result<String, EngineError> {
+        let Resolved { model, entry, binder } = self.resolve_call(principal, id, model)?;
+        binder.queue(self, Call { principal, id, model: &model, entry, operation: None, req }).await
+    }
+
+    /// One operation of a toolkit, called with the flags of its shell command.
     pub async fn call_tool(
         &self,
         p: &Principal,
@@ -36,23 +97,12 @@ impl Engine {
         model: Option<&str>,
         req: CallRequest,
     ) -> Result<Value, EngineError> {
-        check_tool_id(toolkit)?;
-        let model = model.map(str::to_string).unwrap_or_else(|| p.home_model.clone());
-        check_model_name(&model)?;
-        let entry = {
-            let st = self.read_state();
-            crate::access::check_catalog_read(&st, p, &model)?;
-            match st.resolve(&model, toolkit) {
-                Some((e, _)) if e.entry.binding.kind().visible_to(p.flags) => e.entry.clone(),
-                _ => {
-                    return Err(
-                        CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into()
-                    );
-                }
-            }
+        let Resolved { model, entry, binder } = self.resolve_call(p, toolkit, model)?;
+        let Some(entry) = entry.filter(|e| e.entry.binding.kind().visible_to(p.flags)) else {
+            return Err(CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into());
         };
-        let op = entry.contract.operations.get(&req.tool).ok_or_else(|| {
-            let tools: Vec<&str> = entry.contract.operations.keys().map(String::as_str).collect();
+        let op = entry.entry.contract.operations.get(&req.tool).ok_or_else(|| {
+            let tools: Vec<&str> = entry.entry.contract.operations.keys().map(String::as_str).collect();
             EngineError::from(CoreError::not_found(format!(
                 "no tool {:?} in {toolkit}; its tools: {}",
                 req.tool,
@@ -62,66 +112,14 @@ impl Engine {
         let table = flag_table(&op.input);
         let input = table.parse(&req.args).map_err(|e| usage(e.0))?;
         validate(&op.input, &table, &input).map_err(|e| usage(e.0))?;
-        match &entry.binding {
-            Binding::Host(h) => {
-                if !p.flags.has(Flag::Execute) {
-                    return Err(CoreError::forbidden(format!(
-                        "{} may not call tools: that needs the 'x' flag",
-                        p.name
-                    ))
-                    .into());
-                }
-                self.call_host(&h.toolkit, &req.tool, input).await
-            }
-            Binding::Toolnet(_) => {
-                let out = self
-                    .invoke(p, toolkit, Some(&model), InvokeRequest { input: Some(input), ..Default::default() })
-                    .await?;
-                Ok(out.get("output").cloned().unwrap_or(Value::Null))
-            }
-            Binding::Script(_) => {
-                let out = self
-                    .invoke(p, toolkit, Some(&model), InvokeRequest { input: Some(input), ..Default::default() })
-                    .await?;
-                let stderr_tail = || {
-                    out["stderr"]
-                        .as_str()
-                        .and_then(|s| s.lines().rev().find(|l| !l.trim().is_empty()))
-                        .map(|l| format!(": {l}"))
-                        .unwrap_or_default()
-                };
-                if out["timedOut"].as_bool() == Some(true) {
-                    return Err(CoreError::new(
-                        ErrorKind::Unavailable,
-                        "timed_out",
-                        format!("{toolkit} {}: timed out", req.tool),
-                    )
-                    .into());
-                }
-                if let Some(e) = out["error"].as_str() {
-                    return Err(CoreError::new(
-                        ErrorKind::ToolFailed,
-                        "tool_failed",
-                        format!("{toolkit} {}: {e}", req.tool),
-                    )
-                    .into());
-                }
-                if out["exitCode"].as_i64() != Some(0) {
-                    let how = match (out["exitCode"].as_i64(), out["signal"].as_i64()) {
-                        (Some(c), _) => format!("exit code {c}"),
-                        (None, Some(s)) => format!("signal {s}"),
-                        _ => "no exit code".into(),
-                    };
-                    return Err(CoreError::new(
-                        ErrorKind::ToolFailed,
-                        "tool_failed",
-                        format!("{toolkit} {} failed with {how}{}", req.tool, stderr_tail()),
-                    )
-                    .into());
-                }
-                let stdout = out["stdout"].as_str().unwrap_or("");
-                Ok(serde_json::from_str(stdout.trim()).unwrap_or_else(|_| Value::String(stdout.to_string())))
-            }
-        }
+        let call = Call {
+            principal: p,
+            id: toolkit,
+            model: &model,
+            entry: Some(entry.clone()),
+            operation: Some(&req.tool),
+            req: InvokeRequest { input: Some(input), ..Default::default() },
+        };
+        binder.invoke(self, call).await?.into_output(toolkit, &req.tool)
     }
 }

@@ -5,16 +5,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine as _;
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use agentos_core::entry::{Binding, BindingKind};
 use agentos_core::event::{EventBody, PrincipalKind, PrincipalRecord};
 use agentos_core::flags::{Flag, Flags};
-use agentos_core::job::{CommandToken, ExecutorResult, ExecutorView, InvokeRequest, JobResult, LeasedJob, OutputBlob};
-use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
+use agentos_core::job::{CommandToken, ExecutorResult, ExecutorView, JobResult, LeasedJob, OutputBlob};
+use agentos_core::name::is_valid_id;
 use agentos_core::urn::BlobUrn;
-use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
-use agentos_store::{BlobStore, JobStore, StoredJob};
+use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
+use agentos_store::{BlobStore, JobStore};
 
 use crate::jobs::{Finished, LeaseError};
 use crate::principal::new_token;
@@ -54,13 +53,6 @@ pub struct JobRecord {
     /// `queued`, `running` (handed to an executor), or `finished` (`results` holds its result).
     pub state: String,
     pub results: Vec<JobResult>,
-}
-
-/// A direct invocation's job, checked and ready to queue.
-struct ScriptJob {
-    model: String,
-    token: CommandToken,
-    timeout_ms: u64,
 }
 
 /// Characters of an offloaded output kept inline.
@@ -140,170 +132,8 @@ impl Engine {
         Ok(token)
     }
 
-    /// Runs a script tool once: queues exactly the command token of DESIGN.md and waits for its result.
-    /// Runs a tool once: a script through an executor (needs `x`), a tool net as an isolated
-    /// instance (needs `t`). Answers the job result, or `{toolnet, output}`.
-    pub async fn invoke(
-        &self,
-        principal: &Principal,
-        id: &str,
-        model: Option<&str>,
-        req: InvokeRequest,
-    ) -> Result<Value, EngineError> {
-        check_tool_id(id)?;
-        let m = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
-        check_model_name(&m)?;
-        let toolnet = {
-            let st = self.read_state();
-            crate::access::check_catalog_read(&st, principal, &m)?;
-            match st.resolve(&m, id).map(|(e, _)| (e.entry.binding.clone(), e.owner.clone())) {
-                Some((Binding::Toolnet(b), owner)) => Some((b, owner)),
-                _ => None,
-            }
-        };
-        if let Some((b, author)) = toolnet {
-            if !principal.flags.has(Flag::ToolNets) {
-                // Without `t` a tool net is not visible at all.
-                if !principal.flags.has(Flag::Execute) {
-                    return Err(CoreError::forbidden(format!(
-                        "{} may not invoke tools: that needs 'x' or 't'",
-                        principal.name
-                    ))
-                    .into());
-                }
-                return Err(
-                    CoreError::not_found(format!("no tool {id:?} in model {m:?} nor in the global catalog")).into()
-                );
-            }
-            let urn: BlobUrn = b.net_urn.parse()?;
-            let bytes = self.inner.blobs.get_checked(&urn, Some(b.size_bytes)).await?;
-            let doc: agentos_core::net::NetDoc = serde_json::from_slice(&bytes).map_err(|e| {
-                CoreError::new(
-                    ErrorKind::Corrupt,
-                    "toolnet_corrupt",
-                    format!("the stored net of {id:?} does not parse: {e}"),
-                )
-            })?;
-            let timeout = Duration::from_millis(
-                req.timeout_ms
-                    .unwrap_or(self.inner.dispatch.default_timeout_ms)
-                    .min(self.inner.dispatch.max_timeout_ms),
-            );
-            let input = req.input.unwrap_or(Value::Null);
-            let call = crate::nets::ToolnetCall {
-                id,
-                author,
-                resolve_model: &m,
-                doc,
-                input_place: &b.input_place,
-                output_place: &b.output_place,
-                input,
-                timeout,
-            };
-            let output = self.invoke_toolnet(principal, call).await?;
-            return Ok(json!({"toolnet": id, "output": output}));
-        }
-        if !principal.flags.has(Flag::Execute) && principal.flags.has(Flag::ToolNets) {
-            // A tool net caller without `x` sees no other kind of tool at all.
-            return Err(
-                CoreError::not_found(format!("no tool net {id:?} in model {m:?} nor in the global catalog")).into()
-            );
-        }
-        let result = self.invoke_script(principal, id, Some(&m), req).await?;
-        Ok(serde_json::to_value(result).map_err(|e| CoreError::internal(e.to_string()))?)
-    }
-
-    /// Checks a direct invocation of a script and builds its command token.
-    fn script_job(
-        &self,
-        principal: &Principal,
-        id: &str,
-        model: Option<&str>,
-        req: InvokeRequest,
-    ) -> Result<ScriptJob, EngineError> {
-        if !principal.flags.has(Flag::Execute) {
-            return Err(CoreError::forbidden(format!(
-                "{} may not invoke tools: that needs the 'x' (execute) flag",
-                principal.name
-            ))
-            .into());
-        }
-        check_tool_id(id)?;
-        let model = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
-        check_model_name(&model)?;
-        crate::access::check_catalog_read(&self.read_state(), principal, &model)?;
-        let cfg = self.inner.dispatch;
-        let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
-        if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
-            return Err(CoreError::bad_input(
-                "invalid_timeout",
-                format!("timeoutMs must be between 1 and {}", cfg.max_timeout_ms),
-            )
-            .into());
-        }
-        for k in req.env.keys() {
-            if k.is_empty() || k.contains('=') || k.contains('\0') {
-                return Err(CoreError::bad_input(
-                    "invalid_env",
-                    format!("environment variable name {k:?} is not valid"),
-                )
-                .into());
-            }
-        }
-        {
-            // The caller must be able to see the tool. One it cannot resolve ships anyway and
-            // fails at the executor with the reason, like any fire.
-            let st = self.read_state();
-            if let Some((e, _)) = st.resolve(&model, id) {
-                let kind = e.entry.binding.kind();
-                if !kind.visible_to(principal.flags) {
-                    return Err(CoreError::not_found(format!(
-                        "no tool {id:?} in model {model:?} nor in the global catalog"
-                    ))
-                    .into());
-                }
-                if kind != BindingKind::Script {
-                    return Err(CoreError::bad_input(
-                        "not_invocable",
-                        format!("{id:?} is a {} tool; only script tools run on executors", kind.as_str()),
-                    )
-                    .into());
-                }
-            }
-        }
-        let mut args = json!({"toolId": id, "argv": req.argv, "env": req.env, "timeoutMs": timeout_ms});
-        if let Some(input) = req.input {
-            args["input"] = input;
-        }
-        let token = CommandToken { executor: "script".into(), command: "invoke".into(), args };
-        Ok(ScriptJob { model, token, timeout_ms })
-    }
-
-    /// Queues a direct invocation's job, stored first when jobs are durable (the caller hears
-    /// of the job only once a crash can no longer lose it).
-    async fn queue_direct(
-        &self,
-        principal: &Principal,
-        job: ScriptJob,
-    ) -> Result<(String, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
-        let job_id = self.inner.jobs.new_id();
-        if let Some(d) = self.inner.durable.get() {
-            let token = serde_json::to_string(&job.token).map_err(|e| CoreError::internal(e.to_string()))?;
-            let stored = StoredJob {
-                job_id: job_id.clone(),
-                model: job.model.clone(),
-                invoker: principal.id.clone(),
-                token,
-                queued_at: crate::engine::now_ms(),
-            };
-            d.store.put(stored).await?;
-        }
-        let rx = self.inner.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone());
-        Ok((job_id, rx))
-    }
-
     /// Drops a direct job nobody waits for any more, if no executor took it yet.
-    fn cancel_direct(&self, job_id: &str) {
+    pub(crate) fn cancel_direct(&self, job_id: &str) {
         if self.inner.jobs.cancel(job_id) {
             self.forget_direct(job_id);
         }
@@ -315,101 +145,6 @@ impl Engine {
     fn forget_direct(&self, job_id: &str) {
         if let Some(d) = self.inner.durable.get() {
             let _ = d.forget.send(job_id.to_string());
-        }
-    }
-
-    /// `Prefer: respond-async`: queues a script's job and answers its id at once. The invoker
-    /// reads the result with `GET /api/jobs/{id}`. Queued whether or not an executor serves
-    /// the queue: the job is durable and waits for one.
-    pub async fn invoke_async(
-        &self,
-        principal: &Principal,
-        id: &str,
-        model: Option<&str>,
-        req: InvokeRequest,
-    ) -> Result<String, EngineError> {
-        check_tool_id(id)?;
-        let m = model.map(str::to_string).unwrap_or_else(|| principal.home_model.clone());
-        check_model_name(&m)?;
-        let is_toolnet = {
-            let st = self.read_state();
-            crate::access::check_catalog_read(&st, principal, &m)?;
-            matches!(st.resolve(&m, id).map(|(e, _)| &e.entry.binding), Some(Binding::Toolnet(_)))
-        };
-        if is_toolnet && principal.flags.has(Flag::ToolNets) {
-            return Err(CoreError::bad_input(
-                "async_unsupported",
-                format!("{id:?} is a tool net: it answers synchronously; invoke it without Prefer: respond-async"),
-            )
-            .into());
-        }
-        let job = self.script_job(principal, id, Some(&m), req)?;
-        // An asynchronous job holds no invocation slot while it waits, so the same limit counts
-        // open jobs instead: a caller cannot flood the durable queue either.
-        let max = self.inner.config.max_concurrent_invocations;
-        if self.inner.jobs.open_jobs_of(&principal.id) >= max {
-            return Err(CoreError::new(
-                ErrorKind::TooMany,
-                "too_many_invocations",
-                format!("{} has {max} jobs open, the limit; wait for one to finish", principal.name),
-            )
-            .into());
-        }
-        Ok(self.queue_direct(principal, job).await?.0)
-    }
-
-    async fn invoke_script(
-        &self,
-        principal: &Principal,
-        id: &str,
-        model: Option<&str>,
-        req: InvokeRequest,
-    ) -> Result<JobResult, EngineError> {
-        let cfg = self.inner.dispatch;
-        let job = self.script_job(principal, id, model, req)?;
-        let timeout_ms = job.timeout_ms;
-        let (job_id, mut rx) = self.queue_direct(principal, job).await?;
-        let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
-        let deadline = tokio::time::Instant::now() + wait;
-        let mut early = None;
-        if !self.inner.jobs.serving() {
-            // Nobody serves the queue: wait a little for an executor (one reconnecting after a
-            // master restart, say), then say so rather than hold the caller for the whole wait.
-            let grace = cfg.no_executor_grace.min(wait);
-            early = tokio::time::timeout(grace, &mut rx).await.ok();
-            if early.is_none() && !self.inner.jobs.serving() {
-                self.cancel_direct(&job_id);
-                return Err(CoreError::new(
-                    ErrorKind::Unavailable,
-                    "no_executor",
-                    format!(
-                        "no executor serves the queue (none has polled the master in the last {} s), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
-                        self.inner.jobs.config().gone_after.as_secs()
-                    ),
-                )
-                .into());
-            }
-        }
-        let outcome = match early {
-            Some(r) => Ok(r),
-            None => tokio::time::timeout_at(deadline, rx).await,
-        };
-        match outcome {
-            Ok(Ok(result)) => Ok(result),
-            Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
-            Err(_) => {
-                self.cancel_direct(&job_id);
-                let serving = self.inner.jobs.executors().iter().filter(|e| e.state != "gone").count();
-                Err(CoreError::new(
-                    ErrorKind::Unavailable,
-                    "job_timeout",
-                    format!(
-                        "job {job_id} got no result within {} ms; {serving} executor(s) serve the queue (see `agentos executors`)",
-                        wait.as_millis()
-                    ),
-                )
-                .into())
-            }
         }
     }
 
@@ -442,7 +177,7 @@ impl Engine {
     }
 
     async fn hand_out(&self, h: crate::jobs::Handout) -> LeasedJob {
-        let (token, resolution_error) = self.resolve_token(&h.model, h.token).await;
+        let (token, resolution_error) = crate::bindings::script::resolve_token(self, &h.model, h.token).await;
         LeasedJob {
             job_id: h.job_id,
             lease_id: h.lease_id,
@@ -453,73 +188,6 @@ impl Engine {
             sealed: h.sealed,
             resolution_error,
         }
-    }
-
-    /// Fire-time resolution: local first, blob read and checked against the pin, content merged
-    /// into `args`. On any failure the token ships untouched, with the reason beside it.
-    async fn resolve_token(&self, model: &str, token: CommandToken) -> (CommandToken, Option<String>) {
-        if token.executor != "script" || token.command != "invoke" {
-            return (token, None);
-        }
-        let Some(tool_id) = token.args.get("toolId").and_then(Value::as_str).map(str::to_string) else {
-            return (token, Some("the command names no tool: args.toolId is missing".into()));
-        };
-        let fail = |why: String| Some(format!("tool {tool_id:?} in model {model:?}: {why}"));
-        let binding = {
-            let st = self.read_state();
-            st.resolve(model, &tool_id).map(|(e, _)| e.entry.binding.clone())
-        };
-        let Some(Binding::Script(s)) = binding else {
-            return (token, fail("not found in the model's catalog nor in the global one".into()));
-        };
-        if let Some(pin) = token.args.get(agentos_core::job::PINNED_SHA256).and_then(Value::as_str).map(str::to_string)
-            && pin != s.sha256
-        {
-            // The secrets in this job were granted to another version of the script: they do not ship.
-            let mut token = token;
-            if let Some(args) = token.args.as_object_mut() {
-                args.remove("env");
-            }
-            return (
-                token,
-                fail(format!(
-                    "the script changed since its secrets were granted (pinned {pin}, now {}); the grant does not cover it",
-                    s.sha256
-                )),
-            );
-        }
-        let urn: BlobUrn = match s.script_urn.parse() {
-            Ok(u) => u,
-            Err(e) => return (token, fail(format!("the entry's URN is not valid: {e}"))),
-        };
-        if urn.sha256() != s.sha256 {
-            return (
-                token,
-                fail(format!("hash mismatch: the entry's URN names {} but it is pinned to {}", urn.sha256(), s.sha256)),
-            );
-        }
-        let bytes = match self.inner.blobs.get_checked(&urn, Some(s.size_bytes)).await {
-            Ok(b) => b,
-            Err(agentos_store::StoreError::BlobNotFound(_)) => {
-                return (token, fail(format!("blob missing: {urn} is not in the blob store")));
-            }
-            Err(agentos_store::StoreError::BlobCorrupt { why, .. }) => {
-                tracing::error!(tool = %tool_id, model, %urn, %why, "script refused at the master: hash mismatch");
-                return (
-                    token,
-                    fail(format!("hash mismatch: the stored script no longer matches its pin {} ({why})", s.sha256)),
-                );
-            }
-            Err(e) => return (token, fail(format!("blob unreadable: {e}"))),
-        };
-        let mut resolved = token;
-        if let Some(args) = resolved.args.as_object_mut() {
-            args.insert("content".into(), Value::from(base64::engine::general_purpose::STANDARD.encode(&bytes)));
-            args.insert("sha256".into(), Value::from(s.sha256.clone()));
-            args.insert("runtime".into(), Value::from(s.runtime.as_str()));
-            args.insert("filename".into(), Value::from(s.filename.clone()));
-        }
-        (resolved, None)
     }
 
     pub fn heartbeat_job(

@@ -7,13 +7,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use agentos_core::command::{Limits, RegisterScript, RegisterToolnet, RemoveArgs, decide_register, decide_remove};
+use agentos_core::command::{Limits, Plan, RemoveArgs, decide_register, decide_remove};
 use agentos_core::entry::{Binding, EntryView, Scope};
 use agentos_core::event::{Event, EventBody, EventView, PrincipalKind, PrincipalRecord};
-use agentos_core::flags::{Flag, Flags};
+use agentos_core::flags::Flags;
 use agentos_core::name::{check_model_name, check_tool_id};
 use agentos_core::search::{SearchPage, SearchQuery, search};
 use agentos_core::state::{ModelView, STATE_SCHEMA_VERSION, State};
@@ -427,37 +428,24 @@ impl Engine {
         Ok(true)
     }
 
-    /// `TOOL_CATALOG_REGISTER_SCRIPT`: stores the content, then commits the entry.
-    pub async fn register_script(&self, principal: &Principal, cmd: RegisterScript) -> Result<EntryView, EngineError> {
-        require(principal, Flag::Scripts, "register scripts")?;
-        let plan = cmd.plan(&principal.home_model, &self.inner.config.limits)?;
+    /// Registers an entry by its kind's registration command (`command` is its type, `body`
+    /// its fields): the kind's binder plans it, its blobs are stored, then the entry is committed.
+    pub async fn register(&self, principal: &Principal, command: &str, body: Value) -> Result<EntryView, EngineError> {
+        let binder = crate::bindings::by_command(command)
+            .ok_or_else(|| CoreError::bad_input("unknown_command", format!("{command:?} registers no kind of tool")))?;
+        require(principal, binder.kind().registering_flag(), binder.registering())?;
+        let plan = binder.plan(self, principal, body).await?;
         check_catalog_write(&self.read_state(), principal, &plan.model)?;
-        self.store_entry(principal, plan.model, &plan.urn, &plan.bytes, plan.entry).await
-    }
-
-    /// `TOOL_CATALOG_REGISTER_TOOLNET`: authoring a tool net needs `w`.
-    pub async fn register_toolnet(
-        &self,
-        principal: &Principal,
-        cmd: RegisterToolnet,
-    ) -> Result<EntryView, EngineError> {
-        require(principal, Flag::Write, "author tool nets")?;
-        let plan = cmd.plan(&principal.home_model)?;
-        check_catalog_write(&self.read_state(), principal, &plan.model)?;
-        self.store_entry(principal, plan.model, &plan.urn, &plan.bytes, plan.entry).await
+        self.store_entry(principal, plan).await
     }
 
     /// Stores an entry's content, then commits the entry, and answers it as stored.
-    async fn store_entry(
-        &self,
-        principal: &Principal,
-        model: String,
-        urn: &BlobUrn,
-        bytes: &[u8],
-        entry: agentos_core::entry::CatalogEntry,
-    ) -> Result<EntryView, EngineError> {
-        // The blob is durable before the event that names it; an orphan blob after a crash is harmless.
-        self.inner.blobs.put(urn, bytes).await?;
+    async fn store_entry(&self, principal: &Principal, plan: Plan) -> Result<EntryView, EngineError> {
+        let Plan { model, entry, blobs } = plan;
+        // Blobs are durable before the event that names them; an orphan blob after a crash is harmless.
+        for (urn, bytes) in &blobs {
+            self.inner.blobs.put(urn, bytes).await?;
+        }
         let id = entry.id.clone();
         let m = model.clone();
         let who = principal.clone();
@@ -604,12 +592,11 @@ impl Engine {
         st.catalogs.iter().filter(|(m, _)| *m == DEFAULT_MODEL || crate::access::may_use_model(&st, p, m)).any(
             |(_, c)| {
                 c.values().any(|e| {
-                    e.entry.binding.kind().visible_to(p.flags)
-                        && match &e.entry.binding {
-                            Binding::Script(s) => s.script_urn == wanted,
-                            Binding::Toolnet(t) => t.net_urn == wanted,
-                            Binding::Host(_) => false,
-                        }
+                    let kind = e.entry.binding.kind();
+                    kind.visible_to(p.flags)
+                        && crate::bindings::binder(kind)
+                            .and_then(|b| b.pinned_blob(&e.entry.binding))
+                            .is_some_and(|u| u == wanted)
                 })
             },
         )

@@ -2,7 +2,9 @@
 
 pub mod access;
 pub mod admin;
+pub mod bindings;
 pub mod call;
+pub mod commands;
 mod committer;
 pub mod dispatch;
 pub mod engine;

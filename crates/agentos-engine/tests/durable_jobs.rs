@@ -34,7 +34,7 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
     let (e, store, _) = open(dir.path()).await;
     let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
-    e.register_script(&op, serde_json::from_value(script).unwrap()).await.unwrap();
+    e.register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
     let invoke = || InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
     let done = e.invoke_async(&op, "t", None, invoke()).await.unwrap();
     let open_job = e.invoke_async(&op, "t", None, invoke()).await.unwrap();
@@ -75,7 +75,7 @@ async fn asynchronous_invocations_count_against_the_invocation_limit_while_their
     let (e, _store, _) =
         open_with(dir.path(), EngineConfig { max_concurrent_invocations: 2, ..Default::default() }).await;
     let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
-    e.register_script(&op, serde_json::from_value(script).unwrap()).await.unwrap();
+    e.register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
     for _ in 0..2 {
         e.invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
     }

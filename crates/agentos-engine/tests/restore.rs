@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use agentos_core::command::RegisterScript;
 use agentos_core::event::PrincipalKind;
 use agentos_core::flags::Flags;
 use agentos_core::search::SearchQuery;
@@ -25,12 +24,11 @@ async fn open(dir: &std::path::Path, snapshot_every: u64) -> Engine {
     Engine::open(EngineConfig { snapshot_every, ..Default::default() }, log, blobs).await.unwrap()
 }
 
-fn script(id: &str, model: &str, content: &str) -> RegisterScript {
-    serde_json::from_value(
-        serde_json::json!({"id": id, "name": id, "runtime": "sh", "content": content, "model": model}),
-    )
-    .unwrap()
+fn script(id: &str, model: &str, content: &str) -> serde_json::Value {
+    serde_json::json!({"id": id, "name": id, "runtime": "sh", "content": content, "model": model})
 }
+
+const REGISTER: &str = "TOOL_CATALOG_REGISTER_SCRIPT";
 
 fn everything(e: &Engine) -> serde_json::Value {
     let q = |m: Option<&str>| SearchQuery { model: m.map(str::to_string), limit: 1000, ..Default::default() };
@@ -48,8 +46,9 @@ async fn snapshot_plus_tail_equals_full_replay() {
     let e = open(dir.path(), 1_000_000).await;
     let op = operator();
     for i in 0..30 {
-        e.register_script(
+        e.register(
             &op,
+            REGISTER,
             script(&format!("t{i}"), if i % 2 == 0 { "default" } else { "m" }, &format!("echo {i}")),
         )
         .await
@@ -57,7 +56,7 @@ async fn snapshot_plus_tail_equals_full_replay() {
     }
     let snap = e.snapshot_now().await.unwrap();
     for i in 0..7 {
-        e.register_script(&op, script(&format!("t{i}"), "m", "echo changed")).await.unwrap();
+        e.register(&op, REGISTER, script(&format!("t{i}"), "m", "echo changed")).await.unwrap();
     }
     let expected = everything(&e);
     let last = e.last_seq();

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use agentos_core::entry::Runtime;
-use agentos_core::job::{ExecutorResult, LeasedJob};
+use agentos_core::job::{ExecutorResult, LeasedJob, ResolvedScript};
 use agentos_core::sha256_hex;
 
 use crate::cache::ScriptCache;
@@ -106,20 +106,15 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
         (e, c) => return Err(format!("this executor runs script invocations and bash commands, not {e:?}/{c:?}")),
     };
     let tool = args.get("toolId").and_then(Value::as_str).unwrap_or("(unnamed)");
-    let s = |k: &str| -> Result<String, String> {
-        args.get(k)
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .ok_or_else(|| format!("tool {tool:?}: args.{k} is missing; the master did not resolve this job"))
-    };
     let source = if bash {
         Source::Bash { command: t.command.clone() }
     } else {
-        let runtime_name = s("runtime")?;
+        let resolved = ResolvedScript::read_from(args)
+            .map_err(|k| format!("tool {tool:?}: args.{k} is missing; the master did not resolve this job"))?;
+        let ResolvedScript { content_base64, sha256, runtime: runtime_name, filename } = resolved;
         let runtime = Runtime::parse(&runtime_name).ok_or_else(|| format!("unknown runtime {runtime_name:?}"))?;
-        let sha256 = s("sha256")?;
         let content = base64::engine::general_purpose::STANDARD
-            .decode(s("content")?)
+            .decode(content_base64)
             .map_err(|e| format!("tool {tool:?}: args.content is not valid base64: {e}"))?;
         let actual = sha256_hex(&content);
         if actual != sha256 {
@@ -127,7 +122,7 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
                 "tool {tool:?}: refusing to run: the content hashes to {actual} but the job pins {sha256}"
             ));
         }
-        Source::Script { runtime, content, sha256, filename: s("filename").unwrap_or_else(|_| "script".into()) }
+        Source::Script { runtime, content, sha256, filename }
     };
     let argv = match args.get("argv") {
         None | Some(Value::Null) => Vec::new(),

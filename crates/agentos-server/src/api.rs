@@ -11,12 +11,13 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use utoipa::IntoParams;
 
-use agentos_core::command::{Command, GetArgs, SearchArgs};
+use agentos_core::command::{GetArgs, SearchArgs};
 use agentos_core::entry::{BindingKind, EntryView};
 use agentos_core::job::{ExecutorResult, ExecutorView, InvokeRequest, JobResult, LeaseRef, LeasedJob, PollRequest};
 use agentos_core::search::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery};
 use agentos_core::state::ModelView;
 use agentos_core::urn::BlobUrn;
+use agentos_engine::commands::Command;
 use agentos_engine::{Engine, History, Principal};
 
 use crate::extract::{JsonValue, QueryParams, ResultBody, typed};
@@ -238,8 +239,7 @@ pub async fn run_command(
     let cmd = Command::parse(body)?;
     let engine = &app.engine;
     Ok(match cmd {
-        Command::RegisterScript(r) => Json(engine.register_script(&p, r).await?).into_response(),
-        Command::RegisterToolnet(r) => Json(engine.register_toolnet(&p, r).await?).into_response(),
+        Command::Register { command, body } => Json(engine.register(&p, command, body).await?).into_response(),
         Command::Search(SearchArgs { tool_type, model, q, capability, limit, offset }) => {
             let query = to_query(tool_type, model, q, capability, limit, offset)?;
             Json(engine.search(&p, &query)?).into_response()

@@ -51,7 +51,7 @@ use utoipa::{Modify, OpenApi};
         crate::api::executor_result,
     ),
     components(schemas(
-        agentos_core::command::RegisterScript,
+        agentos_engine::bindings::script::RegisterScript,
         agentos_core::command::SearchArgs,
         agentos_core::command::GetArgs,
         agentos_core::command::RemoveArgs,

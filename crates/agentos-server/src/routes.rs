@@ -105,7 +105,7 @@ pub const ROUTES: &[RouteSpec] = &[
     with_model("GET", "/api/tool-catalog", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
     with_model("GET", "/api/tool-catalog/{id}", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
     with_model("GET", "/api/tool-catalog/{id}/history", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
-    // Each command type declares its own permission in COMMANDS.
+    // Each command type declares its own permission: see `commands`.
     with_model("POST", "/api/commands", Permission::Authenticated, ModelRule::Query),
     with_model("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read), ModelRule::Resource),
     // Scripts need 'x', tool nets 't': the engine checks the kind it finds.
@@ -146,21 +146,23 @@ pub const ROUTES: &[RouteSpec] = &[
     route("POST", "/api/executor/jobs/{id}/result", Permission::Executor),
 ];
 
-/// The permission of each command type sent to `POST /api/commands`.
-pub const COMMANDS: &[(&str, Permission)] = &[
-    ("TOOL_CATALOG_REGISTER_SCRIPT", Permission::Flag(Flag::Scripts)),
-    // Authoring a tool net is writing a net.
-    ("TOOL_CATALOG_REGISTER_TOOLNET", Permission::Flag(Flag::Write)),
-    ("TOOL_CATALOG_SEARCH", Permission::AnyOf(CATALOG_READ)),
-    ("TOOL_CATALOG_GET", Permission::AnyOf(CATALOG_READ)),
-    // Removing further needs the flag of the entry's kind, checked by the engine.
-    ("TOOL_CATALOG_REMOVE", Permission::AnyOf(CATALOG_READ)),
-];
+/// The permission of each command type sent to `POST /api/commands`, from the engine's one
+/// command table (each binding kind's registration, then the catalog's own commands).
+pub fn commands() -> Vec<(&'static str, Permission)> {
+    agentos_engine::commands::commands().into_iter().map(|c| (c.name, permission_of(c.needs))).collect()
+}
+
+fn permission_of(needs: agentos_engine::commands::Needs) -> Permission {
+    match needs {
+        agentos_engine::commands::Needs::Flag(f) => Permission::Flag(f),
+        agentos_engine::commands::Needs::AnyOf(fs) => Permission::AnyOf(fs),
+    }
+}
 
 pub fn route_spec(method: &str, path: &str) -> Option<&'static RouteSpec> {
     ROUTES.iter().find(|r| r.method == method && r.path == path)
 }
 
 pub fn command_permission(kind: &str) -> Option<Permission> {
-    COMMANDS.iter().find(|(k, _)| *k == kind).map(|(_, p)| *p)
+    agentos_engine::commands::command(kind).map(|c| permission_of(c.needs))
 }

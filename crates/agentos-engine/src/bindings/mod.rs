@@ -1,0 +1,180 @@
+//! Bindings: how each kind of tool is registered and run. One module per kind, each one
+//! [`Binder`]; [`BINDERS`] lists them. The rest of the engine reaches a kind only through this
+//! table, so adding a kind is its entry variant in core, its module here and its row below
+//! (ARCHITECTURE.md, "Adding a binding").
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use agentos_core::command::Plan;
+use agentos_core::entry::{Binding, BindingKind, StoredEntry};
+use agentos_core::job::{InvokeRequest, JobResult};
+use agentos_core::{CoreError, ErrorKind};
+
+use crate::{Engine, EngineError, Principal};
+
+pub mod host;
+pub mod script;
+pub mod toolnet;
+
+/// Every binding kind this master can register or run, one row each.
+pub static BINDERS: &[&dyn Binder] = &[&script::Script, &toolnet::Toolnet, &host::Host];
+
+/// The module of a kind; `None` for a kind this master does not implement.
+pub fn binder(kind: BindingKind) -> Option<&'static dyn Binder> {
+    BINDERS.iter().copied().find(|b| b.kind() == kind)
+}
+
+/// The module whose registration command is `command`.
+pub fn by_command(command: &str) -> Option<&'static dyn Binder> {
+    BINDERS.iter().copied().find(|b| b.register_command() == Some(command))
+}
+
+/// One kind of binding: validates and plans a registration, and runs one operation.
+///
+/// What an entry offers (its operations, with their input schemas and examples, from which
+/// `--help`, the prompt and MCP are drawn) is its contract, the same for every kind; a binder
+/// makes it at registration.
+#[async_trait]
+pub trait Binder: Send + Sync {
+    fn kind(&self) -> BindingKind;
+
+    /// The `POST /api/commands` type that registers entries of this kind; `None` when they are
+    /// registered some other way (host toolkits, by whoever embeds the master).
+    fn register_command(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// What registering entries of this kind is, for a refusal: "register scripts".
+    fn registering(&self) -> &'static str {
+        "register this kind of tool"
+    }
+
+    /// Validates a registration command's fields (`body` without its `type`) and derives the
+    /// entry and the blobs it pins. Nothing is written.
+    async fn plan(&self, _engine: &Engine, _p: &Principal, _body: Value) -> Result<Plan, EngineError> {
+        Err(CoreError::bad_input(
+            "unknown_command",
+            format!("{} tools are not registered by a command", self.kind().as_str()),
+        )
+        .into())
+    }
+
+    /// The blob an entry of this kind pins (its script, its net), readable by whoever sees the entry.
+    fn pinned_blob<'b>(&self, _binding: &'b Binding) -> Option<&'b str> {
+        None
+    }
+
+    /// The digest a secret granted to this entry is bound to; `None`: such entries are not
+    /// pinned, and secrets reach them only through origin grants.
+    fn secret_pin(&self, _binding: &Binding) -> Option<String> {
+        None
+    }
+
+    /// Runs one operation and waits for its outcome. `call.entry` is what the tool resolved
+    /// to in the caller's model, already checked visible to the caller.
+    async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError>;
+
+    /// Queues one operation and answers its job id at once (`Prefer: respond-async`). Kinds
+    /// that answer synchronously refuse.
+    async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
+        Err(CoreError::bad_input(
+            "async_unsupported",
+            format!(
+                "{:?} is a {} tool: it answers synchronously; invoke it without Prefer: respond-async",
+                call.id,
+                self.kind().as_str()
+            ),
+        )
+        .into())
+    }
+}
+
+/// One operation to run.
+pub struct Call<'a> {
+    pub principal: &'a Principal,
+    /// The toolkit's id as the caller named it.
+    pub id: &'a str,
+    /// The model the id was resolved in (local first, then the global catalog).
+    pub model: &'a str,
+    /// What the id resolved to; `None` when nothing did (a script job then ships anyway and
+    /// fails at the executor with the reason, like any fire).
+    pub entry: Option<Arc<StoredEntry>>,
+    /// The operation, as the caller named it; `None` from `POST /api/tools/{id}/invoke`, which
+    /// runs a tool's one operation (`run`).
+    pub operation: Option<&'a str>,
+    pub req: InvokeRequest,
+}
+
+/// What one operation gave.
+#[derive(Debug)]
+pub enum Outcome {
+    /// A job an executor ran: its one result, whatever its exit.
+    Job(Box<JobResult>),
+    /// The value the operation answered.
+    Value(Value),
+}
+
+impl Outcome {
+    /// As `POST /api/tools/{id}/invoke` answers it: a job's result, or `{<kind>: id, output}`.
+    pub fn into_answer(self, kind: BindingKind, id: &str) -> Result<Value, EngineError> {
+        match self {
+            Outcome::Job(r) => Ok(serde_json::to_value(*r).map_err(|e| CoreError::internal(e.to_string()))?),
+            Outcome::Value(v) => Ok(json!({kind.as_str(): id, "output": v})),
+        }
+    }
+
+    /// As a shell command or an MCP client gets it: the operation's output, or the one-line
+    /// error an agent can act on. A job's stdout is its output, as JSON when it parses.
+    pub fn into_output(self, toolkit: &str, tool: &str) -> Result<Value, EngineError> {
+        let out = match self {
+            Outcome::Value(v) => return Ok(v),
+            Outcome::Job(r) => r,
+        };
+        if out.timed_out {
+            return Err(
+                CoreError::new(ErrorKind::Unavailable, "timed_out", format!("{toolkit} {tool}: timed out")).into()
+            );
+        }
+        if let Some(e) = &out.error {
+            return Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {e}")).into());
+        }
+        if out.exit_code != Some(0) {
+            let how = match (out.exit_code, out.signal) {
+                (Some(c), _) => format!("exit code {c}"),
+                (None, Some(s)) => format!("signal {s}"),
+                _ => "no exit code".into(),
+            };
+            let tail =
+                out.stderr.lines().rev().find(|l| !l.trim().is_empty()).map(|l| format!(": {l}")).unwrap_or_default();
+            return Err(CoreError::new(
+                ErrorKind::ToolFailed,
+                "tool_failed",
+                format!("{toolkit} {tool} failed with {how}{tail}"),
+            )
+            .into());
+        }
+        let stdout = out.stdout.trim();
+        Ok(serde_json::from_str(stdout).unwrap_or_else(|_| Value::String(out.stdout.clone())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_has_at_most_one_module_and_each_command_one_kind() {
+        for (i, a) in BINDERS.iter().enumerate() {
+            for b in &BINDERS[i + 1..] {
+                assert_ne!(a.kind(), b.kind(), "two modules bind {}", a.kind().as_str());
+                if let Some(c) = a.register_command() {
+                    assert_ne!(Some(c), b.register_command(), "two modules register with {c}");
+                }
+            }
+        }
+        assert!(binder(BindingKind::Script).is_some() && by_command("TOOL_CATALOG_REGISTER_TOOLNET").is_some());
+    }
+}

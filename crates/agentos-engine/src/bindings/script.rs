@@ -1,0 +1,500 @@
+//! Script tools: content pinned by sha256 in the blob store, run by executors. The master
+//! verifies the content against its pin when it hands the job out; the executor again before
+//! it runs it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use agentos_core::command::{HeaderFields, Limits, Plan, fields, input_schema};
+use agentos_core::entry::{Binding, BindingKind, Contract, Runtime, ScriptBinding, Status};
+use agentos_core::flags::Flag;
+use agentos_core::job::{CommandToken, InvokeRequest, JobResult, ResolvedScript};
+use agentos_core::name::safe_filename;
+use agentos_core::urn::BlobUrn;
+use agentos_core::{CoreError, ErrorKind, sha256_hex};
+use agentos_store::StoredJob;
+
+use super::{Binder, Call, Outcome};
+use crate::{Engine, EngineError, Principal};
+
+/// The blob namespace of script content.
+pub const SCRIPT_NAMESPACE: &str = "tool-catalog/scripts";
+
+/// The registration command of script tools.
+pub const REGISTER_SCRIPT: &str = "TOOL_CATALOG_REGISTER_SCRIPT";
+
+pub struct Script;
+
+#[async_trait]
+impl Binder for Script {
+    fn kind(&self) -> BindingKind {
+        BindingKind::Script
+    }
+
+    fn register_command(&self) -> Option<&'static str> {
+        Some(REGISTER_SCRIPT)
+    }
+
+    fn registering(&self) -> &'static str {
+        "register scripts"
+    }
+
+    async fn plan(&self, engine: &Engine, p: &Principal, body: Value) -> Result<Plan, EngineError> {
+        let cmd: RegisterScript = fields(REGISTER_SCRIPT, body)?;
+        Ok(cmd.plan(&p.home_model, &engine.inner.config.limits)?)
+    }
+
+    fn pinned_blob<'b>(&self, binding: &'b Binding) -> Option<&'b str> {
+        match binding {
+            Binding::Script(s) => Some(&s.script_urn),
+            _ => None,
+        }
+    }
+
+    fn secret_pin(&self, binding: &Binding) -> Option<String> {
+        match binding {
+            Binding::Script(s) => Some(s.sha256.clone()),
+            _ => None,
+        }
+    }
+
+    async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
+        let flags = call.principal.flags;
+        if !flags.has(Flag::Execute) && flags.has(Flag::ToolNets) {
+            // A tool net caller without `x` sees no other kind of tool at all.
+            return Err(CoreError::not_found(format!(
+                "no tool net {:?} in model {:?} nor in the global catalog",
+                call.id, call.model
+            ))
+            .into());
+        }
+        Ok(Outcome::Job(Box::new(invoke_script(engine, call).await?)))
+    }
+
+    async fn queue(&self, engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
+        let principal = call.principal;
+        let job = script_job(engine, call)?;
+        // An asynchronous job holds no invocation slot while it waits, so the same limit counts
+        // open jobs instead: a caller cannot flood the durable queue either.
+        let max = engine.inner.config.max_concurrent_invocations;
+        if engine.inner.jobs.open_jobs_of(&principal.id) >= max {
+            return Err(CoreError::new(
+                ErrorKind::TooMany,
+                "too_many_invocations",
+                format!("{} has {max} jobs open, the limit; wait for one to finish", principal.name),
+            )
+            .into());
+        }
+        Ok(queue_direct(engine, principal, job).await?.0)
+    }
+}
+
+/// `TOOL_CATALOG_REGISTER_SCRIPT`.
+#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterScript {
+    #[schema(example = "nightly-digest")]
+    pub id: String,
+    pub name: String,
+    /// One of `node`, `sh`, `bash`, `python3`.
+    #[schema(example = "node")]
+    pub runtime: String,
+    /// The script as text. Exactly one of `content` and `contentBase64`.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// The script as base64, for content that is not UTF-8.
+    #[serde(default)]
+    pub content_base64: Option<String>,
+    /// Where to register: a model name, or `default` for the global catalog. Defaults to the caller's home model.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// File name the executor gives the script; reduced to a safe base name.
+    #[serde(default)]
+    pub filename: Option<String>,
+    /// JSON Schema of the script's input (sent as JSON on stdin).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// Environment variable names the script takes from its caller in a run that carries a
+    /// secret; other names are dropped there. At most 32; `PATH`, `HOME`, `LANG`, `LD_*`,
+    /// `NODE_*`, `PYTHON*`, `BASH_ENV` and `ENV` are refused.
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+}
+
+impl RegisterScript {
+    /// Validates every field and derives the entry. Nothing is written.
+    pub fn plan(self, home_model: &str, limits: &Limits) -> Result<Plan, CoreError> {
+        let runtime = Runtime::parse(&self.runtime).ok_or_else(|| {
+            CoreError::bad_input(
+                "unknown_runtime",
+                format!("unknown runtime {:?}; use one of node, sh, bash, python3", self.runtime),
+            )
+        })?;
+        let header = HeaderFields {
+            id: self.id,
+            name: self.name,
+            model: self.model,
+            version: self.version,
+            description: self.description,
+            capabilities: self.capabilities,
+        }
+        .check(home_model)?;
+        let bytes = match (self.content, self.content_base64) {
+            (Some(text), None) => text.into_bytes(),
+            (None, Some(b64)) => {
+                // A base64 body larger than 4/3 of the cap cannot decode under it: refuse before decoding.
+                if b64.len() / 4 * 3 > limits.max_script_bytes + 3 {
+                    return Err(too_large(b64.len() / 4 * 3, limits));
+                }
+                base64::engine::general_purpose::STANDARD.decode(b64.trim()).map_err(|e| {
+                    CoreError::bad_input("invalid_base64", format!("contentBase64 is not valid base64: {e}"))
+                })?
+            }
+            (Some(_), Some(_)) => {
+                return Err(CoreError::bad_input("invalid_command", "give either content or contentBase64, not both"));
+            }
+            (None, None) => {
+                return Err(CoreError::bad_input(
+                    "missing_field",
+                    "the script has no content: give content (text) or contentBase64",
+                ));
+            }
+        };
+        if bytes.is_empty() {
+            return Err(CoreError::bad_input("empty_content", "the script content is empty"));
+        }
+        if bytes.len() > limits.max_script_bytes {
+            return Err(too_large(bytes.len(), limits));
+        }
+        let input = input_schema(self.input)?;
+        let ext = runtime.extension();
+        let filename = match self.filename.as_deref() {
+            Some(raw) if raw.split(['/', '\\']).any(|c| c == "..") => {
+                return Err(CoreError::bad_input(
+                    "invalid_filename",
+                    format!(
+                        "filename {raw:?} climbs out of its folder with '..'; give a plain file name such as \"{}.{ext}\"",
+                        header.id
+                    ),
+                ));
+            }
+            Some(raw) => safe_filename(raw).ok_or_else(|| {
+                CoreError::bad_input(
+                    "invalid_filename",
+                    format!("filename {raw:?} has no usable base name; use letters, digits, '.', '_' and '-'"),
+                )
+            })?,
+            None => format!("{}.{ext}", header.id),
+        };
+        let env = self.env.unwrap_or_default();
+        if env.len() > 32 {
+            return Err(CoreError::bad_input("invalid_env", "env names at most 32 variables"));
+        }
+        for name in &env {
+            let shaped = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.len() <= 128
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !shaped {
+                return Err(CoreError::bad_input(
+                    "invalid_env",
+                    format!("env name {name:?}: use letters, digits and '_', not starting with a digit"),
+                ));
+            }
+            if agentos_core::entry::reserved_env_name(name) {
+                return Err(CoreError::bad_input(
+                    "invalid_env",
+                    format!("env name {name:?} is reserved: the runtime reads it before the script runs"),
+                ));
+            }
+        }
+        let sha256 = sha256_hex(&bytes);
+        let urn = BlobUrn::new(SCRIPT_NAMESPACE, &sha256, Some(ext))?;
+        let contract = Contract { kind: "script-io".into(), operations: header.run_operation(input) };
+        let binding = Binding::Script(ScriptBinding {
+            runtime,
+            script_urn: urn.to_string(),
+            sha256,
+            filename,
+            size_bytes: bytes.len() as u64,
+            env,
+        });
+        let (model, entry) = header.into_entry(Status::Approved, contract, binding);
+        Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
+    }
+}
+
+fn too_large(len: usize, limits: &Limits) -> CoreError {
+    CoreError::new(
+        ErrorKind::TooLarge,
+        "content_too_large",
+        format!(
+            "the script is {len} bytes; the limit is {} bytes (the master's --max-script-bytes)",
+            limits.max_script_bytes
+        ),
+    )
+}
+
+/// A direct invocation's job, checked and ready to queue.
+pub(crate) struct ScriptJob {
+    model: String,
+    token: CommandToken,
+    timeout_ms: u64,
+}
+
+/// Checks a direct invocation of a script and builds its command token.
+fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError> {
+    let Call { principal, id, model, entry, req, .. } = call;
+    if !principal.flags.has(Flag::Execute) {
+        return Err(CoreError::forbidden(format!(
+            "{} may not invoke tools: that needs the 'x' (execute) flag",
+            principal.name
+        ))
+        .into());
+    }
+    let cfg = engine.inner.dispatch;
+    let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
+    if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
+        return Err(CoreError::bad_input(
+            "invalid_timeout",
+            format!("timeoutMs must be between 1 and {}", cfg.max_timeout_ms),
+        )
+        .into());
+    }
+    for k in req.env.keys() {
+        if k.is_empty() || k.contains('=') || k.contains('\0') {
+            return Err(
+                CoreError::bad_input("invalid_env", format!("environment variable name {k:?} is not valid")).into()
+            );
+        }
+    }
+    // The caller must be able to see the tool. One it cannot resolve ships anyway and fails at
+    // the executor with the reason, like any fire.
+    if let Some(e) = &entry {
+        let kind = e.entry.binding.kind();
+        if !kind.visible_to(principal.flags) {
+            return Err(
+                CoreError::not_found(format!("no tool {id:?} in model {model:?} nor in the global catalog")).into()
+            );
+        }
+        if kind != BindingKind::Script {
+            return Err(CoreError::bad_input(
+                "not_invocable",
+                format!("{id:?} is a {} tool; only script tools run on executors", kind.as_str()),
+            )
+            .into());
+        }
+    }
+    let InvokeRequest { argv, env, input, .. } = req;
+    let mut args = json!({"toolId": id, "argv": argv, "env": env, "timeoutMs": timeout_ms});
+    if let Some(input) = input {
+        args["input"] = input;
+    }
+    let token = CommandToken { executor: "script".into(), command: "invoke".into(), args };
+    Ok(ScriptJob { model: model.to_string(), token, timeout_ms })
+}
+
+/// Queues a direct invocation's job, stored first when jobs are durable (the caller hears of
+/// the job only once a crash can no longer lose it).
+async fn queue_direct(
+    engine: &Engine,
+    principal: &Principal,
+    job: ScriptJob,
+) -> Result<(String, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
+    let job_id = engine.inner.jobs.new_id();
+    if let Some(d) = engine.inner.durable.get() {
+        let token = serde_json::to_string(&job.token).map_err(|e| CoreError::internal(e.to_string()))?;
+        let stored = StoredJob {
+            job_id: job_id.clone(),
+            model: job.model.clone(),
+            invoker: principal.id.clone(),
+            token,
+            queued_at: crate::engine::now_ms(),
+        };
+        d.store.put(stored).await?;
+    }
+    let rx = engine.inner.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone());
+    Ok((job_id, rx))
+}
+
+async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, EngineError> {
+    let (principal, id) = (call.principal, call.id.to_string());
+    let cfg = engine.inner.dispatch;
+    let job = script_job(engine, call)?;
+    let timeout_ms = job.timeout_ms;
+    let (job_id, mut rx) = queue_direct(engine, principal, job).await?;
+    let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut early = None;
+    if !engine.inner.jobs.serving() {
+        // Nobody serves the queue: wait a little for an executor (one reconnecting after a
+        // master restart, say), then say so rather than hold the caller for the whole wait.
+        let grace = cfg.no_executor_grace.min(wait);
+        early = tokio::time::timeout(grace, &mut rx).await.ok();
+        if early.is_none() && !engine.inner.jobs.serving() {
+            engine.cancel_direct(&job_id);
+            return Err(CoreError::new(
+                ErrorKind::Unavailable,
+                "no_executor",
+                format!(
+                    "no executor serves the queue (none has polled the master in the last {} s), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
+                    engine.inner.jobs.config().gone_after.as_secs()
+                ),
+            )
+            .into());
+        }
+    }
+    let outcome = match early {
+        Some(r) => Ok(r),
+        None => tokio::time::timeout_at(deadline, rx).await,
+    };
+    match outcome {
+        Ok(Ok(result)) => Ok(result),
+        Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
+        Err(_) => {
+            engine.cancel_direct(&job_id);
+            let serving = engine.inner.jobs.executors().iter().filter(|e| e.state != "gone").count();
+            Err(CoreError::new(
+                ErrorKind::Unavailable,
+                "job_timeout",
+                format!(
+                    "job {job_id} got no result within {} ms; {serving} executor(s) serve the queue (see `agentos executors`)",
+                    wait.as_millis()
+                ),
+            )
+            .into())
+        }
+    }
+}
+
+/// Fire-time resolution: local first, blob read and checked against the pin, the script put
+/// beside `args`. On any failure the token ships untouched, with the reason beside it.
+pub(crate) async fn resolve_token(engine: &Engine, model: &str, token: CommandToken) -> (CommandToken, Option<String>) {
+    if token.executor != "script" || token.command != "invoke" {
+        return (token, None);
+    }
+    let Some(tool_id) = token.args.get("toolId").and_then(Value::as_str).map(str::to_string) else {
+        return (token, Some("the command names no tool: args.toolId is missing".into()));
+    };
+    let fail = |why: String| Some(format!("tool {tool_id:?} in model {model:?}: {why}"));
+    let binding = {
+        let st = engine.read_state();
+        st.resolve(model, &tool_id).map(|(e, _)| e.entry.binding.clone())
+    };
+    let Some(Binding::Script(s)) = binding else {
+        return (token, fail("not found in the model's catalog nor in the global one".into()));
+    };
+    if let Some(pin) = token.args.get(agentos_core::job::PINNED_SHA256).and_then(Value::as_str).map(str::to_string)
+        && pin != s.sha256
+    {
+        // The secrets in this job were granted to another version of the script: they do not ship.
+        let mut token = token;
+        if let Some(args) = token.args.as_object_mut() {
+            args.remove("env");
+        }
+        return (
+            token,
+            fail(format!(
+                "the script changed since its secrets were granted (pinned {pin}, now {}); the grant does not cover it",
+                s.sha256
+            )),
+        );
+    }
+    let urn: BlobUrn = match s.script_urn.parse() {
+        Ok(u) => u,
+        Err(e) => return (token, fail(format!("the entry's URN is not valid: {e}"))),
+    };
+    if urn.sha256() != s.sha256 {
+        return (
+            token,
+            fail(format!("hash mismatch: the entry's URN names {} but it is pinned to {}", urn.sha256(), s.sha256)),
+        );
+    }
+    let bytes = match engine.inner.blobs.get_checked(&urn, Some(s.size_bytes)).await {
+        Ok(b) => b,
+        Err(agentos_store::StoreError::BlobNotFound(_)) => {
+            return (token, fail(format!("blob missing: {urn} is not in the blob store")));
+        }
+        Err(agentos_store::StoreError::BlobCorrupt { why, .. }) => {
+            tracing::error!(tool = %tool_id, model, %urn, %why, "script refused at the master: hash mismatch");
+            return (
+                token,
+                fail(format!("hash mismatch: the stored script no longer matches its pin {} ({why})", s.sha256)),
+            );
+        }
+        Err(e) => return (token, fail(format!("blob unreadable: {e}"))),
+    };
+    let mut resolved = token;
+    ResolvedScript {
+        content_base64: base64::engine::general_purpose::STANDARD.encode(&bytes),
+        sha256: s.sha256,
+        runtime: s.runtime.as_str().to_string(),
+        filename: s.filename,
+    }
+    .put_into(&mut resolved.args);
+    (resolved, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn plan(mut v: Value) -> Result<Plan, CoreError> {
+        match v.as_object_mut().and_then(|o| o.remove("type")).as_ref().and_then(Value::as_str) {
+            Some(REGISTER_SCRIPT) => {}
+            Some(_) => return Err(CoreError::bad_input("unknown_command", "not a script registration")),
+            None => return Err(CoreError::bad_input("invalid_command", "no type")),
+        }
+        let r: RegisterScript = fields(REGISTER_SCRIPT, v)?;
+        r.plan("default", &Limits { max_script_bytes: 16 })
+    }
+
+    fn check(v: Value, code: &str) {
+        let err = plan(v).unwrap_err();
+        assert_eq!(err.code, code, "{}", err.message);
+    }
+
+    #[test]
+    fn refuses_bad_registrations() {
+        let base = json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"x","name":"X","runtime":"sh","content":"echo"});
+        let with = |k: &str, v: Value| {
+            let mut b = base.clone();
+            b[k] = v;
+            b
+        };
+        check(with("runtime", json!("ruby")), "unknown_runtime");
+        check(with("id", json!("Bad_Id")), "invalid_id");
+        check(with("content", json!("x".repeat(17))), "content_too_large");
+        check(with("filename", json!("../..")), "invalid_filename");
+        check(with("filename", json!("../../etc/passwd")), "invalid_filename");
+        check(with("filename", json!("a\\..\\b.sh")), "invalid_filename");
+        check(with("filename", json!("/")), "invalid_filename");
+        check(with("model", json!("../m")), "invalid_model");
+        check(with("input", json!(3)), "invalid_schema");
+        check(with("surprise", json!(1)), "invalid_command");
+        check(json!({"type":"NOPE"}), "unknown_command");
+        check(json!({"id":"x"}), "invalid_command");
+    }
+
+    #[test]
+    fn same_content_same_urn_and_safe_filename() {
+        let a = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"a","name":"A","runtime":"node","content":"1","filename":"/opt/tools/x.cjs"})).unwrap();
+        let b = plan(json!({"type":"TOOL_CATALOG_REGISTER_SCRIPT","id":"b","name":"B","runtime":"node","content":"1"}))
+            .unwrap();
+        assert_eq!(a.blobs[0].0, b.blobs[0].0);
+        let Binding::Script(s) = &a.entry.binding else { panic!("a script entry") };
+        assert_eq!(s.filename, "x.cjs");
+        assert_eq!(s.script_urn, format!("urn:agentos:blob:tool-catalog/scripts/{}.cjs", sha256_hex(b"1")));
+    }
+}
