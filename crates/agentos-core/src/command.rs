@@ -1,4 +1,4 @@
-//! Commands sent to `POST /api/commands`: parsing, validation, and the decision of which events they produce.
+//! Catalog commands (`TOOL_CATALOG_*`): parsing, validation, and the decision of which events they produce.
 
 use std::collections::BTreeMap;
 
@@ -6,7 +6,6 @@ use base64::Engine as _;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::entry::{Binding, BindingKind, CatalogEntry, Contract, Operation, Runtime, ScriptBinding, Status};
 use crate::event::EventBody;
@@ -89,14 +88,12 @@ fn fields<T: DeserializeOwned>(kind: &str, body: Value) -> Result<T, CoreError> 
 }
 
 /// `TOOL_CATALOG_REGISTER_SCRIPT`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterScript {
-    #[schema(example = "nightly-digest")]
     pub id: String,
     pub name: String,
     /// One of `node`, `sh`, `bash`, `python3`.
-    #[schema(example = "node")]
     pub runtime: String,
     /// The script as text. Exactly one of `content` and `contentBase64`.
     #[serde(default)]
@@ -118,7 +115,6 @@ pub struct RegisterScript {
     pub filename: Option<String>,
     /// JSON Schema of the script's input (sent as JSON on stdin).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
     /// Environment variable names the script takes from its caller in a run that carries a
     /// secret; other names are dropped there. At most 32; `PATH`, `HOME`, `LANG`, `LD_*`,
@@ -282,13 +278,12 @@ fn too_large(len: usize, limits: &Limits) -> CoreError {
 pub const TOOLNET_NAMESPACE: &str = "tool-catalog/toolnets";
 
 /// `TOOL_CATALOG_REGISTER_TOOLNET`: a net run as one tool, from its input place to its output place.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterToolnet {
     pub id: String,
     pub name: String,
     /// The net document (places and transitions).
-    #[schema(value_type = Object)]
     pub net: Value,
     pub input_place: String,
     pub output_place: String,
@@ -302,7 +297,6 @@ pub struct RegisterToolnet {
     pub capabilities: Option<Vec<String>>,
     /// JSON Schema of the input token's data.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
 }
 
@@ -374,8 +368,8 @@ impl RegisterToolnet {
     }
 }
 
-/// `TOOL_CATALOG_SEARCH`: the same filters as `GET /api/tool-catalog`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+/// `TOOL_CATALOG_SEARCH`: the filters of a catalog search (type, model, text, capability, page).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SearchArgs {
     #[serde(default, rename = "toolType", alias = "bindingType")]
@@ -393,7 +387,7 @@ pub struct SearchArgs {
 }
 
 /// `TOOL_CATALOG_GET`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetArgs {
     pub id: String,
@@ -402,7 +396,7 @@ pub struct GetArgs {
 }
 
 /// `TOOL_CATALOG_REMOVE`: removes an entry from one model's catalog (`default` for the global one).
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RemoveArgs {
     pub id: String,

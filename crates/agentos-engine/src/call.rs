@@ -13,8 +13,8 @@ use agentos_core::{CoreError, ErrorKind};
 
 use crate::{Engine, EngineError, Principal};
 
-/// `POST /api/tools/{id}/call`.
-#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+/// A call of one tool of a toolkit, with the flags typed after its name.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CallRequest {
     /// The operation: `run` for a script.

@@ -46,7 +46,7 @@ impl Default for DispatchConfig {
 }
 
 /// A finished job as the log records it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobRecord {
     pub job_id: String,
@@ -318,8 +318,8 @@ impl Engine {
         }
     }
 
-    /// `Prefer: respond-async`: queues a script's job and answers its id at once. The invoker
-    /// reads the result with `GET /api/jobs/{id}`. Queued whether or not an executor serves
+    /// Queues a script's job and answers its id at once, for an invoker that will not wait: it
+    /// reads the result by that id (`Engine::job`). Queued whether or not an executor serves
     /// the queue: the job is durable and waits for one.
     pub async fn invoke_async(
         &self,
