@@ -143,7 +143,7 @@ pub async fn watch(
                         continue;
                     }
                     let EventBody::Net(ne) = &ev.body else { continue };
-                    let data = json!({"seq": ev.seq, "time": agentos_core::event::format_time(ev.time), "event": ne});
+                    let data = json!({"seq": ev.seq, "time": agentos_core::time::format_time(ev.time), "event": ne});
                     let sse = SseEvent::default().event("net").data(data.to_string());
                     return Some((Ok(sse), (rx, model)));
                 }
