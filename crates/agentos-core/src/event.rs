@@ -228,7 +228,7 @@ pub struct Event {
     pub schema: u32,
 }
 
-/// An event as answered by the API (history, audit).
+/// An event as its readers see it (history, audit): the payload without secrets, the time in RFC 3339.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {

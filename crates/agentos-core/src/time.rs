@@ -1,4 +1,4 @@
-//! Time as the API and the log's readers see it: RFC 3339 in UTC with milliseconds.
+//! Times as their readers see them: RFC 3339 in UTC with milliseconds.
 
 /// RFC 3339 in UTC with milliseconds.
 pub fn format_time(ms: i64) -> String {
