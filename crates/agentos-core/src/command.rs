@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::CoreError;
 use crate::entry::{Binding, CatalogEntry, Contract, Operation, Status};
@@ -132,8 +131,8 @@ pub fn input_schema(input: Option<Value>) -> Result<Value, CoreError> {
     Ok(input)
 }
 
-/// `TOOL_CATALOG_SEARCH`: the same filters as `GET /api/tool-catalog`.
-#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+/// `TOOL_CATALOG_SEARCH`: the filters of a catalog search (type, model, text, capability, page).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SearchArgs {
     #[serde(default, rename = "toolType", alias = "bindingType")]
@@ -151,7 +150,7 @@ pub struct SearchArgs {
 }
 
 /// `TOOL_CATALOG_GET`.
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GetArgs {
     pub id: String,
@@ -160,7 +159,7 @@ pub struct GetArgs {
 }
 
 /// `TOOL_CATALOG_REMOVE`: removes an entry from one model's catalog (`default` for the global one).
-#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RemoveArgs {
     pub id: String,

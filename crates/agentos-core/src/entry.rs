@@ -4,15 +4,13 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::flags::{Flag, Flags};
 
 /// One tool as the catalog stores it (wire shape of DESIGN.md).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogEntry {
-    #[schema(example = "forum-sentinel")]
     pub id: String,
     pub name: String,
     pub version: String,
@@ -26,7 +24,7 @@ pub struct CatalogEntry {
 }
 
 /// `approved`: pinned and validated by the platform. `registered`: described, never validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Approved,
@@ -34,39 +32,35 @@ pub enum Status {
 }
 
 /// What can be called: named operations with their input (and output) JSON Schemas.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Contract {
     #[serde(rename = "type")]
-    #[schema(example = "script-io")]
     pub kind: String,
     pub operations: BTreeMap<String, Operation>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Operation {
     #[serde(default)]
     pub description: String,
     /// JSON Schema of the operation's input.
-    #[schema(value_type = Object)]
     pub input: Value,
     /// JSON Schema of the operation's output, where known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
     pub output: Option<Value>,
     /// Sample calls, shown in `--help` and the system prompt.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub examples: Vec<Example>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Example {
     pub description: String,
-    #[schema(value_type = Object)]
     pub input: Value,
 }
 
 /// How a tool runs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Binding {
     Script(ScriptBinding),
@@ -75,7 +69,7 @@ pub enum Binding {
     Host(HostBinding),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HostBinding {
     pub toolkit: String,
@@ -92,7 +86,7 @@ impl Binding {
 }
 
 /// The kinds of binding, as named in the `type` search filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BindingKind {
     Script,
@@ -161,7 +155,7 @@ impl BindingKind {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Runtime {
     Node,
@@ -194,13 +188,10 @@ impl Runtime {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ScriptBinding {
     pub runtime: Runtime,
-    #[schema(
-        example = "urn:agentos:blob:tool-catalog/scripts/df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1.cjs"
-    )]
     pub script_urn: String,
     pub sha256: String,
     pub filename: String,
@@ -220,7 +211,7 @@ pub fn reserved_env_name(name: &str) -> bool {
 }
 
 /// A tool net: a net definition in the blob store, run as one call from its input place to its output place.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ToolnetBinding {
     pub net_urn: String,
@@ -231,7 +222,7 @@ pub struct ToolnetBinding {
 }
 
 /// Where an entry was found relative to the model asked about.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
     Local,
@@ -258,7 +249,7 @@ pub struct StoredEntry {
 }
 
 fn operator_id() -> String {
-    crate::event::OPERATOR_ID.to_string()
+    crate::OPERATOR_ID.to_string()
 }
 
 impl StoredEntry {
@@ -304,15 +295,15 @@ impl StoredEntry {
             scope,
             shadowed,
             revision: self.revision,
-            created_at: crate::event::format_time(self.created_at),
-            updated_at: crate::event::format_time(self.updated_at),
+            created_at: crate::time::format_time(self.created_at),
+            updated_at: crate::time::format_time(self.updated_at),
             updated_by: self.updated_by.clone(),
         }
     }
 }
 
 /// An entry as answered by get and search.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EntryView {
     #[serde(flatten)]

@@ -1,10 +1,13 @@
 //! Events: one per change, appended to the log; the state is their fold.
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::entry::CatalogEntry;
 use crate::flags::Flags;
+// Defined apart so that entries and net state need not import events; re-exported here for
+// the callers that know them from here.
+pub use crate::OPERATOR_ID;
+pub use crate::time::format_time;
 use crate::{CoreError, ErrorKind};
 
 /// Bumped whenever an event payload changes shape; every event records the version it was written with.
@@ -93,7 +96,7 @@ pub struct ModelGrant {
 }
 
 /// What a secret may be used for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", tag = "kind")]
 pub enum GrantTarget {
     /// One pinned tool: a script by its sha256. A changed pin loses the grant.
@@ -108,7 +111,7 @@ pub enum GrantTarget {
 }
 
 /// A secret granted to a use, optionally only in one model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretGrant {
     /// Derived from the rest, so granting the same thing twice is one grant.
@@ -225,15 +228,14 @@ pub struct Event {
     pub schema: u32,
 }
 
-/// An event as answered by the API (history, audit).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// An event as its readers see it (history, audit): the payload without secrets, the time in RFC 3339.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {
     pub seq: u64,
     pub model: String,
     #[serde(rename = "type")]
     pub kind: String,
-    #[schema(value_type = Object)]
     pub payload: serde_json::Value,
     pub principal: String,
     pub time: String,
@@ -272,14 +274,4 @@ impl PrincipalRecord {
             _ => format!("p-{}", &self.token_sha256[..self.token_sha256.len().min(16)]),
         }
     }
-}
-
-/// The operator's principal id, the same across token rotations.
-pub const OPERATOR_ID: &str = "operator";
-
-/// RFC 3339 in UTC with milliseconds.
-pub fn format_time(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms)
-        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
-        .unwrap_or_default()
 }

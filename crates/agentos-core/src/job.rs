@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 /// Arguments the master merges into a script job at fire time; a caller may not set them.
 pub const RESOLVED_ARGS: [&str; 4] = ["content", "sha256", "runtime", "filename"];
@@ -56,19 +55,16 @@ pub const PINNED_SHA256: &str = "pinnedSha256";
 
 /// A command token, as DESIGN.md shapes it:
 /// `{"executor":"script","command":"invoke","args":{"toolId":..., "argv":[], "env":{}, "timeoutMs":...}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CommandToken {
-    #[schema(example = "script")]
     pub executor: String,
-    #[schema(example = "invoke")]
     pub command: String,
-    #[schema(value_type = Object)]
     pub args: Value,
 }
 
 /// What an executor is handed: the job, its lease, and the token to run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeasedJob {
     pub job_id: String,
@@ -89,8 +85,8 @@ pub struct LeasedJob {
     pub resolution_error: Option<String>,
 }
 
-/// `POST /api/executor/poll`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+/// An executor asking for work.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PollRequest {
     /// The executor's display name (defaults to its credential's name).
@@ -101,15 +97,15 @@ pub struct PollRequest {
     pub wait_ms: Option<u64>,
 }
 
-/// `POST /api/executor/jobs/{id}/heartbeat` and `/release`.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// The lease an executor holds on a job, named to renew it or hand the job back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LeaseRef {
     pub lease_id: String,
 }
 
 /// What an executor reports for one job. Output travels as base64 so that bytes are exact.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ExecutorResult {
     pub lease_id: String,
@@ -131,7 +127,7 @@ pub struct ExecutorResult {
 }
 
 /// Output too large to keep inline: the whole of it is in the blob store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OutputBlob {
     pub urn: String,
@@ -140,7 +136,7 @@ pub struct OutputBlob {
 }
 
 /// The result of a command, shaped like a shell command's.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobResult {
     pub job_id: String,
@@ -185,8 +181,8 @@ impl JobResult {
     }
 }
 
-/// `POST /api/tools/{id}/invoke`.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+/// One direct invocation of a script tool: its arguments, environment, input and timeout.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InvokeRequest {
     #[serde(default)]
@@ -195,14 +191,13 @@ pub struct InvokeRequest {
     pub env: BTreeMap<String, String>,
     /// Sent to the script as JSON on stdin.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
     #[serde(default)]
     pub timeout_ms: Option<u64>,
 }
 
-/// How an executor appears in `GET /api/executors`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+/// An executor as listed: its state, when it was last seen, and the jobs it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorView {
     pub name: String,

@@ -15,6 +15,7 @@ pub mod net;
 pub mod net_state;
 pub mod search;
 pub mod state;
+pub mod time;
 pub mod toolhelp;
 pub mod urn;
 
@@ -24,6 +25,8 @@ pub use error::{CoreError, ErrorKind};
 pub const DEFAULT_MODEL: &str = "default";
 /// The place inside every model that holds its catalog entries.
 pub const CATALOG_PLACE: &str = "p-tool-catalog";
+/// The operator's principal id, the same across token rotations.
+pub const OPERATOR_ID: &str = "operator";
 
 /// Lower-case hex sha256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {

@@ -5,14 +5,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::CoreError;
 use crate::expr::{Expr, Template};
 use crate::name::is_valid_id;
 
 /// A net document: what `agentos net apply` sends.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NetDoc {
     /// The model the net belongs to (the API path or `--model` may name it instead).
@@ -25,7 +24,7 @@ pub struct NetDoc {
 }
 
 /// A place: its id, or `{id, description}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum PlaceDecl {
     Id(String),
@@ -45,7 +44,7 @@ impl PlaceDecl {
 }
 
 /// A transition's runtime configuration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Inscription {
     pub id: String,
@@ -60,7 +59,6 @@ pub struct Inscription {
     /// Kind-specific: `map` {template}, `command` {from?, executor?, credentials?, timeoutMs?},
     /// `http` {method, url, headers?, body?, timeoutMs?, successStatus?}.
     #[serde(default)]
-    #[schema(value_type = Object)]
     pub action: Value,
     /// Ordered routing rules; the first that matches emits.
     #[serde(default)]
@@ -97,7 +95,7 @@ fn one() -> u32 {
 }
 
 /// How a transition fires failed inputs again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Retry {
     /// Fires of the same inputs in all, the first included.
@@ -108,7 +106,7 @@ pub struct Retry {
 }
 
 /// Where the inputs of a fire that failed its last attempt go.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct OnError {
     /// A postset name.
@@ -122,7 +120,7 @@ impl Inscription {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     #[default]
@@ -130,7 +128,7 @@ pub enum Mode {
     Manual,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Take {
     #[default]
@@ -138,7 +136,7 @@ pub enum Take {
     All,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Preset {
     pub place: String,
@@ -159,13 +157,13 @@ fn yes() -> bool {
     true
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Postset {
     pub place: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EmitRule {
     /// A postset name.
@@ -182,7 +180,7 @@ fn at_result() -> String {
     "@result".into()
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Schedule {
     /// Fire every this many milliseconds.
@@ -193,7 +191,7 @@ pub struct Schedule {
     pub cron: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PlaceRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]

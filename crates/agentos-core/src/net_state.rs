@@ -5,19 +5,17 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
 
 use crate::net::{Inscription, NetDoc};
 
 /// A token: JSON data with metadata.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Token {
     pub id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     pub created_at: String,
-    #[schema(value_type = Object)]
     pub data: Value,
     /// The ids of the principals behind the token: who put it, or the author of the transition
     /// that produced it plus everyone behind that fire's inputs. A fire acts with the flags they
@@ -384,7 +382,7 @@ impl NetState {
     /// Folds one net event of `model`, committed as `seq` at `time` by the principal whose id is
     /// `by` (`None`: the master itself).
     pub fn apply(&mut self, model: &str, seq: u64, time_ms: i64, by: Option<&str>, ev: &NetEvent) {
-        let time = crate::event::format_time(time_ms);
+        let time = crate::time::format_time(time_ms);
         if let NetEvent::Deleted = ev {
             self.nets.remove(model);
             return;

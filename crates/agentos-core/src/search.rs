@@ -4,7 +4,6 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
 
 use crate::DEFAULT_MODEL;
 use crate::catalog_index::{Filter, Needle, kind_bit};
@@ -27,7 +26,7 @@ pub struct SearchQuery {
     pub offset: usize,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchPage {
     pub items: Vec<EntryView>,

@@ -24,7 +24,7 @@ use crate::redact::MIN_SECRET_BYTES;
 use crate::{Engine, EngineError, Principal};
 
 /// A principal as listed: never its token or the token's hash.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrincipalView {
     pub name: String,
@@ -36,15 +36,15 @@ pub struct PrincipalView {
     pub granted: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretView {
     pub name: String,
     pub updated_at: String,
 }
 
-/// `POST /api/secrets/{name}/grants`: one use for a secret.
-#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+/// One use for a secret: a pinned tool or an origin, optionally only in one model.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SecretGrantRequest {
     #[serde(default)]

@@ -17,8 +17,8 @@ use agentos_core::name::{check_model_name, check_tool_id};
 use crate::bindings::{Binder, Call, binder};
 use crate::{Engine, EngineError, Principal};
 
-/// `POST /api/tools/{id}/call`.
-#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+/// A call of one tool of a toolkit, with the flags typed after its name.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CallRequest {
     /// The operation: `run` for a script.

@@ -45,7 +45,7 @@ impl Default for DispatchConfig {
 }
 
 /// A finished job as the log records it.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobRecord {
     pub job_id: String,

@@ -66,7 +66,7 @@ impl Default for EngineConfig {
 }
 
 /// The definitions an entry has had, oldest first.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct History {
     pub id: String,

@@ -77,7 +77,7 @@ pub struct OpenJob {
 }
 
 struct Lease {
-    /// 128 random bits: job ids are shown to agents (`GET /api/executors`), lease ids never are,
+    /// 128 random bits: job ids are shown to agents (in the list of executors), lease ids never are,
     /// and nobody can guess one.
     id: String,
     /// The executor that took the job; only it may renew, hand back or finish it.

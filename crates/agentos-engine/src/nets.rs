@@ -320,18 +320,17 @@ enum SecretUse {
     Origin(String),
 }
 
-/// Where a net stands, for `GET /api/models/{m}/net`.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+/// Where a net stands: its document, places with token counts, transitions with their run state.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetView {
     pub model: String,
-    #[schema(value_type = Object)]
     pub doc: Value,
     pub places: Vec<PlaceSummary>,
     pub transitions: Vec<TransitionSummary>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PlaceSummary {
     pub id: String,
@@ -339,7 +338,7 @@ pub struct PlaceSummary {
     pub reserved: usize,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TransitionSummary {
     pub id: String,
@@ -353,7 +352,7 @@ pub struct TransitionSummary {
 }
 
 /// A link, as listed from either end.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LinkView {
     pub id: String,
@@ -365,7 +364,7 @@ pub struct LinkView {
 }
 
 /// What a manual fire did.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct FireOutcome {
     pub transition: String,
@@ -378,8 +377,8 @@ pub struct FireOutcome {
     pub reason: Option<String>,
 }
 
-/// A token a transition will not bind again by itself, for `GET /api/models/{m}/parked`.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+/// A token a transition will not bind again by itself, with why and how often its fires failed.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParkedToken {
     pub transition: String,
@@ -422,7 +421,7 @@ impl Engine {
         self.inner.events.subscribe()
     }
 
-    /// `POST /api/models`: creates an empty model. Needs `w`.
+    /// Creates an empty model. Needs `w`.
     pub async fn create_model(&self, p: &Principal, name: &str) -> Result<(), EngineError> {
         need(p, Flag::Write, "create models")?;
         check_model_name(name)?;

@@ -2,55 +2,40 @@
 
 use axum::extract::{Path, State};
 use axum::{Extension, Json};
-use serde::Deserialize;
 use serde_json::{Value, json};
-use utoipa::IntoParams;
 
-use agentos_core::event::EventView;
-use agentos_core::event::SecretGrant;
 use agentos_engine::Principal;
-use agentos_engine::admin::{PrincipalView, SecretGrantRequest, SecretView};
 
-use crate::ApiError;
-use crate::api::AppState;
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonValue, QueryParams, typed};
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateAgent {
-    pub name: String,
-    /// Positional `rwxhludcts` plus `m`: a prefix (`rwx`) or with `-` gaps (`r-x------s`).
-    pub flags: String,
-    /// Home model (default: the agent's name).
-    #[serde(default)]
-    pub model: Option<String>,
-}
+use crate::state::AppState;
+use crate::wire;
 
 /// Create an agent; its token is in the answer, once.
-#[utoipa::path(post, path = "/api/agents", tag = "principals", request_body = CreateAgent,
-    responses((status = 200, description = "{name, token, flags, model}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/agents", tag = "principals", request_body = wire::CreateAgent,
+    responses((status = 200, description = "{name, token, flags, model}", body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn create_agent(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: CreateAgent = typed(body)?;
+    let req: wire::CreateAgent = typed(body)?;
     let (view, token) = app.engine.create_agent(&p, &req.name, &req.flags, req.model.as_deref()).await?;
     Ok(Json(json!({"name": view.name, "token": token, "flags": view.flags, "model": view.model})))
 }
 
 /// Principals: name, kind, flags, home model. Never a token.
-#[utoipa::path(get, path = "/api/agents", tag = "principals", responses((status = 200, body = Vec<PrincipalView>), (status = 403, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/agents", tag = "principals", responses((status = 200, body = Vec<wire::PrincipalView>), (status = 403, body = ErrorBody)))]
 pub async fn list_agents(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
-) -> Result<Json<Vec<PrincipalView>>, ApiError> {
-    Ok(Json(app.engine.list_principals(&p)?))
+) -> Result<Json<Vec<wire::PrincipalView>>, ApiError> {
+    Ok(Json(app.engine.list_principals(&p)?.into_iter().map(wire::PrincipalView::from).collect()))
 }
 
 /// Revoke an agent or executor credential.
 #[utoipa::path(delete, path = "/api/agents/{name}", tag = "principals", params(("name" = String, Path)),
-    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn revoke_agent(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -60,30 +45,23 @@ pub async fn revoke_agent(
     Ok(Json(json!({"revoked": name})))
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GrantModel {
-    /// The model the agent may act in besides its home model.
-    pub model: String,
-}
-
 /// Let an agent act in another model (its net, tokens, watch stream, jobs). An event; revocable.
-#[utoipa::path(post, path = "/api/agents/{name}/grants", tag = "principals", params(("name" = String, Path)), request_body = GrantModel,
-    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/agents/{name}/grants", tag = "principals", params(("name" = String, Path)), request_body = wire::GrantModel,
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn grant_model(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(name): Path<String>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: GrantModel = typed(body)?;
+    let req: wire::GrantModel = typed(body)?;
     app.engine.grant_model(&p, &name, &req.model, true).await?;
     Ok(Json(json!({"agent": name, "granted": req.model})))
 }
 
 /// End a model grant.
 #[utoipa::path(delete, path = "/api/agents/{name}/grants/{model}", tag = "principals", params(("name" = String, Path), ("model" = String, Path)),
-    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn revoke_model_grant(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -95,31 +73,31 @@ pub async fn revoke_model_grant(
 
 /// Grant a secret to one use: a pinned tool (`tool`, resolved in `model` or the global catalog) or an origin
 /// (`origin`, for headers of requests there), optionally only in `model`.
-#[utoipa::path(post, path = "/api/secrets/{name}/grants", tag = "secrets", params(("name" = String, Path)), request_body = SecretGrantRequest,
-    responses((status = 200, body = SecretGrant), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/secrets/{name}/grants", tag = "secrets", params(("name" = String, Path)), request_body = wire::SecretGrantRequest,
+    responses((status = 200, body = wire::SecretGrant), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn grant_secret(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(name): Path<String>,
     JsonValue(body): JsonValue,
-) -> Result<Json<SecretGrant>, ApiError> {
-    let mut req: SecretGrantRequest = typed(body)?;
+) -> Result<Json<wire::SecretGrant>, ApiError> {
+    let mut req: wire::SecretGrantRequest = typed(body)?;
     req.secret = name;
-    Ok(Json(app.engine.grant_secret(&p, req).await?))
+    Ok(Json(app.engine.grant_secret(&p, req.into()).await?.into()))
 }
 
 /// Every secret grant.
-#[utoipa::path(get, path = "/api/secret-grants", tag = "secrets", responses((status = 200, body = Vec<SecretGrant>), (status = 403, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/secret-grants", tag = "secrets", responses((status = 200, body = Vec<wire::SecretGrant>), (status = 403, body = ErrorBody)))]
 pub async fn list_secret_grants(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
-) -> Result<Json<Vec<SecretGrant>>, ApiError> {
-    Ok(Json(app.engine.secret_grants(&p)?))
+) -> Result<Json<Vec<wire::SecretGrant>>, ApiError> {
+    Ok(Json(app.engine.secret_grants(&p)?.into_iter().map(wire::SecretGrant::from).collect()))
 }
 
 /// End a secret grant.
 #[utoipa::path(delete, path = "/api/secret-grants/{id}", tag = "secrets", params(("id" = String, Path)),
-    responses((status = 200, body = Object), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn revoke_secret_grant(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -129,53 +107,36 @@ pub async fn revoke_secret_grant(
     Ok(Json(json!({"revoked": id})))
 }
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SetSecret {
-    pub value: String,
-}
-
 /// Set a secret. The value is encrypted before it is stored and is never answered.
-#[utoipa::path(put, path = "/api/secrets/{name}", tag = "secrets", params(("name" = String, Path)), request_body = SetSecret,
-    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+#[utoipa::path(put, path = "/api/secrets/{name}", tag = "secrets", params(("name" = String, Path)), request_body = wire::SetSecret,
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn set_secret(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(name): Path<String>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: SetSecret = typed(body)?;
+    let req: wire::SetSecret = typed(body)?;
     app.engine.set_secret(&p, &name, &req.value).await?;
     Ok(Json(json!({"set": name})))
 }
 
 /// Secret names, never values.
-#[utoipa::path(get, path = "/api/secrets", tag = "secrets", responses((status = 200, body = Vec<SecretView>), (status = 403, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/secrets", tag = "secrets", responses((status = 200, body = Vec<wire::SecretView>), (status = 403, body = ErrorBody)))]
 pub async fn list_secrets(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
-) -> Result<Json<Vec<SecretView>>, ApiError> {
-    Ok(Json(app.engine.list_secrets(&p)?))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct EventParams {
-    /// Only events after this sequence number.
-    pub after: Option<u64>,
-    /// At most this many (1 to 1000, default 100).
-    pub limit: Option<usize>,
-    /// Only events of this principal.
-    pub principal: Option<String>,
+) -> Result<Json<Vec<wire::SecretView>>, ApiError> {
+    Ok(Json(app.engine.list_secrets(&p)?.into_iter().map(wire::SecretView::from).collect()))
 }
 
 /// The event log, oldest first: every change with its principal.
-#[utoipa::path(get, path = "/api/events", tag = "audit", params(EventParams), responses((status = 200, body = Vec<EventView>), (status = 403, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/events", tag = "audit", params(wire::EventParams), responses((status = 200, body = Vec<wire::EventView>), (status = 403, body = ErrorBody)))]
 pub async fn list_events(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
-    QueryParams(q): QueryParams<EventParams>,
-) -> Result<Json<Vec<EventView>>, ApiError> {
-    Ok(Json(app.engine.events(&p, q.after.unwrap_or(0), q.limit.unwrap_or(100), q.principal.as_deref()).await?))
+    QueryParams(q): QueryParams<wire::EventParams>,
+) -> Result<Json<Vec<wire::EventView>>, ApiError> {
+    let events = app.engine.events(&p, q.after.unwrap_or(0), q.limit.unwrap_or(100), q.principal.as_deref()).await?;
+    Ok(Json(events.into_iter().map(wire::EventView::from).collect()))
 }

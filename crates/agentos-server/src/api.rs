@@ -1,98 +1,25 @@
-//! The API's routes and handlers.
+//! The handlers of the catalog, commands, blobs, tools, jobs and the executor protocol.
 
-use axum::extract::{Path, State};
 use std::time::Duration;
 
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Extension, Json, Router};
-use serde::Deserialize;
+use axum::{Extension, Json};
 use serde_json::{Value, json};
-use utoipa::IntoParams;
 
 use agentos_core::command::{GetArgs, SearchArgs};
-use agentos_core::entry::{BindingKind, EntryView};
-use agentos_core::job::{ExecutorResult, ExecutorView, InvokeRequest, JobResult, LeaseRef, LeasedJob, PollRequest};
-use agentos_core::search::{DEFAULT_LIMIT, MAX_LIMIT, SearchPage, SearchQuery};
-use agentos_core::state::ModelView;
+use agentos_core::entry::BindingKind;
+use agentos_core::search::{DEFAULT_LIMIT, MAX_LIMIT, SearchQuery};
 use agentos_core::urn::BlobUrn;
+use agentos_engine::Principal;
 use agentos_engine::commands::Command;
-use agentos_engine::{Engine, History, Principal};
 
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonValue, QueryParams, ResultBody, typed};
 use crate::routes::command_permission;
-use crate::{ApiError, auth, openapi};
-
-#[derive(Clone)]
-pub struct AppState {
-    pub engine: Engine,
-    pub max_body_bytes: usize,
-    pub max_result_bytes: usize,
-}
-
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/api/openapi.json", get(openapi_json))
-        .route("/api/models", get(list_models))
-        .route("/api/tool-catalog", get(search_catalog))
-        .route("/api/tool-catalog/{id}", get(get_entry))
-        .route("/api/tool-catalog/{id}/history", get(entry_history))
-        .route("/api/commands", post(run_command))
-        .route("/api/blobs/{*urn}", get(get_blob))
-        .route("/api/tools/{id}/invoke", post(invoke_tool))
-        .route("/api/tools/{id}/call", post(call_tool))
-        .route("/api/executors", get(list_executors))
-        .route("/api/models", post(crate::nets_api::create_model))
-        .route("/api/agents", post(crate::admin_api::create_agent).get(crate::admin_api::list_agents))
-        .route("/api/agents/{name}", axum::routing::delete(crate::admin_api::revoke_agent))
-        .route("/api/agents/{name}/grants", post(crate::admin_api::grant_model))
-        .route("/api/agents/{name}/grants/{model}", axum::routing::delete(crate::admin_api::revoke_model_grant))
-        .route("/api/secrets", get(crate::admin_api::list_secrets))
-        .route("/api/secrets/{name}", axum::routing::put(crate::admin_api::set_secret))
-        .route("/api/secrets/{name}/grants", post(crate::admin_api::grant_secret))
-        .route("/api/secret-grants", get(crate::admin_api::list_secret_grants))
-        .route("/api/secret-grants/{id}", axum::routing::delete(crate::admin_api::revoke_secret_grant))
-        .route("/api/events", get(crate::admin_api::list_events))
-        .route("/api/models/{model}/net", get(crate::nets_api::get_net).put(crate::nets_api::apply_net))
-        .route(
-            "/api/models/{model}/places/{place}/tokens",
-            get(crate::nets_api::list_tokens).post(crate::nets_api::put_token),
-        )
-        .route("/api/models/{model}/links", get(crate::nets_api::list_links))
-        .route("/api/models/{model}/watch", get(crate::nets_api::watch))
-        .route("/api/models/{model}/transitions/{transition}/start", post(crate::nets_api::start))
-        .route("/api/models/{model}/transitions/{transition}/stop", post(crate::nets_api::stop))
-        .route("/api/models/{model}/transitions/{transition}/fire", post(crate::nets_api::fire))
-        .route("/api/models/{model}/parked", get(crate::nets_api::list_parked))
-        .route("/api/models/{model}/parked/{token}/retry", post(crate::nets_api::retry_parked))
-        .route("/api/models/{model}/parked/{token}/discard", post(crate::nets_api::discard_parked))
-        .route("/api/jobs/{id}", get(get_job))
-        .route("/api/executor-tokens", post(create_executor_token))
-        .route("/api/executor/poll", post(executor_poll))
-        .route("/api/executor/jobs/{id}/heartbeat", post(executor_heartbeat))
-        .route("/api/executor/jobs/{id}/release", post(executor_release))
-        .route("/api/executor/jobs/{id}/result", post(executor_result))
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.
-        .layer(axum::extract::DefaultBodyLimit::disable())
-        .with_state(state)
-}
-
-async fn not_found() -> ApiError {
-    ApiError::not_found("no such route; the API is described at /api/openapi.json")
-}
-
-async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "this route does not take that method; see /api/openapi.json",
-    )
-}
+use crate::state::AppState;
+use crate::wire;
 
 /// Liveness, without auth.
 #[utoipa::path(get, path = "/healthz", tag = "system", security(()),
@@ -101,38 +28,14 @@ pub async fn healthz(State(app): State<AppState>) -> Json<Value> {
     Json(json!({"ok": true, "seq": app.engine.last_seq()}))
 }
 
-/// This document.
-#[utoipa::path(get, path = "/api/openapi.json", tag = "system",
-    responses((status = 200, description = "The OpenAPI document", body = Object), (status = 401, body = crate::error::ErrorBody)))]
-pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
-    Json(openapi::document())
-}
-
 /// Models with their places.
 #[utoipa::path(get, path = "/api/models", tag = "models",
-    responses((status = 200, body = Vec<ModelView>), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
-pub async fn list_models(State(app): State<AppState>, Extension(p): Extension<Principal>) -> Json<Vec<ModelView>> {
-    Json(app.engine.models_for(&p))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct SearchParams {
-    /// Binding type: script, http, docker, toolnet, host, mcp.
-    #[serde(rename = "type")]
-    #[param(rename = "type")]
-    pub kind: Option<String>,
-    /// Search this model's local catalog first, then the global one (default: the caller's home model).
-    pub model: Option<String>,
-    /// Free text over id, name, description and capabilities.
-    pub q: Option<String>,
-    /// Only entries with this capability.
-    pub capability: Option<String>,
-    /// Page size, 1 to 1000 (default 50).
-    pub limit: Option<usize>,
-    /// Entries to skip.
-    pub offset: Option<usize>,
+    responses((status = 200, body = Vec<wire::ModelView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_models(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Json<Vec<wire::ModelView>> {
+    Json(app.engine.models_for(&p).into_iter().map(wire::ModelView::from).collect())
 }
 
 fn to_query(
@@ -167,55 +70,47 @@ fn to_query(
 }
 
 /// Search the catalog, local first; a global entry hidden by a local one is marked `shadowed`.
-#[utoipa::path(get, path = "/api/tool-catalog", tag = "catalog", params(SearchParams),
-    responses((status = 200, body = SearchPage), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/tool-catalog", tag = "catalog", params(wire::SearchParams),
+    responses((status = 200, body = wire::SearchPage), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn search_catalog(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
-    QueryParams(q): QueryParams<SearchParams>,
-) -> Result<Json<SearchPage>, ApiError> {
+    QueryParams(q): QueryParams<wire::SearchParams>,
+) -> Result<Json<wire::SearchPage>, ApiError> {
     let query = to_query(q.kind, q.model, q.q, q.capability, q.limit, q.offset)?;
-    Ok(Json(app.engine.search(&p, &query)?))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct ModelParam {
-    /// Look in this model's local catalog first, then the global one (default: the caller's home model).
-    pub model: Option<String>,
+    Ok(Json(app.engine.search(&p, &query)?.into()))
 }
 
 /// One entry, local first.
-#[utoipa::path(get, path = "/api/tool-catalog/{id}", tag = "catalog", params(("id" = String, Path, description = "Tool id"), ModelParam),
-    responses((status = 200, body = EntryView), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/tool-catalog/{id}", tag = "catalog", params(("id" = String, Path, description = "Tool id"), wire::ModelParam),
+    responses((status = 200, body = wire::EntryView), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_entry(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
-    QueryParams(m): QueryParams<ModelParam>,
-) -> Result<Json<EntryView>, ApiError> {
-    Ok(Json(app.engine.get(&p, &id, m.model.as_deref())?))
+    QueryParams(m): QueryParams<wire::ModelParam>,
+) -> Result<Json<wire::EntryView>, ApiError> {
+    Ok(Json(app.engine.get(&p, &id, m.model.as_deref())?.into()))
 }
 
 /// Every definition an entry has had, oldest first.
-#[utoipa::path(get, path = "/api/tool-catalog/{id}/history", tag = "catalog", params(("id" = String, Path, description = "Tool id"), ModelParam),
-    responses((status = 200, body = History), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/tool-catalog/{id}/history", tag = "catalog", params(("id" = String, Path, description = "Tool id"), wire::ModelParam),
+    responses((status = 200, body = wire::History), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn entry_history(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
-    QueryParams(m): QueryParams<ModelParam>,
-) -> Result<Json<History>, ApiError> {
-    Ok(Json(app.engine.history(&p, &id, m.model.as_deref()).await?))
+    QueryParams(m): QueryParams<wire::ModelParam>,
+) -> Result<Json<wire::History>, ApiError> {
+    Ok(Json(app.engine.history(&p, &id, m.model.as_deref()).await?.into()))
 }
 
 /// Run a command: `TOOL_CATALOG_REGISTER_SCRIPT`, `TOOL_CATALOG_SEARCH`, `TOOL_CATALOG_GET`, `TOOL_CATALOG_REMOVE`.
 #[utoipa::path(post, path = "/api/commands", tag = "commands",
     request_body(content = Object, description = "A command: {\"type\": \"TOOL_CATALOG_REGISTER_SCRIPT\", ...}. See the RegisterScript, SearchArgs, GetArgs and RemoveArgs schemas."),
     responses((status = 200, description = "The command's answer: the stored entry, a search page, an entry, or {\"removed\": true}", body = Object),
-        (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody),
-        (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn run_command(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -239,12 +134,16 @@ pub async fn run_command(
     let cmd = Command::parse(body)?;
     let engine = &app.engine;
     Ok(match cmd {
-        Command::Register { command, body } => Json(engine.register(&p, command, body).await?).into_response(),
+        Command::Register { command, body } => {
+            Json(wire::EntryView::from(engine.register(&p, command, body).await?)).into_response()
+        }
         Command::Search(SearchArgs { tool_type, model, q, capability, limit, offset }) => {
             let query = to_query(tool_type, model, q, capability, limit, offset)?;
-            Json(engine.search(&p, &query)?).into_response()
+            Json(wire::SearchPage::from(engine.search(&p, &query)?)).into_response()
         }
-        Command::Get(GetArgs { id, model }) => Json(engine.get(&p, &id, model.as_deref())?).into_response(),
+        Command::Get(GetArgs { id, model }) => {
+            Json(wire::EntryView::from(engine.get(&p, &id, model.as_deref())?)).into_response()
+        }
         Command::Remove(args) => {
             let (id, model) = (args.id.clone(), args.model.clone().unwrap_or_else(|| p.home_model.clone()));
             engine.remove(&p, args).await?;
@@ -256,8 +155,8 @@ pub async fn run_command(
 /// A blob's bytes, verified against its sha256 before they are sent.
 #[utoipa::path(get, path = "/api/blobs/{urn}", tag = "blobs", params(("urn" = String, Path, description = "urn:agentos:blob:<namespace>/<sha256>[.<ext>]")),
     responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>),
-        (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody),
-        (status = 500, description = "The stored bytes are corrupt and are not served", body = crate::error::ErrorBody)))]
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 500, description = "The stored bytes are corrupt and are not served", body = ErrorBody)))]
 pub async fn get_blob(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -280,31 +179,23 @@ fn executor_name(headers: &HeaderMap) -> Option<String> {
     headers.get("x-agentos-executor-name").and_then(|v| v.to_str().ok()).map(str::to_string)
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct InvokeParams {
-    /// The model the command belongs to: its local catalog is looked up first. Defaults to the caller's home model.
-    pub model: Option<String>,
-}
-
 /// Run a script tool once and wait for its result: `{exitCode, signal, stdout, stderr, durationMs, timedOut}`.
 /// With `Prefer: respond-async`, a script's job is queued durably and answered at once: 202
 /// `{jobId, location}`; the invoker reads the result with `GET /api/jobs/{id}`.
-#[utoipa::path(post, path = "/api/tools/{id}/invoke", tag = "tools", params(("id" = String, Path, description = "Tool id"), InvokeParams),
-    request_body = InvokeRequest,
-    responses((status = 200, description = "A script's job result, or {toolnet, output} for a tool net", body = JobResult), (status = 202, description = "Prefer: respond-async: the job is queued; {jobId, location}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
-        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 504, description = "No executor finished the job in time", body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/tools/{id}/invoke", tag = "tools", params(("id" = String, Path, description = "Tool id"), wire::InvokeParams),
+    request_body = wire::InvokeRequest,
+    responses((status = 200, description = "A script's job result, or {toolnet, output} for a tool net", body = wire::JobResult), (status = 202, description = "Prefer: respond-async: the job is queued; {jobId, location}", body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 504, description = "No executor finished the job in time", body = ErrorBody)))]
 pub async fn invoke_tool(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
-    QueryParams(q): QueryParams<InvokeParams>,
+    QueryParams(q): QueryParams<wire::InvokeParams>,
     headers: axum::http::HeaderMap,
     JsonValue(body): JsonValue,
 ) -> Result<axum::response::Response, ApiError> {
     use axum::response::IntoResponse;
-    let req: InvokeRequest = typed(body)?;
+    let req = typed::<wire::InvokeRequest>(body)?.into();
     if prefers_async(&headers) {
         // Answered once the job is stored: no invocation slot is held while it waits.
         let job_id = app.engine.invoke_async(&p, &id, q.model.as_deref(), req).await?;
@@ -335,18 +226,18 @@ fn prefers_async(headers: &axum::http::HeaderMap) -> bool {
 
 /// Call a tool with command-line flags, as its shim does: `{tool, args}` → `{"ok":true,"result":...}`.
 /// Usage errors are 400 with code `usage`; a failed tool 422 `tool_failed`; a timeout 504 `timed_out`.
-#[utoipa::path(post, path = "/api/tools/{id}/call", tag = "tools", params(("id" = String, Path, description = "Toolkit (catalog entry) id"), InvokeParams),
-    request_body = agentos_engine::call::CallRequest,
-    responses((status = 200, description = "{\"ok\": true, \"result\": ...}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody),
-        (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 422, body = crate::error::ErrorBody), (status = 504, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/tools/{id}/call", tag = "tools", params(("id" = String, Path, description = "Toolkit (catalog entry) id"), wire::InvokeParams),
+    request_body = wire::CallRequest,
+    responses((status = 200, description = "{\"ok\": true, \"result\": ...}", body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 504, body = ErrorBody)))]
 pub async fn call_tool(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
-    QueryParams(q): QueryParams<InvokeParams>,
+    QueryParams(q): QueryParams<wire::InvokeParams>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: agentos_engine::call::CallRequest = typed(body)?;
+    let req = typed::<wire::CallRequest>(body)?.into();
     let _slot = app.engine.invocation_slot(&p)?;
     let result = app.engine.call_tool(&p, &id, q.model.as_deref(), req).await?;
     Ok(Json(json!({"ok": true, "result": result})))
@@ -355,62 +246,55 @@ pub async fn call_tool(
 /// A job: queued, running, or finished with its recorded result. Readable with `l` in its
 /// model, or by the principal that invoked it.
 #[utoipa::path(get, path = "/api/jobs/{id}", tag = "tools", params(("id" = String, Path, description = "Job id")),
-    responses((status = 200, body = agentos_engine::dispatch::JobRecord), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = wire::JobRecord), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_job(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
-) -> Result<Json<agentos_engine::dispatch::JobRecord>, ApiError> {
-    Ok(Json(app.engine.job(&p, &id).await?))
+) -> Result<Json<wire::JobRecord>, ApiError> {
+    Ok(Json(app.engine.job(&p, &id).await?.into()))
 }
 
 /// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds.
 #[utoipa::path(get, path = "/api/executors", tag = "executors",
-    responses((status = 200, body = Vec<ExecutorView>), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
-pub async fn list_executors(State(app): State<AppState>) -> Json<Vec<ExecutorView>> {
-    Json(app.engine.executors())
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExecutorTokenRequest {
-    /// a-z, 0-9 and '-'. Creating a name that exists gives it a new token; the old one stops working.
-    pub name: String,
+    responses((status = 200, body = Vec<wire::ExecutorView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+pub async fn list_executors(State(app): State<AppState>) -> Json<Vec<wire::ExecutorView>> {
+    Json(app.engine.executors().into_iter().map(wire::ExecutorView::from).collect())
 }
 
 /// Create an executor credential (operator only). It is good for the executor protocol and nothing else.
-#[utoipa::path(post, path = "/api/executor-tokens", tag = "executors", request_body = ExecutorTokenRequest,
-    responses((status = 200, description = "{\"name\", \"token\"}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/executor-tokens", tag = "executors", request_body = wire::ExecutorTokenRequest,
+    responses((status = 200, description = "{\"name\", \"token\"}", body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn create_executor_token(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: ExecutorTokenRequest = typed(body)?;
+    let req: wire::ExecutorTokenRequest = typed(body)?;
     let token = app.engine.create_executor_token(&p, &req.name).await?;
     Ok(Json(json!({"name": req.name, "token": token})))
 }
 
 /// Long poll for work: answered the moment a job is queued (200), or 204 after `waitMs`.
-#[utoipa::path(post, path = "/api/executor/poll", tag = "executor protocol", request_body = PollRequest,
-    responses((status = 200, body = LeasedJob), (status = 204, description = "No work within waitMs"), (status = 401, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/executor/poll", tag = "executor protocol", request_body = wire::PollRequest,
+    responses((status = 200, body = wire::LeasedJob), (status = 204, description = "No work within waitMs"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn executor_poll(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     JsonValue(body): JsonValue,
 ) -> Result<Response, ApiError> {
-    let req: PollRequest = typed(body)?;
+    let req: wire::PollRequest = typed(body)?;
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
     match app.engine.poll_job(&p, req.name.as_deref(), wait).await? {
-        Some(job) => Ok(Json(job).into_response()),
+        Some(job) => Ok(Json(wire::LeasedJob::from(job)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
 
 /// Renew a lease. 409 when the lease was lost (the job went to another executor); 403 when
 /// another executor holds it (a lease is bound to the executor that took it).
-#[utoipa::path(post, path = "/api/executor/jobs/{id}/heartbeat", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
-    responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/heartbeat", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = wire::LeaseRef,
+    responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn executor_heartbeat(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -418,14 +302,14 @@ pub async fn executor_heartbeat(
     Path(id): Path<String>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: LeaseRef = typed(body)?;
+    let req: wire::LeaseRef = typed(body)?;
     let lease = app.engine.heartbeat_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
     Ok(Json(json!({"leaseMs": lease.as_millis() as u64})))
 }
 
 /// Hand a job back to the queue (an executor stopping before it could run it). Only its holder may.
-#[utoipa::path(post, path = "/api/executor/jobs/{id}/release", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = LeaseRef,
-    responses((status = 200, body = Object), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/release", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = wire::LeaseRef,
+    responses((status = 200, body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn executor_release(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -433,37 +317,29 @@ pub async fn executor_release(
     Path(id): Path<String>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: LeaseRef = typed(body)?;
+    let req: wire::LeaseRef = typed(body)?;
     app.engine.release_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
     Ok(Json(json!({"released": true})))
-}
-
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-pub struct ResultParams {
-    /// Also hand out the next job, when one is queued right now (`next`: a LeasedJob or null).
-    pub next: Option<bool>,
 }
 
 /// Post a job's result. Only the current lease holder's result is taken (its lease id, from the
 /// executor that took it: 403 from any other), once. With
 /// `?next=true` the answer carries the next queued job, saving the executor a round trip.
-#[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id"), ResultParams), request_body = ExecutorResult,
-    responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = crate::error::ErrorBody), (status = 403, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody), (status = 413, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id"), wire::ResultParams), request_body = wire::ExecutorResult,
+    responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn executor_result(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    QueryParams(q): QueryParams<ResultParams>,
+    QueryParams(q): QueryParams<wire::ResultParams>,
     ResultBody(body): ResultBody,
 ) -> Result<Json<Value>, ApiError> {
-    let req: ExecutorResult = typed(body)?;
+    let req = typed::<wire::ExecutorResult>(body)?.into();
     let name = executor_name(&headers);
     app.engine.complete_job(&p, name.as_deref(), &id, req).await?;
     let next = match q.next {
-        Some(true) => app.engine.next_job_now(&p, name.as_deref()).await?,
+        Some(true) => app.engine.next_job_now(&p, name.as_deref()).await?.map(wire::LeasedJob::from),
         _ => None,
     };
     Ok(Json(json!({"recorded": true, "next": next})))

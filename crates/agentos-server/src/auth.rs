@@ -4,11 +4,11 @@ use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 
-use crate::ApiError;
+use crate::error::ApiError;
 use agentos_core::event::PrincipalKind;
 
-use crate::api::AppState;
 use crate::routes::{ModelRule, Permission, route_spec};
+use crate::state::AppState;
 
 pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_default();

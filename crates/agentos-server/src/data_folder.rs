@@ -4,7 +4,7 @@
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::run::ServeError;
+use crate::serve_error::ServeError;
 
 /// What a master does with a data folder that other users can read or enter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,8 @@ use axum::http::StatusCode;
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
-use crate::ApiError;
-use crate::api::AppState;
+use crate::error::ApiError;
+use crate::state::AppState;
 
 /// The request body as JSON, bounded by the master's body limit.
 pub struct JsonValue(pub serde_json::Value);

@@ -1,4 +1,4 @@
-//! The master's HTTP face: the API (axum), its OpenAPI document, bearer auth with a permission per route, and `run`.
+//! The master's HTTP face: the API (axum), its wire types and OpenAPI document, bearer auth with a permission per route, and `run`.
 
 mod admin_api;
 mod api;
@@ -9,14 +9,16 @@ mod error;
 mod extract;
 mod nets_api;
 mod openapi;
+mod router;
 pub mod routes;
 mod run;
+mod serve_error;
+mod state;
+pub mod wire;
 
 pub use connections::ConnectionLimits;
+pub use data_folder::LooseDataFolder;
 pub use error::ApiError;
-pub use run::{LooseDataFolder, Ready, ServeConfig, ServeError, run};
-
-/// Builds the router over an engine.
-pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize, max_result_bytes: usize) -> axum::Router {
-    api::router(api::AppState { engine, max_body_bytes, max_result_bytes })
-}
+pub use router::router;
+pub use run::{Ready, ServeConfig, run};
+pub use serve_error::ServeError;

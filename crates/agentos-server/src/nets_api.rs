@@ -6,110 +6,93 @@ use axum::extract::{Path, State};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::{Extension, Json};
 use futures_util::Stream;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use agentos_core::event::EventBody;
 use agentos_core::net::NetDoc;
-use agentos_core::net_state::Token;
 use agentos_engine::Principal;
-use agentos_engine::nets::{FireOutcome, LinkView, NetView, ParkedToken};
 
-use crate::ApiError;
-use crate::api::AppState;
+use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonValue, typed};
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateModel {
-    pub name: String,
-}
+use crate::state::AppState;
+use crate::wire;
 
 /// Create an empty model.
-#[utoipa::path(post, path = "/api/models", tag = "nets", request_body = CreateModel,
-    responses((status = 200, body = Object), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/models", tag = "nets", request_body = wire::CreateModel,
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn create_model(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
-    let req: CreateModel = typed(body)?;
+    let req: wire::CreateModel = typed(body)?;
     app.engine.create_model(&p, &req.name).await?;
     Ok(Json(json!({"created": req.name})))
 }
 
 /// Apply a net document (places and transitions) to a model: everything is validated first,
 /// and errors name the path inside the document.
-#[utoipa::path(put, path = "/api/models/{model}/net", tag = "nets", params(("model" = String, Path)), request_body = NetDoc,
-    responses((status = 200, body = NetView), (status = 400, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+#[utoipa::path(put, path = "/api/models/{model}/net", tag = "nets", params(("model" = String, Path)), request_body = wire::NetDoc,
+    responses((status = 200, body = wire::NetView), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn apply_net(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
     JsonValue(body): JsonValue,
-) -> Result<Json<NetView>, ApiError> {
+) -> Result<Json<wire::NetView>, ApiError> {
     let doc = NetDoc::from_value(body)?;
-    Ok(Json(app.engine.apply_net(&p, &model, doc).await?))
+    Ok(Json(app.engine.apply_net(&p, &model, doc).await?.into()))
 }
 
 /// A model's net: its document, places with token counts, transitions with their run state.
 #[utoipa::path(get, path = "/api/models/{model}/net", tag = "nets", params(("model" = String, Path)),
-    responses((status = 200, body = NetView), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = wire::NetView), (status = 404, body = ErrorBody)))]
 pub async fn get_net(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
-) -> Result<Json<NetView>, ApiError> {
-    Ok(Json(app.engine.net_view(&p, &model)?))
+) -> Result<Json<wire::NetView>, ApiError> {
+    Ok(Json(app.engine.net_view(&p, &model)?.into()))
 }
 
 /// The tokens in a place.
 #[utoipa::path(get, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path)),
-    responses((status = 200, body = Vec<Token>), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Vec<wire::Token>), (status = 404, body = ErrorBody)))]
 pub async fn list_tokens(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, place)): Path<(String, String)>,
-) -> Result<Json<Vec<Token>>, ApiError> {
-    Ok(Json(app.engine.tokens(&p, &model, &place)?))
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PutToken {
-    #[schema(value_type = Object)]
-    pub data: Value,
-    #[serde(default)]
-    pub name: Option<String>,
+) -> Result<Json<Vec<wire::Token>>, ApiError> {
+    Ok(Json(app.engine.tokens(&p, &model, &place)?.into_iter().map(wire::Token::from).collect()))
 }
 
 /// Put a token into a place.
-#[utoipa::path(post, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path)), request_body = PutToken,
-    responses((status = 200, body = Token), (status = 400, body = crate::error::ErrorBody), (status = 404, body = crate::error::ErrorBody)))]
+#[utoipa::path(post, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path)), request_body = wire::PutToken,
+    responses((status = 200, body = wire::Token), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn put_token(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, place)): Path<(String, String)>,
     JsonValue(body): JsonValue,
-) -> Result<Json<Token>, ApiError> {
-    let req: PutToken = typed(body)?;
-    Ok(Json(app.engine.put_token(&p, &model, &place, req.data, req.name).await?))
+) -> Result<Json<wire::Token>, ApiError> {
+    let req: wire::PutToken = typed(body)?;
+    Ok(Json(app.engine.put_token(&p, &model, &place, req.data, req.name).await?.into()))
 }
 
 /// Links with either end in the model (they may be declared by another model).
 #[utoipa::path(get, path = "/api/models/{model}/links", tag = "nets", params(("model" = String, Path)),
-    responses((status = 200, body = Vec<LinkView>)))]
+    responses((status = 200, body = Vec<wire::LinkView>)))]
 pub async fn list_links(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
-) -> Result<Json<Vec<LinkView>>, ApiError> {
-    Ok(Json(app.engine.links(&p, &model)?))
+) -> Result<Json<Vec<wire::LinkView>>, ApiError> {
+    Ok(Json(app.engine.links(&p, &model)?.into_iter().map(wire::LinkView::from).collect()))
 }
 
 /// Start a transition: it fires whenever enabled (and on its schedule).
 #[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/start", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
 pub async fn start(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -121,7 +104,7 @@ pub async fn start(
 
 /// Stop a transition. Fires in flight finish.
 #[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/stop", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
 pub async fn stop(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -133,18 +116,18 @@ pub async fn stop(
 
 /// Fire a transition once, started or not.
 #[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/fire", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
-    responses((status = 200, body = FireOutcome), (status = 404, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = wire::FireOutcome), (status = 404, body = ErrorBody)))]
 pub async fn fire(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, transition)): Path<(String, String)>,
-) -> Result<Json<FireOutcome>, ApiError> {
-    Ok(Json(app.engine.fire_once(&p, &model, &transition).await?))
+) -> Result<Json<wire::FireOutcome>, ApiError> {
+    Ok(Json(app.engine.fire_once(&p, &model, &transition).await?.into()))
 }
 
 /// Server-sent events: every change to the model's net and tokens, as it is committed.
 #[utoipa::path(get, path = "/api/models/{model}/watch", tag = "nets", params(("model" = String, Path)),
-    responses((status = 200, description = "text/event-stream of {seq, time, event}"), (status = 403, body = crate::error::ErrorBody)))]
+    responses((status = 200, description = "text/event-stream of {seq, time, event}"), (status = 403, body = ErrorBody)))]
 pub async fn watch(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -160,7 +143,7 @@ pub async fn watch(
                         continue;
                     }
                     let EventBody::Net(ne) = &ev.body else { continue };
-                    let data = json!({"seq": ev.seq, "time": agentos_core::event::format_time(ev.time), "event": ne});
+                    let data = json!({"seq": ev.seq, "time": agentos_core::time::format_time(ev.time), "event": ne});
                     let sse = SseEvent::default().event("net").data(data.to_string());
                     return Some((Ok(sse), (rx, model)));
                 }
@@ -175,28 +158,22 @@ pub async fn watch(
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }
 
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[serde(deny_unknown_fields)]
-pub struct ParkedQuery {
-    /// Only the tokens this transition parked.
-    pub transition: Option<String>,
-}
-
 /// The tokens transitions parked (their fire failed or matched no rule), with the reason.
-#[utoipa::path(get, path = "/api/models/{model}/parked", tag = "nets", params(("model" = String, Path), ParkedQuery),
-    responses((status = 200, body = Vec<ParkedToken>), (status = 404, body = crate::error::ErrorBody)))]
+#[utoipa::path(get, path = "/api/models/{model}/parked", tag = "nets", params(("model" = String, Path), wire::ParkedQuery),
+    responses((status = 200, body = Vec<wire::ParkedToken>), (status = 404, body = ErrorBody)))]
 pub async fn list_parked(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
-    axum::extract::Query(q): axum::extract::Query<ParkedQuery>,
-) -> Result<Json<Vec<ParkedToken>>, ApiError> {
-    Ok(Json(app.engine.parked(&p, &model, q.transition.as_deref())?))
+    axum::extract::Query(q): axum::extract::Query<wire::ParkedQuery>,
+) -> Result<Json<Vec<wire::ParkedToken>>, ApiError> {
+    let parked = app.engine.parked(&p, &model, q.transition.as_deref())?;
+    Ok(Json(parked.into_iter().map(wire::ParkedToken::from).collect()))
 }
 
 /// Release a parked token: transitions bind it again, its attempts forgotten (an event).
 #[utoipa::path(post, path = "/api/models/{model}/parked/{token}/retry", tag = "nets", params(("model" = String, Path), ("token" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retry_parked(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -208,7 +185,7 @@ pub async fn retry_parked(
 
 /// Remove a parked token from its place (an event).
 #[utoipa::path(post, path = "/api/models/{model}/parked/{token}/discard", tag = "nets", params(("model" = String, Path), ("token" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = crate::error::ErrorBody), (status = 409, body = crate::error::ErrorBody)))]
+    responses((status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn discard_parked(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,

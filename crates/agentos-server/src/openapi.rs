@@ -1,15 +1,19 @@
 //! The API's OpenAPI document, generated from the handlers and wire types.
 
+use axum::Json;
 use utoipa::openapi::path::ParameterIn;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
+
+use crate::error::ErrorBody;
+use crate::wire;
 
 #[derive(OpenApi)]
 #[openapi(
     info(title = "agentos", description = "A durable tool platform for AI agents: the tool catalog API."),
     paths(
         crate::api::healthz,
-        crate::api::openapi_json,
+        openapi_json,
         crate::api::list_models,
         crate::api::search_catalog,
         crate::api::get_entry,
@@ -51,14 +55,14 @@ use utoipa::{Modify, OpenApi};
         crate::api::executor_result,
     ),
     components(schemas(
-        agentos_engine::bindings::script::RegisterScript,
-        agentos_core::command::SearchArgs,
-        agentos_core::command::GetArgs,
-        agentos_core::command::RemoveArgs,
-        agentos_core::entry::CatalogEntry,
-        agentos_core::entry::EntryView,
-        crate::error::ErrorBody,
-        agentos_core::job::CommandToken,
+        wire::RegisterScript,
+        wire::SearchArgs,
+        wire::GetArgs,
+        wire::RemoveArgs,
+        wire::CatalogEntry,
+        wire::EntryView,
+        ErrorBody,
+        wire::CommandToken,
     )),
     modifiers(&Bearer, &RefusalsFromTheRouteTable),
     security(("bearer" = []))
@@ -146,6 +150,13 @@ impl Modify for RefusalsFromTheRouteTable {
 
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
+}
+
+/// This document.
+#[utoipa::path(get, path = "/api/openapi.json", tag = "system",
+    responses((status = 200, description = "The OpenAPI document", body = Object), (status = 401, body = ErrorBody)))]
+pub async fn openapi_json() -> Json<utoipa::openapi::OpenApi> {
+    Json(document())
 }
 
 #[cfg(test)]

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use agentos_core::command::Limits;
 use agentos_engine::outbound::{IpRange, OutboundPolicy};
-use agentos_engine::{Engine, EngineConfig, EngineError};
-use agentos_store::{FsBlobStore, SqliteEventLog, SqliteJobStore, StoreError};
+use agentos_engine::{Engine, EngineConfig};
+use agentos_store::{FsBlobStore, SqliteEventLog, SqliteJobStore};
 
-pub use crate::data_folder::LooseDataFolder;
+use crate::data_folder::LooseDataFolder;
+use crate::serve_error::ServeError;
 
 #[derive(Debug, Clone)]
 pub struct ServeConfig {
@@ -36,7 +37,7 @@ pub struct ServeConfig {
     /// What to do when the data folder, or anything in it, is open to other users.
     pub loose_data_folder: LooseDataFolder,
     /// The connection cap and the header/idle timeout.
-    pub connections: crate::ConnectionLimits,
+    pub connections: crate::connections::ConnectionLimits,
     /// Unreadable events to skip (`--skip-event SEQ`), each recorded in the log.
     pub skip_events: Vec<u64>,
     /// What one net may hold and do (the crash-loop marker is put in the data folder).
@@ -56,24 +57,6 @@ pub struct Ready {
     pub restored: agentos_engine::Restored,
     /// The engine, for whoever runs more beside the master (e.g. `agentos up`'s local executor).
     pub engine: Engine,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    #[error("the data folder {0} is in use by another master (its LOCK file is held)")]
-    Locked(PathBuf),
-    #[error(
-        "the data folder {dir} is open to other users ({found}); its event log, blobs, secrets key and operator token must be the master's alone. Close it with: {fix}"
-    )]
-    OpenToOthers { dir: PathBuf, found: String, fix: String },
-    #[error("cannot listen on {addr}: {source}")]
-    Listen { addr: String, source: std::io::Error },
-    #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Engine(#[from] EngineError),
 }
 
 pub async fn run(
@@ -170,7 +153,7 @@ pub async fn run(
     };
     on_ready(&ready);
 
-    let app = crate::router(engine.clone(), config.max_body_bytes, config.max_result_bytes);
+    let app = crate::router::router(engine.clone(), config.max_body_bytes, config.max_result_bytes);
     crate::connections::serve(listener, app, config.connections, shutdown).await;
     engine.shutdown().await;
     drop(lock);

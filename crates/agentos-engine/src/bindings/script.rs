@@ -94,14 +94,12 @@ impl Binder for Script {
 }
 
 /// `TOOL_CATALOG_REGISTER_SCRIPT`.
-#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterScript {
-    #[schema(example = "nightly-digest")]
     pub id: String,
     pub name: String,
     /// One of `node`, `sh`, `bash`, `python3`.
-    #[schema(example = "node")]
     pub runtime: String,
     /// The script as text. Exactly one of `content` and `contentBase64`.
     #[serde(default)]
@@ -123,7 +121,6 @@ pub struct RegisterScript {
     pub filename: Option<String>,
     /// JSON Schema of the script's input (sent as JSON on stdin).
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
     /// Environment variable names the script takes from its caller in a run that carries a
     /// secret; other names are dropped there. At most 32; `PATH`, `HOME`, `LANG`, `LD_*`,

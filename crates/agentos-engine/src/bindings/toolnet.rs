@@ -109,13 +109,12 @@ impl Binder for Toolnet {
 }
 
 /// `TOOL_CATALOG_REGISTER_TOOLNET`: a net run as one tool, from its input place to its output place.
-#[derive(Debug, Clone, Deserialize, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RegisterToolnet {
     pub id: String,
     pub name: String,
     /// The net document (places and transitions).
-    #[schema(value_type = Object)]
     pub net: Value,
     pub input_place: String,
     pub output_place: String,
@@ -129,7 +128,6 @@ pub struct RegisterToolnet {
     pub capabilities: Option<Vec<String>>,
     /// JSON Schema of the input token's data.
     #[serde(default)]
-    #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
 }
 

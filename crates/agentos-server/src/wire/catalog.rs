@@ -1,0 +1,428 @@
+//! The catalog on the wire: entries and their views, search pages, history, models, and the
+//! commands of `POST /api/commands`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use agentos_core::{entry, event, search, state};
+
+/// One tool as the catalog stores it (wire shape of DESIGN.md).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogEntry {
+    #[schema(example = "forum-sentinel")]
+    pub id: String,
+    pub name: String,
+    pub version: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(default)]
+    pub capabilities: Vec<String>,
+    pub status: Status,
+    pub contract: Contract,
+    pub binding: Binding,
+}
+
+impl From<entry::CatalogEntry> for CatalogEntry {
+    fn from(e: entry::CatalogEntry) -> Self {
+        let entry::CatalogEntry { id, name, version, description, capabilities, status, contract, binding } = e;
+        CatalogEntry {
+            id,
+            name,
+            version,
+            description,
+            capabilities,
+            status: status.into(),
+            contract: contract.into(),
+            binding: binding.into(),
+        }
+    }
+}
+
+/// `approved`: pinned and validated by the platform. `registered`: described, never validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Approved,
+    Registered,
+}
+
+impl From<entry::Status> for Status {
+    fn from(s: entry::Status) -> Self {
+        match s {
+            entry::Status::Approved => Status::Approved,
+            entry::Status::Registered => Status::Registered,
+        }
+    }
+}
+
+/// What can be called: named operations with their input (and output) JSON Schemas.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Contract {
+    #[serde(rename = "type")]
+    #[schema(example = "script-io")]
+    pub kind: String,
+    pub operations: BTreeMap<String, Operation>,
+}
+
+impl From<entry::Contract> for Contract {
+    fn from(c: entry::Contract) -> Self {
+        let entry::Contract { kind, operations } = c;
+        Contract { kind, operations: operations.into_iter().map(|(k, op)| (k, op.into())).collect() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Operation {
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the operation's input.
+    #[schema(value_type = Object)]
+    pub input: Value,
+    /// JSON Schema of the operation's output, where known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub output: Option<Value>,
+    /// Sample calls, shown in `--help` and the system prompt.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub examples: Vec<Example>,
+}
+
+impl From<entry::Operation> for Operation {
+    fn from(op: entry::Operation) -> Self {
+        let entry::Operation { description, input, output, examples } = op;
+        Operation { description, input, output, examples: examples.into_iter().map(Example::from).collect() }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Example {
+    pub description: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+}
+
+impl From<entry::Example> for Example {
+    fn from(e: entry::Example) -> Self {
+        let entry::Example { description, input } = e;
+        Example { description, input }
+    }
+}
+
+/// How a tool runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Binding {
+    Script(ScriptBinding),
+    Toolnet(ToolnetBinding),
+    /// Rust functions registered by whoever embeds the master; they run inside it.
+    Host(HostBinding),
+}
+
+impl From<entry::Binding> for Binding {
+    fn from(b: entry::Binding) -> Self {
+        match b {
+            entry::Binding::Script(s) => Binding::Script(s.into()),
+            entry::Binding::Toolnet(t) => Binding::Toolnet(t.into()),
+            entry::Binding::Host(h) => Binding::Host(h.into()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HostBinding {
+    pub toolkit: String,
+}
+
+impl From<entry::HostBinding> for HostBinding {
+    fn from(h: entry::HostBinding) -> Self {
+        let entry::HostBinding { toolkit } = h;
+        HostBinding { toolkit }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Runtime {
+    Node,
+    Sh,
+    Bash,
+    Python3,
+}
+
+impl From<entry::Runtime> for Runtime {
+    fn from(r: entry::Runtime) -> Self {
+        match r {
+            entry::Runtime::Node => Runtime::Node,
+            entry::Runtime::Sh => Runtime::Sh,
+            entry::Runtime::Bash => Runtime::Bash,
+            entry::Runtime::Python3 => Runtime::Python3,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScriptBinding {
+    pub runtime: Runtime,
+    #[schema(
+        example = "urn:agentos:blob:tool-catalog/scripts/df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1.cjs"
+    )]
+    pub script_urn: String,
+    pub sha256: String,
+    pub filename: String,
+    pub size_bytes: u64,
+    /// The environment variables the script takes from its caller when a run carries a secret
+    /// (a sealed run); every other name the caller sets is dropped there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+}
+
+impl From<entry::ScriptBinding> for ScriptBinding {
+    fn from(s: entry::ScriptBinding) -> Self {
+        let entry::ScriptBinding { runtime, script_urn, sha256, filename, size_bytes, env } = s;
+        ScriptBinding { runtime: runtime.into(), script_urn, sha256, filename, size_bytes, env }
+    }
+}
+
+/// A tool net: a net definition in the blob store, run as one call from its input place to its output place.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolnetBinding {
+    pub net_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    pub input_place: String,
+    pub output_place: String,
+}
+
+impl From<entry::ToolnetBinding> for ToolnetBinding {
+    fn from(t: entry::ToolnetBinding) -> Self {
+        let entry::ToolnetBinding { net_urn, sha256, size_bytes, input_place, output_place } = t;
+        ToolnetBinding { net_urn, sha256, size_bytes, input_place, output_place }
+    }
+}
+
+/// Where an entry was found relative to the model asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Local,
+    Global,
+}
+
+impl From<entry::Scope> for Scope {
+    fn from(s: entry::Scope) -> Self {
+        match s {
+            entry::Scope::Local => Scope::Local,
+            entry::Scope::Global => Scope::Global,
+        }
+    }
+}
+
+/// An entry as answered by get and search.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryView {
+    #[serde(flatten)]
+    pub entry: CatalogEntry,
+    /// The model whose catalog holds the entry (`default` for global entries).
+    pub model: String,
+    pub scope: Scope,
+    /// True for a global entry hidden by a local entry with the same id.
+    #[serde(default)]
+    pub shadowed: bool,
+    /// Sequence number of the event that wrote this definition.
+    pub revision: u64,
+    pub created_at: String,
+    pub updated_at: String,
+    pub updated_by: String,
+}
+
+impl From<entry::EntryView> for EntryView {
+    fn from(v: entry::EntryView) -> Self {
+        let entry::EntryView { entry, model, scope, shadowed, revision, created_at, updated_at, updated_by } = v;
+        EntryView {
+            entry: entry.into(),
+            model,
+            scope: scope.into(),
+            shadowed,
+            revision,
+            created_at,
+            updated_at,
+            updated_by,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchPage {
+    pub items: Vec<EntryView>,
+    /// Number of matching entries in all pages.
+    pub total: usize,
+    pub limit: usize,
+    pub offset: usize,
+}
+
+impl From<search::SearchPage> for SearchPage {
+    fn from(p: search::SearchPage) -> Self {
+        let search::SearchPage { items, total, limit, offset } = p;
+        SearchPage { items: items.into_iter().map(EntryView::from).collect(), total, limit, offset }
+    }
+}
+
+/// The definitions an entry has had, oldest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct History {
+    pub id: String,
+    /// The model whose catalog the history belongs to.
+    pub model: String,
+    pub scope: Scope,
+    pub events: Vec<EventView>,
+}
+
+impl From<agentos_engine::History> for History {
+    fn from(h: agentos_engine::History) -> Self {
+        let agentos_engine::History { id, model, scope, events } = h;
+        History { id, model, scope: scope.into(), events: events.into_iter().map(EventView::from).collect() }
+    }
+}
+
+/// An event as answered by the API (history, audit).
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    pub seq: u64,
+    pub model: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[schema(value_type = Object)]
+    pub payload: serde_json::Value,
+    pub principal: String,
+    pub time: String,
+    /// Schema version the event was written with.
+    pub v: u32,
+}
+
+impl From<event::EventView> for EventView {
+    fn from(e: event::EventView) -> Self {
+        let event::EventView { seq, model, kind, payload, principal, time, v } = e;
+        EventView { seq, model, kind, payload, principal, time, v }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelView {
+    pub name: String,
+    pub created_at: String,
+    pub created_by: String,
+    pub places: Vec<PlaceView>,
+}
+
+impl From<state::ModelView> for ModelView {
+    fn from(m: state::ModelView) -> Self {
+        let state::ModelView { name, created_at, created_by, places } = m;
+        ModelView { name, created_at, created_by, places: places.into_iter().map(PlaceView::from).collect() }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlaceView {
+    pub name: String,
+    /// Number of tokens in the place.
+    pub tokens: usize,
+}
+
+impl From<state::PlaceView> for PlaceView {
+    fn from(p: state::PlaceView) -> Self {
+        let state::PlaceView { name, tokens } = p;
+        PlaceView { name, tokens }
+    }
+}
+
+// The commands below document `POST /api/commands` only: its body is parsed by
+// `agentos_engine::commands::Command::parse` and the binders, and a test holds both to one JSON shape. (A `///`
+// line here would change the document's description.)
+
+/// `TOOL_CATALOG_REGISTER_SCRIPT`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterScript {
+    #[schema(example = "nightly-digest")]
+    pub id: String,
+    pub name: String,
+    /// One of `node`, `sh`, `bash`, `python3`.
+    #[schema(example = "node")]
+    pub runtime: String,
+    /// The script as text. Exactly one of `content` and `contentBase64`.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// The script as base64, for content that is not UTF-8.
+    #[serde(default)]
+    pub content_base64: Option<String>,
+    /// Where to register: a model name, or `default` for the global catalog. Defaults to the caller's home model.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// File name the executor gives the script; reduced to a safe base name.
+    #[serde(default)]
+    pub filename: Option<String>,
+    /// JSON Schema of the script's input (sent as JSON on stdin).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    /// Environment variable names the script takes from its caller in a run that carries a
+    /// secret; other names are dropped there. At most 32; `PATH`, `HOME`, `LANG`, `LD_*`,
+    /// `NODE_*`, `PYTHON*`, `BASH_ENV` and `ENV` are refused.
+    #[serde(default)]
+    pub env: Option<Vec<String>>,
+}
+
+/// `TOOL_CATALOG_SEARCH`: the same filters as `GET /api/tool-catalog`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SearchArgs {
+    #[serde(default, rename = "toolType", alias = "bindingType")]
+    pub tool_type: Option<String>,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub q: Option<String>,
+    #[serde(default)]
+    pub capability: Option<String>,
+    #[serde(default)]
+    pub limit: Option<usize>,
+    #[serde(default)]
+    pub offset: Option<usize>,
+}
+
+/// `TOOL_CATALOG_GET`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GetArgs {
+    pub id: String,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// `TOOL_CATALOG_REMOVE`: removes an entry from one model's catalog (`default` for the global one).
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemoveArgs {
+    pub id: String,
+    #[serde(default)]
+    pub model: Option<String>,
+}

@@ -1,0 +1,280 @@
+//! Jobs on the wire: invoking and calling a tool, a job's record and result, executors, and the
+//! executor protocol's requests and answers.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use agentos_core::job;
+
+/// A command token, as DESIGN.md shapes it:
+/// `{"executor":"script","command":"invoke","args":{"toolId":..., "argv":[], "env":{}, "timeoutMs":...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommandToken {
+    #[schema(example = "script")]
+    pub executor: String,
+    #[schema(example = "invoke")]
+    pub command: String,
+    #[schema(value_type = Object)]
+    pub args: Value,
+}
+
+impl From<job::CommandToken> for CommandToken {
+    fn from(t: job::CommandToken) -> Self {
+        let job::CommandToken { executor, command, args } = t;
+        CommandToken { executor, command, args }
+    }
+}
+
+/// What an executor is handed: the job, its lease, and the token to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeasedJob {
+    pub job_id: String,
+    pub lease_id: String,
+    /// The lease lasts this long from now unless renewed by a heartbeat.
+    pub lease_ms: u64,
+    /// 1 for the first hand-out, more after leases expired.
+    pub attempt: u32,
+    /// The model the command belongs to.
+    pub model: String,
+    pub token: CommandToken,
+    /// The job carries credential values (a secret in its `env`): the executor runs it as a user
+    /// of its own that no other job uses meanwhile, in a folder nobody else may enter.
+    #[serde(default)]
+    pub sealed: bool,
+    /// Why the master could not resolve the tool, when it could not. The token then ships untouched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolution_error: Option<String>,
+}
+
+impl From<job::LeasedJob> for LeasedJob {
+    fn from(j: job::LeasedJob) -> Self {
+        let job::LeasedJob { job_id, lease_id, lease_ms, attempt, model, token, sealed, resolution_error } = j;
+        LeasedJob { job_id, lease_id, lease_ms, attempt, model, token: token.into(), sealed, resolution_error }
+    }
+}
+
+/// `POST /api/executor/poll`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PollRequest {
+    /// The executor's display name (defaults to its credential's name).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// How long the master may hold the request open waiting for work, at most 60 000.
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+/// `POST /api/executor/jobs/{id}/heartbeat` and `/release`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaseRef {
+    pub lease_id: String,
+}
+
+/// What an executor reports for one job. Output travels as base64 so that bytes are exact.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExecutorResult {
+    pub lease_id: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    #[serde(default)]
+    pub stdout_base64: String,
+    #[serde(default)]
+    pub stderr_base64: String,
+    pub duration_ms: u64,
+    #[serde(default)]
+    pub timed_out: bool,
+    /// Output beyond the executor's capture limit was dropped.
+    #[serde(default)]
+    pub output_truncated: bool,
+    /// Set when the executor refused the job or could not run it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl From<ExecutorResult> for job::ExecutorResult {
+    fn from(r: ExecutorResult) -> Self {
+        let ExecutorResult {
+            lease_id,
+            exit_code,
+            signal,
+            stdout_base64,
+            stderr_base64,
+            duration_ms,
+            timed_out,
+            output_truncated,
+            error,
+        } = r;
+        job::ExecutorResult {
+            lease_id,
+            exit_code,
+            signal,
+            stdout_base64,
+            stderr_base64,
+            duration_ms,
+            timed_out,
+            output_truncated,
+            error,
+        }
+    }
+}
+
+/// Output too large to keep inline: the whole of it is in the blob store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OutputBlob {
+    pub urn: String,
+    pub size_bytes: u64,
+    pub sha256: String,
+}
+
+impl From<job::OutputBlob> for OutputBlob {
+    fn from(b: job::OutputBlob) -> Self {
+        let job::OutputBlob { urn, size_bytes, sha256 } = b;
+        OutputBlob { urn, size_bytes, sha256 }
+    }
+}
+
+/// The result of a command, shaped like a shell command's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobResult {
+    pub job_id: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// The output, or its first 2,000 characters when `stdoutBlob` is set.
+    pub stdout: String,
+    pub stderr: String,
+    pub duration_ms: u64,
+    pub timed_out: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_blob: Option<OutputBlob>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_blob: Option<OutputBlob>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub output_truncated: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub attempt: u32,
+    /// The executor that ran it (empty when none did).
+    pub executor: String,
+}
+
+impl From<job::JobResult> for JobResult {
+    fn from(r: job::JobResult) -> Self {
+        let job::JobResult {
+            job_id,
+            exit_code,
+            signal,
+            stdout,
+            stderr,
+            duration_ms,
+            timed_out,
+            stdout_blob,
+            stderr_blob,
+            output_truncated,
+            error,
+            attempt,
+            executor,
+        } = r;
+        JobResult {
+            job_id,
+            exit_code,
+            signal,
+            stdout,
+            stderr,
+            duration_ms,
+            timed_out,
+            stdout_blob: stdout_blob.map(OutputBlob::from),
+            stderr_blob: stderr_blob.map(OutputBlob::from),
+            output_truncated,
+            error,
+            attempt,
+            executor,
+        }
+    }
+}
+
+/// `POST /api/tools/{id}/invoke`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InvokeRequest {
+    #[serde(default)]
+    pub argv: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Sent to the script as JSON on stdin.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+impl From<InvokeRequest> for job::InvokeRequest {
+    fn from(r: InvokeRequest) -> Self {
+        let InvokeRequest { argv, env, input, timeout_ms } = r;
+        job::InvokeRequest { argv, env, input, timeout_ms }
+    }
+}
+
+/// `POST /api/tools/{id}/call`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CallRequest {
+    /// The operation: `run` for a script.
+    pub tool: String,
+    /// The flags, as typed after the tool's name.
+    #[serde(default)]
+    pub args: Vec<String>,
+}
+
+impl From<CallRequest> for agentos_engine::call::CallRequest {
+    fn from(r: CallRequest) -> Self {
+        let CallRequest { tool, args } = r;
+        agentos_engine::call::CallRequest { tool, args }
+    }
+}
+
+/// How an executor appears in `GET /api/executors`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExecutorView {
+    pub name: String,
+    /// `polling`, `busy`, `idle` or `gone`.
+    pub state: String,
+    pub last_seen: String,
+    pub jobs: Vec<String>,
+}
+
+impl From<job::ExecutorView> for ExecutorView {
+    fn from(e: job::ExecutorView) -> Self {
+        let job::ExecutorView { name, state, last_seen, jobs } = e;
+        ExecutorView { name, state, last_seen, jobs }
+    }
+}
+
+/// A finished job as the log records it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobRecord {
+    pub job_id: String,
+    pub model: String,
+    /// `queued`, `running` (handed to an executor), or `finished` (`results` holds its result).
+    pub state: String,
+    pub results: Vec<JobResult>,
+}
+
+impl From<agentos_engine::dispatch::JobRecord> for JobRecord {
+    fn from(r: agentos_engine::dispatch::JobRecord) -> Self {
+        let agentos_engine::dispatch::JobRecord { job_id, model, state, results } = r;
+        JobRecord { job_id, model, state, results: results.into_iter().map(JobResult::from).collect() }
+    }
+}

@@ -1,0 +1,67 @@
+//! Query parameters on the wire. Unknown ones are refused (see `extract::QueryParams`).
+
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SearchParams {
+    /// Binding type: script, http, docker, toolnet, host, mcp.
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub kind: Option<String>,
+    /// Search this model's local catalog first, then the global one (default: the caller's home model).
+    pub model: Option<String>,
+    /// Free text over id, name, description and capabilities.
+    pub q: Option<String>,
+    /// Only entries with this capability.
+    pub capability: Option<String>,
+    /// Page size, 1 to 1000 (default 50).
+    pub limit: Option<usize>,
+    /// Entries to skip.
+    pub offset: Option<usize>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ModelParam {
+    /// Look in this model's local catalog first, then the global one (default: the caller's home model).
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct InvokeParams {
+    /// The model the command belongs to: its local catalog is looked up first. Defaults to the caller's home model.
+    pub model: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ResultParams {
+    /// Also hand out the next job, when one is queued right now (`next`: a LeasedJob or null).
+    pub next: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct EventParams {
+    /// Only events after this sequence number.
+    pub after: Option<u64>,
+    /// At most this many (1 to 1000, default 100).
+    pub limit: Option<usize>,
+    /// Only events of this principal.
+    pub principal: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ParkedQuery {
+    /// Only the tokens this transition parked.
+    pub transition: Option<String>,
+}
