@@ -88,13 +88,10 @@ fn weather() -> HostToolkit {
 fn main() -> std::process::ExitCode {
     let mut data = PathBuf::from("./.agentos-example");
     let mut listen = "127.0.0.1:7421".to_string();
-    // Like `agentos serve`, this master runs jq expressions in workers of its own program.
-    if std::env::args().nth(1).as_deref() == Some("expr-worker") {
-        return agentos_engine::sandbox::worker_main();
-    }
-    if let Err(e) = agentos_engine::sandbox::install_for_this_program(std::time::Duration::from_secs(1)) {
-        eprintln!("error: {e}");
-        return std::process::ExitCode::from(1);
+    // Like `agentos serve`, this master runs jq expressions in workers of its own program
+    // (`ServeConfig::expressions`, by default): started as one, it is one.
+    if let Some(code) = agentos_engine::sandbox::worker_if_asked() {
+        return code;
     }
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -124,6 +121,7 @@ fn main() -> std::process::ExitCode {
         connections: Default::default(),
         skip_events: Vec::new(),
         net_limits: Default::default(),
+        expressions: Default::default(),
     };
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let shutdown = async {

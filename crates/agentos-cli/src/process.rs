@@ -156,9 +156,6 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
     agentos_executor::forbid_inspection();
     // jq expressions run in workers of this same binary, bounded in time and memory.
     let expr_timeout = Duration::from_millis(args.expr_timeout_ms.max(1));
-    if let Err(e) = agentos_engine::sandbox::install_for_this_program(expr_timeout) {
-        return fail(e);
-    }
     let rt = match runtime(true) {
         Ok(r) => r,
         Err(code) => return code,
@@ -200,6 +197,7 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
             max_memory_bytes: args.max_memory_mb.map_or_else(agentos_engine::nets::default_memory_cap, |mb| mb << 20),
             firing_marker: None,
         },
+        expressions: agentos_server::Expressions::Workers { timeout: expr_timeout },
     };
     rt.block_on(async move {
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();

@@ -36,18 +36,36 @@ const DENIED: &[&str] = &[
 /// Error messages are cut to this many characters: a runtime error may quote a large value.
 const MAX_ERROR_CHARS: usize = 400;
 
-/// Runs a jq program (its source) on an input elsewhere and answers its first output. See
-/// [`set_sandbox`].
-pub type Sandbox = Box<dyn Fn(&str, &Value) -> Result<Option<Value>, String> + Send + Sync>;
+/// Runs a jq program (its source) on an input elsewhere and answers its first output.
+pub type Sandbox = Arc<dyn Fn(&str, &Value) -> Result<Option<Value>, String> + Send + Sync>;
 
-static SANDBOX: std::sync::OnceLock<Sandbox> = std::sync::OnceLock::new();
+/// Where expressions run: every evaluation names one. On a master it is a sandbox (worker
+/// processes with time and memory limits), given by whoever starts the master: a jq program can
+/// recurse without end or build a value deep enough to overflow the stack, which no code can
+/// catch in process. In process is for tools and tests that evaluate trusted expressions.
+#[derive(Clone, Default)]
+pub struct Runner {
+    sandbox: Option<Sandbox>,
+}
 
-/// Makes every evaluation in this process go through `sandbox` (a worker process with time and
-/// memory limits, on a master): a jq program can recurse without end or build a value deep
-/// enough to overflow the stack, which no code can catch in process. Set once, at start;
-/// `false` if one was set already. Without it, expressions run in process.
-pub fn set_sandbox(sandbox: Sandbox) -> bool {
-    SANDBOX.set(sandbox).is_ok()
+impl Runner {
+    /// Evaluates in this process.
+    pub fn in_process() -> Runner {
+        Runner { sandbox: None }
+    }
+    /// Evaluates through `sandbox`.
+    pub fn sandboxed(sandbox: Sandbox) -> Runner {
+        Runner { sandbox: Some(sandbox) }
+    }
+    pub fn is_sandboxed(&self) -> bool {
+        self.sandbox.is_some()
+    }
+}
+
+impl fmt::Debug for Runner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.is_sandboxed() { "Runner(sandboxed)" } else { "Runner(in process)" })
+    }
 }
 
 /// A compiled jq expression. Cloning is cheap (the compiled filter is shared).
@@ -105,8 +123,8 @@ impl Expr {
     }
 
     /// First output of the expression on `input`; `Ok(None)` when it yields nothing; `Err` on a runtime error.
-    pub fn eval(&self, input: &Value) -> Result<Option<Value>, String> {
-        self.first(to_val(input), |v| v.map(from_val))
+    pub fn eval(&self, runner: &Runner, input: &Value) -> Result<Option<Value>, String> {
+        self.first(runner, to_val(input), |v| v.map(from_val))
     }
 
     /// The first output on `input`, always in this process: what a sandbox worker runs.
@@ -115,14 +133,14 @@ impl Expr {
     }
 
     /// jq truthiness of the first output: `false` and `null` are false, and so is no output.
-    pub fn truthy(&self, input: &Value) -> Result<bool, String> {
-        self.first(to_val(input), |v| matches!(v, Some(v) if !matches!(v, Val::Null | Val::Bool(false))))
+    pub fn truthy(&self, runner: &Runner, input: &Value) -> Result<bool, String> {
+        self.first(runner, to_val(input), |v| matches!(v, Some(v) if !matches!(v, Val::Null | Val::Bool(false))))
     }
 
     /// Runs the expression on `input` and maps its first output with `f`. A panic inside the interpreter
     /// becomes an error rather than unwinding into the caller.
-    fn first<T>(&self, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, String> {
-        match SANDBOX.get() {
+    fn first<T>(&self, runner: &Runner, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, String> {
+        match &runner.sandbox {
             Some(sandbox) => {
                 let out = sandbox(&self.source, &from_val(&input))?;
                 Ok(f(out.map(|v| to_val(&v)).as_ref()))
@@ -353,10 +371,15 @@ impl Template {
     /// `${credentials.NAME}`. A string that is exactly one hole becomes the hole's value (null when it yields
     /// nothing); holes inside longer strings are interpolated (strings as they are, other values as compact
     /// JSON, nothing as ""). Errors never contain a credential's value.
-    pub fn render(&self, input: &Value, credential: &dyn Fn(&str) -> Option<String>) -> Result<Value, String> {
+    pub fn render(
+        &self,
+        runner: &Runner,
+        input: &Value,
+        credential: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Value, String> {
         // The input is converted for jaq once, and only when a hole needs it.
         let input = if self.has_exprs { to_val(input) } else { Val::Null };
-        render_node(&self.node, &input, credential)
+        render_node(runner, &self.node, &input, credential)
     }
 
     /// Names of the credentials the template refers to, sorted, without duplicates.
@@ -539,11 +562,16 @@ fn shorten(src: &str) -> String {
     }
 }
 
-fn render_node(node: &Node, input: &Val, credential: &dyn Fn(&str) -> Option<String>) -> Result<Value, String> {
+fn render_node(
+    runner: &Runner,
+    node: &Node,
+    input: &Val,
+    credential: &dyn Fn(&str) -> Option<String>,
+) -> Result<Value, String> {
     Ok(match node {
         Node::Literal(v) => v.clone(),
         Node::Whole(hole) => match &hole.kind {
-            HoleKind::Expr(expr) => eval_hole(hole, expr, input)?.unwrap_or(Value::Null),
+            HoleKind::Expr(expr) => eval_hole(runner, hole, expr, input)?.unwrap_or(Value::Null),
             HoleKind::Credential(name) => Value::String(resolve(hole, name, credential)?),
         },
         Node::Interpolated(parts) => {
@@ -552,7 +580,7 @@ fn render_node(node: &Node, input: &Val, credential: &dyn Fn(&str) -> Option<Str
                 match part {
                     Part::Text(text) => out.push_str(text),
                     Part::Hole(hole) => match &hole.kind {
-                        HoleKind::Expr(expr) => match eval_hole(hole, expr, input)? {
+                        HoleKind::Expr(expr) => match eval_hole(runner, hole, expr, input)? {
                             None => {}
                             Some(Value::String(s)) => out.push_str(&s),
                             Some(other) => out.push_str(&other.to_string()),
@@ -564,19 +592,19 @@ fn render_node(node: &Node, input: &Val, credential: &dyn Fn(&str) -> Option<Str
             Value::String(out)
         }
         Node::Array(items) => {
-            Value::Array(items.iter().map(|n| render_node(n, input, credential)).collect::<Result<_, _>>()?)
+            Value::Array(items.iter().map(|n| render_node(runner, n, input, credential)).collect::<Result<_, _>>()?)
         }
         Node::Object(fields) => Value::Object(
             fields
                 .iter()
-                .map(|(k, n)| Ok((k.clone(), render_node(n, input, credential)?)))
+                .map(|(k, n)| Ok((k.clone(), render_node(runner, n, input, credential)?)))
                 .collect::<Result<_, String>>()?,
         ),
     })
 }
 
-fn eval_hole(hole: &Hole, expr: &Expr, input: &Val) -> Result<Option<Value>, String> {
-    expr.first(input.clone(), |v| v.map(from_val))
+fn eval_hole(runner: &Runner, hole: &Hole, expr: &Expr, input: &Val) -> Result<Option<Value>, String> {
+    expr.first(runner, input.clone(), |v| v.map(from_val))
         .map_err(|e| format!("{}: hole `${{{}}}`: {e}", display_path(&hole.path), shorten(expr.source())))
 }
 
@@ -692,10 +720,10 @@ mod tests {
         ];
         for (src, want) in cases {
             let expr = Expr::compile(src).unwrap();
-            check(src, outcome(expr.eval(&input)), want);
+            check(src, outcome(expr.eval(&Runner::in_process(), &input)), want);
         }
         for (src, want) in [("error(\"boom\")", "boom"), ("error({code: 1})", "{\"code\":1}"), (".s + 1", "cannot")] {
-            let err = Expr::compile(src).unwrap().eval(&input).unwrap_err();
+            let err = Expr::compile(src).unwrap().eval(&Runner::in_process(), &input).unwrap_err();
             check(&format!("{src} -> {err}"), err.starts_with(want), true);
         }
     }
@@ -718,7 +746,7 @@ mod tests {
             (".s.x", Err(())),
         ];
         for (src, want) in cases {
-            check(src, outcome(Expr::compile(src).unwrap().truthy(&input)), want);
+            check(src, outcome(Expr::compile(src).unwrap().truthy(&Runner::in_process(), &input)), want);
         }
     }
 
@@ -768,7 +796,7 @@ mod tests {
         for (template, want) in cases {
             let case = template.to_string();
             let t = Template::compile(&template).unwrap_or_else(|e| panic!("{case}: {e:?}"));
-            check(&case, t.render(&input, &no_credentials), Ok(want));
+            check(&case, t.render(&Runner::in_process(), &input, &no_credentials), Ok(want));
             check(&case, t.credentials(), Vec::<String>::new());
         }
     }
@@ -797,11 +825,11 @@ mod tests {
             "auth": "Bearer s3cret",
             "headers": [{"x-token": "tok"}, "s3cret"],
         });
-        check("rendered", t.render(&input, &vault), Ok(want));
+        check("rendered", t.render(&Runner::in_process(), &input, &vault), Ok(want));
 
         // Unknown credential: the error names it and its place, never a value.
         let only_other = |name: &str| (name == "other-token").then(|| "tok".to_string());
-        let err = t.render(&input, &only_other).unwrap_err();
+        let err = t.render(&Runner::in_process(), &input, &only_other).unwrap_err();
         check(&err, err.contains("unknown credential `API_KEY`") && err.contains("/auth"), true);
         check(&err, err.contains("tok") || err.contains("s3cret"), false);
     }
@@ -832,7 +860,7 @@ mod tests {
     #[test]
     fn template_render_errors_name_the_place() {
         let t = Template::compile(&json!({"a": [{"b": "x ${.s + 1}"}]})).unwrap();
-        let err = t.render(&json!({"s": "str"}), &no_credentials).unwrap_err();
+        let err = t.render(&Runner::in_process(), &json!({"s": "str"}), &no_credentials).unwrap_err();
         check(&err, err.starts_with("/a/0/b: hole `${.s + 1}`: cannot"), true);
     }
 }

@@ -47,6 +47,9 @@ pub struct EngineConfig {
     pub skip_events: Vec<u64>,
     /// What one net may hold and do, and where the crash-loop marker lives.
     pub nets: crate::nets::NetLimits,
+    /// Where the jq expressions of nets run. A master serving agents runs them in a sandbox
+    /// (`crate::sandbox`); in process, one runaway expression can take the master down.
+    pub expressions: agentos_core::expr::Runner,
 }
 
 impl Default for EngineConfig {
@@ -61,6 +64,7 @@ impl Default for EngineConfig {
             outbound: Default::default(),
             skip_events: Vec::new(),
             nets: Default::default(),
+            expressions: Default::default(),
         }
     }
 }

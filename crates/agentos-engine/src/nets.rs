@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 
 use agentos_core::event::GrantTarget;
 use agentos_core::event::{Event, EventBody};
-use agentos_core::expr::{Expr, Template};
+use agentos_core::expr::{Expr, Runner, Template};
 use agentos_core::flags::Flag;
 use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
 use agentos_core::name::check_model_name;
@@ -865,6 +865,7 @@ impl Engine {
     /// Runs the filters over the candidates, one round trip per filtered preset, outside any lock;
     /// `None` when a consuming preset binds nothing.
     fn select(
+        runner: &Runner,
         c: &Compiled,
         candidates: Vec<(String, Candidates)>,
     ) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, String> {
@@ -889,7 +890,10 @@ impl Engine {
                     let verdicts = if values.is_empty() {
                         Vec::new()
                     } else {
-                        match f.eval(&Value::Array(values)).map_err(|e| format!("preset {name}: filter failed: {e}"))? {
+                        match f
+                            .eval(runner, &Value::Array(values))
+                            .map_err(|e| format!("preset {name}: filter failed: {e}"))?
+                        {
                             Some(Value::Array(v)) if v.len() == refs.len() => v,
                             other => {
                                 return Err(format!("preset {name}: the filter answered {other:?} over its tokens"));
@@ -978,6 +982,7 @@ impl Engine {
 
     /// Routes a result by the emit rules. `Err` with the reason when no rule matches.
     fn route(
+        runner: &Runner,
         c: &Compiled,
         result: &Value,
         response: &Value,
@@ -992,7 +997,7 @@ impl Engine {
         let mut why = Vec::new();
         for (i, rule) in t.emit.iter().enumerate() {
             if let Some(w) = &c.when[i] {
-                match w.truthy(&scope) {
+                match w.truthy(runner, &scope) {
                     Ok(true) => {}
                     Ok(false) => {
                         let hint = null_field_hint(w.source(), &scope).map(|h| format!(" ({h})")).unwrap_or_default();
@@ -1161,7 +1166,7 @@ impl Engine {
             }
         };
         // Filters run here, with no lock held; the commit checks that what they chose is still free.
-        let bound = match Self::select(&c, candidates) {
+        let bound = match Self::select(&self.inner.config.expressions, &c, candidates) {
             Ok(Some(bound)) => bound,
             Ok(None) => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(&c.inscription)))),
             Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
@@ -1201,7 +1206,7 @@ impl Engine {
                 let result = if t.kind == "map" {
                     let tpl = c.template.as_ref().expect("map compiles a template");
                     // A map never reads credentials (refused when the net is applied, and here too).
-                    match tpl.render(&ctx, &|_| None) {
+                    match tpl.render(&self.inner.config.expressions, &ctx, &|_| None) {
                         Ok(v) => Ok(v),
                         Err(e) => Err(format!("the template failed: {e}")),
                     }
@@ -1212,7 +1217,7 @@ impl Engine {
                     });
                     Ok(first.and_then(|tok| tok.get("data").cloned()).unwrap_or(Value::Null))
                 };
-                let routed = result.and_then(|r| Self::route(&c, &r, &r, &ctx, &by));
+                let routed = result.and_then(|r| Self::route(&self.inner.config.expressions, &c, &r, &r, &ctx, &by));
                 if let Ok(outputs) = &routed {
                     let limit = {
                         let st = self.read_state();
@@ -1303,7 +1308,7 @@ impl Engine {
             Ok((result, response)) => {
                 let redactor = Redactor::new(&secrets);
                 let (result, response) = (redactor.value(result), redactor.value(response));
-                match Self::route(&c, &result, &response, &ctx, &by) {
+                match Self::route(&self.inner.config.expressions, &c, &result, &response, &ctx, &by) {
                     Ok(outputs) => {
                         let consumed = Self::consumed(t, &bound);
                         let limit = {
@@ -1517,8 +1522,9 @@ impl Engine {
         run.authority.need(Flag::Execute, "an http action")?;
         run.authority.need(Flag::Http, "an http action")?;
         let HttpCompiled { action: h, url, headers, body } = c.http.as_ref().ok_or("no http action")?;
+        let runner = &self.inner.config.expressions;
         let no_credentials = |_: &str| None;
-        let url = url.render(ctx, &no_credentials)?;
+        let url = url.render(runner, ctx, &no_credentials)?;
         let url = url.as_str().ok_or("the url must render to a string")?.to_string();
         let parsed = reqwest::Url::parse(&url).map_err(|e| format!("the url {url:?} is not valid: {e}"))?;
         // Credentials (in headers only) are resolved for this request's origin, if granted there.
@@ -1544,7 +1550,7 @@ impl Engine {
         let mut req =
             client.request(method.clone(), parsed).timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
         for (k, tpl) in headers {
-            let v = tpl.render(ctx, &resolve)?;
+            let v = tpl.render(runner, ctx, &resolve)?;
             let v = match v {
                 Value::String(s) => s,
                 other => other.to_string(),
@@ -1552,7 +1558,7 @@ impl Engine {
             req = req.header(k.as_str(), v);
         }
         if let Some(b) = body {
-            req = req.json(&b.render(ctx, &no_credentials)?);
+            req = req.json(&b.render(runner, ctx, &no_credentials)?);
         }
         let resp = req.send().await.map_err(|e| format!("{method} {shown_url} failed: {}", describe(&e)))?;
         let status = resp.status().as_u16();

@@ -10,12 +10,12 @@ use std::io::{BufRead, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 
-use agentos_core::expr::Expr;
+use agentos_core::expr::{Expr, Runner};
 use serde_json::{Value, json};
 
 /// Address space a worker may use.
@@ -117,6 +117,7 @@ impl ExprPool {
         let mut child = Command::new(&self.program)
             .args(&self.args)
             .env_clear()
+            .env(WORKER_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -161,14 +162,37 @@ impl Worker {
     }
 }
 
-/// Makes every jq evaluation of this process run in workers started as `this-program
-/// expr-worker`: the program must answer that argument with [`worker_main`].
-pub fn install_for_this_program(timeout: Duration) -> Result<(), String> {
+/// The argument that makes a program an expression worker (see [`worker_if_asked`]).
+pub const WORKER_ARG: &str = "expr-worker";
+
+/// Set in a worker's environment, so a program started as a worker that does not answer
+/// [`WORKER_ARG`] refuses to start a master rather than start one per evaluation.
+pub const WORKER_ENV: &str = "AGENTOS_EXPR_WORKER";
+
+/// A runner whose every evaluation goes to workers started as `this-program expr-worker`,
+/// each evaluation bounded by `timeout`: the program must answer that argument with
+/// [`worker_main`], which [`worker_if_asked`] does at the top of `main`.
+pub fn runner_for_this_program(timeout: Duration) -> Result<Runner, String> {
     let exe =
         std::env::current_exe().map_err(|e| format!("cannot find this program to start expression workers: {e}"))?;
-    let pool = ExprPool::new(exe, vec!["expr-worker".into()], timeout);
-    agentos_core::expr::set_sandbox(Box::new(move |src, input| pool.eval(src, input)));
-    Ok(())
+    Ok(runner(ExprPool::new(exe, vec![WORKER_ARG.into()], timeout)))
+}
+
+/// A runner whose evaluations go to `pool`.
+pub fn runner(pool: ExprPool) -> Runner {
+    Runner::sandboxed(Arc::new(move |src: &str, input: &Value| pool.eval(src, input)))
+}
+
+/// Runs this process as an expression worker when it was started as one, and answers the
+/// exit code it must end with; `None` otherwise. Call it first in the `main` of a program that
+/// starts a master.
+pub fn worker_if_asked() -> Option<std::process::ExitCode> {
+    (std::env::args().nth(1).as_deref() == Some(WORKER_ARG)).then(worker_main)
+}
+
+/// Whether this process was started as an expression worker.
+pub fn started_as_worker() -> bool {
+    std::env::var_os(WORKER_ENV).is_some()
 }
 
 /// The worker: one JSON request per line on stdin (`{"src", "input"}`), one answer per line on

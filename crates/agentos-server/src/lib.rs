@@ -20,5 +20,5 @@ pub use connections::ConnectionLimits;
 pub use data_folder::LooseDataFolder;
 pub use error::ApiError;
 pub use router::router;
-pub use run::{Ready, ServeConfig, run};
+pub use run::{Expressions, Ready, ServeConfig, run};
 pub use serve_error::ServeError;

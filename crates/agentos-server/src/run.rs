@@ -42,6 +42,46 @@ pub struct ServeConfig {
     pub skip_events: Vec<u64>,
     /// What one net may hold and do (the crash-loop marker is put in the data folder).
     pub net_limits: agentos_engine::NetLimits,
+    /// Where the jq expressions of nets run.
+    pub expressions: Expressions,
+}
+
+/// Where a master runs the jq expressions of nets.
+#[derive(Debug, Clone)]
+pub enum Expressions {
+    /// In worker processes of this same program, each evaluation bounded by `timeout` (and
+    /// each worker's memory by the sandbox): the program's `main` must first call
+    /// `agentos_engine::sandbox::worker_if_asked()`. What `agentos serve` does.
+    Workers { timeout: std::time::Duration },
+    /// Through a runner the embedder built (`agentos_engine::sandbox::runner`, say).
+    Runner(agentos_core::expr::Runner),
+    /// In the master's own process: one runaway expression can take it down. For trusted nets only.
+    InProcess,
+}
+
+impl Default for Expressions {
+    fn default() -> Self {
+        Expressions::Workers { timeout: std::time::Duration::from_secs(1) }
+    }
+}
+
+impl Expressions {
+    fn runner(&self) -> Result<agentos_core::expr::Runner, ServeError> {
+        match self {
+            Expressions::Workers { timeout } => {
+                if agentos_engine::sandbox::started_as_worker() {
+                    // Started by a pool as a worker, this program went on to start a master:
+                    // refused, or every evaluation would start one more.
+                    return Err(ServeError::Expressions(
+                        "this process was started as an expression worker but is starting a master: call agentos_engine::sandbox::worker_if_asked() first in main".into(),
+                    ));
+                }
+                agentos_engine::sandbox::runner_for_this_program(*timeout).map_err(ServeError::Expressions)
+            }
+            Expressions::Runner(r) => Ok(r.clone()),
+            Expressions::InProcess => Ok(agentos_core::expr::Runner::in_process()),
+        }
+    }
 }
 
 /// What a started master tells whoever launched it.
@@ -65,6 +105,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
     let data = &config.data_dir;
+    let expressions = config.expressions.runner()?;
     // Checked before anything is opened in it. Every file the master creates there is given
     // mode 0600 where it is created (the umask is left alone: it is the whole process's, and
     // `agentos up` runs an executor in this process whose workspace another user must read).
@@ -110,6 +151,7 @@ pub async fn run(
                 firing_marker: Some(data.join("nets.firing")),
                 ..config.net_limits.clone()
             },
+            expressions,
         },
         log,
         blobs,

@@ -17,6 +17,8 @@ pub enum ServeError {
     Listen { addr: String, source: std::io::Error },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
+    #[error("{0}")]
+    Expressions(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
