@@ -2,9 +2,6 @@
 //! secrets encrypted at rest with a key outside the log, the audit trail, and the per-principal
 //! limit on invocations in flight.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use base64::Engine as _;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
@@ -16,11 +13,16 @@ use agentos_core::event::{
 use agentos_core::flags::{Flag, Flags};
 use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
 use agentos_core::net::valid_credential;
-use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
+use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 
 use crate::access::operator_only;
 use crate::principal::new_token;
 use crate::redact::MIN_SECRET_BYTES;
+use std::path::Path;
+
+use agentos_store::StoreError;
+
+use crate::slots::SlotGuard;
 use crate::{Engine, EngineError, Principal};
 
 /// A principal as listed: never its token or the token's hash.
@@ -85,30 +87,6 @@ pub fn origin_of(url: &reqwest::Url) -> Option<String> {
         Some(port) => format!("{}://{host}:{port}", url.scheme()),
         None => format!("{}://{host}", url.scheme()),
     })
-}
-
-/// Invocations in flight per principal.
-#[derive(Default)]
-pub(crate) struct Slots {
-    busy: Mutex<HashMap<String, usize>>,
-}
-
-/// Holds one invocation slot; gives it back when dropped.
-pub struct SlotGuard {
-    slots: Arc<crate::engine::Inner>,
-    name: String,
-}
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        let mut busy = self.slots.slots.busy.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = busy.get_mut(&self.name) {
-            *n -= 1;
-            if *n == 0 {
-                busy.remove(&self.name);
-            }
-        }
-    }
 }
 
 fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
@@ -223,7 +201,8 @@ impl Engine {
             )
             .into());
         }
-        let key = self.inner.secret_key.ok_or_else(|| CoreError::internal("this master has no secret key"))?;
+        let key =
+            self.inner.principals.secret_key.ok_or_else(|| CoreError::internal("this master has no secret key"))?;
         let mut nonce = [0u8; 24];
         getrandom::fill(&mut nonce).map_err(|e| CoreError::internal(format!("no randomness: {e}")))?;
         let ciphertext = cipher(&key)
@@ -252,7 +231,7 @@ impl Engine {
 
     /// A secret's value, for the master's own use only.
     pub(crate) fn secret(&self, name: &str) -> Option<String> {
-        let key = self.inner.secret_key?;
+        let key = self.inner.principals.secret_key?;
         let (rec, _) = self.read_state().secrets.get(name).cloned()?;
         let b64 = base64::engine::general_purpose::STANDARD;
         let nonce = b64.decode(&rec.nonce).ok()?;
@@ -412,11 +391,11 @@ impl Engine {
         let mut cursor = after;
         // Bounded scan: a filter that matches rarely still answers quickly.
         for _ in 0..100 {
-            let page = self.inner.log.read_after(cursor, 1000).await?;
+            let page = self.inner.ledger.log.read_after(cursor, 1000).await?;
             let Some(last) = page.last() else { break };
             cursor = last.seq;
             for rec in page {
-                if self.inner.skipped.contains(&rec.seq) {
+                if self.inner.ledger.skipped.contains(&rec.seq) {
                     continue;
                 }
                 if principal.is_some_and(|want| rec.event.principal != want) {
@@ -427,7 +406,7 @@ impl Engine {
                 if !p.is_operator() && !crate::access::may_use_model(&self.read_state(), p, &rec.event.model) {
                     continue;
                 }
-                out.push(crate::engine::to_event(rec)?.view());
+                out.push(crate::records::to_event(rec)?.view());
                 if out.len() >= limit {
                     return Ok(out);
                 }
@@ -438,19 +417,7 @@ impl Engine {
 
     /// Takes one of the caller's invocation slots, or refuses when all are in use.
     pub fn invocation_slot(&self, p: &Principal) -> Result<SlotGuard, EngineError> {
-        let max = self.inner.config.max_concurrent_invocations;
-        let mut busy = self.inner.slots.busy.lock().unwrap_or_else(|e| e.into_inner());
-        let n = busy.entry(p.name.clone()).or_insert(0);
-        if *n >= max {
-            return Err(CoreError::new(
-                ErrorKind::TooMany,
-                "too_many_invocations",
-                format!("{} has {max} invocations in flight, the limit; wait for one to finish", p.name),
-            )
-            .into());
-        }
-        *n += 1;
-        Ok(SlotGuard { slots: self.inner.clone(), name: p.name.clone() })
+        Ok(crate::slots::Slots::take(&self.inner.principals.slots, &p.name)?)
     }
 }
 
@@ -470,4 +437,47 @@ pub fn load_or_create_secret_key(path: &std::path::Path) -> std::io::Result<[u8;
     f.sync_all()?;
     std::fs::rename(&tmp, path)?;
     Ok(key)
+}
+
+impl Engine {
+    /// Makes sure an operator exists and its token is in `token_file` (mode 0600). A missing
+    /// file means the token is lost, so a new one replaces it. Returns true when a token was written.
+    pub async fn ensure_operator(&self, token_file: &Path) -> Result<bool, EngineError> {
+        let has_operator = self.read_state().principals.contains_key("operator");
+        if has_operator && token_file.exists() {
+            return Ok(false);
+        }
+        let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
+        write_secret_file(token_file, &token)
+            .map_err(|e| StoreError::io(format!("writing {}", token_file.display()), e))?;
+        let record = PrincipalRecord {
+            id: agentos_core::event::OPERATOR_ID.into(),
+            name: "operator".into(),
+            kind: PrincipalKind::Operator,
+            flags: Flags::all().to_string(),
+            home_model: DEFAULT_MODEL.into(),
+            token_sha256: sha256_hex(token.as_bytes()),
+        };
+        self.submit(
+            "system",
+            Box::new(move |_| Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])),
+        )
+        .await?;
+        Ok(true)
+    }
+}
+
+fn write_secret_file(path: &Path, content: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", path.file_name().and_then(|n| n.to_str()).unwrap_or("secret")));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(content.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }

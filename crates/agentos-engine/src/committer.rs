@@ -154,7 +154,7 @@ fn flush(
                 for s in staged.drain(..) {
                     let mut committed = Vec::with_capacity(s.bodies.len());
                     for (body, rec) in s.bodies.into_iter().zip(recorded.by_ref()) {
-                        let ev = crate::engine::with_body(rec, body);
+                        let ev = crate::records::with_body(rec, body);
                         st.apply(&ev);
                         committed.push(ev);
                     }

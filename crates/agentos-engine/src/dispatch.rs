@@ -15,34 +15,9 @@ use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 use agentos_store::{BlobStore, JobStore};
 
-use crate::jobs::{Finished, LeaseError};
+use crate::jobs::{Finished, LeaseError, OUTPUT_NAMESPACE};
 use crate::principal::new_token;
 use crate::{Engine, EngineError, Principal};
-
-/// Limits of command dispatch; configurable on the master.
-#[derive(Debug, Clone, Copy)]
-pub struct DispatchConfig {
-    /// Output above this many bytes goes to the blob store; the result keeps a preview.
-    pub inline_output_bytes: usize,
-    pub default_timeout_ms: u64,
-    pub max_timeout_ms: u64,
-    /// How long an invocation waits for an executor beyond its own timeout.
-    pub queue_grace: Duration,
-    /// How long an invocation waits for an executor to appear when none serves the queue.
-    pub no_executor_grace: Duration,
-}
-
-impl Default for DispatchConfig {
-    fn default() -> Self {
-        DispatchConfig {
-            inline_output_bytes: 128 * 1024,
-            default_timeout_ms: 120_000,
-            max_timeout_ms: 600_000,
-            queue_grace: Duration::from_secs(30),
-            no_executor_grace: Duration::from_secs(10),
-        }
-    }
-}
 
 /// A finished job as the log records it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -91,9 +66,6 @@ fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, Engin
     }
 }
 
-/// The blob namespace of job output that is too large to inline; the model follows.
-pub(crate) const OUTPUT_NAMESPACE: &str = "job-output";
-
 impl Engine {
     /// Creates (or rotates) an executor credential. Operator only. Returns the token.
     pub async fn create_executor_token(&self, principal: &Principal, name: &str) -> Result<String, EngineError> {
@@ -134,7 +106,7 @@ impl Engine {
 
     /// Drops a direct job nobody waits for any more, if no executor took it yet.
     pub(crate) fn cancel_direct(&self, job_id: &str) {
-        if self.inner.jobs.cancel(job_id) {
+        if self.inner.dispatch.jobs.cancel(job_id) {
             self.forget_direct(job_id);
         }
     }
@@ -143,7 +115,7 @@ impl Engine {
     /// thread, which may be the committer's). One left behind by a crash is found finished in
     /// the log at the next start.
     fn forget_direct(&self, job_id: &str) {
-        if let Some(d) = self.inner.durable.get() {
+        if let Some(d) = self.inner.dispatch.durable.get() {
             let _ = d.forget.send(job_id.to_string());
         }
     }
@@ -156,7 +128,7 @@ impl Engine {
         wait: Duration,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        match self.inner.jobs.poll(&executor, wait).await {
+        match self.inner.dispatch.jobs.poll(&executor, wait).await {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }
@@ -170,7 +142,7 @@ impl Engine {
         name: Option<&str>,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        match self.inner.jobs.take_now(&executor) {
+        match self.inner.dispatch.jobs.take_now(&executor) {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }
@@ -181,7 +153,7 @@ impl Engine {
         LeasedJob {
             job_id: h.job_id,
             lease_id: h.lease_id,
-            lease_ms: self.inner.jobs.config().lease.as_millis() as u64,
+            lease_ms: self.inner.dispatch.jobs.config().lease.as_millis() as u64,
             attempt: h.attempt,
             model: h.model,
             token,
@@ -198,7 +170,7 @@ impl Engine {
         lease_id: &str,
     ) -> Result<Duration, EngineError> {
         let executor = executor_name(principal, name)?;
-        self.inner.jobs.heartbeat(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
+        self.inner.dispatch.jobs.heartbeat(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
     }
 
     pub fn release_job(
@@ -209,7 +181,7 @@ impl Engine {
         lease_id: &str,
     ) -> Result<(), EngineError> {
         let executor = executor_name(principal, name)?;
-        self.inner.jobs.release(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
+        self.inner.dispatch.jobs.release(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
     }
 
     /// Takes an executor's result: only from the current lease holder, once. Large output goes
@@ -230,7 +202,7 @@ impl Engine {
             .decode(&result.stderr_base64)
             .map_err(|e| CoreError::bad_input("invalid_result", format!("stderrBase64: {e}")))?;
         let finished =
-            self.inner.jobs.complete(&executor, job_id, &result.lease_id).map_err(|e| e.into_error(job_id))?;
+            self.inner.dispatch.jobs.complete(&executor, job_id, &result.lease_id).map_err(|e| e.into_error(job_id))?;
         // Output may echo a credential the job carried or any secret: scrubbed before it is
         // stored, recorded or answered.
         let mut secrets = finished.secrets.clone();
@@ -264,12 +236,12 @@ impl Engine {
     /// Output past the inline threshold goes to a blob under `job-output/<model>`, so that who may
     /// read it is the model's question.
     async fn shape_output(&self, model: &str, bytes: Vec<u8>) -> Result<(String, Option<OutputBlob>), EngineError> {
-        if bytes.len() <= self.inner.dispatch.inline_output_bytes {
+        if bytes.len() <= self.inner.dispatch.config.inline_output_bytes {
             return Ok((String::from_utf8_lossy(&bytes).into_owned(), None));
         }
         let sha = sha256_hex(&bytes);
         let urn = BlobUrn::new(&format!("{OUTPUT_NAMESPACE}/{model}"), &sha, None)?;
-        self.inner.blobs.put(&urn, &bytes).await?;
+        self.inner.catalog.blobs.put(&urn, &bytes).await?;
         let preview: String =
             String::from_utf8_lossy(&bytes[..bytes.len().min(PREVIEW_CHARS * 4)]).chars().take(PREVIEW_CHARS).collect();
         Ok((preview, Some(OutputBlob { urn: urn.to_string(), size_bytes: bytes.len() as u64, sha256: sha })))
@@ -305,7 +277,7 @@ impl Engine {
 
     /// Fails the jobs whose every lease expired. Called periodically by the reaper.
     pub(crate) async fn reap_jobs(&self) {
-        for (finished, why) in self.inner.jobs.reap() {
+        for (finished, why) in self.inner.dispatch.jobs.reap() {
             tracing::warn!(job = %finished.job_id, %why, "job failed");
             let result = JobResult::failed(&finished.job_id, finished.attempt, why);
             self.finish(finished, result).await;
@@ -316,11 +288,11 @@ impl Engine {
     /// that it is queued or running. Readable with `l` in the job's model, or by the principal
     /// that invoked it directly.
     pub async fn job(&self, principal: &Principal, job_id: &str) -> Result<JobRecord, EngineError> {
-        let recs = self.inner.log.read_key_any_model(&format!("job:{job_id}")).await?;
+        let recs = self.inner.ledger.log.read_key_any_model(&format!("job:{job_id}")).await?;
         let mut model = String::new();
         let mut invoker = None;
         let mut results = Vec::new();
-        for rec in recs.into_iter().filter(|r| !self.inner.skipped.contains(&r.seq)) {
+        for rec in recs.into_iter().filter(|r| !self.inner.ledger.skipped.contains(&r.seq)) {
             model = rec.event.model.clone();
             if let EventBody::JobFinished { result, invoker: by, .. } =
                 EventBody::from_parts(&rec.event.kind, &rec.event.payload)?
@@ -331,7 +303,7 @@ impl Engine {
         }
         let state = if !results.is_empty() {
             "finished"
-        } else if let Some(open) = self.inner.jobs.open_job(job_id) {
+        } else if let Some(open) = self.inner.dispatch.jobs.open_job(job_id) {
             model = open.model;
             invoker = open.invoker;
             if open.running { "running" } else { "queued" }
@@ -367,7 +339,7 @@ impl Engine {
         });
         let mut requeued = 0;
         for job in store.all().await? {
-            if !self.inner.log.read_key_any_model(&format!("job:{}", job.job_id)).await?.is_empty() {
+            if !self.inner.ledger.log.read_key_any_model(&format!("job:{}", job.job_id)).await?.is_empty() {
                 store.forget(&job.job_id).await?;
                 continue;
             }
@@ -381,16 +353,16 @@ impl Engine {
             };
             tracing::info!(job = %job.job_id, model = %job.model, "queued again after a restart");
             // Nobody waits on this run's receiver: the caller reads the result by job id.
-            drop(self.inner.jobs.enqueue_direct(job.job_id, job.model, token, job.invoker));
+            drop(self.inner.dispatch.jobs.enqueue_direct(job.job_id, job.model, token, job.invoker));
             requeued += 1;
         }
-        if self.inner.durable.set(crate::engine::DurableJobs { store, forget }).is_err() {
+        if self.inner.dispatch.durable.set(crate::jobs::DurableJobs { store, forget }).is_err() {
             return Err(CoreError::internal("jobs were already made durable").into());
         }
         Ok(requeued)
     }
 
     pub fn executors(&self) -> Vec<ExecutorView> {
-        self.inner.jobs.executors()
+        self.inner.dispatch.jobs.executors()
     }
 }

@@ -11,11 +11,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use agentos_core::CoreError;
 use agentos_core::entry::{Binding, CatalogEntry, Contract, Example, HostBinding, Operation, Status};
-use agentos_core::name::check_tool_id;
-use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind};
-
-use crate::{Engine, EngineError};
 
 type HostFuture = Pin<Box<dyn Future<Output = Result<Value, String>> + Send>>;
 type HostFn = Arc<dyn Fn(Value, HostContext) -> HostFuture + Send + Sync>;
@@ -24,7 +21,7 @@ type HostFn = Arc<dyn Fn(Value, HostContext) -> HostFuture + Send + Sync>;
 /// any value of theirs in a result or error is redacted before it leaves the master.
 #[derive(Clone)]
 pub struct HostContext {
-    secrets: SecretLookup,
+    pub(crate) secrets: SecretLookup,
 }
 
 type SecretLookup = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -42,8 +39,8 @@ pub struct HostTool {
     description: String,
     input: Value,
     examples: Vec<Example>,
-    timeout: Duration,
-    call: HostFn,
+    pub(crate) timeout: Duration,
+    pub(crate) call: HostFn,
 }
 
 impl HostTool {
@@ -107,9 +104,9 @@ impl std::fmt::Debug for HostToolkit {
 /// A named set of host tools: one catalog entry, one shim `agentos-{name}`.
 #[derive(Clone)]
 pub struct HostToolkit {
-    name: String,
+    pub(crate) name: String,
     description: String,
-    tools: BTreeMap<String, HostTool>,
+    pub(crate) tools: BTreeMap<String, HostTool>,
 }
 
 impl HostToolkit {
@@ -122,7 +119,7 @@ impl HostToolkit {
         self
     }
 
-    fn entry(&self) -> CatalogEntry {
+    pub(crate) fn entry(&self) -> CatalogEntry {
         CatalogEntry {
             id: self.name.clone(),
             name: self.name.clone(),
@@ -153,66 +150,28 @@ impl HostToolkit {
     }
 }
 
-impl Engine {
-    /// Makes toolkits callable and writes (or refreshes) their global catalog entries.
-    pub async fn register_host_toolkits(&self, toolkits: Vec<HostToolkit>) -> Result<(), EngineError> {
-        for tk in toolkits {
-            check_tool_id(&tk.name)?;
-            for name in tk.tools.keys() {
-                check_tool_id(name)?;
-            }
-            let entry = tk.entry();
-            self.inner.host.write().unwrap_or_else(|p| p.into_inner()).insert(tk.name.clone(), Arc::new(tk));
-            self.submit(
-                "system",
-                Box::new(move |st| agentos_core::command::decide_register(st, DEFAULT_MODEL, entry.clone(), &MASTER)),
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Runs a host tool with its timeout; a timeout cancels the call.
-    pub(crate) async fn call_host(&self, toolkit: &str, tool: &str, input: Value) -> Result<Value, EngineError> {
-        let t = {
-            let host = self.inner.host.read().unwrap_or_else(|p| p.into_inner());
-            let tk = host.get(toolkit).ok_or_else(|| {
-                CoreError::not_found(format!("toolkit {toolkit:?} is in the catalog but not served by this master (it registers host tools at start)"))
-            })?;
-            tk.tools
-                .get(tool)
-                .cloned()
-                .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in toolkit {toolkit:?}")))?
-        };
-        let engine = self.clone();
-        let ctx = HostContext { secrets: Arc::new(move |name: &str| engine.secret(name)) };
-        // Its own task: a panic in the tool becomes an error, not a dead request.
-        let task = tokio::spawn((t.call)(input, ctx));
-        let abort = task.abort_handle();
-        let redactor = crate::redact::Redactor::new(&self.secret_values());
-        match tokio::time::timeout(t.timeout, task).await {
-            Ok(Ok(Ok(v))) => Ok(redactor.value(v)),
-            Ok(Ok(Err(msg))) => {
-                let msg = redactor.text(&msg);
-                Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {msg}")).into())
-            }
-            Ok(Err(e)) => {
-                Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool} crashed: {e}"))
-                    .into())
-            }
-            Err(_) => {
-                abort.abort();
-                Err(CoreError::new(
-                    ErrorKind::Unavailable,
-                    "timed_out",
-                    format!("{toolkit} {tool} timed out after {} ms and was cancelled", t.timeout.as_millis()),
-                )
-                .into())
-            }
-        }
-    }
+/// The toolkits this master serves, by name.
+#[derive(Default)]
+pub(crate) struct HostTools {
+    toolkits: std::sync::RwLock<std::collections::HashMap<String, Arc<HostToolkit>>>,
 }
 
-/// Host toolkits are registered by the master itself, on the operator's behalf.
-const MASTER: agentos_core::command::Actor<'static> =
-    agentos_core::command::Actor { id: agentos_core::event::OPERATOR_ID, name: "system", operator: true };
+impl HostTools {
+    pub(crate) fn insert(&self, tk: HostToolkit) {
+        self.toolkits.write().unwrap_or_else(|p| p.into_inner()).insert(tk.name.clone(), Arc::new(tk));
+    }
+
+    /// The tool `tool` of toolkit `toolkit`.
+    pub(crate) fn tool(&self, toolkit: &str, tool: &str) -> Result<HostTool, CoreError> {
+        let host = self.toolkits.read().unwrap_or_else(|p| p.into_inner());
+        let tk = host.get(toolkit).ok_or_else(|| {
+            CoreError::not_found(format!(
+                "toolkit {toolkit:?} is in the catalog but not served by this master (it registers host tools at start)"
+            ))
+        })?;
+        tk.tools
+            .get(tool)
+            .cloned()
+            .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in toolkit {toolkit:?}")))
+    }
+}

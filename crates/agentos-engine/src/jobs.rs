@@ -607,3 +607,37 @@ mod tests {
         assert_eq!((first.sealed, second.sealed), (true, false));
     }
 }
+
+/// Limits of command dispatch; configurable on the master.
+#[derive(Debug, Clone, Copy)]
+pub struct DispatchConfig {
+    /// Output above this many bytes goes to the blob store; the result keeps a preview.
+    pub inline_output_bytes: usize,
+    pub default_timeout_ms: u64,
+    pub max_timeout_ms: u64,
+    /// How long an invocation waits for an executor beyond its own timeout.
+    pub queue_grace: Duration,
+    /// How long an invocation waits for an executor to appear when none serves the queue.
+    pub no_executor_grace: Duration,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            inline_output_bytes: 128 * 1024,
+            default_timeout_ms: 120_000,
+            max_timeout_ms: 600_000,
+            queue_grace: Duration::from_secs(30),
+            no_executor_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The job store of direct invocations, and the queue of finished jobs to remove from it.
+pub(crate) struct DurableJobs {
+    pub(crate) store: std::sync::Arc<dyn agentos_store::JobStore>,
+    pub(crate) forget: tokio::sync::mpsc::UnboundedSender<String>,
+}
+
+/// The blob namespace of job output that is too large to inline; the model follows.
+pub(crate) const OUTPUT_NAMESPACE: &str = "job-output";

@@ -1,9 +1,11 @@
-//! The engine: the catalog as the fold of the event log, commands that commit events, principals, snapshots.
+//! The engine: the catalog as the fold of the event log, commands that commit events, principals,
+//! snapshots, dispatch to executors, and the net runtime. `engine` maps its subsystems.
 
 pub mod access;
 pub mod admin;
 pub mod bindings;
 pub mod call;
+pub mod catalog;
 pub mod commands;
 mod committer;
 pub mod dispatch;
@@ -12,15 +14,22 @@ pub mod error;
 mod firing_marker;
 pub mod host;
 pub mod jobs;
+mod ledger;
 pub mod nets;
+mod open;
 pub mod outbound;
 pub mod principal;
+mod records;
 pub mod redact;
 pub mod sandbox;
+mod slots;
 
-pub use dispatch::DispatchConfig;
-pub use engine::{Engine, EngineConfig, History, Restored};
+pub use catalog::History;
+pub use engine::{Engine, EngineConfig};
 pub use error::EngineError;
+pub use jobs::DispatchConfig;
 pub use jobs::JobConfig;
+pub use ledger::Restored;
 pub use nets::NetLimits;
 pub use principal::Principal;
+pub use slots::SlotGuard;

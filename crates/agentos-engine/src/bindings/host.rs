@@ -1,12 +1,18 @@
 //! Host tools: Rust functions registered by whoever embeds the master, run inside it
-//! (`crate::host` holds the embedder's side: toolkits and their registration at start).
+//! (`crate::host` holds the embedder's side: the toolkits it builds). Their entries are written
+//! at start, on the operator's behalf.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::Value;
 
-use agentos_core::CoreError;
 use agentos_core::entry::{Binding, BindingKind};
 use agentos_core::flags::Flag;
+use agentos_core::name::check_tool_id;
+use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind};
+
+use crate::host::{HostContext, HostToolkit};
 
 use super::{Binder, Call, Outcome};
 use crate::{Engine, EngineError, Principal};
@@ -54,3 +60,58 @@ impl Binder for Host {
         .into())
     }
 }
+
+impl Engine {
+    /// Makes toolkits callable and writes (or refreshes) their global catalog entries.
+    pub async fn register_host_toolkits(&self, toolkits: Vec<HostToolkit>) -> Result<(), EngineError> {
+        for tk in toolkits {
+            check_tool_id(&tk.name)?;
+            for name in tk.tools.keys() {
+                check_tool_id(name)?;
+            }
+            let entry = tk.entry();
+            self.inner.host.insert(tk);
+            self.submit(
+                "system",
+                Box::new(move |st| agentos_core::command::decide_register(st, DEFAULT_MODEL, entry.clone(), &MASTER)),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Runs a host tool with its timeout; a timeout cancels the call.
+    pub(crate) async fn call_host(&self, toolkit: &str, tool: &str, input: Value) -> Result<Value, EngineError> {
+        let t = self.inner.host.tool(toolkit, tool)?;
+        let engine = self.clone();
+        let ctx = HostContext { secrets: Arc::new(move |name: &str| engine.secret(name)) };
+        // Its own task: a panic in the tool becomes an error, not a dead request.
+        let task = tokio::spawn((t.call)(input, ctx));
+        let abort = task.abort_handle();
+        let redactor = crate::redact::Redactor::new(&self.secret_values());
+        match tokio::time::timeout(t.timeout, task).await {
+            Ok(Ok(Ok(v))) => Ok(redactor.value(v)),
+            Ok(Ok(Err(msg))) => {
+                let msg = redactor.text(&msg);
+                Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {msg}")).into())
+            }
+            Ok(Err(e)) => {
+                Err(CoreError::new(ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool} crashed: {e}"))
+                    .into())
+            }
+            Err(_) => {
+                abort.abort();
+                Err(CoreError::new(
+                    ErrorKind::Unavailable,
+                    "timed_out",
+                    format!("{toolkit} {tool} timed out after {} ms and was cancelled", t.timeout.as_millis()),
+                )
+                .into())
+            }
+        }
+    }
+}
+
+/// Host toolkits are registered by the master itself, on the operator's behalf.
+const MASTER: agentos_core::command::Actor<'static> =
+    agentos_core::command::Actor { id: agentos_core::event::OPERATOR_ID, name: "system", operator: true };

@@ -45,7 +45,7 @@ impl Binder for Script {
 
     async fn plan(&self, engine: &Engine, p: &Principal, body: Value) -> Result<Plan, EngineError> {
         let cmd: RegisterScript = fields(REGISTER_SCRIPT, body)?;
-        Ok(cmd.plan(&p.home_model, &engine.inner.config.limits)?)
+        Ok(cmd.plan(&p.home_model, &engine.inner.catalog.limits)?)
     }
 
     fn pinned_blob<'b>(&self, binding: &'b Binding) -> Option<&'b str> {
@@ -80,8 +80,8 @@ impl Binder for Script {
         let job = script_job(engine, call)?;
         // An asynchronous job holds no invocation slot while it waits, so the same limit counts
         // open jobs instead: a caller cannot flood the durable queue either.
-        let max = engine.inner.config.max_concurrent_invocations;
-        if engine.inner.jobs.open_jobs_of(&principal.id) >= max {
+        let max = engine.inner.principals.slots.max();
+        if engine.inner.dispatch.jobs.open_jobs_of(&principal.id) >= max {
             return Err(CoreError::new(
                 ErrorKind::TooMany,
                 "too_many_invocations",
@@ -259,7 +259,7 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
         ))
         .into());
     }
-    let cfg = engine.inner.dispatch;
+    let cfg = engine.inner.dispatch.config;
     let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
     if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
         return Err(CoreError::bad_input(
@@ -308,44 +308,44 @@ async fn queue_direct(
     principal: &Principal,
     job: ScriptJob,
 ) -> Result<(String, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
-    let job_id = engine.inner.jobs.new_id();
-    if let Some(d) = engine.inner.durable.get() {
+    let job_id = engine.inner.dispatch.jobs.new_id();
+    if let Some(d) = engine.inner.dispatch.durable.get() {
         let token = serde_json::to_string(&job.token).map_err(|e| CoreError::internal(e.to_string()))?;
         let stored = StoredJob {
             job_id: job_id.clone(),
             model: job.model.clone(),
             invoker: principal.id.clone(),
             token,
-            queued_at: crate::engine::now_ms(),
+            queued_at: crate::records::now_ms(),
         };
         d.store.put(stored).await?;
     }
-    let rx = engine.inner.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone());
+    let rx = engine.inner.dispatch.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone());
     Ok((job_id, rx))
 }
 
 async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, EngineError> {
     let (principal, id) = (call.principal, call.id.to_string());
-    let cfg = engine.inner.dispatch;
+    let cfg = engine.inner.dispatch.config;
     let job = script_job(engine, call)?;
     let timeout_ms = job.timeout_ms;
     let (job_id, mut rx) = queue_direct(engine, principal, job).await?;
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
     let mut early = None;
-    if !engine.inner.jobs.serving() {
+    if !engine.inner.dispatch.jobs.serving() {
         // Nobody serves the queue: wait a little for an executor (one reconnecting after a
         // master restart, say), then say so rather than hold the caller for the whole wait.
         let grace = cfg.no_executor_grace.min(wait);
         early = tokio::time::timeout(grace, &mut rx).await.ok();
-        if early.is_none() && !engine.inner.jobs.serving() {
+        if early.is_none() && !engine.inner.dispatch.jobs.serving() {
             engine.cancel_direct(&job_id);
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
                 "no_executor",
                 format!(
                     "no executor serves the queue (none has polled the master in the last {} s), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
-                    engine.inner.jobs.config().gone_after.as_secs()
+                    engine.inner.dispatch.jobs.config().gone_after.as_secs()
                 ),
             )
             .into());
@@ -360,7 +360,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
         Err(_) => {
             engine.cancel_direct(&job_id);
-            let serving = engine.inner.jobs.executors().iter().filter(|e| e.state != "gone").count();
+            let serving = engine.inner.dispatch.jobs.executors().iter().filter(|e| e.state != "gone").count();
             Err(CoreError::new(
                 ErrorKind::Unavailable,
                 "job_timeout",
@@ -417,7 +417,7 @@ pub(crate) async fn resolve_token(engine: &Engine, model: &str, token: CommandTo
             fail(format!("hash mismatch: the entry's URN names {} but it is pinned to {}", urn.sha256(), s.sha256)),
         );
     }
-    let bytes = match engine.inner.blobs.get_checked(&urn, Some(s.size_bytes)).await {
+    let bytes = match engine.inner.catalog.blobs.get_checked(&urn, Some(s.size_bytes)).await {
         Ok(b) => b,
         Err(agentos_store::StoreError::BlobNotFound(_)) => {
             return (token, fail(format!("blob missing: {urn} is not in the blob store")));

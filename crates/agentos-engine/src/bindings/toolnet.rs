@@ -69,7 +69,7 @@ impl Binder for Toolnet {
             );
         }
         let urn: BlobUrn = b.net_urn.parse()?;
-        let bytes = engine.inner.blobs.get_checked(&urn, Some(b.size_bytes)).await?;
+        let bytes = engine.inner.catalog.blobs.get_checked(&urn, Some(b.size_bytes)).await?;
         let doc: agentos_core::net::NetDoc = serde_json::from_slice(&bytes).map_err(|e| {
             CoreError::new(
                 ErrorKind::Corrupt,
@@ -77,7 +77,7 @@ impl Binder for Toolnet {
                 format!("the stored net of {id:?} does not parse: {e}"),
             )
         })?;
-        let cfg = engine.inner.dispatch;
+        let cfg = engine.inner.dispatch.config;
         let timeout = Duration::from_millis(req.timeout_ms.unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms));
         let call = crate::nets::ToolnetCall {
             id,

@@ -2,8 +2,8 @@
 //! event, command and http with a reservation first), routes results by emit rules, runs
 //! schedules, recovers fires that were in flight when the master stopped, and runs tool nets.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -12,92 +12,24 @@ use tokio::sync::broadcast;
 
 use agentos_core::event::GrantTarget;
 use agentos_core::event::{Event, EventBody};
-use agentos_core::expr::{Expr, Runner, Template};
+use agentos_core::expr::Runner;
 use agentos_core::flags::Flag;
 use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
 use agentos_core::name::check_model_name;
-use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction, Mode, NetDoc, Take};
+use agentos_core::net::{Inscription, Mode, NetDoc, Take};
 use agentos_core::net_state::{Instance, ModelNet, NetEvent, NewToken, Token, TokenRef, fire_id};
 use agentos_core::{CoreError, ErrorKind};
 
+pub mod runtime;
+
+pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
+use runtime::{Candidates, Compiled, HttpCompiled};
+
 use crate::access::{Authority, check_model_in, may_use_model, require};
-use crate::firing_marker::{CrashLooping, FiringMarker};
+use crate::firing_marker::CrashLooping;
 use crate::outbound::describe;
 use crate::redact::Redactor;
 use crate::{Engine, EngineError, Principal};
-
-/// Compiled expressions of one inscription, built once per applied version.
-struct Compiled {
-    inscription: Inscription,
-    /// preset -> its filter over every candidate token at once (see [`filter_over_all`]).
-    filters: BTreeMap<String, Expr>,
-    template: Option<Template>,
-    when: Vec<Option<Expr>>,
-    http: Option<HttpCompiled>,
-    command: Option<CommandAction>,
-}
-
-impl Compiled {
-    fn new(t: &Inscription) -> Result<Compiled, String> {
-        let mut filters = BTreeMap::new();
-        for (name, p) in &t.presets {
-            if let Some(f) = &p.filter {
-                filters.insert(name.clone(), Expr::compile(&filter_over_all(f))?);
-            }
-        }
-        let when = t.emit.iter().map(|r| r.when.as_deref().map(Expr::compile).transpose()).collect::<Result<_, _>>()?;
-        let template = match t.kind.as_str() {
-            "map" => {
-                let m: MapAction = serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?;
-                Some(Template::compile(&m.template).map_err(|(p, e)| format!("{p}: {e}"))?)
-            }
-            _ => None,
-        };
-        let http = match t.kind.as_str() {
-            "http" => {
-                let h: HttpAction = serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?;
-                let url = Template::compile(&h.url).map_err(|(p, e)| format!("url{p}: {e}"))?;
-                let mut headers = BTreeMap::new();
-                for (k, v) in &h.headers {
-                    headers.insert(k.clone(), Template::compile(v).map_err(|(p, e)| format!("headers/{k}{p}: {e}"))?);
-                }
-                let body =
-                    h.body.as_ref().map(Template::compile).transpose().map_err(|(p, e)| format!("body{p}: {e}"))?;
-                Some(HttpCompiled { action: h, url, headers, body })
-            }
-            _ => None,
-        };
-        let command = match t.kind.as_str() {
-            "command" if t.action.is_null() => Some(CommandAction::default()),
-            "command" => Some(serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?),
-            _ => None,
-        };
-        Ok(Compiled { inscription: t.clone(), filters, template, when, http, command })
-    }
-}
-
-/// A preset filter made into one expression over the array of candidate tokens, answering for
-/// each `true`, `false` (jq truthiness of its first output) or `"error: …"`: binding costs one
-/// round trip to an expression worker, not one per token. The newline ends a trailing comment.
-fn filter_over_all(src: &str) -> String {
-    format!("[.[] | try ([({src}\n)][0] | . != null and . != false) catch (\"error: \" + tostring)]")
-}
-
-/// What a preset may bind, decided under the state's read lock; filters run after it is released.
-enum Candidates {
-    /// No filter: bound already.
-    Bound(Vec<TokenRef>),
-    /// Free tokens for the filter, in place order, with the JSON it reads.
-    Filter(Vec<(TokenRef, Value)>),
-}
-
-/// An http action with its templates compiled.
-struct HttpCompiled {
-    action: HttpAction,
-    url: Template,
-    headers: BTreeMap<String, Template>,
-    body: Option<Template>,
-}
 
 /// A tool net invocation.
 pub(crate) struct ToolnetCall<'a> {
@@ -111,198 +43,6 @@ pub(crate) struct ToolnetCall<'a> {
     pub output_place: &'a str,
     pub input: Value,
     pub timeout: Duration,
-}
-
-/// What one net may hold and do, so that a runaway net stops before it exhausts the master.
-/// Each is a flag of `agentos serve` (see the README); 0 turns a limit off.
-#[derive(Debug, Clone)]
-pub struct NetLimits {
-    /// Tokens one place may hold (`p-tool-catalog` is exempt: it is the catalog).
-    pub max_tokens_per_place: usize,
-    /// Tokens one fire may produce.
-    pub max_outputs_per_fire: usize,
-    /// Bytes of one token's data, as JSON.
-    pub max_token_bytes: usize,
-    /// Fires of one transition within one second.
-    pub max_fires_per_second: u32,
-    /// The master's resident memory above which fires fail instead of running.
-    pub max_memory_bytes: u64,
-    /// The crash-loop marker file; `None`: no crash-loop protection (an engine without a data folder).
-    pub firing_marker: Option<std::path::PathBuf>,
-}
-
-impl Default for NetLimits {
-    fn default() -> Self {
-        NetLimits {
-            max_tokens_per_place: 100_000,
-            max_outputs_per_fire: 1_000,
-            max_token_bytes: 1024 * 1024,
-            max_fires_per_second: 1_000,
-            max_memory_bytes: default_memory_cap(),
-            firing_marker: None,
-        }
-    }
-}
-
-/// Three quarters of the machine's memory (`MemTotal`), leaving the rest to the executor, the
-/// expression workers and the page cache; 0 (no cap) where it cannot be read.
-pub fn default_memory_cap() -> u64 {
-    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
-    });
-    total_kib.map_or(0, |k| k * 1024 / 4 * 3)
-}
-
-/// The master's resident memory, from `/proc/self/statm`.
-fn resident_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
-    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf reads a constant of the system and has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    Some(pages * u64::try_from(page).ok()?)
-}
-
-/// The place whose tokens are the catalog's entries: never counted against a limit.
-pub const CATALOG_PLACE: &str = "p-tool-catalog";
-
-/// The engine's part that runs nets.
-pub(crate) struct NetRuntime {
-    compiled: Mutex<HashMap<(String, String), Arc<Compiled>>>,
-    /// When each scheduled transition fires next.
-    due: Mutex<HashMap<(String, String), tokio::time::Instant>>,
-    wake: tokio::sync::Notify,
-    next_instance: std::sync::atomic::AtomicU64,
-    limits: NetLimits,
-    marker: Arc<FiringMarker>,
-    /// Transitions found crash-looping at open; the fire loop stops them before it fires anything.
-    crash_looping: Mutex<Vec<CrashLooping>>,
-    /// Fires per transition in the current one-second window.
-    rates: Mutex<HashMap<(String, String), (std::time::Instant, u32)>>,
-    /// The last reading of the resident memory: read at most every [`MEMORY_READ_EVERY`].
-    memory: Mutex<Option<(std::time::Instant, u64)>>,
-}
-
-/// How stale a memory reading may be: one read per fire would cost a file read per `pass` fire.
-const MEMORY_READ_EVERY: Duration = Duration::from_millis(10);
-
-impl NetRuntime {
-    pub(crate) fn new(limits: &NetLimits) -> NetRuntime {
-        let (marker, looping) = match &limits.firing_marker {
-            Some(path) => FiringMarker::open(path),
-            None => (FiringMarker::none(), Vec::new()),
-        };
-        NetRuntime {
-            compiled: Default::default(),
-            due: Default::default(),
-            wake: Default::default(),
-            next_instance: Default::default(),
-            limits: limits.clone(),
-            marker,
-            crash_looping: Mutex::new(looping),
-            rates: Default::default(),
-            memory: Default::default(),
-        }
-    }
-
-    /// A clean stop: no transition was firing when the master died.
-    pub(crate) fn clean_stop(&self) {
-        self.marker.clear_all();
-    }
-
-    /// Counts a fire of `key`; the reason to stop it when it exceeds its fires per second.
-    fn count_fire(&self, key: &(String, String)) -> Result<(), String> {
-        let max = self.limits.max_fires_per_second;
-        if max == 0 {
-            return Ok(());
-        }
-        let now = std::time::Instant::now();
-        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
-        let (since, n) = rates.entry(key.clone()).or_insert((now, 0));
-        if now.duration_since(*since) >= Duration::from_secs(1) {
-            (*since, *n) = (now, 0);
-        }
-        *n += 1;
-        if *n > max {
-            return Err(format!(
-                "stopped: more than {max} fires within one second (the master's --max-fires-per-second); a net that feeds itself without end? Start it again once fixed"
-            ));
-        }
-        Ok(())
-    }
-
-    /// The reason to refuse a fire when the master's memory is above its cap.
-    fn check_memory(&self) -> Result<(), String> {
-        let cap = self.limits.max_memory_bytes;
-        if cap == 0 {
-            return Ok(());
-        }
-        let now = std::time::Instant::now();
-        let rss = {
-            let mut last = self.memory.lock().unwrap_or_else(|e| e.into_inner());
-            match *last {
-                Some((at, v)) if now.duration_since(at) < MEMORY_READ_EVERY => v,
-                _ => {
-                    let v = resident_bytes().unwrap_or(0);
-                    *last = Some((now, v));
-                    v
-                }
-            }
-        };
-        if rss > cap {
-            return Err(format!(
-                "refused: the master uses {} MiB, above its cap of {} MiB (--max-memory-mb); the inputs stay parked",
-                rss >> 20,
-                cap >> 20
-            ));
-        }
-        Ok(())
-    }
-
-    /// The reason to stop a transition whose fire would produce `outputs` (after taking `consumed`)
-    /// beyond a limit.
-    fn check_outputs(&self, net: &ModelNet, consumed: &[TokenRef], outputs: &[NewToken]) -> Result<(), String> {
-        let l = &self.limits;
-        if l.max_outputs_per_fire > 0 && outputs.len() > l.max_outputs_per_fire {
-            return Err(format!(
-                "stopped: one fire produced {} tokens, more than {} (the master's --max-outputs-per-fire)",
-                outputs.len(),
-                l.max_outputs_per_fire
-            ));
-        }
-        if l.max_token_bytes > 0 {
-            for t in outputs {
-                let bytes = serde_json::to_vec(&t.data).map_or(usize::MAX, |b| b.len());
-                if bytes > l.max_token_bytes {
-                    return Err(format!(
-                        "stopped: a token for {} is {bytes} bytes, more than {} (the master's --max-token-bytes)",
-                        t.place, l.max_token_bytes
-                    ));
-                }
-            }
-        }
-        if l.max_tokens_per_place > 0 {
-            let mut added: BTreeMap<&str, i64> = BTreeMap::new();
-            for t in outputs {
-                *added.entry(t.place.as_str()).or_default() += 1;
-            }
-            for r in consumed {
-                if let Some(n) = added.get_mut(r.place.as_str()) {
-                    *n -= 1;
-                }
-            }
-            for (place, n) in added {
-                let held = net.places.get(place).map_or(0, |p| p.tokens.len()) as i64;
-                if place != CATALOG_PLACE && n > 0 && held + n > l.max_tokens_per_place as i64 {
-                    return Err(format!(
-                        "stopped: place {place} would hold {} tokens, more than {} (the master's --max-tokens-per-place)",
-                        held + n,
-                        l.max_tokens_per_place
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 /// Where a fire acts and with whose authority.
@@ -418,7 +158,7 @@ impl Engine {
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        self.inner.events.subscribe()
+        self.inner.ledger.events.subscribe()
     }
 
     /// Creates an empty model. Needs `w`.
@@ -1166,7 +906,7 @@ impl Engine {
             }
         };
         // Filters run here, with no lock held; the commit checks that what they chose is still free.
-        let bound = match Self::select(&self.inner.config.expressions, &c, candidates) {
+        let bound = match Self::select(&self.inner.nets.expressions, &c, candidates) {
             Ok(Some(bound)) => bound,
             Ok(None) => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(&c.inscription)))),
             Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
@@ -1206,7 +946,7 @@ impl Engine {
                 let result = if t.kind == "map" {
                     let tpl = c.template.as_ref().expect("map compiles a template");
                     // A map never reads credentials (refused when the net is applied, and here too).
-                    match tpl.render(&self.inner.config.expressions, &ctx, &|_| None) {
+                    match tpl.render(&self.inner.nets.expressions, &ctx, &|_| None) {
                         Ok(v) => Ok(v),
                         Err(e) => Err(format!("the template failed: {e}")),
                     }
@@ -1217,7 +957,7 @@ impl Engine {
                     });
                     Ok(first.and_then(|tok| tok.get("data").cloned()).unwrap_or(Value::Null))
                 };
-                let routed = result.and_then(|r| Self::route(&self.inner.config.expressions, &c, &r, &r, &ctx, &by));
+                let routed = result.and_then(|r| Self::route(&self.inner.nets.expressions, &c, &r, &r, &ctx, &by));
                 if let Ok(outputs) = &routed {
                     let limit = {
                         let st = self.read_state();
@@ -1308,7 +1048,7 @@ impl Engine {
             Ok((result, response)) => {
                 let redactor = Redactor::new(&secrets);
                 let (result, response) = (redactor.value(result), redactor.value(response));
-                match Self::route(&self.inner.config.expressions, &c, &result, &response, &ctx, &by) {
+                match Self::route(&self.inner.nets.expressions, &c, &result, &response, &ctx, &by) {
                     Ok(outputs) => {
                         let consumed = Self::consumed(t, &bound);
                         let limit = {
@@ -1481,16 +1221,23 @@ impl Engine {
             // The hand-out resolves the tool again; it must still be the script the secrets were granted to.
             args.insert(PINNED_SHA256.into(), Value::String(sha256.clone()));
         }
-        let timeout_ms =
-            token.args.get("timeoutMs").and_then(Value::as_u64).unwrap_or(self.inner.dispatch.default_timeout_ms);
-        let (job_id, rx) =
-            self.inner.jobs.enqueue_for(resolve_model.to_string(), token, action.executor.clone(), secrets.clone());
-        let wait = Duration::from_millis(timeout_ms) + self.inner.dispatch.queue_grace;
+        let timeout_ms = token
+            .args
+            .get("timeoutMs")
+            .and_then(Value::as_u64)
+            .unwrap_or(self.inner.dispatch.config.default_timeout_ms);
+        let (job_id, rx) = self.inner.dispatch.jobs.enqueue_for(
+            resolve_model.to_string(),
+            token,
+            action.executor.clone(),
+            secrets.clone(),
+        );
+        let wait = Duration::from_millis(timeout_ms) + self.inner.dispatch.config.queue_grace;
         let result: JobResult = match tokio::time::timeout(wait, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => return Err("the job ended without a result".into()),
             Err(_) => {
-                self.inner.jobs.cancel(&job_id);
+                self.inner.dispatch.jobs.cancel(&job_id);
                 return Err(format!("no executor finished job {job_id} within {} ms", wait.as_millis()));
             }
         };
@@ -1522,7 +1269,7 @@ impl Engine {
         run.authority.need(Flag::Execute, "an http action")?;
         run.authority.need(Flag::Http, "an http action")?;
         let HttpCompiled { action: h, url, headers, body } = c.http.as_ref().ok_or("no http action")?;
-        let runner = &self.inner.config.expressions;
+        let runner = &self.inner.nets.expressions;
         let no_credentials = |_: &str| None;
         let url = url.render(runner, ctx, &no_credentials)?;
         let url = url.as_str().ok_or("the url must render to a string")?.to_string();
@@ -1543,10 +1290,10 @@ impl Engine {
         let method = reqwest::Method::from_bytes(h.method.to_uppercase().as_bytes()).map_err(|e| e.to_string())?;
         let shown_url = Redactor::new(secrets).text(&url);
         // Names are checked when they resolve; an IP literal never reaches the resolver.
-        self.inner.config.outbound.check_url(&parsed).map_err(|e| format!("{method} {shown_url} refused: {e}"))?;
+        self.inner.nets.outbound.check_url(&parsed).map_err(|e| format!("{method} {shown_url} refused: {e}"))?;
         // A request that carries a secret follows redirects within its origin only: the secret
         // goes to the granted origin alone.
-        let client = if carries_secret { &self.inner.sealed_http } else { &self.inner.http };
+        let client = if carries_secret { &self.inner.nets.sealed_http } else { &self.inner.nets.http };
         let mut req =
             client.request(method.clone(), parsed).timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
         for (k, tpl) in headers {

@@ -1,0 +1,307 @@
+//! The ledger: the event log, the state folded from it, and the one committer that writes
+//! both. Every subsystem commits through it and reads the state from it; it knows nothing of
+//! what the events mean beyond folding them.
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use agentos_core::CoreError;
+use agentos_core::event::{Event, EventBody};
+use agentos_core::state::{STATE_SCHEMA_VERSION, State};
+use agentos_store::{EventLog, Snapshot};
+
+use crate::EngineError;
+use crate::committer::{self, Decide, Outlets, Pending, Reply};
+pub(crate) use crate::records::{now_ms, to_event};
+
+pub(crate) struct Ledger {
+    state: Arc<RwLock<State>>,
+    pub(crate) log: Arc<dyn EventLog>,
+    tx: Mutex<Option<std::sync::mpsc::Sender<Pending>>>,
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    snapshots: Arc<SnapshotControl>,
+    pub(crate) restored: Restored,
+    /// Every committed event, for the fire loop and for watchers.
+    pub(crate) events: tokio::sync::broadcast::Sender<Arc<Event>>,
+    /// Sequence numbers of the events skipped by `--skip-event`, left out of every read.
+    pub(crate) skipped: BTreeSet<u64>,
+}
+
+/// How the state was rebuilt at open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Restored {
+    /// Sequence number of the snapshot used (0: none).
+    pub snapshot_seq: u64,
+    /// Events folded in after the snapshot.
+    pub replayed: u64,
+}
+
+struct SnapshotControl {
+    last_seq: AtomicU64,
+    running: AtomicBool,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// The error for an event the master cannot read at start: it names the event and the way on.
+fn unreadable_at_start(seq: u64, e: &EngineError) -> EngineError {
+    CoreError::new(
+        agentos_core::ErrorKind::Corrupt,
+        "event_corrupt",
+        format!(
+            "event {seq} of the log cannot be read ({e}); the master will not fold a log with a hole it did not choose. \
+             To go on without it, start with `agentos serve --skip-event {seq}` (recorded in the log; see the README \
+             for what skipping an event can leave inconsistent)"
+        ),
+    )
+    .into()
+}
+
+/// The events skipped so far, after recording those the operator asks to skip now. Only an
+/// event that exists and cannot be read may be skipped: skipping a readable one would rewrite
+/// history that the state depends on.
+async fn record_skips(log: &Arc<dyn EventLog>, asked: &[u64]) -> Result<BTreeSet<u64>, EngineError> {
+    let mut skipped = BTreeSet::new();
+    for rec in log.read_key_any_model(agentos_core::event::SKIP_KEY).await? {
+        if let EventBody::EventSkipped { seq, .. } = to_event(rec)?.body {
+            skipped.insert(seq);
+        }
+    }
+    for &seq in asked {
+        if skipped.contains(&seq) {
+            tracing::info!(seq, "event already skipped by an earlier start");
+            continue;
+        }
+        let rec = log.read_after(seq.saturating_sub(1), 1).await?.into_iter().next().filter(|r| r.seq == seq);
+        let Some(rec) = rec else {
+            return Err(CoreError::bad_input(
+                "no_such_event",
+                format!("--skip-event {seq}: the log has no event {seq}"),
+            )
+            .into());
+        };
+        let model = rec.event.model.clone();
+        let reason = match to_event(rec) {
+            Ok(_) => {
+                return Err(CoreError::bad_input(
+                    "event_readable",
+                    format!("--skip-event {seq}: event {seq} reads fine; only an unreadable event may be skipped"),
+                )
+                .into());
+            }
+            Err(e) => e.to_string(),
+        };
+        let body = EventBody::EventSkipped { seq, reason: reason.clone() };
+        let (kind, payload) = body.to_parts();
+        let record = agentos_store::NewEvent {
+            model,
+            kind: kind.to_string(),
+            key: body.key(),
+            payload,
+            principal: "operator".into(),
+            time: now_ms(),
+            schema: agentos_core::event::EVENT_SCHEMA_VERSION,
+        };
+        let log = log.clone();
+        // Before the committer starts: this is the only writer yet.
+        tokio::task::spawn_blocking(move || log.append_blocking(vec![record]))
+            .await
+            .map_err(|e| CoreError::internal(format!("recording a skip: {e}")))??;
+        tracing::warn!(seq, %reason, "event skipped by --skip-event: the state is folded as if it were never written");
+        skipped.insert(seq);
+    }
+    Ok(skipped)
+}
+
+impl Ledger {
+    /// Folds the newest usable snapshot and every event after it (recording the skips asked
+    /// for first), then starts the committer; a snapshot is taken every `snapshot_every` events.
+    pub(crate) async fn open(
+        log: Arc<dyn EventLog>,
+        skip_events: &[u64],
+        snapshot_every: u64,
+    ) -> Result<Ledger, EngineError> {
+        let skipped = record_skips(&log, skip_events).await?;
+        let mut state = State::new();
+        let snapshot = log.load_snapshot().await.unwrap_or_else(|e| {
+            // The snapshot only saves time; the log is the truth.
+            tracing::warn!(error = %e, "snapshot unreadable; ignoring it and replaying the whole log");
+            None
+        });
+        if let Some(snap) = snapshot {
+            if snap.schema == STATE_SCHEMA_VERSION {
+                let decoded = tokio::task::spawn_blocking(move || {
+                    let text = std::str::from_utf8(&snap.data).map_err(|e| e.to_string())?;
+                    agentos_core::depth::from_str_any_depth::<State>(text).map_err(|e| e.to_string())
+                })
+                .await;
+                match decoded {
+                    Ok(Ok(s)) => state = s,
+                    Ok(Err(e)) => {
+                        tracing::warn!(error = %e, "snapshot unreadable; replaying the whole log")
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "snapshot load failed; replaying the whole log")
+                    }
+                }
+            } else {
+                tracing::info!(found = snap.schema, "snapshot of another version; replaying the whole log");
+            }
+        }
+        state.after_load();
+        let snapshot_seq = state.last_seq;
+        loop {
+            let page = log.read_after(state.last_seq, 10_000).await?;
+            if page.is_empty() {
+                break;
+            }
+            for rec in page {
+                if skipped.contains(&rec.seq) {
+                    state.last_seq = rec.seq;
+                    continue;
+                }
+                let seq = rec.seq;
+                let ev = to_event(rec).map_err(|e| unreadable_at_start(seq, &e))?;
+                state.apply(&ev);
+            }
+        }
+        let replayed = state.last_seq - snapshot_seq;
+        tracing::info!(seq = state.last_seq, snapshot = snapshot_seq, replayed, "state restored");
+
+        let state = Arc::new(RwLock::new(state));
+        // Unbounded: every sender waits for its answer, so what is queued is bounded by the
+        // callers in flight.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let snapshots = Arc::new(SnapshotControl {
+            last_seq: AtomicU64::new(snapshot_seq),
+            running: AtomicBool::new(false),
+            task: Mutex::new(None),
+        });
+        let events = tokio::sync::broadcast::channel(4096).0;
+        let committer = {
+            let (state, log, snapshots) = (state.clone(), log.clone(), snapshots.clone());
+            let every = snapshot_every.max(1);
+            let runtime = tokio::runtime::Handle::current();
+            let after_commit = {
+                let (state, log) = (state.clone(), log.clone());
+                move |seq: u64| {
+                    if seq >= snapshots.last_seq.load(Ordering::Relaxed) + every {
+                        start_snapshot(&runtime, &state, &log, &snapshots);
+                    }
+                }
+            };
+            let out = Outlets { events: events.clone(), after_commit };
+            std::thread::Builder::new()
+                .name("agentos-committer".into())
+                .spawn(move || committer::run(rx, state, log, out))
+                .map_err(|e| CoreError::internal(format!("cannot start the committer thread: {e}")))?
+        };
+        Ok(Ledger {
+            state,
+            log,
+            tx: Mutex::new(Some(tx)),
+            committer: Mutex::new(Some(committer)),
+            snapshots,
+            restored: Restored { snapshot_seq, replayed },
+            events,
+            skipped,
+        })
+    }
+
+    pub(crate) fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+        self.state.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Decides and commits one command; answers its committed events.
+    pub(crate) async fn submit(&self, principal: &str, decide: Decide) -> Result<Vec<Event>, EngineError> {
+        let (tx, rx) = oneshot::channel();
+        self.submit_then(
+            principal,
+            decide,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.await.map_err(|_| CoreError::internal("the commit task ended"))?
+    }
+
+    /// Queues one command without waiting for its commit: `reply` hears the outcome (on the
+    /// committer's thread, or at once when the ledger is closing).
+    pub(crate) fn submit_then(&self, principal: &str, decide: Decide, reply: Reply) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(tx) = tx else {
+            return reply(Err(CoreError::internal("the engine is shutting down").into()));
+        };
+        if let Err(e) = tx.send(Pending { principal: principal.to_string(), time: now_ms(), decide, reply }) {
+            (e.0.reply)(Err(CoreError::internal("the engine is shutting down").into()));
+        }
+    }
+
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.read_state().last_seq
+    }
+
+    /// Stops taking commands, lets the queued ones commit, and writes a final snapshot.
+    pub(crate) async fn close(&self) {
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+        let committer = self.committer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(c) = committer {
+            // The committer ends once every command queued before the channel closed is answered.
+            let _ = tokio::task::spawn_blocking(move || c.join()).await;
+        }
+        let running = self.snapshots.task.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = running {
+            let _ = t.await;
+        }
+        if self.last_seq() > self.snapshots.last_seq.load(Ordering::Relaxed)
+            && let Err(e) = write_snapshot(&self.state, &self.log).await
+        {
+            tracing::warn!(error = %e, "final snapshot failed");
+        }
+    }
+
+    /// Writes a snapshot now (used by tests and benchmarks).
+    pub(crate) async fn snapshot_now(&self) -> Result<u64, EngineError> {
+        let seq = write_snapshot(&self.state, &self.log).await?;
+        self.snapshots.last_seq.store(seq, Ordering::Relaxed);
+        Ok(seq)
+    }
+}
+
+fn start_snapshot(
+    runtime: &tokio::runtime::Handle,
+    state: &Arc<RwLock<State>>,
+    log: &Arc<dyn EventLog>,
+    ctl: &Arc<SnapshotControl>,
+) {
+    if ctl.running.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (state, log, ctl2) = (state.clone(), log.clone(), ctl.clone());
+    let task = runtime.spawn(async move {
+        match write_snapshot(&state, &log).await {
+            Ok(seq) => ctl2.last_seq.store(seq, Ordering::Relaxed),
+            Err(e) => {
+                tracing::warn!(error = %e, "snapshot failed; the log stays the source of truth")
+            }
+        }
+        ctl2.running.store(false, Ordering::Release);
+    });
+    *ctl.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+}
+
+async fn write_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>) -> Result<u64, EngineError> {
+    // Entries are shared, so the copy under the lock is cheap; serializing happens outside it.
+    let copy = state.read().unwrap_or_else(|p| p.into_inner()).clone();
+    let seq = copy.last_seq;
+    let data = tokio::task::spawn_blocking(move || serde_json::to_vec(&copy))
+        .await
+        .map_err(|e| CoreError::internal(format!("snapshot task: {e}")))?
+        .map_err(|e| CoreError::internal(format!("snapshot encoding: {e}")))?;
+    log.save_snapshot(Snapshot { seq, schema: STATE_SCHEMA_VERSION, data }).await?;
+    tracing::debug!(seq, "snapshot written");
+    Ok(seq)
+}

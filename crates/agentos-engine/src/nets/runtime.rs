@@ -1,0 +1,314 @@
+//! The net runtime's state: compiled inscriptions, schedules, the limits one net runs under,
+//! the crash-loop marker, and what `http` transitions reach the network with. The fire pipeline
+//! over it is in the parent module.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use agentos_core::expr::{Expr, Runner, Template};
+use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction};
+use agentos_core::net_state::{ModelNet, NewToken, TokenRef};
+
+use crate::firing_marker::{CrashLooping, FiringMarker};
+use crate::outbound::OutboundPolicy;
+
+/// Compiled expressions of one inscription, built once per applied version.
+pub(crate) struct Compiled {
+    pub(crate) inscription: Inscription,
+    /// preset -> its filter over every candidate token at once (see [`filter_over_all`]).
+    pub(crate) filters: BTreeMap<String, Expr>,
+    pub(crate) template: Option<Template>,
+    pub(crate) when: Vec<Option<Expr>>,
+    pub(crate) http: Option<HttpCompiled>,
+    pub(crate) command: Option<CommandAction>,
+}
+
+impl Compiled {
+    pub(crate) fn new(t: &Inscription) -> Result<Compiled, String> {
+        let mut filters = BTreeMap::new();
+        for (name, p) in &t.presets {
+            if let Some(f) = &p.filter {
+                filters.insert(name.clone(), Expr::compile(&filter_over_all(f))?);
+            }
+        }
+        let when = t.emit.iter().map(|r| r.when.as_deref().map(Expr::compile).transpose()).collect::<Result<_, _>>()?;
+        let template = match t.kind.as_str() {
+            "map" => {
+                let m: MapAction = serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?;
+                Some(Template::compile(&m.template).map_err(|(p, e)| format!("{p}: {e}"))?)
+            }
+            _ => None,
+        };
+        let http = match t.kind.as_str() {
+            "http" => {
+                let h: HttpAction = serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?;
+                let url = Template::compile(&h.url).map_err(|(p, e)| format!("url{p}: {e}"))?;
+                let mut headers = BTreeMap::new();
+                for (k, v) in &h.headers {
+                    headers.insert(k.clone(), Template::compile(v).map_err(|(p, e)| format!("headers/{k}{p}: {e}"))?);
+                }
+                let body =
+                    h.body.as_ref().map(Template::compile).transpose().map_err(|(p, e)| format!("body{p}: {e}"))?;
+                Some(HttpCompiled { action: h, url, headers, body })
+            }
+            _ => None,
+        };
+        let command = match t.kind.as_str() {
+            "command" if t.action.is_null() => Some(CommandAction::default()),
+            "command" => Some(serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?),
+            _ => None,
+        };
+        Ok(Compiled { inscription: t.clone(), filters, template, when, http, command })
+    }
+}
+
+/// A preset filter made into one expression over the array of candidate tokens, answering for
+/// each `true`, `false` (jq truthiness of its first output) or `"error: …"`: binding costs one
+/// round trip to an expression worker, not one per token. The newline ends a trailing comment.
+pub(crate) fn filter_over_all(src: &str) -> String {
+    format!("[.[] | try ([({src}\n)][0] | . != null and . != false) catch (\"error: \" + tostring)]")
+}
+
+/// What a preset may bind, decided under the state's read lock; filters run after it is released.
+pub(crate) enum Candidates {
+    /// No filter: bound already.
+    Bound(Vec<TokenRef>),
+    /// Free tokens for the filter, in place order, with the JSON it reads.
+    Filter(Vec<(TokenRef, Value)>),
+}
+
+/// An http action with its templates compiled.
+pub(crate) struct HttpCompiled {
+    pub(crate) action: HttpAction,
+    pub(crate) url: Template,
+    pub(crate) headers: BTreeMap<String, Template>,
+    pub(crate) body: Option<Template>,
+}
+
+/// What one net may hold and do, so that a runaway net stops before it exhausts the master.
+/// Each is a flag of `agentos serve` (see the README); 0 turns a limit off.
+#[derive(Debug, Clone)]
+pub struct NetLimits {
+    /// Tokens one place may hold (`p-tool-catalog` is exempt: it is the catalog).
+    pub max_tokens_per_place: usize,
+    /// Tokens one fire may produce.
+    pub max_outputs_per_fire: usize,
+    /// Bytes of one token's data, as JSON.
+    pub max_token_bytes: usize,
+    /// Fires of one transition within one second.
+    pub max_fires_per_second: u32,
+    /// The master's resident memory above which fires fail instead of running.
+    pub max_memory_bytes: u64,
+    /// The crash-loop marker file; `None`: no crash-loop protection (an engine without a data folder).
+    pub firing_marker: Option<std::path::PathBuf>,
+}
+
+impl Default for NetLimits {
+    fn default() -> Self {
+        NetLimits {
+            max_tokens_per_place: 100_000,
+            max_outputs_per_fire: 1_000,
+            max_token_bytes: 1024 * 1024,
+            max_fires_per_second: 1_000,
+            max_memory_bytes: default_memory_cap(),
+            firing_marker: None,
+        }
+    }
+}
+
+/// Three quarters of the machine's memory (`MemTotal`), leaving the rest to the executor, the
+/// expression workers and the page cache; 0 (no cap) where it cannot be read.
+pub fn default_memory_cap() -> u64 {
+    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+    });
+    total_kib.map_or(0, |k| k * 1024 / 4 * 3)
+}
+
+/// The master's resident memory, from `/proc/self/statm`.
+pub(crate) fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    // SAFETY: sysconf reads a constant of the system and has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * u64::try_from(page).ok()?)
+}
+
+/// The place whose tokens are the catalog's entries: never counted against a limit.
+pub const CATALOG_PLACE: &str = "p-tool-catalog";
+
+/// The engine's part that runs nets.
+pub(crate) struct NetRuntime {
+    pub(crate) compiled: Mutex<HashMap<(String, String), Arc<Compiled>>>,
+    /// When each scheduled transition fires next.
+    pub(crate) due: Mutex<HashMap<(String, String), tokio::time::Instant>>,
+    pub(crate) wake: tokio::sync::Notify,
+    pub(crate) next_instance: std::sync::atomic::AtomicU64,
+    pub(crate) limits: NetLimits,
+    pub(crate) marker: Arc<FiringMarker>,
+    /// Transitions found crash-looping at open; the fire loop stops them before it fires anything.
+    pub(crate) crash_looping: Mutex<Vec<CrashLooping>>,
+    /// Fires per transition in the current one-second window.
+    rates: Mutex<HashMap<(String, String), (std::time::Instant, u32)>>,
+    /// The last reading of the resident memory: read at most every [`MEMORY_READ_EVERY`].
+    memory: Mutex<Option<(std::time::Instant, u64)>>,
+    /// Where the jq expressions of inscriptions run.
+    pub(crate) expressions: Runner,
+    /// Which addresses `http` transitions may reach, and the clients that enforce it.
+    pub(crate) outbound: OutboundPolicy,
+    pub(crate) http: reqwest::Client,
+    /// For requests that carry a secret: redirects are followed within the origin only.
+    pub(crate) sealed_http: reqwest::Client,
+    fire_loop: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// How stale a memory reading may be: one read per fire would cost a file read per `pass` fire.
+const MEMORY_READ_EVERY: Duration = Duration::from_millis(10);
+
+impl NetRuntime {
+    pub(crate) fn new(
+        limits: &NetLimits,
+        outbound: &OutboundPolicy,
+        expressions: Runner,
+    ) -> Result<NetRuntime, crate::outbound::OutboundError> {
+        let (marker, looping) = match &limits.firing_marker {
+            Some(path) => FiringMarker::open(path),
+            None => (FiringMarker::none(), Vec::new()),
+        };
+        Ok(NetRuntime {
+            expressions,
+            outbound: outbound.clone(),
+            http: outbound.client()?,
+            sealed_http: outbound.sealed_client()?,
+            fire_loop: Mutex::new(None),
+            compiled: Default::default(),
+            due: Default::default(),
+            wake: Default::default(),
+            next_instance: Default::default(),
+            limits: limits.clone(),
+            marker,
+            crash_looping: Mutex::new(looping),
+            rates: Default::default(),
+            memory: Default::default(),
+        })
+    }
+
+    /// Keeps the fire loop's task, to stop it at shutdown.
+    pub(crate) fn set_fire_loop(&self, task: tokio::task::JoinHandle<()>) {
+        *self.fire_loop.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+
+    pub(crate) fn stop_fire_loop(&self) {
+        if let Some(t) = self.fire_loop.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.abort();
+        }
+    }
+
+    /// A clean stop: no transition was firing when the master died.
+    pub(crate) fn clean_stop(&self) {
+        self.marker.clear_all();
+    }
+
+    /// Counts a fire of `key`; the reason to stop it when it exceeds its fires per second.
+    pub(crate) fn count_fire(&self, key: &(String, String)) -> Result<(), String> {
+        let max = self.limits.max_fires_per_second;
+        if max == 0 {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let mut rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        let (since, n) = rates.entry(key.clone()).or_insert((now, 0));
+        if now.duration_since(*since) >= Duration::from_secs(1) {
+            (*since, *n) = (now, 0);
+        }
+        *n += 1;
+        if *n > max {
+            return Err(format!(
+                "stopped: more than {max} fires within one second (the master's --max-fires-per-second); a net that feeds itself without end? Start it again once fixed"
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reason to refuse a fire when the master's memory is above its cap.
+    pub(crate) fn check_memory(&self) -> Result<(), String> {
+        let cap = self.limits.max_memory_bytes;
+        if cap == 0 {
+            return Ok(());
+        }
+        let now = std::time::Instant::now();
+        let rss = {
+            let mut last = self.memory.lock().unwrap_or_else(|e| e.into_inner());
+            match *last {
+                Some((at, v)) if now.duration_since(at) < MEMORY_READ_EVERY => v,
+                _ => {
+                    let v = resident_bytes().unwrap_or(0);
+                    *last = Some((now, v));
+                    v
+                }
+            }
+        };
+        if rss > cap {
+            return Err(format!(
+                "refused: the master uses {} MiB, above its cap of {} MiB (--max-memory-mb); the inputs stay parked",
+                rss >> 20,
+                cap >> 20
+            ));
+        }
+        Ok(())
+    }
+
+    /// The reason to stop a transition whose fire would produce `outputs` (after taking `consumed`)
+    /// beyond a limit.
+    pub(crate) fn check_outputs(
+        &self,
+        net: &ModelNet,
+        consumed: &[TokenRef],
+        outputs: &[NewToken],
+    ) -> Result<(), String> {
+        let l = &self.limits;
+        if l.max_outputs_per_fire > 0 && outputs.len() > l.max_outputs_per_fire {
+            return Err(format!(
+                "stopped: one fire produced {} tokens, more than {} (the master's --max-outputs-per-fire)",
+                outputs.len(),
+                l.max_outputs_per_fire
+            ));
+        }
+        if l.max_token_bytes > 0 {
+            for t in outputs {
+                let bytes = serde_json::to_vec(&t.data).map_or(usize::MAX, |b| b.len());
+                if bytes > l.max_token_bytes {
+                    return Err(format!(
+                        "stopped: a token for {} is {bytes} bytes, more than {} (the master's --max-token-bytes)",
+                        t.place, l.max_token_bytes
+                    ));
+                }
+            }
+        }
+        if l.max_tokens_per_place > 0 {
+            let mut added: BTreeMap<&str, i64> = BTreeMap::new();
+            for t in outputs {
+                *added.entry(t.place.as_str()).or_default() += 1;
+            }
+            for r in consumed {
+                if let Some(n) = added.get_mut(r.place.as_str()) {
+                    *n -= 1;
+                }
+            }
+            for (place, n) in added {
+                let held = net.places.get(place).map_or(0, |p| p.tokens.len()) as i64;
+                if place != CATALOG_PLACE && n > 0 && held + n > l.max_tokens_per_place as i64 {
+                    return Err(format!(
+                        "stopped: place {place} would hold {} tokens, more than {} (the master's --max-tokens-per-place)",
+                        held + n,
+                        l.max_tokens_per_place
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,74 @@
+//! Starting and stopping a master's engine: the ledger first, then the subsystems over it, then
+//! the loops that run on their own (the fire loop, the lease reaper).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agentos_core::CoreError;
+use agentos_store::{BlobStore, EventLog, VerifyBlobStore};
+
+use crate::engine::{CatalogStore, Dispatch, Inner, Principals};
+use crate::jobs::JobQueue;
+use crate::ledger::Ledger;
+use crate::{Engine, EngineConfig, EngineError};
+
+impl Engine {
+    /// Opens the engine: the ledger folds the newest usable snapshot and every event after
+    /// it; then the subsystems start over it.
+    pub async fn open(
+        config: EngineConfig,
+        log: Arc<dyn EventLog>,
+        blobs: Arc<dyn BlobStore>,
+    ) -> Result<Engine, EngineError> {
+        let ledger = Ledger::open(log, &config.skip_events, config.snapshot_every).await?;
+        let nets = crate::nets::runtime::NetRuntime::new(&config.nets, &config.outbound, config.expressions.clone())
+            .map_err(|e| CoreError::internal(e.to_string()))?;
+        let engine = Engine {
+            inner: Arc::new(Inner {
+                ledger,
+                catalog: CatalogStore { blobs: VerifyBlobStore::new(blobs), limits: config.limits },
+                dispatch: Dispatch {
+                    jobs: Arc::new(JobQueue::new(config.jobs)),
+                    config: config.dispatch,
+                    durable: Default::default(),
+                    reaper: Mutex::new(None),
+                },
+                nets,
+                principals: Principals {
+                    secret_key: config.secret_key,
+                    slots: Arc::new(crate::slots::Slots::new(config.max_concurrent_invocations)),
+                },
+                host: Default::default(),
+            }),
+        };
+        engine.stop_crash_looping().await;
+        let weak_nets = Arc::downgrade(&engine.inner);
+        let fire_loop = tokio::spawn(crate::nets::net_loop(weak_nets));
+        engine.inner.nets.set_fire_loop(fire_loop);
+        // The reaper holds a weak handle so that dropping every Engine ends it.
+        let weak = Arc::downgrade(&engine.inner);
+        let tick =
+            (engine.inner.dispatch.jobs.config().lease / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let reaper = tokio::spawn(async move {
+            let mut interval = tokio::time::interval(tick);
+            interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let Some(inner) = weak.upgrade() else { break };
+                Engine { inner }.reap_jobs().await;
+            }
+        });
+        *engine.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);
+        Ok(engine)
+    }
+
+    /// Stops the loops, lets the commands already queued commit, and writes a final snapshot.
+    pub async fn shutdown(&self) {
+        if let Some(r) = self.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            r.abort();
+        }
+        self.inner.nets.stop_fire_loop();
+        self.inner.nets.clean_stop();
+        self.inner.ledger.close().await;
+    }
+}
