@@ -16,6 +16,7 @@ use agentos_core::net::valid_credential;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 
 use crate::access::operator_only;
+pub use crate::outbound::origin_of;
 use crate::principal::new_token;
 use crate::redact::MIN_SECRET_BYTES;
 use std::path::Path;
@@ -77,16 +78,7 @@ pub fn normalize_origin(s: &str) -> Result<String, CoreError> {
     if url.path() != "/" || url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
         return Err(bad("must have no path, query or user"));
     }
-    origin_of(&url).ok_or_else(|| bad("has no host"))
-}
-
-/// The origin of a URL, in the form grants hold: scheme, lower-case host, and the port when it is not the default.
-pub fn origin_of(url: &reqwest::Url) -> Option<String> {
-    let host = url.host_str()?.to_lowercase();
-    Some(match url.port() {
-        Some(port) => format!("{}://{host}:{port}", url.scheme()),
-        None => format!("{}://{host}", url.scheme()),
-    })
+    crate::outbound::origin_of(&url).ok_or_else(|| bad("has no host"))
 }
 
 fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {

@@ -41,7 +41,7 @@ pub struct EngineConfig {
     /// recorded in the log at open, and every fold from then on treats it as never written.
     pub skip_events: Vec<u64>,
     /// What one net may hold and do, and where the crash-loop marker lives.
-    pub nets: crate::nets::NetLimits,
+    pub nets: crate::nets::runtime::NetLimits,
     /// Where the jq expressions of nets run. A master serving agents runs them in a sandbox
     /// (`crate::sandbox`); in process, one runaway expression can take the master down.
     pub expressions: agentos_core::expr::Runner,

@@ -288,6 +288,15 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// The origin of a URL, in the form grants hold: scheme, lower-case host, and the port when it is not the default.
+pub fn origin_of(url: &reqwest::Url) -> Option<String> {
+    let host = url.host_str()?.to_lowercase();
+    Some(match url.port() {
+        Some(port) => format!("{}://{host}:{port}", url.scheme()),
+        None => format!("{}://{host}", url.scheme()),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

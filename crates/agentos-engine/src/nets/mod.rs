@@ -1278,7 +1278,7 @@ impl Engine {
         let mut values = BTreeMap::new();
         let names: std::collections::BTreeSet<String> = headers.values().flat_map(|t| t.credentials()).collect();
         if !names.is_empty() {
-            let origin = crate::admin::origin_of(&parsed).ok_or("the url has no host")?;
+            let origin = crate::outbound::origin_of(&parsed).ok_or("the url has no host")?;
             for name in names {
                 let v = self.granted_secret(&name, run.model, &SecretUse::Origin(origin.clone()))?;
                 secrets.push(v.clone());
