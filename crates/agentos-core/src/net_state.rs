@@ -241,7 +241,9 @@ impl ModelNet {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NetState {
-    pub nets: BTreeMap<String, ModelNet>,
+    /// By model name. (Stored as `nets` in snapshots.)
+    #[serde(rename = "nets")]
+    pub models: BTreeMap<String, ModelNet>,
 }
 
 /// The net events, as the fold sees them.
@@ -384,10 +386,10 @@ impl NetState {
     pub fn apply(&mut self, model: &str, seq: u64, time_ms: i64, by: Option<&str>, ev: &NetEvent) {
         let time = crate::time::format_time(time_ms);
         if let NetEvent::Deleted = ev {
-            self.nets.remove(model);
+            self.models.remove(model);
             return;
         }
-        let net = self.nets.entry(model.to_string()).or_default();
+        let net = self.models.entry(model.to_string()).or_default();
         match ev {
             NetEvent::Applied { doc, instance, author } => {
                 let author = author.as_deref().or(by);

@@ -160,7 +160,7 @@ impl State {
             EventBody::Net(ne) => {
                 // A finished tool-net instance leaves no model behind (its events stay in the log).
                 if matches!(ne, crate::net_state::NetEvent::Deleted)
-                    && self.nets.nets.get(&ev.model).is_some_and(|n| n.instance.is_some())
+                    && self.nets.models.get(&ev.model).is_some_and(|n| n.instance.is_some())
                 {
                     self.models.remove(&ev.model);
                 }

@@ -18,7 +18,7 @@ pub(crate) fn may_use_model(st: &State, p: &Principal, model: &str) -> bool {
     if p.kind == PrincipalKind::Executor {
         return false;
     }
-    if let Some(instance) = st.nets.nets.get(model).and_then(|n| n.instance.as_ref()) {
+    if let Some(instance) = st.nets.models.get(model).and_then(|n| n.instance.as_ref()) {
         return instance.invoker == p.id;
     }
     model == p.home_model || st.has_model_grant(&p.id, model)

@@ -99,7 +99,7 @@ impl Seen {
 }
 
 #[derive(Default)]
-struct Inner {
+struct QueueState {
     queued: VecDeque<String>,
     jobs: HashMap<String, Job>,
     executors: HashMap<String, Seen>,
@@ -107,7 +107,7 @@ struct Inner {
 }
 
 pub struct JobQueue {
-    inner: Mutex<Inner>,
+    inner: Mutex<QueueState>,
     work: Notify,
     config: JobConfig,
     /// A per-process prefix so job ids never repeat across restarts.
@@ -149,14 +149,14 @@ fn wall_ms() -> i64 {
 impl JobQueue {
     pub fn new(config: JobConfig) -> Self {
         let epoch = format!("{:x}", wall_ms());
-        JobQueue { inner: Mutex::new(Inner::default()), work: Notify::new(), config, epoch }
+        JobQueue { inner: Mutex::new(QueueState::default()), work: Notify::new(), config, epoch }
     }
 
     pub fn config(&self) -> JobConfig {
         self.config
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
         // A std Mutex: every critical section is short and none awaits.
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }

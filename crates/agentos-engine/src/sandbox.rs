@@ -28,12 +28,12 @@ pub struct ExprPool {
     program: PathBuf,
     args: Vec<String>,
     timeout: Duration,
-    slots: Mutex<Slots>,
+    slots: Mutex<Workers>,
     freed: Condvar,
 }
 
 #[derive(Default)]
-struct Slots {
+struct Workers {
     idle: Vec<Worker>,
     /// Workers alive, idle or busy.
     live: usize,
@@ -56,10 +56,10 @@ impl Drop for Worker {
 impl ExprPool {
     /// Workers are `program args..`, which must run [`worker_main`]; an evaluation may take `timeout`.
     pub fn new(program: PathBuf, args: Vec<String>, timeout: Duration) -> Self {
-        ExprPool { program, args, timeout, slots: Mutex::new(Slots::default()), freed: Condvar::new() }
+        ExprPool { program, args, timeout, slots: Mutex::new(Workers::default()), freed: Condvar::new() }
     }
 
-    fn slots(&self) -> std::sync::MutexGuard<'_, Slots> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, Workers> {
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -146,7 +146,7 @@ impl Engine {
     fn net_event(&self, model: &str, ev: NetEvent) -> crate::committer::Decide {
         let model = model.to_string();
         Box::new(move |st| {
-            ev.check(st.nets.nets.get(&model)).map_err(CoreError::conflict)?;
+            ev.check(st.nets.models.get(&model)).map_err(CoreError::conflict)?;
             Ok(vec![(model.clone(), EventBody::Net(ev.clone()))])
         })
     }
@@ -210,7 +210,7 @@ impl Engine {
             Box::new(move |st| {
                 // Again at commit time: a grant may have been revoked since.
                 check_model_in(st, &author, &m)?;
-                if let Some(net) = st.nets.nets.get(&m) {
+                if let Some(net) = st.nets.models.get(&m) {
                     if net.instance.is_some() {
                         return Err(CoreError::conflict(format!("{m:?} is a tool net instance")));
                     }
@@ -264,7 +264,8 @@ impl Engine {
 
     fn view_of(&self, model: &str) -> Result<NetView, EngineError> {
         let st = self.read_state();
-        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        let net =
+            st.nets.models.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
         Ok(NetView {
             model: model.to_string(),
             doc: serde_json::to_value(&net.doc).unwrap_or_default(),
@@ -303,7 +304,8 @@ impl Engine {
             }
             return Ok(st.catalog_tokens(model, p.flags));
         }
-        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        let net =
+            st.nets.models.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
         let place = net
             .places
             .get(place)
@@ -357,7 +359,7 @@ impl Engine {
         let decide = self.net_event(model, put);
         let guarded: crate::committer::Decide = Box::new(move |st| {
             check_model_in(st, &who, &m)?;
-            let held = st.nets.nets.get(&m).and_then(|n| n.places.get(&pl)).map_or(0, |p| p.tokens.len());
+            let held = st.nets.models.get(&m).and_then(|n| n.places.get(&pl)).map_or(0, |p| p.tokens.len());
             if max_tokens > 0 && held >= max_tokens && pl != CATALOG_PLACE {
                 return Err(CoreError::new(
                     ErrorKind::Conflict,
@@ -393,7 +395,7 @@ impl Engine {
         check_model_in(&st, p, model)?;
         let mut out = Vec::new();
         // Only links declared in models the caller may use: the others would show their nets.
-        for (owner, net) in st.nets.nets.iter().filter(|(m, _)| may_use_model(&st, p, m)) {
+        for (owner, net) in st.nets.models.iter().filter(|(m, _)| may_use_model(&st, p, m)) {
             for t in net.doc.transitions.iter().filter(|t| t.kind == "link") {
                 let end_model = |r: &Option<agentos_core::net::PlaceRef>| {
                     r.as_ref().map(|r| r.model.clone().unwrap_or_else(|| owner.clone()))
@@ -451,7 +453,7 @@ impl Engine {
             let st = self.read_state();
             check_model_in(&st, p, model)?;
             let net =
-                st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+                st.nets.models.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
             let t = net
                 .inscription(transition)
                 .ok_or_else(|| CoreError::not_found(format!("no transition {transition:?} in {model:?}")))?;
@@ -472,7 +474,8 @@ impl Engine {
         need(p, Flag::Read, "read parked tokens")?;
         let st = self.read_state();
         check_model_in(&st, p, model)?;
-        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        let net =
+            st.nets.models.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
         if let Some(t) = transition
             && net.inscription(t).is_none()
         {
@@ -497,7 +500,8 @@ impl Engine {
     /// The places where `token` is parked, or 404.
     fn parked_refs(&self, model: &str, token: &str) -> Result<Vec<TokenRef>, EngineError> {
         let st = self.read_state();
-        let net = st.nets.nets.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
+        let net =
+            st.nets.models.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
         let mut refs: Vec<TokenRef> =
             net.transitions.values().flat_map(|r| r.parked.iter().filter(|r| r.id == token).cloned()).collect();
         refs.dedup();
@@ -797,7 +801,7 @@ impl Engine {
         let failed_before = {
             let st = self.read_state();
             st.nets
-                .nets
+                .models
                 .get(model)
                 .and_then(|n| n.transitions.get(&t.id))
                 .map_or(0, |run| consumed.iter().map(|r| run.failed(&r.id)).max().unwrap_or(0))
@@ -866,7 +870,7 @@ impl Engine {
         };
         let prepared = {
             let st = self.read_state();
-            let Some(net) = st.nets.nets.get(model) else {
+            let Some(net) = st.nets.models.get(model) else {
                 return Ok(outcome("not-enabled", None, Some("no net".into())));
             };
             let Some(t) = net.inscription(transition) else {
@@ -913,7 +917,7 @@ impl Engine {
         };
         let (ctx, by) = {
             let st = self.read_state();
-            let Some(net) = st.nets.nets.get(model) else {
+            let Some(net) = st.nets.models.get(model) else {
                 return Ok(outcome("not-enabled", None, Some("no net".into())));
             };
             let catalog = Self::catalog_for(&st, model, net, &c.inscription);
@@ -962,7 +966,7 @@ impl Engine {
                     let limit = {
                         let st = self.read_state();
                         st.nets
-                            .nets
+                            .models
                             .get(model)
                             .map_or(Ok(()), |net| self.inner.nets.check_outputs(net, &consumed, outputs))
                     };
@@ -1017,7 +1021,7 @@ impl Engine {
     async fn complete_fire(&self, model: &str, fire: &str) -> Result<(), EngineError> {
         let (c, bound, ctx, resolve_model, by, authority) = {
             let st = self.read_state();
-            let net = st.nets.nets.get(model).ok_or_else(|| CoreError::internal("the net is gone"))?;
+            let net = st.nets.models.get(model).ok_or_else(|| CoreError::internal("the net is gone"))?;
             let f = net.in_flight.get(fire).ok_or_else(|| CoreError::internal("the fire is gone"))?;
             let t = net.inscription(&f.transition).ok_or_else(|| CoreError::internal("the transition is gone"))?;
             let c = self.compiled(model, t).map_err(CoreError::internal)?;
@@ -1037,8 +1041,8 @@ impl Engine {
         // long command under a master restarted by hand is no crash loop).
         let mut firing = (t.kind == "http").then(|| self.inner.nets.marker.enter(key.clone()));
         let action = match t.kind.as_str() {
-            "command" => self.run_command(&c, &bound, &ctx, &run, &mut secrets).await,
-            "http" => self.run_http(&c, &ctx, &run, &mut secrets).await,
+            "command" => self.fire_command(&c, &bound, &ctx, &run, &mut secrets).await,
+            "http" => self.fire_http(&c, &ctx, &run, &mut secrets).await,
             other => Err(format!("kind {other} does not run asynchronously")),
         };
         let _firing = firing.take().unwrap_or_else(|| self.inner.nets.marker.enter(key));
@@ -1054,7 +1058,7 @@ impl Engine {
                         let limit = {
                             let st = self.read_state();
                             st.nets
-                                .nets
+                                .models
                                 .get(model)
                                 .map_or(Ok(()), |net| self.inner.nets.check_outputs(net, &consumed, &outputs))
                         };
@@ -1074,7 +1078,7 @@ impl Engine {
                             self.submit(
                                 "system",
                                 Box::new(move |st| {
-                                    let net = st.nets.nets.get(&m);
+                                    let net = st.nets.models.get(&m);
                                     let mut out = Vec::new();
                                     for ev in &evs {
                                         ev.check(net).map_err(CoreError::conflict)?;
@@ -1127,7 +1131,7 @@ impl Engine {
         self.secret(name).ok_or_else(|| format!("secret {name:?} is not set on the master"))
     }
 
-    async fn run_command(
+    async fn fire_command(
         &self,
         c: &Compiled,
         bound: &BTreeMap<String, Vec<TokenRef>>,
@@ -1259,7 +1263,7 @@ impl Engine {
         Ok((parsed, response))
     }
 
-    async fn run_http(
+    async fn fire_http(
         &self,
         c: &Compiled,
         ctx: &Value,
@@ -1330,7 +1334,7 @@ impl Engine {
             let candidates: Vec<(String, String)> = {
                 let st = self.read_state();
                 st.nets
-                    .nets
+                    .models
                     .iter()
                     .flat_map(|(m, net)| {
                         net.doc
@@ -1365,7 +1369,7 @@ impl Engine {
         let scheduled: Vec<(String, String, agentos_core::net::Schedule)> = {
             let st = self.read_state();
             st.nets
-                .nets
+                .models
                 .iter()
                 .flat_map(|(m, net)| {
                     net.doc
@@ -1423,7 +1427,7 @@ impl Engine {
                 .submit(
                     "system",
                     Box::new(move |st| {
-                        let Some(net) = st.nets.nets.get(&m) else { return Ok(Vec::new()) };
+                        let Some(net) = st.nets.models.get(&m) else { return Ok(Vec::new()) };
                         if net.inscription(&t).is_none() {
                             return Ok(Vec::new());
                         }
@@ -1460,7 +1464,7 @@ impl Engine {
         // Only backoffs still running: one already over waits for whatever else keeps it from firing.
         let first = st
             .nets
-            .nets
+            .models
             .values()
             .flat_map(|n| n.transitions.values().filter(|r| r.started))
             .flat_map(|r| r.attempts.values().filter_map(|a| a.retry_at))
@@ -1474,7 +1478,7 @@ impl Engine {
         // Fires that were in flight when the master stopped are run to their end.
         let pending: Vec<(String, String)> = {
             let st = self.read_state();
-            st.nets.nets.iter().flat_map(|(m, n)| n.in_flight.keys().map(move |f| (m.clone(), f.clone()))).collect()
+            st.nets.models.iter().flat_map(|(m, n)| n.in_flight.keys().map(move |f| (m.clone(), f.clone()))).collect()
         };
         for (m, f) in pending {
             tracing::info!(model = %m, fire = %f, "resuming a fire that was in flight");
@@ -1536,7 +1540,7 @@ impl Engine {
             if let Some(tok) = self
                 .read_state()
                 .nets
-                .nets
+                .models
                 .get(&instance_model)
                 .and_then(|n| n.places.get(output_place))
                 .and_then(|pl| pl.tokens.values().next().cloned())
@@ -1552,7 +1556,7 @@ impl Engine {
                     let st = self.read_state();
                     let held: Vec<String> = st
                         .nets
-                        .nets
+                        .models
                         .get(&instance_model)
                         .map(|n| {
                             n.places
@@ -1564,7 +1568,7 @@ impl Engine {
                         .unwrap_or_default();
                     let errors: Vec<String> = st
                         .nets
-                        .nets
+                        .models
                         .get(&instance_model)
                         .map(|n| {
                             n.transitions
