@@ -2,6 +2,7 @@
 
 mod catalog_index;
 pub mod command;
+pub mod decide;
 pub mod depth;
 pub mod entry;
 pub mod error;

@@ -8,12 +8,17 @@ use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};
 
 use agentos_core::event::{
-    EventBody, EventView, GrantTarget, ModelGrant, PrincipalKind, PrincipalRecord, SecretGrant, SecretRecord,
+    EventBody, EventView, GrantTarget, PrincipalKind, PrincipalRecord, SecretGrant, SecretRecord,
 };
 use agentos_core::flags::{Flag, Flags};
 use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
 use agentos_core::net::valid_credential;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
+
+use agentos_core::decide::{
+    decide_create_principal, decide_model_grant, decide_revoke_principal, decide_revoke_secret_grant,
+    decide_secret_grant,
+};
 
 use crate::access::operator_only;
 pub use crate::outbound::origin_of;
@@ -122,17 +127,7 @@ impl Engine {
             model,
             granted: Vec::new(),
         };
-        let n = name.to_string();
-        self.submit(
-            &p.name,
-            Box::new(move |st| {
-                if st.principals.contains_key(&n) {
-                    return Err(CoreError::conflict(format!("a principal named {n:?} exists; revoke it first")));
-                }
-                Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalCreated(record.clone()))])
-            }),
-        )
-        .await?;
+        self.submit(&p.name, Box::new(move |st| decide_create_principal(st, &record))).await?;
         Ok((view, token))
     }
 
@@ -161,18 +156,7 @@ impl Engine {
     pub async fn revoke(&self, p: &Principal, name: &str) -> Result<(), EngineError> {
         operator_only(p, "revoke principals")?;
         let n = name.to_string();
-        self.submit(
-            &p.name,
-            Box::new(move |st| match st.principals.get(&n) {
-                None => Err(CoreError::not_found(format!("no principal {n:?}"))),
-                Some(r) if r.kind == PrincipalKind::Operator => Err(CoreError::bad_input(
-                    "invalid_name",
-                    "the operator cannot be revoked; delete <data>/operator.token and restart to rotate its token",
-                )),
-                Some(_) => Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::PrincipalRevoked { name: n.clone() })]),
-            }),
-        )
-        .await?;
+        self.submit(&p.name, Box::new(move |st| decide_revoke_principal(st, &n))).await?;
         Ok(())
     }
 
@@ -244,30 +228,7 @@ impl Engine {
         operator_only(p, if grant { "grant models" } else { "revoke model grants" })?;
         check_model_name(model)?;
         let (n, m) = (name.to_string(), model.to_string());
-        self.submit(
-            &p.name,
-            Box::new(move |st| {
-                let r = match st.principals.get(&n) {
-                    Some(r) if r.kind == PrincipalKind::Agent => r,
-                    Some(_) => {
-                        return Err(CoreError::bad_input(
-                            "invalid_name",
-                            format!("{n:?} is not an agent; the operator acts everywhere already"),
-                        ));
-                    }
-                    None => return Err(CoreError::not_found(format!("no agent {n:?}"))),
-                };
-                let g = ModelGrant { principal: r.id.clone(), name: n.clone(), model: m.clone() };
-                let has = st.has_model_grant(&r.id, &m);
-                Ok(match (grant, has) {
-                    (true, false) => vec![(DEFAULT_MODEL.to_string(), EventBody::ModelGranted(g))],
-                    (false, true) => vec![(DEFAULT_MODEL.to_string(), EventBody::ModelGrantRevoked(g))],
-                    // Granting what is granted, or revoking what is not, changes nothing.
-                    _ => Vec::new(),
-                })
-            }),
-        )
-        .await?;
+        self.submit(&p.name, Box::new(move |st| decide_model_grant(st, &n, &m, grant))).await?;
         Ok(())
     }
 
@@ -310,22 +271,7 @@ impl Engine {
         };
         let grant = SecretGrant::new(&req.secret, to, req.model.clone());
         let g = grant.clone();
-        self.submit(
-            &p.name,
-            Box::new(move |st| {
-                if !st.secrets.contains_key(&g.secret) {
-                    return Err(CoreError::not_found(format!(
-                        "no secret {:?}; set it first with `agentos secret set {}`",
-                        g.secret, g.secret
-                    )));
-                }
-                if st.secret_grants.get(&g.id) == Some(&g) {
-                    return Ok(Vec::new());
-                }
-                Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::SecretGranted(g.clone()))])
-            }),
-        )
-        .await?;
+        self.submit(&p.name, Box::new(move |st| decide_secret_grant(st, &g))).await?;
         Ok(grant)
     }
 
@@ -337,16 +283,7 @@ impl Engine {
     pub async fn revoke_secret_grant(&self, p: &Principal, id: &str) -> Result<(), EngineError> {
         operator_only(p, "revoke secret grants")?;
         let id = id.to_string();
-        self.submit(
-            &p.name,
-            Box::new(move |st| {
-                if !st.secret_grants.contains_key(&id) {
-                    return Err(CoreError::not_found(format!("no secret grant {id:?} (see `agentos secret grants`)")));
-                }
-                Ok(vec![(DEFAULT_MODEL.to_string(), EventBody::SecretGrantRevoked { id: id.clone() })])
-            }),
-        )
-        .await?;
+        self.submit(&p.name, Box::new(move |st| decide_revoke_secret_grant(st, &id))).await?;
         Ok(())
     }
 

@@ -25,6 +25,10 @@ pub mod runtime;
 pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
 use runtime::{Candidates, Compiled, HttpCompiled};
 
+use agentos_core::decide::{
+    decide_apply_net, decide_create_model, decide_net_events, decide_stop_crash_looping, decide_token_put,
+};
+
 use crate::access::{Authority, check_model_in, may_use_model, require};
 use crate::firing_marker::CrashLooping;
 use crate::outbound::describe;
@@ -145,10 +149,7 @@ const INSTANCE_PREFIX: &str = "tni-";
 impl Engine {
     fn net_event(&self, model: &str, ev: NetEvent) -> crate::committer::Decide {
         let model = model.to_string();
-        Box::new(move |st| {
-            ev.check(st.nets.models.get(&model)).map_err(CoreError::conflict)?;
-            Ok(vec![(model.clone(), EventBody::Net(ev.clone()))])
-        })
+        Box::new(move |st| decide_net_events(st, &model, std::slice::from_ref(&ev)))
     }
 
     /// Commits one net event; answers its sequence number.
@@ -174,16 +175,7 @@ impl Engine {
         }
         check_model_in(&self.read_state(), p, name)?;
         let name = name.to_string();
-        self.submit(
-            &p.name,
-            Box::new(move |st| {
-                if st.model_exists(&name) {
-                    return Err(CoreError::conflict(format!("model {name:?} exists")));
-                }
-                Ok(vec![(name.clone(), EventBody::ModelCreated { name: name.clone() })])
-            }),
-        )
-        .await?;
+        self.submit(&p.name, Box::new(move |st| decide_create_model(st, &name))).await?;
         Ok(())
     }
 
@@ -210,43 +202,7 @@ impl Engine {
             Box::new(move |st| {
                 // Again at commit time: a grant may have been revoked since.
                 check_model_in(st, &author, &m)?;
-                if let Some(net) = st.nets.models.get(&m) {
-                    if net.instance.is_some() {
-                        return Err(CoreError::conflict(format!("{m:?} is a tool net instance")));
-                    }
-                    let places = doc.place_ids();
-                    for (id, place) in &net.places {
-                        if !places.contains(id.as_str()) && !place.tokens.is_empty() {
-                            return Err(CoreError::conflict(format!(
-                                "place {id:?} still holds {} token(s); the new net must keep it",
-                                place.tokens.len()
-                            )));
-                        }
-                    }
-                    for f in net.in_flight.values() {
-                        let same =
-                            doc.transitions.iter().find(|t| t.id == f.transition) == net.inscription(&f.transition);
-                        if !same {
-                            return Err(CoreError::conflict(format!(
-                                "transition {:?} has a fire in flight; stop it and wait before changing it",
-                                f.transition
-                            )));
-                        }
-                    }
-                }
-                let mut events = Vec::new();
-                if !st.model_exists(&m) {
-                    events.push((m.clone(), EventBody::ModelCreated { name: m.clone() }));
-                }
-                events.push((
-                    m.clone(),
-                    EventBody::Net(NetEvent::Applied {
-                        doc: doc.clone(),
-                        instance: None,
-                        author: Some(author.id.clone()),
-                    }),
-                ));
-                Ok(events)
+                decide_apply_net(st, &m, &doc, &author.id)
             }),
         )
         .await?;
@@ -356,20 +312,9 @@ impl Engine {
         }
         let max_tokens = limits.max_tokens_per_place;
         let (who, m, pl) = (p.clone(), model.to_string(), place.to_string());
-        let decide = self.net_event(model, put);
         let guarded: crate::committer::Decide = Box::new(move |st| {
             check_model_in(st, &who, &m)?;
-            let held = st.nets.models.get(&m).and_then(|n| n.places.get(&pl)).map_or(0, |p| p.tokens.len());
-            if max_tokens > 0 && held >= max_tokens && pl != CATALOG_PLACE {
-                return Err(CoreError::new(
-                    ErrorKind::Conflict,
-                    "place_full",
-                    format!(
-                        "place {pl:?} holds {held} tokens, the most a place may hold (the master's --max-tokens-per-place)"
-                    ),
-                ));
-            }
-            decide(st)
+            decide_token_put(st, &m, &pl, &put, max_tokens)
         });
         let events = self.submit(&p.name, guarded).await.map_err(|e| match e {
             EngineError::Core(c) if c.kind == ErrorKind::Conflict && c.code != "place_full" => {
@@ -1075,19 +1020,7 @@ impl Engine {
                             };
                             let evs = [park, stop];
                             let m = model.to_string();
-                            self.submit(
-                                "system",
-                                Box::new(move |st| {
-                                    let net = st.nets.models.get(&m);
-                                    let mut out = Vec::new();
-                                    for ev in &evs {
-                                        ev.check(net).map_err(CoreError::conflict)?;
-                                        out.push((m.clone(), EventBody::Net(ev.clone())));
-                                    }
-                                    Ok(out)
-                                }),
-                            )
-                            .await?;
+                            self.submit("system", Box::new(move |st| decide_net_events(st, &m, &evs))).await?;
                             return Ok(());
                         }
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
@@ -1423,34 +1356,7 @@ impl Engine {
             );
             tracing::error!(%model, %transition, deaths, "a transition was firing at every recent death of the master; it starts stopped");
             let (m, t, why) = (model.clone(), transition.clone(), reason.clone());
-            let stopped = self
-                .submit(
-                    "system",
-                    Box::new(move |st| {
-                        let Some(net) = st.nets.models.get(&m) else { return Ok(Vec::new()) };
-                        if net.inscription(&t).is_none() {
-                            return Ok(Vec::new());
-                        }
-                        let mut out = vec![(
-                            m.clone(),
-                            EventBody::Net(NetEvent::Stopped { transition: t.clone(), reason: Some(why.clone()) }),
-                        )];
-                        for (id, f) in net.in_flight.iter().filter(|(_, f)| f.transition == t) {
-                            out.push((
-                                m.clone(),
-                                EventBody::Net(NetEvent::FireFailed {
-                                    transition: t.clone(),
-                                    fire: Some(id.clone()),
-                                    tokens: f.bound.values().flatten().cloned().collect(),
-                                    reason: why.clone(),
-                                    retry_at: None,
-                                }),
-                            ));
-                        }
-                        Ok(out)
-                    }),
-                )
-                .await;
+            let stopped = self.submit("system", Box::new(move |st| decide_stop_crash_looping(st, &m, &t, &why))).await;
             if let Err(e) = stopped {
                 tracing::error!(%model, %transition, error = %e, "stopping a crash-looping transition failed");
             }
