@@ -43,7 +43,7 @@ impl Engine {
             let st = self.read_state();
             crate::access::check_catalog_read(&st, p, &model)?;
             match st.resolve(&model, toolkit) {
-                Some((e, _)) if e.entry.binding.kind().visible_to(p.flags) => e.entry.clone(),
+                Some((e, _)) if e.entry.binding.kind().visible_to(p.flags) => e.entry.to_entry(),
                 _ => {
                     return Err(
                         CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into()

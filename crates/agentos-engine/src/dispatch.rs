@@ -156,7 +156,7 @@ impl Engine {
         let toolnet = {
             let st = self.read_state();
             crate::access::check_catalog_read(&st, principal, &m)?;
-            match st.resolve(&m, id).map(|(e, _)| (e.entry.binding.clone(), e.owner.clone())) {
+            match st.resolve(&m, id).map(|(e, _)| (e.entry.binding.clone(), e.owner.to_string())) {
                 Some((Binding::Toolnet(b), owner)) => Some((b, owner)),
                 _ => None,
             }
