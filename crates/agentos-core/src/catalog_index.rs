@@ -189,7 +189,7 @@ impl CatalogIndex {
     fn build(entries: impl ExactSizeIterator<Item = Arc<StoredEntry>> + Clone) -> Self {
         // Sized up front: a catalog loaded at start would otherwise keep up to twice its text in spare capacity.
         let n = entries.len();
-        let text_len = entries.clone().map(|e| e.haystack.len() + 1).sum();
+        let text_len = entries.clone().map(|e| e.entry.haystack_len() + 1).sum();
         let ids_len = entries.clone().map(|e| e.entry.id.len()).sum();
         let mut c = CatalogIndex::default();
         c.entries.reserve_exact(n);
@@ -201,6 +201,8 @@ impl CatalogIndex {
         let rows: Vec<_> = entries.map(|e| (ById(e.clone()), c.push(e))).collect();
         // In bulk: inserting one by one costs a descent per entry, each comparing ids behind pointers.
         c.by_id = rows.into_iter().collect();
+        // Lower-casing lengthens some non-ASCII text, and a grown buffer keeps up to half of itself spare.
+        c.text.shrink_to_fit();
         c
     }
 
@@ -209,7 +211,7 @@ impl CatalogIndex {
     }
 
     fn upsert(&mut self, entry: Arc<StoredEntry>) {
-        if let Some(row) = self.by_id.remove(entry.entry.id.as_str()) {
+        if let Some(row) = self.by_id.remove(&*entry.entry.id) {
             self.kill(row);
         }
         let row = self.push(entry.clone());
@@ -227,7 +229,7 @@ impl CatalogIndex {
     /// Appends a row for `e` and returns it; the caller enters it in `by_id`.
     fn push(&mut self, e: Arc<StoredEntry>) -> u32 {
         let row = u32::try_from(self.entries.len()).expect("fewer than 2^32 rows per catalog");
-        self.text.extend_from_slice(e.haystack.as_bytes());
+        self.text.extend_from_slice(e.entry.haystack().as_bytes());
         self.text.push(SEP);
         self.text_starts.push(self.text.len());
         self.ids.extend_from_slice(e.entry.id.as_bytes());
@@ -241,10 +243,10 @@ impl CatalogIndex {
             if caps[..i].contains(cap) {
                 continue;
             }
-            match self.caps.get_mut(cap.as_str()) {
+            match self.caps.get_mut(&**cap) {
                 Some(rows) => rows.push(row),
                 None => {
-                    self.caps.insert(cap.as_str().into(), vec![row]);
+                    self.caps.insert((&**cap).into(), vec![row]);
                 }
             }
         }

@@ -216,12 +216,12 @@ fn check_owner(
     actor: &Actor,
     what: &str,
 ) -> Result<(), CoreError> {
-    if actor.operator || existing.owner == actor.id {
+    if actor.operator || *existing.owner == *actor.id {
         return Ok(());
     }
     let owner = match state.principal_by_id(&existing.owner) {
         Some(p) => format!("{:?}", p.name),
-        None if existing.owner == crate::event::OPERATOR_ID => "the operator".to_string(),
+        None if *existing.owner == *crate::event::OPERATOR_ID => "the operator".to_string(),
         None => format!("a revoked principal ({})", existing.owner),
     };
     Err(CoreError::forbidden(format!(

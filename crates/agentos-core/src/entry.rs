@@ -1,6 +1,7 @@
 //! Catalog entries: the contract (what can be called) and the binding (how it runs).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -230,22 +231,23 @@ pub enum Scope {
 }
 
 /// An entry as the catalog holds it: the definition plus where and when it was written.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// The master holds every entry of every catalog for as long as it runs, so this is the one
+/// compact in-memory form of an entry: the definition as [`CompactEntry`], text that many
+/// entries repeat (model, principals) shared through the state's interner, and no derived
+/// copies (the free-text haystack lives only in the search index). Its serialized form (the
+/// snapshot's) is the one it had as plain fields: `entry` is written as a [`CatalogEntry`].
+#[derive(Debug, Clone)]
 pub struct StoredEntry {
-    pub entry: CatalogEntry,
-    pub model: String,
+    pub entry: CompactEntry,
+    pub model: Arc<str>,
     /// Sequence number of the event that wrote this definition.
     pub revision: u64,
     pub created_at: i64,
     pub updated_at: i64,
-    pub updated_by: String,
+    pub updated_by: Arc<str>,
     /// The id of the principal that owns the entry: only it or the operator may replace or remove it.
-    #[serde(default = "operator_id")]
-    pub owner: String,
-    /// Lower-cased id, name, description and capabilities, for free-text search. Derived.
-    #[serde(skip)]
-    pub haystack: String,
+    pub owner: Arc<str>,
 }
 
 fn operator_id() -> String {
@@ -253,6 +255,7 @@ fn operator_id() -> String {
 }
 
 impl StoredEntry {
+    /// An entry owned by the operator; its text is not shared with other entries (see [`StoredEntry::interned`]).
     pub fn new(
         entry: CatalogEntry,
         model: String,
@@ -261,44 +264,247 @@ impl StoredEntry {
         updated_at: i64,
         updated_by: String,
     ) -> Self {
-        let mut s = StoredEntry {
-            entry,
-            model,
+        let mut own = Interner::default();
+        StoredEntry::interned(&mut own, entry, &model, revision, created_at, updated_at, &updated_by, None)
+    }
+
+    /// An entry whose repeated text is shared through `strings`; `owner` defaults to the operator.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn interned(
+        strings: &mut Interner,
+        entry: CatalogEntry,
+        model: &str,
+        revision: u64,
+        created_at: i64,
+        updated_at: i64,
+        updated_by: &str,
+        owner: Option<&str>,
+    ) -> Self {
+        StoredEntry {
+            entry: CompactEntry::new(entry, strings),
+            model: strings.intern(model),
             revision,
             created_at,
             updated_at,
-            updated_by,
-            owner: operator_id(),
-            haystack: String::new(),
-        };
-        s.rebuild_haystack();
-        s
-    }
-    pub fn rebuild_haystack(&mut self) {
-        let e = &self.entry;
-        let mut h = String::with_capacity(e.id.len() + e.name.len() + e.description.len() + 16);
-        h.push_str(&e.id);
-        h.push('\n');
-        h.push_str(&e.name);
-        h.push('\n');
-        h.push_str(&e.description);
-        for c in &e.capabilities {
-            h.push('\n');
-            h.push_str(c);
+            updated_by: strings.intern(updated_by),
+            owner: strings.intern(owner.unwrap_or(crate::OPERATOR_ID)),
         }
-        self.haystack = h.to_lowercase();
     }
+
+    /// Shares this entry's repeated text through `strings` (an entry read from a snapshot holds its own copies).
+    pub(crate) fn intern(&mut self, strings: &mut Interner) {
+        self.model = strings.intern(&self.model);
+        self.updated_by = strings.intern(&self.updated_by);
+        self.owner = strings.intern(&self.owner);
+        self.entry.intern(strings);
+    }
+
     pub fn view(&self, scope: Scope, shadowed: bool) -> EntryView {
         EntryView {
-            entry: self.entry.clone(),
-            model: self.model.clone(),
+            entry: self.entry.to_entry(),
+            model: self.model.to_string(),
             scope,
             shadowed,
             revision: self.revision,
             created_at: crate::time::format_time(self.created_at),
             updated_at: crate::time::format_time(self.updated_at),
-            updated_by: self.updated_by.clone(),
+            updated_by: self.updated_by.to_string(),
         }
+    }
+}
+
+/// The snapshot form of [`StoredEntry`], unchanged from when its fields were plain.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredEntryOut<'a> {
+    entry: CatalogEntry,
+    model: &'a str,
+    revision: u64,
+    created_at: i64,
+    updated_at: i64,
+    updated_by: &'a str,
+    owner: &'a str,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredEntryIn {
+    entry: CatalogEntry,
+    model: String,
+    revision: u64,
+    created_at: i64,
+    updated_at: i64,
+    updated_by: String,
+    #[serde(default = "operator_id")]
+    owner: String,
+}
+
+impl Serialize for StoredEntry {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        StoredEntryOut {
+            entry: self.entry.to_entry(),
+            model: &self.model,
+            revision: self.revision,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            updated_by: &self.updated_by,
+            owner: &self.owner,
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for StoredEntry {
+    /// Each entry owns its text here; `State::after_load` shares it again.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let e = StoredEntryIn::deserialize(d)?;
+        let mut own = Interner::default();
+        Ok(StoredEntry::interned(
+            &mut own,
+            e.entry,
+            &e.model,
+            e.revision,
+            e.created_at,
+            e.updated_at,
+            &e.updated_by,
+            Some(&e.owner),
+        ))
+    }
+}
+
+/// A [`CatalogEntry`] as the master keeps it in memory. Strings are boxed (no spare capacity),
+/// capabilities and the version are shared with every entry that names the same, and the contract
+/// is kept as its JSON text, shared with every entry whose contract is the same: as a tree of
+/// `serde_json` values a one-operation contract took about 2 KiB in two B-tree nodes, as text it
+/// takes its length once per distinct contract. [`CompactEntry::to_entry`] gives the definition
+/// back whole; the fields search and calls read stay typed.
+#[derive(Debug, Clone)]
+pub struct CompactEntry {
+    pub id: Box<str>,
+    pub name: Box<str>,
+    pub version: Arc<str>,
+    pub description: Box<str>,
+    pub capabilities: Box<[Arc<str>]>,
+    pub status: Status,
+    /// The [`Contract`] serialized by serde_json.
+    contract: Arc<str>,
+    pub binding: Binding,
+}
+
+impl CompactEntry {
+    fn new(e: CatalogEntry, strings: &mut Interner) -> Self {
+        let contract = serde_json::to_string(&e.contract).expect("a contract always serializes");
+        CompactEntry {
+            id: e.id.into_boxed_str(),
+            name: e.name.into_boxed_str(),
+            version: strings.intern(&e.version),
+            description: e.description.into_boxed_str(),
+            capabilities: e.capabilities.iter().map(|c| strings.intern(c)).collect(),
+            status: e.status,
+            contract: strings.intern(&contract),
+            binding: e.binding,
+        }
+    }
+
+    fn intern(&mut self, strings: &mut Interner) {
+        self.version = strings.intern(&self.version);
+        for c in self.capabilities.iter_mut() {
+            *c = strings.intern(c);
+        }
+        self.contract = strings.intern(&self.contract);
+    }
+
+    /// The contract, parsed from its text.
+    pub fn contract(&self) -> Contract {
+        // Any depth: the text is what a contract of any depth serialized to.
+        crate::depth::from_str_any_depth(&self.contract).expect("a serialized contract parses back")
+    }
+
+    /// The whole definition, as registered.
+    pub fn to_entry(&self) -> CatalogEntry {
+        CatalogEntry {
+            id: self.id.to_string(),
+            name: self.name.to_string(),
+            version: self.version.to_string(),
+            description: self.description.to_string(),
+            capabilities: self.capabilities.iter().map(|c| c.to_string()).collect(),
+            status: self.status,
+            contract: self.contract(),
+            binding: self.binding.clone(),
+        }
+    }
+
+    /// Lower-cased id, name, description and capabilities, one per line, for free-text search.
+    pub fn haystack(&self) -> String {
+        let mut h = String::with_capacity(self.haystack_len());
+        h.push_str(&self.id);
+        h.push('\n');
+        h.push_str(&self.name);
+        h.push('\n');
+        h.push_str(&self.description);
+        for c in self.capabilities.iter() {
+            h.push('\n');
+            h.push_str(c);
+        }
+        h.to_lowercase()
+    }
+
+    /// The length of [`CompactEntry::haystack`] before lower-casing, which changes it only for some non-ASCII text.
+    pub fn haystack_len(&self) -> usize {
+        let caps: usize = self.capabilities.iter().map(|c| c.len() + 1).sum();
+        self.id.len() + self.name.len() + self.description.len() + 2 + caps
+    }
+}
+
+/// The same definition as `other`; the contract is compared as values, as [`CatalogEntry`] compares it.
+impl PartialEq<CatalogEntry> for CompactEntry {
+    fn eq(&self, other: &CatalogEntry) -> bool {
+        *self.id == *other.id
+            && *self.name == *other.name
+            && *self.version == *other.version
+            && *self.description == *other.description
+            && self.capabilities.len() == other.capabilities.len()
+            && self.capabilities.iter().zip(&other.capabilities).all(|(a, b)| **a == **b)
+            && self.status == other.status
+            && self.binding == other.binding
+            && self.contract() == other.contract
+    }
+}
+
+/// Text held once however many entries repeat it. An entry keeps an `Arc` to what it uses; text no
+/// entry uses any more is dropped by a purge, run whenever the set has doubled since the last one, so
+/// the set stays within about twice what is in use at a constant cost per call.
+#[derive(Debug, Default)]
+pub(crate) struct Interner {
+    set: HashSet<Arc<str>>,
+    /// The size of the set after the last purge.
+    purged: usize,
+}
+
+/// A copy starts empty: the one copy made is the snapshot's, which never interns, and sharing the
+/// set would hold every text it names alive in both.
+impl Clone for Interner {
+    fn clone(&self) -> Self {
+        Interner::default()
+    }
+}
+
+impl Interner {
+    /// Purges wait for at least this many texts, so a small catalog never purges.
+    const MIN_PURGE: usize = 1024;
+
+    pub(crate) fn intern(&mut self, s: &str) -> Arc<str> {
+        if let Some(a) = self.set.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        self.set.insert(a.clone());
+        if self.set.len() > (2 * self.purged).max(Self::MIN_PURGE) {
+            // Only the set holds what is counted once.
+            self.set.retain(|t| Arc::strong_count(t) > 1);
+            self.purged = self.set.len();
+        }
+        a
     }
 }
 
@@ -319,4 +525,107 @@ pub struct EntryView {
     pub created_at: String,
     pub updated_at: String,
     pub updated_by: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn script(id: &str, contract: Value) -> CatalogEntry {
+        serde_json::from_value(json!({
+            "id": id,
+            "name": "A Tool",
+            "version": "1.0.0",
+            "description": "Fetches ÄRGER",
+            "capabilities": ["cap-1", "group-2"],
+            "status": "approved",
+            "contract": contract,
+            "binding": {
+                "type": "script",
+                "runtime": "sh",
+                "scriptUrn": "urn:agentos:blob:tool-catalog/scripts/0.sh",
+                "sha256": "0",
+                "filename": "run.sh",
+                "sizeBytes": 4,
+                "env": ["TOKEN"]
+            }
+        }))
+        .unwrap()
+    }
+
+    /// The contract survives the compact form whole, and compares as values do.
+    #[test]
+    fn a_compact_entry_gives_back_the_definition_it_was_made_of() {
+        let deep = (0..200).fold(json!({"type": "object"}), |v, _| json!({"not": v}));
+        let contracts = [
+            json!({"type": "script-io", "operations": {}}),
+            json!({"type": "script-io", "operations": {"run": {"description": "", "input": {"type": "object"}}}}),
+            json!({"type": "x", "operations": {
+                "b": {"description": "d", "input": {"type": "object", "properties": {"n": {"type": "number", "maximum": 1.5e300}}},
+                      "output": {"type": "array"}, "examples": [{"description": "e", "input": {"n": -0.25}}]},
+                "a": {"description": "d", "input": null}
+            }}),
+            json!({"type": "deep", "operations": {"run": {"description": "", "input": deep}}}),
+        ];
+        let mut strings = Interner::default();
+        for contract in contracts {
+            let entry = script("t", contract.clone());
+            let compact = CompactEntry::new(entry.clone(), &mut strings);
+            assert_eq!(compact.to_entry(), entry, "{contract}");
+            assert!(compact == entry);
+            let mut other = entry.clone();
+            other.contract.kind.push('!');
+            assert!(compact != other, "a changed contract compares unequal");
+            let mut other = entry.clone();
+            other.capabilities.pop();
+            assert!(compact != other, "a changed capability list compares unequal");
+        }
+    }
+
+    /// Snapshots written before the compact form load, and snapshots written now read the same.
+    #[test]
+    fn the_snapshot_form_of_a_stored_entry_is_unchanged() {
+        /// `StoredEntry` as it was declared before the compact form (`haystack` was never serialized).
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Before {
+            entry: CatalogEntry,
+            model: String,
+            revision: u64,
+            created_at: i64,
+            updated_at: i64,
+            updated_by: String,
+            owner: String,
+        }
+        let entry = script("t", json!({"type": "script-io", "operations": {"run": {"description": "", "input": {}}}}));
+        let before = Before {
+            entry,
+            model: "m".into(),
+            revision: 7,
+            created_at: 1,
+            updated_at: 2,
+            updated_by: "alice".into(),
+            owner: "p-1".into(),
+        };
+        let old = serde_json::to_string(&before).unwrap();
+        let stored: StoredEntry = serde_json::from_str(&old).unwrap();
+        assert_eq!(serde_json::to_string(&stored).unwrap(), old);
+        let mut without_owner = serde_json::to_value(&before).unwrap();
+        without_owner.as_object_mut().unwrap().remove("owner");
+        let stored: StoredEntry = serde_json::from_value(without_owner).unwrap();
+        assert_eq!(&*stored.owner, crate::OPERATOR_ID);
+    }
+
+    #[test]
+    fn the_interner_shares_text_and_drops_what_no_entry_uses() {
+        let mut strings = Interner::default();
+        let kept = strings.intern("kept");
+        assert!(Arc::ptr_eq(&kept, &strings.intern("kept")));
+        for i in 0..10 * Interner::MIN_PURGE {
+            strings.intern(&format!("gone-{i}"));
+            assert!(strings.set.len() <= 2 * Interner::MIN_PURGE, "{} texts after {i}", strings.set.len());
+        }
+        assert!(Arc::ptr_eq(&kept, &strings.intern("kept")), "text in use survives purges");
+    }
 }

@@ -102,8 +102,8 @@ fn scan(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
         let kind = e.entry.binding.kind();
         kind.visible_to(visible)
             && query.kind.is_none_or(|k| k == kind)
-            && query.capability.as_deref().is_none_or(|c| e.entry.capabilities.iter().any(|x| x == c))
-            && finder.as_ref().is_none_or(|f| f.find(e.haystack.as_bytes()).is_some())
+            && query.capability.as_deref().is_none_or(|c| e.entry.capabilities.iter().any(|x| **x == *c))
+            && finder.as_ref().is_none_or(|f| f.find(e.entry.haystack().as_bytes()).is_some())
     };
     let limit = query.limit.clamp(1, MAX_LIMIT);
     let empty = BTreeMap::new();

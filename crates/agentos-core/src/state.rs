@@ -6,8 +6,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog_index::SearchIndex;
-use crate::entry::{Scope, StoredEntry};
-use crate::event::{Event, EventBody, OPERATOR_ID, PrincipalRecord, SecretGrant};
+use crate::entry::{Interner, Scope, StoredEntry};
+use crate::event::{Event, EventBody, PrincipalRecord, SecretGrant};
 use crate::{CATALOG_PLACE, DEFAULT_MODEL};
 
 /// Bumped whenever the snapshot form of [`State`] changes; a snapshot of another version is ignored and the log replayed.
@@ -52,6 +52,9 @@ pub struct State {
     /// The catalogs indexed for search. Derived, so snapshots do not carry it.
     #[serde(skip)]
     search_index: SearchIndex,
+    /// Text the catalog entries share (models, principals, versions, capabilities, contracts). Derived.
+    #[serde(skip)]
+    strings: Interner,
 }
 
 impl Default for State {
@@ -78,6 +81,7 @@ impl State {
             model_grants: BTreeMap::new(),
             secret_grants: BTreeMap::new(),
             search_index: SearchIndex::empty(),
+            strings: Interner::default(),
             nets: Default::default(),
             secrets: BTreeMap::new(),
         }
@@ -85,12 +89,12 @@ impl State {
 
     /// Rebuilds what a snapshot does not carry.
     pub fn after_load(&mut self) {
+        // Entries read from a snapshot are not shared yet, so this copies none of them.
         for catalog in self.catalogs.values_mut() {
             for entry in catalog.values_mut() {
-                Arc::make_mut(entry).rebuild_haystack();
+                Arc::make_mut(entry).intern(&mut self.strings);
             }
         }
-        // After the haystacks, which the index copies.
         self.search_index = SearchIndex::build(&self.catalogs);
         self.token_index = self.principals.values().map(|p| (p.token_sha256.clone(), p.name.clone())).collect();
         self.id_index = self.principals.values().map(|p| (p.id.clone(), p.name.clone())).collect();
@@ -124,16 +128,16 @@ impl State {
                 });
                 let catalog = self.catalogs.entry(ev.model.clone()).or_default();
                 let created_at = catalog.get(&entry.id).map(|e| e.created_at).unwrap_or(ev.time);
-                let mut stored = StoredEntry::new(
+                let stored = Arc::new(StoredEntry::interned(
+                    &mut self.strings,
                     entry.clone(),
-                    ev.model.clone(),
+                    &ev.model,
                     ev.seq,
                     created_at,
                     ev.time,
-                    ev.principal.clone(),
-                );
-                stored.owner = owner.clone().unwrap_or_else(|| OPERATOR_ID.to_string());
-                let stored = Arc::new(stored);
+                    &ev.principal,
+                    owner.as_deref(),
+                ));
                 catalog.insert(entry.id.clone(), stored.clone());
                 self.search_index.upsert(&ev.model, stored);
             }
@@ -249,7 +253,7 @@ impl State {
                     .filter(|e| e.entry.binding.kind().visible_to(visible))
                     .map(|e| crate::net_state::Token {
                         id: format!("cat-{}", e.entry.id),
-                        name: Some(e.entry.id.clone()),
+                        name: Some(e.entry.id.to_string()),
                         created_at: crate::event::format_time(e.updated_at),
                         data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
                         by: Vec::new(),

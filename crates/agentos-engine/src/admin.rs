@@ -258,7 +258,7 @@ impl Engine {
                     )
                     .into());
                 };
-                GrantTarget::Tool { id: tool.clone(), model: e.model.clone(), sha256 }
+                GrantTarget::Tool { id: tool.clone(), model: e.model.to_string(), sha256 }
             }
             (None, Some(origin)) => GrantTarget::Origin { origin: normalize_origin(origin)? },
             _ => {

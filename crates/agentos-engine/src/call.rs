@@ -101,8 +101,9 @@ impl Engine {
         let Some(entry) = entry.filter(|e| e.entry.binding.kind().visible_to(p.flags)) else {
             return Err(CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into());
         };
-        let op = entry.entry.contract.operations.get(&req.tool).ok_or_else(|| {
-            let tools: Vec<&str> = entry.entry.contract.operations.keys().map(String::as_str).collect();
+        let contract = entry.entry.contract();
+        let op = contract.operations.get(&req.tool).ok_or_else(|| {
+            let tools: Vec<&str> = contract.operations.keys().map(String::as_str).collect();
             EngineError::from(CoreError::not_found(format!(
                 "no tool {:?} in {toolkit}; its tools: {}",
                 req.tool,

@@ -80,7 +80,7 @@ impl Engine {
             ev.principal.clone(),
         );
         if let Some(o) = owner {
-            stored.owner = o.clone();
+            stored.owner = o.as_str().into();
         }
         Ok(stored.view(scope, false))
     }

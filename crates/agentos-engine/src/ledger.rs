@@ -170,6 +170,8 @@ impl Ledger {
         }
         let replayed = state.last_seq - snapshot_seq;
         tracing::info!(seq = state.last_seq, snapshot = snapshot_seq, replayed, "state restored");
+        // The snapshot's text and the log pages read are freed by now.
+        release_free_memory();
 
         let state = Arc::new(RwLock::new(state));
         // Unbounded: every sender waits for its answer, so what is queued is bounded by the
@@ -303,5 +305,20 @@ async fn write_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>) -> 
         .map_err(|e| CoreError::internal(format!("snapshot encoding: {e}")))?;
     log.save_snapshot(Snapshot { seq, schema: STATE_SCHEMA_VERSION, data }).await?;
     tracing::debug!(seq, "snapshot written");
+    // The encoded snapshot and the entries decoded to encode it are freed by now. Off the runtime's
+    // threads: trimming walks the allocator's free lists, a few milliseconds on a large heap.
+    let _ = tokio::task::spawn_blocking(release_free_memory).await;
     Ok(seq)
+}
+
+/// Hands the memory the allocator holds free back to the system. glibc keeps what a thread frees in
+/// that thread's heap for reuse, and a snapshot read or written frees tens of MiB at once (its text, and
+/// the values decoded or encoded on the way): without a trim, that much stayed resident for the life of
+/// the master. Measured in BENCHMARKS.md (resident memory at 100,000 entries).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes no pointer and only returns free pages of the allocator's own heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

@@ -52,7 +52,8 @@ impl Binder for Toolnet {
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
         let Call { principal, id, model, entry, req, .. } = call;
-        let Some((Binding::Toolnet(b), author)) = entry.as_ref().map(|e| (&e.entry.binding, e.owner.clone())) else {
+        let Some((Binding::Toolnet(b), author)) = entry.as_ref().map(|e| (&e.entry.binding, e.owner.to_string()))
+        else {
             return Err(CoreError::internal("a tool net call without its entry").into());
         };
         if !principal.flags.has(Flag::ToolNets) {

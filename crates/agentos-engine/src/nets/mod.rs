@@ -1114,7 +1114,7 @@ impl Engine {
                     Some((e, _)) if e.entry.binding.kind().visible_to(run.authority.flags) => match &e.entry.binding {
                         agentos_core::entry::Binding::Script(b) => {
                             declared_env = b.env.clone();
-                            Some(SecretUse::Script { id, model: e.model.clone(), sha256: b.sha256.clone() })
+                            Some(SecretUse::Script { id, model: e.model.to_string(), sha256: b.sha256.clone() })
                         }
                         _ => None,
                     },
