@@ -23,7 +23,7 @@ use agentos_core::{CoreError, ErrorKind};
 pub mod runtime;
 
 pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
-use runtime::{Candidates, Compiled, HttpCompiled};
+use runtime::{Candidates, Compiled, FireError, HttpCompiled};
 
 use agentos_core::decide::{
     decide_apply_net, decide_create_model, decide_net_events, decide_stop_crash_looping, decide_token_put,
@@ -677,7 +677,7 @@ impl Engine {
         response: &Value,
         input: &Value,
         by: &[String],
-    ) -> Result<Vec<NewToken>, String> {
+    ) -> Result<Vec<NewToken>, FireError> {
         let t = &c.inscription;
         if t.emit.is_empty() {
             return Ok(Vec::new());
@@ -725,7 +725,10 @@ impl Engine {
                 .map(|data| NewToken { place: place.clone(), name: None, data, by: by.to_vec() })
                 .collect());
         }
-        Err(format!("no emit rule matched the result ({}); the inputs stay in place", why.join("; ")))
+        Err(FireError::Failed(format!(
+            "no emit rule matched the result ({}); the inputs stay in place",
+            why.join("; ")
+        )))
     }
 
     /// What a failed fire commits, by its transition's `retry` and `onError`: its consumed inputs
@@ -784,7 +787,8 @@ impl Engine {
     }
 
     /// Stops a transition that hit a limit, with the reason: an event, so it stays stopped after a restart.
-    async fn stop_for(&self, model: &str, transition: &str, reason: String) -> Result<FireOutcome, EngineError> {
+    async fn stop_for(&self, model: &str, transition: &str, stop: FireError) -> Result<FireOutcome, EngineError> {
+        let reason = stop.into_reason();
         tracing::warn!(%model, %transition, %reason, "transition stopped");
         let ev = NetEvent::Stopped { transition: transition.to_string(), reason: Some(reason.clone()) };
         self.commit_net("system", model, ev).await?;
@@ -872,8 +876,9 @@ impl Engine {
         if let Err(reason) = self.inner.nets.count_fire(&key) {
             return self.stop_for(model, transition, reason).await;
         }
-        if let Err(reason) = self.inner.nets.check_memory() {
+        if let Err(refused) = self.inner.nets.check_memory() {
             // Parked, not retried: the master is short of memory now, and a person should look.
+            let reason = refused.into_reason();
             let tokens = Self::consumed(&c.inscription, &bound);
             let ev = NetEvent::FireFailed {
                 transition: transition.to_string(),
@@ -897,7 +902,7 @@ impl Engine {
                     // A map never reads credentials (refused when the net is applied, and here too).
                     match tpl.render(&self.inner.nets.expressions, &ctx, &|_| None) {
                         Ok(v) => Ok(v),
-                        Err(e) => Err(format!("the template failed: {e}")),
+                        Err(e) => Err(FireError::Failed(format!("the template failed: {e}"))),
                     }
                 } else {
                     // pass hands on the data of what it consumed.
@@ -930,7 +935,8 @@ impl Engine {
                             Err(e) => Err(e),
                         }
                     }
-                    Err(reason) => {
+                    Err(failed) => {
+                        let reason = failed.into_reason();
                         let ev = self.on_failure(model, &c, None, consumed, &ctx, &by, reason.clone());
                         self.commit_net(principal, model, ev).await?;
                         Ok(outcome("failed", None, Some(reason)))
@@ -988,7 +994,7 @@ impl Engine {
         let action = match t.kind.as_str() {
             "command" => self.fire_command(&c, &bound, &ctx, &run, &mut secrets).await,
             "http" => self.fire_http(&c, &ctx, &run, &mut secrets).await,
-            other => Err(format!("kind {other} does not run asynchronously")),
+            other => Err(FireError::Failed(format!("kind {other} does not run asynchronously"))),
         };
         let _firing = firing.take().unwrap_or_else(|| self.inner.nets.marker.enter(key));
         let failed =
@@ -1007,7 +1013,8 @@ impl Engine {
                                 .get(model)
                                 .map_or(Ok(()), |net| self.inner.nets.check_outputs(net, &consumed, &outputs))
                         };
-                        if let Err(reason) = limit {
+                        if let Err(stop) = limit {
+                            let reason = stop.into_reason();
                             // The fire ends failed, its inputs parked, and the transition stops.
                             tracing::warn!(%model, transition = %t.id, %reason, "transition stopped");
                             let stop = NetEvent::Stopped { transition: t.id.clone(), reason: Some(reason.clone()) };
@@ -1025,10 +1032,10 @@ impl Engine {
                         }
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
                     }
-                    Err(reason) => failed(reason),
+                    Err(reason) => failed(reason.into_reason()),
                 }
             }
-            Err(reason) => failed(Redactor::new(&secrets).text(&reason)),
+            Err(reason) => failed(Redactor::new(&secrets).text(reason.reason())),
         };
         self.commit_net("system", model, ev).await?;
         Ok(())
@@ -1037,7 +1044,7 @@ impl Engine {
     /// A secret's value for one use, when the operator granted it to that use: `pinned`, a
     /// script's (id, catalog model, sha256), or `origin`, an http request's origin. `model` is
     /// where the fire runs (a grant may be narrowed to one model).
-    fn granted_secret(&self, name: &str, model: &str, use_: &SecretUse) -> Result<String, String> {
+    fn granted_secret(&self, name: &str, model: &str, use_: &SecretUse) -> Result<String, FireError> {
         let granted = self.read_state().secret_grants.values().any(|g| {
             g.secret == name
                 && g.model.as_deref().is_none_or(|m| m == model)
@@ -1057,11 +1064,11 @@ impl Engine {
                 }
                 SecretUse::Origin(o) => (format!("requests to {o}"), format!("--origin {o}")),
             };
-            return Err(format!(
+            return Err(FireError::Failed(format!(
                 "secret {name:?} is not granted to {what}; the operator grants it with `agentos secret grant {name} {how}`"
-            ));
+            )));
         }
-        self.secret(name).ok_or_else(|| format!("secret {name:?} is not set on the master"))
+        self.secret(name).ok_or_else(|| FireError::Failed(format!("secret {name:?} is not set on the master")))
     }
 
     async fn fire_command(
@@ -1071,7 +1078,7 @@ impl Engine {
         ctx: &Value,
         run: &FireRun<'_>,
         secrets: &mut Vec<String>,
-    ) -> Result<(Value, Value), String> {
+    ) -> Result<(Value, Value), FireError> {
         run.authority.need(Flag::Execute, "a command")?;
         let resolve_model = run.resolve_model;
         let t = &c.inscription;
@@ -1082,7 +1089,7 @@ impl Engine {
             .or_else(|| t.presets.iter().find(|(_, p)| p.consume).map(|(n, _)| n.clone()))
             .ok_or("no preset holds the command")?;
         if bound.get(&preset).is_none_or(|r| r.is_empty()) {
-            return Err(format!("preset {preset} bound no command token"));
+            return Err(FireError::Failed(format!("preset {preset} bound no command token")));
         }
         let data = match ctx.get(&preset) {
             Some(Value::Array(a)) => a.first().and_then(|t| t.get("data")).cloned(),
@@ -1119,10 +1126,10 @@ impl Engine {
                         _ => None,
                     },
                     Some(_) => {
-                        return Err(format!(
+                        return Err(FireError::Failed(format!(
                             "refused: tool {id:?} is not visible to the principals behind this fire ({})",
                             run.authority.names.join(", ")
-                        ));
+                        )));
                     }
                     // Shipped as it is: the executor fails it with the reason, like any unresolved tool.
                     None => None,
@@ -1175,21 +1182,24 @@ impl Engine {
             Ok(Err(_)) => return Err("the job ended without a result".into()),
             Err(_) => {
                 self.inner.dispatch.jobs.cancel(&job_id);
-                return Err(format!("no executor finished job {job_id} within {} ms", wait.as_millis()));
+                return Err(FireError::Failed(format!(
+                    "no executor finished job {job_id} within {} ms",
+                    wait.as_millis()
+                )));
             }
         };
         let response = serde_json::to_value(&result).map_err(|e| e.to_string())?;
         if let Some(e) = &result.error {
-            return Err(format!("command failed: {e}"));
+            return Err(FireError::Failed(format!("command failed: {e}")));
         }
         if result.exit_code != Some(0) {
             let tail: String = result.stderr.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
-            return Err(format!(
+            return Err(FireError::Failed(format!(
                 "command exited with {:?} (signal {:?}): {}",
                 result.exit_code,
                 result.signal,
                 tail.trim()
-            ));
+            )));
         }
         let out = result.stdout.trim();
         let parsed = serde_json::from_str(out).unwrap_or_else(|_| Value::String(result.stdout.clone()));
@@ -1202,7 +1212,7 @@ impl Engine {
         ctx: &Value,
         run: &FireRun<'_>,
         secrets: &mut Vec<String>,
-    ) -> Result<(Value, Value), String> {
+    ) -> Result<(Value, Value), FireError> {
         run.authority.need(Flag::Execute, "an http action")?;
         run.authority.need(Flag::Http, "an http action")?;
         let HttpCompiled { action: h, url, headers, body } = c.http.as_ref().ok_or("no http action")?;
@@ -1256,7 +1266,7 @@ impl Engine {
             None => (200..300).contains(&status),
         };
         if !ok {
-            return Err(format!("{method} {shown_url} answered {status}"));
+            return Err(FireError::Failed(format!("{method} {shown_url} answered {status}")));
         }
         Ok((body_value, response))
     }

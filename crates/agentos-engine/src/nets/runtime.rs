@@ -15,6 +15,52 @@ use agentos_core::net_state::{ModelNet, NewToken, TokenRef};
 use crate::firing_marker::{CrashLooping, FiringMarker};
 use crate::outbound::OutboundPolicy;
 
+/// Why a fire stops short, typed by what follows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum FireError {
+    /// A limit of the net was crossed: the transition stops, and its inputs are parked.
+    Stop(String),
+    /// The master refuses to fire now (it is short of memory): the inputs are parked, not retried.
+    Refused(String),
+    /// The action, an expression or the routing failed: the inputs follow the transition's
+    /// retry and onError rules.
+    Failed(String),
+}
+
+impl FireError {
+    /// The reason, as events, answers and logs carry it.
+    pub(crate) fn reason(&self) -> &str {
+        match self {
+            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) => r,
+        }
+    }
+
+    pub(crate) fn into_reason(self) -> String {
+        match self {
+            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) => r,
+        }
+    }
+}
+
+impl std::fmt::Display for FireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+/// What an action or its routing reports as failing: its inputs follow retry and onError.
+impl From<String> for FireError {
+    fn from(reason: String) -> Self {
+        FireError::Failed(reason)
+    }
+}
+
+impl From<&str> for FireError {
+    fn from(reason: &str) -> Self {
+        FireError::Failed(reason.to_string())
+    }
+}
+
 /// Compiled expressions of one inscription, built once per applied version.
 pub(crate) struct Compiled {
     pub(crate) inscription: Inscription,
@@ -213,7 +259,7 @@ impl NetRuntime {
     }
 
     /// Counts a fire of `key`; the reason to stop it when it exceeds its fires per second.
-    pub(crate) fn count_fire(&self, key: &(String, String)) -> Result<(), String> {
+    pub(crate) fn count_fire(&self, key: &(String, String)) -> Result<(), FireError> {
         let max = self.limits.max_fires_per_second;
         if max == 0 {
             return Ok(());
@@ -226,15 +272,15 @@ impl NetRuntime {
         }
         *n += 1;
         if *n > max {
-            return Err(format!(
+            return Err(FireError::Stop(format!(
                 "stopped: more than {max} fires within one second (the master's --max-fires-per-second); a net that feeds itself without end? Start it again once fixed"
-            ));
+            )));
         }
         Ok(())
     }
 
     /// The reason to refuse a fire when the master's memory is above its cap.
-    pub(crate) fn check_memory(&self) -> Result<(), String> {
+    pub(crate) fn check_memory(&self) -> Result<(), FireError> {
         let cap = self.limits.max_memory_bytes;
         if cap == 0 {
             return Ok(());
@@ -252,11 +298,11 @@ impl NetRuntime {
             }
         };
         if rss > cap {
-            return Err(format!(
+            return Err(FireError::Refused(format!(
                 "refused: the master uses {} MiB, above its cap of {} MiB (--max-memory-mb); the inputs stay parked",
                 rss >> 20,
                 cap >> 20
-            ));
+            )));
         }
         Ok(())
     }
@@ -268,23 +314,23 @@ impl NetRuntime {
         net: &ModelNet,
         consumed: &[TokenRef],
         outputs: &[NewToken],
-    ) -> Result<(), String> {
+    ) -> Result<(), FireError> {
         let l = &self.limits;
         if l.max_outputs_per_fire > 0 && outputs.len() > l.max_outputs_per_fire {
-            return Err(format!(
+            return Err(FireError::Stop(format!(
                 "stopped: one fire produced {} tokens, more than {} (the master's --max-outputs-per-fire)",
                 outputs.len(),
                 l.max_outputs_per_fire
-            ));
+            )));
         }
         if l.max_token_bytes > 0 {
             for t in outputs {
                 let bytes = serde_json::to_vec(&t.data).map_or(usize::MAX, |b| b.len());
                 if bytes > l.max_token_bytes {
-                    return Err(format!(
+                    return Err(FireError::Stop(format!(
                         "stopped: a token for {} is {bytes} bytes, more than {} (the master's --max-token-bytes)",
                         t.place, l.max_token_bytes
-                    ));
+                    )));
                 }
             }
         }
@@ -301,11 +347,11 @@ impl NetRuntime {
             for (place, n) in added {
                 let held = net.places.get(place).map_or(0, |p| p.tokens.len()) as i64;
                 if place != CATALOG_PLACE && n > 0 && held + n > l.max_tokens_per_place as i64 {
-                    return Err(format!(
+                    return Err(FireError::Stop(format!(
                         "stopped: place {place} would hold {} tokens, more than {} (the master's --max-tokens-per-place)",
                         held + n,
                         l.max_tokens_per_place
-                    ));
+                    )));
                 }
             }
         }
