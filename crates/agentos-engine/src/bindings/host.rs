@@ -53,11 +53,7 @@ impl Binder for Host {
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
         may_call(call.principal)?;
-        Err(CoreError::bad_input(
-            "async_unsupported",
-            format!("{:?} is a host tool: it answers synchronously; invoke it without Prefer: respond-async", call.id),
-        )
-        .into())
+        Err(super::answers_synchronously(call.id, "host tool"))
     }
 }
 

@@ -80,16 +80,17 @@ pub trait Binder: Send + Sync {
     /// Queues one operation and answers its job id at once (`Prefer: respond-async`). Kinds
     /// that answer synchronously refuse.
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
-        Err(CoreError::bad_input(
-            "async_unsupported",
-            format!(
-                "{:?} is a {} tool: it answers synchronously; invoke it without Prefer: respond-async",
-                call.id,
-                self.kind().as_str()
-            ),
-        )
-        .into())
+        Err(answers_synchronously(call.id, &format!("{} tool", self.kind().as_str())))
     }
+}
+
+/// The refusal of `Prefer: respond-async` by a kind that answers at once; `what` names it ("host tool").
+pub(crate) fn answers_synchronously(id: &str, what: &str) -> EngineError {
+    CoreError::bad_input(
+        "async_unsupported",
+        format!("{id:?} is a {what}: it answers synchronously; invoke it without Prefer: respond-async"),
+    )
+    .into()
 }
 
 /// One operation to run.
