@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::flags::{Flag, Flags};
 
@@ -299,17 +300,8 @@ impl StoredEntry {
         self.entry.intern(strings);
     }
 
-    pub fn view(&self, scope: Scope, shadowed: bool) -> EntryView {
-        EntryView {
-            entry: self.entry.to_entry(),
-            model: self.model.to_string(),
-            scope,
-            shadowed,
-            revision: self.revision,
-            created_at: crate::time::format_time(self.created_at),
-            updated_at: crate::time::format_time(self.updated_at),
-            updated_by: self.updated_by.to_string(),
-        }
+    pub fn view(self: &Arc<Self>, scope: Scope, shadowed: bool) -> EntryView {
+        EntryView { stored: self.clone(), scope, shadowed }
     }
 }
 
@@ -386,14 +378,14 @@ pub struct CompactEntry {
     pub description: Box<str>,
     pub capabilities: Box<[Arc<str>]>,
     pub status: Status,
-    /// The [`Contract`] serialized by serde_json.
-    contract: Arc<str>,
+    /// The [`Contract`] serialized by serde_json, written out as it is when the entry is answered.
+    contract: Arc<RawValue>,
     pub binding: Binding,
 }
 
 impl CompactEntry {
     fn new(e: CatalogEntry, strings: &mut Interner) -> Self {
-        let contract = serde_json::to_string(&e.contract).expect("a contract always serializes");
+        let contract = serde_json::value::to_raw_value(&e.contract).expect("a contract always serializes");
         CompactEntry {
             id: e.id.into_boxed_str(),
             name: e.name.into_boxed_str(),
@@ -401,7 +393,7 @@ impl CompactEntry {
             description: e.description.into_boxed_str(),
             capabilities: e.capabilities.iter().map(|c| strings.intern(c)).collect(),
             status: e.status,
-            contract: strings.intern(&contract),
+            contract: strings.intern_contract(contract),
             binding: e.binding,
         }
     }
@@ -411,13 +403,18 @@ impl CompactEntry {
         for c in self.capabilities.iter_mut() {
             *c = strings.intern(c);
         }
-        self.contract = strings.intern(&self.contract);
+        self.contract = strings.share_contract(&self.contract);
     }
 
     /// The contract, parsed from its text.
     pub fn contract(&self) -> Contract {
         // Any depth: the text is what a contract of any depth serialized to.
-        crate::depth::from_str_any_depth(&self.contract).expect("a serialized contract parses back")
+        crate::depth::from_str_any_depth(self.contract.get()).expect("a serialized contract parses back")
+    }
+
+    /// The contract as its JSON text, which an answer writes out without parsing it.
+    pub fn contract_json(&self) -> &Arc<RawValue> {
+        &self.contract
     }
 
     /// The whole definition, as registered.
@@ -476,9 +473,8 @@ impl PartialEq<CatalogEntry> for CompactEntry {
 /// the set stays within about twice what is in use at a constant cost per call.
 #[derive(Debug, Default)]
 pub(crate) struct Interner {
-    set: HashSet<Arc<str>>,
-    /// The size of the set after the last purge.
-    purged: usize,
+    strings: Pool<str>,
+    contracts: Pool<RawValue>,
 }
 
 /// A copy starts empty: the one copy made is the snapshot's, which never interns, and sharing the
@@ -490,41 +486,159 @@ impl Clone for Interner {
 }
 
 impl Interner {
-    /// Purges wait for at least this many texts, so a small catalog never purges.
-    const MIN_PURGE: usize = 1024;
-
     pub(crate) fn intern(&mut self, s: &str) -> Arc<str> {
-        if let Some(a) = self.set.get(s) {
-            return a.clone();
-        }
-        let a: Arc<str> = Arc::from(s);
-        self.set.insert(a.clone());
-        if self.set.len() > (2 * self.purged).max(Self::MIN_PURGE) {
-            // Only the set holds what is counted once.
-            self.set.retain(|t| Arc::strong_count(t) > 1);
-            self.purged = self.set.len();
-        }
-        a
+        self.strings.get(s).unwrap_or_else(|| self.strings.insert(Arc::from(s)))
+    }
+
+    /// The contract text `c` holds, shared with every entry whose contract is the same.
+    fn intern_contract(&mut self, c: Box<RawValue>) -> Arc<RawValue> {
+        self.contracts.get(c.get()).unwrap_or_else(|| self.contracts.insert(Arc::from(c)))
+    }
+
+    fn share_contract(&mut self, c: &Arc<RawValue>) -> Arc<RawValue> {
+        self.contracts.get(c.get()).unwrap_or_else(|| self.contracts.insert(c.clone()))
     }
 }
 
-/// An entry as answered by get and search.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// Shared values found by their text: a value the pool alone holds is dropped at the next purge.
+struct Pool<T: ?Sized + Text> {
+    set: HashSet<ByText<T>>,
+    /// The size of the set after the last purge.
+    purged: usize,
+}
+
+impl<T: ?Sized + Text> std::fmt::Debug for Pool<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool").field("len", &self.set.len()).finish()
+    }
+}
+
+impl<T: ?Sized + Text> Default for Pool<T> {
+    fn default() -> Self {
+        Pool { set: HashSet::new(), purged: 0 }
+    }
+}
+
+impl<T: ?Sized + Text> Pool<T> {
+    /// Purges wait for at least this many values, so a small catalog never purges.
+    const MIN_PURGE: usize = 1024;
+
+    fn get(&self, text: &str) -> Option<Arc<T>> {
+        self.set.get(text).map(|v| v.0.clone())
+    }
+
+    fn insert(&mut self, value: Arc<T>) -> Arc<T> {
+        self.set.insert(ByText(value.clone()));
+        if self.set.len() > (2 * self.purged).max(Self::MIN_PURGE) {
+            // Only the set holds what is counted once.
+            self.set.retain(|t| Arc::strong_count(&t.0) > 1);
+            self.purged = self.set.len();
+        }
+        value
+    }
+}
+
+/// A value with a text that identifies it.
+trait Text {
+    fn text(&self) -> &str;
+}
+
+impl Text for str {
+    fn text(&self) -> &str {
+        self
+    }
+}
+
+impl Text for RawValue {
+    fn text(&self) -> &str {
+        self.get()
+    }
+}
+
+/// Hashed and compared by its text, so a pool is searched with a `&str`.
+struct ByText<T: ?Sized + Text>(Arc<T>);
+
+impl<T: ?Sized + Text> std::hash::Hash for ByText<T> {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.0.text().hash(h)
+    }
+}
+
+impl<T: ?Sized + Text> PartialEq for ByText<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.text() == other.0.text()
+    }
+}
+
+impl<T: ?Sized + Text> Eq for ByText<T> {}
+
+impl<T: ?Sized + Text> std::borrow::Borrow<str> for ByText<T> {
+    fn borrow(&self) -> &str {
+        self.0.text()
+    }
+}
+
+/// An entry as answered by get and search: the stored entry, shared with the catalog, and how
+/// the reader finds it. It serializes as the definition's fields with `model`, `scope`,
+/// `shadowed`, `revision`, `createdAt`, `updatedAt` and `updatedBy` beside them; the contract is
+/// written out as the text it is kept as.
+#[derive(Debug, Clone)]
 pub struct EntryView {
-    #[serde(flatten)]
-    pub entry: CatalogEntry,
-    /// The model whose catalog holds the entry (`default` for global entries).
-    pub model: String,
+    pub stored: Arc<StoredEntry>,
     pub scope: Scope,
     /// True for a global entry hidden by a local entry with the same id.
-    #[serde(default)]
     pub shadowed: bool,
-    /// Sequence number of the event that wrote this definition.
-    pub revision: u64,
-    pub created_at: String,
-    pub updated_at: String,
-    pub updated_by: String,
+}
+
+impl EntryView {
+    /// The entry's definition, whole.
+    pub fn entry(&self) -> &CompactEntry {
+        &self.stored.entry
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryViewOut<'a> {
+    id: &'a str,
+    name: &'a str,
+    version: &'a str,
+    description: &'a str,
+    capabilities: Vec<&'a str>,
+    status: Status,
+    contract: &'a RawValue,
+    binding: &'a Binding,
+    model: &'a str,
+    scope: Scope,
+    shadowed: bool,
+    revision: u64,
+    created_at: String,
+    updated_at: String,
+    updated_by: &'a str,
+}
+
+impl Serialize for EntryView {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (st, e) = (&*self.stored, &self.stored.entry);
+        EntryViewOut {
+            id: &e.id,
+            name: &e.name,
+            version: &e.version,
+            description: &e.description,
+            capabilities: e.capabilities.iter().map(|c| &**c).collect(),
+            status: e.status,
+            contract: &e.contract,
+            binding: &e.binding,
+            model: &st.model,
+            scope: self.scope,
+            shadowed: self.shadowed,
+            revision: st.revision,
+            created_at: crate::time::format_time(st.created_at),
+            updated_at: crate::time::format_time(st.updated_at),
+            updated_by: &st.updated_by,
+        }
+        .serialize(s)
+    }
 }
 
 #[cfg(test)]
@@ -583,6 +697,21 @@ mod tests {
         }
     }
 
+    /// A view is the definition's fields with where and when beside them, the contract as registered.
+    #[test]
+    fn a_view_serializes_as_the_definition_with_its_place_and_times() {
+        let entry = script(
+            "t",
+            json!({"type": "script-io", "operations": {"run": {"description": "d", "input": {"type": "object", "b": 1, "a": [2.5, null]}}}}),
+        );
+        let stored = StoredEntry::new(entry.clone(), "m1".into(), 9, 0, 1_000, "ann".into());
+        let mut want = serde_json::to_value(&entry).unwrap();
+        let extra = json!({"model": "m1", "scope": "local", "shadowed": false, "revision": 9,
+            "createdAt": "1970-01-01T00:00:00.000Z", "updatedAt": "1970-01-01T00:00:01.000Z", "updatedBy": "ann"});
+        want.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        assert_eq!(serde_json::to_value(Arc::new(stored).view(Scope::Local, false)).unwrap(), want);
+    }
+
     /// Snapshots written before the compact form load, and snapshots written now read the same.
     #[test]
     fn the_snapshot_form_of_a_stored_entry_is_unchanged() {
@@ -622,10 +751,20 @@ mod tests {
         let mut strings = Interner::default();
         let kept = strings.intern("kept");
         assert!(Arc::ptr_eq(&kept, &strings.intern("kept")));
-        for i in 0..10 * Interner::MIN_PURGE {
+        const MIN: usize = Pool::<str>::MIN_PURGE;
+        for i in 0..10 * MIN {
             strings.intern(&format!("gone-{i}"));
-            assert!(strings.set.len() <= 2 * Interner::MIN_PURGE, "{} texts after {i}", strings.set.len());
+            assert!(strings.strings.set.len() <= 2 * MIN, "{} texts after {i}", strings.strings.set.len());
         }
         assert!(Arc::ptr_eq(&kept, &strings.intern("kept")), "text in use survives purges");
+        let contract =
+            |i: usize| serde_json::value::to_raw_value(&json!({"type": "x", "operations": {}, "n": i})).unwrap();
+        let shared = strings.intern_contract(contract(0));
+        assert!(Arc::ptr_eq(&shared, &strings.intern_contract(contract(0))), "the same contract text is held once");
+        for i in 1..10 * MIN {
+            strings.intern_contract(contract(i));
+            assert!(strings.contracts.set.len() <= 2 * MIN, "{} contracts after {i}", strings.contracts.set.len());
+        }
+        assert!(Arc::ptr_eq(&shared, &strings.intern_contract(contract(0))), "a contract in use survives purges");
     }
 }

@@ -3,7 +3,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use std::sync::Arc;
 
 use crate::DEFAULT_MODEL;
 use crate::catalog_index::{Filter, Needle, kind_bit};
@@ -26,7 +27,7 @@ pub struct SearchQuery {
     pub offset: usize,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchPage {
     pub items: Vec<EntryView>,
@@ -113,7 +114,7 @@ fn scan(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
     };
     let global = state.catalog(DEFAULT_MODEL).unwrap_or(&empty);
     let (mut total, mut items) = (0, Vec::new());
-    let mut take = |e: &StoredEntry, scope: Scope, shadowed: bool| {
+    let mut take = |e: &Arc<StoredEntry>, scope: Scope, shadowed: bool| {
         if matches(e) {
             if total >= query.offset && items.len() < limit {
                 items.push(e.view(scope, shadowed));
@@ -427,7 +428,7 @@ mod tests {
             s
         }] {
             let page = search(st, &query, only_global);
-            let got: Vec<_> = page.items.iter().map(|i| (i.entry.id.clone(), i.scope, i.shadowed)).collect();
+            let got: Vec<_> = page.items.iter().map(|i| (i.entry().id.to_string(), i.scope, i.shadowed)).collect();
             assert_eq!(got, [("dup".to_string(), Scope::Global, false)], "a hidden local entry showed through");
             let page = scan(st, &query, only_global);
             assert!(page.items.iter().all(|i| !i.shadowed));
@@ -447,8 +448,9 @@ mod tests {
         }
         let query =
             |q: &str| SearchQuery { model: Some("m".into()), q: Some(q.into()), limit: 10, ..Default::default() };
-        let ids =
-            |page: SearchPage| page.items.iter().map(|i| (i.entry.id.clone(), i.scope, i.shadowed)).collect::<Vec<_>>();
+        let ids = |page: SearchPage| {
+            page.items.iter().map(|i| (i.entry().id.to_string(), i.scope, i.shadowed)).collect::<Vec<_>>()
+        };
         let page = search(&state, &query("global"), Flags::all());
         assert_eq!(ids(page), [("a".into(), Scope::Global, false), ("b".into(), Scope::Global, true)]);
         let page = search(&state, &query(""), Flags::all());

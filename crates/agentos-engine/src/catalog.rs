@@ -82,7 +82,7 @@ impl Engine {
         if let Some(o) = owner {
             stored.owner = o.as_str().into();
         }
-        Ok(stored.view(scope, false))
+        Ok(std::sync::Arc::new(stored).view(scope, false))
     }
 
     /// `TOOL_CATALOG_REMOVE`.

@@ -2,12 +2,14 @@
 //! commands of `POST /api/commands`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use agentos_core::{entry, event, search, state};
+use agentos_core::{entry, event, search, state, time};
 
 /// One tool as the catalog stores it (wire shape of DESIGN.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -22,7 +24,8 @@ pub struct CatalogEntry {
     #[serde(default)]
     pub capabilities: Vec<String>,
     pub status: Status,
-    pub contract: Contract,
+    #[schema(value_type = Contract)]
+    pub contract: ContractJson,
     pub binding: Binding,
 }
 
@@ -36,7 +39,7 @@ impl From<entry::CatalogEntry> for CatalogEntry {
             description,
             capabilities,
             status: status.into(),
-            contract: contract.into(),
+            contract: ContractJson::of(&contract),
             binding: binding.into(),
         }
     }
@@ -56,6 +59,35 @@ impl From<entry::Status> for Status {
             entry::Status::Approved => Status::Approved,
             entry::Status::Registered => Status::Registered,
         }
+    }
+}
+
+/// A [`Contract`] as JSON text: an entry's contract is kept as text and written out as it is,
+/// never parsed to answer a read.
+#[derive(Debug, Clone)]
+pub struct ContractJson(Arc<RawValue>);
+
+impl ContractJson {
+    fn of(contract: &entry::Contract) -> Self {
+        ContractJson(Arc::from(serde_json::value::to_raw_value(contract).expect("a contract always serializes")))
+    }
+}
+
+impl PartialEq for ContractJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+impl Serialize for ContractJson {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (*self.0).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for ContractJson {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(d).map(|raw| ContractJson(Arc::from(raw)))
     }
 }
 
@@ -245,16 +277,26 @@ pub struct EntryView {
 
 impl From<entry::EntryView> for EntryView {
     fn from(v: entry::EntryView) -> Self {
-        let entry::EntryView { entry, model, scope, shadowed, revision, created_at, updated_at, updated_by } = v;
+        let entry::EntryView { stored, scope, shadowed } = v;
+        let e = &stored.entry;
         EntryView {
-            entry: entry.into(),
-            model,
+            entry: CatalogEntry {
+                id: e.id.to_string(),
+                name: e.name.to_string(),
+                version: e.version.to_string(),
+                description: e.description.to_string(),
+                capabilities: e.capabilities.iter().map(|c| c.to_string()).collect(),
+                status: e.status.into(),
+                contract: ContractJson(e.contract_json().clone()),
+                binding: e.binding.clone().into(),
+            },
+            model: stored.model.to_string(),
             scope: scope.into(),
             shadowed,
-            revision,
-            created_at,
-            updated_at,
-            updated_by,
+            revision: stored.revision,
+            created_at: time::format_time(stored.created_at),
+            updated_at: time::format_time(stored.updated_at),
+            updated_by: stored.updated_by.to_string(),
         }
     }
 }

@@ -59,16 +59,9 @@ mod tests {
     }
 
     fn entry_view(entry: entry::CatalogEntry, scope: entry::Scope) -> entry::EntryView {
-        entry::EntryView {
-            entry,
-            model: "default".into(),
-            scope,
-            shadowed: true,
-            revision: 7,
-            created_at: "2026-12-01T04:00:00.000Z".into(),
-            updated_at: "2026-12-01T04:05:00.000Z".into(),
-            updated_by: "operator".into(),
-        }
+        let (created, updated) = (1_796_097_600_000, 1_796_097_900_000);
+        let stored = entry::StoredEntry::new(entry, "default".into(), 7, created, updated, "operator".into());
+        std::sync::Arc::new(stored).view(scope, true)
     }
 
     #[test]
