@@ -105,9 +105,9 @@ pub async fn entry_history(
     Ok(Json(app.engine.history(&p, &id, m.model.as_deref()).await?.into()))
 }
 
-/// Run a command: `TOOL_CATALOG_REGISTER_SCRIPT`, `TOOL_CATALOG_SEARCH`, `TOOL_CATALOG_GET`, `TOOL_CATALOG_REMOVE`.
+/// Run a command of the catalog: a registration of some binding kind, a search, a get or a removal.
 #[utoipa::path(post, path = "/api/commands", tag = "commands",
-    request_body(content = Object, description = "A command: {\"type\": \"TOOL_CATALOG_REGISTER_SCRIPT\", ...}. See the RegisterScript, SearchArgs, GetArgs and RemoveArgs schemas."),
+    request_body(content = Object, description = "Written from the command table (openapi.rs)."),
     responses((status = 200, description = "The command's answer: the stored entry, a search page, an entry, or {\"removed\": true}", body = Object),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]

@@ -56,6 +56,8 @@ use crate::wire;
     ),
     components(schemas(
         wire::RegisterScript,
+        wire::RegisterToolnet,
+        wire::NetDoc,
         wire::SearchArgs,
         wire::GetArgs,
         wire::RemoveArgs,
@@ -64,7 +66,7 @@ use crate::wire;
         ErrorBody,
         wire::CommandToken,
     )),
-    modifiers(&Bearer, &RefusalsFromTheRouteTable),
+    modifiers(&Bearer, &RefusalsFromTheRouteTable, &CommandsFromTheCommandTable),
     security(("bearer" = []))
 )]
 struct ApiDoc;
@@ -148,6 +150,52 @@ impl Modify for RefusalsFromTheRouteTable {
     }
 }
 
+/// The wire schema of each command's fields. A command of the table without one here is named
+/// by the test below: a binding's registration command needs its wire type.
+const COMMAND_SCHEMAS: &[(&str, &str)] = &[
+    ("TOOL_CATALOG_REGISTER_SCRIPT", "RegisterScript"),
+    ("TOOL_CATALOG_REGISTER_TOOLNET", "RegisterToolnet"),
+    ("TOOL_CATALOG_SEARCH", "SearchArgs"),
+    ("TOOL_CATALOG_GET", "GetArgs"),
+    ("TOOL_CATALOG_REMOVE", "RemoveArgs"),
+];
+
+/// Documents `POST /api/commands` from the engine's command table: the body is one of the
+/// commands, each its fields' schema with `type` fixed to its name, and the description names
+/// each command with the flags it needs, as the permission check reads them.
+struct CommandsFromTheCommandTable;
+
+impl Modify for CommandsFromTheCommandTable {
+    fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::request_body::RequestBodyBuilder;
+        use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+        use utoipa::openapi::{ContentBuilder, RefOr, Required};
+        let schemas = api.components.as_ref().map(|c| c.schemas.clone()).unwrap_or_default();
+        let (mut one_of, mut lines) = (OneOfBuilder::new(), Vec::new());
+        for c in agentos_engine::commands::commands() {
+            let fields = COMMAND_SCHEMAS.iter().find(|(n, _)| *n == c.name).and_then(|(_, s)| schemas.get(*s));
+            let Some(RefOr::T(Schema::Object(fields))) = fields else { continue };
+            let mut schema = fields.clone();
+            let name = ObjectBuilder::new().schema_type(Type::String).enum_values(Some([c.name]));
+            schema.properties.insert("type".into(), name.into());
+            schema.required.insert(0, "type".into());
+            one_of = one_of.item(Schema::Object(schema));
+            let needs = crate::routes::command_permission(c.name).map(|p| p.describe()).unwrap_or_default();
+            lines.push(format!("`{}` (needs {needs})", c.name));
+        }
+        let Some(op) = api.paths.paths.get_mut("/api/commands").and_then(|item| item.post.as_mut()) else { return };
+        let description = format!("A command: a JSON object whose `type` is one of {}.", lines.join(", "));
+        let content = ContentBuilder::new().schema(Some(Schema::OneOf(one_of.build()))).build();
+        op.request_body = Some(
+            RequestBodyBuilder::new()
+                .description(Some(description))
+                .content("application/json", content)
+                .required(Some(Required::True))
+                .build(),
+        );
+    }
+}
+
 pub fn document() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
@@ -181,5 +229,23 @@ mod tests {
         }
         let id = &doc["paths"]["/api/tool-catalog/{id}"]["get"]["parameters"][0]["schema"];
         assert_eq!(id["pattern"], "^[a-z0-9][a-z0-9-]{0,63}$", "{id}");
+    }
+
+    /// Every command of the engine's table is one body of `POST /api/commands`, with its fields.
+    #[test]
+    fn the_commands_body_is_the_command_table() {
+        let doc = serde_json::to_value(document()).unwrap();
+        let body = &doc["paths"]["/api/commands"]["post"]["requestBody"];
+        let one_of = body["content"]["application/json"]["schema"]["oneOf"].as_array().expect("one of the commands");
+        let names: Vec<_> =
+            one_of.iter().map(|s| s["properties"]["type"]["enum"][0].as_str().unwrap_or_default()).collect();
+        let table: Vec<_> = agentos_engine::commands::commands().iter().map(|c| c.name).collect();
+        assert_eq!(names, table, "each command of the table needs its wire schema in COMMAND_SCHEMAS");
+        for s in one_of {
+            assert_eq!(s["required"][0], "type", "{s}");
+            assert!(s["properties"].as_object().is_some_and(|p| p.len() > 1), "the command's fields: {s}");
+        }
+        let description = body["description"].as_str().unwrap();
+        assert!(description.contains("`TOOL_CATALOG_REGISTER_SCRIPT` (needs the 's' (scripts) flag)"), "{description}");
     }
 }

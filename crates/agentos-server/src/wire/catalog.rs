@@ -433,6 +433,35 @@ pub struct RegisterScript {
     pub env: Option<Vec<String>>,
 }
 
+/// `TOOL_CATALOG_REGISTER_TOOLNET`: a net run as one tool, from its input place to its output place.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterToolnet {
+    #[schema(example = "triage-flow")]
+    pub id: String,
+    pub name: String,
+    /// The net document (places and transitions), as `PUT /api/models/{model}/net` takes it.
+    #[schema(value_type = super::NetDoc)]
+    pub net: Value,
+    /// The place an invocation's input is put into.
+    pub input_place: String,
+    /// The place whose first token is the invocation's answer.
+    pub output_place: String,
+    /// Where to register: a model name, or `default` for the global catalog. Defaults to the caller's home model.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// JSON Schema of the input token's data.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub input: Option<Value>,
+}
+
 /// `TOOL_CATALOG_SEARCH`: the same filters as `GET /api/tool-catalog`.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

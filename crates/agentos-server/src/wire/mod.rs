@@ -89,6 +89,12 @@ mod tests {
         check_same_shape::<agentos_engine::bindings::script::RegisterScript, super::RegisterScript>(
             json!({"id": "b", "name": "B", "runtime": "sh", "contentBase64": "ZWNobyBoaQ=="}),
         );
+        check_same_shape::<agentos_engine::bindings::toolnet::RegisterToolnet, super::RegisterToolnet>(json!({
+            "id": "flow", "name": "Flow", "inputPlace": "in", "outputPlace": "out", "model": "m1", "version": "1.0.0",
+            "description": "A flow", "capabilities": ["flow"], "input": {"type": "object"},
+            "net": {"places": ["in", "out"], "transitions": [{"id": "t", "kind": "pass",
+                "presets": {"x": {"place": "in"}}, "postsets": {"y": {"place": "out"}}}]}
+        }));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(search);
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({"bindingType": "toolnet"}));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({}));
