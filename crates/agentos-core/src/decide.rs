@@ -125,7 +125,7 @@ pub fn decide_net_events(st: &State, model: &str, events: &[NetEvent]) -> Decide
     let net = st.nets.models.get(model);
     let mut out = Vec::with_capacity(events.len());
     for ev in events {
-        ev.check(net).map_err(CoreError::conflict)?;
+        ev.check(net)?;
         out.push((model.to_string(), EventBody::Net(ev.clone())));
     }
     Ok(out)

@@ -36,8 +36,70 @@ const DENIED: &[&str] = &[
 /// Error messages are cut to this many characters: a runtime error may quote a large value.
 const MAX_ERROR_CHARS: usize = 400;
 
+/// Why an expression or a template gave no value, typed by whose the fault is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExprError {
+    /// The source is not an expression this platform runs: what is wrong and where.
+    Compile(String),
+    /// The expression raised an error on its input (`error(...)`, a type error, a missing key).
+    Raised(String),
+    /// The expression was stopped before it answered: a time or memory limit of the sandbox, or
+    /// the interpreter failing on it.
+    Stopped(String),
+    /// A template names a credential its renderer does not give.
+    Credential(String),
+}
+
+impl ExprError {
+    /// The message, as fires, answers and logs carry it.
+    pub fn message(&self) -> &str {
+        match self {
+            ExprError::Compile(m) | ExprError::Raised(m) | ExprError::Stopped(m) | ExprError::Credential(m) => m,
+        }
+    }
+
+    /// The same error with `context` (where it happened) before its message.
+    pub fn within(self, context: impl fmt::Display) -> ExprError {
+        let with = |m: String| format!("{context}: {m}");
+        match self {
+            ExprError::Compile(m) => ExprError::Compile(with(m)),
+            ExprError::Raised(m) => ExprError::Raised(with(m)),
+            ExprError::Stopped(m) => ExprError::Stopped(with(m)),
+            ExprError::Credential(m) => ExprError::Credential(with(m)),
+        }
+    }
+
+    /// The kind's name, as a sandbox worker reports it: `compile`, `raised`, `stopped` or `credential`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ExprError::Compile(_) => "compile",
+            ExprError::Raised(_) => "raised",
+            ExprError::Stopped(_) => "stopped",
+            ExprError::Credential(_) => "credential",
+        }
+    }
+
+    /// The error of kind `kind` (see [`ExprError::kind`]; an unknown kind reads as raised).
+    pub fn of_kind(kind: &str, message: String) -> ExprError {
+        match kind {
+            "compile" => ExprError::Compile(message),
+            "stopped" => ExprError::Stopped(message),
+            "credential" => ExprError::Credential(message),
+            _ => ExprError::Raised(message),
+        }
+    }
+}
+
+impl fmt::Display for ExprError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for ExprError {}
+
 /// Runs a jq program (its source) on an input elsewhere and answers its first output.
-pub type Sandbox = Arc<dyn Fn(&str, &Value) -> Result<Option<Value>, String> + Send + Sync>;
+pub type Sandbox = Arc<dyn Fn(&str, &Value) -> Result<Option<Value>, ExprError> + Send + Sync>;
 
 /// Where expressions run: every evaluation names one. On a master it is a sandbox (worker
 /// processes with time and memory limits), given by whoever starts the master: a jq program can
@@ -86,34 +148,34 @@ const COMPILE_STACK_BYTES: usize = 256 << 20;
 
 impl Expr {
     /// Compiles `src`. The error says what is wrong and where (a byte offset into `src`).
-    pub fn compile(src: &str) -> Result<Expr, String> {
+    pub fn compile(src: &str) -> Result<Expr, ExprError> {
         if src.len() > MAX_EXPR_BYTES {
-            return Err(format!("the expression is {} bytes long; at most {MAX_EXPR_BYTES} are accepted", src.len()));
+            let why = format!("the expression is {} bytes long; at most {MAX_EXPR_BYTES} are accepted", src.len());
+            return Err(ExprError::Compile(why));
         }
         std::thread::scope(|s| {
             std::thread::Builder::new()
                 .name("jq-compile".into())
                 .stack_size(COMPILE_STACK_BYTES)
                 .spawn_scoped(s, || Self::compile_here(src))
-                .map_err(|e| format!("cannot start the expression compiler: {e}"))?
+                .map_err(|e| ExprError::Stopped(format!("cannot start the expression compiler: {e}")))?
                 .join()
-                .unwrap_or_else(|_| Err("the jq compiler failed on this expression".to_string()))
+                .unwrap_or_else(|_| Err(ExprError::Stopped("the jq compiler failed on this expression".to_string())))
         })
     }
 
-    fn compile_here(src: &str) -> Result<Expr, String> {
+    fn compile_here(src: &str) -> Result<Expr, ExprError> {
         let arena = Arena::default();
         let defs = jaq_core::defs().chain(jaq_std::defs()).chain(jaq_json::defs());
         let defs = defs.filter(|def| !DENIED.contains(&def.name));
         let loader = Loader::new(defs);
         let modules = loader.load(&arena, File { code: src, path: () }).map_err(|errs| {
             let msgs = errs.into_iter().flat_map(|(file, err)| load_error_messages(file.code, err));
-            join_errors(msgs)
+            ExprError::Compile(join_errors(msgs))
         })?;
-        let filter = Compiler::<_, Data>::default()
-            .with_funs(native_funs())
-            .compile(modules)
-            .map_err(|errs| join_errors(errs.into_iter().flat_map(|(_, errs)| errs).map(undefined_message)))?;
+        let filter = Compiler::<_, Data>::default().with_funs(native_funs()).compile(modules).map_err(|errs| {
+            ExprError::Compile(join_errors(errs.into_iter().flat_map(|(_, errs)| errs).map(undefined_message)))
+        })?;
         Ok(Expr { source: src.into(), filter: Arc::new(filter) })
     }
 
@@ -123,23 +185,23 @@ impl Expr {
     }
 
     /// First output of the expression on `input`; `Ok(None)` when it yields nothing; `Err` on a runtime error.
-    pub fn eval(&self, runner: &Runner, input: &Value) -> Result<Option<Value>, String> {
+    pub fn eval(&self, runner: &Runner, input: &Value) -> Result<Option<Value>, ExprError> {
         self.first(runner, to_val(input), |v| v.map(from_val))
     }
 
     /// The first output on `input`, always in this process: what a sandbox worker runs.
-    pub fn eval_here(&self, input: &Value) -> Result<Option<Value>, String> {
+    pub fn eval_here(&self, input: &Value) -> Result<Option<Value>, ExprError> {
         self.first_here(to_val(input), |v| v.map(from_val))
     }
 
     /// jq truthiness of the first output: `false` and `null` are false, and so is no output.
-    pub fn truthy(&self, runner: &Runner, input: &Value) -> Result<bool, String> {
+    pub fn truthy(&self, runner: &Runner, input: &Value) -> Result<bool, ExprError> {
         self.first(runner, to_val(input), |v| matches!(v, Some(v) if !matches!(v, Val::Null | Val::Bool(false))))
     }
 
     /// Runs the expression on `input` and maps its first output with `f`. A panic inside the interpreter
     /// becomes an error rather than unwinding into the caller.
-    fn first<T>(&self, runner: &Runner, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, String> {
+    fn first<T>(&self, runner: &Runner, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, ExprError> {
         match &runner.sandbox {
             Some(sandbox) => {
                 let out = sandbox(&self.source, &from_val(&input))?;
@@ -149,7 +211,7 @@ impl Expr {
         }
     }
 
-    fn first_here<T>(&self, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, String> {
+    fn first_here<T>(&self, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, ExprError> {
         let run = || {
             let ctx = Ctx::<Data>::new(&self.filter.lut, Vars::new([]));
             let mut outputs = self.filter.id.run((ctx, input));
@@ -157,17 +219,17 @@ impl Expr {
                 Ok(v) => Ok(f(v.as_ref())),
                 Err(exn) => Err(match exn.get_err() {
                     // `error("text")` reads as the text, as in jq; other values as JSON.
-                    Ok(err) => truncate(match err.into_val() {
+                    Ok(err) => ExprError::Raised(truncate(match err.into_val() {
                         Val::TStr(b) | Val::BStr(b) => String::from_utf8_lossy(&b).into_owned(),
                         other => other.to_string(),
-                    }),
+                    })),
                     // Only `halt` raises anything else, and it is not offered.
-                    Err(_) => "the expression stopped the program".to_string(),
+                    Err(_) => ExprError::Stopped("the expression stopped the program".to_string()),
                 }),
             }
         };
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
-            .unwrap_or_else(|_| Err("the jq interpreter failed on this input".to_string()))
+            .unwrap_or_else(|_| Err(ExprError::Stopped("the jq interpreter failed on this input".to_string())))
     }
 }
 
@@ -360,7 +422,7 @@ const CREDENTIALS_PREFIX: &str = "credentials.";
 impl Template {
     /// Compiles every hole of `value`. An error is the JSON pointer of the bad string inside `value`
     /// (e.g. `/body/summary`; `""` for `value` itself) and the reason.
-    pub fn compile(value: &Value) -> Result<Template, (String, String)> {
+    pub fn compile(value: &Value) -> Result<Template, (String, ExprError)> {
         let mut path = String::new();
         let mut holes = Holes::default();
         let node = compile_node(value, &mut path, &mut holes)?;
@@ -376,7 +438,7 @@ impl Template {
         runner: &Runner,
         input: &Value,
         credential: &dyn Fn(&str) -> Option<String>,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, ExprError> {
         // The input is converted for jaq once, and only when a hole needs it.
         let input = if self.has_exprs { to_val(input) } else { Val::Null };
         render_node(runner, &self.node, &input, credential)
@@ -395,7 +457,7 @@ struct Holes {
     exprs: usize,
 }
 
-fn compile_node(value: &Value, path: &mut String, holes: &mut Holes) -> Result<Node, (String, String)> {
+fn compile_node(value: &Value, path: &mut String, holes: &mut Holes) -> Result<Node, (String, ExprError)> {
     let node = match value {
         Value::String(s) => {
             let mut parts = parse_string(s, path).map_err(|reason| (path.clone(), reason))?;
@@ -464,7 +526,7 @@ fn literals<'a>(nodes: impl Iterator<Item = &'a Node>) -> Option<Vec<Value>> {
 }
 
 /// Splits a template string into text and holes.
-fn parse_string(s: &str, path: &str) -> Result<Vec<Part>, String> {
+fn parse_string(s: &str, path: &str) -> Result<Vec<Part>, ExprError> {
     let mut parts = Vec::new();
     let mut text = String::new();
     let mut i = 0;
@@ -477,9 +539,9 @@ fn parse_string(s: &str, path: &str) -> Result<Vec<Part>, String> {
             i = at + 3;
         } else if rest.starts_with("${") {
             let start = at + 2;
-            let len = hole_len(&s[start..]).map_err(|e| format!("hole at offset {at}: {e}"))?;
+            let len = hole_len(&s[start..]).map_err(|e| ExprError::Compile(format!("hole at offset {at}: {e}")))?;
             let src = &s[start..start + len];
-            let kind = parse_hole(src).map_err(|e| format!("hole `${{{}}}`: {e}", shorten(src)))?;
+            let kind = parse_hole(src).map_err(|e| e.within(format_args!("hole `${{{}}}`", shorten(src))))?;
             if !text.is_empty() {
                 parts.push(Part::Text(std::mem::take(&mut text)));
             }
@@ -539,15 +601,16 @@ fn hole_len(body: &str) -> Result<usize, String> {
     })
 }
 
-fn parse_hole(src: &str) -> Result<HoleKind, String> {
+fn parse_hole(src: &str) -> Result<HoleKind, ExprError> {
     let trimmed = src.trim();
     if trimmed.is_empty() {
-        return Err("empty hole".to_string());
+        return Err(ExprError::Compile("empty hole".to_string()));
     }
     if let Some(name) = trimmed.strip_prefix(CREDENTIALS_PREFIX) {
         let valid = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !valid {
-            return Err("a credential reference is `credentials.NAME`, NAME made of A-Z a-z 0-9 _ -".to_string());
+            let why = "a credential reference is `credentials.NAME`, NAME made of A-Z a-z 0-9 _ -";
+            return Err(ExprError::Compile(why.to_string()));
         }
         return Ok(HoleKind::Credential(name.to_string()));
     }
@@ -567,7 +630,7 @@ fn render_node(
     node: &Node,
     input: &Val,
     credential: &dyn Fn(&str) -> Option<String>,
-) -> Result<Value, String> {
+) -> Result<Value, ExprError> {
     Ok(match node {
         Node::Literal(v) => v.clone(),
         Node::Whole(hole) => match &hole.kind {
@@ -598,18 +661,19 @@ fn render_node(
             fields
                 .iter()
                 .map(|(k, n)| Ok((k.clone(), render_node(runner, n, input, credential)?)))
-                .collect::<Result<_, String>>()?,
+                .collect::<Result<_, ExprError>>()?,
         ),
     })
 }
 
-fn eval_hole(runner: &Runner, hole: &Hole, expr: &Expr, input: &Val) -> Result<Option<Value>, String> {
+fn eval_hole(runner: &Runner, hole: &Hole, expr: &Expr, input: &Val) -> Result<Option<Value>, ExprError> {
     expr.first(runner, input.clone(), |v| v.map(from_val))
-        .map_err(|e| format!("{}: hole `${{{}}}`: {e}", display_path(&hole.path), shorten(expr.source())))
+        .map_err(|e| e.within(format_args!("{}: hole `${{{}}}`", display_path(&hole.path), shorten(expr.source()))))
 }
 
-fn resolve(hole: &Hole, name: &str, credential: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
-    credential(name).ok_or_else(|| format!("{}: unknown credential `{name}`", display_path(&hole.path)))
+fn resolve(hole: &Hole, name: &str, credential: &dyn Fn(&str) -> Option<String>) -> Result<String, ExprError> {
+    credential(name)
+        .ok_or_else(|| ExprError::Credential(format!("{}: unknown credential `{name}`", display_path(&hole.path))))
 }
 
 fn display_path(path: &str) -> &str {
@@ -652,6 +716,8 @@ mod tests {
             assert!(r.is_ok(), "{len} bytes: {r:?}");
         }
         let err = Expr::compile(&".".repeat(MAX_EXPR_BYTES + 1)).unwrap_err();
+        assert!(matches!(err, ExprError::Compile(_)), "{err:?}");
+        let err = err.to_string();
         assert!(err.contains("at most 16384"), "{err}");
     }
 
@@ -681,6 +747,8 @@ mod tests {
         ];
         for (src, want) in cases {
             let err = Expr::compile(src).expect_err(src);
+            assert!(matches!(err, ExprError::Compile(_)), "{err:?}");
+            let err = err.to_string();
             check(&format!("{src:?} -> {err}"), err.contains(want), true);
         }
         // Functions from the standard library that only compute are there.
@@ -724,6 +792,8 @@ mod tests {
         }
         for (src, want) in [("error(\"boom\")", "boom"), ("error({code: 1})", "{\"code\":1}"), (".s + 1", "cannot")] {
             let err = Expr::compile(src).unwrap().eval(&Runner::in_process(), &input).unwrap_err();
+            assert!(matches!(err, ExprError::Raised(_)), "{err:?}");
+            let err = err.to_string();
             check(&format!("{src} -> {err}"), err.starts_with(want), true);
         }
     }
@@ -830,6 +900,8 @@ mod tests {
         // Unknown credential: the error names it and its place, never a value.
         let only_other = |name: &str| (name == "other-token").then(|| "tok".to_string());
         let err = t.render(&Runner::in_process(), &input, &only_other).unwrap_err();
+        assert!(matches!(err, ExprError::Credential(_)), "{err:?}");
+        let err = err.to_string();
         check(&err, err.contains("unknown credential `API_KEY`") && err.contains("/auth"), true);
         check(&err, err.contains("tok") || err.contains("s3cret"), false);
     }
@@ -853,7 +925,11 @@ mod tests {
         for (template, path, reason) in cases {
             let case = template.to_string();
             let (got_path, got_reason) = Template::compile(&template).expect_err(&case);
-            check(&format!("{case}: {got_reason}"), (got_path.as_str(), got_reason.contains(reason)), (path, true));
+            check(
+                &format!("{case}: {got_reason}"),
+                (got_path.as_str(), got_reason.to_string().contains(reason)),
+                (path, true),
+            );
         }
     }
 
@@ -861,6 +937,8 @@ mod tests {
     fn template_render_errors_name_the_place() {
         let t = Template::compile(&json!({"a": [{"b": "x ${.s + 1}"}]})).unwrap();
         let err = t.render(&Runner::in_process(), &json!({"s": "str"}), &no_credentials).unwrap_err();
+        assert!(matches!(err, ExprError::Raised(_)), "{err:?}");
+        let err = err.to_string();
         check(&err, err.starts_with("/a/0/b: hole `${.s + 1}`: cannot"), true);
     }
 }

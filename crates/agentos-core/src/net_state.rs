@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::CoreError;
 use crate::net::{Inscription, NetDoc};
 
 /// A token: JSON data with metadata.
@@ -315,8 +316,14 @@ pub enum NetEvent {
 
 impl NetEvent {
     /// Whether applying it to `net` is still sound: the tokens it names are there and free.
-    /// Checked when an event is decided, so a race between two fires loses cleanly.
-    pub fn check(&self, net: Option<&ModelNet>) -> Result<(), String> {
+    /// Checked when an event is decided, so a race between two fires loses cleanly: a conflict
+    /// that says what moved.
+    pub fn check(&self, net: Option<&ModelNet>) -> Result<(), CoreError> {
+        self.unsound(net).map_err(CoreError::conflict)
+    }
+
+    /// Why applying it to `net` is not sound, if it is not.
+    fn unsound(&self, net: Option<&ModelNet>) -> Result<(), String> {
         let net = match (self, net) {
             (NetEvent::Applied { .. }, _) => return Ok(()),
             (_, None) => return Err("the model has no net".into()),

@@ -6,6 +6,7 @@ use agentos_core::flags::{Flag, Flags};
 use agentos_core::state::State;
 use agentos_core::{CoreError, DEFAULT_MODEL};
 
+use crate::nets::runtime::FireError;
 use crate::{Engine, EngineError, Principal};
 
 /// Whether `p` may read and act on `model`'s net, tokens, watch stream, jobs and local catalog.
@@ -99,17 +100,18 @@ impl Authority {
         Authority { flags, names }
     }
 
-    /// Refuses a fire that needs `flag` when someone behind it does not hold it.
-    pub fn need(&self, flag: Flag, what: &str) -> Result<(), String> {
+    /// Refuses a fire that needs `flag` when someone behind it does not hold it: the action
+    /// fails (its inputs follow retry and onError), naming who lacks what.
+    pub(crate) fn need(&self, flag: Flag, what: &str) -> Result<(), FireError> {
         if self.flags.has(flag) {
             return Ok(());
         }
-        Err(format!(
+        Err(FireError::Failed(format!(
             "refused: {what} needs the '{}' ({}) flag, and the principals behind this fire ({}) do not all hold it",
             flag.letter(),
             flag.word(),
             self.names.join(", ")
-        ))
+        )))
     }
 }
 

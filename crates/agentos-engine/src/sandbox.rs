@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use std::collections::HashMap;
 
-use agentos_core::expr::{Expr, Runner};
+use agentos_core::expr::{Expr, ExprError, Runner};
 use serde_json::{Value, json};
 
 /// Address space a worker may use.
@@ -95,10 +95,11 @@ impl ExprPool {
     }
 
     /// The first output of `src` on `input`, computed by a worker.
-    pub fn eval(&self, src: &str, input: &Value) -> Result<Option<Value>, String> {
-        let mut line = serde_json::to_vec(&json!({"src": src, "input": input})).map_err(|e| e.to_string())?;
+    pub fn eval(&self, src: &str, input: &Value) -> Result<Option<Value>, ExprError> {
+        let mut line = serde_json::to_vec(&json!({"src": src, "input": input}))
+            .map_err(|e| ExprError::Stopped(format!("the input cannot be sent to the evaluator: {e}")))?;
         line.push(b'\n');
-        let mut worker = self.take()?;
+        let mut worker = self.take().map_err(ExprError::Stopped)?;
         match worker.ask(&line, self.timeout) {
             Ok(answer) => {
                 self.give_back(Some(worker));
@@ -108,7 +109,7 @@ impl ExprPool {
                 // Dropping the worker kills it.
                 drop(worker);
                 self.give_back(None);
-                Err(why)
+                Err(ExprError::Stopped(why))
             }
         }
     }
@@ -131,7 +132,7 @@ impl ExprPool {
 
 impl Worker {
     /// Sends one request and reads its one answer line. `Err`: the worker is no longer usable.
-    fn ask(&mut self, line: &[u8], timeout: Duration) -> Result<Result<Option<Value>, String>, String> {
+    fn ask(&mut self, line: &[u8], timeout: Duration) -> Result<Result<Option<Value>, ExprError>, String> {
         let died = "the expression stopped its evaluator: it recursed too deep, built too deep a value or used more than 1 GiB";
         self.stdin.write_all(line).map_err(|_| died.to_string())?;
         let deadline = Instant::now() + timeout;
@@ -140,7 +141,7 @@ impl Worker {
                 let answer: Value = serde_json::from_slice(&self.buf[..end]).map_err(|e| e.to_string())?;
                 self.buf.drain(..=end);
                 return Ok(match answer.get("err").and_then(Value::as_str) {
-                    Some(e) => Err(e.to_string()),
+                    Some(e) => Err(ExprError::of_kind(answer["kind"].as_str().unwrap_or_default(), e.to_string())),
                     None => Ok(answer.get("ok").cloned().filter(|_| answer["some"] == true)),
                 });
             }
@@ -196,7 +197,7 @@ pub fn started_as_worker() -> bool {
 }
 
 /// The worker: one JSON request per line on stdin (`{"src", "input"}`), one answer per line on
-/// stdout (`{"some", "ok"}` or `{"err"}`), until stdin closes. Its memory is capped, and it is
+/// stdout (`{"some", "ok"}` or `{"err", "kind"}`, the kind of [`ExprError`]), until stdin closes. Its memory is capped, and it is
 /// not dumpable (its inputs are token data).
 pub fn worker_main() -> std::process::ExitCode {
     let limit = libc::rlimit { rlim_cur: WORKER_MEMORY_BYTES, rlim_max: WORKER_MEMORY_BYTES };
@@ -229,7 +230,7 @@ pub fn worker_main() -> std::process::ExitCode {
                 match result {
                     Ok(Some(v)) => json!({"some": true, "ok": v}),
                     Ok(None) => json!({"some": false}),
-                    Err(e) => json!({"err": e}),
+                    Err(e) => json!({"err": e.message(), "kind": e.kind()}),
                 }
             }
             Err(e) => json!({"err": format!("bad request to the expression worker: {e}")}),
@@ -276,16 +277,16 @@ mod tests {
 
         let slow = pool("read l; sleep 5", 200);
         let err = slow.eval(".", &json!(null)).unwrap_err();
-        assert!(err.contains("longer than 200 ms"), "{err}");
+        assert!(matches!(&err, ExprError::Stopped(m) if m.contains("longer than 200 ms")), "{err:?}");
         assert_eq!(slow.live(), 0, "the worker that overran is gone");
 
         let dies = pool("read l; exit 3", 5000);
         let err = dies.eval(".", &json!(null)).unwrap_err();
-        assert!(err.contains("stopped its evaluator"), "{err}");
+        assert!(matches!(&err, ExprError::Stopped(m) if m.contains("stopped its evaluator")), "{err:?}");
         assert_eq!(dies.live(), 0);
 
-        let errs = pool(r#"while read l; do echo '{"err":"no such function"}'; done"#, 5000);
-        assert_eq!(errs.eval(".", &json!(null)), Err("no such function".into()));
+        let errs = pool(r#"while read l; do echo '{"err":"no such function","kind":"compile"}'; done"#, 5000);
+        assert_eq!(errs.eval(".", &json!(null)), Err(ExprError::Compile("no such function".into())));
         assert_eq!(errs.live(), 1, "an error of the program is not the worker's");
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::broadcast;
 
 use agentos_core::event::GrantTarget;
 use agentos_core::event::{Event, EventBody};
-use agentos_core::expr::Runner;
+use agentos_core::expr::{ExprError, Runner};
 use agentos_core::flags::Flag;
 use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
 use agentos_core::name::check_model_name;
@@ -482,7 +482,7 @@ impl Engine {
         self.check_model(p, model)
     }
 
-    fn compiled(&self, model: &str, t: &Inscription) -> Result<Arc<Compiled>, String> {
+    fn compiled(&self, model: &str, t: &Inscription) -> Result<Arc<Compiled>, ExprError> {
         let key = (model.to_string(), t.id.clone());
         let mut cache = self.inner.nets.compiled.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = cache.get(&key)
@@ -557,7 +557,7 @@ impl Engine {
         runner: &Runner,
         c: &Compiled,
         candidates: Vec<(String, Candidates)>,
-    ) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, String> {
+    ) -> Result<Option<BTreeMap<String, Vec<TokenRef>>>, ExprError> {
         let t = &c.inscription;
         let mut bound = BTreeMap::new();
         let mut used: std::collections::BTreeSet<TokenRef> = candidates
@@ -574,18 +574,20 @@ impl Engine {
                         Take::First => 1,
                         Take::All => preset.limit.unwrap_or(usize::MAX),
                     };
-                    let f = c.filters.get(&name).ok_or("a filtered preset lost its filter")?;
+                    let lost = || ExprError::Compile(format!("preset {name}: its filter is not compiled"));
+                    let f = c.filters.get(&name).ok_or_else(lost)?;
                     let (refs, values): (Vec<TokenRef>, Vec<Value>) = tokens.into_iter().unzip();
                     let verdicts = if values.is_empty() {
                         Vec::new()
                     } else {
                         match f
                             .eval(runner, &Value::Array(values))
-                            .map_err(|e| format!("preset {name}: filter failed: {e}"))?
+                            .map_err(|e| e.within(format_args!("preset {name}: filter failed")))?
                         {
                             Some(Value::Array(v)) if v.len() == refs.len() => v,
                             other => {
-                                return Err(format!("preset {name}: the filter answered {other:?} over its tokens"));
+                                let why = format!("preset {name}: the filter answered {other:?} over its tokens");
+                                return Err(ExprError::Raised(why));
                             }
                         }
                     };
@@ -600,11 +602,11 @@ impl Engine {
                                 chosen.push(r);
                             }
                             Value::String(e) => {
-                                return Err(format!(
+                                return Err(ExprError::Raised(format!(
                                     "preset {name}: filter failed on token {}: {}",
                                     r.id,
                                     e.trim_start_matches("error: ")
-                                ));
+                                )));
                             }
                             _ => {}
                         }
@@ -862,7 +864,7 @@ impl Engine {
         let bound = match Self::select(&self.inner.nets.expressions, &c, candidates) {
             Ok(Some(bound)) => bound,
             Ok(None) => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(&c.inscription)))),
-            Err(e) => return Ok(outcome("not-enabled", None, Some(e))),
+            Err(e) => return Ok(outcome("not-enabled", None, Some(e.to_string()))),
         };
         let (ctx, by) = {
             let st = self.read_state();
@@ -975,7 +977,7 @@ impl Engine {
             let net = st.nets.models.get(model).ok_or_else(|| CoreError::internal("the net is gone"))?;
             let f = net.in_flight.get(fire).ok_or_else(|| CoreError::internal("the fire is gone"))?;
             let t = net.inscription(&f.transition).ok_or_else(|| CoreError::internal("the transition is gone"))?;
-            let c = self.compiled(model, t).map_err(CoreError::internal)?;
+            let c = self.compiled(model, t).map_err(|e| CoreError::internal(e.to_string()))?;
             let resolve = net.instance.as_ref().map(|i| i.resolve_model.clone()).unwrap_or_else(|| model.to_string());
             // Decided when the action runs (again after a restart), from who holds what now.
             let by = net.behind(&f.transition, &f.bound, f.firer.as_deref());

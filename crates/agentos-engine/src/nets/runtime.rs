@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use agentos_core::expr::{Expr, Runner, Template};
+use agentos_core::expr::{Expr, ExprError, Runner, Template};
 use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction};
 use agentos_core::net_state::{ModelNet, NewToken, TokenRef};
 
@@ -55,6 +55,13 @@ impl From<String> for FireError {
     }
 }
 
+/// An expression or a template of the inscription gave no value: the fire failed.
+impl From<ExprError> for FireError {
+    fn from(e: ExprError) -> Self {
+        FireError::Failed(e.to_string())
+    }
+}
+
 impl From<&str> for FireError {
     fn from(reason: &str) -> Self {
         FireError::Failed(reason.to_string())
@@ -73,7 +80,9 @@ pub(crate) struct Compiled {
 }
 
 impl Compiled {
-    pub(crate) fn new(t: &Inscription) -> Result<Compiled, String> {
+    pub(crate) fn new(t: &Inscription) -> Result<Compiled, ExprError> {
+        let action = |e: serde_json::Error| ExprError::Compile(format!("action: {e}"));
+        let template = |at: String| move |(p, e): (String, ExprError)| e.within(format_args!("{at}{p}"));
         let mut filters = BTreeMap::new();
         for (name, p) in &t.presets {
             if let Some(f) = &p.filter {
@@ -81,32 +90,32 @@ impl Compiled {
             }
         }
         let when = t.emit.iter().map(|r| r.when.as_deref().map(Expr::compile).transpose()).collect::<Result<_, _>>()?;
-        let template = match t.kind.as_str() {
+        let template_of_map = match t.kind.as_str() {
             "map" => {
-                let m: MapAction = serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?;
-                Some(Template::compile(&m.template).map_err(|(p, e)| format!("{p}: {e}"))?)
+                let m: MapAction = serde_json::from_value(t.action.clone()).map_err(action)?;
+                Some(Template::compile(&m.template).map_err(template(String::new()))?)
             }
             _ => None,
         };
         let http = match t.kind.as_str() {
             "http" => {
-                let h: HttpAction = serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?;
-                let url = Template::compile(&h.url).map_err(|(p, e)| format!("url{p}: {e}"))?;
+                let h: HttpAction = serde_json::from_value(t.action.clone()).map_err(action)?;
+                let url = Template::compile(&h.url).map_err(template("url".into()))?;
                 let mut headers = BTreeMap::new();
                 for (k, v) in &h.headers {
-                    headers.insert(k.clone(), Template::compile(v).map_err(|(p, e)| format!("headers/{k}{p}: {e}"))?);
+                    headers.insert(k.clone(), Template::compile(v).map_err(template(format!("headers/{k}")))?);
                 }
-                let body =
-                    h.body.as_ref().map(Template::compile).transpose().map_err(|(p, e)| format!("body{p}: {e}"))?;
+                let body = h.body.as_ref().map(Template::compile).transpose().map_err(template("body".into()))?;
                 Some(HttpCompiled { action: h, url, headers, body })
             }
             _ => None,
         };
         let command = match t.kind.as_str() {
             "command" if t.action.is_null() => Some(CommandAction::default()),
-            "command" => Some(serde_json::from_value(t.action.clone()).map_err(|e| e.to_string())?),
+            "command" => Some(serde_json::from_value(t.action.clone()).map_err(action)?),
             _ => None,
         };
+        let template = template_of_map;
         Ok(Compiled { inscription: t.clone(), filters, template, when, http, command })
     }
 }
