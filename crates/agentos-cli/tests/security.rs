@@ -944,3 +944,25 @@ fn the_executor_list_names_only_the_jobs_a_reader_may_see() {
     let view = e1(&insider);
     assert_eq!((view["jobs"].clone(), view["otherJobs"].clone()), (json!([job_id]), json!(0)), "{view}");
 }
+
+/// `Host`, `Forwarded` and `X-Forwarded-*` cannot be set on a request that carries a secret
+/// (they would let the far end be told the request came from elsewhere); the net is refused when
+/// applied, naming the header. Without a secret they are allowed.
+#[test]
+fn forwarding_headers_are_refused_on_a_request_that_carries_a_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    assert_eq!(op.put("/api/secrets/API_KEY", json!({"value": "forwarded-secret-0042"})).0, 200);
+    for header in ["Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "x-forwarded-proto", "Host"] {
+        let mut headers = json!({"Authorization": "Bearer ${credentials.API_KEY}"});
+        headers[header] = json!("for=203.0.113.9");
+        let (s, v) = op.put("/api/models/m/net", http_net("http://127.0.0.1:9/", headers));
+        assert_eq!(s, 400, "{header}: {v}");
+        let text = v.to_string();
+        assert!(text.contains(&format!("{header} cannot be set on a request that carries credentials")), "{v}");
+        assert!(text.contains(&format!("/action/headers/{header}")), "{v}");
+        let (s, v) = op.put("/api/models/m/net", http_net("http://127.0.0.1:9/", json!({header: "for=203.0.113.9"})));
+        assert_eq!(s, 200, "{header} without a secret: {v}");
+    }
+}

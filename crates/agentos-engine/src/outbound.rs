@@ -253,7 +253,7 @@ fn refused_kind(ip: IpAddr, deny_private: bool) -> Option<&'static str> {
 }
 
 /// The addresses of this machine's network interfaces (none when they cannot be read).
-fn interface_addresses() -> Vec<IpAddr> {
+pub fn interface_addresses() -> Vec<IpAddr> {
     let mut out = Vec::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list this function frees below, and nothing else.
