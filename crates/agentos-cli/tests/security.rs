@@ -966,3 +966,109 @@ fn forwarding_headers_are_refused_on_a_request_that_carries_a_secret() {
         assert_eq!(s, 200, "{header} without a secret: {v}");
     }
 }
+
+/// Runs `agentos` as the operator of `m`; answers stdout, asserting success.
+fn cli(m: &Master, args: &[&str]) -> String {
+    let out = std::process::Command::new(common::BIN)
+        .args(args)
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "agentos {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `agentos secret grant`, `secret grants`, `secret ungrant`, `agent grant` and `agent ungrant`
+/// end to end: each change is an event the log shows, and the lists follow.
+#[test]
+fn secret_and_model_grants_are_listed_revoked_and_logged_from_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    assert_eq!(op.put("/api/secrets/API_KEY", json!({"value": "cli-secret-0042"})).0, 200);
+    let line = cli(&m, &["secret", "grant", "API_KEY", "--origin", "https://API.example.com:443", "--model", "ma"]);
+    assert!(line.contains("origin https://api.example.com only in model ma"), "{line}");
+    let id = line.split_whitespace().next().unwrap().to_string();
+    let listed = cli(&m, &["secret", "grants"]);
+    assert!(listed.contains(&id) && listed.contains("API_KEY"), "{listed}");
+    let json_list: Value = serde_json::from_str(&cli(&m, &["secret", "grants", "--json"])).unwrap();
+    assert_eq!(json_list[0]["id"], id.as_str(), "{json_list}");
+    assert!(cli(&m, &["secret", "ungrant", &id]).contains(&format!("secret grant {id} revoked")));
+    assert_eq!(cli(&m, &["secret", "grants"]).trim(), "", "the grant is still listed");
+
+    let _a = agent(&op, "a", "r", "ma");
+    assert!(cli(&m, &["agent", "grant", "a", "--model", "mb"]).contains("a may now act in model mb"));
+    assert!(cli(&m, &["agent", "list"]).contains("(granted mb)"));
+    assert!(cli(&m, &["agent", "ungrant", "a", "--model", "mb"]).contains("a may no longer act in model mb"));
+    assert!(!cli(&m, &["agent", "list"]).contains("granted"));
+
+    let (_, events) = op.get("/api/events?limit=1000");
+    let kinds: Vec<(&str, &str)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"].as_str().unwrap().contains("Grant"))
+        .map(|e| (e["type"].as_str().unwrap(), e["principal"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("SecretGranted", "operator"),
+            ("SecretGrantRevoked", "operator"),
+            ("ModelGranted", "operator"),
+            ("ModelGrantRevoked", "operator")
+        ]
+    );
+    let granted = events.as_array().unwrap().iter().find(|e| e["type"] == "SecretGranted").unwrap();
+    assert_eq!(granted["payload"]["id"], id.as_str(), "{granted}");
+    assert!(!events.to_string().contains("cli-secret-0042"), "the log holds the secret in clear");
+}
+
+/// At start the master names secrets set before the 8-byte minimum, with the command that
+/// replaces them, and every `AGENTOS_CREDENTIAL_*` variable it ignores, with the commands that
+/// make it a granted secret.
+#[test]
+fn the_master_reports_short_secrets_and_ignored_credential_variables_at_start() {
+    use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let log = dir.path().join("master.log");
+    let mut m = Master::start_logged(&data, &log, &[]);
+    assert_eq!(m.client().put("/api/secrets/LONG_ONE", json!({"value": "long-enough-0042"})).0, 200);
+    let (s, v) = m.client().put("/api/secrets/SHORT", json!({"value": "short"}));
+    assert_eq!(s, 400, "a new short secret is refused: {v}");
+    m.terminate();
+    // A secret written before the minimum: the same record an older master wrote.
+    let key: [u8; 32] = std::fs::read(data.join("secrets.key")).unwrap().try_into().unwrap();
+    let nonce = [7u8; 24];
+    let ciphertext = chacha20poly1305::XChaCha20Poly1305::new(&key.into())
+        .encrypt(&nonce.into(), Payload { msg: b"short", aad: b"SHORT" })
+        .unwrap();
+    let b64 = |b: &[u8]| base64::Engine::encode(&base64::engine::general_purpose::STANDARD, b);
+    let payload = json!({"name": "SHORT", "nonce": b64(&nonce), "ciphertext": b64(&ciphertext)}).to_string();
+    let conn = rusqlite::Connection::open(data.join("events.db")).unwrap();
+    conn.execute(
+        "INSERT INTO events (model, type, key, payload, principal, time, v) \
+         SELECT model, type, 'secret:SHORT', ?1, principal, time, v FROM events WHERE type = 'SecretSet' LIMIT 1",
+        [payload],
+    )
+    .unwrap();
+    drop(conn);
+
+    let log = dir.path().join("restarted.log");
+    let _m = Master::start_logged(&data, &log, &[("AGENTOS_CREDENTIAL_OLD_KEY", "from-the-environment-1")]);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.contains("secret SHORT is shorter than 8 bytes") && text.contains("agentos secret set SHORT"),
+        "{text}"
+    );
+    assert!(!text.contains("secret LONG_ONE is shorter"), "{text}");
+    assert!(
+        text.contains("AGENTOS_CREDENTIAL_OLD_KEY is ignored")
+            && text.contains("agentos secret set OLD_KEY")
+            && text.contains("agentos secret grant OLD_KEY"),
+        "{text}"
+    );
+    assert!(!text.contains("from-the-environment-1"), "the log holds the variable's value");
+}
