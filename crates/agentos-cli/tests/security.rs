@@ -940,6 +940,14 @@ fn the_executor_list_names_only_the_jobs_a_reader_may_see() {
         (view["state"].clone(), view["jobs"].clone(), view["otherJobs"].clone()),
         (json!("busy"), json!([]), json!(1))
     );
+    let out = std::process::Command::new(common::BIN)
+        .args(["executors"])
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", outsider.token.as_deref().unwrap())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(shown.contains("1 in other models") && !shown.contains(&job_id), "{shown}");
     let insider = agent(&op, "insider", "r", "mb");
     let view = e1(&insider);
     assert_eq!((view["jobs"].clone(), view["otherJobs"].clone()), (json!([job_id]), json!(0)), "{view}");
