@@ -622,7 +622,12 @@ fn every_query_and_resource_route_answers_by_model_for_each_flag() {
                 let body = json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": "sh",
                     "content": format!("echo {name}"), "model": model});
                 ask(format!("register a script in {model}"), api.command(body), by_model(Expect::Ok));
-                registered_in_default += usize::from(place == Place::Default);
+                let remove = json!({"type": "TOOL_CATALOG_REMOVE", "id": id, "model": model});
+                ask(format!("remove its script from {model}"), api.command(remove), by_model(Expect::Ok));
+                registered_in_default += 2 * usize::from(place == Place::Default);
+                // The operator's entry: refused for its owner where the model passes.
+                let remove = json!({"type": "TOOL_CATALOG_REMOVE", "id": "loc", "model": model});
+                ask(format!("remove the operator's loc from {model}"), api.command(remove), by_model(Expect::Passes));
             }
             if has(Flag::Write) {
                 let id = format!("net-{name}");
@@ -672,19 +677,22 @@ fn every_query_and_resource_route_answers_by_model_for_each_flag() {
             }
         }
         // Refused requests wrote nothing: everything this agent wrote is in a model it may use,
-        // or its registrations in the global catalog.
+        // or its own entries in the global catalog.
         let (_, events) = op.get(&format!("/api/events?principal={name}&limit=1000"));
         let events = &events.as_array().unwrap()[before..];
         let elsewhere: Vec<&Value> = events
             .iter()
             .filter(|e| e["model"] != name.as_str() && e["model"] != "granted-m")
-            .filter(|e| !(e["model"] == "default" && e["type"] == "ToolRegistered"))
+            .filter(|e| !(e["model"] == "default" && (e["type"] == "ToolRegistered" || e["type"] == "ToolRemoved")))
             .collect();
         assert!(elsewhere.is_empty(), "{name} wrote outside its models: {elsewhere:?}");
         let in_default = events.iter().filter(|e| e["model"] == "default").count();
-        assert_eq!(in_default, registered_in_default, "{name}'s registrations in default: {events:?}");
+        assert_eq!(in_default, registered_in_default, "{name}'s catalog changes in default: {events:?}");
     }
     assert!(checked >= 150, "only {checked} checks");
+    // The instance lived through every check: its refusals were for it, not for a model gone.
+    let (_, models) = op.get("/api/models");
+    assert!(models.as_array().unwrap().iter().any(|m| m["name"] == instance.as_str()), "{models}");
     assert_eq!(waiting.join().unwrap().0, 504);
 }
 
