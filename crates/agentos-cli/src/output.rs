@@ -197,13 +197,13 @@ pub fn executors(v: &Value) -> String {
     for e in list {
         let jobs: Vec<&str> =
             e["jobs"].as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-        out.push_str(&format!(
-            "{:<24} {:<8} {:<26} {}\n",
-            s(&e, "name"),
-            s(&e, "state"),
-            s(&e, "lastSeen"),
-            jobs.join(",")
-        ));
+        let mut held = jobs.join(",");
+        // Jobs in models the caller may not use are counted, never named.
+        if let Some(n) = e["otherJobs"].as_u64().filter(|n| *n > 0) {
+            held =
+                if held.is_empty() { format!("{n} in other models") } else { format!("{held} (+{n} in other models)") };
+        }
+        out.push_str(&format!("{:<24} {:<8} {:<26} {held}\n", s(&e, "name"), s(&e, "state"), s(&e, "lastSeen")));
     }
     out.trim_end().to_string()
 }

@@ -115,3 +115,44 @@ fn a_redirect_from_an_allowed_origin_to_a_refused_address_is_not_followed() {
     assert!(request.starts_with("GET /outside"), "{request}");
     untouched(&target);
 }
+
+/// A master listening on all addresses (`0.0.0.0`) is reached on each address of the machine's
+/// interfaces: its own http transitions may not call them, unless `--http-allow` names them.
+#[test]
+fn a_master_listening_on_all_addresses_refuses_its_own_interface_addresses() {
+    let own = agentos_engine::outbound::interface_addresses()
+        .into_iter()
+        .find(|ip| ip.is_ipv4() && !ip.is_loopback())
+        .expect("a non-loopback IPv4 interface address");
+    let listener = TcpListener::bind((own, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_full(dir.path(), "0.0.0.0:0", &[], &[]);
+    let api = m.client();
+    http_net(&api, "own", &format!("http://{own}:{port}/"));
+    let reason = fire_and_fail(&api, "own");
+    assert!(reason.contains(&format!("{own} is refused")) && reason.contains("this master's own address"), "{reason}");
+    untouched(&listener);
+}
+
+/// Cloud metadata and link-local addresses are refused by the policy before any connection
+/// (a connection tried would fail as a timeout or a refused connect, not as the policy's refusal).
+#[test]
+fn metadata_and_link_local_addresses_are_refused_before_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    for (model, url, what) in [
+        (
+            "metadata",
+            "http://169.254.169.254/latest/meta-data/",
+            "169.254.169.254 is refused: it is a cloud metadata address",
+        ),
+        ("link-local", "http://169.254.10.20:8080/", "169.254.10.20 is refused: it is a link-local address"),
+        ("link-local-v6", "http://[fe80::1]:8080/", "fe80::1 is refused: it is a link-local address"),
+    ] {
+        http_net(&api, model, url);
+        let reason = fire_and_fail(&api, model);
+        assert!(reason.contains(what), "{reason}");
+    }
+}

@@ -204,5 +204,9 @@ pub struct ExecutorView {
     /// `polling`, `busy`, `idle` or `gone`.
     pub state: String,
     pub last_seen: String,
+    /// The ids of the jobs it holds that the reader may see (in models it may use).
     pub jobs: Vec<String>,
+    /// How many jobs it holds besides those: in models the reader may not use.
+    #[serde(default)]
+    pub other_jobs: usize,
 }

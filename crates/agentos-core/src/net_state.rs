@@ -173,7 +173,9 @@ impl ModelNet {
     }
 
     /// The principal ids behind a fire: the transition's author, everyone behind its bound tokens,
-    /// and whoever fired it by hand. Sorted, without duplicates.
+    /// whoever fired it by hand, and in a tool-net instance its invoker, so a fire that binds
+    /// none of the invoker's tokens (a scheduled one, one reading only the catalog) still acts
+    /// with no more than the invoker holds. Sorted, without duplicates.
     pub fn behind(
         &self,
         transition: &str,
@@ -191,6 +193,10 @@ impl ModelNet {
         }
         if let Some(f) = firer {
             ids.insert(f.to_string());
+        }
+        // Instances recorded before invokers were (an empty id) have none to add.
+        if let Some(i) = self.instance.as_ref().filter(|i| !i.invoker.is_empty()) {
+            ids.insert(i.invoker.clone());
         }
         ids.into_iter().collect()
     }

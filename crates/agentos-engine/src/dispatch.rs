@@ -362,7 +362,16 @@ impl Engine {
         Ok(requeued)
     }
 
-    pub fn executors(&self) -> Vec<ExecutorView> {
-        self.inner.dispatch.jobs.executors()
+    /// Executors with their state and the jobs they hold. Job ids lead to jobs' output, so a
+    /// principal other than the operator sees only those of jobs in models it may use (and of
+    /// jobs it invoked); the others are counted.
+    pub fn executors(&self, p: &Principal) -> Vec<ExecutorView> {
+        if p.is_operator() {
+            return self.inner.dispatch.jobs.executors();
+        }
+        let st = self.read_state();
+        self.inner.dispatch.jobs.executors_shown(|job| {
+            job.invoker.as_deref() == Some(p.id.as_str()) || crate::access::may_use_model(&st, p, &job.model)
+        })
     }
 }

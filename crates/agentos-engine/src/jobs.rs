@@ -438,22 +438,33 @@ impl JobQueue {
 
     /// Executors with their state, longest-known first.
     pub fn executors(&self) -> Vec<ExecutorView> {
+        self.executors_shown(|_| true)
+    }
+
+    /// Executors with their state, naming only the jobs for which `shown(job)` holds; the others
+    /// an executor holds are counted in `other_jobs`.
+    pub fn executors_shown(&self, shown: impl Fn(&OpenJob) -> bool) -> Vec<ExecutorView> {
         let q = self.lock();
         let now = Instant::now();
         let mut out: Vec<ExecutorView> = q
             .executors
             .iter()
             .map(|(name, seen)| {
-                let mut jobs: Vec<String> = q
-                    .jobs
+                let held: Vec<(&String, &Job)> =
+                    q.jobs.iter().filter(|(_, j)| j.lease.as_ref().is_some_and(|l| &l.executor == name)).collect();
+                let busy = !held.is_empty();
+                let mut jobs: Vec<String> = held
                     .iter()
-                    .filter(|(_, j)| j.lease.as_ref().is_some_and(|l| &l.executor == name))
-                    .map(|(id, _)| id.clone())
+                    .filter(|(_, j)| {
+                        shown(&OpenJob { model: j.model.clone(), invoker: j.invoker.clone(), running: true })
+                    })
+                    .map(|(id, _)| (*id).clone())
                     .collect();
+                let other_jobs = held.len() - jobs.len();
                 jobs.sort();
                 let state = if seen.gone(now, self.config.gone_after) {
                     "gone"
-                } else if !jobs.is_empty() {
+                } else if busy {
                     "busy"
                 } else if seen.polls > 0 {
                     "polling"
@@ -465,6 +476,7 @@ impl JobQueue {
                     state: state.into(),
                     last_seen: agentos_core::event::format_time(seen.last_wall),
                     jobs,
+                    other_jobs,
                 }
             })
             .collect();

@@ -95,22 +95,36 @@ pub struct OutboundPolicy {
 #[derive(Debug, Default)]
 struct Rules {
     allow: Vec<IpRange>,
-    /// The master's own address, when it listens on one address rather than all.
-    own: Option<IpAddr>,
+    /// The master's own addresses: the one it listens on, or when it listens on all (`0.0.0.0`,
+    /// `::`) every address of the machine's interfaces, each of which reaches its API.
+    own: Vec<IpAddr>,
     deny_private: bool,
 }
 
 impl OutboundPolicy {
     /// A policy that refuses the usual addresses except those in `allow`.
     pub fn new(allow: Vec<IpRange>) -> OutboundPolicy {
-        OutboundPolicy { rules: Arc::new(Rules { allow, own: None, deny_private: false }) }
+        OutboundPolicy { rules: Arc::new(Rules { allow, own: Vec::new(), deny_private: false }) }
     }
 
     /// Also refuses the address the master listens on (its API is not a target for its own
-    /// requests). Only the IP counts: the resolver never learns the port a request is for.
+    /// requests). Only the IP counts: the resolver never learns the port a request is for. A
+    /// master listening on all addresses is reached on each of the machine's interface addresses
+    /// (read now, at start), so all of them are refused.
     pub fn listening_on(self, addr: SocketAddr) -> OutboundPolicy {
         let ip = addr.ip().to_canonical();
-        let own = (!ip.is_unspecified()).then_some(ip);
+        let own = if ip.is_unspecified() {
+            // `0.0.0.0` answers on IPv4 addresses only; `::` on both.
+            interface_addresses().into_iter().filter(|a| ip.is_ipv6() || a.is_ipv4()).collect()
+        } else {
+            vec![ip]
+        };
+        self.own_addresses(own)
+    }
+
+    /// Refuses these addresses as the master's own (see [`OutboundPolicy::listening_on`]).
+    pub fn own_addresses(self, own: Vec<IpAddr>) -> OutboundPolicy {
+        let own = own.into_iter().map(|ip| ip.to_canonical()).collect();
         OutboundPolicy { rules: Arc::new(Rules { own, ..self.rules.cloned() }) }
     }
 
@@ -170,7 +184,7 @@ impl OutboundPolicy {
 
 impl Rules {
     fn cloned(&self) -> Rules {
-        Rules { allow: self.allow.clone(), own: self.own, deny_private: self.deny_private }
+        Rules { allow: self.allow.clone(), own: self.own.clone(), deny_private: self.deny_private }
     }
 
     fn check_ip(&self, ip: IpAddr) -> Result<(), OutboundError> {
@@ -179,7 +193,7 @@ impl Rules {
             return Ok(());
         }
         let what = refused_kind(canonical, self.deny_private)
-            .or_else(|| (self.own == Some(canonical)).then_some("this master's own address"));
+            .or_else(|| self.own.contains(&canonical).then_some("this master's own address"));
         match what {
             Some(what) => Err(OutboundError::Refused { addr: ip, what }),
             None => Ok(()),
@@ -236,6 +250,42 @@ fn refused_kind(ip: IpAddr, deny_private: bool) -> Option<&'static str> {
             }
         }
     }
+}
+
+/// The addresses of this machine's network interfaces (none when they cannot be read).
+pub fn interface_addresses() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `head` with a list this function frees below, and nothing else.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "could not read the interface addresses; only loopback is known as this master's own");
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs returned, not yet freed.
+        let ifa = unsafe { &*cur };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: `ifa_addr` points at a sockaddr whose family says which struct it is.
+            match i32::from(unsafe { (*ifa.ifa_addr).sa_family }) {
+                libc::AF_INET => {
+                    // SAFETY: an AF_INET address is a sockaddr_in.
+                    let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+                    out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))));
+                }
+                libc::AF_INET6 => {
+                    // SAFETY: an AF_INET6 address is a sockaddr_in6.
+                    let sin6 = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in6) };
+                    out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+                }
+                _ => {}
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from getifaddrs and is freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
 }
 
 /// Resolves names with the system resolver and keeps only the addresses the policy allows; a
@@ -360,6 +410,24 @@ mod tests {
         for (addr, allow, expected) in cases {
             check(addr, allow, *expected);
         }
+    }
+
+    #[test]
+    fn a_master_listening_on_all_addresses_refuses_each_interface_address() {
+        let interfaces = interface_addresses();
+        assert!(interfaces.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{interfaces:?}");
+        let policy = OutboundPolicy::new(Vec::new()).listening_on("0.0.0.0:7420".parse().unwrap());
+        for ip in interfaces.iter().filter(|ip| ip.is_ipv4()) {
+            assert!(policy.check_ip(*ip).is_err(), "{ip} is this master's own");
+        }
+        // Named by --http-allow, an own address is reached like any other.
+        let own: IpAddr = "192.0.2.7".parse().unwrap();
+        let policy = OutboundPolicy::new(Vec::new()).own_addresses(vec![own]);
+        let e = policy.check_ip(own).unwrap_err().to_string();
+        assert!(e.contains("own address") && e.contains("--http-allow 192.0.2.7"), "{e}");
+        let policy = OutboundPolicy::new(vec!["192.0.2.7".parse().unwrap()]).own_addresses(vec![own]);
+        assert!(policy.check_ip(own).is_ok());
+        assert!(policy.check_ip("192.0.2.8".parse().unwrap()).is_ok());
     }
 
     #[test]

@@ -255,11 +255,14 @@ pub async fn get_job(
     Ok(Json(app.engine.job(&p, &id).await?.into()))
 }
 
-/// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds.
+/// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds: for an agent, the ids of those in models it may use, the others counted.
 #[utoipa::path(get, path = "/api/executors", tag = "executors",
     responses((status = 200, body = Vec<wire::ExecutorView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
-pub async fn list_executors(State(app): State<AppState>) -> Json<Vec<wire::ExecutorView>> {
-    Json(app.engine.executors().into_iter().map(wire::ExecutorView::from).collect())
+pub async fn list_executors(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+) -> Json<Vec<wire::ExecutorView>> {
+    Json(app.engine.executors(&p).into_iter().map(wire::ExecutorView::from).collect())
 }
 
 /// Create an executor credential (operator only). It is good for the executor protocol and nothing else.

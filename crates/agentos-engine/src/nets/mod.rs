@@ -51,9 +51,9 @@ pub(crate) struct ToolnetCall<'a> {
 
 /// Where a fire acts and with whose authority.
 struct FireRun<'a> {
-    /// The model whose net fires.
-    model: &'a str,
-    /// Scripts resolve local first in this model (an instance's invoker's model).
+    /// The model the fire acts for: the model whose net fires, or for a tool-net instance the
+    /// model it was invoked from. Scripts resolve local first in it, and a secret grant narrowed
+    /// to a model is checked against it, for commands and http alike.
     resolve_model: &'a str,
     authority: &'a Authority,
 }
@@ -987,7 +987,7 @@ impl Engine {
         };
         let t = &c.inscription;
         let mut secrets = Vec::new();
-        let run = FireRun { model, resolve_model: &resolve_model, authority: &authority };
+        let run = FireRun { resolve_model: &resolve_model, authority: &authority };
         let key = (model.to_string(), t.id.clone());
         // An http answer is read into the master's memory, so the whole request counts as firing; a
         // command runs on an executor, and only what the master does with its result counts (a
@@ -1045,7 +1045,8 @@ impl Engine {
 
     /// A secret's value for one use, when the operator granted it to that use: `pinned`, a
     /// script's (id, catalog model, sha256), or `origin`, an http request's origin. `model` is
-    /// where the fire runs (a grant may be narrowed to one model).
+    /// the model the fire acts for (`FireRun::resolve_model`: in a tool-net instance, the model
+    /// it was invoked from, never `tni-…`), against which a grant narrowed to a model is checked.
     fn granted_secret(&self, name: &str, model: &str, use_: &SecretUse) -> Result<String, FireError> {
         let granted = self.read_state().secret_grants.values().any(|g| {
             g.secret == name
@@ -1229,7 +1230,7 @@ impl Engine {
         if !names.is_empty() {
             let origin = crate::outbound::origin_of(&parsed).ok_or("the url has no host")?;
             for name in names {
-                let v = self.granted_secret(&name, run.model, &SecretUse::Origin(origin.clone()))?;
+                let v = self.granted_secret(&name, run.resolve_model, &SecretUse::Origin(origin.clone()))?;
                 secrets.push(v.clone());
                 values.insert(name, v);
             }

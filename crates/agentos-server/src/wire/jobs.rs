@@ -251,13 +251,16 @@ pub struct ExecutorView {
     /// `polling`, `busy`, `idle` or `gone`.
     pub state: String,
     pub last_seen: String,
+    /// The ids of the jobs it holds in models the caller may use.
     pub jobs: Vec<String>,
+    /// How many jobs it holds in models the caller may not use: counted, not named.
+    pub other_jobs: usize,
 }
 
 impl From<job::ExecutorView> for ExecutorView {
     fn from(e: job::ExecutorView) -> Self {
-        let job::ExecutorView { name, state, last_seen, jobs } = e;
-        ExecutorView { name, state, last_seen, jobs }
+        let job::ExecutorView { name, state, last_seen, jobs, other_jobs } = e;
+        ExecutorView { name, state, last_seen, jobs, other_jobs }
     }
 }
 

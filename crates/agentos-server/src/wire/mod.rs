@@ -228,6 +228,7 @@ mod tests {
             state: "busy".into(),
             last_seen: "2026-12-01T04:00:00.000Z".into(),
             jobs: vec!["j1".into()],
+            other_jobs: 2,
         });
     }
 
