@@ -2,7 +2,7 @@
 //! the crash-loop marker, and what `http` transitions reach the network with. The fire pipeline
 //! over it is in the parent module.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use serde_json::Value;
 use agentos_core::expr::{Expr, Runner, Template};
 use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction};
 use agentos_core::net_state::{ModelNet, NewToken, TokenRef};
+use agentos_core::{CoreError, ErrorKind};
 
 use crate::firing_marker::{CrashLooping, FiringMarker};
 use crate::outbound::OutboundPolicy;
@@ -256,6 +257,51 @@ impl NetRuntime {
     /// A clean stop: no transition was firing when the master died.
     pub(crate) fn clean_stop(&self) {
         self.marker.clear_all();
+    }
+
+    /// Forgets what the runtime keeps per transition of `model` (compiled inscriptions, fire
+    /// rates, schedules, crash-loop counts): its net was deleted. A tool-net instance per
+    /// invocation left one entry of each behind for ever.
+    pub(crate) fn forget_model(&self, model: &str) {
+        self.compiled.lock().unwrap_or_else(|e| e.into_inner()).retain(|(m, _), _| m != model);
+        self.rates.lock().unwrap_or_else(|e| e.into_inner()).retain(|(m, _), _| m != model);
+        self.due.lock().unwrap_or_else(|e| e.into_inner()).retain(|(m, _), _| m != model);
+        self.marker.forget_model(model);
+    }
+
+    /// Forgets the fire rates of `model`'s transitions that `keep` does not name (a net applied anew).
+    pub(crate) fn forget_rates_except(&self, model: &str, keep: &BTreeSet<&str>) {
+        self.rates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(m, t), _| m != model || keep.contains(t.as_str()));
+    }
+
+    /// The models the runtime keeps anything for, to check that deleted ones leave nothing.
+    #[cfg(test)]
+    pub(crate) fn models_held(&self) -> BTreeSet<String> {
+        let mut held: BTreeSet<String> = BTreeSet::new();
+        held.extend(self.compiled.lock().unwrap_or_else(|e| e.into_inner()).keys().map(|k| k.0.clone()));
+        held.extend(self.rates.lock().unwrap_or_else(|e| e.into_inner()).keys().map(|k| k.0.clone()));
+        held.extend(self.due.lock().unwrap_or_else(|e| e.into_inner()).keys().map(|k| k.0.clone()));
+        held
+    }
+
+    /// Refuses token data of more than `--max-token-bytes` (413 `token_too_large`), as a put does.
+    pub(crate) fn check_token_bytes(&self, data: &Value) -> Result<(), CoreError> {
+        let max = self.limits.max_token_bytes;
+        if max == 0 {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(data).map_or(usize::MAX, |b| b.len());
+        if bytes > max {
+            return Err(CoreError::new(
+                ErrorKind::TooLarge,
+                "token_too_large",
+                format!("the token is {bytes} bytes, more than {max} (the master's --max-token-bytes)"),
+            ));
+        }
+        Ok(())
     }
 
     /// Counts a fire of `key`; the reason to stop it when it exceeds its fires per second.
