@@ -78,6 +78,8 @@ pub struct ClientError {
     /// The master's HTTP status, when the master answered: shown by client commands, left off
     /// the one line a shim prints, where agents act on the message and the exit code.
     pub status: Option<u16>,
+    /// The master's error code (`error.code` of its answer), when it gave one.
+    pub error_code: Option<String>,
 }
 
 pub const EXIT_FAILURE: u8 = 1;
@@ -89,7 +91,7 @@ pub const EXIT_TIMED_OUT_CALL: u8 = 6;
 pub const EXIT_UNREACHABLE: u8 = 7;
 
 fn fail(code: u8, message: impl Into<String>) -> ClientError {
-    ClientError { code, message: message.into(), status: None }
+    ClientError { code, message: message.into(), status: None, error_code: None }
 }
 
 pub fn exit(r: Result<(), ClientError>) -> ExitCode {
@@ -172,7 +174,8 @@ impl Conn {
             504 => EXIT_TIMED_OUT_CALL,
             _ => EXIT_FAILURE,
         };
-        Err(ClientError { code, message, status: Some(status.as_u16()) })
+        let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
+        Err(ClientError { code, message, status: Some(status.as_u16()), error_code })
     }
 }
 

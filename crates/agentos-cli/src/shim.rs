@@ -33,7 +33,7 @@ fn model_query() -> Vec<(&'static str, String)> {
 }
 
 fn fail(code: u8, message: String) -> ClientError {
-    ClientError { code, message, status: None }
+    ClientError { code, message, status: None, error_code: None }
 }
 
 /// `--json-file PATH` (or `-` for stdin) is read here, where the file is, and sent as `--json`.
@@ -76,14 +76,25 @@ pub fn run(toolkit: String, args: Vec<String>) -> ExitCode {
         Some(t) if !t.starts_with('-') => format!("agentos-{toolkit} {t}"),
         _ => format!("agentos-{toolkit}"),
     };
+    let json_in = args.iter().any(|a| a == "--json" || a.starts_with("--json=") || a.starts_with("--json-file"));
     match run_inner(&toolkit, args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line: the caller is often a script or an agent reading stderr.
             eprintln!("{label}: {}", e.message.lines().next().unwrap_or(""));
+            if json_in {
+                // A caller that speaks JSON reads stdout: the failure in the answer's shape, with
+                // the master's status and code, which the line leaves off.
+                println!("{}", failure_json(&e));
+            }
             ExitCode::from(e.code)
         }
     }
+}
+
+/// A failure as a caller that passed `--json` reads it on stdout, in the shape of an answer.
+fn failure_json(e: &ClientError) -> Value {
+    json!({"ok": false, "error": {"code": e.error_code, "message": e.message, "status": e.status, "exitCode": e.code}})
 }
 
 fn run_inner(toolkit: &str, args: Vec<String>) -> Result<(), ClientError> {

@@ -171,3 +171,56 @@ fn an_async_invocation_survives_a_master_killed_before_any_executor_ran_it() {
     assert_eq!((status, job["results"].as_array().map(Vec::len)), (200, Some(1)), "{job}");
     assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n");
 }
+
+#[test]
+fn a_direct_job_running_when_the_master_is_killed_finishes_after_the_restart_with_one_result() {
+    use common::{Executor, free_port, wait_for};
+    use serde_json::{Value, json};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // A fixed address: the executor finds the master again after the restart.
+    let listen = format!("127.0.0.1:{}", free_port());
+    let master = Master::start_full(&dir.path().join("master"), &listen, &[], &[]);
+    let api = master.client();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let runs = shared.join("runs");
+    let script = format!("echo ran >> {}; sleep 2; echo done", runs.display());
+    assert_eq!(api.register("slow", "sh", &script, Some("default")).0, 200);
+    let _e = Executor::start(&master, &dir.path().join("executor"), "e1", &[]);
+    let resp = api
+        .http
+        .post(format!("{}/api/tools/slow/invoke", api.url))
+        .bearer_auth(api.token.as_ref().unwrap())
+        .header("Prefer", "respond-async")
+        .json(&json!({"timeoutMs": 20000}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let job_id = resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string();
+    let path = format!("/api/jobs/{job_id}");
+    wait_for("the job to run", || {
+        api.get(&path).1["state"] == "running" && std::fs::read_to_string(&runs).is_ok_and(|r| r == "ran\n")
+    });
+
+    let master = master.restart();
+    let api = master.client();
+    let mut job = Value::Null;
+    wait_for("the job to finish after the restart", || {
+        job = api.get(&path).1;
+        job["state"] == "finished"
+    });
+    let results = job["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{job}");
+    assert_eq!(results[0]["stdout"], "done\n", "{job}");
+    // Handed out again after the restart: the run the master did not see the end of is not
+    // recorded, the one after it is, once.
+    let (_, page) = api.get("/api/events?limit=1000");
+    let events = page["events"].as_array().or(page.as_array()).cloned().unwrap_or_default();
+    let finished = events.iter().filter(|e| e["type"] == "JobFinished" && e.to_string().contains(&job_id)).count();
+    assert_eq!(finished, 1, "{events:?}");
+    // The run cut off by the crash (its result refused: its lease died with the master) and
+    // the one recorded; both ended before the second could finish.
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\nran\n");
+}

@@ -899,3 +899,285 @@ fn the_catalog_is_read_only_tokens_of_p_tool_catalog_that_a_net_reads_with_a_rea
     assert_eq!(api.token_data("cat", "p-out"), vec![json!({"n": 2, "ids": ["alpha", "beta"]})]);
     assert_eq!(api.get("/api/models/cat/places/p-tool-catalog/tokens").1.as_array().unwrap().len(), 3);
 }
+
+/// The events the operator reads, up to the first 1000.
+fn events(api: &Api) -> Vec<Value> {
+    let (status, page) = api.get("/api/events?limit=1000");
+    assert_eq!(status, 200, "{page}");
+    page["events"].as_array().or(page.as_array()).cloned().unwrap_or_default()
+}
+
+fn instances(api: &Api) -> Vec<String> {
+    let (_, models) = api.get("/api/models");
+    models
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["name"].as_str().filter(|n| n.starts_with("tni-")).map(str::to_string))
+        .collect()
+}
+
+fn register_toolnet(api: &Api, id: &str, net: Value) {
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": id, "name": id,
+        "net": net, "inputPlace": "p-in", "outputPlace": "p-out"}));
+    assert_eq!(status, 200, "{v}");
+}
+
+fn nested(levels: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 0..levels {
+        v = json!([v]);
+    }
+    v
+}
+
+#[test]
+fn a_master_killed_during_a_tool_net_invocation_leaves_no_instance_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    // No executor: the command waits in its place, and the invocation with it.
+    register_toolnet(
+        &api,
+        "stuck",
+        json!({"places": ["p-in", "p-out"], "transitions": [
+            {"id": "run", "kind": "command", "presets": {"c": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]}),
+    );
+    let caller = api.clone();
+    let call = std::thread::spawn(move || {
+        // Its connection drops with the master: any answer, or none, will do.
+        let _ = caller
+            .http
+            .post(format!("{}/api/tools/stuck/invoke", caller.url))
+            .bearer_auth(caller.token.as_deref().unwrap())
+            .json(&json!({"input": {"executor": "bash", "command": "true", "args": {}}, "timeoutMs": 60000}))
+            .send();
+    });
+    wait_for("the instance to exist", || instances(&api).len() == 1);
+    let instance = instances(&api)[0].clone();
+    let m = m.restart();
+    call.join().unwrap();
+    let api = m.client();
+    assert_eq!(instances(&api), Vec::<String>::new(), "the instance outlived its master");
+    let deleted = events(&api).into_iter().any(|e| e["model"] == instance.as_str() && e["payload"] == "deleted");
+    assert!(deleted, "no Deleted event for {instance}: {:?}", events(&api));
+    // The master still runs tool nets after the sweep.
+    register_toolnet(
+        &api,
+        "echo",
+        json!({"places": ["p-in", "p-out"], "transitions": [
+            {"id": "move", "kind": "pass", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]}),
+    );
+    let (status, r) = api.invoke("echo", json!({"input": {"n": 1}, "timeoutMs": 10000}));
+    assert_eq!((status, &r["output"]), (200, &json!({"n": 1})), "{r}");
+}
+
+#[test]
+fn a_tool_net_input_is_held_to_the_token_limits_of_a_put() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(dir.path(), &["--max-token-bytes", "1000"]);
+    let api = m.client();
+    register_toolnet(
+        &api,
+        "echo",
+        json!({"places": ["p-in", "p-out"], "transitions": [
+            {"id": "move", "kind": "pass", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]}),
+    );
+    apply(&api, "plain", json!({"places": ["p"], "transitions": []}));
+    let big = json!({"s": "x".repeat(2000)});
+    for (input, status, code) in
+        [(nested(101), 400, "too_deep"), (nested(119), 400, "too_deep"), (big, 413, "token_too_large")]
+    {
+        let invoked = api.invoke("echo", json!({"input": input, "timeoutMs": 10000}));
+        let put = put(&api, "plain", "p", input);
+        assert_eq!(error_code(&invoked, status), code, "{}", invoked.1);
+        assert_eq!(invoked.1["error"]["message"], put.1["error"]["message"], "a put and an invocation say the same");
+    }
+    assert!(
+        events(&api).iter().all(|e| !e["model"].as_str().unwrap_or("").starts_with("tni-")),
+        "an instance was made"
+    );
+    // At the limits it runs.
+    let (status, r) = api.invoke("echo", json!({"input": nested(99), "timeoutMs": 10000}));
+    assert_eq!((status, &r["output"]), (200, &nested(99)), "{r}");
+}
+
+#[test]
+fn an_error_token_the_limits_would_refuse_leaves_its_inputs_parked_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(dir.path(), &["--max-token-bytes", "1000"]);
+    let api = m.client();
+    apply(
+        &api,
+        "work",
+        json!({"places": ["p-in", "p-out", "p-err"], "transitions": [{"id": "inc", "kind": "map",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"out": {"place": "p-out"}, "err": {"place": "p-err"}},
+            "action": {"template": {"next": "${.i.data.n + 1}"}}, "onError": {"to": "err"}, "emit": [{"to": "out"}]}]}),
+    );
+    start_all(&api, "work", &["inc"]);
+    // Each fails its template. The error token wraps the input three levels deeper: 900 bytes
+    // become more than 1000, 99 levels more than 100. A small one goes to the error place.
+    assert_eq!(put(&api, "work", "p-in", json!({"n": "x".repeat(900)})).0, 200);
+    assert_eq!(put(&api, "work", "p-in", json!({"n": nested(98)})).0, 200);
+    assert_eq!(put(&api, "work", "p-in", json!({"n": "small"})).0, 200);
+    wait_for("two parked and one error token", || {
+        api.get("/api/models/work/parked").1.as_array().map(Vec::len) == Some(2)
+            && api.token_data("work", "p-err").len() == 1
+    });
+    assert_eq!(api.token_data("work", "p-err")[0]["input"]["i"]["data"]["n"], "small");
+    let (_, parked) = api.get("/api/models/work/parked");
+    let mut reasons: Vec<String> =
+        parked.as_array().unwrap().iter().map(|p| p["reason"].as_str().unwrap().to_string()).collect();
+    reasons.sort();
+    for r in &reasons {
+        assert!(
+            r.contains("the template failed")
+                && r.contains("the inputs stay parked: the error token for p-err would be refused"),
+            "{r}"
+        );
+    }
+    assert!(reasons.iter().any(|r| r.contains("--max-token-bytes")), "{reasons:?}");
+    assert!(reasons.iter().any(|r| r.contains("levels deep; at most 100")), "{reasons:?}");
+    assert_eq!(api.token_data("work", "p-in").len(), 2);
+    // The master reads its log back.
+    let m = m.restart();
+    assert_eq!(m.client().token_data("work", "p-in").len(), 2);
+}
+
+#[test]
+fn a_map_firing_at_two_deaths_in_a_row_starts_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    // Long enough that each death comes while the template still spins.
+    let mut m = Master::start_with(dir.path(), &["--expr-timeout-ms", "120000"]);
+    let api = m.client();
+    apply(
+        &api,
+        "spin",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "spin", "kind": "map",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"template": {"v": "${def f: f; f}"}}, "emit": [{"to": "o"}]}]}),
+    );
+    start_all(&api, "spin", &["spin"]);
+    put(&api, "spin", "p-in", json!({"n": 1}));
+    let marker = dir.path().join("nets.firing");
+    let firing = || {
+        let record: Value =
+            std::fs::read(&marker).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        record["firing"].as_array().is_some_and(|f| f.contains(&json!(["spin", "spin"])))
+    };
+    for death in 1..=2 {
+        wait_for("the map to be firing", firing);
+        m = m.restart();
+        let t = transition(&m.client(), "spin", "spin");
+        if death == 1 {
+            assert_eq!(t["started"], true, "one death is not a loop: {t}");
+        }
+    }
+    let api = m.client();
+    let t = transition(&api, "spin", "spin");
+    assert_eq!(t["started"], false, "{t}");
+    assert!(t["lastError"].as_str().unwrap().contains("died 2 times in a row"), "{t}");
+    assert_eq!(api.token_data("spin", "p-in"), vec![json!({"n": 1})]);
+    assert!(!firing(), "the stopped map fires again");
+}
+
+#[test]
+fn parked_tokens_are_retried_and_discarded_with_the_cli_each_an_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "park",
+        json!({"places": ["p-in", "p-big"], "transitions": [{"id": "sort", "kind": "pass",
+            "presets": {"x": {"place": "p-in"}}, "postsets": {"big": {"place": "p-big"}},
+            "emit": [{"to": "big", "when": ".result.v > 10"}], "onUnmatched": "keep"}]}),
+    );
+    start_all(&api, "park", &["sort"]);
+    put(&api, "park", "p-in", json!({"v": 1}));
+    put(&api, "park", "p-in", json!({"v": 2}));
+    let parked = || -> Vec<String> {
+        let (_, p) = api.get("/api/models/park/parked");
+        p.as_array().unwrap().iter().map(|p| p["token"]["id"].as_str().unwrap().to_string()).collect()
+    };
+    wait_for("both tokens to park", || parked().len() == 2);
+    let ids = parked();
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(["net"])
+            .args(args)
+            .args(["--model", "park", "--url", &m.url, "--token", &m.token])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let failures = |id: &str| {
+        events(&api)
+            .iter()
+            .filter(|e| e["model"] == "park" && e["payload"]["fireFailed"].to_string().contains(id))
+            .count()
+    };
+    assert_eq!(failures(&ids[0]), 1);
+    assert_eq!(cli(&["retry", &ids[0]]).trim(), format!("released {}", ids[0]));
+    // Retried, it binds again, fails again (v is not above 10) and parks again.
+    wait_for("the retried token to park again", || failures(&ids[0]) == 2 && parked().len() == 2);
+    assert_eq!(cli(&["discard", &ids[1]]).trim(), format!("discarded {}", ids[1]));
+    assert_eq!(parked(), vec![ids[0].clone()]);
+    assert_eq!(api.token_data("park", "p-in"), vec![json!({"v": 1})]);
+    let logged = |kind: &str, id: &str| {
+        events(&api).iter().any(|e| e["model"] == "park" && e["payload"][kind].to_string().contains(id))
+    };
+    assert!(logged("unparked", &ids[0]), "{:?}", events(&api));
+    assert!(logged("discarded", &ids[1]), "{:?}", events(&api));
+    // An id that is not parked is refused, exit code 4.
+    let out = std::process::Command::new(common::BIN)
+        .args(["net", "discard", &ids[1], "--model", "park", "--url", &m.url, "--token", &m.token])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn a_token_a_fire_makes_over_max_token_bytes_stops_its_transition_in_the_map_and_command_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-token-bytes", "1000"]);
+    let api = m.client();
+    // A map whose output is an array of 400 numbers: about 1,500 bytes.
+    apply(
+        &api,
+        "big",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "grow", "kind": "map",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"template": {"v": "${[range(400)]}"}}, "emit": [{"to": "o"}]}]}),
+    );
+    put(&api, "big", "p-in", json!({"n": 1}));
+    let (status, o) = api.post("/api/models/big/transitions/grow/fire", json!({}));
+    assert_eq!((status, o["outcome"].as_str()), (200, Some("stopped")), "{o}");
+    assert!(o["reason"].as_str().unwrap().contains("more than 1000 (the master's --max-token-bytes)"), "{o}");
+    let t = transition(&api, "big", "grow");
+    assert_eq!((t["started"].as_bool(), t["lastError"].as_str()), (Some(false), o["reason"].as_str()), "{t}");
+    assert_eq!(api.token_data("big", "p-in"), vec![json!({"n": 1})]);
+    assert!(api.token_data("big", "p-out").is_empty());
+
+    // A command whose result is 2,000 bytes of stdout: the fire ends failed, its input parked,
+    // and the transition stops.
+    assert_eq!(api.register("loud", "sh", "head -c 2000 /dev/zero | tr '\\0' x", Some("default")).0, 200);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    apply(
+        &api,
+        "cmd",
+        json!({"places": ["p-cmd", "p-out"], "transitions": [{"id": "run", "kind": "command",
+            "presets": {"c": {"place": "p-cmd"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]}),
+    );
+    start_all(&api, "cmd", &["run"]);
+    put(&api, "cmd", "p-cmd", json!({"executor": "script", "command": "invoke", "args": {"toolId": "loud"}}));
+    wait_for("the command transition to stop", || transition(&api, "cmd", "run")["started"] == false);
+    let t = transition(&api, "cmd", "run");
+    assert!(t["lastError"].as_str().unwrap().contains("(the master's --max-token-bytes)"), "{t}");
+    assert_eq!(t["inFlight"], 0, "{t}");
+    assert!(api.token_data("cmd", "p-out").is_empty());
+    let (_, parked) = api.get("/api/models/cmd/parked");
+    assert_eq!(parked.as_array().map(Vec::len), Some(1), "{parked}");
+    assert!(parked[0]["reason"].as_str().unwrap().contains("--max-token-bytes"), "{parked}");
+}

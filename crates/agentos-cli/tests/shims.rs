@@ -110,6 +110,31 @@ fn a_host_tool_runs_through_its_shim_and_times_out_cleanly() {
 }
 
 #[test]
+fn a_shim_called_with_json_reports_a_failure_as_json_with_the_http_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let weather = bin.join("agentos-weather");
+    let out = run(&m, &weather, &["forecast", "--json", r#"{"days": 2}"#], None);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    // The line for people and agents stays without the status.
+    assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert!(!out.stderr.contains("HTTP"), "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    assert_eq!(
+        (v["ok"].as_bool(), v["error"]["status"].as_u64(), v["error"]["exitCode"].as_u64()),
+        (Some(false), Some(400), Some(2)),
+        "{v}"
+    );
+    assert!(v["error"]["code"].is_string(), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("city"), "{v}");
+    // Without --json a failure leaves stdout empty.
+    let out = run(&m, &weather, &["forecast", "--days", "2"], None);
+    assert_eq!((out.code, out.stdout.as_str()), (2, ""), "{}", out.stderr);
+}
+
+#[test]
 fn a_sh_script_calls_two_shims_in_a_row() {
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start_example(&dir.path().join("master"));

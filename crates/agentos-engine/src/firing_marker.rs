@@ -175,6 +175,17 @@ impl FiringMarker {
         }
     }
 
+    /// Forgets the deaths counted for `model`'s transitions: its net was deleted (a tool-net
+    /// instance), so nothing of it will fire again.
+    pub(crate) fn forget_model(&self, model: &str) {
+        let mut m = self.lock();
+        let before = m.written.deaths.len();
+        m.written.deaths.retain(|_, (k, _)| k.0 != model);
+        if m.written.deaths.len() != before {
+            self.write(&m.written);
+        }
+    }
+
     /// A clean stop: nothing was firing, and no death is carried.
     pub(crate) fn clear_all(&self) {
         let mut m = self.lock();

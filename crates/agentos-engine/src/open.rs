@@ -41,6 +41,7 @@ impl Engine {
                 host: Default::default(),
             }),
         };
+        engine.sweep_instances().await;
         engine.stop_crash_looping().await;
         let weak_nets = Arc::downgrade(&engine.inner);
         let fire_loop = tokio::spawn(crate::nets::net_loop(weak_nets));

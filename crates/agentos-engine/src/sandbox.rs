@@ -206,6 +206,21 @@ pub fn worker_main() -> std::process::ExitCode {
         libc::setrlimit(libc::RLIMIT_AS, &limit);
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
+    // A worker spinning on an endless program never reads stdin again, so the master's death
+    // (kill -9) would not end it: it would spin on, orphaned. It watches its parent instead.
+    // SAFETY: getppid has no preconditions; _exit ends the process without running anything.
+    let parent = unsafe { libc::getppid() };
+    let watch = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
+        loop {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            if unsafe { libc::getppid() } != parent {
+                unsafe { libc::_exit(1) };
+            }
+        }
+    });
+    if watch.is_err() {
+        return std::process::ExitCode::FAILURE;
+    }
     let stdin = std::io::stdin().lock();
     let mut stdout = std::io::stdout().lock();
     // Compiling loads the jq standard library: programs are compiled once per worker.

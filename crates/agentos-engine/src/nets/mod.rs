@@ -22,6 +22,9 @@ use agentos_core::{CoreError, ErrorKind};
 
 pub mod runtime;
 
+#[cfg(test)]
+mod instance_tests;
+
 pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
 use runtime::{Candidates, Compiled, FireError, HttpCompiled};
 
@@ -195,6 +198,7 @@ impl Engine {
             .into());
         }
         doc.validate()?;
+        let transitions: Vec<String> = doc.transitions.iter().map(|t| t.id.clone()).collect();
         let m = model.to_string();
         let author = p.clone();
         self.submit(
@@ -207,6 +211,7 @@ impl Engine {
         )
         .await?;
         self.inner.nets.compiled.lock().unwrap_or_else(|e| e.into_inner()).retain(|(mm, _), _| mm != model);
+        self.inner.nets.forget_rates_except(model, &transitions.iter().map(String::as_str).collect());
         // The author may see what it wrote, whether or not it holds 'r'.
         self.view_of(model)
     }
@@ -295,22 +300,8 @@ impl Engine {
         let put = NetEvent::TokensPut {
             tokens: vec![NewToken { place: place.to_string(), name: name.clone(), data: data.clone(), by: by.clone() }],
         };
-        let limits = &self.inner.nets.limits;
-        if limits.max_token_bytes > 0 {
-            let bytes = serde_json::to_vec(&data).map_or(usize::MAX, |b| b.len());
-            if bytes > limits.max_token_bytes {
-                return Err(CoreError::new(
-                    ErrorKind::TooLarge,
-                    "token_too_large",
-                    format!(
-                        "the token is {bytes} bytes, more than {} (the master's --max-token-bytes)",
-                        limits.max_token_bytes
-                    ),
-                )
-                .into());
-            }
-        }
-        let max_tokens = limits.max_tokens_per_place;
+        self.inner.nets.check_token_bytes(&data)?;
+        let max_tokens = self.inner.nets.limits.max_tokens_per_place;
         let (who, m, pl) = (p.clone(), model.to_string(), place.to_string());
         let guarded: crate::committer::Decide = Box::new(move |st| {
             check_model_in(st, &who, &m)?;
@@ -772,6 +763,22 @@ impl Engine {
         match error_place {
             Some(place) if !consumed.is_empty() => {
                 let data = json!({"input": ctx, "error": reason, "attempts": attempts, "transition": t.id});
+                // The error token wraps the inputs, so it is deeper and larger than any of them:
+                // one that a put would refuse parks the inputs instead, with both reasons.
+                let fits = agentos_core::depth::check_token_depth(&data)
+                    .and_then(|()| self.inner.nets.check_token_bytes(&data));
+                if let Err(e) = fits {
+                    return NetEvent::FireFailed {
+                        transition: t.id.clone(),
+                        fire: fire.map(str::to_string),
+                        tokens: consumed,
+                        reason: format!(
+                            "{reason}; after {attempts} attempt(s) the inputs stay parked: the error token for {place} would be refused ({})",
+                            e.message
+                        ),
+                        retry_at: None,
+                    };
+                }
                 let outputs = vec![NewToken { place, name: None, data, by: by.to_vec() }];
                 match fire {
                     None => NetEvent::Fired { transition: t.id.clone(), consumed, outputs },
@@ -866,16 +873,22 @@ impl Engine {
             Ok(None) => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(&c.inscription)))),
             Err(e) => return Ok(outcome("not-enabled", None, Some(e.to_string()))),
         };
-        let (ctx, by) = {
+        let key = (model.to_string(), transition.to_string());
+        let (ctx, by, counted) = {
             let st = self.read_state();
             let Some(net) = st.nets.models.get(model) else {
                 return Ok(outcome("not-enabled", None, Some("no net".into())));
             };
             let catalog = Self::catalog_for(&st, model, net, &c.inscription);
-            (Self::context(net, &c.inscription, &bound, &catalog), net.behind(transition, &bound, firer_id.as_deref()))
+            // Counted under the read lock, with the net still there: a deleted net's runtime
+            // entries are forgotten after its deletion is folded, so none comes back after.
+            (
+                Self::context(net, &c.inscription, &bound, &catalog),
+                net.behind(transition, &bound, firer_id.as_deref()),
+                self.inner.nets.count_fire(&key),
+            )
         };
-        let key = (model.to_string(), transition.to_string());
-        if let Err(reason) = self.inner.nets.count_fire(&key) {
+        if let Err(reason) = counted {
             return self.stop_for(model, transition, reason).await;
         }
         if let Err(refused) = self.inner.nets.check_memory() {
@@ -1409,6 +1422,9 @@ impl Engine {
     /// first token of its output place as the answer.
     pub(crate) async fn invoke_toolnet(&self, p: &Principal, call: ToolnetCall<'_>) -> Result<Value, EngineError> {
         let ToolnetCall { id, author, resolve_model, doc, input_place, output_place, input, timeout } = call;
+        // The input becomes a token: the same rules as a put, before an instance exists.
+        agentos_core::depth::check_token_depth(&input)?;
+        self.inner.nets.check_token_bytes(&input)?;
         let n = self.inner.nets.next_instance.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let instance_model = format!(
             "{INSTANCE_PREFIX}{:x}-{n}",
@@ -1511,11 +1527,46 @@ impl Engine {
             }
         };
         // The instance is done either way; its events stay in the log.
-        let cleanup = self.commit_net("system", &instance_model, NetEvent::Deleted).await;
-        if let Err(e) = cleanup {
-            tracing::warn!(instance = %instance_model, error = %e, "removing a tool net instance failed");
-        }
+        self.delete_instance(&instance_model).await;
         answer
+    }
+
+    /// Deletes a tool-net instance: its model and net leave the state (one `Deleted` event) and
+    /// the runtime forgets what it kept for its transitions.
+    async fn delete_instance(&self, instance: &str) {
+        match self.commit_net("system", instance, NetEvent::Deleted).await {
+            // After the fold: a fire that read the net before it went has counted by now.
+            Ok(_) => self.inner.nets.forget_model(instance),
+            Err(e) => tracing::warn!(%instance, error = %e, "removing a tool net instance failed"),
+        }
+    }
+
+    /// Deletes the tool-net instances a master that died left behind, before anything fires
+    /// (`Engine::open` calls it). An instance answers its invoker synchronously and is no job, so
+    /// its invoker heard of the failure as its connection dropped with the master; nobody waits
+    /// for the instance now, and its fires in flight must not run again.
+    pub(crate) async fn sweep_instances(&self) {
+        let left: Vec<(String, String, String)> = {
+            let st = self.read_state();
+            st.nets
+                .models
+                .iter()
+                .filter_map(|(m, n)| n.instance.as_ref().map(|i| (m.clone(), i.toolnet.clone(), i.invoker.clone())))
+                .collect()
+        };
+        if left.is_empty() {
+            return;
+        }
+        self.inner
+            .nets
+            .crash_looping
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|c| !left.iter().any(|(m, _, _)| *m == c.model));
+        for (instance, toolnet, invoker) in left {
+            tracing::warn!(%instance, %toolnet, %invoker, "deleting a tool-net instance left by a master that stopped during its invocation");
+            self.delete_instance(&instance).await;
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! the crash-loop marker, and what `http` transitions reach the network with. The fire pipeline
 //! over it is in the parent module.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use serde_json::Value;
 use agentos_core::expr::{Expr, ExprError, Runner, Template};
 use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction};
 use agentos_core::net_state::{ModelNet, NewToken, TokenRef};
+use agentos_core::{CoreError, ErrorKind};
 
 use crate::firing_marker::{CrashLooping, FiringMarker};
 use crate::outbound::OutboundPolicy;
@@ -174,13 +175,56 @@ impl Default for NetLimits {
     }
 }
 
-/// Three quarters of the machine's memory (`MemTotal`), leaving the rest to the executor, the
-/// expression workers and the page cache; 0 (no cap) where it cannot be read.
+/// Three quarters of the memory the master may use: the machine's (`MemTotal`), or less where
+/// its cgroup (or one above it) has a lower limit, leaving the rest to the executor, the
+/// expression workers and the page cache; 0 (no cap) where neither can be read. Inside a
+/// container `MemTotal` is the host's, and a cap above the container's limit would let the
+/// kernel's OOM killer, not the master, be the one to refuse.
 pub fn default_memory_cap() -> u64 {
-    let total_kib = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let limits: Vec<String> = cgroup_limit_files(&own).iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+    memory_cap(meminfo.as_deref(), limits.iter().map(String::as_str))
+}
+
+/// The cap from the text of `/proc/meminfo` and of the cgroup limit files (`memory.max` of v2,
+/// `memory.limit_in_bytes` of v1; `max` or an unset v1 limit means none).
+fn memory_cap<'a>(meminfo: Option<&str>, limits: impl Iterator<Item = &'a str>) -> u64 {
+    let total = meminfo.and_then(|s| {
         s.lines().find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
     });
-    total_kib.map_or(0, |k| k * 1024 / 4 * 3)
+    let limit = limits.filter_map(|l| l.trim().parse::<u64>().ok()).min();
+    let usable = match (total.map(|k| k.saturating_mul(1024)), limit) {
+        (Some(t), Some(l)) => t.min(l),
+        (Some(t), None) => t,
+        (None, Some(l)) => l,
+        (None, None) => 0,
+    };
+    usable / 4 * 3
+}
+
+/// The memory limit files of the cgroup named in `/proc/self/cgroup` and of every cgroup above
+/// it (a limit anywhere above applies too), for v2 (`0::/path`) and the v1 memory controller.
+fn cgroup_limit_files(proc_self_cgroup: &str) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for line in proc_self_cgroup.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (root, file) = if controllers.is_empty() {
+            ("/sys/fs/cgroup", "memory.max")
+        } else if controllers.split(',').any(|c| c == "memory") {
+            ("/sys/fs/cgroup/memory", "memory.limit_in_bytes")
+        } else {
+            continue;
+        };
+        let mut dir = std::path::PathBuf::from(root);
+        files.push(dir.join(file));
+        for part in path.split('/').filter(|p| !p.is_empty() && *p != "..") {
+            dir.push(part);
+            files.push(dir.join(file));
+        }
+    }
+    files
 }
 
 /// The master's resident memory, from `/proc/self/statm`.
@@ -265,6 +309,51 @@ impl NetRuntime {
     /// A clean stop: no transition was firing when the master died.
     pub(crate) fn clean_stop(&self) {
         self.marker.clear_all();
+    }
+
+    /// Forgets what the runtime keeps per transition of `model` (compiled inscriptions, fire
+    /// rates, schedules, crash-loop counts): its net was deleted. A tool-net instance per
+    /// invocation left one entry of each behind for ever.
+    pub(crate) fn forget_model(&self, model: &str) {
+        self.compiled.lock().unwrap_or_else(|e| e.into_inner()).retain(|(m, _), _| m != model);
+        self.rates.lock().unwrap_or_else(|e| e.into_inner()).retain(|(m, _), _| m != model);
+        self.due.lock().unwrap_or_else(|e| e.into_inner()).retain(|(m, _), _| m != model);
+        self.marker.forget_model(model);
+    }
+
+    /// Forgets the fire rates of `model`'s transitions that `keep` does not name (a net applied anew).
+    pub(crate) fn forget_rates_except(&self, model: &str, keep: &BTreeSet<&str>) {
+        self.rates
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(m, t), _| m != model || keep.contains(t.as_str()));
+    }
+
+    /// The models the runtime keeps anything for, to check that deleted ones leave nothing.
+    #[cfg(test)]
+    pub(crate) fn models_held(&self) -> BTreeSet<String> {
+        let mut held: BTreeSet<String> = BTreeSet::new();
+        held.extend(self.compiled.lock().unwrap_or_else(|e| e.into_inner()).keys().map(|k| k.0.clone()));
+        held.extend(self.rates.lock().unwrap_or_else(|e| e.into_inner()).keys().map(|k| k.0.clone()));
+        held.extend(self.due.lock().unwrap_or_else(|e| e.into_inner()).keys().map(|k| k.0.clone()));
+        held
+    }
+
+    /// Refuses token data of more than `--max-token-bytes` (413 `token_too_large`), as a put does.
+    pub(crate) fn check_token_bytes(&self, data: &Value) -> Result<(), CoreError> {
+        let max = self.limits.max_token_bytes;
+        if max == 0 {
+            return Ok(());
+        }
+        let bytes = serde_json::to_vec(data).map_or(usize::MAX, |b| b.len());
+        if bytes > max {
+            return Err(CoreError::new(
+                ErrorKind::TooLarge,
+                "token_too_large",
+                format!("the token is {bytes} bytes, more than {max} (the master's --max-token-bytes)"),
+            ));
+        }
+        Ok(())
     }
 
     /// Counts a fire of `key`; the reason to stop it when it exceeds its fires per second.
@@ -365,5 +454,56 @@ impl NetRuntime {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MEMINFO: &str = "MemTotal:        8000000 kB\nMemFree:         1000 kB\n";
+
+    fn check(meminfo: Option<&str>, limits: &[&str], expected: u64) {
+        assert_eq!(memory_cap(meminfo, limits.iter().copied()), expected, "{meminfo:?} {limits:?}");
+    }
+
+    #[test]
+    fn the_memory_cap_is_three_quarters_of_the_lower_of_the_machine_and_its_cgroup() {
+        let machine = 8_000_000 * 1024;
+        check(Some(MEMINFO), &[], machine / 4 * 3);
+        // cgroup v2 without a limit, and v1's "unlimited".
+        check(Some(MEMINFO), &["max\n", "9223372036854771712\n"], machine / 4 * 3);
+        // A container limited to 1 GiB on a larger machine, at its own level or one above.
+        check(Some(MEMINFO), &["max\n", "1073741824\n"], 1073741824 / 4 * 3);
+        check(Some(MEMINFO), &["536870912\n", "1073741824\n"], 536870912 / 4 * 3);
+        // A limit above the machine's memory changes nothing.
+        check(Some(MEMINFO), &["99999999999999\n"], machine / 4 * 3);
+        check(None, &["1073741824"], 1073741824 / 4 * 3);
+        check(None, &["max"], 0);
+        check(Some("garbage"), &[], 0);
+    }
+
+    #[test]
+    fn the_limit_files_are_those_of_the_own_cgroup_and_every_one_above() {
+        let files =
+            |s: &str| -> Vec<String> { cgroup_limit_files(s).iter().map(|p| p.display().to_string()).collect() };
+        assert_eq!(
+            files("0::/user.slice/agentos.service\n"),
+            [
+                "/sys/fs/cgroup/memory.max",
+                "/sys/fs/cgroup/user.slice/memory.max",
+                "/sys/fs/cgroup/user.slice/agentos.service/memory.max"
+            ]
+        );
+        assert_eq!(
+            files("4:memory:/docker/abc\n3:cpuset:/\n0::/\n"),
+            [
+                "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                "/sys/fs/cgroup/memory/docker/memory.limit_in_bytes",
+                "/sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes",
+                "/sys/fs/cgroup/memory.max"
+            ]
+        );
+        assert_eq!(files("4:cpu,cpuacct:/x\n"), Vec::<String>::new());
     }
 }
