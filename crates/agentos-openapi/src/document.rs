@@ -200,7 +200,14 @@ pub(crate) fn read(doc: &[u8], limits: &Limits) -> Result<Value, ImportError> {
             if looks_json {
                 ImportError::Syntax { format: "JSON", message: json_error }
             } else {
-                ImportError::Syntax { format: "YAML", message: e.to_string() }
+                let message = e.to_string();
+                // serde_yaml_ng's own bound: 100 alias expansions per event of the document. On a
+                // small document it trips before `max_nodes` does.
+                if message.starts_with("repetition limit exceeded") {
+                    ImportError::YamlAliases { reason: message }
+                } else {
+                    ImportError::Syntax { format: "YAML", message }
+                }
             }
         })),
     }

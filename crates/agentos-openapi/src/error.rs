@@ -13,6 +13,11 @@ pub enum ImportError {
          (an alias repeats its anchor's whole subtree)"
     )]
     TooManyNodes { limit: usize },
+    #[error(
+        "the document's YAML aliases repeat more than the YAML reader allows ({reason}): an alias \
+         repeats its anchor's whole subtree"
+    )]
+    YamlAliases { reason: String },
     #[error("the document has {count} operations, over the limit max_operations = {limit}")]
     TooManyOperations { count: usize, limit: usize },
     #[error(

@@ -107,6 +107,8 @@ fn join_base(base_url: &str, path: &str) -> Result<String, CallError> {
 
 /// RFC 3986 unreserved characters: everything else is escaped.
 const UNRESERVED: &[u8] = b"-._~";
+/// deepObject names keep their brackets.
+const BRACKETS: &[u8] = b"-._~[]";
 /// Cookie values may also hold these without escaping, but escaping them costs nothing and keeps
 /// one rule.
 const COOKIE_SAFE: &[u8] = b"-._~";
@@ -132,12 +134,10 @@ fn scalar_text(v: &Value) -> String {
     }
 }
 
-/// An array or object as one text: `a,b` or `k,v,k2,v2` (`k=v,k2=v2` exploded), each part
-/// escaped when `escape`.
+/// An array or object as one text, unescaped: `a,b` or `k,v,k2,v2` (`k=v,k2=v2` exploded).
 fn joined(v: &Value, sep: &str, explode: bool) -> String {
-    let part = |t: String| t;
     match v {
-        Value::Array(a) => a.iter().map(|i| part(scalar_text(i))).collect::<Vec<_>>().join(sep),
+        Value::Array(a) => a.iter().map(scalar_text).collect::<Vec<_>>().join(sep),
         Value::Object(o) => o
             .iter()
             .map(
@@ -191,34 +191,53 @@ fn path_value(b: &Binding, value: &Value) -> Result<String, CallError> {
     Ok(text)
 }
 
-/// `name=value` pairs, escaped, for one query parameter.
+/// `name=value` pairs, escaped, for one query parameter. The delimiters of the unexploded styles
+/// (`,` `|` and the space as `%20`) stay literal, so a server splits on them before decoding the
+/// items.
 fn query_pairs(b: &Binding, value: &Value) -> Vec<String> {
     let name = encode(&b.name, UNRESERVED);
-    let one = |k: &str, v: &str| format!("{k}={}", encode(v, UNRESERVED));
+    let items = |sep: &str| -> String {
+        match value {
+            Value::Array(a) => a.iter().map(|i| encode(&scalar_text(i), UNRESERVED)).collect::<Vec<_>>().join(sep),
+            Value::Object(o) => o
+                .iter()
+                .map(|(k, v)| format!("{}{sep}{}", encode(k, UNRESERVED), encode(&scalar_text(v), UNRESERVED)))
+                .collect::<Vec<_>>()
+                .join(sep),
+            v => encode(&scalar_text(v), UNRESERVED),
+        }
+    };
     if b.json {
-        return vec![one(&name, &value.to_string())];
+        return vec![format!("{name}={}", encode(&value.to_string(), UNRESERVED))];
     }
-    match (b.style.unwrap_or(Style::Form), value) {
-        (Style::DeepObject, Value::Object(_)) => {
+    let style = b.style.unwrap_or(Style::Form);
+    match value {
+        Value::Object(_) if style == Style::DeepObject => {
             let mut out = Vec::new();
             deep_object(&b.name, value, &mut out);
             out
         }
-        (_, Value::Array(a)) => match b.style.unwrap_or(Style::Form) {
-            Style::SpaceDelimited if !b.explode => vec![one(&name, &joined(value, " ", false))],
-            Style::PipeDelimited if !b.explode => vec![one(&name, &joined(value, "|", false))],
-            _ if b.explode => a.iter().map(|i| one(&name, &scalar_text(i))).collect(),
-            _ => vec![one(&name, &joined(value, ",", false))],
-        },
-        (_, Value::Object(o)) if b.explode => {
-            o.iter().map(|(k, v)| one(&encode(k, UNRESERVED), &scalar_text(v))).collect()
+        Value::Array(a) if b.explode => {
+            a.iter().map(|i| format!("{name}={}", encode(&scalar_text(i), UNRESERVED))).collect()
         }
-        (_, Value::Object(_)) => vec![one(&name, &joined(value, ",", false))],
-        (_, v) => vec![one(&name, &scalar_text(v))],
+        Value::Object(o) if b.explode => o
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k, UNRESERVED), encode(&scalar_text(v), UNRESERVED)))
+            .collect(),
+        Value::Array(_) | Value::Object(_) => {
+            let sep = match style {
+                Style::SpaceDelimited => "%20",
+                Style::PipeDelimited => "|",
+                _ => ",",
+            };
+            vec![format!("{name}={}", items(sep))]
+        }
+        v => vec![format!("{name}={}", encode(&scalar_text(v), UNRESERVED))],
     }
 }
 
-/// `filter[name]=x&filter[tags][0]=a`, nested objects recursively.
+/// `filter[name]=x&filter[tags][]=a`, nested objects recursively; the brackets stay literal, as
+/// the servers that read this style expect.
 fn deep_object(prefix: &str, value: &Value, out: &mut Vec<String>) {
     match value {
         Value::Object(o) => {
@@ -230,12 +249,12 @@ fn deep_object(prefix: &str, value: &Value, out: &mut Vec<String>) {
             for v in a {
                 out.push(format!(
                     "{}={}",
-                    encode(&format!("{prefix}[]"), UNRESERVED),
+                    encode(&format!("{prefix}[]"), BRACKETS),
                     encode(&scalar_text(v), UNRESERVED)
                 ));
             }
         }
-        v => out.push(format!("{}={}", encode(prefix, UNRESERVED), encode(&scalar_text(v), UNRESERVED))),
+        v => out.push(format!("{}={}", encode(prefix, BRACKETS), encode(&scalar_text(v), UNRESERVED))),
     }
 }
 
