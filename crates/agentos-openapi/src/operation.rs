@@ -214,6 +214,9 @@ fn build<'d>(
     let Some(op) = op.as_object() else {
         return Err(OpError::Skip("the operation is not an object".into()));
     };
+    if let Some(reason) = unusable_path(path) {
+        return Err(OpError::Skip(reason));
+    }
     let mut conv = Converter::new(doc, total, max_total);
     let template = template_variables(path);
     let mut fields = Vec::new();
@@ -327,6 +330,20 @@ fn build<'d>(
         body,
         deprecated: op.get("deprecated") == Some(&Value::Bool(true)),
     })
+}
+
+/// Why a path template cannot be called under a base URL: one that does not start at `/`, or
+/// one with a `.` or `..` segment, which URL parsers collapse, leaving the base URL's path.
+fn unusable_path(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return Some(format!("the path {path:?} does not start with /"));
+    }
+    let template = path.split(['#', '?']).next().unwrap_or("");
+    let dot = template.split('/').any(|segment| {
+        let s = segment.to_ascii_lowercase().replace("%2e", ".");
+        s == "." || s == ".."
+    });
+    dot.then(|| format!("the path {path:?} has a `.` or `..` segment"))
 }
 
 /// `/users/{id}/posts/{postId}` → `["id", "postId"]`.

@@ -40,7 +40,7 @@ pub fn build_request(base_url: &str, op: &Operation, input: &Value) -> Result<Re
     let mut path = String::new();
     let mut rest = template;
     while let Some(open) = rest.find('{') {
-        path.push_str(&rest[..open]);
+        path.push_str(&literal(&rest[..open]));
         let after = &rest[open + 1..];
         let close = after.find('}').unwrap_or(after.len());
         let var = &after[..close];
@@ -53,7 +53,7 @@ pub fn build_request(base_url: &str, op: &Operation, input: &Value) -> Result<Re
         path.push_str(&path_value(binding, value)?);
         rest = after.get(close + 1..).unwrap_or("");
     }
-    path.push_str(rest);
+    path.push_str(&literal(rest));
 
     let mut url = join_base(base_url, &path)?;
     let mut query: Vec<String> = fixed_query.filter(|q| !q.is_empty()).map(|q| vec![q.to_string()]).unwrap_or_default();
@@ -103,6 +103,24 @@ fn join_base(base_url: &str, path: &str) -> Result<String, CallError> {
     let base = base_url.trim_end_matches('/');
     let path = path.trim_start_matches('/');
     Ok(if path.is_empty() { format!("{base}/") } else { format!("{base}/{path}") })
+}
+
+/// The document's own text of a path, as a URL path: what may stand in a path as it is (`/`,
+/// sub-delimiters, `:`, `@`, escapes already written) is kept; a space or a non-ASCII letter is
+/// escaped.
+fn literal(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    for (i, &c) in b.iter().enumerate() {
+        let escape_written =
+            c == b'%' && b.len() > i + 2 && b[i + 1].is_ascii_hexdigit() && b[i + 2].is_ascii_hexdigit();
+        if c.is_ascii_alphanumeric() || b"-._~/!$&'()*+,;=:@".contains(&c) || escape_written {
+            out.push(c as char);
+        } else {
+            out.push_str(&format!("%{c:02X}"));
+        }
+    }
+    out
 }
 
 /// RFC 3986 unreserved characters: everything else is escaped.

@@ -466,3 +466,22 @@ fn an_undeclared_path_variable_is_still_a_required_flag() {
     assert_eq!(o.input_schema["required"], json!(["file-id"]));
     assert_eq!((o.bindings[0].location, o.bindings[0].name.as_str()), (Location::Path, "file_id"));
 }
+
+#[test]
+fn a_path_that_would_leave_the_base_url_is_skipped() {
+    let r = json!({"responses": {}});
+    let i = ok(&doc(
+        json!({"/ok": {"get": r}, "/a/../admin": {"get": r}, "/b/%2E%2e/x": {"get": r}, "relative": {"get": r}}),
+    ));
+    let skipped: Vec<(&str, &str)> = i.skipped.iter().map(|s| (s.pointer.as_str(), s.reason.as_str())).collect();
+    assert_eq!(
+        skipped,
+        // In pointer order.
+        [
+            ("/paths/relative/get", "the path \"relative\" does not start with /"),
+            ("/paths/~1a~1..~1admin/get", "the path \"/a/../admin\" has a `.` or `..` segment"),
+            ("/paths/~1b~1%2E%2e~1x/get", "the path \"/b/%2E%2e/x\" has a `.` or `..` segment"),
+        ]
+    );
+    assert_eq!(i.operations.len(), 1);
+}

@@ -212,3 +212,13 @@ fn an_optional_body_left_out_sends_nothing() {
     let r = request(&op, json!({}));
     assert_eq!((r.method.as_str(), r.body.len(), r.content_type), ("POST", 0, None));
 }
+
+#[test]
+fn the_documents_own_path_text_is_escaped_where_a_url_needs_it() {
+    let op = operation(
+        "/files/my file/{id}:copy/%41",
+        "post",
+        json!({"parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]}),
+    );
+    assert_eq!(request(&op, json!({"id": "x y"})).url, "https://api.example.com/v1/files/my%20file/x%20y:copy/%41");
+}
