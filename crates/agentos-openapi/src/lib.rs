@@ -44,7 +44,7 @@ impl Default for Limits {
             max_depth: 100,
             max_nodes: 4_000_000,
             max_operations: 5_000,
-            max_schema_nodes: 4_000_000,
+            max_schema_nodes: 1_000_000,
         }
     }
 }

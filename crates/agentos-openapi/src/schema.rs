@@ -22,6 +22,10 @@ use crate::pointer;
 
 /// References inlined inside one another before the rest are kept as `$ref`.
 const MAX_INLINE_REFS: usize = 8;
+/// How deep a schema may nest where a reference is inlined; deeper ones are kept as `$ref`.
+/// Without it, eight inlined references each as deep as the document allows would nest (and
+/// recurse, here, in the flag generator and in the validator) eight times that deep.
+const MAX_INLINE_DEPTH: usize = 32;
 /// Schema objects one operation may inline; past it, references are kept as `$ref`.
 const INLINE_BUDGET: usize = 2_000;
 /// `$ref` → `$ref` chains followed before one is called a loop.
@@ -88,6 +92,8 @@ pub(crate) struct Converter<'d, 't> {
     max_total: usize,
     /// This operation's.
     nodes: usize,
+    /// How deep the schema being converted is.
+    depth: usize,
     /// References being inlined, innermost last.
     stack: Vec<&'d str>,
     /// Reference → its key in `$defs`.
@@ -106,6 +112,7 @@ impl<'d, 't> Converter<'d, 't> {
             total,
             max_total,
             nodes: 0,
+            depth: 0,
             stack: Vec::new(),
             keys: HashMap::new(),
             used_keys: BTreeMap::new(),
@@ -121,6 +128,13 @@ impl<'d, 't> Converter<'d, 't> {
     }
 
     pub(crate) fn convert(&mut self, schema: &'d Value) -> Result<Value, SchemaError> {
+        self.depth += 1;
+        let out = self.convert_at_depth(schema);
+        self.depth -= 1;
+        out
+    }
+
+    fn convert_at_depth(&mut self, schema: &'d Value) -> Result<Value, SchemaError> {
         self.nodes += 1;
         *self.total += 1;
         if *self.total > self.max_total {
@@ -139,6 +153,7 @@ impl<'d, 't> Converter<'d, 't> {
         let keep = self.keep_refs
             || self.stack.contains(&reference)
             || self.stack.len() >= MAX_INLINE_REFS
+            || self.depth > MAX_INLINE_DEPTH
             || self.nodes > INLINE_BUDGET;
         let mut out = if keep {
             json!({ "$ref": format!("#/$defs/{}", self.key(reference)) })
@@ -157,7 +172,18 @@ impl<'d, 't> Converter<'d, 't> {
         let extra = self.convert_object(o.iter().filter(|(k, _)| *k != "$ref"))?;
         if let (Value::Object(out_map), Value::Object(extra)) = (&mut out, extra) {
             for (k, v) in extra {
-                out_map.insert(k, v);
+                match (k.as_str(), out_map.get_mut(&k), v) {
+                    ("properties", Some(Value::Object(have)), Value::Object(add)) => have.extend(add),
+                    ("required", Some(Value::Array(have)), Value::Array(add)) => {
+                        have.extend(add.into_iter().filter(|r| !have.contains(r)).collect::<Vec<_>>());
+                    }
+                    (_, _, v) => {
+                        out_map.insert(k, v);
+                    }
+                }
+            }
+            if nullable && !out_map.contains_key("$ref") {
+                make_nullable(out_map);
             }
         }
         if nullable && out.get("$ref").is_some() {

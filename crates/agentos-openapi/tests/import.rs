@@ -485,3 +485,48 @@ fn a_path_that_would_leave_the_base_url_is_skipped() {
     );
     assert_eq!(i.operations.len(), 1);
 }
+
+#[test]
+fn keywords_beside_a_ref_refine_it() {
+    let i = body_op(
+        json!({"type": "object", "properties": {
+            "a": {"$ref": "#/components/schemas/Name", "description": "mine", "nullable": true},
+            "b": {"$ref": "#/components/schemas/Obj", "required": ["y"], "properties": {"y": {"type": "string"}}}
+        }}),
+        json!({"schemas": {
+            "Name": {"type": "string", "description": "theirs"},
+            "Obj": {"type": "object", "required": ["x"], "properties": {"x": {"type": "string"}}}
+        }}),
+    );
+    let p = &op(&i, "n").input_schema["properties"];
+    assert_eq!(p["a"], json!({"type": ["string", "null"], "description": "mine"}));
+    assert_eq!(p["b"]["required"], json!(["x", "y"]));
+    assert_eq!(p["b"]["properties"], json!({"x": {"type": "string"}, "y": {"type": "string"}}));
+}
+
+/// A chain of 40 schemas, each holding the next: past the inlining depth the rest stays a
+/// reference, so the input schema (and every reader's recursion over it) stays shallow.
+#[test]
+fn a_long_chain_of_references_is_inlined_only_so_deep() {
+    let mut schemas = serde_json::Map::new();
+    for n in 0..40 {
+        let next = if n == 39 {
+            json!({"type": "string"})
+        } else {
+            json!({"$ref": format!("#/components/schemas/S{}", n + 1)})
+        };
+        schemas.insert(format!("S{n}"), json!({"type": "object", "properties": {"next": next}}));
+    }
+    let i = body_op(json!({"$ref": "#/components/schemas/S0"}), json!({"schemas": schemas}));
+    let s = &op(&i, "n").input_schema;
+    fn depth(v: &Value) -> usize {
+        match v {
+            Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+            Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    assert!(depth(&s["properties"]) <= 40, "depth {}", depth(&s["properties"]));
+    let defs = s["$defs"].as_object().expect("the rest of the chain as definitions");
+    assert!(defs.contains_key("S39"), "{:?}", defs.keys().collect::<Vec<_>>());
+}
