@@ -534,7 +534,7 @@ fn object_fields(schema: &Value) -> Option<(Vec<Property>, Vec<String>)> {
                 None => req,
                 Some(c) => c.into_iter().filter(|r| req.contains(r)).collect(),
             });
-            for (name, p) in b["properties"].as_object().into_iter().flatten() {
+            for (name, p) in b.get("properties").and_then(Value::as_object).into_iter().flatten() {
                 match union.get(name) {
                     Some(&i) => merge_constants(&mut props[i].1, p),
                     None => {
