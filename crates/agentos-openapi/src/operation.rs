@@ -160,7 +160,9 @@ fn check_version(root: &Map<String, Value>) -> Result<String, ImportError> {
         return Err(ImportError::Swagger2 { version: as_text(v) });
     }
     let Some(v) = root.get("openapi") else {
-        let mut keys: Vec<&str> = root.keys().map(String::as_str).take(6).collect();
+        let mut keys: Vec<&str> = root.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        keys.truncate(6);
         if root.len() > keys.len() {
             keys.push("…");
         }

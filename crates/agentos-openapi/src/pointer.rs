@@ -74,7 +74,8 @@ pub(crate) fn refuse_external_refs(doc: &Value) -> Result<(), ImportError> {
     }
 }
 
-/// The first external reference found; `path` is left pointing at its object.
+/// The first external reference with keys taken in byte order, so the one reported does not
+/// hang on whether maps keep the document's order; `path` is left pointing at its object.
 fn find_external<'a>(v: &'a Value, path: &mut Vec<String>) -> Option<&'a str> {
     match v {
         Value::Object(o) => {
@@ -83,7 +84,9 @@ fn find_external<'a>(v: &'a Value, path: &mut Vec<String>) -> Option<&'a str> {
                     return Some(r);
                 }
             }
-            for (k, c) in o {
+            let mut entries: Vec<(&String, &Value)> = o.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            for (k, c) in entries {
                 if k == "example" || k.starts_with("x-") || !(c.is_object() || c.is_array()) {
                     continue;
                 }
