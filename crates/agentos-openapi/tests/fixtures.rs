@@ -92,3 +92,55 @@ fn every_fixture_imports_or_is_refused_as_recorded() {
     }
     insta::assert_snapshot!(table);
 }
+
+fn fixture(file: &str) -> Imported {
+    let path = fixtures_dir().join(file);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    import(&bytes, &ImportOptions::default()).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+fn bindings(imported: &Imported, tool: &str) -> Vec<(String, Location, String)> {
+    let op = imported.operations.iter().find(|o| o.name == tool).unwrap_or_else(|| panic!("no tool {tool}"));
+    op.bindings.iter().map(|b| (b.property.clone(), b.location, b.name.clone())).collect()
+}
+
+/// What MANIFEST.md points out about the documents, checked where it shapes the tools.
+#[test]
+fn the_notable_features_of_the_fixtures_become_the_right_flags() {
+    // Path `AccountSid` and form field `AccountSid`: both prefixed.
+    let twilio = fixture("twilio-api-v2010-3.0.json");
+    let b = bindings(&twilio, "update-incoming-phone-number");
+    assert!(b.contains(&("path-account-sid".into(), Location::Path, "AccountSid".into())), "{b:?}");
+    assert!(b.contains(&("body-account-sid".into(), Location::BodyField, "AccountSid".into())), "{b:?}");
+
+    // Query `flow` and `flow` inside the oneOf branches of the body.
+    let kratos = fixture("ory-kratos-3.0.json");
+    let b = bindings(&kratos, "update-settings-flow");
+    assert!(b.contains(&("query-flow".into(), Location::Query, "flow".into())), "{b:?}");
+    assert!(b.contains(&("body-flow".into(), Location::BodyField, "flow".into())), "{b:?}");
+
+    // UpdateAPIKey's body `key` is readOnly: not input, so the path's `key` keeps its name.
+    let datadog = fixture("datadog-v1-3.0.yaml");
+    let b = bindings(&datadog, "update-api-key");
+    assert_eq!(b, [("key".into(), Location::Path, "key".into()), ("name".into(), Location::BodyField, "name".into())]);
+
+    // Planet ↔ Satellite stays recursive.
+    let galaxy = fixture("scalar-galaxy-3.1.yaml");
+    let planet = &galaxy.operations.iter().find(|o| o.name == "create-planet").expect("create-planet").input_schema;
+    assert!(planet["$defs"]["Planet"].is_object() && planet["$defs"]["Satellite"].is_object(), "{planet}");
+    assert!(galaxy.security.iter().any(
+        |s| s.kind == agentos_openapi::SecurityKind::ApiKey { location: Location::Cookie, name: "api_key".into() }
+    ));
+
+    // A multipart upload: the file is a binary field, required with the model.
+    let openai = fixture("openai-3.1.yaml");
+    let op = openai.operations.iter().find(|o| o.name == "create-transcription").expect("create-transcription");
+    assert_eq!(op.body.as_ref().map(|b| b.encoding), Some(agentos_openapi::BodyEncoding::Multipart));
+    assert_eq!(op.input_schema["properties"]["file"]["format"], "binary");
+    assert_eq!(op.input_schema["required"], serde_json::json!(["file", "model"]));
+
+    // No operationId anywhere: names from the method and path.
+    let overseerr = fixture("overseerr-3.0.yaml");
+    assert!(overseerr.operations.iter().any(|o| o.name == "get-auth-me"));
+    assert!(overseerr.operations.iter().any(|o| o.name == "post-auth-reset-password-by-guid"));
+}
