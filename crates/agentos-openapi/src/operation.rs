@@ -21,15 +21,17 @@ const RESERVED_FLAGS: [&str; 3] = ["json", "json-file", "help"];
 
 /// Why an operation cannot be imported.
 enum OpError {
+    /// The operation is left out, with this reason.
     Skip(String),
-    Refuse(ImportError),
+    /// The whole import's schema budget is spent: the document is refused.
+    Budget,
 }
 
 impl From<SchemaError> for OpError {
     fn from(e: SchemaError) -> Self {
         match e {
             SchemaError::Unresolved(reason) => OpError::Skip(reason),
-            SchemaError::Budget => OpError::Refuse(ImportError::TooManySchemaNodes { limit: 0 }),
+            SchemaError::Budget => OpError::Budget,
         }
     }
 }
@@ -76,10 +78,9 @@ pub(crate) fn import_value(doc: &Value, options: &ImportOptions) -> Result<Impor
             match build(doc, path, method, item, op, &mut total, limits.max_schema_nodes) {
                 Ok(o) => built.push((operation_id, o)),
                 Err(OpError::Skip(reason)) => skipped.push(Skipped { pointer: op_pointer, reason }),
-                Err(OpError::Refuse(ImportError::TooManySchemaNodes { .. })) => {
+                Err(OpError::Budget) => {
                     return Err(ImportError::TooManySchemaNodes { limit: limits.max_schema_nodes });
                 }
-                Err(OpError::Refuse(e)) => return Err(e),
             }
         }
     }
