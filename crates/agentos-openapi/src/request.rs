@@ -301,7 +301,9 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
     let Some(rb) = &op.body else { return Ok((Vec::new(), None)) };
     let whole = op.bindings.iter().find(|b| b.location == Location::Body).and_then(|b| input.get(&b.property));
     let fields = body_fields(op, input);
-    if whole.is_none() && fields.is_empty() {
+    // An optional body left out is not sent; a required one is, even empty (`{}` for JSON), since
+    // the server expects its content type.
+    if whole.is_none() && fields.is_empty() && !rb.required {
         return Ok((Vec::new(), None));
     }
     // A wildcard media type (`application/*`) is not a Content-Type.

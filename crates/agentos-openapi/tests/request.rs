@@ -222,3 +222,14 @@ fn the_documents_own_path_text_is_escaped_where_a_url_needs_it() {
     );
     assert_eq!(request(&op, json!({"id": "x y"})).url, "https://api.example.com/v1/files/my%20file/x%20y:copy/%41");
 }
+
+#[test]
+fn a_required_body_with_nothing_given_is_sent_empty() {
+    let op = operation(
+        "/x",
+        "post",
+        json!({"requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "properties": {"a": {"type": "string"}}}}}}}),
+    );
+    let r = request(&op, json!({}));
+    assert_eq!((r.body.as_slice(), r.content_type.as_deref()), (b"{}".as_slice(), Some("application/json")));
+}
