@@ -14,7 +14,7 @@
 //! (`example`, `xml`, `discriminator`, `x-…`) are dropped: they cost prompt tokens and say nothing
 //! about the input. Properties marked `readOnly` are left out: a client never sends them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value, json};
 
@@ -98,7 +98,8 @@ pub(crate) struct Converter<'d, 't> {
     stack: Vec<&'d str>,
     /// Reference → its key in `$defs`.
     keys: HashMap<String, String>,
-    used_keys: BTreeMap<String, ()>,
+    used_keys: HashSet<String>,
+    /// References given a key whose definition is still to be converted.
     pending: Vec<(&'d str, String)>,
     defs: Map<String, Value>,
     /// Converting a definition: every reference is kept.
@@ -115,18 +116,14 @@ impl<'d, 't> Converter<'d, 't> {
             depth: 0,
             stack: Vec::new(),
             keys: HashMap::new(),
-            used_keys: BTreeMap::new(),
+            used_keys: HashSet::new(),
             pending: Vec::new(),
             defs: Map::new(),
             keep_refs: false,
         }
     }
 
-    /// Follows a `$ref` to the schema it names, through objects that are only a `$ref`.
-    pub(crate) fn follow(&self, reference: &'d str) -> Result<(&'d str, &'d Value), SchemaError> {
-        follow(self.doc, reference)
-    }
-
+    /// Converts one schema; a reference it cannot follow skips the operation.
     pub(crate) fn convert(&mut self, schema: &'d Value) -> Result<Value, SchemaError> {
         self.depth += 1;
         let out = self.convert_at_depth(schema);
@@ -149,7 +146,7 @@ impl<'d, 't> Converter<'d, 't> {
         let Some(reference) = o.get("$ref").and_then(Value::as_str) else {
             return self.convert_object(o.iter());
         };
-        let (reference, target) = self.follow(reference)?;
+        let (reference, target) = follow(self.doc, reference)?;
         let keep = self.keep_refs
             || self.stack.contains(&reference)
             || self.stack.len() >= MAX_INLINE_REFS
@@ -255,11 +252,11 @@ impl<'d, 't> Converter<'d, 't> {
         }
         let mut key = base.clone();
         let mut n = 2;
-        while self.used_keys.contains_key(&key) {
+        while self.used_keys.contains(&key) {
             key = format!("{base}-{n}");
             n += 1;
         }
-        self.used_keys.insert(key.clone(), ());
+        self.used_keys.insert(key.clone());
         self.keys.insert(reference.to_string(), key.clone());
         self.pending.push((reference, key.clone()));
         key
