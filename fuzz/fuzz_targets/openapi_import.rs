@@ -38,7 +38,8 @@ fuzz_target!(|data: &[u8]| {
             op.bindings.iter().map(|b| (b.property.clone(), Value::String("../a/b?c=d#e\r\n".into()))).collect();
         if let Ok(request) = build_request("https://example.com/base", op, &Value::Object(hostile)) {
             assert!(request.url.starts_with("https://example.com/base/"), "{}", request.url);
-            assert!(!request.url.contains("/../"), "{}", request.url);
+            let path = request.url.split('?').next().unwrap_or_default();
+            assert!(!path.contains("/../") && !path.ends_with("/.."), "{}", request.url);
         }
         let _ = build_request("https://example.com", op, &Value::Object(Map::new()));
     }

@@ -56,7 +56,7 @@ pub fn build_request(base_url: &str, op: &Operation, input: &Value) -> Result<Re
     path.push_str(&literal(rest));
 
     let mut url = join_base(base_url, &path)?;
-    let mut query: Vec<String> = fixed_query.filter(|q| !q.is_empty()).map(|q| vec![q.to_string()]).unwrap_or_default();
+    let mut query: Vec<String> = fixed_query.filter(|q| !q.is_empty()).map(|q| vec![literal(q)]).unwrap_or_default();
     let mut headers = Vec::new();
     let mut cookies = Vec::new();
     for b in &op.bindings {

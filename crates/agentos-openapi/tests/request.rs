@@ -233,3 +233,14 @@ fn a_required_body_with_nothing_given_is_sent_empty() {
     let r = request(&op, json!({}));
     assert_eq!((r.body.as_slice(), r.content_type.as_deref()), (b"{}".as_slice(), Some("application/json")));
 }
+
+#[test]
+fn a_query_written_in_the_path_comes_first() {
+    let op = operation(
+        "/search?type=user",
+        "get",
+        json!({"parameters": [{"name": "q", "in": "query", "schema": {"type": "string"}}]}),
+    );
+    assert_eq!(request(&op, json!({"q": "a b"})).url, "https://api.example.com/v1/search?type=user&q=a%20b");
+    assert_eq!(request(&op, json!({})).url, "https://api.example.com/v1/search?type=user");
+}
