@@ -76,7 +76,7 @@ pub async fn search_catalog(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     QueryParams(q): QueryParams<wire::SearchParams>,
-) -> Result<Json<wire::SearchPage>, ApiError> {
+) -> Result<Json<wire::SearchAnswer>, ApiError> {
     let query = to_query(q.kind, q.model, q.q, q.capability, q.limit, q.offset)?;
     Ok(Json(app.engine.search(&p, &query)?.into()))
 }
@@ -89,7 +89,7 @@ pub async fn get_entry(
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
     QueryParams(m): QueryParams<wire::ModelParam>,
-) -> Result<Json<wire::EntryView>, ApiError> {
+) -> Result<Json<wire::EntryAnswer>, ApiError> {
     Ok(Json(app.engine.get(&p, &id, m.model.as_deref())?.into()))
 }
 
@@ -135,14 +135,14 @@ pub async fn run_command(
     let engine = &app.engine;
     Ok(match cmd {
         Command::Register { command, body } => {
-            Json(wire::EntryView::from(engine.register(&p, command, body).await?)).into_response()
+            Json(wire::EntryAnswer::from(engine.register(&p, command, body).await?)).into_response()
         }
         Command::Search(SearchArgs { tool_type, model, q, capability, limit, offset }) => {
             let query = to_query(tool_type, model, q, capability, limit, offset)?;
-            Json(wire::SearchPage::from(engine.search(&p, &query)?)).into_response()
+            Json(wire::SearchAnswer::from(engine.search(&p, &query)?)).into_response()
         }
         Command::Get(GetArgs { id, model }) => {
-            Json(wire::EntryView::from(engine.get(&p, &id, model.as_deref())?)).into_response()
+            Json(wire::EntryAnswer::from(engine.get(&p, &id, model.as_deref())?)).into_response()
         }
         Command::Remove(args) => {
             let (id, model) = (args.id.clone(), args.model.clone().unwrap_or_else(|| p.home_model.clone()));

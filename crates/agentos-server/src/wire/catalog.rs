@@ -87,7 +87,10 @@ impl Serialize for ContractJson {
 
 impl<'de> Deserialize<'de> for ContractJson {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Box::<RawValue>::deserialize(d).map(|raw| ContractJson(Arc::from(raw)))
+        // Through a value: a raw value reads only from text, and answers are also read from values.
+        let value = Value::deserialize(d)?;
+        let raw = serde_json::value::to_raw_value(&value).map_err(serde::de::Error::custom)?;
+        Ok(ContractJson(Arc::from(raw)))
     }
 }
 
@@ -298,6 +301,80 @@ impl From<entry::EntryView> for EntryView {
             updated_at: time::format_time(stored.updated_at),
             updated_by: stored.updated_by.to_string(),
         }
+    }
+}
+
+/// The answer of get and search for one entry, in the shape of [`EntryView`] (the document's
+/// schema, which a test holds it to), written straight from the entry the catalog holds: a
+/// page of entries is copied nowhere on its way out.
+#[derive(Debug, Clone)]
+pub struct EntryAnswer(entry::EntryView);
+
+impl From<entry::EntryView> for EntryAnswer {
+    fn from(v: entry::EntryView) -> Self {
+        EntryAnswer(v)
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct EntryAnswerOut<'a> {
+    id: &'a str,
+    name: &'a str,
+    version: &'a str,
+    description: &'a str,
+    capabilities: Vec<&'a str>,
+    status: Status,
+    contract: &'a RawValue,
+    binding: Binding,
+    model: &'a str,
+    scope: Scope,
+    shadowed: bool,
+    revision: u64,
+    created_at: String,
+    updated_at: String,
+    updated_by: &'a str,
+}
+
+impl Serialize for EntryAnswer {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let entry::EntryView { stored, scope, shadowed } = &self.0;
+        let e = &stored.entry;
+        EntryAnswerOut {
+            id: &e.id,
+            name: &e.name,
+            version: &e.version,
+            description: &e.description,
+            capabilities: e.capabilities.iter().map(|c| &**c).collect(),
+            status: e.status.into(),
+            contract: e.contract_json(),
+            binding: e.binding.clone().into(),
+            model: &stored.model,
+            scope: (*scope).into(),
+            shadowed: *shadowed,
+            revision: stored.revision,
+            created_at: time::format_time(stored.created_at),
+            updated_at: time::format_time(stored.updated_at),
+            updated_by: &stored.updated_by,
+        }
+        .serialize(s)
+    }
+}
+
+/// The answer of a search, in the shape of [`SearchPage`].
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchAnswer {
+    items: Vec<EntryAnswer>,
+    total: usize,
+    limit: usize,
+    offset: usize,
+}
+
+impl From<search::SearchPage> for SearchAnswer {
+    fn from(p: search::SearchPage) -> Self {
+        let search::SearchPage { items, total, limit, offset } = p;
+        SearchAnswer { items: items.into_iter().map(EntryAnswer).collect(), total, limit, offset }
     }
 }
 

@@ -143,16 +143,23 @@ mod tests {
         .unwrap();
         check_answer::<_, super::CatalogEntry>(script_entry());
         check_answer::<_, super::EntryView>(entry_view(script_entry(), entry::Scope::Global));
-        check_answer::<_, super::SearchPage>(search::SearchPage {
+        check_answer::<_, super::EntryAnswer>(entry_view(script_entry(), entry::Scope::Global));
+        let page = || search::SearchPage {
             items: vec![
                 entry_view(script_entry(), entry::Scope::Local),
-                entry_view(toolnet, entry::Scope::Global),
-                entry_view(host, entry::Scope::Local),
+                entry_view(toolnet.clone(), entry::Scope::Global),
+                entry_view(host.clone(), entry::Scope::Local),
             ],
             total: 30,
             limit: 3,
             offset: 6,
-        });
+        };
+        check_answer::<_, super::SearchPage>(page());
+        check_answer::<_, super::SearchAnswer>(page());
+        // The answers written straight from the catalog read back as the document's schema types.
+        let answer = serde_json::to_value(super::SearchAnswer::from(page())).unwrap();
+        let typed: super::SearchPage = serde_json::from_value(answer.clone()).unwrap();
+        assert_eq!(serde_json::to_value(typed).unwrap(), answer);
         let event_view = event::EventView {
             seq: 4,
             model: "m1".into(),
