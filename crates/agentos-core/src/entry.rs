@@ -321,7 +321,7 @@ struct StoredEntryOut<'a> {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct StoredEntryIn {
-    entry: CatalogEntry,
+    entry: CatalogEntryIn,
     model: String,
     revision: u64,
     created_at: i64,
@@ -346,21 +346,74 @@ impl Serialize for StoredEntry {
     }
 }
 
+/// A [`CatalogEntry`] as a snapshot holds it, its contract read as text: a snapshot is read
+/// from JSON text, and the contract is kept as text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CatalogEntryIn {
+    id: String,
+    name: String,
+    version: String,
+    #[serde(default)]
+    description: String,
+    #[serde(default)]
+    capabilities: Vec<String>,
+    status: Status,
+    contract: Box<RawValue>,
+    binding: Binding,
+}
+
+/// Checks that `contract` is the text of a [`Contract`]. A snapshot repeats a few contracts over
+/// many entries: a text already checked on this thread (by its hash) is not parsed again.
+fn check_contract(contract: &RawValue) -> Result<(), serde_json::Error> {
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    thread_local! {
+        static CHECKED: std::cell::RefCell<HashSet<u64>> = std::cell::RefCell::new(HashSet::new());
+    }
+    const MAX_CHECKED: usize = 1 << 16;
+    let hash = BuildHasherDefault::<DefaultHasher>::default().hash_one(contract.get());
+    if CHECKED.with(|c| c.borrow().contains(&hash)) {
+        return Ok(());
+    }
+    crate::depth::from_str_any_depth::<Contract>(contract.get())?;
+    CHECKED.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= MAX_CHECKED {
+            c.clear();
+        }
+        c.insert(hash);
+    });
+    Ok(())
+}
+
 impl<'de> Deserialize<'de> for StoredEntry {
-    /// Each entry owns its text here; `State::after_load` shares it again.
+    /// Each entry owns its text here; `State::after_load` shares it again. The contract is
+    /// kept as the snapshot's text, once checked to be a contract. Read from JSON text only.
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let e = StoredEntryIn::deserialize(d)?;
+        let StoredEntryIn { entry, model, revision, created_at, updated_at, updated_by, owner } =
+            StoredEntryIn::deserialize(d)?;
+        let CatalogEntryIn { id, name, version, description, capabilities, status, contract, binding } = entry;
+        check_contract(&contract).map_err(|e| serde::de::Error::custom(format!("the contract of {id}: {e}")))?;
         let mut own = Interner::default();
-        Ok(StoredEntry::interned(
-            &mut own,
-            e.entry,
-            &e.model,
-            e.revision,
-            e.created_at,
-            e.updated_at,
-            &e.updated_by,
-            Some(&e.owner),
-        ))
+        let entry = CompactEntry {
+            id: id.into_boxed_str(),
+            name: name.into_boxed_str(),
+            version: own.intern(&version),
+            description: description.into_boxed_str(),
+            capabilities: capabilities.iter().map(|c| own.intern(c)).collect(),
+            status,
+            contract: own.intern_contract(contract),
+            binding,
+        };
+        Ok(StoredEntry {
+            entry,
+            model: own.intern(&model),
+            revision,
+            created_at,
+            updated_at,
+            updated_by: own.intern(&updated_by),
+            owner: own.intern(&owner),
+        })
     }
 }
 
@@ -742,8 +795,12 @@ mod tests {
         assert_eq!(serde_json::to_string(&stored).unwrap(), old);
         let mut without_owner = serde_json::to_value(&before).unwrap();
         without_owner.as_object_mut().unwrap().remove("owner");
-        let stored: StoredEntry = serde_json::from_value(without_owner).unwrap();
+        let stored: StoredEntry = serde_json::from_str(&without_owner.to_string()).unwrap();
         assert_eq!(&*stored.owner, crate::OPERATOR_ID);
+        let mut not_a_contract = serde_json::to_value(&before).unwrap();
+        not_a_contract["entry"]["contract"] = json!({"operations": 3});
+        let err = serde_json::from_str::<StoredEntry>(&not_a_contract.to_string()).unwrap_err();
+        assert!(err.to_string().contains("the contract of t"), "{err}");
     }
 
     #[test]
