@@ -12,8 +12,9 @@ use common::{BIN, Master};
 use serde_json::{Value, json};
 
 /// Answers every request with what it received (as JSON) and writes it to a log, one line a
-/// request. `/missing` is a 404, `/boom` a 500, `/redirect` a 302 to `other`, `/slow` answers
-/// after 3 s, `/openapi.json` serves the document file.
+/// request. `/missing` is a 404, `/boom` a 500, `/redirect` a 302 to `other`, `/hop` a 302 to
+/// `/items/hopped` on the same origin, `/slow` answers after 3 s, `/big` answers about 200 KB,
+/// `/openapi.json` serves the document file.
 const SERVICE: &str = r#"
 import http.server, json, sys, time, urllib.parse
 log_path, other, doc = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -40,6 +41,10 @@ class H(http.server.BaseHTTPRequestHandler):
             status, extra, out = 302, {'Location': other + '/stolen'}, b''
         elif u.path == '/slow':
             time.sleep(3)
+        elif u.path == '/hop':
+            status, extra, out = 302, {'Location': '/items/hopped'}, b''
+        elif u.path == '/big':
+            out = json.dumps({'rows': ['x' * 100] * 2000}).encode()
         self.send_response(status)
         self.send_header('content-type', ctype)
         for k, v in extra.items():
@@ -102,6 +107,10 @@ paths:
     get: {operationId: redirect, responses: {"302": {description: elsewhere}}}
   /slow:
     get: {operationId: slow, responses: {"200": {description: eventually}}}
+  /hop:
+    get: {operationId: hop, responses: {"302": {description: here, elsewhere}}}
+  /big:
+    get: {operationId: big, responses: {"200": {description: many rows}}}
 "#;
 
 /// A running service; killed when dropped.
@@ -204,7 +213,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert_eq!(entry["status"], "registered");
     assert_eq!(entry["scope"], "global");
     let ops: Vec<&str> = entry["contract"]["operations"].as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(ops, ["boom", "get-item", "missing", "post-form", "redirect", "slow", "update-item"]);
+    assert_eq!(ops, ["big", "boom", "get-item", "hop", "missing", "post-form", "redirect", "slow", "update-item"]);
     let sha = entry["binding"]["sha256"].as_str().unwrap();
     assert_eq!(sha, common::sha256_hex(DOCUMENT.as_bytes()));
     assert_eq!(entry["binding"]["openapiUrn"], format!("urn:agentos:blob:tool-catalog/openapi/{sha}.yaml"));
@@ -272,6 +281,23 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert!(out.stderr.contains("answered 302"), "{}", out.stderr);
     assert!(elsewhere.requests().is_empty(), "the other origin was reached: {:?}", elsewhere.requests());
 
+    // A redirect within the origin is followed.
+    let out = run(&m, &m.token, &items, &["hop"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["result"]["body"]["path"], "/items/hopped");
+
+    // A large answer is offloaded to a blob of the caller's model, like script output.
+    let out = run(&m, &m.token, &items, &["big"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let result = &out.json()["result"];
+    let blob = &result["bodyBlob"];
+    assert!(blob["sizeBytes"].as_u64().unwrap() > 128 * 1024, "{blob}");
+    assert!(result["body"].as_str().unwrap().starts_with("{\"rows\""), "a preview inline");
+    let (status, bytes) = m.client().get_bytes(&format!("/api/blobs/{}", blob["urn"].as_str().unwrap()));
+    assert_eq!(status, 200);
+    let whole: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(whole["rows"].as_array().unwrap().len(), 2000);
+
     // An answer slower than the service's timeout is a timed-out call.
     let out = run(&m, &m.token, &items, &["slow"]);
     assert_eq!(out.code, 6, "{}", out.stderr);
@@ -336,14 +362,25 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     assert_eq!(status, 422, "{v}");
     assert!(!v.to_string().contains(key), "{v}");
 
+    // `auth: header` and `auth: basic` put it where they say.
+    let out = register_items(&m, dir.path(), &service, &["--auth", "header:X-Api-Key:ITEMS_KEY"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (status, v) = api.post("/api/tools/items/call", json!({"tool": "get-item", "args": ["--id", "3"]}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(service.requests().pop().unwrap()["headers"]["x-api-key"], key);
+    let out = register_items(&m, dir.path(), &service, &["--auth", "basic:ITEMS_TOKEN"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let (status, v) = api.post("/api/tools/items/call", json!({"tool": "get-item", "args": ["--id", "4"]}));
+    assert_eq!(status, 200, "{v}");
+    use base64::Engine as _;
+    let basic = format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(token));
+    assert_eq!(service.requests().pop().unwrap()["headers"]["authorization"], basic);
+
     // Neither the event log as the API answers it nor anything the master stored holds either value.
     let (status, events) = api.get("/api/events?limit=1000");
     assert_eq!(status, 200);
     assert!(!events.to_string().contains(token) && !events.to_string().contains(key));
-    // History keeps both documents' registrations (the same document: one blob).
-    let (status, h) = api.get("/api/tool-catalog/items/history");
-    assert_eq!(status, 200, "{h}");
-    assert_eq!(h["events"].as_array().unwrap().len(), 2, "{h}");
+    assert!(!events.to_string().contains(&base64::engine::general_purpose::STANDARD.encode(token)));
     drop(m);
     for file in walk(&dir.path().join("master")) {
         let bytes = std::fs::read(&file).unwrap();
@@ -426,4 +463,43 @@ fn documents_that_cannot_be_imported_are_refused_with_the_reason() {
     let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "x", "name": "X",
         "baseUrl": service.url}));
     assert_eq!(status, 400, "{v}");
+}
+
+#[test]
+fn re_registering_replaces_the_entry_and_history_keeps_the_earlier_documents() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let service = Service::start(dir.path(), "items", "");
+    let api = m.client();
+    let register = |doc: &str| {
+        api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "items", "name": "Items",
+            "baseUrl": service.url, "openapi": doc}))
+    };
+    let (status, first) = register(DOCUMENT);
+    assert_eq!(status, 200, "{first}");
+    let second_doc = DOCUMENT.replace("Read one item", "Read one item, again");
+    let (status, second) = register(&second_doc);
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(second["contract"]["operations"]["get-item"]["description"], "Read one item, again");
+    let (status, h) = api.get("/api/tool-catalog/items/history");
+    assert_eq!(status, 200, "{h}");
+    let pins: Vec<&str> = h["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["payload"]["entry"]["binding"]["sha256"].as_str().unwrap())
+        .collect();
+    assert_eq!(pins, [common::sha256_hex(DOCUMENT.as_bytes()), common::sha256_hex(second_doc.as_bytes())]);
+    // The earlier document is still there, verified against its pin.
+    let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", first["binding"]["openapiUrn"].as_str().unwrap()));
+    assert_eq!((status, bytes.as_slice()), (200, DOCUMENT.as_bytes()));
+
+    // A document fetched from a redirect to another origin is refused, naming the redirect.
+    let other = Service::start(dir.path(), "other", "");
+    let hopper = Service::start(dir.path(), "hopper", &other.url);
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "items", "name": "Items",
+        "baseUrl": service.url, "openapiUrl": format!("{}/redirect", hopper.url)}));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("answered 302"), "{v}");
+    assert!(other.requests().is_empty());
 }
