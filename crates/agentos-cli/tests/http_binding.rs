@@ -503,3 +503,53 @@ fn re_registering_replaces_the_entry_and_history_keeps_the_earlier_documents() {
     assert!(v["error"]["message"].as_str().unwrap().contains("answered 302"), "{v}");
     assert!(other.requests().is_empty());
 }
+
+#[test]
+fn an_http_transition_calls_a_registered_operation_with_its_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let service = Service::start(dir.path(), "items", "");
+    let api = m.client();
+    let token = "net-tok-51d2e8a7c9b3-canary";
+    assert_eq!(api.put("/api/secrets/ITEMS_TOKEN", json!({"value": token})).0, 200);
+    let (s, v) = api.post("/api/secrets/ITEMS_TOKEN/grants", json!({"origin": service.url}));
+    assert_eq!(s, 200, "{v}");
+    let out = register_items(&m, dir.path(), &service, &["--auth", "bearer:ITEMS_TOKEN"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    // A credential in an operation's input is refused when the net is applied.
+    let (status, v) = api.put(
+        "/api/models/shop/net",
+        json!({"places": ["p-req", "p-resp"], "transitions": [{"id": "read", "kind": "http",
+            "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+            "action": {"tool": "items", "operation": "get-item", "input": {"id": "${credentials.ITEMS_TOKEN}"}},
+            "emit": [{"to": "o"}]}]}),
+    );
+    assert_eq!(status, 400, "{v}");
+    assert!(v.to_string().contains("/transitions/0/action/input"), "{v}");
+
+    let (status, v) = api.put(
+        "/api/models/shop/net",
+        json!({"places": ["p-req", "p-resp"], "transitions": [{"id": "read", "kind": "http",
+            "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+            "action": {"tool": "items", "operation": "get-item", "input": {"id": "${.req.data.id}", "tags": ["a", "b"]}},
+            "emit": [{"to": "o"}]}]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = api.post("/api/models/shop/transitions/read/start", json!({}));
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = api.post("/api/models/shop/places/p-req/tokens", json!({"data": {"id": "42"}}));
+    assert_eq!(status, 200, "{v}");
+    common::wait_for("the response token", || !api.token_data("shop", "p-resp").is_empty());
+    let data = api.token_data("shop", "p-resp").remove(0);
+    assert_eq!(data["path"], "/items/42", "{data}");
+    assert_eq!(data["query"]["tags"], json!(["a", "b"]));
+    assert_eq!(data["headers"]["authorization"], "Bearer [redacted]", "the echo is redacted: {data}");
+    let seen = service.requests().pop().unwrap();
+    assert_eq!(seen["headers"]["authorization"], format!("Bearer {token}"));
+    drop(m);
+    for file in walk(&dir.path().join("master")) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(!bytes.windows(token.len()).any(|w| w == token.as_bytes()), "{} holds the credential", file.display());
+    }
+}

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use agentos_core::command::{HeaderFields, Plan, fields};
 use agentos_core::entry::{
-    Binding, BindingKind, Contract, HttpAuth, HttpAuthKind, HttpBinding, HttpOperation, Operation, Status,
+    Binding, BindingKind, Contract, HttpAuth, HttpAuthKind, HttpBinding, HttpOperation, Operation, Status, StoredEntry,
 };
 use agentos_core::event::GrantTarget;
 use agentos_core::flags::Flag;
@@ -85,9 +85,6 @@ impl Binder for Http {
         let Some(entry) = entry else {
             return Err(CoreError::internal("an http call without its entry").into());
         };
-        let Binding::Http(b) = &entry.entry.binding else {
-            return Err(CoreError::internal("an http call of another kind of entry").into());
-        };
         let Some(tool) = operation else {
             return Err(CoreError::bad_input(
                 "not_invocable",
@@ -97,20 +94,39 @@ impl Binder for Http {
             )
             .into());
         };
-        let op = b
-            .operations
-            .iter()
-            .find(|o| o.name == tool)
-            .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
-        let schema = entry.entry.contract().operations.get(tool).map(|o| o.input.clone()).unwrap_or(Value::Null);
         let input = req.input.unwrap_or_else(|| json!({}));
-        let request = agentos_openapi::build_request(&b.base_url, &op.to_openapi(schema), &input)
-            .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
-        let cfg = engine.inner.dispatch.config;
-        let timeout_ms = req.timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
-        let sent = Sent { engine, id, tool, model, binding: b };
-        Ok(Outcome::Value(sent.send(request, Duration::from_millis(timeout_ms)).await?))
+        Ok(Outcome::Value(call_operation(engine, id, model, &entry, tool, &input, req.timeout_ms).await?))
     }
+}
+
+/// Calls one operation of an http entry with `input` (an object of its input schema), acting in
+/// `model`: the request built, the credential added if granted there, the answer
+/// `{status, contentType, headers, body}`; a status outside 2xx is an error. Flags are the
+/// caller's to check (a shell command's principal, a fire's authority).
+pub(crate) async fn call_operation(
+    engine: &Engine,
+    id: &str,
+    model: &str,
+    entry: &StoredEntry,
+    tool: &str,
+    input: &Value,
+    timeout_ms: Option<u64>,
+) -> Result<Value, EngineError> {
+    let Binding::Http(b) = &entry.entry.binding else {
+        return Err(CoreError::bad_input("not_http", format!("{id:?} is not an http service")).into());
+    };
+    let op = b
+        .operations
+        .iter()
+        .find(|o| o.name == tool)
+        .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
+    let schema = entry.entry.contract().operations.get(tool).map(|o| o.input.clone()).unwrap_or(Value::Null);
+    let request = agentos_openapi::build_request(&b.base_url, &op.to_openapi(schema), input)
+        .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
+    let cfg = engine.inner.dispatch.config;
+    let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
+    let sent = Sent { engine, id, tool, model, binding: b };
+    sent.send(request, Duration::from_millis(timeout_ms)).await
 }
 
 /// One call on its way: what the answer and the errors name.
