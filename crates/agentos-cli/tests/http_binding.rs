@@ -553,3 +553,61 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
         assert!(!bytes.windows(token.len()).any(|w| w == token.as_bytes()), "{} holds the credential", file.display());
     }
 }
+
+/// The shared corpus of real documents (`../shared/fixtures/openapi/`, see its MANIFEST.md),
+/// registered through the master: what the importer makes of each must also fit the catalog
+/// (the depth and size of the event that stores it, the blob that pins it).
+#[test]
+fn every_shared_fixture_registers_through_the_master_or_is_refused_with_the_reason() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/openapi");
+    let expected: &[(&str, Result<usize, &str>)] = &[
+        ("api-with-examples-3.0.yaml", Ok(2)),
+        ("box-3.0.json", Ok(296)),
+        ("callback-example-3.0.yaml", Ok(1)),
+        ("datadog-v1-3.0.yaml", Ok(235)),
+        ("digitalocean-extref-3.0.yaml", Err("refers to another document at /paths/~1<upload_url>/put/$ref")),
+        ("discord-3.1.json", Ok(242)),
+        ("link-example-3.0.yaml", Ok(6)),
+        ("non-oauth-scopes-3.1.json", Ok(1)),
+        ("openai-3.1.yaml", Ok(288)),
+        ("ory-kratos-3.0.json", Ok(60)),
+        ("overseerr-3.0.yaml", Ok(170)),
+        ("petstore-3.0.yaml", Ok(3)),
+        ("petstore-expanded-3.0.json", Ok(4)),
+        ("scalar-galaxy-3.1.yaml", Ok(10)),
+        ("twilio-api-v2010-3.0.json", Ok(197)),
+        ("uspto-3.0.json", Ok(3)),
+        ("webhook-example-3.1.json", Err("the document has no `paths`, only 1 webhook(s)")),
+    ];
+    let mut names: Vec<String> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json") || n.ends_with(".yaml"))
+        .collect();
+    names.sort();
+    assert_eq!(names, expected.iter().map(|(n, _)| n.to_string()).collect::<Vec<_>>(), "the corpus changed");
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    for (i, (name, want)) in expected.iter().enumerate() {
+        let text = std::fs::read_to_string(fixtures.join(name)).unwrap();
+        let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": format!("doc-{i}"),
+            "name": name, "baseUrl": "https://api.example.com", "openapi": text}));
+        match want {
+            Ok(tools) => {
+                assert_eq!(status, 200, "{name}: {v}");
+                assert_eq!(v["contract"]["operations"].as_object().unwrap().len(), *tools, "{name}");
+                assert_eq!(v["binding"]["sha256"], common::sha256_hex(text.as_bytes()), "{name}");
+            }
+            Err(reason) => {
+                assert_eq!(status, 400, "{name}: {v}");
+                assert!(v["error"]["message"].as_str().unwrap().contains(reason), "{name}: {v}");
+            }
+        }
+    }
+    // The catalog still answers, and restarting folds every entry back.
+    let m = m.restart();
+    let (status, v) = m.client().get("/api/tool-catalog?type=http&limit=100");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["total"], 15, "{v}");
+}
