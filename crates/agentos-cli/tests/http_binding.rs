@@ -225,6 +225,15 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let bin = install(&m, &m.token, dir.path());
     let items = bin.join("agentos-items");
 
+    // Help and the prompt are drawn from the contract, as for every kind.
+    let out = run(&m, &m.token, &items, &["get-item", "--help"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for flag in ["--id", "--verbose", "--tags", "--x-trace", "Read one item"] {
+        assert!(out.stdout.contains(flag), "{flag}: {}", out.stdout);
+    }
+    let out = run(&m, &m.token, Path::new(BIN), &["prompt"]);
+    assert!(out.stdout.contains("agentos-items update-item --path-id"), "{}", out.stdout);
+
     // Path, query (an array among them) and header parameters.
     let out = run(
         &m,
@@ -312,7 +321,8 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
 #[test]
 fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     let dir = tempfile::tempdir().unwrap();
-    let m = Master::start(&dir.path().join("master"));
+    let log = dir.path().join("master.log");
+    let m = Master::start_logged(&dir.path().join("master"), &log, &[]);
     let service = Service::start(dir.path(), "items", "");
     let api = m.client();
     let token = "tok-7f3a9c2e1b5d4e60-canary";
@@ -382,7 +392,9 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     assert!(!events.to_string().contains(token) && !events.to_string().contains(key));
     assert!(!events.to_string().contains(&base64::engine::general_purpose::STANDARD.encode(token)));
     drop(m);
-    for file in walk(&dir.path().join("master")) {
+    let mut files = walk(&dir.path().join("master"));
+    files.push(log);
+    for file in files {
         let bytes = std::fs::read(&file).unwrap();
         for secret in [token, key] {
             let found = bytes.windows(secret.len()).any(|w| w == secret.as_bytes());
