@@ -72,6 +72,7 @@ paths:
         - {name: verbose, in: query, schema: {type: boolean}}
         - {name: tags, in: query, schema: {type: array, items: {type: string}}}
         - {name: X-Trace, in: header, schema: {type: string}}
+        - {name: api_key, in: query, schema: {type: string}, description: A key the caller may try to set}
       responses: {"200": {description: the item}}
     put:
       operationId: updateItem
@@ -359,11 +360,13 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     // `auth: query` sends the credential as the named query parameter only.
     let out = register_items(&m, dir.path(), &service, &["--auth", "query:api_key:ITEMS_KEY"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let (status, v) =
-        api.post("/api/tools/items/call", json!({"tool": "get-item", "args": ["--id", "2", "--verbose"]}));
+    let (status, v) = api.post(
+        "/api/tools/items/call",
+        json!({"tool": "get-item", "args": ["--id", "2", "--verbose", "--api-key", "the-caller-s-own"]}),
+    );
     assert_eq!(status, 200, "{v}");
     let seen = service.requests().pop().unwrap();
-    assert_eq!(seen["query"]["api_key"], json!([key]));
+    assert_eq!(seen["query"]["api_key"], json!([key]), "the credential is the parameter's one value");
     assert_eq!(seen["query"]["verbose"], json!(["true"]));
     assert!(seen["headers"].get("authorization").is_none(), "{seen}");
     assert!(!v.to_string().contains(key), "{v}");

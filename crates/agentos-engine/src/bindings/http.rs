@@ -151,7 +151,33 @@ impl Sent<'_> {
         if let Some(auth) = &self.binding.auth {
             let value = self.credential(auth, &url)?;
             secrets.push(value.clone());
+            // As for an http action: a request that carries a credential cannot say where it goes.
+            if let Some((k, _)) = headers.iter().find(|(k, _)| redirecting_header(k)) {
+                return Err(failed(
+                    ErrorKind::BadInput,
+                    "usage",
+                    format!("{k} cannot be set on a request that carries a credential"),
+                ));
+            }
             let name = auth.name.clone().unwrap_or_default();
+            // The credential is the one value of its header or parameter: an input of the same
+            // name neither replaces it nor goes beside it.
+            let taken = match auth.kind {
+                HttpAuthKind::Bearer | HttpAuthKind::Basic => "authorization",
+                HttpAuthKind::Header | HttpAuthKind::Query => name.as_str(),
+            };
+            if auth.kind == HttpAuthKind::Query {
+                let kept: Vec<(String, String)> = url
+                    .query_pairs()
+                    .filter(|(k, _)| k != taken)
+                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                    .collect();
+                if kept.len() != url.query_pairs().count() {
+                    url.query_pairs_mut().clear().extend_pairs(kept);
+                }
+            } else {
+                headers.retain(|(k, _)| !k.eq_ignore_ascii_case(taken));
+            }
             match auth.kind {
                 HttpAuthKind::Bearer => headers.push(("Authorization".into(), format!("Bearer {value}"))),
                 HttpAuthKind::Basic => headers.push((
@@ -202,11 +228,11 @@ impl Sent<'_> {
                 shown_headers.insert(name.into(), Value::String(redactor.text(v)));
             }
         }
+        // reqwest's timeout runs until the body is read, so a slow body times out as well.
         let mut bytes = Vec::new();
         loop {
-            let chunk = tokio::time::timeout(timeout, resp.chunk()).await;
-            match chunk {
-                Ok(Ok(Some(c))) => {
+            match resp.chunk().await {
+                Ok(Some(c)) => {
                     if bytes.len() + c.len() > MAX_ANSWER_BYTES {
                         return Err(failed(
                             ErrorKind::ToolFailed,
@@ -216,21 +242,20 @@ impl Sent<'_> {
                     }
                     bytes.extend_from_slice(&c);
                 }
-                Ok(Ok(None)) => break,
-                Ok(Err(e)) => {
-                    let why = redactor.text(&describe(&e));
-                    let (kind, code) = if e.is_timeout() {
-                        (ErrorKind::Unavailable, "timed_out")
-                    } else {
-                        (ErrorKind::ToolFailed, "request_failed")
-                    };
-                    return Err(failed(kind, code, format!("{shown}: reading the answer: {why}")));
-                }
-                Err(_) => {
+                Ok(None) => break,
+                Err(e) if e.is_timeout() => {
                     return Err(failed(
                         ErrorKind::Unavailable,
                         "timed_out",
                         format!("{shown} timed out after {} ms", timeout.as_millis()),
+                    ));
+                }
+                Err(e) => {
+                    let why = redactor.text(&describe(&e));
+                    return Err(failed(
+                        ErrorKind::ToolFailed,
+                        "request_failed",
+                        format!("{shown}: reading the answer: {why}"),
                     ));
                 }
             }
@@ -277,6 +302,12 @@ impl Sent<'_> {
             .into()
         })
     }
+}
+
+/// Headers that say where a request goes or came from, which a proxy or the service may follow.
+fn redirecting_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "host" || lower == "forwarded" || lower.starts_with("x-forwarded-")
 }
 
 fn not_granted(secret: &str, origin: &str) -> CoreError {
