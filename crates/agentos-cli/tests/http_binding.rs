@@ -562,6 +562,22 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
     assert_eq!(data["headers"]["authorization"], "Bearer [redacted]", "the echo is redacted: {data}");
     let seen = service.requests().pop().unwrap();
     assert_eq!(seen["headers"]["authorization"], format!("Bearer {token}"));
+
+    // A fire acts with the flags of everyone behind it: a token put by an agent without `h`
+    // does not call the service, and parks with the reason.
+    let (status, v) = api.post("/api/agents", json!({"name": "clerk", "flags": "rwx"}));
+    assert_eq!(status, 200, "{v}");
+    let clerk = api.with_token(v["token"].as_str());
+    let (status, v) = api.post("/api/agents/clerk/grants", json!({"model": "shop"}));
+    assert_eq!(status, 200, "{v}");
+    let before = service.requests().len();
+    let (status, v) = clerk.post("/api/models/shop/places/p-req/tokens", json!({"data": {"id": "43"}}));
+    assert_eq!(status, 200, "{v}");
+    common::wait_for("the token to park", || !api.get("/api/models/shop/parked").1.as_array().unwrap().is_empty());
+    let parked = api.get("/api/models/shop/parked").1;
+    let reason = parked[0]["reason"].as_str().unwrap();
+    assert!(reason.contains("needs the 'h' (http) flag") && reason.contains("clerk"), "{reason}");
+    assert_eq!(service.requests().len(), before, "the service was not called");
     drop(m);
     for file in walk(&dir.path().join("master")) {
         let bytes = std::fs::read(&file).unwrap();
