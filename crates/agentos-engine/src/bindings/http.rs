@@ -151,44 +151,8 @@ impl Sent<'_> {
         if let Some(auth) = &self.binding.auth {
             let value = self.credential(auth, &url)?;
             secrets.push(value.clone());
-            // As for an http action: a request that carries a credential cannot say where it goes.
-            if let Some((k, _)) = headers.iter().find(|(k, _)| redirecting_header(k)) {
-                return Err(failed(
-                    ErrorKind::BadInput,
-                    "usage",
-                    format!("{k} cannot be set on a request that carries a credential"),
-                ));
-            }
-            let name = auth.name.clone().unwrap_or_default();
-            // The credential is the one value of its header or parameter: an input of the same
-            // name neither replaces it nor goes beside it.
-            let taken = match auth.kind {
-                HttpAuthKind::Bearer | HttpAuthKind::Basic => "authorization",
-                HttpAuthKind::Header | HttpAuthKind::Query => name.as_str(),
-            };
-            if auth.kind == HttpAuthKind::Query {
-                let kept: Vec<(String, String)> = url
-                    .query_pairs()
-                    .filter(|(k, _)| k != taken)
-                    .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                    .collect();
-                if kept.len() != url.query_pairs().count() {
-                    url.query_pairs_mut().clear().extend_pairs(kept);
-                }
-            } else {
-                headers.retain(|(k, _)| !k.eq_ignore_ascii_case(taken));
-            }
-            match auth.kind {
-                HttpAuthKind::Bearer => headers.push(("Authorization".into(), format!("Bearer {value}"))),
-                HttpAuthKind::Basic => headers.push((
-                    "Authorization".into(),
-                    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(value.as_bytes())),
-                )),
-                HttpAuthKind::Header => headers.push((name, value)),
-                HttpAuthKind::Query => {
-                    url.query_pairs_mut().append_pair(&name, &value);
-                }
-            }
+            place_credential(auth, &value, &mut url, &mut headers)
+                .map_err(|why| failed(ErrorKind::BadInput, "usage", why))?;
         }
         let redactor = Redactor::new(&secrets);
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
@@ -302,6 +266,46 @@ impl Sent<'_> {
             .into()
         })
     }
+}
+
+/// Puts the credential where the auth says, as the one value of its header or parameter: an
+/// input of the same name neither replaces it nor goes beside it (a service reading the first
+/// value would take the caller's). As for an http action, a request that carries a credential
+/// cannot say where it goes (`Host`, `Forwarded`, `X-Forwarded-*`).
+fn place_credential(
+    auth: &HttpAuth,
+    value: &str,
+    url: &mut reqwest::Url,
+    headers: &mut Vec<(String, String)>,
+) -> Result<(), String> {
+    if let Some((k, _)) = headers.iter().find(|(k, _)| redirecting_header(k)) {
+        return Err(format!("{k} cannot be set on a request that carries a credential"));
+    }
+    let name = auth.name.clone().unwrap_or_default();
+    match auth.kind {
+        HttpAuthKind::Query => {
+            let kept: Vec<(String, String)> =
+                url.query_pairs().filter(|(k, _)| *k != name).map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+            if kept.len() != url.query_pairs().count() {
+                url.query_pairs_mut().clear().extend_pairs(kept);
+            }
+            url.query_pairs_mut().append_pair(&name, value);
+        }
+        HttpAuthKind::Header => {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&name));
+            headers.push((name, value.to_string()));
+        }
+        HttpAuthKind::Bearer | HttpAuthKind::Basic => {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
+            let scheme = if auth.kind == HttpAuthKind::Bearer {
+                format!("Bearer {value}")
+            } else {
+                format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(value.as_bytes()))
+            };
+            headers.push(("Authorization".into(), scheme));
+        }
+    }
+    Ok(())
 }
 
 /// Headers that say where a request goes or came from, which a proxy or the service may follow.
@@ -509,4 +513,92 @@ async fn fetch_document(engine: &Engine, url: &str, max_bytes: usize) -> Result<
         bytes.extend_from_slice(&c);
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(kind: HttpAuthKind, name: Option<&str>) -> HttpAuth {
+        HttpAuth { kind, name: name.map(str::to_string), secret: "KEY".into() }
+    }
+
+    /// Places the credential `v` for `auth` on `url` with `headers`, and checks the URL and
+    /// headers that result, or the refusal's words.
+    /// Headers as a table writes them.
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+
+    fn check(auth: HttpAuth, url: &str, headers: Headers<'_>, expected: Result<(&str, Headers<'_>), &str>) {
+        let mut url = reqwest::Url::parse(url).unwrap();
+        let mut hs: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let got = place_credential(&auth, "s3cr3t+/=", &mut url, &mut hs);
+        match expected {
+            Ok((want_url, want_headers)) => {
+                assert_eq!(got, Ok(()), "{auth:?}");
+                assert_eq!(url.as_str(), want_url, "{auth:?}");
+                let want: Vec<(String, String)> =
+                    want_headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+                assert_eq!(hs, want, "{auth:?}");
+            }
+            Err(words) => assert!(got.as_ref().is_err_and(|e| e.contains(words)), "{auth:?}: {got:?}"),
+        }
+    }
+
+    #[test]
+    fn the_credential_goes_where_its_auth_says_and_alone() {
+        let u = "https://api.example.com/v1/items?q=1";
+        check(
+            auth(HttpAuthKind::Bearer, None),
+            u,
+            &[("X-Trace", "t")],
+            Ok((u, &[("X-Trace", "t"), ("Authorization", "Bearer s3cr3t+/=")])),
+        );
+        check(
+            auth(HttpAuthKind::Basic, None),
+            u,
+            &[("authorization", "Bearer mine")],
+            Ok((u, &[("Authorization", "Basic czNjcjN0Ky89")])),
+        );
+        check(
+            auth(HttpAuthKind::Header, Some("X-Api-Key")),
+            u,
+            &[("x-api-key", "mine"), ("Accept", "a")],
+            Ok((u, &[("Accept", "a"), ("X-Api-Key", "s3cr3t+/=")])),
+        );
+        check(
+            auth(HttpAuthKind::Query, Some("api_key")),
+            "https://api.example.com/v1/items?api_key=mine&q=1",
+            &[],
+            Ok(("https://api.example.com/v1/items?q=1&api_key=s3cr3t%2B%2F%3D", &[])),
+        );
+        check(
+            auth(HttpAuthKind::Query, Some("api_key")),
+            u,
+            &[],
+            Ok(("https://api.example.com/v1/items?q=1&api_key=s3cr3t%2B%2F%3D", &[])),
+        );
+        for h in ["Host", "forwarded", "X-Forwarded-For"] {
+            check(
+                auth(HttpAuthKind::Bearer, None),
+                u,
+                &[(h, "evil.example.com")],
+                Err("cannot be set on a request that carries a credential"),
+            );
+        }
+    }
+
+    #[test]
+    fn an_auth_names_a_secret_and_a_name_only_where_it_takes_one() {
+        assert!(check_auth(&auth(HttpAuthKind::Bearer, None)).is_ok());
+        assert!(check_auth(&auth(HttpAuthKind::Query, Some("api_key"))).is_ok());
+        for (a, words) in [
+            (auth(HttpAuthKind::Header, None), "needs a name"),
+            (auth(HttpAuthKind::Basic, Some("x")), "takes no name"),
+            (auth(HttpAuthKind::Header, Some("X Key")), "is not a header or parameter name"),
+            (HttpAuth { secret: "no spaces".into(), ..auth(HttpAuthKind::Bearer, None) }, "is not a secret name"),
+        ] {
+            let e = check_auth(&a).unwrap_err();
+            assert!(e.message.contains(words), "{a:?}: {}", e.message);
+        }
+    }
 }
