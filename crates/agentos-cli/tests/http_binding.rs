@@ -317,6 +317,16 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let (status, v) = m.client().invoke("items", json!({"input": {}}));
     assert_eq!(status, 400, "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("agentos-items OPERATION"), "{v}");
+    let resp = common::http()
+        .post(format!("{}/api/tools/items/invoke", m.url))
+        .bearer_auth(&m.token)
+        .header("prefer", "respond-async")
+        .json(&json!({"input": {}}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let v: Value = resp.json().unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("is an http service: it answers synchronously"), "{v}");
 }
 
 #[test]

@@ -73,15 +73,7 @@ impl Binder for Http {
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
         let Call { principal, id, model, entry, operation, req } = call;
-        for (flag, what) in [(Flag::Execute, "'x' (execute)"), (Flag::Http, "'h' (http)")] {
-            if !principal.flags.has(flag) {
-                return Err(CoreError::forbidden(format!(
-                    "{} may not call http services: that needs the 'x' and 'h' flags, and {what} is missing",
-                    principal.name
-                ))
-                .into());
-            }
-        }
+        may_call(principal)?;
         let Some(entry) = entry else {
             return Err(CoreError::internal("an http call without its entry").into());
         };
@@ -97,6 +89,25 @@ impl Binder for Http {
         let input = req.input.unwrap_or_else(|| json!({}));
         Ok(Outcome::Value(call_operation(engine, id, model, &entry, tool, &input, req.timeout_ms).await?))
     }
+
+    async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
+        may_call(call.principal)?;
+        Err(super::answers_synchronously(call.id, "an http service"))
+    }
+}
+
+/// Calling an http service needs `x` and `h`, like every call and the flag that reveals it.
+fn may_call(p: &Principal) -> Result<(), EngineError> {
+    for (flag, what) in [(Flag::Execute, "'x' (execute)"), (Flag::Http, "'h' (http)")] {
+        if !p.flags.has(flag) {
+            return Err(CoreError::forbidden(format!(
+                "{} may not call http services: that needs the 'x' and 'h' flags, and {what} is missing",
+                p.name
+            ))
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// Calls one operation of an http entry with `input` (an object of its input schema), acting in

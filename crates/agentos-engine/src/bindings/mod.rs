@@ -81,15 +81,16 @@ pub trait Binder: Send + Sync {
     /// Queues one operation and answers its job id at once (`Prefer: respond-async`). Kinds
     /// that answer synchronously refuse.
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
-        Err(answers_synchronously(call.id, &format!("{} tool", self.kind().as_str())))
+        Err(answers_synchronously(call.id, &format!("a {} tool", self.kind().as_str())))
     }
 }
 
-/// The refusal of `Prefer: respond-async` by a kind that answers at once; `what` names it ("host tool").
+/// The refusal of `Prefer: respond-async` by a kind that answers at once; `what` names it with
+/// its article ("a host tool", "an http service").
 pub(crate) fn answers_synchronously(id: &str, what: &str) -> EngineError {
     CoreError::bad_input(
         "async_unsupported",
-        format!("{id:?} is a {what}: it answers synchronously; invoke it without Prefer: respond-async"),
+        format!("{id:?} is {what}: it answers synchronously; invoke it without Prefer: respond-async"),
     )
     .into()
 }
