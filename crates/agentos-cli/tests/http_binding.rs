@@ -479,6 +479,31 @@ fn documents_that_cannot_be_imported_are_refused_with_the_reason() {
     // Neither left an entry behind.
     assert_eq!(api.get("/api/tool-catalog/bad").0, 404);
 
+    // One bad operation in a good document is skipped and listed, never silently: in the
+    // answer, in the entry, and by the CLI.
+    let doc = dir.path().join("partly.json");
+    std::fs::write(
+        &doc,
+        json!({"openapi": "3.0.3", "info": {"title": "Partly", "version": "1"}, "paths": {
+            "/good": {"get": {"operationId": "good", "responses": {"200": {"description": "ok"}}}},
+            "/bad": {"get": {"operationId": "bad", "parameters": [{"$ref": "#/components/parameters/Missing"}],
+                "responses": {"200": {"description": "ok"}}}}}})
+        .to_string(),
+    )
+    .unwrap();
+    let out = run(
+        &m,
+        &m.token,
+        Path::new(BIN),
+        &["catalog", "register-http", "--id", "partly", "--base-url", &service.url, "--openapi", doc.to_str().unwrap()],
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("tools:  good"), "{}", out.stdout);
+    assert!(out.stdout.contains("skipped /paths/~1bad/get: ") && out.stdout.contains("Missing"), "{}", out.stdout);
+    let (status, v) = api.get("/api/tool-catalog/partly");
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["binding"]["skipped"][0]["pointer"], "/paths/~1bad/get", "{v}");
+
     // A document fetched by the master from a URL, through the outbound policy.
     let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "fetched", "name": "Fetched",
         "baseUrl": service.url, "openapiUrl": format!("{}/openapi.json", service.url)}));
