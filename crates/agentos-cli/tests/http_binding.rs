@@ -212,6 +212,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert_eq!(out.code, 0, "{}", out.stderr);
     let entry = out.json();
     assert_eq!(entry["status"], "registered");
+    assert_eq!(entry["version"], "1.0", "the document's info.version");
     assert_eq!(entry["scope"], "global");
     let ops: Vec<&str> = entry["contract"]["operations"].as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(ops, ["big", "boom", "get-item", "hop", "missing", "post-form", "redirect", "slow", "update-item"]);

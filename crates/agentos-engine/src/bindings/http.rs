@@ -470,7 +470,11 @@ impl RegisterHttp {
             skipped: imported.skipped,
             timeout_ms: self.timeout_ms,
         });
-        let (model, entry) = header.into_entry(Status::Registered, contract, binding);
+        let (model, mut entry) = header.into_entry(Status::Registered, contract, binding);
+        // The entry's version is the document's (`info.version`) when it makes a valid one.
+        if agentos_core::name::check_text("version", &imported.version, 64, true).is_ok() {
+            entry.version = imported.version;
+        }
         Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
     }
 }
