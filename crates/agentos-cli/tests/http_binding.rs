@@ -456,7 +456,7 @@ fn registering_needs_h_and_calling_needs_x_and_h() {
 }
 
 #[test]
-fn documents_that_cannot_be_imported_are_refused_with_the_reason() {
+fn documents_are_read_inline_or_fetched_and_refused_with_the_reason_when_they_cannot_be_imported() {
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start(&dir.path().join("master"));
     let service = Service::start(dir.path(), "items", "");
@@ -510,6 +510,17 @@ fn documents_that_cannot_be_imported_are_refused_with_the_reason() {
         "baseUrl": service.url, "openapiUrl": format!("{}/openapi.json", service.url)}));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["binding"]["sha256"], common::sha256_hex(DOCUMENT.as_bytes()));
+    // A document sent as a JSON object is stored as its JSON text.
+    let object = json!({"openapi": "3.1.0", "info": {"title": "Obj", "version": "2"}, "paths": {"/o": {"get": {
+        "operationId": "read-o", "responses": {"200": {"description": "ok"}}}}}});
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "obj", "name": "Obj",
+        "baseUrl": service.url, "openapi": object}));
+    assert_eq!(status, 200, "{v}");
+    let urn = v["binding"]["openapiUrn"].as_str().unwrap();
+    assert!(urn.ends_with(".json"), "{urn}");
+    let stored: Value = serde_json::from_slice(&api.get_bytes(&format!("/api/blobs/{urn}")).1).unwrap();
+    assert_eq!(stored, object);
+
     // Both of openapi and openapiUrl, or neither, is refused.
     let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "x", "name": "X",
         "baseUrl": service.url}));
