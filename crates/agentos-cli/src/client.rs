@@ -61,6 +61,47 @@ pub struct RegisterScriptArgs {
     pub json: bool,
 }
 
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("document").required(true).args(["openapi", "openapi_url"]))]
+pub struct RegisterHttpArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Toolkit id: a-z, 0-9 and '-', at most 64.
+    #[arg(long)]
+    pub id: String,
+    /// The service's base URL; it replaces the document's servers.
+    #[arg(long)]
+    pub base_url: String,
+    /// The OpenAPI document (3.0 or 3.1, JSON or YAML).
+    #[arg(long)]
+    pub openapi: Option<PathBuf>,
+    /// Where the master fetches the OpenAPI document.
+    #[arg(long)]
+    pub openapi_url: Option<String>,
+    /// The credential: bearer:SECRET, header:NAME:SECRET, query:NAME:SECRET or basic:SECRET,
+    /// naming a secret granted to the service's origin.
+    #[arg(long)]
+    pub auth: Option<String>,
+    /// Keep only this operation (by tool name); repeat for several.
+    #[arg(long = "include")]
+    pub include: Vec<String>,
+    /// Display name (defaults to the id).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// What the service does, shown in search, --help and the prompt.
+    #[arg(long)]
+    pub description: Option<String>,
+    /// A capability tag; repeat for several.
+    #[arg(long = "capability")]
+    pub capabilities: Vec<String>,
+    /// How long one call may take, in milliseconds.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub struct ListArgs {
     pub kind: Option<String>,
     pub model: Option<String>,
@@ -277,6 +318,59 @@ pub fn register_script(a: RegisterScriptArgs) -> Result<(), ClientError> {
         let schema: Value = serde_json::from_str(&text)
             .map_err(|e| fail(EXIT_USAGE, format!("{} is not JSON: {e}", path.display())))?;
         body["input"] = schema;
+    }
+    let e = a.conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
+    output::print(&e, a.json, output::registered);
+    Ok(())
+}
+
+/// `--auth` as the command takes it: `bearer:SECRET`, `header:NAME:SECRET`, `query:NAME:SECRET`, `basic:SECRET`.
+fn http_auth(spec: &str) -> Result<Value, ClientError> {
+    let bad = || {
+        fail(
+            EXIT_USAGE,
+            format!("--auth {spec:?}: use bearer:SECRET, header:NAME:SECRET, query:NAME:SECRET or basic:SECRET"),
+        )
+    };
+    let parts: Vec<&str> = spec.split(':').collect();
+    match parts.as_slice() {
+        [kind @ ("bearer" | "basic"), secret] if !secret.is_empty() => Ok(json!({"type": kind, "secret": secret})),
+        [kind @ ("header" | "query"), name, secret] if !name.is_empty() && !secret.is_empty() => {
+            Ok(json!({"type": kind, "name": name, "secret": secret}))
+        }
+        _ => Err(bad()),
+    }
+}
+
+pub fn register_http(a: RegisterHttpArgs) -> Result<(), ClientError> {
+    let mut body = json!({
+        "type": "TOOL_CATALOG_REGISTER_HTTP",
+        "id": a.id,
+        "name": a.name.clone().unwrap_or_else(|| a.id.clone()),
+        "baseUrl": a.base_url,
+    });
+    if let Some(path) = &a.openapi {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| fail(EXIT_USAGE, format!("cannot read {}: {e}", path.display())))?;
+        body["openapi"] = json!(text);
+    }
+    if let Some(url) = a.openapi_url {
+        body["openapiUrl"] = json!(url);
+    }
+    if let Some(spec) = &a.auth {
+        body["auth"] = http_auth(spec)?;
+    }
+    if let Some(d) = a.description {
+        body["description"] = json!(d);
+    }
+    if !a.include.is_empty() {
+        body["include"] = json!(a.include);
+    }
+    if !a.capabilities.is_empty() {
+        body["capabilities"] = json!(a.capabilities);
+    }
+    if let Some(ms) = a.timeout_ms {
+        body["timeoutMs"] = json!(ms);
     }
     let e = a.conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
     output::print(&e, a.json, output::registered);

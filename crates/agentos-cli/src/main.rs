@@ -337,6 +337,8 @@ enum CatalogCmd {
     },
     /// Register a script tool, pinned by its sha256.
     RegisterScript(client::RegisterScriptArgs),
+    /// Register an HTTP service from its OpenAPI document: every operation becomes a tool.
+    RegisterHttp(client::RegisterHttpArgs),
     /// Remove an entry from a model's catalog.
     Remove {
         #[command(flatten)]
@@ -392,6 +394,7 @@ fn run_catalog(c: CatalogCmd) -> Result<(), client::ClientError> {
         CatalogCmd::Get { conn, id, model, json } => client::get(&conn, &id, model.as_deref(), json),
         CatalogCmd::History { conn, id, model, json } => client::history(&conn, &id, model.as_deref(), json),
         CatalogCmd::RegisterScript(a) => client::register_script(a),
+        CatalogCmd::RegisterHttp(a) => client::register_http(a),
         CatalogCmd::Remove { conn, id, model, json } => client::remove(&conn, &id, model.as_deref(), json),
     }
 }

@@ -99,14 +99,27 @@ pub fn entry(e: &Value) -> String {
 }
 
 pub fn registered(e: &Value) -> String {
-    format!(
+    let urn = ["/binding/scriptUrn", "/binding/openapiUrn", "/binding/netUrn"]
+        .iter()
+        .find_map(|p| e.pointer(p).and_then(Value::as_str))
+        .unwrap_or("");
+    let mut out = format!(
         "registered {} in model {} ({})\nsha256: {}\nurn:    {}",
         s(e, "id"),
         s(e, "model"),
         s(e, "scope"),
         e.pointer("/binding/sha256").and_then(Value::as_str).unwrap_or(""),
-        e.pointer("/binding/scriptUrn").and_then(Value::as_str).unwrap_or("")
-    )
+        urn
+    );
+    if e.pointer("/binding/type").and_then(Value::as_str) == Some("http")
+        && let Some(ops) = e.pointer("/contract/operations").and_then(Value::as_object)
+    {
+        out.push_str(&format!("\ntools:  {}", ops.keys().cloned().collect::<Vec<_>>().join(", ")));
+    }
+    for skipped in e.pointer("/binding/skipped").and_then(Value::as_array).into_iter().flatten() {
+        out.push_str(&format!("\nskipped {}: {}", s(skipped, "pointer"), s(skipped, "reason")));
+    }
+    out
 }
 
 pub fn history(h: &Value) -> String {

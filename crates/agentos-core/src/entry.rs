@@ -69,6 +69,87 @@ pub enum Binding {
     Toolnet(ToolnetBinding),
     /// Rust functions registered by whoever embeds the master; they run inside it.
     Host(HostBinding),
+    /// An HTTP service described by an OpenAPI document: one operation per tool.
+    Http(HttpBinding),
+}
+
+/// An HTTP service: where it is, the document it was imported from (pinned like a script), the
+/// credential it takes (a secret's name, never a value) and how to call each operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpBinding {
+    /// Replaces the document's `servers`: every operation's path is appended to it.
+    pub base_url: String,
+    /// `urn:agentos:blob:tool-catalog/openapi/<sha256>.json|.yaml`.
+    pub openapi_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<HttpAuth>,
+    /// How each operation (tool) is called; its input schema is the contract's.
+    pub operations: Vec<HttpOperation>,
+    /// Operations of the document that were left out, each with why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<agentos_openapi::Skipped>,
+    /// How long one call may take, in milliseconds; the master's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The credential an HTTP service takes, injected at call time from the secret store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpAuth {
+    #[serde(rename = "type")]
+    pub kind: HttpAuthKind,
+    /// The header or query parameter name (`header` and `query` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The secret's name.
+    pub secret: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpAuthKind {
+    /// `Authorization: Bearer <secret>`.
+    Bearer,
+    /// `<name>: <secret>`.
+    Header,
+    /// `?<name>=<secret>`.
+    Query,
+    /// `Authorization: Basic base64(<secret>)`, the secret being `user:password`.
+    Basic,
+}
+
+/// One operation of an HTTP service as a call needs it (from `agentos_openapi::Operation`, less
+/// the input schema, which the contract holds).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpOperation {
+    pub name: String,
+    pub method: String,
+    pub path: String,
+    pub bindings: Vec<agentos_openapi::Binding>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body: Option<agentos_openapi::RequestBody>,
+}
+
+impl HttpOperation {
+    /// The operation as `agentos_openapi::build_request` takes it, with its input schema.
+    pub fn to_openapi(&self, input_schema: Value) -> agentos_openapi::Operation {
+        agentos_openapi::Operation {
+            name: self.name.clone(),
+            method: self.method.clone(),
+            path: self.path.clone(),
+            summary: None,
+            description: None,
+            input_schema,
+            bindings: self.bindings.clone(),
+            body: self.body.clone(),
+            deprecated: false,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -83,6 +164,7 @@ impl Binding {
             Binding::Script(_) => BindingKind::Script,
             Binding::Toolnet(_) => BindingKind::Toolnet,
             Binding::Host(_) => BindingKind::Host,
+            Binding::Http(_) => BindingKind::Http,
         }
     }
 }

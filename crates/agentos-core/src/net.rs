@@ -57,7 +57,8 @@ pub struct Inscription {
     #[serde(default)]
     pub postsets: BTreeMap<String, Postset>,
     /// Kind-specific: `map` {template}, `command` {from?, executor?, credentials?, timeoutMs?},
-    /// `http` {method, url, headers?, body?, timeoutMs?, successStatus?}.
+    /// `http` {method, url, headers?, body?, timeoutMs?, successStatus?} or {tool, operation,
+    /// input?, timeoutMs?} (an operation of a registered http service).
     #[serde(default)]
     pub action: Value,
     /// Ordered routing rules; the first that matches emits.
@@ -243,6 +244,29 @@ pub struct HttpAction {
     /// Status codes that count as success (default: 200-299).
     #[serde(default)]
     pub success_status: Option<Vec<u16>>,
+}
+
+/// `http` action naming an operation of a registered http service instead of a URL: the
+/// request, the credential and the redirects are the entry's, as for a shell command's call.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperationAction {
+    /// The http entry's id, resolved local first in the model the fire acts for.
+    pub tool: String,
+    /// The operation's tool name: `get-item`.
+    pub operation: String,
+    /// A template of the operation's input: its flags as an object.
+    #[serde(default)]
+    pub input: Option<Value>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+impl OperationAction {
+    /// Whether an `http` action names an operation (it has `tool`) rather than a URL.
+    pub fn named_in(action: &Value) -> bool {
+        action.get("tool").is_some()
+    }
 }
 
 /// One fault in a document, at a JSON path.
@@ -500,6 +524,30 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                 }
             }
         },
+        "http" if OperationAction::named_in(&t.action) => {
+            match serde_json::from_value::<OperationAction>(t.action.clone()) {
+                Err(e) => fault(
+                    format!("{at}/action"),
+                    format!("an http operation needs {{\"tool\", \"operation\", \"input\"?, \"timeoutMs\"?}}: {e}"),
+                ),
+                Ok(o) => {
+                    if !is_valid_id(&o.tool) {
+                        fault(format!("{at}/action/tool"), format!("tool id {:?} is not valid", o.tool));
+                    }
+                    if o.operation.trim().is_empty() {
+                        fault(format!("{at}/action/operation"), "name the operation: its tool name".into());
+                    }
+                    match o.input.as_ref().map(Template::compile).transpose() {
+                        Err((path, why)) => fault(format!("{at}/action/input{path}"), format!("bad expression: {why}")),
+                        Ok(Some(tpl)) if !tpl.credentials().is_empty() => fault(
+                            format!("{at}/action/input"),
+                            "an operation's credential is its entry's auth; its input cannot read credentials".into(),
+                        ),
+                        Ok(_) => {}
+                    }
+                }
+            }
+        }
         "http" => match serde_json::from_value::<HttpAction>(t.action.clone()) {
             Err(e) => fault(format!("{at}/action"), format!("http needs {{\"method\", \"url\", ...}}: {e}")),
             Ok(h) => {

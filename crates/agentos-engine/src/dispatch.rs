@@ -235,7 +235,11 @@ impl Engine {
 
     /// Output past the inline threshold goes to a blob under `job-output/<model>`, so that who may
     /// read it is the model's question.
-    async fn shape_output(&self, model: &str, bytes: Vec<u8>) -> Result<(String, Option<OutputBlob>), EngineError> {
+    pub(crate) async fn shape_output(
+        &self,
+        model: &str,
+        bytes: Vec<u8>,
+    ) -> Result<(String, Option<OutputBlob>), EngineError> {
         if bytes.len() <= self.inner.dispatch.config.inline_output_bytes {
             return Ok((String::from_utf8_lossy(&bytes).into_owned(), None));
         }

@@ -57,6 +57,7 @@ use crate::wire;
     components(schemas(
         wire::RegisterScript,
         wire::RegisterToolnet,
+        wire::RegisterHttp,
         wire::NetDoc,
         wire::SearchArgs,
         wire::GetArgs,
@@ -155,6 +156,7 @@ impl Modify for RefusalsFromTheRouteTable {
 const COMMAND_SCHEMAS: &[(&str, &str)] = &[
     ("TOOL_CATALOG_REGISTER_SCRIPT", "RegisterScript"),
     ("TOOL_CATALOG_REGISTER_TOOLNET", "RegisterToolnet"),
+    ("TOOL_CATALOG_REGISTER_HTTP", "RegisterHttp"),
     ("TOOL_CATALOG_SEARCH", "SearchArgs"),
     ("TOOL_CATALOG_GET", "GetArgs"),
     ("TOOL_CATALOG_REMOVE", "RemoveArgs"),

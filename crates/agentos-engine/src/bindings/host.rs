@@ -53,7 +53,7 @@ impl Binder for Host {
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
         may_call(call.principal)?;
-        Err(super::answers_synchronously(call.id, "host tool"))
+        Err(super::answers_synchronously(call.id, "a host tool"))
     }
 }
 

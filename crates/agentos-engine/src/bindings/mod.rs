@@ -16,11 +16,12 @@ use agentos_core::{CoreError, ErrorKind};
 use crate::{Engine, EngineError, Principal};
 
 pub mod host;
+pub mod http;
 pub mod script;
 pub mod toolnet;
 
 /// Every binding kind this master can register or run, one row each.
-pub static BINDERS: &[&dyn Binder] = &[&script::Script, &toolnet::Toolnet, &host::Host];
+pub static BINDERS: &[&dyn Binder] = &[&script::Script, &toolnet::Toolnet, &host::Host, &http::Http];
 
 /// The module of a kind; `None` for a kind this master does not implement.
 pub fn binder(kind: BindingKind) -> Option<&'static dyn Binder> {
@@ -80,15 +81,16 @@ pub trait Binder: Send + Sync {
     /// Queues one operation and answers its job id at once (`Prefer: respond-async`). Kinds
     /// that answer synchronously refuse.
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
-        Err(answers_synchronously(call.id, &format!("{} tool", self.kind().as_str())))
+        Err(answers_synchronously(call.id, &format!("a {} tool", self.kind().as_str())))
     }
 }
 
-/// The refusal of `Prefer: respond-async` by a kind that answers at once; `what` names it ("host tool").
+/// The refusal of `Prefer: respond-async` by a kind that answers at once; `what` names it with
+/// its article ("a host tool", "an http service").
 pub(crate) fn answers_synchronously(id: &str, what: &str) -> EngineError {
     CoreError::bad_input(
         "async_unsupported",
-        format!("{id:?} is a {what}: it answers synchronously; invoke it without Prefer: respond-async"),
+        format!("{id:?} is {what}: it answers synchronously; invoke it without Prefer: respond-async"),
     )
     .into()
 }

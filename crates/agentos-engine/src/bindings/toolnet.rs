@@ -95,7 +95,7 @@ impl Binder for Toolnet {
 
     async fn queue(&self, engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
         if call.principal.flags.has(Flag::ToolNets) {
-            return Err(super::answers_synchronously(call.id, "tool net"));
+            return Err(super::answers_synchronously(call.id, "a tool net"));
         }
         // Without `t` a tool net is not visible: refused as a script call would be.
         super::script::Script.queue(engine, call).await

@@ -26,7 +26,7 @@ pub mod runtime;
 mod instance_tests;
 
 pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
-use runtime::{Candidates, Compiled, FireError, HttpCompiled};
+use runtime::{Candidates, Compiled, FireError, HttpCompiled, OperationCompiled};
 
 use agentos_core::decide::{
     decide_apply_net, decide_create_model, decide_net_events, decide_stop_crash_looping, decide_token_put,
@@ -1008,6 +1008,7 @@ impl Engine {
         let mut firing = (t.kind == "http").then(|| self.inner.nets.marker.enter(key.clone()));
         let action = match t.kind.as_str() {
             "command" => self.fire_command(&c, &bound, &ctx, &run, &mut secrets).await,
+            "http" if c.operation.is_some() => self.fire_operation(&c, &ctx, &run).await,
             "http" => self.fire_http(&c, &ctx, &run, &mut secrets).await,
             other => Err(FireError::Failed(format!("kind {other} does not run asynchronously"))),
         };
@@ -1285,6 +1286,45 @@ impl Engine {
             return Err(FireError::Failed(format!("{method} {shown_url} answered {status}")));
         }
         Ok((body_value, response))
+    }
+
+    /// An `http` action naming a registered operation: called as a shell command calls it, with
+    /// the flags of everyone behind the fire (`x` and `h`, and the entry visible to them), in
+    /// the model the fire acts for. The answer is `@response`; its body is the result.
+    async fn fire_operation(&self, c: &Compiled, ctx: &Value, run: &FireRun<'_>) -> Result<(Value, Value), FireError> {
+        run.authority.need(Flag::Execute, "an http action")?;
+        run.authority.need(Flag::Http, "an http action")?;
+        let OperationCompiled { action, input } = c.operation.as_ref().ok_or("no http operation")?;
+        let no_credentials = |_: &str| None;
+        let input = match input {
+            Some(t) => t.render(&self.inner.nets.expressions, ctx, &no_credentials)?,
+            None => json!({}),
+        };
+        let entry = {
+            let st = self.read_state();
+            st.resolve(run.resolve_model, &action.tool).map(|(e, _)| e.clone())
+        };
+        let entry = entry.filter(|e| e.entry.binding.kind().visible_to(run.authority.flags)).ok_or_else(|| {
+            FireError::Failed(format!(
+                "no http service {:?} visible to the principals behind this fire ({}) in model {:?} nor in the global catalog",
+                action.tool,
+                run.authority.names.join(", "),
+                run.resolve_model
+            ))
+        })?;
+        let answer = crate::bindings::http::call_operation(
+            self,
+            &action.tool,
+            run.resolve_model,
+            &entry,
+            &action.operation,
+            &input,
+            action.timeout_ms,
+        )
+        .await
+        .map_err(|e| FireError::Failed(e.to_string()))?;
+        let body = answer.get("body").cloned().unwrap_or(Value::Null);
+        Ok((body, answer))
     }
 
     /// One pass over every started transition: fire what is enabled, until nothing more fires.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use agentos_core::expr::{Expr, ExprError, Runner, Template};
-use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction};
+use agentos_core::net::{CommandAction, HttpAction, Inscription, MapAction, OperationAction};
 use agentos_core::net_state::{ModelNet, NewToken, TokenRef};
 use agentos_core::{CoreError, ErrorKind};
 
@@ -77,6 +77,8 @@ pub(crate) struct Compiled {
     pub(crate) template: Option<Template>,
     pub(crate) when: Vec<Option<Expr>>,
     pub(crate) http: Option<HttpCompiled>,
+    /// An `http` action that names a registered operation instead of a URL.
+    pub(crate) operation: Option<OperationCompiled>,
     pub(crate) command: Option<CommandAction>,
 }
 
@@ -98,7 +100,16 @@ impl Compiled {
             }
             _ => None,
         };
+        let operation = match t.kind.as_str() {
+            "http" if OperationAction::named_in(&t.action) => {
+                let o: OperationAction = serde_json::from_value(t.action.clone()).map_err(action)?;
+                let input = o.input.as_ref().map(Template::compile).transpose().map_err(template("input".into()))?;
+                Some(OperationCompiled { action: o, input })
+            }
+            _ => None,
+        };
         let http = match t.kind.as_str() {
+            "http" if operation.is_some() => None,
             "http" => {
                 let h: HttpAction = serde_json::from_value(t.action.clone()).map_err(action)?;
                 let url = Template::compile(&h.url).map_err(template("url".into()))?;
@@ -117,7 +128,7 @@ impl Compiled {
             _ => None,
         };
         let template = template_of_map;
-        Ok(Compiled { inscription: t.clone(), filters, template, when, http, command })
+        Ok(Compiled { inscription: t.clone(), filters, template, when, http, operation, command })
     }
 }
 
@@ -142,6 +153,12 @@ pub(crate) struct HttpCompiled {
     pub(crate) url: Template,
     pub(crate) headers: BTreeMap<String, Template>,
     pub(crate) body: Option<Template>,
+}
+
+/// An `http` action naming a registered http operation, its input template compiled.
+pub(crate) struct OperationCompiled {
+    pub(crate) action: OperationAction,
+    pub(crate) input: Option<Template>,
 }
 
 /// What one net may hold and do, so that a runaway net stops before it exhausts the master.

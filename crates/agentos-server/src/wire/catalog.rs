@@ -155,6 +155,8 @@ pub enum Binding {
     Toolnet(ToolnetBinding),
     /// Rust functions registered by whoever embeds the master; they run inside it.
     Host(HostBinding),
+    /// An HTTP service described by an OpenAPI document: one operation per tool.
+    Http(HttpBinding),
 }
 
 impl From<entry::Binding> for Binding {
@@ -163,6 +165,7 @@ impl From<entry::Binding> for Binding {
             entry::Binding::Script(s) => Binding::Script(s.into()),
             entry::Binding::Toolnet(t) => Binding::Toolnet(t.into()),
             entry::Binding::Host(h) => Binding::Host(h.into()),
+            entry::Binding::Http(h) => Binding::Http(h.into()),
         }
     }
 }
@@ -239,6 +242,82 @@ impl From<entry::ToolnetBinding> for ToolnetBinding {
     fn from(t: entry::ToolnetBinding) -> Self {
         let entry::ToolnetBinding { net_urn, sha256, size_bytes, input_place, output_place } = t;
         ToolnetBinding { net_urn, sha256, size_bytes, input_place, output_place }
+    }
+}
+
+/// An HTTP service: where it is, its pinned OpenAPI document, the credential it takes (a
+/// secret's name, never a value) and how each operation is called.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpBinding {
+    #[schema(example = "https://api.example.com/v1")]
+    pub base_url: String,
+    #[schema(
+        example = "urn:agentos:blob:tool-catalog/openapi/df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1.json"
+    )]
+    pub openapi_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<HttpAuth>,
+    /// How each operation is called: method, path, where each input property goes, the body.
+    #[schema(value_type = Vec<Object>)]
+    pub operations: Vec<Value>,
+    /// Operations of the document left out, each with its JSON pointer and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub skipped: Vec<Value>,
+    /// How long one call may take, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The operations are shown as the engine writes them: what the importer made of the document
+/// is `agentos_openapi`'s to shape, and the API passes it through.
+impl From<entry::HttpBinding> for HttpBinding {
+    fn from(h: entry::HttpBinding) -> Self {
+        let entry::HttpBinding { base_url, openapi_urn, sha256, size_bytes, auth, operations, skipped, timeout_ms } = h;
+        let values = |v: Vec<_>| v.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
+        let skipped = skipped.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
+        HttpBinding {
+            base_url,
+            openapi_urn,
+            sha256,
+            size_bytes,
+            auth: auth.map(Into::into),
+            operations: values(operations),
+            skipped,
+            timeout_ms,
+        }
+    }
+}
+
+/// The credential an HTTP service takes: a secret by name, injected at call time.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpAuth {
+    /// `bearer` (`Authorization: Bearer`), `header` (the header `name`), `query` (the query
+    /// parameter `name`) or `basic` (`Authorization: Basic`, the secret being `user:password`).
+    #[serde(rename = "type")]
+    #[schema(example = "bearer")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The name of a secret granted to the service's origin (`agentos secret grant NAME --origin ORIGIN`).
+    #[schema(example = "GITHUB_TOKEN")]
+    pub secret: String,
+}
+
+impl From<entry::HttpAuth> for HttpAuth {
+    fn from(a: entry::HttpAuth) -> Self {
+        let entry::HttpAuth { kind, name, secret } = a;
+        let kind = match kind {
+            entry::HttpAuthKind::Bearer => "bearer",
+            entry::HttpAuthKind::Header => "header",
+            entry::HttpAuthKind::Query => "query",
+            entry::HttpAuthKind::Basic => "basic",
+        };
+        HttpAuth { kind: kind.into(), name, secret }
     }
 }
 
@@ -537,6 +616,38 @@ pub struct RegisterToolnet {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub input: Option<Value>,
+}
+
+/// `TOOL_CATALOG_REGISTER_HTTP`: an HTTP service by its base URL and OpenAPI document (3.0 or
+/// 3.1); every operation becomes a tool. Global, `registered`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterHttp {
+    #[schema(example = "petstore")]
+    pub id: String,
+    pub name: String,
+    /// Replaces the document's `servers`: `https://api.example.com/v1`.
+    pub base_url: String,
+    /// The document: a JSON or YAML string, or a JSON object. Exactly one of `openapi` and `openapiUrl`.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub openapi: Option<Value>,
+    /// Where the master fetches the document (through its outbound policy; redirects within the same origin only).
+    #[serde(default)]
+    pub openapi_url: Option<String>,
+    /// The credential, by the name of a secret granted to the service's origin.
+    #[serde(default)]
+    pub auth: Option<HttpAuth>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// Keep only these operations, by tool name.
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
+    /// How long one call may take, in milliseconds (the master's default and maximum apply).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 /// `TOOL_CATALOG_SEARCH`: the same filters as `GET /api/tool-catalog`.

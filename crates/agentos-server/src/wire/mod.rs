@@ -95,6 +95,15 @@ mod tests {
             "net": {"places": ["in", "out"], "transitions": [{"id": "t", "kind": "pass",
                 "presets": {"x": {"place": "in"}}, "postsets": {"y": {"place": "out"}}}]}
         }));
+        check_same_shape::<agentos_engine::bindings::http::RegisterHttp, super::RegisterHttp>(json!({
+            "id": "pets", "name": "Pets", "baseUrl": "https://pets.example.com/v1", "openapi": {"openapi": "3.1.0"},
+            "auth": {"type": "header", "name": "X-Key", "secret": "PETS_KEY"}, "description": "Pets",
+            "capabilities": ["pets"], "include": ["list-pets"], "timeoutMs": 5000
+        }));
+        check_same_shape::<agentos_engine::bindings::http::RegisterHttp, super::RegisterHttp>(json!({
+            "id": "pets", "name": "Pets", "baseUrl": "https://pets.example.com", "openapiUrl": "https://pets.example.com/openapi.yaml",
+            "auth": {"type": "bearer", "secret": "PETS_TOKEN"}
+        }));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(search);
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({"bindingType": "toolnet"}));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({}));

@@ -52,7 +52,8 @@ pub struct Inscription {
     #[serde(default)]
     pub postsets: BTreeMap<String, Postset>,
     /// Kind-specific: `map` {template}, `command` {from?, executor?, credentials?, timeoutMs?},
-    /// `http` {method, url, headers?, body?, timeoutMs?, successStatus?}.
+    /// `http` {method, url, headers?, body?, timeoutMs?, successStatus?} or, naming an operation
+    /// of a registered http service, {tool, operation, input?, timeoutMs?}.
     #[serde(default)]
     #[schema(value_type = Object)]
     pub action: Value,

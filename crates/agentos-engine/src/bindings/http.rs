@@ -1,0 +1,619 @@
+//! HTTP services described by an OpenAPI document: every operation of the document is one tool
+//! of the entry. Registration imports the document (`agentos_openapi`) and pins it as a blob;
+//! a call builds the request with `agentos_openapi::build_request`, adds the credential from
+//! the secret store at that moment, and sends it through the outbound policy's client.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use agentos_core::command::{HeaderFields, Plan, fields};
+use agentos_core::entry::{
+    Binding, BindingKind, Contract, HttpAuth, HttpAuthKind, HttpBinding, HttpOperation, Operation, Status, StoredEntry,
+};
+use agentos_core::event::GrantTarget;
+use agentos_core::flags::Flag;
+use agentos_core::urn::BlobUrn;
+use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
+
+use super::{Binder, Call, Outcome};
+use crate::outbound::{describe, origin_of};
+use crate::redact::Redactor;
+use crate::{Engine, EngineError, Principal};
+
+/// The blob namespace of OpenAPI documents.
+pub const OPENAPI_NAMESPACE: &str = "tool-catalog/openapi";
+
+/// The registration command of HTTP services.
+pub const REGISTER_HTTP: &str = "TOOL_CATALOG_REGISTER_HTTP";
+
+/// How long fetching a document by `openapiUrl` may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Bytes of an answer read at most; a longer body fails the call rather than fill the master.
+const MAX_ANSWER_BYTES: usize = 32 << 20;
+
+/// Characters of a failed answer's body quoted in the error line.
+const EXCERPT_CHARS: usize = 200;
+
+/// Answer headers an agent is shown; the rest (cookies, server details) stay out of answers.
+const SHOWN_HEADERS: [&str; 7] =
+    ["content-length", "etag", "last-modified", "link", "location", "retry-after", "x-request-id"];
+
+pub struct Http;
+
+#[async_trait]
+impl Binder for Http {
+    fn kind(&self) -> BindingKind {
+        BindingKind::Http
+    }
+
+    fn register_command(&self) -> Option<&'static str> {
+        Some(REGISTER_HTTP)
+    }
+
+    fn registering(&self) -> &'static str {
+        "register http services"
+    }
+
+    async fn plan(&self, engine: &Engine, _p: &Principal, body: Value) -> Result<Plan, EngineError> {
+        let cmd: RegisterHttp = fields(REGISTER_HTTP, body)?;
+        cmd.plan(engine).await
+    }
+
+    fn pinned_blob<'b>(&self, binding: &'b Binding) -> Option<&'b str> {
+        match binding {
+            Binding::Http(h) => Some(&h.openapi_urn),
+            _ => None,
+        }
+    }
+
+    async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
+        let Call { principal, id, model, entry, operation, req } = call;
+        may_call(principal)?;
+        let Some(entry) = entry else {
+            return Err(CoreError::internal("an http call without its entry").into());
+        };
+        let Some(tool) = operation else {
+            return Err(CoreError::bad_input(
+                "not_invocable",
+                format!(
+                    "{id:?} is an http service of several operations: call one with `agentos-{id} OPERATION` (POST /api/tools/{id}/call)"
+                ),
+            )
+            .into());
+        };
+        let input = req.input.unwrap_or_else(|| json!({}));
+        Ok(Outcome::Value(call_operation(engine, id, model, &entry, tool, &input, req.timeout_ms).await?))
+    }
+
+    async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
+        may_call(call.principal)?;
+        Err(super::answers_synchronously(call.id, "an http service"))
+    }
+}
+
+/// Calling an http service needs `x` and `h`, like every call and the flag that reveals it.
+fn may_call(p: &Principal) -> Result<(), EngineError> {
+    for (flag, what) in [(Flag::Execute, "'x' (execute)"), (Flag::Http, "'h' (http)")] {
+        if !p.flags.has(flag) {
+            return Err(CoreError::forbidden(format!(
+                "{} may not call http services: that needs the 'x' and 'h' flags, and {what} is missing",
+                p.name
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Calls one operation of an http entry with `input` (an object of its input schema), acting in
+/// `model`: the request built, the credential added if granted there, the answer
+/// `{status, contentType, headers, body}`; a status outside 2xx is an error. Flags are the
+/// caller's to check (a shell command's principal, a fire's authority).
+pub(crate) async fn call_operation(
+    engine: &Engine,
+    id: &str,
+    model: &str,
+    entry: &StoredEntry,
+    tool: &str,
+    input: &Value,
+    timeout_ms: Option<u64>,
+) -> Result<Value, EngineError> {
+    let Binding::Http(b) = &entry.entry.binding else {
+        return Err(CoreError::bad_input("not_http", format!("{id:?} is not an http service")).into());
+    };
+    let op = b
+        .operations
+        .iter()
+        .find(|o| o.name == tool)
+        .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
+    let schema = entry.entry.contract().operations.get(tool).map(|o| o.input.clone()).unwrap_or(Value::Null);
+    let request = agentos_openapi::build_request(&b.base_url, &op.to_openapi(schema), input)
+        .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
+    let cfg = engine.inner.dispatch.config;
+    let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
+    let sent = Sent { engine, id, tool, model, binding: b };
+    sent.send(request, Duration::from_millis(timeout_ms)).await
+}
+
+/// One call on its way: what the answer and the errors name.
+struct Sent<'a> {
+    engine: &'a Engine,
+    id: &'a str,
+    tool: &'a str,
+    model: &'a str,
+    binding: &'a HttpBinding,
+}
+
+impl Sent<'_> {
+    async fn send(&self, request: agentos_openapi::Request, timeout: Duration) -> Result<Value, EngineError> {
+        let (id, tool) = (self.id, self.tool);
+        let failed = |kind, code, why: String| -> EngineError {
+            CoreError::new(kind, code, format!("{id} {tool}: {why}")).into()
+        };
+        let mut url = reqwest::Url::parse(&request.url)
+            .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("the request URL is not valid: {e}")))?;
+        let mut secrets = self.engine.secret_values();
+        let mut headers = request.headers;
+        if let Some(auth) = &self.binding.auth {
+            let value = self.credential(auth, &url)?;
+            secrets.push(value.clone());
+            place_credential(auth, &value, &mut url, &mut headers)
+                .map_err(|why| failed(ErrorKind::BadInput, "usage", why))?;
+        }
+        let redactor = Redactor::new(&secrets);
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())
+            .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("method {:?}: {e}", request.method)))?;
+        let shown = format!("{method} {}", redactor.text(url.as_str()));
+        let policy = &self.engine.inner.nets.outbound;
+        policy.check_url(&url).map_err(|e| failed(ErrorKind::Forbidden, "refused", format!("{shown} refused: {e}")))?;
+        // Same-origin redirects only: a credential granted to one origin never reaches another,
+        // and another origin's redirect is the answer.
+        let mut req = self.engine.inner.nets.sealed_http.request(method, url).timeout(timeout);
+        for (k, v) in &headers {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        if let Some(ct) = &request.content_type {
+            req = req.header("content-type", ct.as_str());
+        }
+        if !request.body.is_empty() {
+            req = req.body(request.body);
+        }
+        let mut resp = req.send().await.map_err(|e| {
+            let why = redactor.text(&describe(&e));
+            if e.is_timeout() {
+                failed(
+                    ErrorKind::Unavailable,
+                    "timed_out",
+                    format!("{shown} timed out after {} ms", timeout.as_millis()),
+                )
+            } else {
+                failed(ErrorKind::ToolFailed, "request_failed", format!("{shown} failed: {why}"))
+            }
+        })?;
+        let status = resp.status().as_u16();
+        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        let mut shown_headers = Map::new();
+        for name in SHOWN_HEADERS {
+            if let Some(v) = resp.headers().get(name).and_then(|v| v.to_str().ok()) {
+                shown_headers.insert(name.into(), Value::String(redactor.text(v)));
+            }
+        }
+        // reqwest's timeout runs until the body is read, so a slow body times out as well.
+        let mut bytes = Vec::new();
+        loop {
+            match resp.chunk().await {
+                Ok(Some(c)) => {
+                    if bytes.len() + c.len() > MAX_ANSWER_BYTES {
+                        return Err(failed(
+                            ErrorKind::ToolFailed,
+                            "answer_too_large",
+                            format!("{shown}: the answer is over {MAX_ANSWER_BYTES} bytes"),
+                        ));
+                    }
+                    bytes.extend_from_slice(&c);
+                }
+                Ok(None) => break,
+                Err(e) if e.is_timeout() => {
+                    return Err(failed(
+                        ErrorKind::Unavailable,
+                        "timed_out",
+                        format!("{shown} timed out after {} ms", timeout.as_millis()),
+                    ));
+                }
+                Err(e) => {
+                    let why = redactor.text(&describe(&e));
+                    return Err(failed(
+                        ErrorKind::ToolFailed,
+                        "request_failed",
+                        format!("{shown}: reading the answer: {why}"),
+                    ));
+                }
+            }
+        }
+        // Defence in depth: a service that echoes the credential does not hand it to the caller.
+        let bytes = redactor.bytes(bytes);
+        if !(200..300).contains(&status) {
+            let text = String::from_utf8_lossy(&bytes);
+            let excerpt: String =
+                text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(EXCERPT_CHARS).collect();
+            let tail = if excerpt.is_empty() { String::new() } else { format!(": {excerpt}") };
+            return Err(failed(ErrorKind::ToolFailed, "http_status", format!("{shown} answered {status}{tail}")));
+        }
+        let parsed = if content_type.contains("json") { serde_json::from_slice::<Value>(&bytes).ok() } else { None };
+        let mut answer = json!({"status": status, "contentType": content_type, "headers": shown_headers});
+        let size = bytes.len();
+        match parsed {
+            Some(v) if size <= self.engine.inner.dispatch.config.inline_output_bytes => answer["body"] = v,
+            _ => {
+                // Large answers go to the blob store like script output, readable in the caller's model.
+                let (text, blob) = self.engine.shape_output(self.model, bytes).await?;
+                answer["body"] = Value::String(text);
+                if let Some(blob) = blob {
+                    answer["bodyBlob"] = serde_json::to_value(blob).map_err(|e| CoreError::internal(e.to_string()))?;
+                }
+            }
+        }
+        Ok(answer)
+    }
+
+    /// The credential's value for a request to `url`, when the operator granted it to the
+    /// URL's origin (for the model the call acts in, when the grant is narrowed).
+    fn credential(&self, auth: &HttpAuth, url: &reqwest::Url) -> Result<String, EngineError> {
+        let origin = origin_of(url).unwrap_or_default();
+        if !self.engine.secret_granted_to_origin(&auth.secret, &origin, Some(self.model)) {
+            return Err(not_granted(&auth.secret, &origin).into());
+        }
+        self.engine.secret(&auth.secret).ok_or_else(|| {
+            CoreError::new(
+                ErrorKind::ToolFailed,
+                "secret_missing",
+                format!("{} {}: secret {:?} is not set on the master", self.id, self.tool, auth.secret),
+            )
+            .into()
+        })
+    }
+}
+
+/// Puts the credential where the auth says, as the one value of its header or parameter: an
+/// input of the same name neither replaces it nor goes beside it (a service reading the first
+/// value would take the caller's). As for an http action, a request that carries a credential
+/// cannot say where it goes (`Host`, `Forwarded`, `X-Forwarded-*`).
+fn place_credential(
+    auth: &HttpAuth,
+    value: &str,
+    url: &mut reqwest::Url,
+    headers: &mut Vec<(String, String)>,
+) -> Result<(), String> {
+    if let Some((k, _)) = headers.iter().find(|(k, _)| redirecting_header(k)) {
+        return Err(format!("{k} cannot be set on a request that carries a credential"));
+    }
+    let name = auth.name.clone().unwrap_or_default();
+    match auth.kind {
+        HttpAuthKind::Query => {
+            let kept: Vec<(String, String)> =
+                url.query_pairs().filter(|(k, _)| *k != name).map(|(k, v)| (k.into_owned(), v.into_owned())).collect();
+            if kept.len() != url.query_pairs().count() {
+                url.query_pairs_mut().clear().extend_pairs(kept);
+            }
+            url.query_pairs_mut().append_pair(&name, value);
+        }
+        HttpAuthKind::Header => {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&name));
+            headers.push((name, value.to_string()));
+        }
+        HttpAuthKind::Bearer | HttpAuthKind::Basic => {
+            headers.retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
+            let scheme = if auth.kind == HttpAuthKind::Bearer {
+                format!("Bearer {value}")
+            } else {
+                format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(value.as_bytes()))
+            };
+            headers.push(("Authorization".into(), scheme));
+        }
+    }
+    Ok(())
+}
+
+/// Headers that say where a request goes or came from, which a proxy or the service may follow.
+fn redirecting_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower == "host" || lower == "forwarded" || lower.starts_with("x-forwarded-")
+}
+
+fn not_granted(secret: &str, origin: &str) -> CoreError {
+    CoreError::new(
+        ErrorKind::Forbidden,
+        "secret_not_granted",
+        format!(
+            "secret {secret:?} is not granted to requests to {origin}; the operator grants it with `agentos secret grant {secret} --origin {origin}`"
+        ),
+    )
+}
+
+impl Engine {
+    /// Whether `secret` is granted to requests to `origin`: for `model` when given (a grant
+    /// narrowed to another model does not count), or in any model when not.
+    pub(crate) fn secret_granted_to_origin(&self, secret: &str, origin: &str, model: Option<&str>) -> bool {
+        self.read_state().secret_grants.values().any(|g| {
+            g.secret == secret
+                && matches!(&g.to, GrantTarget::Origin { origin: o } if o == origin)
+                && match (&g.model, model) {
+                    (Some(narrow), Some(m)) => narrow == m,
+                    _ => true,
+                }
+        })
+    }
+}
+
+/// `TOOL_CATALOG_REGISTER_HTTP`: an HTTP service by its base URL and OpenAPI document.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterHttp {
+    pub id: String,
+    pub name: String,
+    /// Replaces the document's `servers`: `https://api.example.com/v1`.
+    pub base_url: String,
+    /// The document: a JSON or YAML string, or a JSON object. Exactly one of `openapi` and `openapiUrl`.
+    #[serde(default)]
+    pub openapi: Option<Value>,
+    /// Where the master fetches the document (through its outbound policy).
+    #[serde(default)]
+    pub openapi_url: Option<String>,
+    /// The credential, by the name of a secret granted to the service's origin.
+    #[serde(default)]
+    pub auth: Option<HttpAuth>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// Keep only these operations, by tool name.
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
+    /// How long one call may take, in milliseconds (the master's default and maximum apply).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+impl RegisterHttp {
+    async fn plan(self, engine: &Engine) -> Result<Plan, EngineError> {
+        let header = HeaderFields {
+            id: self.id,
+            name: self.name,
+            // Always global: a service is one thing for every model.
+            model: Some(DEFAULT_MODEL.to_string()),
+            version: None,
+            description: self.description,
+            capabilities: self.capabilities,
+        }
+        .check(DEFAULT_MODEL)?;
+        let base = reqwest::Url::parse(&self.base_url).ok().filter(|u| matches!(u.scheme(), "http" | "https"));
+        let Some(origin) = base.as_ref().and_then(origin_of) else {
+            return Err(CoreError::bad_input(
+                "invalid_base_url",
+                format!("baseUrl {:?} is not an http or https URL with a host", self.base_url),
+            )
+            .into());
+        };
+        if let Some(auth) = &self.auth {
+            check_auth(auth)?;
+            if !engine.secret_granted_to_origin(&auth.secret, &origin, None) {
+                return Err(not_granted(&auth.secret, &origin).into());
+            }
+        }
+        let options = agentos_openapi::ImportOptions { include: self.include, ..Default::default() };
+        let refused = |e: agentos_openapi::ImportError| CoreError::bad_input("invalid_openapi", e.to_string());
+        let (imported, bytes, ext) = match (self.openapi, self.openapi_url) {
+            (Some(Value::String(text)), None) => {
+                let imported = agentos_openapi::import(text.as_bytes(), &options).map_err(refused)?;
+                let ext = if text.trim_start().starts_with('{') { "json" } else { "yaml" };
+                (imported, text.into_bytes(), ext)
+            }
+            (Some(doc @ Value::Object(_)), None) => {
+                let imported = agentos_openapi::import_value(&doc, &options).map_err(refused)?;
+                let bytes = serde_json::to_vec(&doc).map_err(|e| CoreError::internal(e.to_string()))?;
+                (imported, bytes, "json")
+            }
+            (None, Some(url)) => {
+                let bytes = fetch_document(engine, &url, options.limits.max_bytes).await?;
+                let imported = agentos_openapi::import(&bytes, &options).map_err(refused)?;
+                let json = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+                (imported, bytes, if json { "json" } else { "yaml" })
+            }
+            (Some(_), None) => {
+                return Err(CoreError::bad_input(
+                    "invalid_command",
+                    "openapi must be the document as a JSON or YAML string, or a JSON object",
+                )
+                .into());
+            }
+            _ => {
+                return Err(
+                    CoreError::bad_input("invalid_command", "give exactly one of openapi and openapiUrl").into()
+                );
+            }
+        };
+        let sha256 = sha256_hex(&bytes);
+        let urn = BlobUrn::new(OPENAPI_NAMESPACE, &sha256, Some(ext))?;
+        let mut operations = std::collections::BTreeMap::new();
+        let mut calls = Vec::with_capacity(imported.operations.len());
+        for op in imported.operations {
+            let description = [&op.summary, &op.description]
+                .into_iter()
+                .flatten()
+                .map(|s| s.trim())
+                .find(|s| !s.is_empty())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{} {}", op.method, op.path));
+            let contract_op = Operation { description, input: op.input_schema, output: None, examples: Vec::new() };
+            operations.insert(op.name.clone(), contract_op);
+            calls.push(HttpOperation {
+                name: op.name,
+                method: op.method,
+                path: op.path,
+                bindings: op.bindings,
+                body: op.body,
+            });
+        }
+        let contract = Contract { kind: "openapi".into(), operations };
+        let binding = Binding::Http(HttpBinding {
+            base_url: self.base_url,
+            openapi_urn: urn.to_string(),
+            sha256,
+            size_bytes: bytes.len() as u64,
+            auth: self.auth,
+            operations: calls,
+            skipped: imported.skipped,
+            timeout_ms: self.timeout_ms,
+        });
+        let (model, mut entry) = header.into_entry(Status::Registered, contract, binding);
+        // The entry's version is the document's (`info.version`) when it makes a valid one.
+        if agentos_core::name::check_text("version", &imported.version, 64, true).is_ok() {
+            entry.version = imported.version;
+        }
+        Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
+    }
+}
+
+fn check_auth(auth: &HttpAuth) -> Result<(), CoreError> {
+    if !agentos_core::net::valid_credential(&auth.secret) {
+        return Err(CoreError::bad_input(
+            "invalid_auth",
+            format!("auth.secret {:?} is not a secret name", auth.secret),
+        ));
+    }
+    let needs_name = matches!(auth.kind, HttpAuthKind::Header | HttpAuthKind::Query);
+    match (&auth.name, needs_name) {
+        (None, true) => Err(CoreError::bad_input("invalid_auth", "auth of type header or query needs a name")),
+        (Some(_), false) => Err(CoreError::bad_input("invalid_auth", "auth of type bearer or basic takes no name")),
+        (Some(n), true) if n.is_empty() || !n.bytes().all(|b| b.is_ascii_graphic()) => {
+            Err(CoreError::bad_input("invalid_auth", format!("auth.name {n:?} is not a header or parameter name")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Fetches a document through the outbound policy; a redirect to another origin is refused.
+async fn fetch_document(engine: &Engine, url: &str, max_bytes: usize) -> Result<Vec<u8>, EngineError> {
+    let bad = |why: String| -> EngineError { CoreError::bad_input("openapi_fetch_failed", why).into() };
+    let parsed = reqwest::Url::parse(url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https"))
+        .ok_or_else(|| bad(format!("openapiUrl {url:?} is not an http or https URL")))?;
+    engine.inner.nets.outbound.check_url(&parsed).map_err(|e| bad(format!("GET {url} refused: {e}")))?;
+    let mut resp = engine
+        .inner
+        .nets
+        .sealed_http
+        .get(parsed)
+        .timeout(FETCH_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| bad(format!("GET {url} failed: {}", describe(&e))))?;
+    let status = resp.status().as_u16();
+    if !(200..300).contains(&status) {
+        let hint =
+            if (300..400).contains(&status) { " (redirects are followed within the same origin only)" } else { "" };
+        return Err(bad(format!("GET {url} answered {status}{hint}")));
+    }
+    let mut bytes = Vec::new();
+    while let Some(c) = resp.chunk().await.map_err(|e| bad(format!("reading {url}: {}", describe(&e))))? {
+        if bytes.len() + c.len() > max_bytes {
+            return Err(bad(format!("{url}: the document is over the limit max_bytes = {max_bytes}")));
+        }
+        bytes.extend_from_slice(&c);
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(kind: HttpAuthKind, name: Option<&str>) -> HttpAuth {
+        HttpAuth { kind, name: name.map(str::to_string), secret: "KEY".into() }
+    }
+
+    /// Places the credential `v` for `auth` on `url` with `headers`, and checks the URL and
+    /// headers that result, or the refusal's words.
+    /// Headers as a table writes them.
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+
+    fn check(auth: HttpAuth, url: &str, headers: Headers<'_>, expected: Result<(&str, Headers<'_>), &str>) {
+        let mut url = reqwest::Url::parse(url).unwrap();
+        let mut hs: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let got = place_credential(&auth, "s3cr3t+/=", &mut url, &mut hs);
+        match expected {
+            Ok((want_url, want_headers)) => {
+                assert_eq!(got, Ok(()), "{auth:?}");
+                assert_eq!(url.as_str(), want_url, "{auth:?}");
+                let want: Vec<(String, String)> =
+                    want_headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+                assert_eq!(hs, want, "{auth:?}");
+            }
+            Err(words) => assert!(got.as_ref().is_err_and(|e| e.contains(words)), "{auth:?}: {got:?}"),
+        }
+    }
+
+    #[test]
+    fn the_credential_goes_where_its_auth_says_and_alone() {
+        let u = "https://api.example.com/v1/items?q=1";
+        check(
+            auth(HttpAuthKind::Bearer, None),
+            u,
+            &[("X-Trace", "t")],
+            Ok((u, &[("X-Trace", "t"), ("Authorization", "Bearer s3cr3t+/=")])),
+        );
+        check(
+            auth(HttpAuthKind::Basic, None),
+            u,
+            &[("authorization", "Bearer mine")],
+            Ok((u, &[("Authorization", "Basic czNjcjN0Ky89")])),
+        );
+        check(
+            auth(HttpAuthKind::Header, Some("X-Api-Key")),
+            u,
+            &[("x-api-key", "mine"), ("Accept", "a")],
+            Ok((u, &[("Accept", "a"), ("X-Api-Key", "s3cr3t+/=")])),
+        );
+        check(
+            auth(HttpAuthKind::Query, Some("api_key")),
+            "https://api.example.com/v1/items?api_key=mine&q=1",
+            &[],
+            Ok(("https://api.example.com/v1/items?q=1&api_key=s3cr3t%2B%2F%3D", &[])),
+        );
+        check(
+            auth(HttpAuthKind::Query, Some("api_key")),
+            u,
+            &[],
+            Ok(("https://api.example.com/v1/items?q=1&api_key=s3cr3t%2B%2F%3D", &[])),
+        );
+        for h in ["Host", "forwarded", "X-Forwarded-For"] {
+            check(
+                auth(HttpAuthKind::Bearer, None),
+                u,
+                &[(h, "evil.example.com")],
+                Err("cannot be set on a request that carries a credential"),
+            );
+        }
+    }
+
+    #[test]
+    fn an_auth_names_a_secret_and_a_name_only_where_it_takes_one() {
+        assert!(check_auth(&auth(HttpAuthKind::Bearer, None)).is_ok());
+        assert!(check_auth(&auth(HttpAuthKind::Query, Some("api_key"))).is_ok());
+        for (a, words) in [
+            (auth(HttpAuthKind::Header, None), "needs a name"),
+            (auth(HttpAuthKind::Basic, Some("x")), "takes no name"),
+            (auth(HttpAuthKind::Header, Some("X Key")), "is not a header or parameter name"),
+            (HttpAuth { secret: "no spaces".into(), ..auth(HttpAuthKind::Bearer, None) }, "is not a secret name"),
+        ] {
+            let e = check_auth(&a).unwrap_err();
+            assert!(e.message.contains(words), "{a:?}: {}", e.message);
+        }
+    }
+}
