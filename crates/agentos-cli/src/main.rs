@@ -360,6 +360,10 @@ fn main() -> ExitCode {
         return shim::run(toolkit, std::env::args().skip(1).collect());
     }
     let cli = Cli::parse();
+    if matches!(cli.command, Cmd::Serve(_) | Cmd::Up(_)) {
+        // Before the runtime's threads make heaps of their own.
+        agentos_engine::limit_allocator_arenas();
+    }
     match cli.command {
         Cmd::Serve(args) => process::serve(args),
         Cmd::ExprWorker => agentos_engine::sandbox::worker_main(),

@@ -15,6 +15,7 @@ mod firing_marker;
 pub mod host;
 pub mod jobs;
 mod ledger;
+pub use ledger::limit_allocator_arenas;
 pub mod nets;
 mod open;
 pub mod outbound;

@@ -104,6 +104,7 @@ pub async fn run(
     on_ready: impl FnOnce(&Ready),
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    agentos_engine::limit_allocator_arenas();
     let data = &config.data_dir;
     let expressions = config.expressions.runner()?;
     // Checked before anything is opened in it. Every file the master creates there is given
