@@ -357,12 +357,16 @@ enum CatalogCmd {
 fn main() -> ExitCode {
     // Called through a shim, the binary is that toolkit.
     if let Some(toolkit) = shim::toolkit_of_argv0() {
+        end_quietly_when_the_reader_leaves();
         return shim::run(toolkit, std::env::args().skip(1).collect());
     }
     let cli = Cli::parse();
-    if matches!(cli.command, Cmd::Serve(_) | Cmd::Up(_)) {
+    match cli.command {
         // Before the runtime's threads make heaps of their own.
-        agentos_engine::limit_allocator_arenas();
+        Cmd::Serve(_) | Cmd::Up(_) => agentos_engine::limit_allocator_arenas(),
+        // Processes that serve keep ignoring SIGPIPE: a peer that hangs up is an error to answer.
+        Cmd::Executor(_) | Cmd::ExprWorker => {}
+        _ => end_quietly_when_the_reader_leaves(),
     }
     match cli.command {
         Cmd::Serve(args) => process::serve(args),
@@ -387,6 +391,15 @@ fn main() -> ExitCode {
         Cmd::InstallShims { conn, dir, model } => shim::install_shims(&conn, &dir, model.as_deref()),
         Cmd::Prompt { conn, model, format } => shim::prompt(&conn, model.as_deref(), &format),
         Cmd::Models { conn, json } => client::exit(client::models(&conn, json)),
+    }
+}
+
+/// A command whose output goes to a reader that stops reading (`agentos prompt | head`) ends
+/// there, as other command-line tools do, instead of failing on its next write.
+fn end_quietly_when_the_reader_leaves() {
+    // SAFETY: restores the default action of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -272,3 +272,27 @@ fn logs_written_to_a_file_carry_no_colour_codes() {
     assert!(text.lines().count() > 2, "the master logged nothing: {text}");
     assert!(!text.contains('\u{1b}'), "colour codes in a log file: {text:?}");
 }
+
+/// Regression: `agentos prompt | head` panicked ("failed printing to stdout: Broken pipe") when
+/// the reader left before the output was written; a command ends quietly there.
+#[test]
+fn a_command_whose_reader_has_left_ends_without_a_panic() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Master::start(&dir.path().join("data"));
+    let mut fds = [0; 2];
+    // SAFETY: a pipe's two ends, each owned below.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(BIN)
+        .args(["prompt", "--url", &m.url, "--token", &m.token])
+        .stdout(std::process::Stdio::from(write))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "ended by the closed pipe: {:?} {stderr}", out.status);
+    m.terminate();
+}

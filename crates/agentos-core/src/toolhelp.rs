@@ -163,7 +163,49 @@ pub struct PromptTool {
     /// What the prompt shows: `usage`, or its required flags and `[…]` when it is long.
     pub prompt_usage: String,
     pub description: String,
+    /// What the prompt shows of `description`: see [`summary`].
+    pub summary: String,
     pub examples: Vec<String>,
+}
+
+/// Longest description the prompt shows, in characters; `--help` shows it whole.
+pub const SUMMARY_CHARS: usize = 100;
+
+/// The first sentence of `description`, in one line, its markdown links reduced to their text,
+/// cut at a word before [`SUMMARY_CHARS`] with `…`. Documents imported from OpenAPI carry
+/// descriptions of several paragraphs; the prompt spends a few tokens on each tool, and the
+/// whole text is one `--help` away.
+pub fn summary(description: &str) -> String {
+    let paragraph = description.trim().split("\n\n").next().unwrap_or_default();
+    let mut text = String::with_capacity(paragraph.len());
+    let mut rest = paragraph;
+    // `[text](target)` reads as `text`.
+    while let Some(open) = rest.find('[') {
+        let link = rest[open..].find("](").and_then(|mid| rest[open + mid..].find(')').map(|close| (mid, mid + close)));
+        match link {
+            Some((mid, close)) if !rest[open + 1..open + mid].contains(['[', ']']) => {
+                text.push_str(&rest[..open]);
+                text.push_str(&rest[open + 1..open + mid]);
+                rest = &rest[open + close + 1..];
+            }
+            _ => {
+                text.push_str(&rest[..=open]);
+                rest = &rest[open + 1..];
+            }
+        }
+    }
+    text.push_str(rest);
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let sentence = match line.find(". ") {
+        Some(end) => &line[..=end],
+        None => line.as_str(),
+    };
+    if sentence.chars().count() <= SUMMARY_CHARS {
+        return sentence.to_string();
+    }
+    let cut: String = sentence.chars().take(SUMMARY_CHARS - 1).collect();
+    let at_word = cut.rfind(' ').filter(|i| *i > SUMMARY_CHARS / 2).map_or(cut.as_str(), |i| &cut[..i]);
+    format!("{}…", at_word.trim_end_matches([',', ';', ':']))
 }
 
 /// The tools of the entries, for the system prompt.
@@ -178,6 +220,7 @@ pub fn prompt_tools(entries: &[CatalogEntry]) -> Vec<PromptTool> {
                 usage: usage_line(&e.id, name, &table),
                 prompt_usage: prompt_usage(&e.id, name, &table),
                 description: op.description.clone(),
+                summary: summary(&op.description),
                 examples: op
                     .examples
                     .iter()
@@ -199,7 +242,7 @@ pub fn prompt_markdown(tools: &[PromptTool]) -> String {
         return out;
     }
     for t in tools {
-        let desc = if t.description.is_empty() { String::new() } else { format!(" — {}", t.description) };
+        let desc = if t.summary.is_empty() { String::new() } else { format!(" — {}", t.summary) };
         out.push_str(&format!("- `{}`{desc}\n", t.prompt_usage));
         for e in &t.examples {
             out.push_str(&format!("  e.g. `{e}`\n"));
@@ -219,6 +262,27 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn the_prompt_shows_the_first_sentence_of_a_description_in_one_short_line() {
+        assert_eq!(summary("Lists pets."), "Lists pets.");
+        assert_eq!(summary(""), "");
+        assert_eq!(
+            summary("Adds a [Part](/docs/part) to an [Upload](/docs/upload) object. A Part is a chunk.\n\nMore."),
+            "Adds a Part to an Upload object."
+        );
+        assert_eq!(
+            summary("Activate certificates\nat the organization level.\n\nYou can activate 10."),
+            "Activate certificates at the organization level."
+        );
+        assert_eq!(summary("a [b] c [d](e"), "a [b] c [d](e");
+        let long = "word ".repeat(60);
+        let s = summary(&long);
+        assert!(s.ends_with('…') && s.chars().count() <= SUMMARY_CHARS, "{s}");
+        assert!(!s.contains("wor…"), "cut at a word: {s}");
+        let one_word = "x".repeat(300);
+        assert_eq!(summary(&one_word).chars().count(), SUMMARY_CHARS);
+    }
 
     fn check(schema: Value, expected: &str) {
         assert_eq!(prompt_usage("kit", "run", &flag_table(&schema)), expected, "{schema}");
