@@ -632,12 +632,12 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
     }
 }
 
-/// The shared corpus of real documents (`../shared/fixtures/openapi/`, see its MANIFEST.md),
+/// The shared corpus of real documents (`fixtures/openapi/`, see its MANIFEST.md),
 /// registered through the master: what the importer makes of each must also fit the catalog
 /// (the depth and size of the event that stores it, the blob that pins it).
 #[test]
 fn every_shared_fixture_registers_through_the_master_or_is_refused_with_the_reason() {
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/openapi");
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openapi");
     let expected: &[(&str, Result<usize, &str>)] = &[
         ("api-with-examples-3.0.yaml", Ok(2)),
         ("box-3.0.json", Ok(296)),

@@ -8,7 +8,7 @@ use std::time::Instant;
 use agentos_openapi::{ImportOptions, import};
 
 fn main() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/openapi/openai-3.1.yaml");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openapi/openai-3.1.yaml");
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let options = ImportOptions::default();
     let mut times = Vec::new();

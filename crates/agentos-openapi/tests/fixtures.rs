@@ -1,4 +1,4 @@
-//! Every document in the shared fixtures (`../shared/fixtures/openapi/`, 17 real documents)
+//! Every document in the shared fixtures (`fixtures/openapi/`, 17 real documents)
 //! either imports, with its tool and skipped counts held to the snapshot, or is refused with the
 //! reason held there; and what imports is well formed: names unique and of the allowed letters,
 //! each input property a valid flag, every schema one the flag generator reads without two flags
@@ -11,7 +11,7 @@ use agentos_core::flagmap::{flag_table, kebab};
 use agentos_openapi::{ImportOptions, Imported, Location, import};
 
 fn fixtures_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/openapi")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/openapi")
 }
 
 fn valid_name(name: &str) -> bool {
