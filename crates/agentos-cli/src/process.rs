@@ -275,7 +275,7 @@ async fn local_executor_config(
     local: LocalExecutor,
 ) -> Result<ExecutorConfig, agentos_engine::EngineError> {
     let operator = ready.engine.operator().ok_or_else(|| agentos_core::CoreError::internal("no operator"))?;
-    let token = ready.engine.create_executor_token(&operator, "local").await?;
+    let token = ready.engine.dispatch().create_executor_token(&operator, "local").await?;
     Ok(ExecutorConfig {
         master: ready.url.clone(),
         token,

@@ -4,7 +4,7 @@
 
 use crate::event::{EventBody, ModelGrant, PrincipalKind, PrincipalRecord, SecretGrant};
 use crate::net::NetDoc;
-use crate::net_state::NetEvent;
+use crate::net_state::{Instance, NetEvent, NewToken};
 use crate::state::State;
 use crate::{CoreError, DEFAULT_MODEL};
 
@@ -116,6 +116,47 @@ pub fn decide_apply_net(st: &State, model: &str, doc: &NetDoc, author: &str) -> 
     events.push((
         model.to_string(),
         EventBody::Net(NetEvent::Applied { doc: doc.clone(), instance: None, author: Some(author.to_string()) }),
+    ));
+    Ok(events)
+}
+
+/// A tool-net instance: its model, the tool net's net applied there with the instance's record
+/// and the entry owner's authority, every transition but links started, and the input as one
+/// token of `input_place`, put by `invoker`. The model's name is fresh (the engine makes it), so
+/// nothing in the state can refuse it.
+pub fn decide_create_instance(
+    model: &str,
+    doc: &NetDoc,
+    instance: &Instance,
+    author: &str,
+    input_place: &str,
+    input: &serde_json::Value,
+) -> Decided {
+    let m = || model.to_string();
+    let mut events = vec![
+        (m(), EventBody::ModelCreated { name: m() }),
+        (
+            m(),
+            EventBody::Net(NetEvent::Applied {
+                doc: doc.clone(),
+                instance: Some(instance.clone()),
+                author: Some(author.to_string()),
+            }),
+        ),
+    ];
+    for t in doc.transitions.iter().filter(|t| t.kind != "link") {
+        events.push((m(), EventBody::Net(NetEvent::Started { transition: t.id.clone() })));
+    }
+    events.push((
+        m(),
+        EventBody::Net(NetEvent::TokensPut {
+            tokens: vec![NewToken {
+                place: input_place.to_string(),
+                name: None,
+                data: input.clone(),
+                by: vec![instance.invoker.clone()],
+            }],
+        }),
     ));
     Ok(events)
 }

@@ -29,7 +29,7 @@ use std::path::Path;
 use agentos_store::StoreError;
 
 use crate::slots::SlotGuard;
-use crate::{Engine, EngineError, Principal};
+use crate::{EngineError, Principal, Principals};
 
 /// A principal as listed: never its token or the token's hash.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -90,7 +90,7 @@ fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
     XChaCha20Poly1305::new(key.into())
 }
 
-impl Engine {
+impl Principals<'_> {
     /// Creates an agent with a home model and capability flags; answers its token, shown once.
     pub async fn create_agent(
         &self,
@@ -368,7 +368,7 @@ pub fn load_or_create_secret_key(path: &std::path::Path) -> std::io::Result<[u8;
     Ok(key)
 }
 
-impl Engine {
+impl Principals<'_> {
     /// Makes sure an operator exists and its token is in `token_file` (mode 0600). A missing
     /// file means the token is lost, so a new one replaces it. Returns true when a token was written.
     pub async fn ensure_operator(&self, token_file: &Path) -> Result<bool, EngineError> {

@@ -15,7 +15,7 @@ use agentos_core::job::InvokeRequest;
 use agentos_core::name::{check_model_name, check_tool_id};
 
 use crate::bindings::{Binder, Call, binder};
-use crate::{Engine, EngineError, Principal};
+use crate::{Dispatch, EngineError, Principal};
 
 /// A call of one tool of a toolkit, with the flags typed after its name.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -39,7 +39,7 @@ struct Resolved {
     binder: &'static dyn Binder,
 }
 
-impl Engine {
+impl Dispatch<'_> {
     /// Resolves `id` for `p` in `model` (its home model when absent), local first. An id that
     /// resolves to nothing goes to the script binder, whose job fails at the executor with the
     /// reason, like any fire.

@@ -16,7 +16,7 @@ use agentos_store::BlobStore;
 
 use crate::access::{check_catalog_read, check_catalog_write, require};
 use crate::ledger::to_event;
-use crate::{Engine, EngineError, Principal};
+use crate::{Catalog, EngineError, Principal};
 
 /// The definitions an entry has had, oldest first.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -29,7 +29,7 @@ pub struct History {
     pub events: Vec<EventView>,
 }
 
-impl Engine {
+impl Catalog<'_> {
     /// Registers an entry by its kind's registration command (`command` is its type, `body`
     /// its fields): the kind's binder plans it, its blobs are stored, then the entry is committed.
     pub async fn register(&self, principal: &Principal, command: &str, body: Value) -> Result<EntryView, EngineError> {

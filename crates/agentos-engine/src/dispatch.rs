@@ -17,7 +17,7 @@ use agentos_store::{BlobStore, JobStore};
 
 use crate::jobs::{Finished, LeaseError, OUTPUT_NAMESPACE};
 use crate::principal::new_token;
-use crate::{Engine, EngineError, Principal};
+use crate::{Dispatch, EngineError, Principal};
 
 /// A finished job as the log records it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -66,7 +66,7 @@ fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, Engin
     }
 }
 
-impl Engine {
+impl Dispatch<'_> {
     /// Creates (or rotates) an executor credential. Operator only. Returns the token.
     pub async fn create_executor_token(&self, principal: &Principal, name: &str) -> Result<String, EngineError> {
         if !principal.is_operator() {
@@ -206,7 +206,7 @@ impl Engine {
         // Output may echo a credential the job carried or any secret: scrubbed before it is
         // stored, recorded or answered.
         let mut secrets = finished.secrets.clone();
-        secrets.extend(self.secret_values());
+        secrets.extend(self.principals().secret_values());
         let redactor = crate::redact::Redactor::new(&secrets);
         let (stdout, stderr) = (redactor.bytes(stdout), redactor.bytes(stderr));
         let error = result.error.map(|e| redactor.text(&e));
@@ -264,11 +264,11 @@ impl Engine {
         let model = finished.model;
         let (job_id, waiter) = (finished.job_id, finished.waiter);
         let direct = finished.invoker.is_some();
-        let engine = self.clone();
+        let engine = self.0.clone();
         let reply = Box::new(move |r: Result<_, EngineError>| {
             match r {
                 // Recorded: the stored job has done its work. Until this point a crash re-runs it.
-                Ok(_) if direct => engine.forget_direct(&job_id),
+                Ok(_) if direct => engine.dispatch().forget_direct(&job_id),
                 Ok(_) => {}
                 Err(e) => tracing::error!(job = %job_id, error = %e, "recording a job result failed"),
             }

@@ -64,30 +64,84 @@ impl Default for EngineConfig {
     }
 }
 
+/// A master's engine: a thin facade over its subsystems. Each subsystem's operations are on its
+/// handle (`engine.catalog()`, `engine.dispatch()`, `engine.nets()`, `engine.principals()`,
+/// `engine.host()`); the engine itself opens, stops, authenticates, and tells where the log is.
 #[derive(Clone)]
 pub struct Engine {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// Declares a subsystem's handle: a borrow of the engine (free to make) whose `impl` block, in
+/// the subsystem's own module, holds the subsystem's operations. It derefs to the engine for
+/// what every subsystem shares: the ledger (`submit`, `read_state`) and the other handles.
+macro_rules! subsystem {
+    ($(#[$doc:meta])* $handle:ident, $accessor:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $handle<'e>(pub(crate) &'e Engine);
+
+        impl std::ops::Deref for $handle<'_> {
+            type Target = Engine;
+            fn deref(&self) -> &Engine {
+                self.0
+            }
+        }
+
+        impl Engine {
+            $(#[$doc])*
+            pub fn $accessor(&self) -> $handle<'_> {
+                $handle(self)
+            }
+        }
+    };
+}
+
+subsystem!(
+    /// The catalog: registering and removing entries, search, get, history, pinned blobs, models.
+    Catalog,
+    catalog
+);
+subsystem!(
+    /// Dispatch: calls through each kind's binding, the job queue, executors and their jobs.
+    Dispatch,
+    dispatch
+);
+subsystem!(
+    /// The net runtime: models' nets, tokens, transitions and their fires, tool-net instances.
+    Nets,
+    nets
+);
+subsystem!(
+    /// Principals and secrets: agents and their flags, model and secret grants, the audit log.
+    Principals,
+    principals
+);
+subsystem!(
+    /// Host tools: the toolkits the embedder registers and runs in the master.
+    HostToolkits,
+    host
+);
+
 pub(crate) struct Inner {
     pub(crate) ledger: Ledger,
-    pub(crate) catalog: CatalogStore,
-    pub(crate) dispatch: Dispatch,
+    pub(crate) catalog: CatalogState,
+    pub(crate) dispatch: DispatchState,
     pub(crate) nets: crate::nets::runtime::NetRuntime,
-    pub(crate) principals: Principals,
+    pub(crate) principals: PrincipalState,
     pub(crate) host: crate::host::HostTools,
 }
 
 /// The catalog's state beside the ledger's: the blob store of pinned content and the limits of
 /// registration.
-pub(crate) struct CatalogStore {
+pub(crate) struct CatalogState {
     pub(crate) blobs: VerifyBlobStore,
     pub(crate) limits: Limits,
 }
 
 /// Dispatch: the job queue, its limits, where direct jobs are kept while open, and the reaper
 /// of expired leases.
-pub(crate) struct Dispatch {
+pub(crate) struct DispatchState {
     pub(crate) jobs: Arc<JobQueue>,
     pub(crate) config: DispatchConfig,
     /// Unset: direct jobs live in memory only.
@@ -97,7 +151,7 @@ pub(crate) struct Dispatch {
 
 /// Principals and secrets beyond the ledger's records: the key secrets are sealed with, and the
 /// invocations each principal has in flight.
-pub(crate) struct Principals {
+pub(crate) struct PrincipalState {
     /// `None`: secrets cannot be set.
     pub(crate) secret_key: Option<[u8; 32]>,
     pub(crate) slots: Arc<crate::slots::Slots>,

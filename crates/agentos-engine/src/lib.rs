@@ -26,7 +26,7 @@ pub mod sandbox;
 mod slots;
 
 pub use catalog::History;
-pub use engine::{Engine, EngineConfig};
+pub use engine::{Catalog, Dispatch, Engine, EngineConfig, HostToolkits, Nets, Principals};
 pub use error::EngineError;
 pub use jobs::DispatchConfig;
 pub use jobs::JobConfig;

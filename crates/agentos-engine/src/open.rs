@@ -7,7 +7,7 @@ use std::time::Duration;
 use agentos_core::CoreError;
 use agentos_store::{BlobStore, EventLog, VerifyBlobStore};
 
-use crate::engine::{CatalogStore, Dispatch, Inner, Principals};
+use crate::engine::{CatalogState, DispatchState, Inner, PrincipalState};
 use crate::jobs::JobQueue;
 use crate::ledger::Ledger;
 use crate::{Engine, EngineConfig, EngineError};
@@ -26,23 +26,23 @@ impl Engine {
         let engine = Engine {
             inner: Arc::new(Inner {
                 ledger,
-                catalog: CatalogStore { blobs: VerifyBlobStore::new(blobs), limits: config.limits },
-                dispatch: Dispatch {
+                catalog: CatalogState { blobs: VerifyBlobStore::new(blobs), limits: config.limits },
+                dispatch: DispatchState {
                     jobs: Arc::new(JobQueue::new(config.jobs)),
                     config: config.dispatch,
                     durable: Default::default(),
                     reaper: Mutex::new(None),
                 },
                 nets,
-                principals: Principals {
+                principals: PrincipalState {
                     secret_key: config.secret_key,
                     slots: Arc::new(crate::slots::Slots::new(config.max_concurrent_invocations)),
                 },
                 host: Default::default(),
             }),
         };
-        engine.sweep_instances().await;
-        engine.stop_crash_looping().await;
+        engine.nets().sweep_instances().await;
+        engine.nets().stop_crash_looping().await;
         let weak_nets = Arc::downgrade(&engine.inner);
         let fire_loop = tokio::spawn(crate::nets::net_loop(weak_nets));
         engine.inner.nets.set_fire_loop(fire_loop);
@@ -56,7 +56,7 @@ impl Engine {
             loop {
                 interval.tick().await;
                 let Some(inner) = weak.upgrade() else { break };
-                Engine { inner }.reap_jobs().await;
+                Engine { inner }.dispatch().reap_jobs().await;
             }
         });
         *engine.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);

@@ -24,7 +24,7 @@ async fn open_with(dir: &std::path::Path, config: EngineConfig) -> (Engine, Arc<
     let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
     let engine = Engine::open(config, log, blobs).await.unwrap();
     let store = Arc::new(SqliteJobStore::open(&dir.join("jobs.db")).unwrap());
-    let requeued = engine.recover_jobs(store.clone()).await.unwrap();
+    let requeued = engine.dispatch().recover_jobs(store.clone()).await.unwrap();
     (engine, store, requeued)
 }
 
@@ -34,19 +34,19 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
     let (e, store, _) = open(dir.path()).await;
     let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
-    e.register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
     let invoke = || InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
-    let done = e.invoke_async(&op, "t", None, invoke()).await.unwrap();
-    let open_job = e.invoke_async(&op, "t", None, invoke()).await.unwrap();
+    let done = e.dispatch().invoke_async(&op, "t", None, invoke()).await.unwrap();
+    let open_job = e.dispatch().invoke_async(&op, "t", None, invoke()).await.unwrap();
     assert_eq!(store.all().await.unwrap().len(), 2, "both jobs are stored before they are answered");
     // An executor finishes the first; the second is still queued when the master dies.
-    let leased = e.poll_job(&exec, None, Duration::from_secs(1)).await.unwrap().unwrap();
+    let leased = e.dispatch().poll_job(&exec, None, Duration::from_secs(1)).await.unwrap().unwrap();
     assert_eq!(leased.job_id, done);
     let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
-    e.complete_job(&exec, None, &done, result).await.unwrap();
+    e.dispatch().complete_job(&exec, None, &done, result).await.unwrap();
     let mut finished = None;
     for _ in 0..200 {
-        finished = e.job(&op, &done).await.ok().filter(|j| j.state == "finished");
+        finished = e.dispatch().job(&op, &done).await.ok().filter(|j| j.state == "finished");
         if finished.is_some() {
             break;
         }
@@ -62,10 +62,13 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     assert_eq!(requeued, 1, "only the job without a result runs again");
     let ids: Vec<String> = store.all().await.unwrap().into_iter().map(|j| j.job_id).collect();
     assert_eq!(ids, std::slice::from_ref(&open_job));
-    assert_eq!(e.job(&op, &open_job).await.unwrap().state, "queued");
-    let leased = e.poll_job(&exec, None, Duration::from_secs(1)).await.unwrap().unwrap();
+    assert_eq!(e.dispatch().job(&op, &open_job).await.unwrap().state, "queued");
+    let leased = e.dispatch().poll_job(&exec, None, Duration::from_secs(1)).await.unwrap().unwrap();
     assert_eq!((leased.job_id.as_str(), leased.attempt), (open_job.as_str(), 1));
-    assert!(e.poll_job(&exec, None, Duration::from_millis(50)).await.unwrap().is_none(), "a finished job ran again");
+    assert!(
+        e.dispatch().poll_job(&exec, None, Duration::from_millis(50)).await.unwrap().is_none(),
+        "a finished job ran again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -75,10 +78,10 @@ async fn asynchronous_invocations_count_against_the_invocation_limit_while_their
     let (e, _store, _) =
         open_with(dir.path(), EngineConfig { max_concurrent_invocations: 2, ..Default::default() }).await;
     let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
-    e.register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
     for _ in 0..2 {
-        e.invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
+        e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
     }
-    let err = e.invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap_err();
+    let err = e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap_err();
     assert_eq!(err.code(), "too_many_invocations", "{err}");
 }

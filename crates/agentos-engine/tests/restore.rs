@@ -34,9 +34,9 @@ fn everything(e: &Engine) -> serde_json::Value {
     let q = |m: Option<&str>| SearchQuery { model: m.map(str::to_string), limit: 1000, ..Default::default() };
     let op = operator();
     serde_json::json!({
-        "global": e.search(&op, &q(None)).unwrap(),
-        "local": e.search(&op, &q(Some("m"))).unwrap(),
-        "models": e.models(),
+        "global": e.catalog().search(&op, &q(None)).unwrap(),
+        "local": e.catalog().search(&op, &q(Some("m"))).unwrap(),
+        "models": e.catalog().models(),
     })
 }
 
@@ -46,17 +46,18 @@ async fn snapshot_plus_tail_equals_full_replay() {
     let e = open(dir.path(), 1_000_000).await;
     let op = operator();
     for i in 0..30 {
-        e.register(
-            &op,
-            REGISTER,
-            script(&format!("t{i}"), if i % 2 == 0 { "default" } else { "m" }, &format!("echo {i}")),
-        )
-        .await
-        .unwrap();
+        e.catalog()
+            .register(
+                &op,
+                REGISTER,
+                script(&format!("t{i}"), if i % 2 == 0 { "default" } else { "m" }, &format!("echo {i}")),
+            )
+            .await
+            .unwrap();
     }
     let snap = e.snapshot_now().await.unwrap();
     for i in 0..7 {
-        e.register(&op, REGISTER, script(&format!("t{i}"), "m", "echo changed")).await.unwrap();
+        e.catalog().register(&op, REGISTER, script(&format!("t{i}"), "m", "echo changed")).await.unwrap();
     }
     let expected = everything(&e);
     let last = e.last_seq();

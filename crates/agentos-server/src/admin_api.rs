@@ -20,7 +20,7 @@ pub async fn create_agent(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::CreateAgent = typed(body)?;
-    let (view, token) = app.engine.create_agent(&p, &req.name, &req.flags, req.model.as_deref()).await?;
+    let (view, token) = app.engine.principals().create_agent(&p, &req.name, &req.flags, req.model.as_deref()).await?;
     Ok(Json(json!({"name": view.name, "token": token, "flags": view.flags, "model": view.model})))
 }
 
@@ -30,7 +30,7 @@ pub async fn list_agents(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
 ) -> Result<Json<Vec<wire::PrincipalView>>, ApiError> {
-    Ok(Json(app.engine.list_principals(&p)?.into_iter().map(wire::PrincipalView::from).collect()))
+    Ok(Json(app.engine.principals().list_principals(&p)?.into_iter().map(wire::PrincipalView::from).collect()))
 }
 
 /// Revoke an agent or executor credential.
@@ -41,7 +41,7 @@ pub async fn revoke_agent(
     Extension(p): Extension<Principal>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    app.engine.revoke(&p, &name).await?;
+    app.engine.principals().revoke(&p, &name).await?;
     Ok(Json(json!({"revoked": name})))
 }
 
@@ -55,7 +55,7 @@ pub async fn grant_model(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::GrantModel = typed(body)?;
-    app.engine.grant_model(&p, &name, &req.model, true).await?;
+    app.engine.principals().grant_model(&p, &name, &req.model, true).await?;
     Ok(Json(json!({"agent": name, "granted": req.model})))
 }
 
@@ -67,7 +67,7 @@ pub async fn revoke_model_grant(
     Extension(p): Extension<Principal>,
     Path((name, model)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    app.engine.grant_model(&p, &name, &model, false).await?;
+    app.engine.principals().grant_model(&p, &name, &model, false).await?;
     Ok(Json(json!({"agent": name, "revoked": model})))
 }
 
@@ -83,7 +83,7 @@ pub async fn grant_secret(
 ) -> Result<Json<wire::SecretGrant>, ApiError> {
     let mut req: wire::SecretGrantRequest = typed(body)?;
     req.secret = name;
-    Ok(Json(app.engine.grant_secret(&p, req.into()).await?.into()))
+    Ok(Json(app.engine.principals().grant_secret(&p, req.into()).await?.into()))
 }
 
 /// Every secret grant.
@@ -92,7 +92,7 @@ pub async fn list_secret_grants(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
 ) -> Result<Json<Vec<wire::SecretGrant>>, ApiError> {
-    Ok(Json(app.engine.secret_grants(&p)?.into_iter().map(wire::SecretGrant::from).collect()))
+    Ok(Json(app.engine.principals().secret_grants(&p)?.into_iter().map(wire::SecretGrant::from).collect()))
 }
 
 /// End a secret grant.
@@ -103,7 +103,7 @@ pub async fn revoke_secret_grant(
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    app.engine.revoke_secret_grant(&p, &id).await?;
+    app.engine.principals().revoke_secret_grant(&p, &id).await?;
     Ok(Json(json!({"revoked": id})))
 }
 
@@ -117,7 +117,7 @@ pub async fn set_secret(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::SetSecret = typed(body)?;
-    app.engine.set_secret(&p, &name, &req.value).await?;
+    app.engine.principals().set_secret(&p, &name, &req.value).await?;
     Ok(Json(json!({"set": name})))
 }
 
@@ -127,7 +127,7 @@ pub async fn list_secrets(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
 ) -> Result<Json<Vec<wire::SecretView>>, ApiError> {
-    Ok(Json(app.engine.list_secrets(&p)?.into_iter().map(wire::SecretView::from).collect()))
+    Ok(Json(app.engine.principals().list_secrets(&p)?.into_iter().map(wire::SecretView::from).collect()))
 }
 
 /// The event log, oldest first: every change with its principal.
@@ -137,6 +137,10 @@ pub async fn list_events(
     Extension(p): Extension<Principal>,
     QueryParams(q): QueryParams<wire::EventParams>,
 ) -> Result<Json<Vec<wire::EventView>>, ApiError> {
-    let events = app.engine.events(&p, q.after.unwrap_or(0), q.limit.unwrap_or(100), q.principal.as_deref()).await?;
+    let events = app
+        .engine
+        .principals()
+        .events(&p, q.after.unwrap_or(0), q.limit.unwrap_or(100), q.principal.as_deref())
+        .await?;
     Ok(Json(events.into_iter().map(wire::EventView::from).collect()))
 }

@@ -35,7 +35,7 @@ pub async fn list_models(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
 ) -> Json<Vec<wire::ModelView>> {
-    Json(app.engine.models_for(&p).into_iter().map(wire::ModelView::from).collect())
+    Json(app.engine.catalog().models_for(&p).into_iter().map(wire::ModelView::from).collect())
 }
 
 fn to_query(
@@ -78,7 +78,7 @@ pub async fn search_catalog(
     QueryParams(q): QueryParams<wire::SearchParams>,
 ) -> Result<Json<wire::SearchAnswer>, ApiError> {
     let query = to_query(q.kind, q.model, q.q, q.capability, q.limit, q.offset)?;
-    Ok(Json(app.engine.search(&p, &query)?.into()))
+    Ok(Json(app.engine.catalog().search(&p, &query)?.into()))
 }
 
 /// One entry, local first.
@@ -90,7 +90,7 @@ pub async fn get_entry(
     Path(id): Path<String>,
     QueryParams(m): QueryParams<wire::ModelParam>,
 ) -> Result<Json<wire::EntryAnswer>, ApiError> {
-    Ok(Json(app.engine.get(&p, &id, m.model.as_deref())?.into()))
+    Ok(Json(app.engine.catalog().get(&p, &id, m.model.as_deref())?.into()))
 }
 
 /// Every definition an entry has had, oldest first.
@@ -102,7 +102,7 @@ pub async fn entry_history(
     Path(id): Path<String>,
     QueryParams(m): QueryParams<wire::ModelParam>,
 ) -> Result<Json<wire::History>, ApiError> {
-    Ok(Json(app.engine.history(&p, &id, m.model.as_deref()).await?.into()))
+    Ok(Json(app.engine.catalog().history(&p, &id, m.model.as_deref()).await?.into()))
 }
 
 /// Run a command of the catalog: a registration of some binding kind, a search, a get or a removal.
@@ -135,18 +135,18 @@ pub async fn run_command(
     let engine = &app.engine;
     Ok(match cmd {
         Command::Register { command, body } => {
-            Json(wire::EntryAnswer::from(engine.register(&p, command, body).await?)).into_response()
+            Json(wire::EntryAnswer::from(engine.catalog().register(&p, command, body).await?)).into_response()
         }
         Command::Search(SearchArgs { tool_type, model, q, capability, limit, offset }) => {
             let query = to_query(tool_type, model, q, capability, limit, offset)?;
-            Json(wire::SearchAnswer::from(engine.search(&p, &query)?)).into_response()
+            Json(wire::SearchAnswer::from(engine.catalog().search(&p, &query)?)).into_response()
         }
         Command::Get(GetArgs { id, model }) => {
-            Json(wire::EntryAnswer::from(engine.get(&p, &id, model.as_deref())?)).into_response()
+            Json(wire::EntryAnswer::from(engine.catalog().get(&p, &id, model.as_deref())?)).into_response()
         }
         Command::Remove(args) => {
             let (id, model) = (args.id.clone(), args.model.clone().unwrap_or_else(|| p.home_model.clone()));
-            engine.remove(&p, args).await?;
+            engine.catalog().remove(&p, args).await?;
             Json(json!({"removed": true, "id": id, "model": model})).into_response()
         }
     })
@@ -163,7 +163,7 @@ pub async fn get_blob(
     Path(urn): Path<String>,
 ) -> Result<Response, ApiError> {
     let urn: BlobUrn = urn.parse()?;
-    let bytes = app.engine.read_blob_as(&p, &urn).await?;
+    let bytes = app.engine.catalog().read_blob_as(&p, &urn).await?;
     let mut resp = bytes.into_response();
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
@@ -198,7 +198,7 @@ pub async fn invoke_tool(
     let req = typed::<wire::InvokeRequest>(body)?.into();
     if prefers_async(&headers) {
         // Answered once the job is stored: no invocation slot is held while it waits.
-        let job_id = app.engine.invoke_async(&p, &id, q.model.as_deref(), req).await?;
+        let job_id = app.engine.dispatch().invoke_async(&p, &id, q.model.as_deref(), req).await?;
         let location = format!("/api/jobs/{job_id}");
         return Ok((
             axum::http::StatusCode::ACCEPTED,
@@ -210,8 +210,8 @@ pub async fn invoke_tool(
         )
             .into_response());
     }
-    let _slot = app.engine.invocation_slot(&p)?;
-    Ok(Json(app.engine.invoke(&p, &id, q.model.as_deref(), req).await?).into_response())
+    let _slot = app.engine.principals().invocation_slot(&p)?;
+    Ok(Json(app.engine.dispatch().invoke(&p, &id, q.model.as_deref(), req).await?).into_response())
 }
 
 /// Whether a `Prefer` header (RFC 7240) asks for `respond-async`.
@@ -238,8 +238,8 @@ pub async fn call_tool(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req = typed::<wire::CallRequest>(body)?.into();
-    let _slot = app.engine.invocation_slot(&p)?;
-    let result = app.engine.call_tool(&p, &id, q.model.as_deref(), req).await?;
+    let _slot = app.engine.principals().invocation_slot(&p)?;
+    let result = app.engine.dispatch().call_tool(&p, &id, q.model.as_deref(), req).await?;
     Ok(Json(json!({"ok": true, "result": result})))
 }
 
@@ -252,7 +252,7 @@ pub async fn get_job(
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
 ) -> Result<Json<wire::JobRecord>, ApiError> {
-    Ok(Json(app.engine.job(&p, &id).await?.into()))
+    Ok(Json(app.engine.dispatch().job(&p, &id).await?.into()))
 }
 
 /// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds: for an agent, the ids of those in models it may use, the others counted.
@@ -262,7 +262,7 @@ pub async fn list_executors(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
 ) -> Json<Vec<wire::ExecutorView>> {
-    Json(app.engine.executors(&p).into_iter().map(wire::ExecutorView::from).collect())
+    Json(app.engine.dispatch().executors(&p).into_iter().map(wire::ExecutorView::from).collect())
 }
 
 /// Create an executor credential (operator only). It is good for the executor protocol and nothing else.
@@ -274,7 +274,7 @@ pub async fn create_executor_token(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::ExecutorTokenRequest = typed(body)?;
-    let token = app.engine.create_executor_token(&p, &req.name).await?;
+    let token = app.engine.dispatch().create_executor_token(&p, &req.name).await?;
     Ok(Json(json!({"name": req.name, "token": token})))
 }
 
@@ -288,7 +288,7 @@ pub async fn executor_poll(
 ) -> Result<Response, ApiError> {
     let req: wire::PollRequest = typed(body)?;
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
-    match app.engine.poll_job(&p, req.name.as_deref(), wait).await? {
+    match app.engine.dispatch().poll_job(&p, req.name.as_deref(), wait).await? {
         Some(job) => Ok(Json(wire::LeasedJob::from(job)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
@@ -306,7 +306,7 @@ pub async fn executor_heartbeat(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::LeaseRef = typed(body)?;
-    let lease = app.engine.heartbeat_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
+    let lease = app.engine.dispatch().heartbeat_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
     Ok(Json(json!({"leaseMs": lease.as_millis() as u64})))
 }
 
@@ -321,7 +321,7 @@ pub async fn executor_release(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::LeaseRef = typed(body)?;
-    app.engine.release_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
+    app.engine.dispatch().release_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
     Ok(Json(json!({"released": true})))
 }
 
@@ -340,9 +340,9 @@ pub async fn executor_result(
 ) -> Result<Json<Value>, ApiError> {
     let req = typed::<wire::ExecutorResult>(body)?.into();
     let name = executor_name(&headers);
-    app.engine.complete_job(&p, name.as_deref(), &id, req).await?;
+    app.engine.dispatch().complete_job(&p, name.as_deref(), &id, req).await?;
     let next = match q.next {
-        Some(true) => app.engine.next_job_now(&p, name.as_deref()).await?.map(wire::LeasedJob::from),
+        Some(true) => app.engine.dispatch().next_job_now(&p, name.as_deref()).await?.map(wire::LeasedJob::from),
         _ => None,
     };
     Ok(Json(json!({"recorded": true, "next": next})))

@@ -26,7 +26,7 @@ pub async fn create_model(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::CreateModel = typed(body)?;
-    app.engine.create_model(&p, &req.name).await?;
+    app.engine.nets().create_model(&p, &req.name).await?;
     Ok(Json(json!({"created": req.name})))
 }
 
@@ -41,7 +41,7 @@ pub async fn apply_net(
     JsonValue(body): JsonValue,
 ) -> Result<Json<wire::NetView>, ApiError> {
     let doc = NetDoc::from_value(body)?;
-    Ok(Json(app.engine.apply_net(&p, &model, doc).await?.into()))
+    Ok(Json(app.engine.nets().apply_net(&p, &model, doc).await?.into()))
 }
 
 /// A model's net: its document, places with token counts, transitions with their run state.
@@ -52,7 +52,7 @@ pub async fn get_net(
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
 ) -> Result<Json<wire::NetView>, ApiError> {
-    Ok(Json(app.engine.net_view(&p, &model)?.into()))
+    Ok(Json(app.engine.nets().net_view(&p, &model)?.into()))
 }
 
 /// The tokens in a place.
@@ -63,7 +63,7 @@ pub async fn list_tokens(
     Extension(p): Extension<Principal>,
     Path((model, place)): Path<(String, String)>,
 ) -> Result<Json<Vec<wire::Token>>, ApiError> {
-    Ok(Json(app.engine.tokens(&p, &model, &place)?.into_iter().map(wire::Token::from).collect()))
+    Ok(Json(app.engine.nets().tokens(&p, &model, &place)?.into_iter().map(wire::Token::from).collect()))
 }
 
 /// Put a token into a place.
@@ -76,7 +76,7 @@ pub async fn put_token(
     JsonValue(body): JsonValue,
 ) -> Result<Json<wire::Token>, ApiError> {
     let req: wire::PutToken = typed(body)?;
-    Ok(Json(app.engine.put_token(&p, &model, &place, req.data, req.name).await?.into()))
+    Ok(Json(app.engine.nets().put_token(&p, &model, &place, req.data, req.name).await?.into()))
 }
 
 /// Links with either end in the model (they may be declared by another model).
@@ -87,7 +87,7 @@ pub async fn list_links(
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
 ) -> Result<Json<Vec<wire::LinkView>>, ApiError> {
-    Ok(Json(app.engine.links(&p, &model)?.into_iter().map(wire::LinkView::from).collect()))
+    Ok(Json(app.engine.nets().links(&p, &model)?.into_iter().map(wire::LinkView::from).collect()))
 }
 
 /// Start a transition: it fires whenever enabled (and on its schedule).
@@ -98,7 +98,7 @@ pub async fn start(
     Extension(p): Extension<Principal>,
     Path((model, transition)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    app.engine.set_started(&p, &model, &transition, true).await?;
+    app.engine.nets().set_started(&p, &model, &transition, true).await?;
     Ok(Json(json!({"transition": transition, "started": true})))
 }
 
@@ -110,7 +110,7 @@ pub async fn stop(
     Extension(p): Extension<Principal>,
     Path((model, transition)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    app.engine.set_started(&p, &model, &transition, false).await?;
+    app.engine.nets().set_started(&p, &model, &transition, false).await?;
     Ok(Json(json!({"transition": transition, "started": false})))
 }
 
@@ -122,7 +122,7 @@ pub async fn fire(
     Extension(p): Extension<Principal>,
     Path((model, transition)): Path<(String, String)>,
 ) -> Result<Json<wire::FireOutcome>, ApiError> {
-    Ok(Json(app.engine.fire_once(&p, &model, &transition).await?.into()))
+    Ok(Json(app.engine.nets().fire_once(&p, &model, &transition).await?.into()))
 }
 
 /// Server-sent events: every change to the model's net and tokens, as it is committed.
@@ -133,8 +133,8 @@ pub async fn watch(
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
-    app.engine.check_watch(&p, &model)?;
-    let rx = app.engine.subscribe();
+    app.engine.nets().check_watch(&p, &model)?;
+    let rx = app.engine.nets().subscribe();
     let stream = futures_util::stream::unfold((rx, model), |(mut rx, model)| async move {
         loop {
             match rx.recv().await {
@@ -167,7 +167,7 @@ pub async fn list_parked(
     Path(model): Path<String>,
     axum::extract::Query(q): axum::extract::Query<wire::ParkedQuery>,
 ) -> Result<Json<Vec<wire::ParkedToken>>, ApiError> {
-    let parked = app.engine.parked(&p, &model, q.transition.as_deref())?;
+    let parked = app.engine.nets().parked(&p, &model, q.transition.as_deref())?;
     Ok(Json(parked.into_iter().map(wire::ParkedToken::from).collect()))
 }
 
@@ -179,7 +179,7 @@ pub async fn retry_parked(
     Extension(p): Extension<Principal>,
     Path((model, token)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    app.engine.retry_parked(&p, &model, &token).await?;
+    app.engine.nets().retry_parked(&p, &model, &token).await?;
     Ok(Json(json!({"retried": token})))
 }
 
@@ -191,6 +191,6 @@ pub async fn discard_parked(
     Extension(p): Extension<Principal>,
     Path((model, token)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    app.engine.discard_parked(&p, &model, &token).await?;
+    app.engine.nets().discard_parked(&p, &model, &token).await?;
     Ok(Json(json!({"discarded": token})))
 }

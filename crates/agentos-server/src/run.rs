@@ -160,11 +160,11 @@ pub async fn run(
     .await?;
     // Direct invocations' jobs survive a crash: those left open are queued again.
     let job_store = Arc::new(SqliteJobStore::open(&data.join("jobs.db"))?);
-    let requeued = engine.recover_jobs(job_store).await?;
+    let requeued = engine.dispatch().recover_jobs(job_store).await?;
     if requeued > 0 {
         tracing::info!(requeued, "direct jobs left open by the last run are queued again");
     }
-    for name in engine.short_secrets() {
+    for name in engine.principals().short_secrets() {
         tracing::warn!(
             secret = %name,
             "secret {name} is shorter than {} bytes, too short to redact reliably; replace it with `agentos secret set {name}` (the value is read from stdin)",
@@ -181,15 +181,15 @@ pub async fn run(
         }
     }
     let token_file = data.join("operator.token");
-    let token_written = engine.ensure_operator(&token_file).await?;
-    engine.register_host_toolkits(config.host_toolkits.clone()).await?;
+    let token_written = engine.principals().ensure_operator(&token_file).await?;
+    engine.host().register_toolkits(config.host_toolkits.clone()).await?;
 
     let ready = Ready {
         url: format!("http://{addr}"),
         addr,
         token_file,
         token_written,
-        entries: engine.entry_count(),
+        entries: engine.catalog().entry_count(),
         seq: engine.last_seq(),
         restored: engine.restored(),
         engine: engine.clone(),

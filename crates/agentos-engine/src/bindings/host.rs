@@ -15,7 +15,7 @@ use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind};
 use crate::host::{HostContext, HostToolkit};
 
 use super::{Binder, Call, Outcome};
-use crate::{Engine, EngineError, Principal};
+use crate::{Engine, EngineError, HostToolkits, Principal};
 
 pub struct Host;
 
@@ -48,7 +48,7 @@ impl Binder for Host {
             .into());
         };
         let input = call.req.input.unwrap_or(Value::Null);
-        Ok(Outcome::Value(engine.call_host(&h.toolkit, tool, input).await?))
+        Ok(Outcome::Value(engine.host().call(&h.toolkit, tool, input).await?))
     }
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
@@ -57,9 +57,9 @@ impl Binder for Host {
     }
 }
 
-impl Engine {
+impl HostToolkits<'_> {
     /// Makes toolkits callable and writes (or refreshes) their global catalog entries.
-    pub async fn register_host_toolkits(&self, toolkits: Vec<HostToolkit>) -> Result<(), EngineError> {
+    pub async fn register_toolkits(&self, toolkits: Vec<HostToolkit>) -> Result<(), EngineError> {
         for tk in toolkits {
             check_tool_id(&tk.name)?;
             for name in tk.tools.keys() {
@@ -77,14 +77,14 @@ impl Engine {
     }
 
     /// Runs a host tool with its timeout; a timeout cancels the call.
-    pub(crate) async fn call_host(&self, toolkit: &str, tool: &str, input: Value) -> Result<Value, EngineError> {
+    pub(crate) async fn call(&self, toolkit: &str, tool: &str, input: Value) -> Result<Value, EngineError> {
         let t = self.inner.host.tool(toolkit, tool)?;
-        let engine = self.clone();
-        let ctx = HostContext { secrets: Arc::new(move |name: &str| engine.secret(name)) };
+        let engine = self.0.clone();
+        let ctx = HostContext { secrets: Arc::new(move |name: &str| engine.principals().secret(name)) };
         // Its own task: a panic in the tool becomes an error, not a dead request.
         let task = tokio::spawn((t.call)(input, ctx));
         let abort = task.abort_handle();
-        let redactor = crate::redact::Redactor::new(&self.secret_values());
+        let redactor = crate::redact::Redactor::new(&self.principals().secret_values());
         match tokio::time::timeout(t.timeout, task).await {
             Ok(Ok(Ok(v))) => Ok(redactor.value(v)),
             Ok(Ok(Err(msg))) => {

@@ -157,7 +157,7 @@ impl Sent<'_> {
         };
         let mut url = reqwest::Url::parse(&request.url)
             .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("the request URL is not valid: {e}")))?;
-        let mut secrets = self.engine.secret_values();
+        let mut secrets = self.engine.principals().secret_values();
         let mut headers = request.headers;
         if let Some(auth) = &self.binding.auth {
             let value = self.credential(auth, &url)?;
@@ -251,7 +251,7 @@ impl Sent<'_> {
             Some(v) if size <= self.engine.inner.dispatch.config.inline_output_bytes => answer["body"] = v,
             _ => {
                 // Large answers go to the blob store like script output, readable in the caller's model.
-                let (text, blob) = self.engine.shape_output(self.model, bytes).await?;
+                let (text, blob) = self.engine.dispatch().shape_output(self.model, bytes).await?;
                 answer["body"] = Value::String(text);
                 if let Some(blob) = blob {
                     answer["bodyBlob"] = serde_json::to_value(blob).map_err(|e| CoreError::internal(e.to_string()))?;
@@ -265,10 +265,10 @@ impl Sent<'_> {
     /// URL's origin (for the model the call acts in, when the grant is narrowed).
     fn credential(&self, auth: &HttpAuth, url: &reqwest::Url) -> Result<String, EngineError> {
         let origin = origin_of(url).unwrap_or_default();
-        if !self.engine.secret_granted_to_origin(&auth.secret, &origin, Some(self.model)) {
+        if !self.engine.principals().secret_granted_to_origin(&auth.secret, &origin, Some(self.model)) {
             return Err(not_granted(&auth.secret, &origin).into());
         }
-        self.engine.secret(&auth.secret).ok_or_else(|| {
+        self.engine.principals().secret(&auth.secret).ok_or_else(|| {
             CoreError::new(
                 ErrorKind::ToolFailed,
                 "secret_missing",
@@ -335,7 +335,7 @@ fn not_granted(secret: &str, origin: &str) -> CoreError {
     )
 }
 
-impl Engine {
+impl crate::Principals<'_> {
     /// Whether `secret` is granted to requests to `origin`: for `model` when given (a grant
     /// narrowed to another model does not count), or in any model when not.
     pub(crate) fn secret_granted_to_origin(&self, secret: &str, origin: &str, model: Option<&str>) -> bool {
@@ -401,7 +401,7 @@ impl RegisterHttp {
         };
         if let Some(auth) = &self.auth {
             check_auth(auth)?;
-            if !engine.secret_granted_to_origin(&auth.secret, &origin, None) {
+            if !engine.principals().secret_granted_to_origin(&auth.secret, &origin, None) {
                 return Err(not_granted(&auth.secret, &origin).into());
             }
         }

@@ -339,7 +339,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         let grace = cfg.no_executor_grace.min(wait);
         early = tokio::time::timeout(grace, &mut rx).await.ok();
         if early.is_none() && !engine.inner.dispatch.jobs.serving() {
-            engine.cancel_direct(&job_id);
+            engine.dispatch().cancel_direct(&job_id);
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
                 "no_executor",
@@ -359,7 +359,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         Ok(Ok(result)) => Ok(result),
         Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
         Err(_) => {
-            engine.cancel_direct(&job_id);
+            engine.dispatch().cancel_direct(&job_id);
             let serving = engine.inner.dispatch.jobs.executors().iter().filter(|e| e.state != "gone").count();
             Err(CoreError::new(
                 ErrorKind::Unavailable,

@@ -90,7 +90,7 @@ impl Binder for Toolnet {
             input: req.input.unwrap_or(Value::Null),
             timeout,
         };
-        Ok(Outcome::Value(engine.invoke_toolnet(principal, call).await?))
+        Ok(Outcome::Value(engine.nets().invoke_toolnet(principal, call).await?))
     }
 
     async fn queue(&self, engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {

@@ -20,7 +20,7 @@ async fn open(dir: &std::path::Path) -> Engine {
     let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
     let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
     let e = Engine::open(EngineConfig::default(), log, blobs).await.unwrap();
-    e.ensure_operator(&dir.join("operator.token")).await.unwrap();
+    e.principals().ensure_operator(&dir.join("operator.token")).await.unwrap();
     e
 }
 
@@ -34,7 +34,7 @@ fn instances_held(e: &Engine) -> (usize, Vec<String>) {
 
 async fn register(e: &Engine, id: &str, net: serde_json::Value) {
     let cmd = json!({"id": id, "name": id, "net": net, "inputPlace": "p-in", "outputPlace": "p-out"});
-    e.register(&operator(e), "TOOL_CATALOG_REGISTER_TOOLNET", cmd).await.unwrap();
+    e.catalog().register(&operator(e), "TOOL_CATALOG_REGISTER_TOOLNET", cmd).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -54,7 +54,7 @@ async fn invocations_leave_no_instance_in_the_state_or_the_runtime_maps() {
     .await;
     for n in 0..30 {
         let req = InvokeRequest { input: Some(json!({"n": n})), timeout_ms: Some(10_000), ..Default::default() };
-        let answer = e.invoke(&operator(&e), "twice", None, req).await.unwrap();
+        let answer = e.dispatch().invoke(&operator(&e), "twice", None, req).await.unwrap();
         assert_eq!(answer["output"], json!({"n": n * 2}), "{answer}");
     }
     assert_eq!(instances_held(&e), (0, vec![]));
@@ -77,7 +77,7 @@ async fn an_instance_left_by_a_master_that_died_mid_invocation_is_deleted_at_sta
     let call = tokio::spawn(async move {
         let input = json!({"executor": "bash", "command": "true", "args": {}});
         let req = InvokeRequest { input: Some(input), timeout_ms: Some(60_000), ..Default::default() };
-        invoking.invoke(&operator(&invoking), "stuck", None, req).await
+        invoking.dispatch().invoke(&operator(&invoking), "stuck", None, req).await
     });
     for _ in 0..500 {
         if instances_held(&e).0 > 0 {

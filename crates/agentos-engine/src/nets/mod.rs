@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use agentos_core::event::Event;
 use agentos_core::event::GrantTarget;
-use agentos_core::event::{Event, EventBody};
 use agentos_core::expr::{ExprError, Runner};
 use agentos_core::flags::Flag;
 use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
@@ -29,14 +29,15 @@ pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
 use runtime::{Candidates, Compiled, FireError, HttpCompiled, OperationCompiled};
 
 use agentos_core::decide::{
-    decide_apply_net, decide_create_model, decide_net_events, decide_stop_crash_looping, decide_token_put,
+    decide_apply_net, decide_create_instance, decide_create_model, decide_net_events, decide_stop_crash_looping,
+    decide_token_put,
 };
 
 use crate::access::{Authority, check_model_in, may_use_model, require};
 use crate::firing_marker::CrashLooping;
 use crate::outbound::describe;
 use crate::redact::Redactor;
-use crate::{Engine, EngineError, Principal};
+use crate::{Engine, EngineError, Nets, Principal};
 
 /// A tool net invocation.
 pub(crate) struct ToolnetCall<'a> {
@@ -149,7 +150,7 @@ fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
 /// Model names the master keeps for tool-net instances.
 const INSTANCE_PREFIX: &str = "tni-";
 
-impl Engine {
+impl Nets<'_> {
     fn net_event(&self, model: &str, ev: NetEvent) -> crate::committer::Decide {
         let model = model.to_string();
         Box::new(move |st| decide_net_events(st, &model, std::slice::from_ref(&ev)))
@@ -976,9 +977,9 @@ impl Engine {
 
     /// Runs the action of a fire in flight to its end: after a fresh start, or after a restart.
     fn spawn_fire(&self, model: String, fire: String) {
-        let engine = self.clone();
+        let engine = self.0.clone();
         tokio::spawn(async move {
-            if let Err(e) = engine.complete_fire(&model, &fire).await {
+            if let Err(e) = engine.nets().complete_fire(&model, &fire).await {
                 tracing::error!(%model, %fire, error = %e, "a fire could not be completed; it stays in flight until the next start");
             }
         });
@@ -1085,7 +1086,9 @@ impl Engine {
                 "secret {name:?} is not granted to {what}; the operator grants it with `agentos secret grant {name} {how}`"
             )));
         }
-        self.secret(name).ok_or_else(|| FireError::Failed(format!("secret {name:?} is not set on the master")))
+        self.principals()
+            .secret(name)
+            .ok_or_else(|| FireError::Failed(format!("secret {name:?} is not set on the master")))
     }
 
     async fn fire_command(
@@ -1477,39 +1480,8 @@ impl Engine {
             resolve_model: resolve_model.to_string(),
             output_place: output_place.to_string(),
         };
-        let (m, ip, invoker) = (instance_model.clone(), input_place.to_string(), p.id.clone());
-        self.submit(
-            &p.name,
-            Box::new(move |_| {
-                let mut evs = vec![
-                    (m.clone(), EventBody::ModelCreated { name: m.clone() }),
-                    (
-                        m.clone(),
-                        EventBody::Net(NetEvent::Applied {
-                            doc: doc.clone(),
-                            instance: Some(inst.clone()),
-                            author: Some(author.clone()),
-                        }),
-                    ),
-                ];
-                for t in doc.transitions.iter().filter(|t| t.kind != "link") {
-                    evs.push((m.clone(), EventBody::Net(NetEvent::Started { transition: t.id.clone() })));
-                }
-                evs.push((
-                    m.clone(),
-                    EventBody::Net(NetEvent::TokensPut {
-                        tokens: vec![NewToken {
-                            place: ip.clone(),
-                            name: None,
-                            data: input.clone(),
-                            by: vec![invoker.clone()],
-                        }],
-                    }),
-                ));
-                Ok(evs)
-            }),
-        )
-        .await?;
+        let (m, ip) = (instance_model.clone(), input_place.to_string());
+        self.submit(&p.name, Box::new(move |_| decide_create_instance(&m, &doc, &inst, &author, &ip, &input))).await?;
         let deadline = tokio::time::Instant::now() + timeout;
         let answer = loop {
             if let Some(tok) = self
@@ -1616,8 +1588,8 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
     let (mut events, wake) = match weak.upgrade() {
         Some(inner) => {
             let engine = Engine { inner };
-            engine.resume_fires();
-            (engine.subscribe(), engine.inner.clone())
+            engine.nets().resume_fires();
+            (engine.nets().subscribe(), engine.inner.clone())
         }
         None => return,
     };
@@ -1626,9 +1598,10 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
         let wait = {
             let Some(inner) = weak.upgrade() else { return };
             let engine = Engine { inner };
-            engine.run_enabled().await;
-            let wait = engine.run_schedules().await;
-            engine.next_retry().map_or(wait, |r| wait.min(r))
+            let nets = engine.nets();
+            nets.run_enabled().await;
+            let wait = nets.run_schedules().await;
+            nets.next_retry().map_or(wait, |r| wait.min(r))
         };
         let Some(w) = wake.upgrade() else { return };
         tokio::select! {
