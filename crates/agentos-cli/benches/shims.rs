@@ -1,6 +1,6 @@
 //! Shim benchmark: a shim call to a trivial host tool and to a trivial script tool, beside a
-//! Node.js client making the same request; and the system prompt's size per tool on a 50-tool
-//! catalog. Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench shims`
+//! Node.js client making the same request; a shim call of an HTTP operation beside `curl` making
+//! the operation's request itself; and the system prompt's size per tool on a 50-tool catalog. Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench shims`
 //! (`-- prompt` for the prompt's size alone).
 
 use std::process::Command;
@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Api, BIN, start_executor, start_program};
+use common::{Api, BIN, start_executor, start_master_with, start_program};
 
 const EXAMPLE: &str = env!("CARGO_BIN_EXE_host-tools-example");
 
@@ -42,6 +42,7 @@ fn main() {
     api.register_script("nothing", "sh", "echo '{}'");
     if !prompt_only {
         time_calls(&api, dir.path());
+        time_http_operation(dir.path());
     }
     prompt_size(&api);
 }
@@ -98,6 +99,58 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     } else {
         println!("node is not installed: no Node.js baseline");
     }
+}
+
+/// A shim calling a GET operation of a registered OpenAPI document, against `curl` making the
+/// same request to the same server directly: what the master in between adds.
+fn time_http_operation(dir: &std::path::Path) {
+    let server = common::StaticServer::start(b"{\"pong\":true}");
+    let (_master, api) = start_master_with(&["--http-allow", "127.0.0.1"], &dir.join("http-master"));
+    let doc = json!({
+        "openapi": "3.0.3",
+        "info": {"title": "ping", "version": "1"},
+        "paths": {"/ping": {"get": {"operationId": "ping", "responses": {"200": {"description": "pong"}}}}}
+    });
+    let r = api.post(
+        "/api/commands",
+        json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "svc", "name": "svc", "baseUrl": server.url, "openapi": doc}),
+    );
+    assert_eq!(r["entry"]["status"].as_str().or(r["status"].as_str()), Some("registered"), "{r}");
+    let bin = dir.join("http-bin");
+    let out = Command::new(BIN)
+        .args(["install-shims", "--dir"])
+        .arg(&bin)
+        .env("AGENTOS_URL", &api.url)
+        .env("AGENTOS_TOKEN", &api.token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let has_curl = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
+    if !has_curl {
+        println!("curl is not installed: no baseline for the HTTP operation");
+        return;
+    }
+    let url = format!("{}/ping", server.url);
+    // Interleaved, so both sides meet the same machine.
+    let (mut shim, mut curl) = (Vec::new(), Vec::new());
+    for _ in 0..10 {
+        shim.extend(time_runs(20, || {
+            let mut c = Command::new(bin.join("agentos-svc"));
+            c.arg("ping").env("AGENTOS_URL", &api.url).env("AGENTOS_TOKEN", &api.token);
+            c
+        }));
+        curl.extend(time_runs(20, || {
+            let mut c = Command::new("curl");
+            c.args(["-sf", &url]);
+            c
+        }));
+    }
+    let (sp50, cp50) = (pct(&mut shim, 0.5), pct(&mut curl, 0.5));
+    println!();
+    println!("{:<44} {:>9} {:>9}", "HTTP operation (GET, loopback server)", "p50 ms", "p95 ms");
+    println!("{:<44} {:>9.2} {:>9.2}", "shim → master → server (agentos-svc ping)", sp50, pct(&mut shim, 0.95));
+    println!("{:<44} {:>9.2} {:>9.2}", "curl → server (the same request)", cp50, pct(&mut curl, 0.95));
+    println!("http operation: the shim adds {:.2} ms at p50 over curl (goal < 1.5 ms)", sp50 - cp50);
 }
 
 /// The prompt of a 51-tool catalog: the example's host tools, `nothing`, and 47 realistic

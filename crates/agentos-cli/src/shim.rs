@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use agentos_core::entry::CatalogEntry;
 use agentos_core::search::MAX_LIMIT;
-use agentos_core::toolhelp;
+use agentos_core::{flagmap, toolhelp};
 
 use crate::client::{ClientError, Conn, EXIT_NOT_FOUND, EXIT_USAGE, exit};
 
@@ -36,11 +36,70 @@ fn fail(code: u8, message: String) -> ClientError {
     ClientError { code, message, status: None, error_code: None }
 }
 
-/// `--json-file PATH` (or `-` for stdin) is read here, where the file is, and sent as `--json`.
+/// Largest file `--x-file` sends; past it the master hears why instead.
+const MAX_FLAG_FILE: u64 = 64 << 20;
+
+/// `--x-file PATH`: the file is read here, where it is, and sent marked with its path (see
+/// `flagmap::FILE_MARK`). The master decides what it is for: the value of a string flag `--x`
+/// (text, or a data URL for bytes), or the path itself when the tool has a flag `--x-file`.
+fn read_flag_file(path: &str) -> String {
+    let read = || -> Result<String, String> {
+        let p = std::path::Path::new(path);
+        let len = std::fs::metadata(p).map_err(|e| e.to_string())?.len();
+        if len > MAX_FLAG_FILE {
+            return Err(format!("{len} bytes, more than the {} MiB a flag's file may hold", MAX_FLAG_FILE >> 20));
+        }
+        let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
+        let name = p.file_name().and_then(|n| n.to_str());
+        Ok(flagmap::DataUrl::encode(media_type_of(path), name, &bytes))
+    };
+    flagmap::mark_file(path, read())
+}
+
+/// The media type a file's name suggests, for a file part's `Content-Type`.
+fn media_type_of(path: &str) -> &'static str {
+    let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+    match ext.as_str() {
+        "json" => "application/json",
+        "jsonl" | "ndjson" => "application/x-ndjson",
+        "txt" | "log" => "text/plain",
+        "md" => "text/markdown",
+        "csv" => "text/csv",
+        "html" | "htm" => "text/html",
+        "xml" => "application/xml",
+        "yaml" | "yml" => "application/yaml",
+        "pdf" => "application/pdf",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "wav" => "audio/wav",
+        "mp3" => "audio/mpeg",
+        "mp4" => "video/mp4",
+        "webm" => "video/webm",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        _ => "application/octet-stream",
+    }
+}
+
+/// `--json-file PATH` (or `-` for stdin) is read here, where the file is, and sent as `--json`;
+/// so is the file of any other `--x-file PATH`.
 fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
     let mut out = Vec::with_capacity(args.len());
     let mut it = args.into_iter();
     while let Some(a) = it.next() {
+        let other_file = a.strip_prefix("--").and_then(|f| f.split_once('=').map_or(Some(f), |(n, _)| Some(n)));
+        if let Some(flag) = other_file.filter(|f| f.ends_with("-file") && *f != "json-file" && f.len() > 5) {
+            let flag = flag.to_string();
+            let path = match a.split_once('=') {
+                Some((_, p)) => p.to_string(),
+                None => it.next().ok_or_else(|| fail(EXIT_USAGE, format!("--{flag} needs a path")))?,
+            };
+            out.push(format!("--{flag}={}", read_flag_file(&path)));
+            continue;
+        }
         let path = if a == "--json-file" {
             Some(it.next().ok_or_else(|| fail(EXIT_USAGE, "--json-file needs a path, or - for stdin".into()))?)
         } else {

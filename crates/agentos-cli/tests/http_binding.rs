@@ -23,11 +23,12 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
     def handle_any(self):
         n = int(self.headers.get('content-length') or 0)
-        body = self.rfile.read(n).decode() if n else ''
+        raw = self.rfile.read(n) if n else b''
+        body = raw.decode('utf-8', 'replace')
         u = urllib.parse.urlsplit(self.path)
         rec = {'method': self.command, 'path': u.path, 'rawQuery': u.query,
                'query': urllib.parse.parse_qs(u.query),
-               'headers': {k.lower(): v for k, v in self.headers.items()}, 'body': body}
+               'headers': {k.lower(): v for k, v in self.headers.items()}, 'body': body, 'bodyHex': raw.hex()}
         with open(log_path, 'a') as f:
             f.write(json.dumps(rec) + '\n')
         status, ctype, extra, out = 200, 'application/json', {}, json.dumps(rec).encode()
@@ -99,7 +100,40 @@ paths:
               properties:
                 name: {type: string}
                 count: {type: integer}
+                address: {type: object, properties: {city: {type: string}, zip: {type: string}}}
       responses: {"200": {description: done}}
+  /upload:
+    post:
+      operationId: upload
+      requestBody:
+        required: true
+        content:
+          multipart/form-data:
+            schema:
+              type: object
+              required: [file]
+              properties:
+                file: {type: string, format: binary}
+                purpose: {type: string}
+      responses: {"200": {description: stored}}
+  /raw:
+    put:
+      operationId: putRaw
+      requestBody:
+        required: true
+        content:
+          application/octet-stream:
+            schema: {type: string, format: binary}
+      responses: {"200": {description: stored}}
+  /notes:
+    post:
+      operationId: postNote
+      requestBody:
+        required: true
+        content:
+          text/plain:
+            schema: {type: string}
+      responses: {"200": {description: stored}}
   /missing:
     get: {operationId: missing, responses: {"404": {description: never there}}}
   /boom:
@@ -215,7 +249,23 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert_eq!(entry["version"], "1.0", "the document's info.version");
     assert_eq!(entry["scope"], "global");
     let ops: Vec<&str> = entry["contract"]["operations"].as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(ops, ["big", "boom", "get-item", "hop", "missing", "post-form", "redirect", "slow", "update-item"]);
+    assert_eq!(
+        ops,
+        [
+            "big",
+            "boom",
+            "get-item",
+            "hop",
+            "missing",
+            "post-form",
+            "post-note",
+            "put-raw",
+            "redirect",
+            "slow",
+            "update-item",
+            "upload"
+        ]
+    );
     let sha = entry["binding"]["sha256"].as_str().unwrap();
     assert_eq!(sha, common::sha256_hex(DOCUMENT.as_bytes()));
     assert_eq!(entry["binding"]["openapiUrn"], format!("urn:agentos:blob:tool-catalog/openapi/{sha}.yaml"));
@@ -233,8 +283,10 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     for flag in ["--id", "--verbose", "--tags", "--x-trace", "Read one item"] {
         assert!(out.stdout.contains(flag), "{flag}: {}", out.stdout);
     }
+    // A toolkit of many tools: its command once, then one line a tool.
     let out = run(&m, &m.token, Path::new(BIN), &["prompt"]);
-    assert!(out.stdout.contains("agentos-items update-item --path-id"), "{}", out.stdout);
+    assert!(out.stdout.contains("`agentos-items <tool>`:\n"), "{}", out.stdout);
+    assert!(out.stdout.contains("\n- `update-item --path-id ID --title TITLE"), "{}", out.stdout);
 
     // Path, query (an array among them) and header parameters.
     let out = run(
@@ -276,6 +328,66 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let seen = &v["result"]["body"];
     assert_eq!(seen["headers"]["content-type"], "application/x-www-form-urlencoded");
     assert_eq!(seen["body"], "count=3&name=Ann+Lee");
+    // A nested object of a form body: its fields are fields of the form (style form, exploded).
+    let out =
+        run(&m, &m.token, &items, &["post-form", "--name", "x", "--address.city", "Zürich", "--address.zip", "80"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["result"]["body"]["body"], "city=Z%C3%BCrich&zip=80&name=x");
+
+    // Files: `--FLAG-file PATH` sends a file as a string flag's value; a binary field gets its
+    // bytes, its name and its type, a text field its text.
+    let photo = dir.path().join("cat photo.png");
+    let bytes: Vec<u8> = (0..=255u8).chain([0, 13, 10, b'"']).collect();
+    std::fs::write(&photo, &bytes).unwrap();
+    let out = run(&m, &m.token, &items, &["upload", "--file-file", photo.to_str().unwrap(), "--purpose", "vision"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let seen = &out.json()["result"]["body"];
+    let ct = seen["headers"]["content-type"].as_str().unwrap();
+    let boundary = ct.strip_prefix("multipart/form-data; boundary=").unwrap_or_else(|| panic!("{ct}"));
+    let raw = hex_decode(seen["bodyHex"].as_str().unwrap());
+    let mut want = format!(
+        "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"cat photo.png\"\r\nContent-Type: image/png\r\n\r\n"
+    )
+    .into_bytes();
+    want.extend_from_slice(&bytes);
+    want.extend_from_slice(
+        format!(
+            "\r\n--{boundary}\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nvision\r\n--{boundary}--\r\n"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(raw, want, "{}", String::from_utf8_lossy(&raw));
+    let out = run(&m, &m.token, &items, &["put-raw", "--body-file", photo.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let seen = &out.json()["result"]["body"];
+    assert_eq!(seen["headers"]["content-type"], "application/octet-stream");
+    assert_eq!(hex_decode(seen["bodyHex"].as_str().unwrap()), bytes);
+    let note = dir.path().join("note.txt");
+    std::fs::write(&note, "first line\nsecond: ünïcode\n").unwrap();
+    let out = run(&m, &m.token, &items, &["post-note", "--body-file", note.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.json()["result"]["body"]["body"], "first line\nsecond: ünïcode\n");
+    // Bytes where text is expected, and a file that is not there: one line that says so.
+    let out = run(&m, &m.token, &items, &["post-note", "--body-file", photo.to_str().unwrap()]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("not UTF-8 text, and --body takes text"), "{}", out.stderr);
+    let out = run(&m, &m.token, &items, &["post-note", "--body-file", "/nonexistent/n.txt"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--body-file /nonexistent/n.txt: No such file"), "{}", out.stderr);
+    // Over the API there is no file to read: the content goes as the flag, bytes as a data URL.
+    let (status, v) = m.client().post(
+        "/api/tools/items/call",
+        json!({"tool": "put-raw", "args": ["--body", "data:application/octet-stream;base64,AAEC"]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["body"]["bodyHex"], "000102");
+    let (status, v) =
+        m.client().post("/api/tools/items/call", json!({"tool": "put-raw", "args": ["--body-file", "/etc/passwd"]}));
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap().contains("takes a path that the agentos-<toolkit> shell command reads"),
+        "{v}"
+    );
 
     // A status outside 2xx is a tool failure: exit 5 with the status and an excerpt.
     let out = run(&m, &m.token, &items, &["missing"]);
@@ -415,6 +527,10 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
             assert!(!found, "{} holds a credential in clear", file.display());
         }
     }
+}
+
+fn hex_decode(h: &str) -> Vec<u8> {
+    (0..h.len()).step_by(2).map(|i| u8::from_str_radix(&h[i..i + 2], 16).unwrap()).collect()
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {

@@ -3,6 +3,8 @@
 
 use serde_json::{Map, Value};
 
+pub use agentos_openapi::dataurl::{DataUrl, FILE_MARK, mark_file, unmark_file};
+
 /// What a flag takes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FlagType {
@@ -52,6 +54,9 @@ pub struct FlagSpec {
     pub required: bool,
     pub default: Option<Value>,
     pub description: String,
+    /// A string of bytes rather than text (`format: binary`, `contentMediaType`, or an array of
+    /// them): the value may be a `data:` URL, and `--FLAG-file` sends the file's bytes as one.
+    pub binary: bool,
 }
 
 /// Every flag of one operation.
@@ -118,6 +123,12 @@ fn scalar(schema: &Value) -> FlagType {
     }
 }
 
+/// A string schema of bytes: `format: binary` (OpenAPI) or `contentMediaType` (JSON Schema).
+fn is_binary(schema: &Value) -> bool {
+    type_of(schema) == Some("string")
+        && (schema.get("format").and_then(Value::as_str) == Some("binary") || schema.get("contentMediaType").is_some())
+}
+
 /// Builds the flag table of an input schema.
 pub fn flag_table(schema: &Value) -> FlagTable {
     let mut table = FlagTable::default();
@@ -135,7 +146,13 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
     for (name, prop) in props {
         let flag = if prefix.is_empty() { kebab(name) } else { format!("{prefix}.{}", kebab(name)) };
         path.push(name.clone());
-        let default = prop.get("default").cloned();
+        // A required field with one allowed value (`const`, or an enum of one: a discriminator
+        // such as `type: realtime`) has that value by default: the caller has nothing to choose.
+        // An optional one stays out unless given.
+        let default = prop.get("default").cloned().or_else(|| match scalar(prop) {
+            FlagType::Enum(vs) if vs.len() == 1 && required.contains(&name.as_str()) => vs.into_iter().next(),
+            _ => None,
+        });
         let is_required = parent_required && required.contains(&name.as_str()) && default.is_none();
         let nested = type_of(prop) == Some("object")
             && prop.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
@@ -151,6 +168,7 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
                 required: is_required,
                 default,
                 description: prop.get("description").and_then(Value::as_str).unwrap_or("").to_string(),
+                binary: is_binary(prop) || prop.get("items").is_some_and(is_binary),
             });
         }
         path.pop();
@@ -259,11 +277,27 @@ impl FlagTable {
             if name == "json-file" {
                 return err("--json-file must be read by the caller before parsing".into());
             }
+            let from_file = || {
+                (name.strip_suffix("-file").and_then(|n| self.find(n))).filter(|s| {
+                    matches!(&s.ty, FlagType::String) || s.ty == FlagType::Array(Box::new(FlagType::String))
+                })
+            };
             let (spec, negated) = match self.find(name) {
                 Some(s) => (s, false),
                 None => match name.strip_prefix("no-").and_then(|n| self.find(n)).filter(|s| s.ty == FlagType::Boolean)
                 {
                     Some(s) => (s, true),
+                    None if from_file().is_some() => {
+                        let spec = from_file().unwrap_or_else(|| unreachable!());
+                        let raw = inline.or_else(|| args.get(i).cloned().inspect(|_| i += 1)).unwrap_or_default();
+                        let value = file_value(spec, name, &raw)?;
+                        if !set_flags.iter().any(|s| s.flag == spec.flag) {
+                            set_flags.push(spec);
+                        }
+                        insert(&mut input, &spec.path, value, matches!(spec.ty, FlagType::Array(_)))
+                            .map_err(|e| UsageError(format!("--{name}: {e}")))?;
+                        continue;
+                    }
                     None => {
                         let hint = self.nearest(name).map(|n| format!("; did you mean --{n}?")).unwrap_or_default();
                         // The name is the caller's text: escaped, so the error stays one line.
@@ -297,7 +331,11 @@ impl FlagTable {
                     FlagType::Array(item) => item.as_ref(),
                     t => t,
                 };
-                convert(&spec.flag, item_ty, &raw)?
+                match unmark_file(&raw) {
+                    // `--x-file` that is a flag of its own: the path, as the caller wrote it.
+                    Some((path, _)) => convert(&spec.flag, item_ty, path)?,
+                    None => convert(&spec.flag, item_ty, &raw)?,
+                }
             };
             if !set_flags.iter().any(|s| s.flag == spec.flag) {
                 set_flags.push(spec);
@@ -323,6 +361,26 @@ impl FlagTable {
         }
         Ok(Value::Object(input))
     }
+}
+
+/// The value of `--{flag}-file`: what the shell command read from the file (see [`FILE_MARK`]),
+/// as the data URL for a binary flag and as text for any other string flag.
+fn file_value(spec: &FlagSpec, given_as: &str, raw: &str) -> Result<Value, UsageError> {
+    let Some((path, content)) = unmark_file(raw) else {
+        return Err(UsageError(format!(
+            "--{given_as} takes a path that the agentos-<toolkit> shell command reads; over the API, send the content as --{} (a data: URL for bytes)",
+            spec.flag
+        )));
+    };
+    let url = content.map_err(|why| UsageError(format!("--{given_as} {path}: {why}")))?;
+    if spec.binary {
+        return Ok(Value::String(url.to_string()));
+    }
+    let file =
+        DataUrl::parse(url).ok_or_else(|| UsageError(format!("--{given_as} {path}: the file did not arrive whole")))?;
+    String::from_utf8(file.bytes).map(Value::String).map_err(|_| {
+        UsageError(format!("--{given_as} {path}: not UTF-8 text, and --{} takes text, not bytes", spec.flag))
+    })
 }
 
 /// Puts the flags' values over `--json`'s: objects merge, anything else is replaced (a repeated

@@ -16,11 +16,52 @@ fn shell_quote(s: &str) -> String {
 }
 
 fn flag_usage(f: &FlagSpec) -> String {
+    flag_usage_as(f, f.ty.placeholder())
+}
+
+fn flag_usage_as(f: &FlagSpec, placeholder: String) -> String {
     let body = match &f.ty {
         FlagType::Boolean => format!("--{}", f.flag),
-        ty => format!("--{} {}", f.flag, ty.placeholder()),
+        _ => format!("--{} {placeholder}", f.flag),
     };
     if f.required { body } else { format!("[{body}]") }
+}
+
+/// A string's placeholder in the prompt: the flag's last word in capitals (`--project-id ID`,
+/// `--where.city CITY`), as command-line usage writes it. Shorter than `<string>` and says more;
+/// other types keep theirs (`<integer>`, `<a|b>`). `--help` keeps the types.
+fn prompt_placeholder(flag: &str, ty: &FlagType) -> String {
+    match ty {
+        FlagType::String => {
+            let word = flag.rsplit(['-', '.', '_']).find(|w| !w.is_empty()).unwrap_or(flag);
+            word.to_ascii_uppercase()
+        }
+        FlagType::Array(item) => format!("{}...", prompt_placeholder(flag, item)),
+        // A long list of choices shows its first ones; `--help` shows them all (one document
+        // has a required enum of 190 values: 1,100 tokens on one line of the prompt).
+        FlagType::Enum(vs) => {
+            let mut shown = String::new();
+            for (i, v) in vs.iter().enumerate() {
+                let name = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+                if i > 0 && shown.chars().count() + name.chars().count() > PROMPT_ENUM_CHARS {
+                    return format!("<{shown}|…>");
+                }
+                if i > 0 {
+                    shown.push('|');
+                }
+                shown.push_str(&name);
+            }
+            format!("<{shown}>")
+        }
+        ty => ty.placeholder(),
+    }
+}
+
+/// How much of an enum's choices the prompt spells out.
+const PROMPT_ENUM_CHARS: usize = 32;
+
+fn prompt_flag_usage(f: &FlagSpec) -> String {
+    flag_usage_as(f, prompt_placeholder(&f.flag, &f.ty))
 }
 
 /// `agentos-weather forecast --city <string> [--days <integer>]`
@@ -41,12 +82,15 @@ pub const PROMPT_USAGE_WIDTH: usize = 80;
 /// The usage line as the prompt shows it: the whole line when it fits in
 /// `PROMPT_USAGE_WIDTH` characters, else the required flags and `[…]` for the optional ones.
 pub fn prompt_usage(toolkit: &str, tool: &str, table: &FlagTable) -> String {
-    let whole = usage_line(toolkit, tool, table);
+    let mut parts = vec![format!("agentos-{toolkit} {tool}")];
+    parts.extend(table.flags.iter().filter(|f| f.required).map(prompt_flag_usage));
+    let required = parts.len();
+    parts.extend(table.flags.iter().filter(|f| !f.required).map(prompt_flag_usage));
+    let whole = parts.join(" ");
     if whole.chars().count() <= PROMPT_USAGE_WIDTH {
         return whole;
     }
-    let mut parts = vec![format!("agentos-{toolkit} {tool}")];
-    parts.extend(table.flags.iter().filter(|f| f.required).map(flag_usage));
+    parts.truncate(required);
     if table.flags.iter().any(|f| !f.required) {
         parts.push("[…]".into());
     }
@@ -85,10 +129,14 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
         out.push_str("\n\n");
     }
     out.push_str(&format!("Usage: {}\n", usage_line(toolkit, tool, &table)));
-    let json_lines = [
+    let mut json_lines = vec![
         ("--json <object>", "the whole input as JSON (flags given too win)"),
         ("--json-file <path>", "the whole input from a file, or - for stdin"),
     ];
+    let strings = |t: &FlagType| *t == FlagType::String || *t == FlagType::Array(Box::new(FlagType::String));
+    if table.flags.iter().any(|f| strings(&f.ty)) {
+        json_lines.push(("--<flag>-file <path>", "a string flag's value read from a file"));
+    }
     out.push_str("\nFlags:\n");
     let width = table
         .flags
@@ -113,6 +161,9 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
             }
             if matches!(f.ty, FlagType::Array(_)) {
                 notes.push("repeat for several".into());
+            }
+            if f.binary {
+                notes.push(format!("bytes: --{}-file <path>, or a data: URL", f.flag));
             }
             let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
             out.push_str(&format!("  {head:<width$}  {}{notes}\n", f.description));
@@ -176,6 +227,16 @@ pub const SUMMARY_CHARS: usize = 100;
 /// descriptions of several paragraphs; the prompt spends a few tokens on each tool, and the
 /// whole text is one `--help` away.
 pub fn summary(description: &str) -> String {
+    // `POST /2010-04-01/Accounts/{AccountSid}/Addresses.json`, what an operation without a
+    // summary is described by, says less than the tool's name: nothing in the prompt.
+    let method_and_path = description.trim().split_once(' ').is_some_and(|(m, p)| {
+        ["GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"].contains(&m)
+            && p.starts_with('/')
+            && !p.contains(char::is_whitespace)
+    });
+    if method_and_path {
+        return String::new();
+    }
     let paragraph = description.trim().split("\n\n").next().unwrap_or_default();
     let mut text = String::with_capacity(paragraph.len());
     let mut rest = paragraph;
@@ -232,7 +293,11 @@ pub fn prompt_tools(entries: &[CatalogEntry]) -> Vec<PromptTool> {
     out
 }
 
-/// The section to put into an agent's system prompt, as markdown.
+/// A toolkit with this many tools or more is listed under one heading in the prompt.
+pub const PROMPT_GROUP_FROM: usize = 3;
+
+/// The section to put into an agent's system prompt, as markdown. Tools of one toolkit are
+/// expected next to each other (as [`prompt_tools`] makes them).
 pub fn prompt_markdown(tools: &[PromptTool]) -> String {
     let mut out = String::from(
         "## Tools\n\nShell commands: call them from the shell or chain them in scripts. Each prints {\"ok\":true,\"result\":...}; on failure, one line on stderr and a non-zero exit.\n\n",
@@ -241,14 +306,38 @@ pub fn prompt_markdown(tools: &[PromptTool]) -> String {
         out.push_str("(no tools are available to you)\n");
         return out;
     }
-    for t in tools {
-        let desc = if t.summary.is_empty() { String::new() } else { format!(" — {}", t.summary) };
-        out.push_str(&format!("- `{}`{desc}\n", t.prompt_usage));
-        for e in &t.examples {
-            out.push_str(&format!("  e.g. `{e}`\n"));
+    let mut rest = tools;
+    while let Some(first) = rest.first() {
+        let n = rest.iter().take_while(|t| t.toolkit == first.toolkit).count();
+        let (kit, after) = rest.split_at(n);
+        rest = after;
+        // A toolkit of several tools is written once, as a heading: its command was a quarter
+        // of each line of a large imported API.
+        let grouped = n >= PROMPT_GROUP_FROM;
+        let command = format!("agentos-{} ", first.toolkit);
+        if grouped {
+            if !out.ends_with("\n\n") {
+                out.push('\n');
+            }
+            out.push_str(&format!("`{command}<tool>`:\n"));
+        }
+        for t in kit {
+            let desc = if t.summary.is_empty() { String::new() } else { format!(" — {}", t.summary) };
+            let usage = if grouped {
+                t.prompt_usage.strip_prefix(&command).unwrap_or(&t.prompt_usage)
+            } else {
+                &t.prompt_usage
+            };
+            out.push_str(&format!("- `{usage}`{desc}\n"));
+            for e in &t.examples {
+                out.push_str(&format!("  e.g. `{e}`\n"));
+            }
+        }
+        if grouped && !rest.is_empty() {
+            out.push('\n');
         }
     }
-    out.push_str("\nOptional flags are in brackets, `[…]` for more. `agentos-<toolkit> <tool> --help` shows every flag; `--json '{...}'` passes the whole input.\n");
+    out.push_str("\nOptional flags are in brackets, `[…]` for more. Under a line `agentos-<toolkit> <tool>`, each tool is run by that command. `agentos-<toolkit> <tool> --help` shows every flag; `--json '{...}'` passes the whole input.\n");
     out
 }
 
@@ -276,6 +365,8 @@ mod tests {
             "Activate certificates at the organization level."
         );
         assert_eq!(summary("a [b] c [d](e"), "a [b] c [d](e");
+        assert_eq!(summary("POST /2010-04-01/Accounts/{AccountSid}/Addresses.json"), "");
+        assert_eq!(summary("GET /items and more"), "GET /items and more");
         let long = "word ".repeat(60);
         let s = summary(&long);
         assert!(s.ends_with('…') && s.chars().count() <= SUMMARY_CHARS, "{s}");
@@ -294,20 +385,60 @@ mod tests {
     fn the_prompt_keeps_required_flags_and_folds_optional_ones_of_long_lines() {
         check(
             json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}),
-            "agentos-kit run --city <string> [--days <integer>]",
+            "agentos-kit run --city CITY [--days <integer>]",
         );
         check(
             json!({"type": "object", "required": ["project", "owner"], "properties": {
                 "project": {"type": "string"}, "owner": {"type": "string"}, "since": {"type": "string"},
                 "limit": {"type": "integer"}, "format": {"enum": ["text", "json"]}, "includeArchived": {"type": "boolean"}}}),
-            "agentos-kit run --owner <string> --project <string> […]",
+            "agentos-kit run --owner OWNER --project PROJECT […]",
         );
         // Nothing optional to fold: a long line stays whole.
         check(
             json!({"type": "object", "required": ["aVeryLongFlagName", "anotherVeryLongFlagName"], "properties": {
                 "aVeryLongFlagName": {"type": "string"}, "anotherVeryLongFlagName": {"type": "string"}}}),
-            "agentos-kit run --a-very-long-flag-name <string> --another-very-long-flag-name <string>",
+            "agentos-kit run --a-very-long-flag-name NAME --another-very-long-flag-name NAME",
         );
         check(json!({"type": "object", "properties": {}}), "agentos-kit run");
+        // A string's placeholder is its flag's last word; arrays repeat; other types keep theirs.
+        check(
+            json!({"type": "object", "required": ["ids", "where", "n"], "properties": {
+                "ids": {"type": "array", "items": {"type": "string"}},
+                "where": {"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}},
+                "n": {"type": "number"}}}),
+            "agentos-kit run --ids IDS... --n <number> --where.city CITY",
+        );
+        check(
+            json!({"type": "object", "required": ["kind"], "properties": {
+                "kind": {"enum": ["composite", "event alert", "log alert", "metric alert", "process alert"]}}}),
+            "agentos-kit run --kind <composite|event alert|log alert|…>",
+        );
+    }
+
+    fn tool(toolkit: &str, tool: &str) -> PromptTool {
+        PromptTool {
+            toolkit: toolkit.into(),
+            tool: tool.into(),
+            usage: String::new(),
+            prompt_usage: format!("agentos-{toolkit} {tool} --id ID"),
+            description: String::new(),
+            summary: format!("Does {tool}."),
+            examples: Vec::new(),
+        }
+    }
+
+    /// A toolkit of several tools names its command once, above its tools; one of one or two
+    /// tools keeps the whole command on each line.
+    #[test]
+    fn the_prompt_names_a_large_toolkit_s_command_once() {
+        let tools =
+            [tool("api", "get-a"), tool("api", "get-b"), tool("api", "get-c"), tool("one", "run"), tool("two", "a")];
+        let md = prompt_markdown(&tools);
+        let body = md.split_once("\n\n").map(|(_, b)| b).unwrap().split_once("\n\n").unwrap().1;
+        let body = body.rsplit_once("\n\nOptional").unwrap().0;
+        assert_eq!(
+            body,
+            "`agentos-api <tool>`:\n- `get-a --id ID` — Does get-a.\n- `get-b --id ID` — Does get-b.\n- `get-c --id ID` — Does get-c.\n\n- `agentos-one run --id ID` — Does run.\n- `agentos-two a --id ID` — Does a."
+        );
     }
 }

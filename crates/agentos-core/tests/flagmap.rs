@@ -183,6 +183,19 @@ fn enums() {
             (&["--maybe", "b"], Err("is not one of a, null")),
         ],
     );
+    // Required with one allowed value: given by default, and still refused when wrong.
+    let s = json!({"type": "object", "required": ["type", "name"], "properties": {
+        "type": {"type": "string", "enum": ["realtime"]},
+        "name": {"type": "string"}
+    }});
+    check_all(
+        &s,
+        &[
+            (&["--name", "x"], Ok(json!({"type": "realtime", "name": "x"}))),
+            (&["--name", "x", "--type", "batch"], Err(r#"^--type: "batch" is not one of realtime"#)),
+        ],
+    );
+    assert!(!flag_table(&s).flags.iter().find(|f| f.flag == "type").unwrap().required);
 }
 
 #[test]
@@ -665,6 +678,7 @@ fn table_shape() {
             required,
             default,
             description: description.to_string(),
+            binary: false,
         };
         assert_eq!(table.flags.iter().find(|f| f.flag == flag), Some(&want));
     };
@@ -732,4 +746,42 @@ fn placeholders() {
     let table = flag_table(&s);
     let ty = |n: &str| table.flags.iter().find(|f| f.flag == n).unwrap().ty.placeholder();
     assert_eq!([ty("a"), ty("b"), ty("c"), ty("d"), ty("e")], ["<integer>...", "<json>...", "<json>...", "<7>", ""]);
+}
+
+/// `--x-file PATH`: the shell command reads the file and sends it marked with its path; the
+/// parser makes it the value of `--x` (text, or a data URL for a binary field), or the path when
+/// the tool has a flag `--x-file` of its own. Unmarked, over the API, it is refused.
+#[test]
+fn a_file_flag_gives_a_string_flag_its_file_s_text_or_bytes() {
+    use agentos_core::flagmap::{DataUrl, mark_file};
+    let s = json!({"type": "object", "properties": {
+        "note": {"type": "string"},
+        "photo": {"type": "string", "format": "binary"},
+        "outputFile": {"type": "string"},
+        "count": {"type": "integer"}
+    }});
+    let table = flag_table(&s);
+    let text = mark_file("n.txt", Ok(DataUrl::encode("text/plain", Some("n.txt"), "héllo\n".as_bytes())));
+    let bytes = DataUrl::encode("image/png", Some("p.png"), &[0, 255, 1]);
+    let args = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let v = table
+        .parse(&args(&[
+            "--note-file",
+            &text,
+            &format!("--photo-file={}", mark_file("p.png", Ok(bytes.clone()))),
+            "--output-file",
+            &mark_file("out/report.txt", Err("No such file or directory (os error 2)".into())),
+        ]))
+        .unwrap();
+    assert_eq!(v, json!({"note": "héllo\n", "photo": bytes, "outputFile": "out/report.txt"}));
+    let err = |a: &[&str]| table.parse(&args(a)).unwrap_err().0;
+    let binary = mark_file("p.png", Ok(DataUrl::encode("image/png", None, &[0, 255])));
+    assert_eq!(err(&["--note-file", &binary]), "--note-file p.png: not UTF-8 text, and --note takes text, not bytes");
+    let gone = mark_file("gone.txt", Err("No such file or directory (os error 2)".into()));
+    assert_eq!(err(&["--note-file", &gone]), "--note-file gone.txt: No such file or directory (os error 2)");
+    assert!(
+        err(&["--note-file", "/etc/passwd"]).contains("takes a path that the agentos-<toolkit> shell command reads")
+    );
+    // Only string flags take a file.
+    assert!(err(&["--count-file", &text]).starts_with("unknown flag --count-file"));
 }

@@ -5,6 +5,7 @@
 //! JSON Schema (the flags) and the [`Binding`]s that say where each input property goes.
 //! [`build_request`] turns one call's input into a [`Request`].
 
+pub mod dataurl;
 mod document;
 mod error;
 mod naming;

@@ -8,6 +8,7 @@
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use crate::dataurl::DataUrl;
 use crate::{Binding, BodyEncoding, CallError, Location, Operation, Request, Style};
 
 /// Builds the request of one call. `base_url` replaces the document's servers: its path is kept
@@ -312,12 +313,20 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
     };
     Ok(match rb.encoding {
         BodyEncoding::Raw => {
-            let bytes = match whole {
-                Some(Value::String(s)) => s.clone().into_bytes(),
-                Some(v) => v.to_string().into_bytes(),
-                None => Vec::new(),
-            };
-            (bytes, Some(declared("application/octet-stream")))
+            let binary = op.bindings.iter().find(|b| b.location == Location::Body).is_some_and(|b| {
+                is_binary(op.input_schema.pointer(&format!("/properties/{}", escape_token(&b.property))))
+            });
+            match whole {
+                // Bytes, as `--body-file` sends them: the document's type, or the file's when the
+                // document allows any (`*/*`, `image/*`).
+                Some(Value::String(s)) if binary && let Some(d) = DataUrl::parse(s) => {
+                    let ct = if rb.media_type.contains('*') { d.media_type } else { rb.media_type.clone() };
+                    (d.bytes, Some(ct))
+                }
+                Some(Value::String(s)) => (s.clone().into_bytes(), Some(declared("application/octet-stream"))),
+                Some(v) => (v.to_string().into_bytes(), Some(declared("application/octet-stream"))),
+                None => (Vec::new(), Some(declared("application/octet-stream"))),
+            }
         }
         BodyEncoding::Json => {
             let value = match whole {
@@ -373,14 +382,13 @@ fn is_binary(schema: Option<&Value>) -> bool {
     binary(s) || s.get("items").is_some_and(binary)
 }
 
-/// Form fields: arrays repeat the name, objects and nested arrays go as JSON text.
+/// Form fields: arrays repeat the name; an object's properties are fields of their own (style
+/// `form`, exploded, the OpenAPI default for form bodies); anything deeper goes as JSON text.
 fn form_pairs(name: &str, v: &Value) -> Vec<(String, String)> {
+    let text = |i: &Value| if i.is_object() || i.is_array() { i.to_string() } else { scalar_text(i) };
     match v {
-        Value::Array(a) => a
-            .iter()
-            .map(|i| (name.to_string(), if i.is_object() || i.is_array() { i.to_string() } else { scalar_text(i) }))
-            .collect(),
-        Value::Object(_) => vec![(name.to_string(), v.to_string())],
+        Value::Array(a) => a.iter().map(|i| (name.to_string(), text(i))).collect(),
+        Value::Object(o) => o.iter().map(|(k, i)| (k.clone(), text(i))).collect(),
         v => vec![(name.to_string(), scalar_text(v))],
     }
 }
@@ -392,9 +400,9 @@ fn form_encode(text: &str) -> String {
 
 struct Part {
     name: String,
-    /// A file part: sent with a file name and as bytes.
-    file: bool,
-    content_type: Option<&'static str>,
+    /// A file part: sent with this file name, as bytes.
+    file: Option<String>,
+    content_type: Option<String>,
     data: Vec<u8>,
 }
 
@@ -402,14 +410,21 @@ fn multipart_parts(name: &str, v: &Value, binary: bool, parts: &mut Vec<Part>) {
     let part = |v: &Value| match v {
         Value::Object(_) | Value::Array(_) => Part {
             name: name.to_string(),
-            file: false,
-            content_type: Some("application/json"),
+            file: None,
+            content_type: Some("application/json".into()),
             data: v.to_string().into_bytes(),
+        },
+        // A file's bytes, its type and its name, as `--x-file` sends them.
+        Value::String(s) if binary && let Some(d) = DataUrl::parse(s) => Part {
+            name: name.to_string(),
+            file: Some(d.name.unwrap_or_else(|| name.to_string())),
+            content_type: Some(d.media_type),
+            data: d.bytes,
         },
         v => Part {
             name: name.to_string(),
-            file: binary,
-            content_type: binary.then_some("application/octet-stream"),
+            file: binary.then(|| name.to_string()),
+            content_type: binary.then(|| "application/octet-stream".into()),
             data: scalar_text(v).into_bytes(),
         },
     };
@@ -435,14 +450,19 @@ fn multipart(parts: Vec<Part>) -> Result<(Vec<u8>, Option<String>), String> {
         if p.name.bytes().any(|c| c == b'\r' || c == b'\n' || c == b'"') {
             return Err(format!("a multipart field name cannot hold a quote or line break: {:?}", p.name));
         }
+        if let Some(f) =
+            p.file.as_deref().filter(|f| f.bytes().any(|c| c == b'\r' || c == b'\n' || c == b'"' || c == 0))
+        {
+            return Err(format!("a file name cannot hold a quote, line break or NUL: {f:?}"));
+        }
         out.extend_from_slice(
             format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{}\"", p.name).as_bytes(),
         );
-        if p.file {
-            out.extend_from_slice(format!("; filename=\"{}\"", p.name).as_bytes());
+        if let Some(f) = &p.file {
+            out.extend_from_slice(format!("; filename=\"{f}\"").as_bytes());
         }
         out.extend_from_slice(b"\r\n");
-        if let Some(ct) = p.content_type {
+        if let Some(ct) = &p.content_type {
             out.extend_from_slice(format!("Content-Type: {ct}\r\n").as_bytes());
         }
         out.extend_from_slice(b"\r\n");

@@ -64,6 +64,55 @@ pub fn start_master(data: &Path) -> (Proc, Api) {
     start_program(BIN, &["serve"], data)
 }
 
+/// `agentos serve ARGS..` on a free port with its data in `data`.
+pub fn start_master_with(args: &[&str], data: &Path) -> (Proc, Api) {
+    let mut all = vec!["serve"];
+    all.extend_from_slice(args);
+    start_program(BIN, &all, data)
+}
+
+/// A loopback HTTP/1.1 server answering every request with the same JSON body, keeping
+/// connections alive: the far side of an HTTP tool, as cheap as it can be.
+pub struct StaticServer {
+    pub url: String,
+}
+
+impl StaticServer {
+    pub fn start(body: &'static [u8]) -> StaticServer {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                std::thread::spawn(move || {
+                    let _ = conn.set_nodelay(true);
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        body.len()
+                    );
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        // One answer per request head; requests here carry no body.
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            if conn.write_all(head.as_bytes()).and_then(|_| conn.write_all(body)).is_err() {
+                                return;
+                            }
+                        }
+                        match conn.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        StaticServer { url }
+    }
+}
+
 /// A master program (`agentos serve`, or an embedding such as the host tools example) run as
 /// `program args.. --listen 127.0.0.1:0 --data DATA`; ready once it prints its URL.
 pub fn start_program(program: &str, args: &[&str], data: &Path) -> (Proc, Api) {
