@@ -1,6 +1,7 @@
 //! The `agentos` binary: parses arguments and hands over to the master, an executor, or the API client.
 
 mod client;
+mod mcp;
 mod output;
 mod process;
 mod shim;
@@ -70,6 +71,9 @@ enum Cmd {
         #[arg(long, env = "AGENTOS_MODEL")]
         model: Option<String>,
     },
+    /// Serve the tools you can call over MCP on stdin and stdout, for MCP clients that start a
+    /// command. Reaches the master through AGENTOS_URL and AGENTOS_TOKEN, like a shim.
+    Mcp,
     /// Print the tool list to put into an agent's system prompt.
     Prompt {
         #[command(flatten)]
@@ -390,6 +394,7 @@ fn main() -> ExitCode {
         }
         Cmd::InstallShims { conn, dir, model } => shim::install_shims(&conn, &dir, model.as_deref()),
         Cmd::Prompt { conn, model, format } => shim::prompt(&conn, model.as_deref(), &format),
+        Cmd::Mcp => mcp::run(),
         Cmd::Models { conn, json } => client::exit(client::models(&conn, json)),
     }
 }

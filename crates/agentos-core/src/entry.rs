@@ -237,6 +237,15 @@ impl BindingKind {
     pub fn visible_to(self, flags: Flags) -> bool {
         flags.any_of(self.revealing_flags())
     }
+    /// Whether `flags` may call entries of this kind: seen, and `t` for a tool net (a tool net
+    /// caller needs no `x`), `x` for every other kind.
+    pub fn callable_by(self, flags: Flags) -> bool {
+        self.visible_to(flags)
+            && match self {
+                BindingKind::Toolnet => flags.has(Flag::ToolNets),
+                _ => flags.has(Flag::Execute),
+            }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -97,6 +97,16 @@ impl Dispatch<'_> {
         model: Option<&str>,
         req: CallRequest,
     ) -> Result<Value, EngineError> {
+        self.call_operation(p, toolkit, model, OperationCall { tool: req.tool, args: CallArgs::Flags(req.args) }).await
+    }
+
+    async fn call_operation(
+        &self,
+        p: &Principal,
+        toolkit: &str,
+        model: Option<&str>,
+        req: OperationCall,
+    ) -> Result<Value, EngineError> {
         let Resolved { model, entry, binder } = self.resolve_call(p, toolkit, model)?;
         let Some(entry) = entry.filter(|e| e.entry.binding.kind().visible_to(p.flags)) else {
             return Err(CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into());
@@ -111,7 +121,10 @@ impl Dispatch<'_> {
             )))
         })?;
         let table = flag_table(&op.input);
-        let input = table.parse(&req.args).map_err(|e| usage(e.0))?;
+        let input = match req.args {
+            CallArgs::Flags(args) => table.parse(&args).map_err(|e| usage(e.0))?,
+            CallArgs::Input(input) => input,
+        };
         validate(&op.input, &table, &input).map_err(|e| usage(e.0))?;
         let call = Call {
             principal: p,
@@ -123,4 +136,27 @@ impl Dispatch<'_> {
         };
         binder.invoke(self, call).await?.into_output(toolkit, &req.tool)
     }
+
+    /// One operation of a toolkit, called with its input as JSON (an MCP client's way).
+    pub async fn call_with_input(
+        &self,
+        p: &Principal,
+        toolkit: &str,
+        tool: &str,
+        input: Value,
+    ) -> Result<Value, EngineError> {
+        self.call_operation(p, toolkit, None, OperationCall { tool: tool.to_string(), args: CallArgs::Input(input) })
+            .await
+    }
+}
+
+/// A call of one operation, by its flags or by its input.
+struct OperationCall {
+    tool: String,
+    args: CallArgs,
+}
+
+enum CallArgs {
+    Flags(Vec<String>),
+    Input(Value),
 }

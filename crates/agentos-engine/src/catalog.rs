@@ -118,6 +118,19 @@ impl Catalog<'_> {
         Ok(search(&st, &SearchQuery { model: Some(model), ..query.clone() }, principal.flags))
     }
 
+    /// Every entry `principal` sees from its home model, local first, a shadowed global one
+    /// left out: what an MCP client of this principal is offered. Empty for a principal that
+    /// reads no catalog.
+    pub fn visible(&self, principal: &Principal) -> Vec<EntryView> {
+        let model = &principal.home_model;
+        let st = self.read_state();
+        if check_catalog_read(&st, principal, model).is_err() {
+            return Vec::new();
+        }
+        let query = SearchQuery { model: Some(model.clone()), limit: usize::MAX, ..Default::default() };
+        search(&st, &query, principal.flags).items.into_iter().filter(|e| !e.shadowed).collect()
+    }
+
     /// One entry, local first (in the caller's home model when no model is given).
     pub fn get(&self, principal: &Principal, id: &str, model: Option<&str>) -> Result<EntryView, EngineError> {
         check_tool_id(id)?;

@@ -7,6 +7,7 @@ mod connections;
 mod data_folder;
 mod error;
 mod extract;
+mod mcp;
 mod nets_api;
 mod openapi;
 mod router;

@@ -6,7 +6,7 @@ use axum::routing::{delete, get, post, put};
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::{admin_api, api, auth, nets_api, openapi};
+use crate::{admin_api, api, auth, mcp, nets_api, openapi};
 
 /// Builds the router over an engine.
 pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize, max_result_bytes: usize) -> Router {
@@ -51,6 +51,13 @@ pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize, max_result_
         .route("/api/executor/jobs/{id}/release", post(api::executor_release))
         .route("/api/executor/jobs/{id}/result", post(api::executor_result))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
+        // MCP is a protocol of its own, not a route of the API: its own bearer check, then the
+        // engine shows each principal what its flags allow.
+        .merge(
+            Router::new()
+                .route_service("/mcp", mcp::service(state.engine.clone()))
+                .route_layer(axum::middleware::from_fn_with_state(state.clone(), mcp::authenticate)),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.

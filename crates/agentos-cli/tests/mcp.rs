@@ -1,0 +1,173 @@
+//! The catalog over MCP, to the official Python SDK's client (`mcp` 2.x, installed by
+//! `scripts/py-env`): Streamable HTTP at `/mcp` and stdio through `agentos mcp`, under both the
+//! initialize handshake (2025-11-25) and 2026-07-28; each principal sees what its flags allow.
+
+mod common;
+
+use std::process::Command;
+
+use common::{BIN, Executor, Master};
+use serde_json::{Value, json};
+
+/// The venv's python, made by `scripts/py-env` when missing.
+fn python() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/py-env");
+    let out = Command::new(script).output().expect("scripts/py-env");
+    assert!(out.status.success(), "scripts/py-env failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Runs `tests/mcp_client.py` with `config`; answers what it printed.
+fn client(config: Value) -> Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
+    let out = Command::new(python()).arg(script).arg(config.to_string()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.lines().last().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+fn script(id: &str, content: &str, input: Value) -> Value {
+    json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": "sh", "content": content,
+           "description": format!("The {id} script"), "input": input})
+}
+
+fn call<'a>(answer: &'a Value, name: &str) -> &'a Value {
+    answer["calls"].as_array().unwrap().iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("{answer}"))
+}
+
+#[test]
+fn mcp_clients_list_and_call_what_their_flags_allow_over_http_and_stdio() {
+    let dir = tempfile::tempdir().unwrap();
+    // The host tools example: the `weather` host toolkit, beside scripts run by an executor.
+    let m = Master::start_example(&dir.path().join("master"));
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let api = m.client();
+    let greet = script(
+        "greet",
+        r#"read -r input; printf '{"greeting":"hello %s"}' "$(printf '%s' "$input" | sed 's/.*"name":"\([^"]*\)".*/\1/')""#,
+        json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}),
+    );
+    assert_eq!(api.command(greet).0, 200);
+    assert_eq!(api.command(script("broken", "echo 'the disk is full' >&2; exit 3", json!({}))).0, 200);
+    let caller = api.agent("caller", "--x------s");
+    let reader = api.agent("reader", "r");
+    let caller_token = caller.token.clone().unwrap();
+    let reader_token = reader.token.clone().unwrap();
+
+    for (transport, mode) in [("http", "legacy"), ("http", "auto"), ("stdio", "legacy"), ("stdio", "auto")] {
+        let later = format!("later-{transport}-{mode}");
+        let v = client(json!({
+            "transport": transport, "mode": mode, "bin": BIN, "url": m.url, "token": caller_token,
+            "operator": m.token,
+            "calls": [
+                ["greet_run", {"name": "Ada"}],
+                ["weather_forecast", {"city": "Paris", "days": 2}],
+                ["broken_run", {}],
+                ["greet_run", {}],
+                ["nothing_here_run", {}],
+                ["agentos_search_catalog", {"q": "greet"}],
+            ],
+            "register": script(&later, "echo '{}'", json!({})),
+        }));
+        let what = format!("{transport} {mode}");
+        let want_protocol = if mode == "legacy" { "2025-11-25" } else { "2026-07-28" };
+        assert_eq!(v["protocol"], want_protocol, "{what}");
+        let tools: Vec<&str> = v["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        for t in ["greet_run", "broken_run", "weather_forecast", "weather_ping", "agentos_search_catalog"] {
+            assert!(tools.contains(&t), "{what}: {t} in {tools:?}");
+        }
+        // The input schema is the operation's.
+        assert_eq!(v["schemas"]["greet_run"]["required"], json!(["name"]), "{what}");
+        // A script through an executor, and a host tool: structured content and text.
+        let c = call(&v, "greet_run");
+        assert_eq!(
+            (c["isError"].as_bool(), &c["structured"]),
+            (Some(false), &json!({"greeting": "hello Ada"})),
+            "{what}: {c}"
+        );
+        assert_eq!(c["text"][0], r#"{"greeting":"hello Ada"}"#, "{what}");
+        let c = call(&v, "weather_forecast");
+        assert_eq!(c["isError"], false, "{what}: {c}");
+        assert_eq!(c["structured"]["city"], "Paris", "{what}: {c}");
+        // A failing tool: isError with the line an agent acts on.
+        let c = &v["calls"][2];
+        assert_eq!(c["isError"], true, "{what}: {c}");
+        assert_eq!(c["text"][0], "broken run failed with exit code 3: the disk is full", "{what}");
+        let c = &v["calls"][3];
+        assert_eq!(c["isError"], true, "{what}: {c}");
+        assert!(c["text"][0].as_str().unwrap().contains("\"name\" is a required property"), "{what}: {c}");
+        let c = &v["calls"][4];
+        assert_eq!(
+            (c["isError"].as_bool(), c["text"][0].as_str()),
+            (Some(true), Some("no tool \"nothing_here_run\" (tools/list shows the tools you can call)")),
+            "{what}"
+        );
+        let c = call(&v, "agentos_search_catalog");
+        assert_eq!(c["structured"]["items"][0]["tools"], json!(["greet_run"]), "{what}: {c}");
+        // A registration the caller can see: told, and listed.
+        assert_eq!(v["changed"], true, "{what}: no tools/list_changed");
+        assert!(v["tools_after"].as_array().unwrap().contains(&json!(format!("{later}_run"))), "{what}: {v}");
+    }
+
+    // An agent whose flags reveal no tool sees none and calls none, over either transport.
+    for transport in ["http", "stdio"] {
+        let v = client(json!({
+            "transport": transport, "mode": "legacy", "bin": BIN, "url": m.url, "token": reader_token,
+            "calls": [["greet_run", {"name": "x"}], ["weather_ping", {}]],
+        }));
+        assert_eq!(v["tools"], json!([]), "{transport}: {v}");
+        for c in v["calls"].as_array().unwrap() {
+            assert_eq!(c["isError"], true, "{transport}: {c}");
+            assert!(c["text"][0].as_str().unwrap().starts_with("no tool"), "{transport}: {c}");
+        }
+    }
+}
+
+#[test]
+fn the_mcp_endpoint_refuses_missing_bad_and_executor_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-body-bytes", "65536"]);
+    let (_, exec) = m.client().post("/api/executor-tokens", json!({"name": "e9"}));
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let post = |token: Option<&str>, body: Vec<u8>| {
+        let mut req = common::http()
+            .post(format!("{}/mcp", m.url))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().unwrap();
+        (resp.status().as_u16(), resp.text().unwrap())
+    };
+    let body = init.to_string().into_bytes();
+    let (status, text) = post(None, body.clone());
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("missing bearer token"), "{text}");
+    assert_eq!(post(Some("not-a-token"), body.clone()).0, 401);
+    let (status, text) = post(exec["token"].as_str(), body.clone());
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("executor credential"), "{text}");
+    // A body past the API's limit is refused before anything reads it as a message.
+    let (status, text) = post(Some(&m.token), vec![b' '; 70_000]);
+    assert_eq!(status, 413, "{text}");
+    assert!(text.contains("body_too_large"), "{text}");
+    let (status, text) = post(Some(&m.token), body);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"agentos\""), "the server names itself: {text}");
+}
+
+#[test]
+fn agentos_mcp_without_a_token_says_what_to_set() {
+    let out = Command::new(BIN).arg("mcp").env_remove("AGENTOS_TOKEN").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("set AGENTOS_TOKEN"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "stdout belongs to the protocol");
+}
