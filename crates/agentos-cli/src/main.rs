@@ -177,6 +177,10 @@ pub struct ServeArgs {
     /// default so a master can call services on its own network.
     #[arg(long, env = "AGENTOS_HTTP_DENY_PRIVATE")]
     pub http_deny_private: bool,
+    /// Past this many tools a caller may call, MCP's tools/list offers agentos_search_tools,
+    /// agentos_describe_tool and agentos_call_tool instead of every tool.
+    #[arg(long, env = "AGENTOS_MCP_LIST_LIMIT", default_value_t = 64)]
+    pub mcp_list_limit: usize,
     /// Connections open at once; more wait until one closes. Never more than half the file
     /// handles the process may open (`ulimit -n`).
     #[arg(long, env = "AGENTOS_MAX_CONNECTIONS", default_value_t = 1024)]

@@ -183,6 +183,7 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
         host_toolkits: Vec::new(),
         http_allow: args.http_allow.clone(),
         http_deny_private: args.http_deny_private,
+        mcp_list_limit: args.mcp_list_limit,
         loose_data_folder,
         connections: agentos_server::ConnectionLimits {
             max_connections: args.max_connections.max(1),

@@ -110,13 +110,14 @@ fn mcp_clients_list_and_call_what_their_flags_allow_over_http_and_stdio() {
         assert!(v["tools_after"].as_array().unwrap().contains(&json!(format!("{later}_run"))), "{what}: {v}");
     }
 
-    // An agent whose flags reveal no tool sees none and calls none, over either transport.
+    // An agent whose flags reveal no tool sees none and calls none, over either transport: `r`
+    // gives it the platform's token listing alone.
     for transport in ["http", "stdio"] {
         let v = client(json!({
             "transport": transport, "mode": "legacy", "bin": BIN, "url": m.url, "token": reader_token,
             "calls": [["greet_run", {"name": "x"}], ["weather_ping", {}]],
         }));
-        assert_eq!(v["tools"], json!([]), "{transport}: {v}");
+        assert_eq!(v["tools"], json!(["agentos_list_tokens"]), "{transport}: {v}");
         for c in v["calls"].as_array().unwrap() {
             assert_eq!(c["isError"], true, "{transport}: {c}");
             assert!(c["text"][0].as_str().unwrap().starts_with("no tool"), "{transport}: {c}");
@@ -170,4 +171,83 @@ fn agentos_mcp_without_a_token_says_what_to_set() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty(), "stdout belongs to the protocol");
+}
+
+#[test]
+fn a_large_catalog_is_offered_as_search_and_the_platform_tools_follow_the_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--mcp-list-limit", "3"]);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let api = m.client();
+    for id in ["alpha", "beta", "gamma", "delta"] {
+        let body = script(id, &format!("printf '{{\"from\":\"{id}\"}}'"), json!({}));
+        assert_eq!(api.command(body).0, 200);
+    }
+    assert_eq!(api.post("/api/models", json!({"name": "author"})).0, 200);
+    let author = api.agent("author", "rwx------s");
+    let viewer = api.agent("viewer", "r");
+    let net = json!({"places": ["p-a", "p-b"], "transitions": [
+        {"id": "move", "kind": "pass", "presets": {"x": {"place": "p-a"}}, "postsets": {"y": {"place": "p-b"}},
+         "emit": [{"to": "y"}]}]});
+    let v = client(json!({
+        "transport": "http", "mode": "legacy", "url": m.url, "token": author.token,
+        "calls": [
+            ["agentos_search_tools", {"q": "GAMMA script"}],
+            ["agentos_describe_tool", {"name": "gamma_run"}],
+            ["agentos_call_tool", {"name": "gamma_run", "arguments": {}}],
+            ["delta_run", {}],
+            ["agentos_call_tool", {"name": "nope_run"}],
+            ["agentos_apply_net", {"net": net}],
+            ["agentos_put_token", {"place": "p-a", "data": {"n": 1}}],
+            ["agentos_fire_transition", {"transition": "move"}],
+            ["agentos_list_tokens", {"place": "p-b"}],
+            ["agentos_register_script", {"id": "mine", "name": "mine", "runtime": "sh", "content": "echo 1"}],
+            ["agentos_put_token", {"data": 1}],
+        ],
+    }));
+    // Four operations are past the limit of three: the list offers search instead of them.
+    assert_eq!(
+        v["tools"],
+        json!([
+            "agentos_apply_net",
+            "agentos_call_tool",
+            "agentos_describe_tool",
+            "agentos_fire_transition",
+            "agentos_get_entry",
+            "agentos_list_tokens",
+            "agentos_put_token",
+            "agentos_register_script",
+            "agentos_search_catalog",
+            "agentos_search_tools",
+            "agentos_start_transition",
+            "agentos_stop_transition"
+        ]),
+        "{v}"
+    );
+    let calls = v["calls"].as_array().unwrap();
+    for c in &calls[..4] {
+        assert_eq!(c["isError"], false, "{c}");
+    }
+    assert_eq!(calls[0]["structured"]["tools"], json!([{"name": "gamma_run", "description": "The gamma script"}]));
+    assert_eq!(calls[1]["structured"]["inputSchema"]["type"], "object", "{}", calls[1]);
+    assert_eq!(calls[2]["structured"], json!({"from": "gamma"}));
+    assert_eq!(calls[3]["structured"], json!({"from": "delta"}), "listed or not, a tool is callable by name");
+    assert_eq!(calls[4]["isError"], true);
+    assert!(calls[4]["text"][0].as_str().unwrap().starts_with("no tool \"nope_run\""), "{}", calls[4]);
+    for c in &calls[5..10] {
+        assert_eq!(c["isError"], false, "{c}");
+    }
+    assert_eq!(calls[8]["structured"]["result"][0]["data"], json!({"n": 1}), "the token moved: {}", calls[8]);
+    assert_eq!(calls[9]["structured"]["id"], "mine", "{}", calls[9]);
+    assert_eq!(calls[10]["isError"], true);
+    assert!(calls[10]["text"][0].as_str().unwrap().starts_with("agentos_put_token: \"place\""), "{}", calls[10]);
+
+    // `r` alone: tokens can be listed, nothing else is offered; what it may not do is refused as unknown.
+    let v = client(json!({
+        "transport": "http", "mode": "legacy", "url": m.url, "token": viewer.token,
+        "calls": [["agentos_put_token", {"model": "author", "place": "p-a", "data": 2}]],
+    }));
+    assert_eq!(v["tools"], json!(["agentos_list_tokens"]), "{v}");
+    assert_eq!(v["calls"][0]["isError"], true, "{v}");
+    assert_eq!(api.token_data("author", "p-a").len(), 0, "nothing was put");
 }

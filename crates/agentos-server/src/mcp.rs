@@ -59,16 +59,163 @@ pub fn tool_name(toolkit: &str, operation: &str) -> String {
 #[derive(Clone)]
 enum Target {
     Operation { toolkit: String, operation: String },
-    Search,
-    Get,
+    Platform(Platform),
 }
 
-/// The tools `p` sees, by name, with what each calls.
+/// The platform's own tools, each behind the flag its API route needs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Platform {
+    SearchCatalog,
+    GetEntry,
+    RegisterScript,
+    ApplyNet,
+    PutToken,
+    ListTokens,
+    StartTransition,
+    StopTransition,
+    FireTransition,
+    /// The three tools of search mode, offered instead of a long list.
+    SearchTools,
+    DescribeTool,
+    CallTool,
+}
+
+const PLATFORM: [Platform; 9] = [
+    Platform::SearchCatalog,
+    Platform::GetEntry,
+    Platform::RegisterScript,
+    Platform::ApplyNet,
+    Platform::PutToken,
+    Platform::ListTokens,
+    Platform::StartTransition,
+    Platform::StopTransition,
+    Platform::FireTransition,
+];
+
+const SEARCH_MODE: [Platform; 3] = [Platform::SearchTools, Platform::DescribeTool, Platform::CallTool];
+
+fn model_field() -> Value {
+    json!({"type": "string", "description": "The model (default: your home model)"})
+}
+
+impl Platform {
+    fn name(self) -> String {
+        let short = match self {
+            Platform::SearchCatalog => "search_catalog",
+            Platform::GetEntry => "get_entry",
+            Platform::RegisterScript => "register_script",
+            Platform::ApplyNet => "apply_net",
+            Platform::PutToken => "put_token",
+            Platform::ListTokens => "list_tokens",
+            Platform::StartTransition => "start_transition",
+            Platform::StopTransition => "stop_transition",
+            Platform::FireTransition => "fire_transition",
+            Platform::SearchTools => "search_tools",
+            Platform::DescribeTool => "describe_tool",
+            Platform::CallTool => "call_tool",
+        };
+        format!("{PLATFORM_PREFIX}{short}")
+    }
+
+    /// Whether `flags` may use it: the flag of the API route it stands for.
+    fn allowed(self, flags: agentos_core::flags::Flags) -> bool {
+        use agentos_core::flags::Flag;
+        match self {
+            Platform::SearchCatalog | Platform::GetEntry => {
+                agentos_core::entry::CATALOG_READ_FLAGS.iter().any(|f| flags.has(*f))
+            }
+            Platform::RegisterScript => flags.has(Flag::Scripts),
+            Platform::ApplyNet | Platform::PutToken => flags.has(Flag::Write),
+            Platform::ListTokens => flags.has(Flag::Read),
+            Platform::StartTransition | Platform::StopTransition | Platform::FireTransition => flags.has(Flag::Execute),
+            Platform::SearchTools | Platform::DescribeTool | Platform::CallTool => true,
+        }
+    }
+
+    fn tool(self) -> Tool {
+        let transition = || {
+            json!({"type": "object", "required": ["transition"], "properties": {
+                "model": model_field(), "transition": {"type": "string"}}, "additionalProperties": false})
+        };
+        let (description, input) = match self {
+            Platform::SearchCatalog => (
+                "Search the tool catalog (local entries of your model first, then global ones)",
+                json!({"type": "object", "properties": {
+                    "q": {"type": "string", "description": "Free text, matched against id, name, description and capabilities"},
+                    "kind": {"enum": ["script", "http", "docker", "toolnet", "host", "mcp"]},
+                    "capability": {"type": "string"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+                    "offset": {"type": "integer", "minimum": 0, "default": 0}
+                }, "additionalProperties": false}),
+            ),
+            Platform::GetEntry => (
+                "Read one catalog entry: its contract (operations and their input schemas) and binding",
+                json!({"type": "object", "required": ["id"], "properties": {
+                    "id": {"type": "string", "description": "The toolkit id"}, "model": model_field()
+                }, "additionalProperties": false}),
+            ),
+            Platform::RegisterScript => (
+                "Register a script tool (the body of TOOL_CATALOG_REGISTER_SCRIPT: id, name, runtime, content, and optionally description, input, model)",
+                json!({"type": "object", "required": ["id", "name", "runtime", "content"], "properties": {
+                    "id": {"type": "string"}, "name": {"type": "string"},
+                    "runtime": {"enum": ["sh", "bash", "python3", "node"]},
+                    "content": {"type": "string", "description": "The script"},
+                    "description": {"type": "string"},
+                    "input": {"type": "object", "description": "The input's JSON Schema"},
+                    "model": model_field()
+                }}),
+            ),
+            Platform::ApplyNet => (
+                "Apply a net document to a model",
+                json!({"type": "object", "required": ["net"], "properties": {
+                    "model": model_field(), "net": {"type": "object", "description": "The net document"}
+                }, "additionalProperties": false}),
+            ),
+            Platform::PutToken => (
+                "Put a token into a place of a model's net",
+                json!({"type": "object", "required": ["place", "data"], "properties": {
+                    "model": model_field(), "place": {"type": "string"}, "data": {"description": "The token's data"},
+                    "name": {"type": "string"}
+                }, "additionalProperties": false}),
+            ),
+            Platform::ListTokens => (
+                "List the tokens of a place",
+                json!({"type": "object", "required": ["place"], "properties": {
+                    "model": model_field(), "place": {"type": "string"}
+                }, "additionalProperties": false}),
+            ),
+            Platform::StartTransition => ("Start a transition", transition()),
+            Platform::StopTransition => ("Stop a transition", transition()),
+            Platform::FireTransition => ("Fire a transition once", transition()),
+            Platform::SearchTools => (
+                "Find tools among all you can call (there are too many to list): by words of their name or description",
+                json!({"type": "object", "properties": {
+                    "q": {"type": "string", "description": "Words, all of which must match"},
+                    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20}
+                }, "additionalProperties": false}),
+            ),
+            Platform::DescribeTool => (
+                "A tool's description and input schema, before calling it with agentos_call_tool",
+                json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}},
+                       "additionalProperties": false}),
+            ),
+            Platform::CallTool => (
+                "Call a tool found with agentos_search_tools",
+                json!({"type": "object", "required": ["name"], "properties": {
+                    "name": {"type": "string"}, "arguments": {"type": "object", "default": {}}
+                }, "additionalProperties": false}),
+            ),
+        };
+        Tool::new(self.name(), description, schema(input))
+    }
+}
+
+/// The tools `p` may call, by name, with what each calls: every operation, and the platform
+/// tools its flags allow (not the search mode's).
 fn tools_of(engine: &Engine, p: &Principal) -> BTreeMap<String, (Tool, Target)> {
     let mut out = BTreeMap::new();
-    if agentos_core::entry::CATALOG_READ_FLAGS.iter().any(|f| p.flags.has(*f)) {
-        out.insert(format!("{PLATFORM_PREFIX}search_catalog"), (search_tool(), Target::Search));
-        out.insert(format!("{PLATFORM_PREFIX}get_entry"), (get_tool(), Target::Get));
+    for t in PLATFORM.into_iter().filter(|t| t.allowed(p.flags)) {
+        out.insert(t.name(), (t.tool(), Target::Platform(t)));
     }
     for view in engine.catalog().visible(p) {
         let entry = &view.stored.entry;
@@ -98,31 +245,6 @@ fn schema(v: Value) -> Arc<JsonObject> {
     })
 }
 
-fn search_tool() -> Tool {
-    Tool::new(
-        format!("{PLATFORM_PREFIX}search_catalog"),
-        "Search the tool catalog (local entries of your model first, then global ones)",
-        schema(json!({"type": "object", "properties": {
-            "q": {"type": "string", "description": "Free text, matched against id, name, description and capabilities"},
-            "kind": {"enum": ["script", "http", "docker", "toolnet", "host", "mcp"]},
-            "capability": {"type": "string"},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
-            "offset": {"type": "integer", "minimum": 0, "default": 0}
-        }, "additionalProperties": false})),
-    )
-}
-
-fn get_tool() -> Tool {
-    Tool::new(
-        format!("{PLATFORM_PREFIX}get_entry"),
-        "Read one catalog entry: its contract (operations and their input schemas) and binding",
-        schema(json!({"type": "object", "required": ["id"], "properties": {
-            "id": {"type": "string", "description": "The toolkit id"},
-            "model": {"type": "string", "description": "Whose catalog (default: your home model)"}
-        }, "additionalProperties": false})),
-    )
-}
-
 /// A sorted digest of the names `p` sees: a session is told of a change when it moves.
 fn names_digest(engine: &Engine, p: &Principal) -> Vec<u8> {
     let mut h = Sha256::new();
@@ -146,6 +268,8 @@ struct Session {
 /// What every session handler shares.
 struct Shared {
     engine: Engine,
+    /// Past this many operations, `tools/list` offers the search mode instead.
+    list_limit: usize,
     sessions: Mutex<Vec<Session>>,
     /// Rung when the catalog may have changed for someone.
     changed: broadcast::Sender<()>,
@@ -186,21 +310,115 @@ fn failed(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(line)])
 }
 
+/// A platform tool's field, or the one line that says it is missing or of the wrong type.
+fn field<T: serde::de::DeserializeOwned>(tool: Platform, args: &JsonObject, key: &str) -> Result<T, String> {
+    let v = args.get(key).cloned().unwrap_or(Value::Null);
+    serde_json::from_value(v).map_err(|e| format!("{}: \"{key}\": {e}", tool.name()))
+}
+
+fn optional<T: serde::de::DeserializeOwned>(tool: Platform, args: &JsonObject, key: &str) -> Result<Option<T>, String> {
+    match args.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => field(tool, args, key).map(Some),
+    }
+}
+
+fn json_of<T: serde::Serialize>(v: T) -> Result<Value, agentos_engine::EngineError> {
+    serde_json::to_value(v).map_err(|e| agentos_core::CoreError::internal(e.to_string()).into())
+}
+
+/// The tools whose name or description holds every word of `q` (any case), by name.
+fn matching<'a>(tools: &'a BTreeMap<String, (Tool, Target)>, q: &str) -> impl Iterator<Item = &'a Tool> {
+    let words: Vec<String> = q.split_whitespace().map(str::to_lowercase).collect();
+    tools.values().map(|(t, _)| t).filter(move |t| {
+        let text = format!("{} {}", t.name, t.description.as_deref().unwrap_or_default()).to_lowercase();
+        words.iter().all(|w| text.contains(w.as_str()))
+    })
+}
+
 impl McpServer {
-    async fn call(&self, p: &Principal, target: Target, args: JsonObject) -> CallToolResult {
-        let engine = &self.shared.engine;
+    /// What `p` is offered: every tool it may call, or, past the list limit, the platform tools
+    /// and the search mode's three instead of the operations (which stay callable by name).
+    fn offered(&self, p: &Principal) -> BTreeMap<String, (Tool, Target)> {
+        let mut tools = tools_of(&self.shared.engine, p);
+        let operations = tools.values().filter(|(_, t)| matches!(t, Target::Operation { .. })).count();
+        if operations > self.shared.list_limit {
+            for t in SEARCH_MODE {
+                tools.insert(t.name(), (t.tool(), Target::Platform(t)));
+            }
+        }
+        tools
+    }
+
+    /// The tools `tools/list` shows `p`.
+    fn listed(&self, p: &Principal) -> Vec<Tool> {
+        let tools = self.offered(p);
+        let search_mode = tools.contains_key(&Platform::SearchTools.name());
+        tools
+            .into_values()
+            .filter(|(_, t)| !search_mode || !matches!(t, Target::Operation { .. }))
+            .map(|(t, _)| t)
+            .collect()
+    }
+
+    /// Calls `target` for `p`; `tools` is what `p` may call, for the search mode's tools.
+    async fn call(
+        &self,
+        p: &Principal,
+        target: Target,
+        args: JsonObject,
+        tools: &BTreeMap<String, (Tool, Target)>,
+    ) -> CallToolResult {
         let outcome = match target {
             Target::Operation { toolkit, operation } => {
-                engine.dispatch().call_with_input(p, &toolkit, &operation, Value::Object(args)).await
+                self.shared.engine.dispatch().call_with_input(p, &toolkit, &operation, Value::Object(args)).await
             }
-            Target::Search => {
+            Target::Platform(Platform::CallTool) => {
+                let (name, arguments) = match (
+                    field::<String>(Platform::CallTool, &args, "name"),
+                    optional::<JsonObject>(Platform::CallTool, &args, "arguments"),
+                ) {
+                    (Ok(n), Ok(a)) => (n, a.unwrap_or_default()),
+                    (Err(e), _) | (_, Err(e)) => return failed(e),
+                };
+                return match tools.get(&name) {
+                    Some((_, Target::Platform(Platform::CallTool))) | None => {
+                        failed(format!("no tool {name:?} (agentos_search_tools finds the tools you can call)"))
+                    }
+                    Some((_, target)) => Box::pin(self.call(p, target.clone(), arguments, tools)).await,
+                };
+            }
+            Target::Platform(tool) => match self.platform(p, tool, &args, tools).await {
+                Ok(outcome) => outcome,
+                Err(usage) => return failed(usage),
+            },
+        };
+        match outcome {
+            Ok(v) => answer(v),
+            Err(e) => failed(e.to_string()),
+        }
+    }
+
+    /// A platform tool: a usage error as `Err`, the engine's answer as `Ok`.
+    async fn platform(
+        &self,
+        p: &Principal,
+        tool: Platform,
+        args: &JsonObject,
+        tools: &BTreeMap<String, (Tool, Target)>,
+    ) -> Result<Result<Value, agentos_engine::EngineError>, String> {
+        let engine = &self.shared.engine;
+        let model = optional::<String>(tool, args, "model")?.unwrap_or_else(|| p.home_model.clone());
+        Ok(match tool {
+            Platform::SearchCatalog => {
                 let query = SearchQuery {
-                    model: None,
-                    kind: args.get("kind").and_then(Value::as_str).and_then(agentos_core::entry::BindingKind::parse),
-                    capability: args.get("capability").and_then(Value::as_str).map(str::to_string),
-                    q: args.get("q").and_then(Value::as_str).map(str::to_string),
-                    limit: args.get("limit").and_then(Value::as_u64).unwrap_or(20).clamp(1, 100) as usize,
-                    offset: args.get("offset").and_then(Value::as_u64).unwrap_or(0) as usize,
+                    model: Some(model),
+                    kind: optional::<String>(tool, args, "kind")?
+                        .and_then(|k| agentos_core::entry::BindingKind::parse(&k)),
+                    capability: optional(tool, args, "capability")?,
+                    q: optional(tool, args, "q")?,
+                    limit: optional::<usize>(tool, args, "limit")?.unwrap_or(20).clamp(1, 100),
+                    offset: optional::<usize>(tool, args, "offset")?.unwrap_or(0),
                 };
                 engine.catalog().search(p, &query).map(|page| {
                     json!({
@@ -217,17 +435,86 @@ impl McpServer {
                     })
                 })
             }
-            Target::Get => match args.get("id").and_then(Value::as_str) {
-                None => return failed("agentos_get_entry: give the toolkit's id as \"id\"".into()),
-                Some(id) => engine.catalog().get(p, id, args.get("model").and_then(Value::as_str)).and_then(|e| {
-                    serde_json::to_value(&e).map_err(|e| agentos_core::CoreError::internal(e.to_string()).into())
-                }),
-            },
-        };
-        match outcome {
-            Ok(v) => answer(v),
-            Err(e) => failed(e.to_string()),
-        }
+            Platform::GetEntry => {
+                let id: String = field(tool, args, "id")?;
+                engine.catalog().get(p, &id, Some(&model)).and_then(json_of)
+            }
+            Platform::RegisterScript => {
+                let mut body = args.clone();
+                body.insert("model".into(), json!(model));
+                engine
+                    .catalog()
+                    .register(p, "TOOL_CATALOG_REGISTER_SCRIPT", Value::Object(body))
+                    .await
+                    .and_then(json_of)
+            }
+            Platform::ApplyNet => {
+                let net: Value = field(tool, args, "net")?;
+                match agentos_core::net::NetDoc::from_value(net) {
+                    Err(e) => Err(e.into()),
+                    Ok(doc) => {
+                        engine.nets().apply_net(p, &model, doc).await.map(crate::wire::NetView::from).and_then(json_of)
+                    }
+                }
+            }
+            Platform::PutToken => {
+                let place: String = field(tool, args, "place")?;
+                let data: Value = field(tool, args, "data")?;
+                let name = optional(tool, args, "name")?;
+                engine
+                    .nets()
+                    .put_token(p, &model, &place, data, name)
+                    .await
+                    .map(crate::wire::Token::from)
+                    .and_then(json_of)
+            }
+            Platform::ListTokens => {
+                let place: String = field(tool, args, "place")?;
+                engine
+                    .nets()
+                    .tokens(p, &model, &place)
+                    .and_then(|ts| json_of(ts.into_iter().map(crate::wire::Token::from).collect::<Vec<_>>()))
+            }
+            Platform::StartTransition | Platform::StopTransition => {
+                let transition: String = field(tool, args, "transition")?;
+                let start = tool == Platform::StartTransition;
+                engine
+                    .nets()
+                    .set_started(p, &model, &transition, start)
+                    .await
+                    .map(|()| json!({"transition": transition, "started": start}))
+            }
+            Platform::FireTransition => {
+                let transition: String = field(tool, args, "transition")?;
+                engine
+                    .nets()
+                    .fire_once(p, &model, &transition)
+                    .await
+                    .map(crate::wire::FireOutcome::from)
+                    .and_then(json_of)
+            }
+            Platform::SearchTools => {
+                let q = optional::<String>(tool, args, "q")?.unwrap_or_default();
+                let limit = optional::<usize>(tool, args, "limit")?.unwrap_or(20).clamp(1, 100);
+                let found: Vec<Value> = matching(tools, &q)
+                    .take(limit)
+                    .map(|t| json!({"name": t.name, "description": t.description}))
+                    .collect();
+                Ok(json!({"tools": found, "total": matching(tools, &q).count()}))
+            }
+            Platform::DescribeTool => {
+                let name: String = field(tool, args, "name")?;
+                match tools.get(&name) {
+                    None => {
+                        return Err(format!("no tool {name:?} (agentos_search_tools finds the tools you can call)"));
+                    }
+                    Some((t, _)) => {
+                        Ok(json!({"name": t.name, "description": t.description, "inputSchema": t.input_schema}))
+                    }
+                }
+            }
+            Platform::CallTool => unreachable!("handled by call"),
+        })
     }
 }
 
@@ -246,8 +533,7 @@ impl ServerHandler for McpServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         let p = principal_of(&context.extensions)?;
-        let tools = tools_of(&self.shared.engine, &p).into_values().map(|(t, _)| t).collect();
-        Ok(ListToolsResult::with_all_items(tools))
+        Ok(ListToolsResult::with_all_items(self.listed(&p)))
     }
 
     async fn call_tool(
@@ -257,12 +543,13 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, McpError> {
         let p = principal_of(&context.extensions)?;
         let name = request.name.to_string();
-        let target = tools_of(&self.shared.engine, &p).remove(&name).map(|(_, t)| t);
-        let Some(target) = target else {
+        // Every tool the caller may call, listed or found through search mode.
+        let tools = self.offered(&p);
+        let Some((_, target)) = tools.get(&name) else {
             // Not seen: the same answer whether it does not exist or is hidden.
             return Ok(failed(format!("no tool {name:?} (tools/list shows the tools you can call)")).into());
         };
-        Ok(self.call(&p, target, request.arguments.unwrap_or_default()).await.into())
+        Ok(self.call(&p, target.clone(), request.arguments.unwrap_or_default(), &tools).await.into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -342,8 +629,9 @@ async fn watch(shared: std::sync::Weak<Shared>, mut events: broadcast::Receiver<
 }
 
 /// The `/mcp` service over an engine.
-pub fn service(engine: Engine) -> StreamableHttpService<McpServer, LocalSessionManager> {
-    let shared = Arc::new(Shared { sessions: Mutex::new(Vec::new()), changed: broadcast::channel(16).0, engine });
+pub fn service(engine: Engine, list_limit: usize) -> StreamableHttpService<McpServer, LocalSessionManager> {
+    let shared =
+        Arc::new(Shared { sessions: Mutex::new(Vec::new()), changed: broadcast::channel(16).0, engine, list_limit });
     tokio::spawn(watch(Arc::downgrade(&shared), shared.engine.nets().subscribe()));
     let config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(Duration::from_secs(15)))

@@ -9,7 +9,12 @@ use crate::state::AppState;
 use crate::{admin_api, api, auth, mcp, nets_api, openapi};
 
 /// Builds the router over an engine.
-pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize, max_result_bytes: usize) -> Router {
+pub fn router(
+    engine: agentos_engine::Engine,
+    max_body_bytes: usize,
+    max_result_bytes: usize,
+    mcp_list_limit: usize,
+) -> Router {
     let state = AppState { engine, max_body_bytes, max_result_bytes };
     Router::new()
         .route("/healthz", get(api::healthz))
@@ -55,7 +60,7 @@ pub fn router(engine: agentos_engine::Engine, max_body_bytes: usize, max_result_
         // engine shows each principal what its flags allow.
         .merge(
             Router::new()
-                .route_service("/mcp", mcp::service(state.engine.clone()))
+                .route_service("/mcp", mcp::service(state.engine.clone(), mcp_list_limit))
                 .route_layer(axum::middleware::from_fn_with_state(state.clone(), mcp::authenticate)),
         )
         .fallback(not_found)

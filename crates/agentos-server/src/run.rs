@@ -44,6 +44,8 @@ pub struct ServeConfig {
     pub net_limits: agentos_engine::NetLimits,
     /// Where the jq expressions of nets run.
     pub expressions: Expressions,
+    /// Past this many tools a caller may call, MCP's `tools/list` offers search instead.
+    pub mcp_list_limit: usize,
 }
 
 /// Where a master runs the jq expressions of nets.
@@ -196,7 +198,8 @@ pub async fn run(
     };
     on_ready(&ready);
 
-    let app = crate::router::router(engine.clone(), config.max_body_bytes, config.max_result_bytes);
+    let app =
+        crate::router::router(engine.clone(), config.max_body_bytes, config.max_result_bytes, config.mcp_list_limit);
     crate::connections::serve(listener, app, config.connections, shutdown).await;
     engine.shutdown().await;
     drop(lock);
