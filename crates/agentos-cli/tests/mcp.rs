@@ -251,3 +251,25 @@ fn a_large_catalog_is_offered_as_search_and_the_platform_tools_follow_the_flags(
     assert_eq!(v["calls"][0]["isError"], true, "{v}");
     assert_eq!(api.token_data("author", "p-a").len(), 0, "nothing was put");
 }
+
+/// FastMCP's client (4.x) with its bearer auth against `/mcp`.
+#[test]
+fn a_fastmcp_client_lists_and_calls_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fastmcp_client.py");
+    let run = |tool: &str, args: Value| -> Value {
+        let out =
+            Command::new(python()).arg(script).args([&m.url, &m.token, tool, &args.to_string()]).output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+    };
+    let v = run("weather_forecast", json!({"city": "Oslo", "days": 1}));
+    assert!(v["tools"].as_array().unwrap().contains(&json!("weather_ping")), "{v}");
+    assert_eq!(v["isError"], false, "{v}");
+    assert_eq!(v["structured"]["city"], "Oslo", "{v}");
+    let v = run("weather_forecast", json!({"days": 1}));
+    assert_eq!(v["isError"], true, "{v}");
+    assert!(v["text"][0].as_str().unwrap().contains("\"city\" is a required property"), "{v}");
+}
