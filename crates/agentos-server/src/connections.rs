@@ -80,6 +80,9 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
+        // Answers written in pieces (an event stream's events, an MCP answer after its priming
+        // event) go out at once, not after the peer's delayed acknowledgment of the first piece.
+        let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(app.clone());
         let mut stop = stop_rx.clone();
         let timeout = limits.header_timeout;
