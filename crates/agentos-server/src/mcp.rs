@@ -361,14 +361,32 @@ impl McpServer {
             .collect()
     }
 
-    /// Calls `target` for `p`; `tools` is what `p` may call, for the search mode's tools.
-    async fn call(
-        &self,
-        p: &Principal,
-        target: Target,
-        args: JsonObject,
-        tools: &BTreeMap<String, (Tool, Target)>,
-    ) -> CallToolResult {
+    /// The tool `name` names for `p`, if `p` may call it. An operation's name is split at its
+    /// first `_` and its entry resolved alone (a call does not build the whole list); a shortened
+    /// name, or a search-mode tool, is looked up in what `p` is offered.
+    fn resolve(&self, p: &Principal, name: &str) -> Option<Target> {
+        if name.starts_with(PLATFORM_PREFIX) {
+            if let Some(t) = PLATFORM.into_iter().find(|t| t.name() == name) {
+                return t.allowed(p.flags).then_some(Target::Platform(t));
+            }
+            // The search mode's tools, when it is on.
+            return self.offered(p).remove(name).map(|(_, t)| t);
+        }
+        if let Some((toolkit, operation)) = name.split_once('_')
+            && tool_name(toolkit, operation) == name
+        {
+            let view = self.shared.engine.catalog().get(p, toolkit, None).ok()?;
+            let entry = &view.stored.entry;
+            let callable =
+                entry.binding.kind().callable_by(p.flags) && entry.contract().operations.contains_key(operation);
+            return callable
+                .then(|| Target::Operation { toolkit: toolkit.to_string(), operation: operation.to_string() });
+        }
+        self.offered(p).remove(name).map(|(_, t)| t)
+    }
+
+    /// Calls `target` for `p`.
+    async fn call(&self, p: &Principal, target: Target, args: JsonObject) -> CallToolResult {
         let outcome = match target {
             Target::Operation { toolkit, operation } => {
                 self.shared.engine.dispatch().call_with_input(p, &toolkit, &operation, Value::Object(args)).await
@@ -381,14 +399,14 @@ impl McpServer {
                     (Ok(n), Ok(a)) => (n, a.unwrap_or_default()),
                     (Err(e), _) | (_, Err(e)) => return failed(e),
                 };
-                return match tools.get(&name) {
-                    Some((_, Target::Platform(Platform::CallTool))) | None => {
+                return match self.resolve(p, &name) {
+                    Some(Target::Platform(Platform::CallTool)) | None => {
                         failed(format!("no tool {name:?} (agentos_search_tools finds the tools you can call)"))
                     }
-                    Some((_, target)) => Box::pin(self.call(p, target.clone(), arguments, tools)).await,
+                    Some(target) => Box::pin(self.call(p, target, arguments)).await,
                 };
             }
-            Target::Platform(tool) => match self.platform(p, tool, &args, tools).await {
+            Target::Platform(tool) => match self.platform(p, tool, &args).await {
                 Ok(outcome) => outcome,
                 Err(usage) => return failed(usage),
             },
@@ -405,7 +423,6 @@ impl McpServer {
         p: &Principal,
         tool: Platform,
         args: &JsonObject,
-        tools: &BTreeMap<String, (Tool, Target)>,
     ) -> Result<Result<Value, agentos_engine::EngineError>, String> {
         let engine = &self.shared.engine;
         let model = optional::<String>(tool, args, "model")?.unwrap_or_else(|| p.home_model.clone());
@@ -496,15 +513,16 @@ impl McpServer {
             Platform::SearchTools => {
                 let q = optional::<String>(tool, args, "q")?.unwrap_or_default();
                 let limit = optional::<usize>(tool, args, "limit")?.unwrap_or(20).clamp(1, 100);
-                let found: Vec<Value> = matching(tools, &q)
+                let tools = self.offered(p);
+                let found: Vec<Value> = matching(&tools, &q)
                     .take(limit)
                     .map(|t| json!({"name": t.name, "description": t.description}))
                     .collect();
-                Ok(json!({"tools": found, "total": matching(tools, &q).count()}))
+                Ok(json!({"tools": found, "total": matching(&tools, &q).count()}))
             }
             Platform::DescribeTool => {
                 let name: String = field(tool, args, "name")?;
-                match tools.get(&name) {
+                match self.offered(p).get(&name) {
                     None => {
                         return Err(format!("no tool {name:?} (agentos_search_tools finds the tools you can call)"));
                     }
@@ -543,13 +561,12 @@ impl ServerHandler for McpServer {
     ) -> Result<CallToolResponse, McpError> {
         let p = principal_of(&context.extensions)?;
         let name = request.name.to_string();
-        // Every tool the caller may call, listed or found through search mode.
-        let tools = self.offered(&p);
-        let Some((_, target)) = tools.get(&name) else {
+        // Any tool the caller may call, listed or found through search mode.
+        let Some(target) = self.resolve(&p, &name) else {
             // Not seen: the same answer whether it does not exist or is hidden.
             return Ok(failed(format!("no tool {name:?} (tools/list shows the tools you can call)")).into());
         };
-        Ok(self.call(&p, target.clone(), request.arguments.unwrap_or_default(), &tools).await.into())
+        Ok(self.call(&p, target, request.arguments.unwrap_or_default()).await.into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
