@@ -350,15 +350,19 @@ impl McpServer {
         tools
     }
 
-    /// The tools `tools/list` shows `p`.
+    /// The tools `tools/list` shows `p`. In search mode the operations are counted, not built.
     fn listed(&self, p: &Principal) -> Vec<Tool> {
-        let tools = self.offered(p);
-        let search_mode = tools.contains_key(&Platform::SearchTools.name());
+        let operations: usize = (self.shared.engine.catalog().visible(p).iter())
+            .filter(|v| v.stored.entry.binding.kind().callable_by(p.flags))
+            .map(|v| v.stored.entry.contract().operations.len())
+            .sum();
+        if operations <= self.shared.list_limit {
+            return tools_of(&self.shared.engine, p).into_values().map(|(t, _)| t).collect();
+        }
+        let mut tools: Vec<Tool> =
+            PLATFORM.into_iter().chain(SEARCH_MODE).filter(|t| t.allowed(p.flags)).map(Platform::tool).collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
-            .into_values()
-            .filter(|(_, t)| !search_mode || !matches!(t, Target::Operation { .. }))
-            .map(|(t, _)| t)
-            .collect()
     }
 
     /// The tool `name` names for `p`, if `p` may call it. An operation's name is split at its
