@@ -317,7 +317,14 @@ async fn write_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>) -> 
 /// dozen heaps, each with its own free and fragmented pages. At 100,000 entries the master held
 /// 203 MiB resident with the default and 131 MiB with two heaps, registering at the same rate
 /// (BENCHMARKS.md). Called once when a master starts; it changes only heaps made afterwards.
+/// An operator who sets `MALLOC_ARENA_MAX` (or the `glibc.malloc.arena_max` tunable) chooses
+/// for the master: the setting is left as they made it.
 pub fn limit_allocator_arenas() {
+    let chosen = std::env::var_os("MALLOC_ARENA_MAX").is_some()
+        || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.arena_max"));
+    if chosen {
+        return;
+    }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt takes two integers and changes a setting of the allocator.
     unsafe {
