@@ -358,3 +358,32 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// An expression worker checks that the master that started it (named by pid) is still its
+/// parent. One whose master was killed between starting it and its first look used to take init
+/// for its parent and, given an endless program, spin on for good.
+#[test]
+fn an_expression_worker_whose_master_is_gone_ends_at_once() {
+    let mut child = Command::new(BIN)
+        .arg("expr-worker")
+        .env_clear()
+        .env("AGENTOS_EXPR_WORKER", "4194000")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let _ = stdin.write_all(b"{\"src\": \"def f: f; f\", \"input\": null}\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the worker spins on without its master");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success(), "{status}");
+}

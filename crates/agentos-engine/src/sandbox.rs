@@ -118,7 +118,8 @@ impl ExprPool {
         let mut child = Command::new(&self.program)
             .args(&self.args)
             .env_clear()
-            .env(WORKER_ENV, "1")
+            // The master's pid: the worker checks that it is still its parent (see worker_main).
+            .env(WORKER_ENV, std::process::id().to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -207,9 +208,19 @@ pub fn worker_main() -> std::process::ExitCode {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
     }
     // A worker spinning on an endless program never reads stdin again, so the master's death
-    // (kill -9) would not end it: it would spin on, orphaned. It watches its parent instead.
+    // (kill -9) would not end it: it would spin on, orphaned. It watches its parent instead: the
+    // master named by its pid, not whoever is the parent when the worker first looks. A master
+    // killed between starting a worker and the worker's first look (a test that kills mid-fire
+    // did it) left workers spinning for good, their parent already init.
     // SAFETY: getppid has no preconditions; _exit ends the process without running anything.
-    let parent = unsafe { libc::getppid() };
+    let parent = std::env::var(WORKER_ENV)
+        .ok()
+        .and_then(|v| v.parse::<libc::pid_t>().ok())
+        .filter(|p| *p > 1)
+        .unwrap_or_else(|| unsafe { libc::getppid() });
+    if unsafe { libc::getppid() } != parent {
+        return std::process::ExitCode::FAILURE;
+    }
     let watch = std::thread::Builder::new().stack_size(64 * 1024).spawn(move || {
         loop {
             std::thread::sleep(std::time::Duration::from_millis(200));
