@@ -6,6 +6,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use crate::pointer::percent_decode;
+
 /// Marks a flag value that the shell command read from a file: a NUL, which no command-line
 /// argument can hold, `file:`, the path as given, another NUL, then the file as a data URL (or
 /// `!` and why it could not be read). The flag parser turns it into the flag's value: the text,
@@ -77,23 +79,6 @@ fn percent_encode(s: &str) -> String {
         }
     }
     out
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

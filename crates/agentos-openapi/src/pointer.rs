@@ -38,8 +38,9 @@ pub(crate) fn resolve<'a>(doc: &'a Value, reference: &str) -> Option<&'a Value> 
     Some(cur)
 }
 
-/// A fragment is a URI fragment: `#/components/schemas/My%20Pet`.
-fn percent_decode(s: &str) -> Option<String> {
+/// Percent-decoded text, `None` when an escape is broken or the bytes are not UTF-8. A
+/// fragment is a URI fragment: `#/components/schemas/My%20Pet`.
+pub(crate) fn percent_decode(s: &str) -> Option<String> {
     if !s.contains('%') {
         return Some(s.to_string());
     }
