@@ -102,6 +102,55 @@ pub struct RegisterHttpArgs {
     pub json: bool,
 }
 
+#[derive(Args)]
+#[command(group = clap::ArgGroup::new("server").required(true).args(["command", "server_url"]))]
+pub struct RegisterMcpArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// Toolkit id: a-z, 0-9 and '-', at most 64.
+    #[arg(long)]
+    pub id: String,
+    /// The program of a stdio server (the operator's to register); it runs as the sandbox user.
+    #[arg(long)]
+    pub command: Option<String>,
+    /// An argument of the command; repeat for several.
+    #[arg(long = "arg", allow_hyphen_values = true)]
+    pub args: Vec<String>,
+    /// VAR=SECRET: the command's environment variable VAR gets the value of secret SECRET;
+    /// repeat for several.
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// The streamable HTTP endpoint of a url server (`--url` is the master's, as on every
+    /// command).
+    #[arg(long)]
+    pub server_url: Option<String>,
+    /// A url server's credential: bearer:SECRET, header:NAME:SECRET or basic:SECRET, naming a
+    /// secret granted to the server's origin.
+    #[arg(long)]
+    pub auth: Option<String>,
+    /// The model whose catalog holds it (default: your home model).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Keep only this tool (by the server's name or the operation's); repeat for several.
+    #[arg(long = "include")]
+    pub include: Vec<String>,
+    /// Display name (defaults to the id).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// What the server does, shown in search, --help and the prompt.
+    #[arg(long)]
+    pub description: Option<String>,
+    /// A capability tag; repeat for several.
+    #[arg(long = "capability")]
+    pub capabilities: Vec<String>,
+    /// How long one call may take, in milliseconds.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub struct ListArgs {
     pub kind: Option<String>,
     pub model: Option<String>,
@@ -359,6 +408,56 @@ pub fn register_http(a: RegisterHttpArgs) -> Result<(), ClientError> {
     }
     if let Some(spec) = &a.auth {
         body["auth"] = http_auth(spec)?;
+    }
+    if let Some(d) = a.description {
+        body["description"] = json!(d);
+    }
+    if !a.include.is_empty() {
+        body["include"] = json!(a.include);
+    }
+    if !a.capabilities.is_empty() {
+        body["capabilities"] = json!(a.capabilities);
+    }
+    if let Some(ms) = a.timeout_ms {
+        body["timeoutMs"] = json!(ms);
+    }
+    let e = a.conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
+    output::print(&e, a.json, output::registered);
+    Ok(())
+}
+
+pub fn register_mcp(a: RegisterMcpArgs) -> Result<(), ClientError> {
+    let mut server = serde_json::Map::new();
+    if let Some(command) = a.command {
+        server.insert("command".into(), json!(command));
+        if !a.args.is_empty() {
+            server.insert("args".into(), json!(a.args));
+        }
+    }
+    if !a.env.is_empty() {
+        let mut env = serde_json::Map::new();
+        for pair in &a.env {
+            let (var, secret) = pair.split_once('=').ok_or_else(|| {
+                fail(EXIT_USAGE, format!("--env {pair:?}: use VAR=SECRET, naming the secret whose value VAR gets"))
+            })?;
+            env.insert(var.to_string(), json!(secret));
+        }
+        server.insert("env".into(), Value::Object(env));
+    }
+    if let Some(url) = a.server_url {
+        server.insert("url".into(), json!(url));
+    }
+    if let Some(spec) = &a.auth {
+        server.insert("auth".into(), http_auth(spec)?);
+    }
+    let mut body = json!({
+        "type": "TOOL_CATALOG_REGISTER_MCP",
+        "id": a.id,
+        "name": a.name.clone().unwrap_or_else(|| a.id.clone()),
+        "server": server,
+    });
+    if let Some(m) = a.model {
+        body["model"] = json!(m);
     }
     if let Some(d) = a.description {
         body["description"] = json!(d);

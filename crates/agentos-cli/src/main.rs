@@ -181,6 +181,15 @@ pub struct ServeArgs {
     /// agentos_describe_tool and agentos_call_tool instead of every tool.
     #[arg(long, env = "AGENTOS_MCP_LIST_LIMIT", default_value_t = 64)]
     pub mcp_list_limit: usize,
+    /// The user MCP servers registered with a command run as: `nobody` (the default when agentos
+    /// runs as root), UID:GID, or `current`, which lets them read the data folder and must be
+    /// asked for. Without root and without this, command servers are refused.
+    #[arg(long, env = "AGENTOS_MCP_RUN_AS")]
+    pub mcp_run_as: Option<String>,
+    /// An MCP server's connection unused this long is closed (a command server's process
+    /// ends), in ms; the next call starts it again.
+    #[arg(long, env = "AGENTOS_MCP_IDLE_MS", default_value_t = 300_000)]
+    pub mcp_idle_ms: u64,
     /// Connections open at once; more wait until one closes. Never more than half the file
     /// handles the process may open (`ulimit -n`).
     #[arg(long, env = "AGENTOS_MAX_CONNECTIONS", default_value_t = 1024)]
@@ -347,6 +356,8 @@ enum CatalogCmd {
     RegisterScript(client::RegisterScriptArgs),
     /// Register an HTTP service from its OpenAPI document: every operation becomes a tool.
     RegisterHttp(client::RegisterHttpArgs),
+    /// Register an MCP server: each tool it lists becomes a tool of toolkit ID.
+    RegisterMcp(client::RegisterMcpArgs),
     /// Remove an entry from a model's catalog.
     Remove {
         #[command(flatten)]
@@ -421,6 +432,7 @@ fn run_catalog(c: CatalogCmd) -> Result<(), client::ClientError> {
         CatalogCmd::History { conn, id, model, json } => client::history(&conn, &id, model.as_deref(), json),
         CatalogCmd::RegisterScript(a) => client::register_script(a),
         CatalogCmd::RegisterHttp(a) => client::register_http(a),
+        CatalogCmd::RegisterMcp(a) => client::register_mcp(a),
         CatalogCmd::Remove { conn, id, model, json } => client::remove(&conn, &id, model.as_deref(), json),
     }
 }

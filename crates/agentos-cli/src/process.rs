@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use agentos_engine::bindings::mcp::{McpConfig, ServerUser};
 use agentos_engine::{DispatchConfig, JobConfig};
 use agentos_executor::ExecutorConfig;
 use agentos_executor::job::JobLimits;
@@ -70,6 +71,21 @@ struct LocalExecutor {
 pub fn serve(args: ServeArgs) -> ExitCode {
     init_logging();
     run_master(args, LooseDataFolder::Refuse, None)
+}
+
+/// Who MCP command servers run as: `--mcp-run-as`, else the local executor's scripts' user
+/// (`agentos up`), else nobody as root; without root and without either, they are refused.
+fn mcp_user(args: &ServeArgs, local: Option<&LocalExecutor>) -> Result<ServerUser, String> {
+    let chosen = match args.mcp_run_as.as_deref() {
+        Some("current") => return Ok(ServerUser::Current),
+        Some(v) => run_as(Some(v)).map_err(|e| e.replace("--run-as", "--mcp-run-as"))?,
+        None => match local {
+            Some(l) => return Ok(l.run_as.map_or(ServerUser::Current, |(u, g)| ServerUser::Uid(u, g))),
+            None if is_root() => Some(NOBODY),
+            None => return Ok(ServerUser::Refused),
+        },
+    };
+    Ok(chosen.map_or(ServerUser::Refused, |(u, g)| ServerUser::Uid(u, g)))
 }
 
 /// `agentos up`: a master that tightens its data folder, and a local executor whose scripts
@@ -160,6 +176,10 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
         Ok(r) => r,
         Err(code) => return code,
     };
+    let mcp_run_as = match mcp_user(&args, local.as_ref()) {
+        Ok(u) => u,
+        Err(e) => return fail(e),
+    };
     let config = agentos_server::ServeConfig {
         data_dir: args.data.clone(),
         listen: args.listen.clone(),
@@ -184,6 +204,11 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
         http_allow: args.http_allow.clone(),
         http_deny_private: args.http_deny_private,
         mcp_list_limit: args.mcp_list_limit,
+        mcp: McpConfig {
+            run_as: mcp_run_as,
+            idle_stop: Duration::from_millis(args.mcp_idle_ms.max(1)),
+            ..McpConfig::default()
+        },
         loose_data_folder,
         connections: agentos_server::ConnectionLimits {
             max_connections: args.max_connections.max(1),

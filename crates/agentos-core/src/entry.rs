@@ -71,6 +71,58 @@ pub enum Binding {
     Host(HostBinding),
     /// An HTTP service described by an OpenAPI document: one operation per tool.
     Http(HttpBinding),
+    /// An MCP server: each of the tools it lists is one operation.
+    Mcp(McpBinding),
+}
+
+/// An MCP server: how the master reaches it, the tool list it gave when registered or when it
+/// last said its list changed (pinned as a blob: the contract was drawn from it), and which
+/// operation is which of its tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpBinding {
+    pub server: McpServer,
+    /// `urn:agentos:blob:tool-catalog/mcp/<sha256>.json`: the `tools` the server listed.
+    pub tools_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    /// Each operation and the server's name of its tool.
+    pub tools: Vec<McpTool>,
+    /// Only these of the server's tools, by operation or server name, as registered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
+    /// How long one call may take, in milliseconds; the master's default when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// Where an MCP server is: a program the master starts and talks to over stdio (`command`,
+/// registered by the operator only), or a streamable HTTP endpoint (`url`). Secrets are named,
+/// never given: `env` maps a variable to a secret's name, `auth` names the credential's secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpServer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variable → the name of the secret whose value it gets.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<HttpAuth>,
+}
+
+/// One tool of an MCP server as an operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct McpTool {
+    /// The operation's name: the tool's name in kebab-case.
+    pub name: String,
+    /// The tool's name on the server.
+    pub tool: String,
 }
 
 /// An HTTP service: where it is, the document it was imported from (pinned like a script), the
@@ -165,6 +217,7 @@ impl Binding {
             Binding::Toolnet(_) => BindingKind::Toolnet,
             Binding::Host(_) => BindingKind::Host,
             Binding::Http(_) => BindingKind::Http,
+            Binding::Mcp(_) => BindingKind::Mcp,
         }
     }
 }

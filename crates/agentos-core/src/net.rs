@@ -201,7 +201,7 @@ pub struct PlaceRef {
 }
 
 /// Kinds that fire.
-pub const FIRING_KINDS: [&str; 4] = ["pass", "map", "command", "http"];
+pub const FIRING_KINDS: [&str; 5] = ["pass", "map", "command", "http", "mcp"];
 /// Kinds that are known but not built yet.
 pub const LATER_KINDS: [&str; 3] = ["llm", "agent", "user"];
 
@@ -350,7 +350,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
     if LATER_KINDS.contains(&kind) {
         fault(
             format!("{at}/kind"),
-            format!("kind {kind:?} is not supported yet; use pass, map, command, http or link"),
+            format!("kind {kind:?} is not supported yet; use pass, map, command, http, mcp or link"),
         );
         return;
     }
@@ -359,7 +359,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
         return;
     }
     if !FIRING_KINDS.contains(&kind) {
-        fault(format!("{at}/kind"), format!("unknown kind {kind:?}; use pass, map, command, http or link"));
+        fault(format!("{at}/kind"), format!("unknown kind {kind:?}; use pass, map, command, http, mcp or link"));
         return;
     }
     for (field, present) in [("from", t.from.is_some()), ("to", t.to.is_some()), ("relation", t.relation.is_some())] {
@@ -524,11 +524,11 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                 }
             }
         },
-        "http" if OperationAction::named_in(&t.action) => {
+        "http" | "mcp" if OperationAction::named_in(&t.action) || kind == "mcp" => {
             match serde_json::from_value::<OperationAction>(t.action.clone()) {
                 Err(e) => fault(
                     format!("{at}/action"),
-                    format!("an http operation needs {{\"tool\", \"operation\", \"input\"?, \"timeoutMs\"?}}: {e}"),
+                    format!("an {kind} operation needs {{\"tool\", \"operation\", \"input\"?, \"timeoutMs\"?}}: {e}"),
                 ),
                 Ok(o) => {
                     if !is_valid_id(&o.tool) {

@@ -41,6 +41,12 @@ impl Catalog<'_> {
         self.store_entry(principal, plan).await
     }
 
+    /// Commits a definition the master drew itself (an MCP server's new tool list), as
+    /// `principal`, the entry's owner: its blobs stored, then the entry.
+    pub(crate) async fn store_plan(&self, principal: &Principal, plan: Plan) -> Result<EntryView, EngineError> {
+        self.store_entry(principal, plan).await
+    }
+
     /// Stores an entry's content, then commits the entry, and answers it as stored.
     async fn store_entry(&self, principal: &Principal, plan: Plan) -> Result<EntryView, EngineError> {
         let Plan { model, entry, blobs } = plan;

@@ -45,6 +45,8 @@ pub struct EngineConfig {
     /// Where the jq expressions of nets run. A master serving agents runs them in a sandbox
     /// (`crate::sandbox`); in process, one runaway expression can take the master down.
     pub expressions: agentos_core::expr::Runner,
+    /// How MCP servers are run: the user command servers run as, when idle ones stop.
+    pub mcp: crate::bindings::mcp::McpConfig,
 }
 
 impl Default for EngineConfig {
@@ -60,6 +62,7 @@ impl Default for EngineConfig {
             skip_events: Vec::new(),
             nets: Default::default(),
             expressions: Default::default(),
+            mcp: Default::default(),
         }
     }
 }
@@ -130,6 +133,7 @@ pub(crate) struct Inner {
     pub(crate) nets: crate::nets::runtime::NetRuntime,
     pub(crate) principals: PrincipalState,
     pub(crate) host: crate::host::HostTools,
+    pub(crate) mcp: crate::bindings::mcp::McpServers,
 }
 
 /// The catalog's state beside the ledger's: the blob store of pinned content and the limits of

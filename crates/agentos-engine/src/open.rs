@@ -39,8 +39,10 @@ impl Engine {
                     slots: Arc::new(crate::slots::Slots::new(config.max_concurrent_invocations)),
                 },
                 host: Default::default(),
+                mcp: crate::bindings::mcp::McpServers::new(config.mcp),
             }),
         };
+        engine.inner.mcp.set_engine(Arc::downgrade(&engine.inner));
         engine.nets().sweep_instances().await;
         engine.nets().stop_crash_looping().await;
         let weak_nets = Arc::downgrade(&engine.inner);
@@ -70,6 +72,7 @@ impl Engine {
         }
         self.inner.nets.stop_fire_loop();
         self.inner.nets.clean_stop();
+        self.inner.mcp.stop_all();
         self.inner.ledger.close().await;
     }
 }

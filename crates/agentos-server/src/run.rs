@@ -46,6 +46,8 @@ pub struct ServeConfig {
     pub expressions: Expressions,
     /// Past this many tools a caller may call, MCP's `tools/list` offers search instead.
     pub mcp_list_limit: usize,
+    /// How MCP servers registered as tools are run.
+    pub mcp: agentos_engine::bindings::mcp::McpConfig,
 }
 
 /// Where a master runs the jq expressions of nets.
@@ -155,6 +157,7 @@ pub async fn run(
                 ..config.net_limits.clone()
             },
             expressions,
+            mcp: config.mcp.clone(),
         },
         log,
         blobs,

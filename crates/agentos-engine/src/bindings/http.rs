@@ -325,7 +325,7 @@ fn redirecting_header(name: &str) -> bool {
     lower == "host" || lower == "forwarded" || lower.starts_with("x-forwarded-")
 }
 
-fn not_granted(secret: &str, origin: &str) -> CoreError {
+pub(crate) fn not_granted(secret: &str, origin: &str) -> CoreError {
     CoreError::new(
         ErrorKind::Forbidden,
         "secret_not_granted",
@@ -479,7 +479,7 @@ impl RegisterHttp {
     }
 }
 
-fn check_auth(auth: &HttpAuth) -> Result<(), CoreError> {
+pub(crate) fn check_auth(auth: &HttpAuth) -> Result<(), CoreError> {
     if !agentos_core::net::valid_credential(&auth.secret) {
         return Err(CoreError::bad_input(
             "invalid_auth",

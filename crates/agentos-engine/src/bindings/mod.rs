@@ -17,11 +17,12 @@ use crate::{Engine, EngineError, Principal};
 
 pub mod host;
 pub mod http;
+pub mod mcp;
 pub mod script;
 pub mod toolnet;
 
 /// Every binding kind this master can register or run, one row each.
-pub static BINDERS: &[&dyn Binder] = &[&script::Script, &toolnet::Toolnet, &host::Host, &http::Http];
+pub static BINDERS: &[&dyn Binder] = &[&script::Script, &toolnet::Toolnet, &host::Host, &http::Http, &mcp::Mcp];
 
 /// The module of a kind; `None` for a kind this master does not implement.
 pub fn binder(kind: BindingKind) -> Option<&'static dyn Binder> {

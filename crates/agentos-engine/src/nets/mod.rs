@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
+use agentos_core::entry::BindingKind;
 use agentos_core::event::Event;
 use agentos_core::event::GrantTarget;
 use agentos_core::expr::{ExprError, Runner};
@@ -1006,10 +1007,10 @@ impl Nets<'_> {
         // An http answer is read into the master's memory, so the whole request counts as firing; a
         // command runs on an executor, and only what the master does with its result counts (a
         // long command under a master restarted by hand is no crash loop).
-        let mut firing = (t.kind == "http").then(|| self.inner.nets.marker.enter(key.clone()));
+        let mut firing = matches!(t.kind.as_str(), "http" | "mcp").then(|| self.inner.nets.marker.enter(key.clone()));
         let action = match t.kind.as_str() {
             "command" => self.fire_command(&c, &bound, &ctx, &run, &mut secrets).await,
-            "http" if c.operation.is_some() => self.fire_operation(&c, &ctx, &run).await,
+            "http" | "mcp" if c.operation.is_some() => self.fire_operation(&c, &ctx, &run).await,
             "http" => self.fire_http(&c, &ctx, &run, &mut secrets).await,
             other => Err(FireError::Failed(format!("kind {other} does not run asynchronously"))),
         };
@@ -1291,13 +1292,19 @@ impl Nets<'_> {
         Ok((body_value, response))
     }
 
-    /// An `http` action naming a registered operation: called as a shell command calls it, with
-    /// the flags of everyone behind the fire (`x` and `h`, and the entry visible to them), in
-    /// the model the fire acts for. The answer is `@response`; its body is the result.
+    /// An `http` or `mcp` action naming a registered operation: called as a shell command calls
+    /// it, with the flags of everyone behind the fire (`x`, and `h` for an http service or `m`
+    /// for an MCP server, and the entry visible to them), in the model the fire acts for. An
+    /// http answer is `@response` and its body the result; an MCP tool's output is both.
     async fn fire_operation(&self, c: &Compiled, ctx: &Value, run: &FireRun<'_>) -> Result<(Value, Value), FireError> {
-        run.authority.need(Flag::Execute, "an http action")?;
-        run.authority.need(Flag::Http, "an http action")?;
-        let OperationCompiled { action, input } = c.operation.as_ref().ok_or("no http operation")?;
+        let t = &c.inscription;
+        let (kind, flag, what) = match t.kind.as_str() {
+            "mcp" => (BindingKind::Mcp, Flag::Mcp, "an mcp action"),
+            _ => (BindingKind::Http, Flag::Http, "an http action"),
+        };
+        run.authority.need(Flag::Execute, what)?;
+        run.authority.need(flag, what)?;
+        let OperationCompiled { action, input } = c.operation.as_ref().ok_or("no named operation")?;
         let no_credentials = |_: &str| None;
         let input = match input {
             Some(t) => t.render(&self.inner.nets.expressions, ctx, &no_credentials)?,
@@ -1307,25 +1314,27 @@ impl Nets<'_> {
             let st = self.read_state();
             st.resolve(run.resolve_model, &action.tool).map(|(e, _)| e.clone())
         };
-        let entry = entry.filter(|e| e.entry.binding.kind().visible_to(run.authority.flags)).ok_or_else(|| {
-            FireError::Failed(format!(
-                "no http service {:?} visible to the principals behind this fire ({}) in model {:?} nor in the global catalog",
-                action.tool,
-                run.authority.names.join(", "),
-                run.resolve_model
-            ))
-        })?;
-        let answer = crate::bindings::http::call_operation(
-            self,
-            &action.tool,
-            run.resolve_model,
-            &entry,
-            &action.operation,
-            &input,
-            action.timeout_ms,
-        )
-        .await
-        .map_err(|e| FireError::Failed(e.to_string()))?;
+        let entry = entry
+            .filter(|e| e.entry.binding.kind() == kind && kind.visible_to(run.authority.flags))
+            .ok_or_else(|| {
+                let service = if kind == BindingKind::Mcp { "MCP server" } else { "http service" };
+                FireError::Failed(format!(
+                    "no {service} {:?} visible to the principals behind this fire ({}) in model {:?} nor in the global catalog",
+                    action.tool,
+                    run.authority.names.join(", "),
+                    run.resolve_model
+                ))
+            })?;
+        let (tool, op, model, timeout) = (&action.tool, &action.operation, run.resolve_model, action.timeout_ms);
+        if kind == BindingKind::Mcp {
+            let output = crate::bindings::mcp::call_operation(self, tool, model, &entry, op, &input, timeout)
+                .await
+                .map_err(|e| FireError::Failed(e.to_string()))?;
+            return Ok((output.clone(), output));
+        }
+        let answer = crate::bindings::http::call_operation(self, tool, model, &entry, op, &input, timeout)
+            .await
+            .map_err(|e| FireError::Failed(e.to_string()))?;
         let body = answer.get("body").cloned().unwrap_or(Value::Null);
         Ok((body, answer))
     }

@@ -101,7 +101,7 @@ impl Compiled {
             _ => None,
         };
         let operation = match t.kind.as_str() {
-            "http" if OperationAction::named_in(&t.action) => {
+            "http" | "mcp" if OperationAction::named_in(&t.action) => {
                 let o: OperationAction = serde_json::from_value(t.action.clone()).map_err(action)?;
                 let input = o.input.as_ref().map(Template::compile).transpose().map_err(template("input".into()))?;
                 Some(OperationCompiled { action: o, input })

@@ -157,6 +157,82 @@ pub enum Binding {
     Host(HostBinding),
     /// An HTTP service described by an OpenAPI document: one operation per tool.
     Http(HttpBinding),
+    /// An MCP server: each tool it lists is one operation.
+    Mcp(McpBinding),
+}
+
+/// An MCP server: how the master reaches it, its pinned tool list, and which operation is
+/// which of its tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpBinding {
+    pub server: McpServer,
+    /// The `tools` the server listed, as it listed them.
+    #[schema(
+        example = "urn:agentos:blob:tool-catalog/mcp/df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1.json"
+    )]
+    pub tools_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    /// Each operation and the server's name of its tool.
+    pub tools: Vec<McpTool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub include: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl From<entry::McpBinding> for McpBinding {
+    fn from(m: entry::McpBinding) -> Self {
+        let entry::McpBinding { server, tools_urn, sha256, size_bytes, tools, include, timeout_ms } = m;
+        McpBinding {
+            server: server.into(),
+            tools_urn,
+            sha256,
+            size_bytes,
+            tools: tools.into_iter().map(|t| McpTool { name: t.name, tool: t.tool }).collect(),
+            include,
+            timeout_ms,
+        }
+    }
+}
+
+/// Where an MCP server is: exactly one of `command` (a program the master starts and talks to
+/// over stdio; the operator's to register) and `url` (a streamable HTTP endpoint). Secrets are
+/// named, never given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct McpServer {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "python3")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Environment variable → the name of the secret whose value it gets (command servers).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(example = "https://mcp.example.com/mcp")]
+    pub url: Option<String>,
+    /// The credential of a url server, by the name of a secret granted to its origin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<HttpAuth>,
+}
+
+impl From<entry::McpServer> for McpServer {
+    fn from(s: entry::McpServer) -> Self {
+        let entry::McpServer { command, args, env, url, auth } = s;
+        McpServer { command, args, env, url, auth: auth.map(Into::into) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct McpTool {
+    /// The operation's name.
+    pub name: String,
+    /// The tool's name on the server.
+    pub tool: String,
 }
 
 impl From<entry::Binding> for Binding {
@@ -166,6 +242,7 @@ impl From<entry::Binding> for Binding {
             entry::Binding::Toolnet(t) => Binding::Toolnet(t.into()),
             entry::Binding::Host(h) => Binding::Host(h.into()),
             entry::Binding::Http(h) => Binding::Http(h.into()),
+            entry::Binding::Mcp(m) => Binding::Mcp(m.into()),
         }
     }
 }
@@ -643,6 +720,31 @@ pub struct RegisterHttp {
     #[serde(default)]
     pub capabilities: Option<Vec<String>>,
     /// Keep only these operations, by tool name.
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
+    /// How long one call may take, in milliseconds (the master's default and maximum apply).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `TOOL_CATALOG_REGISTER_MCP`: an MCP server; the master connects, lists its tools, pins the
+/// list, and each tool becomes an operation of toolkit `id`. Needs `m`; a `command` server
+/// needs the operator.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegisterMcp {
+    #[schema(example = "weather")]
+    pub id: String,
+    pub name: String,
+    /// Where to register: a model name, or `default` for the global catalog. Defaults to the caller's home model.
+    #[serde(default)]
+    pub model: Option<String>,
+    pub server: McpServer,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// Keep only these tools, by the server's name or the operation's.
     #[serde(default)]
     pub include: Option<Vec<String>>,
     /// How long one call may take, in milliseconds (the master's default and maximum apply).

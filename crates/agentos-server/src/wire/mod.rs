@@ -104,6 +104,15 @@ mod tests {
             "id": "pets", "name": "Pets", "baseUrl": "https://pets.example.com", "openapiUrl": "https://pets.example.com/openapi.yaml",
             "auth": {"type": "bearer", "secret": "PETS_TOKEN"}
         }));
+        check_same_shape::<agentos_engine::bindings::mcp::RegisterMcp, super::RegisterMcp>(json!({
+            "id": "weather", "name": "Weather", "model": "m1", "description": "Weather", "capabilities": ["weather"],
+            "server": {"command": "python3", "args": ["server.py"], "env": {"API_KEY": "WEATHER_KEY"}},
+            "include": ["get-forecast"], "timeoutMs": 5000
+        }));
+        check_same_shape::<agentos_engine::bindings::mcp::RegisterMcp, super::RegisterMcp>(json!({
+            "id": "weather", "name": "Weather",
+            "server": {"url": "https://mcp.example.com/mcp", "auth": {"type": "bearer", "secret": "WEATHER_TOKEN"}}
+        }));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(search);
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({"bindingType": "toolnet"}));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({}));

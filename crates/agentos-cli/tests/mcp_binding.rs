@@ -1,0 +1,379 @@
+//! MCP servers as a binding: a FastMCP server (`tests/mcp_server.py`, FastMCP 4.x from
+//! `scripts/py-env`) registered over stdio and over streamable HTTP, called through its shim,
+//! the call API and a net; its tool list followed when it changes; killed mid-call and
+//! started again; a hanging tool cut by its timeout. A command server runs as the sandbox
+//! user with a clean environment, and stops when idle.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{BIN, Master};
+use serde_json::{Value, json};
+
+/// The venv's python, made by `scripts/py-env` when missing.
+fn python() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/py-env");
+    let out = Command::new(script).output().expect("scripts/py-env");
+    assert!(out.status.success(), "scripts/py-env failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_server.py");
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run(m: &Master, token: &str, program: &Path, args: &[&str]) -> Out {
+    let out = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", token)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+fn shims(m: &Master, dir: &Path) -> PathBuf {
+    let bin = dir.join("bin");
+    let out = run(m, &m.token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    bin
+}
+
+fn call(api: &common::Api, id: &str, tool: &str, args: &[&str]) -> (u16, Value) {
+    api.post(&format!("/api/tools/{id}/call"), json!({"tool": tool, "args": args}))
+}
+
+fn message(v: &Value) -> String {
+    v["error"]["message"].as_str().unwrap_or_default().to_string()
+}
+
+#[test]
+fn a_stdio_server_is_a_toolkit_called_through_its_shim_the_call_api_and_a_net() {
+    let dir = tempfile::tempdir().unwrap();
+    // The venv lives in the build folder, which the sandbox user may not reach: the operator
+    // runs this server as the master's own user, which it must ask for.
+    let m = Master::start_with(&dir.path().join("master"), &["--mcp-run-as", "current"]);
+    let api = m.client();
+    let py = python();
+    let out = run(
+        &m,
+        &m.token,
+        Path::new(BIN),
+        &[
+            "catalog",
+            "register-mcp",
+            "--id",
+            "tools",
+            "--command",
+            &py,
+            "--arg",
+            SERVER,
+            "--timeout-ms",
+            "20000",
+            "--json",
+        ],
+    );
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let (status, entry) = api.get("/api/tool-catalog/tools");
+    assert_eq!(status, 200, "{entry}");
+    let ops: Vec<&str> = entry["contract"]["operations"].as_object().unwrap().keys().map(String::as_str).collect();
+    for op in ["add", "get-weather", "fail", "slow", "whoami", "grow"] {
+        assert!(ops.contains(&op), "{op} in {ops:?}");
+    }
+    assert_eq!(entry["binding"]["type"], "mcp", "{entry}");
+    let urn = entry["binding"]["toolsUrn"].as_str().unwrap();
+    assert!(urn.starts_with("urn:agentos:blob:tool-catalog/mcp/"), "{urn}");
+    assert_eq!(entry["contract"]["operations"]["add"]["description"], "Adds two integers.");
+
+    // Through the shim: flags from the tool's input schema, a JSON envelope, one error line.
+    let bin = shims(&m, dir.path());
+    let tools = bin.join("agentos-tools");
+    let out = run(&m, &m.token, &tools, &["add", "--a", "2", "--b", "40"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("42"), "{}", out.stdout);
+    let out = run(&m, &m.token, &tools, &["get-weather", "--city", "Paris"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("\"sky\"") && out.stdout.contains("clear"), "{}", out.stdout);
+    let out = run(&m, &m.token, &tools, &["fail", "--reason", "no-such-city"]);
+    assert_ne!(out.code, 0, "{}", out.stdout);
+    assert!(out.stderr.contains("refused: no-such-city"), "{}", out.stderr);
+    assert_eq!(out.stderr.trim().lines().count(), 1, "one error line: {}", out.stderr);
+    let out = run(&m, &m.token, &tools, &["add", "--a", "two"]);
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("--a"), "a usage error names the flag: {}", out.stderr);
+
+    // Calling needs `x` and `m`; an agent without `m` does not even see the toolkit, and one
+    // with `m` registers url servers only.
+    let no_m = api.agent("no-m", "--x");
+    let (status, v) = call(&no_m, "tools", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 404, "{v}");
+    let with_m = api.agent("with-m", "--x-------m");
+    let (status, v) = call(&with_m, "tools", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = with_m.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "mine", "name": "Mine",
+        "server": {"command": "/bin/sh", "args": ["-c", "id"]}}));
+    assert_eq!(status, 403, "{v}");
+    assert!(message(&v).contains("only the operator"), "{v}");
+
+    // From a net: an `mcp` action names the toolkit and the tool; its output is the result.
+    let (status, v) = api.put(
+        "/api/models/trip/net",
+        json!({"places": ["p-req", "p-resp"], "transitions": [{"id": "ask", "kind": "mcp",
+            "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+            "action": {"tool": "tools", "operation": "get-weather", "input": {"city": "${.req.data.city}"}},
+            "emit": [{"to": "o"}]}]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(api.post("/api/models/trip/transitions/ask/start", json!({})).0, 200);
+    let (status, v) = api.post("/api/models/trip/places/p-req/tokens", json!({"data": {"city": "Oslo"}}));
+    assert_eq!(status, 200, "{v}");
+    common::wait_for("the weather token", || !api.token_data("trip", "p-resp").is_empty());
+    assert_eq!(api.token_data("trip", "p-resp")[0], json!({"city": "Oslo", "sky": "clear"}));
+
+    // The server says its list changed: the new list is a new definition in history.
+    let (status, v) = call(&api, "tools", "grow", &[]);
+    assert_eq!(status, 200, "{v}");
+    common::wait_for("the grown tool list", || {
+        api.get("/api/tool-catalog/tools").1["contract"]["operations"].get("extra").is_some()
+    });
+    let (status, h) = api.get("/api/tool-catalog/tools/history");
+    assert_eq!(status, 200, "{h}");
+    assert_eq!(h["events"].as_array().unwrap().len(), 2, "{h}");
+    let (status, v) = call(&api, "tools", "extra", &["--text", "hi"]);
+    assert_eq!(status, 200, "{v}");
+
+    // Killed mid-call: that call fails with the reason, the next one starts the server again.
+    let (status, who) = call(&api, "tools", "whoami", &[]);
+    assert_eq!(status, 200, "{who}");
+    let pid = who["result"]["pid"].as_i64().unwrap_or_else(|| panic!("{who}"));
+    let slow_api = api.clone();
+    let slow = std::thread::spawn(move || call(&slow_api, "tools", "slow", &["--ms", "15000"]));
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: a plain signal to the server's pid.
+    unsafe {
+        libc::kill(pid as i32, libc::SIGKILL);
+    }
+    let (status, v) = slow.join().unwrap();
+    assert_ne!(status, 200, "{v}");
+    assert!(message(&v).contains("lost mid-call"), "{v}");
+    let (status, v) = call(&api, "tools", "add", &["--a", "1", "--b", "2"]);
+    assert_eq!(status, 200, "the server started again: {v}");
+    let (_, again) = call(&api, "tools", "whoami", &[]);
+    assert_ne!(again.to_string(), who.to_string(), "a new process");
+}
+
+#[test]
+fn a_hanging_tool_fails_at_its_timeout_and_holds_up_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--mcp-run-as", "current"]);
+    let api = m.client();
+    let py = python();
+    let register = |id: &str, timeout: u64| {
+        api.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": id, "name": id,
+            "server": {"command": py, "args": [SERVER]}, "timeoutMs": timeout}))
+    };
+    let (status, v) = register("hangs", 400);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = register("quick", 20_000);
+    assert_eq!(status, 200, "{v}");
+    let hang_api = api.clone();
+    let hanging = std::thread::spawn(move || call(&hang_api, "hangs", "slow", &["--ms", "30000"]));
+    // Meanwhile another server's tools answer.
+    let (status, v) = call(&api, "quick", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 200, "{v}");
+    let started = std::time::Instant::now();
+    let (status, v) = hanging.join().unwrap();
+    assert_eq!(status, 504, "{v}");
+    assert!(message(&v).contains("did not answer within 400 ms"), "{v}");
+    assert!(started.elapsed() < Duration::from_secs(20), "cut at its timeout");
+    // The same server answers its next call.
+    let (status, v) = call(&api, "hangs", "add", &["--a", "2", "--b", "2"]);
+    assert_eq!(status, 200, "{v}");
+}
+
+/// A FastMCP server over streamable HTTP on a free loopback port; killed when dropped.
+struct HttpServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start() -> HttpServer {
+        let port = common::free_port();
+        let child = Command::new(python())
+            .args([SERVER, "http", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        common::wait_for("the MCP server's port", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_url_server_is_reached_through_the_outbound_policy_with_the_credential_granted_to_its_origin() {
+    let server = HttpServer::start();
+    let origin = server.url.trim_end_matches("/mcp").to_string();
+    let dir = tempfile::tempdir().unwrap();
+
+    // The default policy refuses loopback, and says how to allow it.
+    let strict = Master::start_default_policy(&dir.path().join("strict"));
+    let (status, v) = strict.client().command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "remote",
+        "name": "Remote", "server": {"url": server.url}}));
+    assert_eq!(status, 400, "{v}");
+    assert!(message(&v).contains("--http-allow"), "{v}");
+    drop(strict);
+
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let secret = "mcp-tok-8c1f4e2a-canary";
+    assert_eq!(api.put("/api/secrets/MCP_TOKEN", json!({"value": secret})).0, 200);
+    let agent = api.agent("integrator", "--x-------m");
+    let register = json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "remote", "name": "Remote",
+        "server": {"url": server.url, "auth": {"type": "bearer", "secret": "MCP_TOKEN"}}});
+    // Not granted to the server's origin: refused, saying how to grant it.
+    let (status, v) = agent.command(register.clone());
+    assert_eq!(status, 403, "{v}");
+    assert!(message(&v).contains(&format!("agentos secret grant MCP_TOKEN --origin {origin}")), "{v}");
+    let (status, v) = api.post("/api/secrets/MCP_TOKEN/grants", json!({"origin": origin}));
+    assert_eq!(status, 200, "{v}");
+    // An agent with `m` registers a url server.
+    let (status, v) = agent.command(register);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&agent, "remote", "add", &["--a", "20", "--b", "22"]);
+    assert_eq!(status, 200, "{v}");
+    assert!(v.to_string().contains("42"), "{v}");
+    let (status, v) = call(&agent, "remote", "auth-seen", &[]);
+    assert_eq!(status, 200, "{v}");
+    let want = common::sha256_hex(format!("Bearer {secret}").as_bytes());
+    assert!(v.to_string().contains(&want), "the server got the credential: {v}");
+
+    // The server goes away: a clear error; it comes back: calls answer again.
+    let url = server.url.clone();
+    drop(server);
+    let (status, v) = call(&agent, "remote", "add", &["--a", "1", "--b", "1"]);
+    assert_ne!(status, 200, "{v}");
+    assert!(message(&v).contains("remote add"), "{v}");
+    let port: u16 = url.trim_end_matches("/mcp").rsplit(':').next().unwrap().parse().unwrap();
+    let child = Command::new(python())
+        .args([SERVER, "http", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _back = HttpServer { child, url };
+    common::wait_for("the MCP server's port", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    common::wait_for("calls to answer again", || call(&agent, "remote", "add", &["--a", "1", "--b", "1"]).0 == 200);
+    drop(m);
+    for file in walk(&dir.path().join("master")) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{} holds the credential",
+            file.display()
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+/// A stdio MCP server in plain Node.js (no packages, so any user can run it): its one tool
+/// answers who runs it and the environment it was given.
+const WHO_SERVER: &str = r#"
+const crypto = require('crypto');
+const send = (m) => process.stdout.write(JSON.stringify(m) + '\n');
+require('readline').createInterface({ input: process.stdin }).on('line', (line) => {
+  const m = JSON.parse(line);
+  if (m.id === undefined) return;
+  if (m.method === 'initialize') {
+    send({ jsonrpc: '2.0', id: m.id, result: { protocolVersion: m.params.protocolVersion,
+      capabilities: { tools: {} }, serverInfo: { name: 'who', version: '1.0.0' } } });
+  } else if (m.method === 'tools/list') {
+    send({ jsonrpc: '2.0', id: m.id, result: { tools: [{ name: 'whoami', description: 'Who runs this server',
+      inputSchema: { type: 'object', properties: {} } }] } });
+  } else if (m.method === 'tools/call') {
+    const key = process.env.WEATHER_KEY || '';
+    const out = { uid: process.getuid(), pid: process.pid, cwd: process.cwd(), env: Object.keys(process.env).sort(),
+      key: key, keySha256: crypto.createHash('sha256').update(key).digest('hex') };
+    send({ jsonrpc: '2.0', id: m.id, result: { content: [{ type: 'text', text: JSON.stringify(out) }] } });
+  } else {
+    send({ jsonrpc: '2.0', id: m.id, error: { code: -32601, message: 'no such method' } });
+  }
+});
+"#;
+
+#[test]
+fn a_command_server_runs_as_the_sandbox_user_with_a_clean_environment_and_stops_when_idle() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let code = dir.path().join("code");
+    std::fs::create_dir(&code).unwrap();
+    std::fs::set_permissions(&code, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = code.join("who.js");
+    std::fs::write(&script, WHO_SERVER).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let m = Master::start_full(
+        &dir.path().join("master"),
+        "127.0.0.1:0",
+        &["--mcp-idle-ms", "500"],
+        &[("WEATHER_KEY", "from-the-masters-environment"), ("AGENTOS_PROBE", "leak")],
+    );
+    let api = m.client();
+    let key = "wk-3a9d1c-canary";
+    assert_eq!(api.put("/api/secrets/WKEY", json!({"value": key})).0, 200);
+    let register = json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "who", "name": "Who",
+        "server": {"command": "node", "args": [script], "env": {"WEATHER_KEY": "WKEY"}}});
+    let (status, v) = api.command(register);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // Not root: no user to run it as but the master's own, which must be asked for.
+        assert_eq!(status, 403, "{v}");
+        assert!(message(&v).contains("--mcp-run-as"), "{v}");
+        return;
+    }
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&api, "who", "whoami", &[]);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["uid"], 65534, "nobody, never the master's user: {v}");
+    assert_eq!(v["result"]["env"], json!(["PATH", "WEATHER_KEY"]), "a clean environment plus its secrets: {v}");
+    assert_eq!(v["result"]["keySha256"], common::sha256_hex(key.as_bytes()), "the secret's value: {v}");
+    assert_eq!(v["result"]["key"], "[redacted]", "kept out of what the tool answers: {v}");
+    let pid = v["result"]["pid"].as_i64().unwrap() as i32;
+
+    // Idle past --mcp-idle-ms: the process ends; the next call starts it again.
+    // SAFETY: signal 0 only checks that the pid exists.
+    common::wait_for("the idle server to stop", || unsafe { libc::kill(pid, 0) } != 0);
+    let (status, v) = call(&api, "who", "whoami", &[]);
+    assert_eq!(status, 200, "{v}");
+    assert_ne!(v["result"]["pid"].as_i64().unwrap() as i32, pid);
+}
