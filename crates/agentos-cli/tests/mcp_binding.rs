@@ -129,6 +129,30 @@ fn a_stdio_server_is_a_toolkit_called_through_its_shim_the_call_api_and_a_net() 
     assert_eq!(status, 403, "{v}");
     assert!(message(&v).contains("only the operator"), "{v}");
 
+    // To MCP clients of ours (the official Python SDK at /mcp): `{toolkit}_{operation}`, beside
+    // an http service's operation (the master's own model list, with a granted credential).
+    let doc = json!({"openapi": "3.1.0", "info": {"title": "self", "version": "1.0.0"}, "paths": {"/api/models": {
+        "get": {"operationId": "models", "summary": "The models", "responses": {"200": {"description": "ok"}}}}}});
+    assert_eq!(api.put("/api/secrets/SELF_TOKEN", json!({"value": m.token})).0, 200);
+    assert_eq!(api.post("/api/secrets/SELF_TOKEN/grants", json!({"origin": m.url})).0, 200);
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "self", "name": "Self",
+        "baseUrl": m.url, "openapi": doc, "auth": {"type": "bearer", "secret": "SELF_TOKEN"}}));
+    assert_eq!(status, 200, "{v}");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_client.py");
+    let config = json!({"transport": "http", "mode": "legacy", "url": m.url, "token": m.token,
+        "calls": [["tools_add", {"a": 5, "b": 6}], ["tools_fail", {"reason": "over MCP"}], ["self_models", {}]]});
+    let out = Command::new(&py).arg(script).arg(config.to_string()).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    assert!(v["tools"].as_array().unwrap().contains(&json!("tools_get-weather")), "{v}");
+    assert_eq!(v["calls"][0]["isError"], false, "{v}");
+    assert!(v["calls"][0]["text"].to_string().contains("11"), "{v}");
+    assert_eq!(v["calls"][1]["isError"], true, "{v}");
+    assert!(v["calls"][1]["text"].to_string().contains("refused: over MCP"), "{v}");
+    assert_eq!(v["calls"][2]["isError"], false, "{v}");
+    assert_eq!(v["calls"][2]["structured"]["status"], 200, "{v}");
+
     // From a net: an `mcp` action names the toolkit and the tool; its output is the result.
     let (status, v) = api.put(
         "/api/models/trip/net",
@@ -190,6 +214,11 @@ fn a_hanging_tool_fails_at_its_timeout_and_holds_up_nothing_else() {
     assert_eq!(status, 200, "{v}");
     let (status, v) = register("quick", 20_000);
     assert_eq!(status, 200, "{v}");
+    // A program that is no MCP server: refused with what it wrote before it ended.
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "broken", "name": "Broken",
+        "server": {"command": "/bin/sh", "args": ["-c", "echo 'cannot open config.toml' >&2; exit 3"]}}));
+    assert_eq!(status, 400, "{v}");
+    assert!(message(&v).contains("before answering initialize: cannot open config.toml"), "{v}");
     let hang_api = api.clone();
     let hanging = std::thread::spawn(move || call(&hang_api, "hangs", "slow", &["--ms", "30000"]));
     // Meanwhile another server's tools answer.

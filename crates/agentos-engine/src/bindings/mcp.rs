@@ -20,7 +20,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams,
     Tool,
 };
-use rmcp::service::{NotificationContext, RunningService, ServiceError};
+use rmcp::service::{ClientInitializeError, NotificationContext, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
@@ -720,9 +720,10 @@ impl Conn {
                     .spawn()
                     .map_err(|e| format!("cannot start {command:?}: {e}"))?;
                 let pgid = transport.id().map(|p| p as i32);
+                let mut reader = None;
                 if let Some(mut err) = err {
                     let tail = stderr.clone();
-                    tokio::spawn(async move {
+                    reader = Some(tokio::spawn(async move {
                         let mut buf = [0u8; 1024];
                         while let Ok(n) = err.read(&mut buf).await {
                             if n == 0 {
@@ -733,7 +734,7 @@ impl Conn {
                             let over = t.len().saturating_sub(STDERR_TAIL);
                             t.drain(..over);
                         }
-                    });
+                    }));
                 }
                 let started = tokio::time::timeout(timeout, listener.serve(transport)).await;
                 let client = match started {
@@ -747,8 +748,18 @@ impl Conn {
                         return Err(format!("{command:?} did not answer initialize within {} s", timeout.as_secs()));
                     }
                     Ok(Err(e)) => {
+                        // What it wrote before it ended says why.
+                        if let Some(r) = reader {
+                            let _ = tokio::time::timeout(Duration::from_millis(500), r).await;
+                        }
                         let tail = last_line(&stderr);
-                        return Err(format!("{command:?} failed to initialize: {e}{tail}"));
+                        return Err(match e {
+                            ClientInitializeError::TransportError { .. }
+                            | ClientInitializeError::ConnectionClosed(_) => {
+                                format!("{command:?} ended or closed its output before answering initialize{tail}")
+                            }
+                            other => format!("{command:?} failed to initialize: {}{tail}", init_error(&other)),
+                        });
                     }
                     Ok(Ok(c)) => c,
                 };
@@ -767,7 +778,7 @@ impl Conn {
                     StreamableHttpClientTransport::with_client(engine.inner.nets.sealed_http.clone(), transport_config);
                 let client = match tokio::time::timeout(timeout, listener.serve(transport)).await {
                     Err(_) => return Err(format!("{url} did not answer initialize within {} s", timeout.as_secs())),
-                    Ok(Err(e)) => return Err(Redactor::new(&secrets).text(&format!("{url}: {e}"))),
+                    Ok(Err(e)) => return Err(Redactor::new(&secrets).text(&format!("{url}: {}", init_error(&e)))),
                     Ok(Ok(c)) => c,
                 };
                 (client, None)
@@ -812,6 +823,18 @@ impl Conn {
     async fn stop(self) {
         let mut this = self;
         let _ = this.client.close_with_timeout(Duration::from_secs(2)).await;
+    }
+}
+
+/// Why `initialize` failed, in words: a transport's failure by its own message and causes,
+/// without rmcp's name for the transport.
+fn init_error(e: &ClientInitializeError) -> String {
+    let ClientInitializeError::TransportError { error, .. } = e else { return e.to_string() };
+    type HttpError = rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>;
+    match error.error.downcast_ref::<HttpError>() {
+        // reqwest's own causes (connection refused, a refused address) are its sources.
+        Some(HttpError::Client(e)) => crate::outbound::describe(e),
+        _ => crate::outbound::describe(error.error.as_ref()),
     }
 }
 
