@@ -951,6 +951,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_failing_server_is_started_again_at_once_then_after_doubling_waits_of_at_most_a_minute() {
+        let mut slot = Slot::default();
+        let mut waits = Vec::new();
+        for _ in 0..10 {
+            let before = Instant::now();
+            Server::failed(&mut slot, "it ended".into());
+            waits.push(slot.retry_at.unwrap().saturating_duration_since(before).as_secs());
+        }
+        assert_eq!(waits, [0, 1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(slot.last_error.as_deref(), Some("it ended"));
+    }
+
+    #[test]
     fn operation_names_are_kebab_case_and_never_collide() {
         let names = operation_names(["get_weather", "getWeather", "echo", "", "a.b/c"].into_iter());
         assert_eq!(names[2], "echo");
