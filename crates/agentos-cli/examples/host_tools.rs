@@ -119,6 +119,7 @@ fn main() -> std::process::ExitCode {
         http_deny_private: false,
         mcp_list_limit: 64,
         mcp: Default::default(),
+        docker: Default::default(),
         loose_data_folder: agentos_server::LooseDataFolder::Refuse,
         connections: Default::default(),
         skip_events: Vec::new(),

@@ -151,6 +151,36 @@ pub struct RegisterMcpArgs {
     pub json: bool,
 }
 
+#[derive(Args)]
+pub struct ImportImageArgs {
+    #[command(flatten)]
+    pub conn: Conn,
+    /// The image, in the local registry: 127.0.0.1:5001/NAME[:TAG].
+    pub image: String,
+    /// Toolkit id: a-z, 0-9 and '-', at most 64.
+    #[arg(long)]
+    pub id: String,
+    /// Display name (defaults to the id).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A secret the container receives as an environment variable of its name, once the
+    /// operator grants it to this toolkit; repeat for several.
+    #[arg(long = "secret")]
+    pub secrets: Vec<String>,
+    /// What the toolkit does, shown in search, --help and the prompt.
+    #[arg(long)]
+    pub description: Option<String>,
+    /// A capability tag; repeat for several.
+    #[arg(long = "capability")]
+    pub capabilities: Vec<String>,
+    /// How long one call may take, in milliseconds.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub struct ListArgs {
     pub kind: Option<String>,
     pub model: Option<String>,
@@ -470,6 +500,38 @@ pub fn register_mcp(a: RegisterMcpArgs) -> Result<(), ClientError> {
     }
     if let Some(ms) = a.timeout_ms {
         body["timeoutMs"] = json!(ms);
+    }
+    let e = a.conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
+    output::print(&e, a.json, output::registered);
+    Ok(())
+}
+
+pub fn import_image(a: ImportImageArgs) -> Result<(), ClientError> {
+    use std::io::IsTerminal;
+    let mut body = json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": a.image, "id": a.id});
+    if let Some(n) = a.name {
+        body["name"] = json!(n);
+    }
+    if !a.secrets.is_empty() {
+        body["secrets"] = json!(a.secrets);
+    }
+    if let Some(d) = a.description {
+        body["description"] = json!(d);
+    }
+    if !a.capabilities.is_empty() {
+        body["capabilities"] = json!(a.capabilities);
+    }
+    if let Some(ms) = a.timeout_ms {
+        body["timeoutMs"] = json!(ms);
+    }
+    // The master pulls, starts and validates in one request; say so while it works.
+    if !a.json {
+        let line = format!("importing {}: pull, start, validate ...", a.image);
+        if std::io::stderr().is_terminal() {
+            eprint!("{line}\r");
+        } else {
+            eprintln!("{line}");
+        }
     }
     let e = a.conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
     output::print(&e, a.json, output::registered);

@@ -190,6 +190,22 @@ pub struct ServeArgs {
     /// ends), in ms; the next call starts it again.
     #[arg(long, env = "AGENTOS_MCP_IDLE_MS", default_value_t = 300_000)]
     pub mcp_idle_ms: u64,
+    /// The one registry container images are imported from (`d`); others are refused.
+    #[arg(long, env = "AGENTOS_DOCKER_REGISTRY", default_value = "127.0.0.1:5001")]
+    pub docker_registry: String,
+    /// The Docker engine's socket.
+    #[arg(long, env = "AGENTOS_DOCKER_SOCKET", default_value = "/var/run/docker.sock")]
+    pub docker_socket: String,
+    /// A tool container unused this long is stopped, in ms; the next call starts it again.
+    #[arg(long, env = "AGENTOS_DOCKER_IDLE_MS", default_value_t = 300_000)]
+    pub docker_idle_ms: u64,
+    /// How long a tool container may take to listen on its port, at import and at a call's
+    /// start, in ms.
+    #[arg(long, env = "AGENTOS_DOCKER_START_TIMEOUT_MS", default_value_t = 10_000)]
+    pub docker_start_timeout_ms: u64,
+    /// Tool containers running at once, at most.
+    #[arg(long, env = "AGENTOS_MAX_CONTAINERS", default_value_t = 8)]
+    pub max_containers: usize,
     /// Connections open at once; more wait until one closes. Never more than half the file
     /// handles the process may open (`ulimit -n`).
     #[arg(long, env = "AGENTOS_MAX_CONNECTIONS", default_value_t = 1024)]
@@ -358,6 +374,9 @@ enum CatalogCmd {
     RegisterHttp(client::RegisterHttpArgs),
     /// Register an MCP server: each tool it lists becomes a tool of toolkit ID.
     RegisterMcp(client::RegisterMcpArgs),
+    /// Import a container image of the local registry: validated in a throwaway container, its
+    /// OpenAPI document's operations become tools of toolkit ID.
+    ImportImage(client::ImportImageArgs),
     /// Remove an entry from a model's catalog.
     Remove {
         #[command(flatten)]
@@ -433,6 +452,7 @@ fn run_catalog(c: CatalogCmd) -> Result<(), client::ClientError> {
         CatalogCmd::RegisterScript(a) => client::register_script(a),
         CatalogCmd::RegisterHttp(a) => client::register_http(a),
         CatalogCmd::RegisterMcp(a) => client::register_mcp(a),
+        CatalogCmd::ImportImage(a) => client::import_image(a),
         CatalogCmd::Remove { conn, id, model, json } => client::remove(&conn, &id, model.as_deref(), json),
     }
 }

@@ -209,6 +209,14 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
             idle_stop: Duration::from_millis(args.mcp_idle_ms.max(1)),
             ..McpConfig::default()
         },
+        docker: agentos_engine::bindings::docker::DockerConfig {
+            registry: args.docker_registry.clone(),
+            socket: args.docker_socket.clone(),
+            idle_stop: Duration::from_millis(args.docker_idle_ms.max(1)),
+            start_timeout: Duration::from_millis(args.docker_start_timeout_ms.max(1)),
+            max_containers: args.max_containers.max(1),
+            ..Default::default()
+        },
         loose_data_folder,
         connections: agentos_server::ConnectionLimits {
             max_connections: args.max_connections.max(1),

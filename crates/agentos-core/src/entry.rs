@@ -73,6 +73,35 @@ pub enum Binding {
     Http(HttpBinding),
     /// An MCP server: each of the tools it lists is one operation.
     Mcp(McpBinding),
+    /// A container image of the local registry that serves HTTP and advertises an OpenAPI
+    /// document: one operation per tool, run in a container of the pinned digest.
+    Docker(DockerBinding),
+}
+
+/// A container image: the reference it was imported by, the registry digest it is pinned to
+/// (a call fails once the tag points elsewhere), the document it served when validated (pinned
+/// as a blob), and how each operation is called, as for an http service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DockerBinding {
+    /// `127.0.0.1:5001/tools/echo:1`.
+    pub image: String,
+    /// `sha256:<64 hex>`, the registry's digest of the tag at import.
+    pub digest: String,
+    /// `urn:agentos:blob:tool-catalog/openapi/<sha256>.json`.
+    pub openapi_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    /// Where the container serves its document (label `agentos.openapi`).
+    pub openapi_path: String,
+    pub operations: Vec<HttpOperation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<agentos_openapi::Skipped>,
+    /// Secrets the container receives as environment variables, each granted to this entry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
 }
 
 /// An MCP server: how the master reaches it, the tool list it gave when registered or when it
@@ -218,6 +247,7 @@ impl Binding {
             Binding::Host(_) => BindingKind::Host,
             Binding::Http(_) => BindingKind::Http,
             Binding::Mcp(_) => BindingKind::Mcp,
+            Binding::Docker(_) => BindingKind::Docker,
         }
     }
 }

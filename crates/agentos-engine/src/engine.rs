@@ -47,6 +47,8 @@ pub struct EngineConfig {
     pub expressions: agentos_core::expr::Runner,
     /// How MCP servers are run: the user command servers run as, when idle ones stop.
     pub mcp: crate::bindings::mcp::McpConfig,
+    /// The local registry, the engine's socket and the limits of tool containers.
+    pub docker: crate::bindings::docker::DockerConfig,
 }
 
 impl Default for EngineConfig {
@@ -63,6 +65,7 @@ impl Default for EngineConfig {
             nets: Default::default(),
             expressions: Default::default(),
             mcp: Default::default(),
+            docker: Default::default(),
         }
     }
 }
@@ -134,6 +137,7 @@ pub(crate) struct Inner {
     pub(crate) principals: PrincipalState,
     pub(crate) host: crate::host::HostTools,
     pub(crate) mcp: crate::bindings::mcp::McpServers,
+    pub(crate) docker: crate::bindings::docker::Containers,
 }
 
 /// The catalog's state beside the ledger's: the blob store of pinned content and the limits of

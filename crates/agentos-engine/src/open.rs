@@ -40,8 +40,14 @@ impl Engine {
                 },
                 host: Default::default(),
                 mcp: crate::bindings::mcp::McpServers::new(config.mcp),
+                docker: crate::bindings::docker::Containers::new(config.docker),
             }),
         };
+        // Containers an earlier run left (killed mid-import, say) go, off the start's path.
+        {
+            let engine = engine.clone();
+            tokio::spawn(async move { engine.inner.docker.sweep().await });
+        }
         engine.inner.mcp.set_engine(Arc::downgrade(&engine.inner));
         engine.nets().sweep_instances().await;
         engine.nets().stop_crash_looping().await;
@@ -73,6 +79,7 @@ impl Engine {
         self.inner.nets.stop_fire_loop();
         self.inner.nets.clean_stop();
         self.inner.mcp.stop_all();
+        self.inner.docker.stop_all().await;
         self.inner.ledger.close().await;
     }
 }

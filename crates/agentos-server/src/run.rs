@@ -48,6 +48,9 @@ pub struct ServeConfig {
     pub mcp_list_limit: usize,
     /// How MCP servers registered as tools are run.
     pub mcp: agentos_engine::bindings::mcp::McpConfig,
+    /// The local registry and the limits of tool containers; `owner` is set from the data
+    /// folder when left at its default.
+    pub docker: agentos_engine::bindings::docker::DockerConfig,
 }
 
 /// Where a master runs the jq expressions of nets.
@@ -158,6 +161,16 @@ pub async fn run(
             },
             expressions,
             mcp: config.mcp.clone(),
+            docker: {
+                let mut d = config.docker.clone();
+                if d.owner == agentos_engine::bindings::docker::DockerConfig::default().owner {
+                    // One data folder, one owner: a master removes only what its own runs left.
+                    let place = std::path::absolute(data).unwrap_or_else(|_| data.to_path_buf());
+                    d.owner =
+                        format!("agentos-{}", &agentos_core::sha256_hex(place.to_string_lossy().as_bytes())[..16]);
+                }
+                d
+            },
         },
         log,
         blobs,

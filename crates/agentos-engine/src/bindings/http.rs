@@ -136,8 +136,34 @@ pub(crate) async fn call_operation(
         .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
     let cfg = engine.inner.dispatch.config;
     let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
-    let sent = Sent { engine, id, tool, model, binding: b };
+    let sent = Sent { engine, id, tool, model, auth: b.auth.as_ref(), via: Via::Outbound, secrets: &[] };
     sent.send(request, Duration::from_millis(timeout_ms)).await
+}
+
+/// Sends a built request to a service of the master's own on loopback (a container it runs)
+/// through `client`, outside the outbound policy, and answers as for an http service; `secrets`
+/// are the values the service was given, kept out of the answer.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn send_local(
+    engine: &Engine,
+    id: &str,
+    tool: &str,
+    model: &str,
+    request: agentos_openapi::Request,
+    timeout: Duration,
+    client: &reqwest::Client,
+    secrets: &[String],
+) -> Result<Value, EngineError> {
+    let sent = Sent { engine, id, tool, model, auth: None, via: Via::Local(client), secrets };
+    sent.send(request, timeout).await
+}
+
+/// How a request leaves the master.
+enum Via<'a> {
+    /// Through the outbound policy's sealed client.
+    Outbound,
+    /// Through this client, to the master's own loopback service.
+    Local(&'a reqwest::Client),
 }
 
 /// One call on its way: what the answer and the errors name.
@@ -146,7 +172,10 @@ struct Sent<'a> {
     id: &'a str,
     tool: &'a str,
     model: &'a str,
-    binding: &'a HttpBinding,
+    auth: Option<&'a HttpAuth>,
+    via: Via<'a>,
+    /// Values to keep out of the answer besides the secret store's.
+    secrets: &'a [String],
 }
 
 impl Sent<'_> {
@@ -158,8 +187,9 @@ impl Sent<'_> {
         let mut url = reqwest::Url::parse(&request.url)
             .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("the request URL is not valid: {e}")))?;
         let mut secrets = self.engine.principals().secret_values();
+        secrets.extend(self.secrets.iter().cloned());
         let mut headers = request.headers;
-        if let Some(auth) = &self.binding.auth {
+        if let Some(auth) = self.auth {
             let value = self.credential(auth, &url)?;
             secrets.push(value.clone());
             place_credential(auth, &value, &mut url, &mut headers)
@@ -169,11 +199,19 @@ impl Sent<'_> {
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("method {:?}: {e}", request.method)))?;
         let shown = format!("{method} {}", redactor.text(url.as_str()));
-        let policy = &self.engine.inner.nets.outbound;
-        policy.check_url(&url).map_err(|e| failed(ErrorKind::Forbidden, "refused", format!("{shown} refused: {e}")))?;
-        // Same-origin redirects only: a credential granted to one origin never reaches another,
-        // and another origin's redirect is the answer.
-        let mut req = self.engine.inner.nets.sealed_http.request(method, url).timeout(timeout);
+        let client = match self.via {
+            Via::Outbound => {
+                let policy = &self.engine.inner.nets.outbound;
+                policy
+                    .check_url(&url)
+                    .map_err(|e| failed(ErrorKind::Forbidden, "refused", format!("{shown} refused: {e}")))?;
+                // Same-origin redirects only: a credential granted to one origin never reaches
+                // another, and another origin's redirect is the answer.
+                &self.engine.inner.nets.sealed_http
+            }
+            Via::Local(c) => c,
+        };
+        let mut req = client.request(method, url).timeout(timeout);
         for (k, v) in &headers {
             req = req.header(k.as_str(), v.as_str());
         }

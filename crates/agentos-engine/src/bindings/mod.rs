@@ -15,6 +15,7 @@ use agentos_core::{CoreError, ErrorKind};
 
 use crate::{Engine, EngineError, Principal};
 
+pub mod docker;
 pub mod host;
 pub mod http;
 pub mod mcp;
@@ -22,7 +23,8 @@ pub mod script;
 pub mod toolnet;
 
 /// Every binding kind this master can register or run, one row each.
-pub static BINDERS: &[&dyn Binder] = &[&script::Script, &toolnet::Toolnet, &host::Host, &http::Http, &mcp::Mcp];
+pub static BINDERS: &[&dyn Binder] =
+    &[&script::Script, &toolnet::Toolnet, &host::Host, &http::Http, &mcp::Mcp, &docker::DockerKind];
 
 /// The module of a kind; `None` for a kind this master does not implement.
 pub fn binder(kind: BindingKind) -> Option<&'static dyn Binder> {

@@ -1314,8 +1314,17 @@ impl Nets<'_> {
             let st = self.read_state();
             st.resolve(run.resolve_model, &action.tool).map(|(e, _)| e.clone())
         };
+        // A container serves HTTP as a service does: an `http` action calls it too, with `d`.
+        let entry = entry.filter(|e| {
+            let k = e.entry.binding.kind();
+            (k == kind || (kind == BindingKind::Http && k == BindingKind::Docker)) && k.visible_to(run.authority.flags)
+        });
+        if let Some(e) = &entry
+            && e.entry.binding.kind() == BindingKind::Docker
+        {
+            run.authority.need(Flag::Docker, "an http action calling a container")?;
+        }
         let entry = entry
-            .filter(|e| e.entry.binding.kind() == kind && kind.visible_to(run.authority.flags))
             .ok_or_else(|| {
                 let service = if kind == BindingKind::Mcp { "MCP server" } else { "http service" };
                 FireError::Failed(format!(
@@ -1332,9 +1341,12 @@ impl Nets<'_> {
                 .map_err(|e| FireError::Failed(e.to_string()))?;
             return Ok((output.clone(), output));
         }
-        let answer = crate::bindings::http::call_operation(self, tool, model, &entry, op, &input, timeout)
-            .await
-            .map_err(|e| FireError::Failed(e.to_string()))?;
+        let answer = if entry.entry.binding.kind() == BindingKind::Docker {
+            crate::bindings::docker::call_operation(self, tool, model, &entry, op, &input, timeout).await
+        } else {
+            crate::bindings::http::call_operation(self, tool, model, &entry, op, &input, timeout).await
+        }
+        .map_err(|e| FireError::Failed(e.to_string()))?;
         let body = answer.get("body").cloned().unwrap_or(Value::Null);
         Ok((body, answer))
     }

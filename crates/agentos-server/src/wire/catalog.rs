@@ -159,6 +159,67 @@ pub enum Binding {
     Http(HttpBinding),
     /// An MCP server: each tool it lists is one operation.
     Mcp(McpBinding),
+    /// A container image of the local registry serving an OpenAPI document: one operation per
+    /// tool, run in a container of the pinned digest.
+    Docker(DockerBinding),
+}
+
+/// A container image: its reference, the registry digest it is pinned to, its pinned document
+/// and how each operation is called.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DockerBinding {
+    #[schema(example = "127.0.0.1:5001/tools/echo:1")]
+    pub image: String,
+    /// The registry digest of the tag at import; a call fails once the tag points elsewhere.
+    #[schema(example = "sha256:df6ff312a2c0955727f8735dcc93686f684fb8fc3eac8a87288c87f4596af6d1")]
+    pub digest: String,
+    pub openapi_urn: String,
+    pub sha256: String,
+    pub size_bytes: u64,
+    /// Where the container serves its document (image label `agentos.openapi`).
+    pub openapi_path: String,
+    #[schema(value_type = Vec<Object>)]
+    pub operations: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub skipped: Vec<Value>,
+    /// Secrets the container receives as environment variables.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+impl From<entry::DockerBinding> for DockerBinding {
+    fn from(d: entry::DockerBinding) -> Self {
+        let entry::DockerBinding {
+            image,
+            digest,
+            openapi_urn,
+            sha256,
+            size_bytes,
+            openapi_path,
+            operations,
+            skipped,
+            secrets,
+            timeout_ms,
+        } = d;
+        let values = |v: Vec<_>| v.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
+        let skipped = skipped.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect();
+        DockerBinding {
+            image,
+            digest,
+            openapi_urn,
+            sha256,
+            size_bytes,
+            openapi_path,
+            operations: values(operations),
+            skipped,
+            secrets,
+            timeout_ms,
+        }
+    }
 }
 
 /// An MCP server: how the master reaches it, its pinned tool list, and which operation is
@@ -243,6 +304,7 @@ impl From<entry::Binding> for Binding {
             entry::Binding::Host(h) => Binding::Host(h.into()),
             entry::Binding::Http(h) => Binding::Http(h.into()),
             entry::Binding::Mcp(m) => Binding::Mcp(m.into()),
+            entry::Binding::Docker(d) => Binding::Docker(d.into()),
         }
     }
 }
@@ -747,6 +809,31 @@ pub struct RegisterMcp {
     /// Keep only these tools, by the server's name or the operation's.
     #[serde(default)]
     pub include: Option<Vec<String>>,
+    /// How long one call may take, in milliseconds (the master's default and maximum apply).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `TOOL_CATALOG_IMPORT_IMAGE`: an image already in the local registry; the master pulls it,
+/// validates it in a throwaway container, reads and pins its OpenAPI document and the tag's
+/// digest, and catalogs it as an approved global toolkit. Needs `d`.
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImportImage {
+    #[schema(example = "127.0.0.1:5001/tools/echo:1")]
+    pub image: String,
+    #[schema(example = "echo")]
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Secrets the container may receive as environment variables, each granted to this entry by
+    /// the operator.
+    #[serde(default)]
+    pub secrets: Option<Vec<String>>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
     /// How long one call may take, in milliseconds (the master's default and maximum apply).
     #[serde(default)]
     pub timeout_ms: Option<u64>,

@@ -113,6 +113,13 @@ mod tests {
             "id": "weather", "name": "Weather",
             "server": {"url": "https://mcp.example.com/mcp", "auth": {"type": "bearer", "secret": "WEATHER_TOKEN"}}
         }));
+        check_same_shape::<agentos_engine::bindings::docker::ImportImage, super::ImportImage>(json!({
+            "image": "127.0.0.1:5001/tools/echo:1", "id": "echo", "name": "Echo", "secrets": ["ECHO_KEY"],
+            "description": "Echo", "capabilities": ["echo"], "timeoutMs": 5000
+        }));
+        check_same_shape::<agentos_engine::bindings::docker::ImportImage, super::ImportImage>(json!({
+            "image": "127.0.0.1:5001/echo", "id": "echo"
+        }));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(search);
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({"bindingType": "toolnet"}));
         check_same_shape::<command::SearchArgs, super::SearchArgs>(json!({}));

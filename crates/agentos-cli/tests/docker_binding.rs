@@ -1,0 +1,310 @@
+//! Container images as a binding, on a real Docker engine and a real registry (started by
+//! `scripts/docker-env`): the test images (`scripts/tool-image`, one static binary in FROM
+//! scratch images) imported, validated in a throwaway container, pinned by digest and called
+//! through a shim and a net; a re-pushed tag refused; images that do not validate refused with
+//! their reason and no container left; a master killed mid-import leaving nothing behind.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{BIN, Master};
+use serde_json::{Value, json};
+
+/// The test images' prefix (`127.0.0.1:5001/agentos-test`), built and pushed when missing.
+fn images() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/tool-image");
+    let out = Command::new(script).output().expect("scripts/tool-image");
+    assert!(out.status.success(), "scripts/tool-image failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+fn docker(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("docker");
+    assert!(out.status.success(), "docker {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The containers a master on `data` started and has not removed.
+fn containers_of(data: &Path) -> Vec<String> {
+    let place = std::path::absolute(data).unwrap();
+    let owner = format!("agentos-{}", &common::sha256_hex(place.to_string_lossy().as_bytes())[..16]);
+    let out = docker(&["ps", "-a", "-q", "--filter", &format!("label=agentos.owner={owner}")]);
+    out.lines().map(str::to_string).filter(|l| !l.is_empty()).collect()
+}
+
+/// Removes the containers a master on its data folder left, when dropped: a test's master is
+/// killed, not stopped, and its warm containers would outlive it. Declared before the master,
+/// so it goes after it.
+struct Leftovers(PathBuf);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for id in containers_of(&self.0) {
+            let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+        }
+    }
+}
+
+fn import(api: &common::Api, image: &str, id: &str) -> (u16, Value) {
+    api.command(json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": image, "id": id}))
+}
+
+fn call(api: &common::Api, id: &str, tool: &str, args: &[&str]) -> (u16, Value) {
+    api.post(&format!("/api/tools/{id}/call"), json!({"tool": tool, "args": args}))
+}
+
+fn message(v: &Value) -> String {
+    v["error"]["message"].as_str().unwrap_or_default().to_string()
+}
+
+fn run(m: &Master, token: &str, program: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", token)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+/// The registry's digest of `repo:tag`.
+fn registry_digest(image: &str) -> String {
+    let (host, rest) = image.split_once('/').unwrap();
+    let (repo, tag) = rest.rsplit_once(':').unwrap();
+    let resp = common::http()
+        .head(format!("http://{host}/v2/{repo}/manifests/{tag}"))
+        .header("accept", "application/vnd.docker.distribution.manifest.v2+json")
+        .send()
+        .unwrap();
+    resp.headers()["docker-content-digest"].to_str().unwrap().to_string()
+}
+
+#[test]
+fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
+    let prefix = images();
+    let image = format!("{prefix}/ok:1");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start_with(&data, &["--docker-idle-ms", "1500"]);
+    let api = m.client();
+
+    let (code, out, err) =
+        run(&m, &m.token, Path::new(BIN), &["catalog", "import-image", &image, "--id", "echo", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (status, entry) = api.get("/api/tool-catalog/echo");
+    assert_eq!(status, 200, "{entry}");
+    assert_eq!(entry["status"], "approved");
+    assert_eq!(entry["scope"], "global");
+    assert_eq!(entry["binding"]["type"], "docker", "{entry}");
+    assert_eq!(entry["binding"]["digest"], registry_digest(&image), "pinned to the tag's digest");
+    assert_eq!(entry["version"], "1.2.0", "the document's version");
+    let ops: Vec<&str> = entry["contract"]["operations"].as_object().unwrap().keys().map(String::as_str).collect();
+    assert_eq!(ops, ["add", "echo", "whoami"]);
+    assert!(containers_of(&data).is_empty(), "the validation container is gone");
+
+    // A shim: the first call starts a container, the next ones reuse it.
+    let bin = dir.path().join("bin");
+    let (code, _, err) = run(&m, &m.token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&m, &m.token, &bin.join("agentos-echo"), &["add", "--a", "2", "--b", "40"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"sum\":42"), "{out}");
+    assert_eq!(containers_of(&data).len(), 1, "one warm container");
+    let (code, out, _) = run(&m, &m.token, &bin.join("agentos-echo"), &["echo", "--text", "hello"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("hello"), "{out}");
+    assert_eq!(containers_of(&data).len(), 1, "the same container");
+
+    // Idle past --docker-idle-ms: the container stops.
+    common::wait_for("the idle container to stop", || containers_of(&data).is_empty());
+    let (status, v) = call(&api, "echo", "whoami", &[]);
+    assert_eq!(status, 200, "{v}");
+    let who = &v["result"]["body"];
+    assert_eq!(who["uid"], "65534", "never root: {who}");
+    assert!(!who["env"].as_array().unwrap().contains(&json!("TOOL_KEY")), "{who}");
+
+    // Secrets reach a container only as declared at import and granted to the entry, and never
+    // come back out. The same image under another id runs in a container of its own.
+    let key = "tk-91c2e7-canary";
+    assert_eq!(api.put("/api/secrets/TOOL_KEY", json!({"value": key})).0, 200);
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": image, "id": "keyed",
+        "secrets": ["TOOL_KEY"]}));
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&api, "keyed", "whoami", &[]);
+    assert_eq!(status, 403, "{v}");
+    assert!(message(&v).contains("agentos secret grant TOOL_KEY --tool keyed"), "{v}");
+    let (status, v) = api.post("/api/secrets/TOOL_KEY/grants", json!({"tool": "keyed"}));
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&api, "keyed", "whoami", &[]);
+    assert_eq!(status, 200, "{v}");
+    let who = &v["result"]["body"];
+    assert!(who["env"].as_array().unwrap().contains(&json!("TOOL_KEY")), "{who}");
+    assert_eq!(who["key"], "[redacted]", "{who}");
+    let (status, v) = call(&api, "echo", "whoami", &[]);
+    assert_eq!(status, 200, "{v}");
+    assert!(!v["result"]["body"]["env"].as_array().unwrap().contains(&json!("TOOL_KEY")), "{v}");
+    assert_eq!(containers_of(&data).len(), 2, "a container per entry");
+    let inspect = docker(&["inspect", &containers_of(&data)[0]]);
+    let inspect: Value = serde_json::from_str(&inspect).unwrap();
+    let host = &inspect[0]["HostConfig"];
+    assert_eq!(host["CapDrop"], json!(["ALL"]), "{host}");
+    assert_eq!(host["SecurityOpt"], json!(["no-new-privileges"]), "{host}");
+    assert_eq!(host["ReadonlyRootfs"], true);
+    assert!(host["PidsLimit"].as_i64().unwrap() > 0 && host["Memory"].as_i64().unwrap() > 0, "{host}");
+
+    // From a net: an http action naming the container's operation.
+    let (status, v) = api.put(
+        "/api/models/calc/net",
+        json!({"places": ["p-req", "p-resp"], "transitions": [{"id": "sum", "kind": "http",
+            "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+            "action": {"tool": "echo", "operation": "add", "input": {"a": "${.req.data.a}", "b": 1}},
+            "emit": [{"to": "o"}]}]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(api.post("/api/models/calc/transitions/sum/start", json!({})).0, 200);
+    assert_eq!(api.post("/api/models/calc/places/p-req/tokens", json!({"data": {"a": 41}})).0, 200);
+    common::wait_for("the sum token", || !api.token_data("calc", "p-resp").is_empty());
+    assert_eq!(api.token_data("calc", "p-resp")[0], json!({"sum": 42}));
+
+    // Calling needs `x` and `d`; importing needs `d`; `d` registers no scripts and `s` imports
+    // no images.
+    let no_d = api.agent("no-d", "--x------s");
+    let (status, v) = call(&no_d, "echo", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 404, "{v}");
+    let (status, v) = import(&no_d, &image, "mine");
+    assert_eq!(status, 403, "{v}");
+    let d_only = api.agent("d-only", "--x---d");
+    let (status, v) = d_only.register("sneaky", "sh", "echo hi", None);
+    assert_eq!(status, 403, "{v}");
+    let (status, v) = call(&d_only, "echo", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 200, "{v}");
+    // A master stopped cleanly stops its containers.
+    assert!(!containers_of(&data).is_empty());
+    let mut m = m;
+    m.terminate();
+    assert!(containers_of(&data).is_empty(), "stopped with the master");
+    for file in walk(&data) {
+        let bytes = std::fs::read(&file).unwrap();
+        assert!(
+            !bytes.windows(key.len()).any(|w| w == key.as_bytes()) || file.ends_with("secrets.key"),
+            "{}",
+            file.display()
+        );
+    }
+}
+
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() { out.extend(walk(&p)) } else { out.push(p) }
+    }
+    out
+}
+
+#[test]
+fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
+    let prefix = images();
+    // A tag of this test's own, so no other test's import sees it move.
+    let tag = format!("{prefix}/repush-{}:1", std::process::id());
+    docker(&["tag", &format!("{prefix}/ok:1"), &tag]);
+    docker(&["push", "-q", &tag]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start(&data);
+    let api = m.client();
+    let (status, v) = import(&api, &tag, "moving");
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&api, "moving", "add", &["--a", "1", "--b", "2"]);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(containers_of(&data).len(), 1);
+
+    // The same tag, other content: another digest.
+    let ctx = dir.path().join("ctx");
+    std::fs::create_dir(&ctx).unwrap();
+    std::fs::write(
+        ctx.join("Dockerfile"),
+        format!("FROM {prefix}/ok:1\nLABEL agentos.test.nonce=\"{}\"\n", std::process::id()),
+    )
+    .unwrap();
+    docker(&["build", "-q", "-t", &tag, ctx.to_str().unwrap()]);
+    docker(&["push", "-q", &tag]);
+    // The registry's answer is trusted for five seconds at most.
+    let mut last = Value::Null;
+    common::wait_for("the re-push to be seen", || {
+        let (status, v) = call(&api, "moving", "add", &["--a", "1", "--b", "2"]);
+        last = v;
+        status == 409
+    });
+    assert!(message(&last).contains("image re-pushed since import: re-import it"), "{last}");
+    assert!(containers_of(&data).is_empty(), "the old digest's container is stopped");
+    // Imported again, it is pinned to the new digest and answers.
+    let (status, v) = import(&api, &tag, "moving");
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&api, "moving", "add", &["--a", "1", "--b", "2"]);
+    assert_eq!(status, 200, "{v}");
+    drop(m);
+    let _ = Command::new("docker").args(["rmi", &tag]).output();
+}
+
+#[test]
+fn images_that_do_not_validate_are_refused_with_the_reason_and_leave_no_container() {
+    let prefix = images();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start_with(&data, &["--docker-start-timeout-ms", "1500"]);
+    let api = m.client();
+    for (mode, status, words) in [
+        ("no-doc", 400, "answered 404 for its document at /openapi.json"),
+        ("bad-doc", 400, "not an OpenAPI document"),
+        ("silent", 400, "did not listen on 127.0.0.1:$PORT within 1 s"),
+        ("crash", 400, "exited with code 3 during validation: tool-image: cannot read /config.toml"),
+    ] {
+        let (s, v) = import(&api, &format!("{prefix}/{mode}:1"), mode);
+        assert_eq!(s, status, "{mode}: {v}");
+        assert!(message(&v).contains(words), "{mode}: {v}");
+        assert_eq!(api.get(&format!("/api/tool-catalog/{mode}")).0, 404, "{mode}: no entry");
+        assert!(containers_of(&data).is_empty(), "{mode}: no container left");
+    }
+    let (s, v) = import(&api, "docker.io/library/alpine:3", "alpine");
+    assert_eq!(s, 403, "{v}");
+    assert!(message(&v).contains("not in the local registry 127.0.0.1:5001"), "{v}");
+    let (s, v) = import(&api, &format!("{prefix}/never-pushed:1"), "never");
+    assert_eq!(s, 400, "{v}");
+    assert!(message(&v).contains("no image"), "{v}");
+}
+
+#[test]
+fn a_master_killed_during_an_import_leaves_no_half_entry_and_no_container() {
+    let prefix = images();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let port = common::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let mut m = Master::start_full(&data, &listen, &["--docker-start-timeout-ms", "30000"], &[]);
+    let api = m.client();
+    let image = format!("{prefix}/silent:1");
+    let importing = std::thread::spawn(move || import(&api, &image, "halfway"));
+    common::wait_for("the validation container", || !containers_of(&data).is_empty());
+    m.kill9();
+    let _ = importing.join();
+    let m = m.restart();
+    common::wait_for("the left container to be removed", || containers_of(&data).is_empty());
+    let (status, v) = m.client().get("/api/tool-catalog/halfway");
+    assert_eq!(status, 404, "no half entry: {v}");
+    std::thread::sleep(Duration::from_millis(10));
+}

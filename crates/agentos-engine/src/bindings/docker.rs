@@ -1,0 +1,847 @@
+//! Container images from the local registry: an image that serves HTTP and advertises an
+//! OpenAPI document is imported once (pulled, started in a throwaway container, its document
+//! read and imported as an http service's is), pinned by its registry digest, and cataloged as
+//! an approved global toolkit. A call starts a container of `image@digest` on first use, keeps
+//! it warm, stops it when idle, and sends the operation to it as an http service's call.
+//!
+//! The master never builds images, never pulls from another registry, and runs every container
+//! with a non-root user, no capabilities, `no-new-privileges`, and pids and memory limits, on the
+//! host's network (the engine here has no bridge), listening on a port the master chose (`PORT`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CreateContainerOptions, CreateImageOptions, ListContainersOptions, LogsOptions, RemoveContainerOptions,
+};
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use agentos_core::command::{HeaderFields, Plan, fields};
+use agentos_core::entry::{
+    Binding, BindingKind, Contract, DockerBinding, HttpOperation, Operation, Status, StoredEntry,
+};
+use agentos_core::event::GrantTarget;
+use agentos_core::flags::Flag;
+use agentos_core::urn::BlobUrn;
+use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
+
+use super::http::OPENAPI_NAMESPACE;
+use super::{Binder, Call, Outcome};
+use crate::{Engine, EngineError, Principal};
+
+/// The command that imports an image.
+pub const IMPORT_IMAGE: &str = "TOOL_CATALOG_IMPORT_IMAGE";
+
+/// The label of every container the master starts, naming the master's own label value, so a
+/// restarted master removes what an earlier run of it left.
+const OWNER_LABEL: &str = "agentos.owner";
+
+/// The image label that says where the document is served.
+const DOCUMENT_LABEL: &str = "agentos.openapi";
+
+/// How long a registry's answer about a tag is trusted.
+const DIGEST_CACHE: Duration = Duration::from_secs(5);
+
+/// How the master reaches Docker and runs containers.
+#[derive(Debug, Clone)]
+pub struct DockerConfig {
+    /// The one registry images are imported from: `127.0.0.1:5001`.
+    pub registry: String,
+    /// The engine's socket.
+    pub socket: String,
+    /// Names the containers this master starts (label `agentos.owner`); a master removes those
+    /// with its own value when it starts.
+    pub owner: String,
+    /// How long a container may take to listen, at import and at a call's start.
+    pub start_timeout: Duration,
+    /// A container unused this long is stopped.
+    pub idle_stop: Duration,
+    /// Containers running at once, at most.
+    pub max_containers: usize,
+    /// `--user` of every container.
+    pub user: String,
+    pub memory_bytes: i64,
+    pub pids_limit: i64,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig {
+            registry: "127.0.0.1:5001".into(),
+            socket: "/var/run/docker.sock".into(),
+            owner: "agentos".into(),
+            start_timeout: Duration::from_secs(10),
+            idle_stop: Duration::from_secs(300),
+            max_containers: 8,
+            user: "65534:65534".into(),
+            memory_bytes: 256 << 20,
+            pids_limit: 128,
+        }
+    }
+}
+
+pub struct DockerKind;
+
+#[async_trait]
+impl Binder for DockerKind {
+    fn kind(&self) -> BindingKind {
+        BindingKind::Docker
+    }
+
+    fn register_command(&self) -> Option<&'static str> {
+        Some(IMPORT_IMAGE)
+    }
+
+    fn registering(&self) -> &'static str {
+        "import container images"
+    }
+
+    async fn plan(&self, engine: &Engine, _p: &Principal, body: Value) -> Result<Plan, EngineError> {
+        let cmd: ImportImage = fields(IMPORT_IMAGE, body)?;
+        cmd.plan(engine).await
+    }
+
+    fn pinned_blob<'b>(&self, binding: &'b Binding) -> Option<&'b str> {
+        match binding {
+            Binding::Docker(d) => Some(&d.openapi_urn),
+            _ => None,
+        }
+    }
+
+    fn secret_pin(&self, binding: &Binding) -> Option<String> {
+        match binding {
+            Binding::Docker(d) => Some(d.digest.trim_start_matches("sha256:").to_string()),
+            _ => None,
+        }
+    }
+
+    async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
+        let Call { principal, id, model, entry, operation, req } = call;
+        may_call(principal)?;
+        let Some(entry) = entry else {
+            return Err(CoreError::internal("a container call without its entry").into());
+        };
+        let Some(tool) = operation else {
+            return Err(CoreError::bad_input(
+                "not_invocable",
+                format!(
+                    "{id:?} is a container of several operations: call one with `agentos-{id} OPERATION` (POST /api/tools/{id}/call)"
+                ),
+            )
+            .into());
+        };
+        let input = req.input.unwrap_or_else(|| json!({}));
+        Ok(Outcome::Value(call_operation(engine, id, model, &entry, tool, &input, req.timeout_ms).await?))
+    }
+
+    async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
+        may_call(call.principal)?;
+        Err(super::answers_synchronously(call.id, "a container"))
+    }
+}
+
+/// Calling a container's operation needs `x` and `d`.
+fn may_call(p: &Principal) -> Result<(), EngineError> {
+    for (flag, what) in [(Flag::Execute, "'x' (execute)"), (Flag::Docker, "'d' (docker)")] {
+        if !p.flags.has(flag) {
+            return Err(CoreError::forbidden(format!(
+                "{} may not call containers: that needs the 'x' and 'd' flags, and {what} is missing",
+                p.name
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// `TOOL_CATALOG_IMPORT_IMAGE`: an image of the local registry, by reference.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImportImage {
+    /// `127.0.0.1:5001/tools/echo:1`.
+    pub image: String,
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Secrets the container may receive as environment variables (each granted to this entry
+    /// by the operator, `agentos secret grant NAME --tool ID`).
+    #[serde(default)]
+    pub secrets: Option<Vec<String>>,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub capabilities: Option<Vec<String>>,
+    /// How long one call may take, in milliseconds (the master's default and maximum apply).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// An image reference of the local registry: `registry/name:tag`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct ImageRef {
+    name: String,
+    tag: String,
+}
+
+impl ImageRef {
+    fn parse(image: &str, registry: &str) -> Result<ImageRef, CoreError> {
+        let refused = |why: String| CoreError::bad_input("invalid_image", why);
+        let Some(rest) = image.strip_prefix(registry).and_then(|r| r.strip_prefix('/')) else {
+            return Err(CoreError::new(
+                ErrorKind::Forbidden,
+                "foreign_registry",
+                format!(
+                    "image {image:?} is not in the local registry {registry}: images are imported from it alone (push the image to {registry}/NAME:TAG first)"
+                ),
+            ));
+        };
+        if rest.contains('@') {
+            return Err(refused(format!(
+                "image {image:?}: name a tag, not a digest; the import pins the tag's digest"
+            )));
+        }
+        let (name, tag) = match rest.rsplit_once(':') {
+            Some((n, t)) if !n.is_empty() && !t.contains('/') => (n, t),
+            _ => (rest, "latest"),
+        };
+        let name_ok = !name.is_empty()
+            && name.split('/').all(|part| {
+                !part.is_empty()
+                    && part.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b))
+                    && part.as_bytes()[0].is_ascii_alphanumeric()
+            });
+        let tag_ok = !tag.is_empty()
+            && tag.len() <= 128
+            && tag.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            && tag.as_bytes()[0] != b'.'
+            && tag.as_bytes()[0] != b'-';
+        if !name_ok || !tag_ok {
+            return Err(refused(format!("image {image:?} is not a valid reference: use {registry}/NAME[:TAG]")));
+        }
+        Ok(ImageRef { name: name.to_string(), tag: tag.to_string() })
+    }
+}
+
+impl ImportImage {
+    async fn plan(self, engine: &Engine) -> Result<Plan, EngineError> {
+        let header = HeaderFields {
+            name: self.name.unwrap_or_else(|| self.id.clone()),
+            id: self.id,
+            // Always global: an image is one thing for every model.
+            model: Some(DEFAULT_MODEL.to_string()),
+            version: None,
+            description: self.description,
+            capabilities: self.capabilities,
+        }
+        .check(DEFAULT_MODEL)?;
+        let secrets = self.secrets.unwrap_or_default();
+        for s in &secrets {
+            if !agentos_core::net::valid_credential(s) {
+                return Err(
+                    CoreError::bad_input("invalid_secret", format!("secrets: {s:?} is not a secret name")).into()
+                );
+            }
+        }
+        let docker = &engine.inner.docker;
+        let image = ImageRef::parse(&self.image, &docker.config.registry)?;
+        let digest = docker.registry_digest(&image).await?.ok_or_else(|| {
+            CoreError::bad_input(
+                "unknown_image",
+                format!("no image {} in the local registry: push it first", self.image),
+            )
+        })?;
+        let client = docker.client().await?;
+        let pinned = format!("{}/{}@{digest}", docker.config.registry, image.name);
+        pull(&client, &pinned).await?;
+        let inspected = client
+            .inspect_image(&pinned)
+            .await
+            .map_err(|e| CoreError::internal(format!("inspecting {pinned}: {}", docker_error(&e))))?;
+        let path = inspected
+            .config
+            .and_then(|c| c.labels)
+            .and_then(|l| l.get(DOCUMENT_LABEL).cloned())
+            .unwrap_or_else(|| "/openapi.json".into());
+        if !path.starts_with('/') || path.contains(char::is_whitespace) {
+            return Err(CoreError::bad_input(
+                "invalid_image",
+                format!("the image's {DOCUMENT_LABEL} label {path:?} is not a path"),
+            )
+            .into());
+        }
+        // The throwaway container goes in every outcome, whatever validation answered.
+        let port = free_port()?;
+        let name =
+            format!("agentos-validate-{}-{}", header.id, &sha256_hex(format!("{:?}", Instant::now()).as_bytes())[..8]);
+        let started = docker.start(&client, &name, &pinned, port, "validate", &[]).await;
+        let outcome = match started {
+            Ok(()) => validate(&client, &name, port, &path, docker.config.start_timeout).await,
+            Err(e) => Err(e),
+        };
+        let _ =
+            client.remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
+        let bytes = outcome?;
+        let refused = |e: agentos_openapi::ImportError| {
+            CoreError::bad_input("invalid_openapi", format!("the image's document at {path} is not usable: {e}"))
+        };
+        let imported = agentos_openapi::import(&bytes, &Default::default()).map_err(refused)?;
+        let sha256 = sha256_hex(&bytes);
+        let urn = BlobUrn::new(OPENAPI_NAMESPACE, &sha256, Some("json"))?;
+        let mut operations = std::collections::BTreeMap::new();
+        let mut calls = Vec::with_capacity(imported.operations.len());
+        for op in imported.operations {
+            let description = [&op.summary, &op.description]
+                .into_iter()
+                .flatten()
+                .map(|s| s.trim())
+                .find(|s| !s.is_empty())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("{} {}", op.method, op.path));
+            operations.insert(
+                op.name.clone(),
+                Operation { description, input: op.input_schema, output: None, examples: Vec::new() },
+            );
+            calls.push(HttpOperation {
+                name: op.name,
+                method: op.method,
+                path: op.path,
+                bindings: op.bindings,
+                body: op.body,
+            });
+        }
+        let binding = Binding::Docker(DockerBinding {
+            image: self.image,
+            digest,
+            openapi_urn: urn.to_string(),
+            sha256,
+            size_bytes: bytes.len() as u64,
+            openapi_path: path,
+            operations: calls,
+            skipped: imported.skipped,
+            secrets,
+            timeout_ms: self.timeout_ms,
+        });
+        let contract = Contract { kind: "openapi".into(), operations };
+        let (model, mut entry) = header.into_entry(Status::Approved, contract, binding);
+        if agentos_core::name::check_text("version", &imported.version, 64, true).is_ok() {
+            entry.version = imported.version;
+        }
+        Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
+    }
+}
+
+/// Pulls `reference` from the local registry, to the end of the engine's progress stream.
+async fn pull(client: &Docker, reference: &str) -> Result<(), EngineError> {
+    let options = CreateImageOptions { from_image: Some(reference.to_string()), ..Default::default() };
+    let mut progress = client.create_image(Some(options), None, None);
+    while let Some(step) = progress.next().await {
+        if let Err(e) = step {
+            return Err(CoreError::new(
+                ErrorKind::Unavailable,
+                "pull_failed",
+                format!("pulling {reference} failed: {}", docker_error(&e)),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+/// Waits for the validation container to listen, then reads its document.
+async fn validate(client: &Docker, name: &str, port: u16, path: &str, limit: Duration) -> Result<Vec<u8>, EngineError> {
+    let refused = |code: &'static str, why: String| -> EngineError { CoreError::bad_input(code, why).into() };
+    match wait_listening(client, name, port, limit).await {
+        Listening::Yes => {}
+        Listening::Exited(code, tail) => {
+            return Err(refused(
+                "image_crashed",
+                format!("the container exited with code {code} during validation{tail}"),
+            ));
+        }
+        Listening::TimedOut => {
+            return Err(refused(
+                "image_silent",
+                format!(
+                    "the container did not listen on 127.0.0.1:$PORT within {} s (it must serve HTTP on the port given in PORT)",
+                    limit.as_secs()
+                ),
+            ));
+        }
+    }
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .map_err(|e| CoreError::internal(e.to_string()))?;
+    let resp = http.get(&url).send().await.map_err(|e| {
+        refused("invalid_openapi", format!("GET {path} of the container failed: {}", crate::outbound::describe(&e)))
+    })?;
+    let status = resp.status().as_u16();
+    if !(200..300).contains(&status) {
+        return Err(refused(
+            "no_openapi",
+            format!(
+                "the container answered {status} for its document at {path} (label {DOCUMENT_LABEL} says where it is)"
+            ),
+        ));
+    }
+    let bytes = resp.bytes().await.map_err(|e| refused("invalid_openapi", format!("reading the document: {e}")))?;
+    if bytes.len() > 16 << 20 {
+        return Err(refused("invalid_openapi", "the document is over 16 MiB".into()));
+    }
+    Ok(bytes.to_vec())
+}
+
+enum Listening {
+    Yes,
+    /// The exit code and `: <its last log line>`.
+    Exited(i64, String),
+    TimedOut,
+}
+
+/// Polls the port until the container listens, exits, or `limit` passes.
+async fn wait_listening(client: &Docker, name: &str, port: u16, limit: Duration) -> Listening {
+    let deadline = Instant::now() + limit;
+    let mut n = 0u32;
+    loop {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+            return Listening::Yes;
+        }
+        n += 1;
+        // The engine is asked now and then, not on every poll.
+        if n % 10 == 1
+            && let Ok(info) = client.inspect_container(name, None).await
+            && let Some(state) = info.state
+            && state.running == Some(false)
+        {
+            return Listening::Exited(state.exit_code.unwrap_or(-1), last_log_line(client, name).await);
+        }
+        if Instant::now() >= deadline {
+            return Listening::TimedOut;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn last_log_line(client: &Docker, name: &str) -> String {
+    let options = LogsOptions { stdout: true, stderr: true, tail: "5".into(), ..Default::default() };
+    let mut logs = client.logs(name, Some(options));
+    let mut text = String::new();
+    while let Some(Ok(chunk)) = logs.next().await {
+        text.push_str(&chunk.to_string());
+    }
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| format!(": {}", l.trim().chars().take(300).collect::<String>()))
+        .unwrap_or_default()
+}
+
+/// A loopback port free right now, for a container to listen on.
+fn free_port() -> Result<u16, EngineError> {
+    let l =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| CoreError::internal(format!("no free port: {e}")))?;
+    Ok(l.local_addr().map_err(|e| CoreError::internal(e.to_string()))?.port())
+}
+
+fn docker_error(e: &bollard::errors::Error) -> String {
+    match e {
+        bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        other => crate::outbound::describe(other),
+    }
+}
+
+/// Calls one operation of a container entry: the tag still at its pinned digest, a warm
+/// container of it (started when there is none), and the request sent as an http service's.
+pub(crate) async fn call_operation(
+    engine: &Engine,
+    id: &str,
+    model: &str,
+    entry: &StoredEntry,
+    tool: &str,
+    input: &Value,
+    timeout_ms: Option<u64>,
+) -> Result<Value, EngineError> {
+    let Binding::Docker(b) = &entry.entry.binding else {
+        return Err(CoreError::bad_input("not_docker", format!("{id:?} is not a container")).into());
+    };
+    let op = b
+        .operations
+        .iter()
+        .find(|o| o.name == tool)
+        .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
+    let docker = &engine.inner.docker;
+    let failed =
+        |kind, code, why: String| -> EngineError { CoreError::new(kind, code, format!("{id} {tool}: {why}")).into() };
+    let image = ImageRef::parse(&b.image, &docker.config.registry)?;
+    match docker.registry_digest(&image).await {
+        Ok(Some(d)) if d == b.digest => {}
+        Ok(_) => {
+            docker.stop_digest(&b.digest).await;
+            return Err(failed(
+                ErrorKind::Conflict,
+                "image_repushed",
+                format!(
+                    "image re-pushed since import: re-import it (agentos catalog import-image {} --id {id})",
+                    b.image
+                ),
+            ));
+        }
+        Err(e) => return Err(failed(ErrorKind::Unavailable, "registry_unreachable", e.to_string())),
+    }
+    let mut secrets = Vec::new();
+    for s in &b.secrets {
+        let pin = b.digest.trim_start_matches("sha256:");
+        if !granted_to_entry(engine, s, id, &entry.model, pin) {
+            return Err(failed(
+                ErrorKind::Forbidden,
+                "secret_not_granted",
+                format!(
+                    "secret {s:?} is not granted to {id}; the operator grants it with `agentos secret grant {s} --tool {id}`"
+                ),
+            ));
+        }
+        let value = engine.principals().secret(s).ok_or_else(|| {
+            failed(ErrorKind::ToolFailed, "secret_missing", format!("secret {s:?} is not set on the master"))
+        })?;
+        secrets.push((s.clone(), value));
+    }
+    let key = format!("{}/{id}@{}", entry.model, b.digest);
+    let warm = docker
+        .warm(engine, &key, &image, b, &secrets)
+        .await
+        .map_err(|why| failed(ErrorKind::Unavailable, "container_unavailable", why))?;
+    let _busy = warm.busy();
+    let schema = entry.entry.contract().operations.get(tool).map(|o| o.input.clone()).unwrap_or(Value::Null);
+    let base = format!("http://127.0.0.1:{}", warm.port);
+    let request = agentos_openapi::build_request(&base, &op.to_openapi(schema), input)
+        .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
+    let cfg = engine.inner.dispatch.config;
+    let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
+    let values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();
+    super::http::send_local(engine, id, tool, model, request, Duration::from_millis(timeout_ms), &docker.http, &values)
+        .await
+}
+
+fn granted_to_entry(engine: &Engine, secret: &str, id: &str, model: &str, pin: &str) -> bool {
+    engine.read_state().secret_grants.values().any(|g| {
+        g.secret == secret
+            && matches!(&g.to, GrantTarget::Tool { id: i, model: m, sha256 } if i == id && m == model && sha256 == pin)
+    })
+}
+
+/// Containers: the engine's client, the registry's recent answers, the warm containers.
+pub(crate) struct Containers {
+    pub(crate) config: DockerConfig,
+    client: tokio::sync::OnceCell<Docker>,
+    /// Plain HTTP to the master's own containers on loopback (not the outbound policy's).
+    pub(crate) http: reqwest::Client,
+    digests: Mutex<HashMap<ImageRef, (Instant, Option<String>)>>,
+    /// Warm containers by entry and digest (`model/id@digest`): entries of one image do not
+    /// share a container, since each has its own secrets.
+    warm: tokio::sync::Mutex<HashMap<String, Arc<Warm>>>,
+}
+
+/// A running container of one digest.
+pub(crate) struct Warm {
+    name: String,
+    port: u16,
+    last_used: Mutex<Instant>,
+    in_flight: AtomicUsize,
+}
+
+struct WarmBusy<'a>(&'a Warm);
+
+impl Drop for WarmBusy<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+        *self.0.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+}
+
+impl Warm {
+    fn busy(&self) -> WarmBusy<'_> {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        WarmBusy(self)
+    }
+}
+
+impl Containers {
+    pub(crate) fn new(config: DockerConfig) -> Self {
+        let http = reqwest::Client::builder().no_proxy().tcp_nodelay(true).build().unwrap_or_default();
+        Containers { config, client: Default::default(), http, digests: Default::default(), warm: Default::default() }
+    }
+
+    /// The engine's client, its API version negotiated (Debian's engine is older than bollard).
+    async fn client(&self) -> Result<Docker, EngineError> {
+        let socket = self.config.socket.clone();
+        let client = self
+            .client
+            .get_or_try_init(|| async move {
+                let d = Docker::connect_with_unix(&socket, 120, bollard::API_DEFAULT_VERSION)
+                    .map_err(|e| docker_error(&e))?;
+                d.negotiate_version().await.map_err(|e| docker_error(&e))
+            })
+            .await
+            .map_err(|why| {
+                CoreError::new(
+                    ErrorKind::Unavailable,
+                    "docker_unavailable",
+                    format!("the Docker engine at {} cannot be reached: {why}", self.config.socket),
+                )
+            })?;
+        Ok(client.clone())
+    }
+
+    /// The tag's digest in the registry now (`None`: no such tag), answered from a cache of at
+    /// most five seconds.
+    async fn registry_digest(&self, image: &ImageRef) -> Result<Option<String>, EngineError> {
+        if let Some((at, d)) = self.digests.lock().unwrap_or_else(|p| p.into_inner()).get(image)
+            && at.elapsed() < DIGEST_CACHE
+        {
+            return Ok(d.clone());
+        }
+        let url = format!("http://{}/v2/{}/manifests/{}", self.config.registry, image.name, image.tag);
+        let accept = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json";
+        let resp = self.http.head(&url).header("accept", accept).timeout(Duration::from_secs(5)).send().await.map_err(
+            |e| {
+                CoreError::new(
+                    ErrorKind::Unavailable,
+                    "registry_unreachable",
+                    format!(
+                        "the local registry {} cannot be reached: {}",
+                        self.config.registry,
+                        crate::outbound::describe(&e)
+                    ),
+                )
+            },
+        )?;
+        let digest = match resp.status().as_u16() {
+            404 => None,
+            s if (200..300).contains(&s) => {
+                resp.headers().get("docker-content-digest").and_then(|v| v.to_str().ok()).map(str::to_string)
+            }
+            s => {
+                return Err(CoreError::new(
+                    ErrorKind::Unavailable,
+                    "registry_error",
+                    format!("the local registry answered {s} for {}:{}", image.name, image.tag),
+                )
+                .into());
+            }
+        };
+        self.digests.lock().unwrap_or_else(|p| p.into_inner()).insert(image.clone(), (Instant::now(), digest.clone()));
+        Ok(digest)
+    }
+
+    /// Creates and starts a container of `image` listening on `port`, with the limits every
+    /// container gets.
+    async fn start(
+        &self,
+        client: &Docker,
+        name: &str,
+        image: &str,
+        port: u16,
+        role: &str,
+        env: &[(String, String)],
+    ) -> Result<(), EngineError> {
+        let mut vars = vec![format!("PORT={port}")];
+        vars.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        let labels = HashMap::from([
+            (OWNER_LABEL.to_string(), self.config.owner.clone()),
+            ("agentos.role".to_string(), role.to_string()),
+        ]);
+        let body = ContainerCreateBody {
+            image: Some(image.to_string()),
+            env: Some(vars),
+            user: Some(self.config.user.clone()),
+            labels: Some(labels),
+            host_config: Some(HostConfig {
+                network_mode: Some("host".into()),
+                cap_drop: Some(vec!["ALL".into()]),
+                security_opt: Some(vec!["no-new-privileges".into()]),
+                pids_limit: Some(self.config.pids_limit),
+                memory: Some(self.config.memory_bytes),
+                readonly_rootfs: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        let unavailable = |what: &str, e: &bollard::errors::Error| -> EngineError {
+            CoreError::new(ErrorKind::Unavailable, "container_failed", format!("{what} {image}: {}", docker_error(e)))
+                .into()
+        };
+        client.create_container(Some(options), body).await.map_err(|e| unavailable("creating a container of", &e))?;
+        if let Err(e) = client.start_container(name, None).await {
+            let _ =
+                client.remove_container(name, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
+            return Err(unavailable("starting a container of", &e));
+        }
+        Ok(())
+    }
+
+    /// The warm container of `key` (an entry and its digest), started when there is none (or
+    /// when it died).
+    async fn warm(
+        &self,
+        engine: &Engine,
+        key: &str,
+        image: &ImageRef,
+        b: &DockerBinding,
+        secrets: &[(String, String)],
+    ) -> Result<Arc<Warm>, String> {
+        let mut warm = self.warm.lock().await;
+        if let Some(w) = warm.get(key) {
+            if tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await.is_ok() {
+                return Ok(w.clone());
+            }
+            // Crashed or stopped: removed, and started again below.
+            let gone = warm.remove(key).expect("present");
+            self.remove(&gone.name).await;
+        }
+        if warm.len() >= self.config.max_containers {
+            let idle = warm
+                .iter()
+                .filter(|(_, w)| w.in_flight.load(Ordering::Acquire) == 0)
+                .min_by_key(|(_, w)| *w.last_used.lock().unwrap_or_else(|p| p.into_inner()))
+                .map(|(d, _)| d.clone());
+            match idle {
+                Some(d) => {
+                    let w = warm.remove(&d).expect("present");
+                    self.remove(&w.name).await;
+                }
+                None => {
+                    return Err(format!(
+                        "{} containers are running, all busy (the limit); try again when a call ends",
+                        warm.len()
+                    ));
+                }
+            }
+        }
+        let client = self.client().await.map_err(|e| e.to_string())?;
+        let pinned = format!("{}/{}@{}", self.config.registry, image.name, b.digest);
+        // Pulled at import; pulled again if the engine lost it.
+        if client.inspect_image(&pinned).await.is_err() {
+            pull(&client, &pinned).await.map_err(|e| e.to_string())?;
+        }
+        let port = free_port().map_err(|e| e.to_string())?;
+        let name = format!("agentos-run-{}-{}", &b.digest.trim_start_matches("sha256:")[..12], port);
+        self.start(&client, &name, &pinned, port, "run", secrets).await.map_err(|e| e.to_string())?;
+        match wait_listening(&client, &name, port, self.config.start_timeout).await {
+            Listening::Yes => {}
+            Listening::Exited(code, tail) => {
+                self.remove(&name).await;
+                return Err(format!("the container exited with code {code} at start{tail}"));
+            }
+            Listening::TimedOut => {
+                self.remove(&name).await;
+                return Err(format!("the container did not listen within {} s", self.config.start_timeout.as_secs()));
+            }
+        }
+        let w = Arc::new(Warm { name, port, last_used: Mutex::new(Instant::now()), in_flight: AtomicUsize::new(0) });
+        warm.insert(key.to_string(), w.clone());
+        tokio::spawn(watch_idle(Arc::downgrade(&engine.inner), key.to_string(), Arc::downgrade(&w)));
+        Ok(w)
+    }
+
+    async fn remove(&self, name: &str) {
+        if let Ok(client) = self.client().await {
+            let _ =
+                client.remove_container(name, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
+        }
+    }
+
+    /// Stops the warm containers of `digest`.
+    async fn stop_digest(&self, digest: &str) {
+        let gone: Vec<Arc<Warm>> = {
+            let mut warm = self.warm.lock().await;
+            let keys: Vec<String> = warm.keys().filter(|k| k.ends_with(&format!("@{digest}"))).cloned().collect();
+            keys.iter().filter_map(|k| warm.remove(k)).collect()
+        };
+        for w in gone {
+            self.remove(&w.name).await;
+        }
+    }
+
+    /// Stops every warm container (the master is stopping).
+    pub(crate) async fn stop_all(&self) {
+        let all: Vec<Arc<Warm>> = self.warm.lock().await.drain().map(|(_, w)| w).collect();
+        for w in all {
+            self.remove(&w.name).await;
+        }
+    }
+
+    /// Removes every container an earlier run of this master left (killed mid-import, say).
+    pub(crate) async fn sweep(&self) {
+        let Ok(client) = self.client().await else { return };
+        let filters = HashMap::from([("label".to_string(), vec![format!("{OWNER_LABEL}={}", self.config.owner)])]);
+        let options = ListContainersOptions { all: true, filters: Some(filters), ..Default::default() };
+        let Ok(left) = client.list_containers(Some(options)).await else { return };
+        for c in left {
+            if let Some(id) = c.id {
+                tracing::info!(container = %id, "removing a container an earlier run left");
+                let _ = client
+                    .remove_container(&id, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                    .await;
+            }
+        }
+    }
+}
+
+/// Stops a warm container once it has had no call for the configured idle time.
+async fn watch_idle(engine: std::sync::Weak<crate::engine::Inner>, key: String, warm: std::sync::Weak<Warm>) {
+    loop {
+        let Some(idle) = engine.upgrade().map(|e| e.docker.config.idle_stop) else { return };
+        tokio::time::sleep(idle.max(Duration::from_millis(100)) / 4).await;
+        let (Some(inner), Some(w)) = (engine.upgrade(), warm.upgrade()) else { return };
+        let quiet = w.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+        if w.in_flight.load(Ordering::Acquire) > 0 || quiet < idle {
+            continue;
+        }
+        let mut all = inner.docker.warm.lock().await;
+        if all.get(&key).is_some_and(|x| Arc::ptr_eq(x, &w)) && w.in_flight.load(Ordering::Acquire) == 0 {
+            all.remove(&key);
+            drop(all);
+            tracing::info!(container = %w.name, "idle container stopped");
+            inner.docker.remove(&w.name).await;
+        }
+        return;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_local_registrys_tags_are_imported() {
+        let r = "127.0.0.1:5001";
+        assert_eq!(
+            ImageRef::parse("127.0.0.1:5001/tools/echo:1", r).unwrap(),
+            ImageRef { name: "tools/echo".into(), tag: "1".into() }
+        );
+        assert_eq!(ImageRef::parse("127.0.0.1:5001/echo", r).unwrap().tag, "latest");
+        for (image, words) in [
+            ("docker.io/library/alpine:3", "not in the local registry"),
+            ("alpine", "not in the local registry"),
+            ("127.0.0.1:50011/echo:1", "not in the local registry"),
+            ("127.0.0.1:5001/echo@sha256:00", "name a tag, not a digest"),
+            ("127.0.0.1:5001/Echo:1", "not a valid reference"),
+            ("127.0.0.1:5001/../x:1", "not a valid reference"),
+            ("127.0.0.1:5001/echo:-x", "not a valid reference"),
+        ] {
+            let e = ImageRef::parse(image, r).unwrap_err();
+            assert!(e.message.contains(words), "{image}: {}", e.message);
+        }
+    }
+}
