@@ -177,6 +177,14 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
     common::wait_for("the sum token", || !api.token_data("calc", "p-resp").is_empty());
     assert_eq!(api.token_data("calc", "p-resp")[0], json!({"sum": 42}));
 
+    // A crashed container is started again by the next call.
+    for id in containers_of(&data) {
+        docker(&["kill", &id]);
+    }
+    let (status, v) = call(&api, "echo", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 200, "started again: {v}");
+    assert_eq!(v["result"]["body"]["sum"], 2, "{v}");
+
     // Calling needs `x` and `d`; importing needs `d`; `d` registers no scripts and `s` imports
     // no images.
     let no_d = api.agent("no-d", "--x------s");
