@@ -281,22 +281,70 @@ impl Conn {
         if status.is_success() {
             return Ok(value);
         }
-        let message = value
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| value.to_string());
-        let code = match status.as_u16() {
-            400 | 413 => EXIT_USAGE,
-            401 | 403 => EXIT_DENIED,
-            404 => EXIT_NOT_FOUND,
-            422 => EXIT_TOOL_FAILED,
-            504 => EXIT_TIMED_OUT_CALL,
-            _ => EXIT_FAILURE,
-        };
-        let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
-        Err(ClientError { code, message, status: Some(status.as_u16()), error_code })
+        Err(refusal(status.as_u16(), &value))
     }
+
+    /// POSTs a registration command and follows it: each step the master reports goes to
+    /// `step` as it comes (`Accept: application/x-ndjson`); answers the stored entry.
+    pub(crate) fn register_following(&self, body: Value, mut step: impl FnMut(&str)) -> Result<Value, ClientError> {
+        use std::io::BufRead;
+        let token = self.token()?;
+        let client = reqwest::blocking::Client::builder()
+            .timeout(std::time::Duration::from_secs(600))
+            .build()
+            .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
+        let url = format!("{}/api/commands", self.url.trim_end_matches('/'));
+        let resp = client
+            .post(&url)
+            .bearer_auth(token)
+            .header("accept", "application/x-ndjson")
+            .json(&body)
+            .send()
+            .map_err(|e| {
+                fail(
+                    EXIT_UNREACHABLE,
+                    format!("cannot reach the master at {}: {e} (is `agentos up` running? set AGENTOS_URL)", self.url),
+                )
+            })?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().unwrap_or_default();
+            let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            return Err(refusal(status.as_u16(), &value));
+        }
+        for line in std::io::BufReader::new(resp).lines() {
+            let line = line.map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;
+            let Ok(v) = serde_json::from_str::<Value>(&line) else { continue };
+            if let Some(s) = v.get("progress").and_then(Value::as_str) {
+                step(s);
+            } else if let Some(entry) = v.get("entry") {
+                return Ok(entry.clone());
+            } else if let Some(e) = v.get("error") {
+                let status = e.get("status").and_then(Value::as_u64).unwrap_or(500) as u16;
+                return Err(refusal(status, &v));
+            }
+        }
+        Err(fail(EXIT_FAILURE, "the master ended the answer before saying how the registration went"))
+    }
+}
+
+/// A refused request as the exit code and line it gives: the status decides the code.
+fn refusal(status: u16, value: &Value) -> ClientError {
+    let message = value
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| value.to_string());
+    let code = match status {
+        400 | 413 => EXIT_USAGE,
+        401 | 403 => EXIT_DENIED,
+        404 => EXIT_NOT_FOUND,
+        422 => EXIT_TOOL_FAILED,
+        504 => EXIT_TIMED_OUT_CALL,
+        _ => EXIT_FAILURE,
+    };
+    let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
+    ClientError { code, message, status: Some(status), error_code }
 }
 
 fn opt(q: &mut Vec<(&'static str, String)>, k: &'static str, v: Option<String>) {
@@ -524,16 +572,26 @@ pub fn import_image(a: ImportImageArgs) -> Result<(), ClientError> {
     if let Some(ms) = a.timeout_ms {
         body["timeoutMs"] = json!(ms);
     }
-    // The master pulls, starts and validates in one request; say so while it works.
-    if !a.json {
-        let line = format!("importing {}: pull, start, validate ...", a.image);
-        if std::io::stderr().is_terminal() {
-            eprint!("{line}\r");
-        } else {
-            eprintln!("{line}");
+    // The master's steps as it reports them: on a terminal one status line, rewritten in place
+    // and cleared at the end; otherwise a line each.
+    let terminal = std::io::stderr().is_terminal();
+    let image = a.image.clone();
+    let mut shown = false;
+    let answer = a.conn.register_following(body, |step| {
+        if a.json {
+            return;
         }
+        if terminal {
+            eprint!("\r\x1b[2K{image}: {step} ...");
+            shown = true;
+        } else {
+            eprintln!("{image}: {step}");
+        }
+    });
+    if shown {
+        eprint!("\r\x1b[2K");
     }
-    let e = a.conn.request(reqwest::Method::POST, "/api/commands", &[], Some(body))?;
+    let e = answer?;
     output::print(&e, a.json, output::registered);
     Ok(())
 }

@@ -112,6 +112,26 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
     let ops: Vec<&str> = entry["contract"]["operations"].as_object().unwrap().keys().map(String::as_str).collect();
     assert_eq!(ops, ["add", "echo", "whoami"]);
     assert!(containers_of(&data).is_empty(), "the validation container is gone");
+    // Without --json the CLI shows the master's steps as they happen (a line each off a
+    // terminal), and a refusal as one line with its exit code.
+    let (code, _, err) = run(&m, &m.token, Path::new(BIN), &["catalog", "import-image", &image, "--id", "shown"]);
+    assert_eq!(code, 0, "{err}");
+    for step in [
+        "pulling 127.0.0.1:5001/agentos-test/ok@sha256:",
+        "starting a validation container",
+        "waiting for it to listen",
+        "validating its document at /openapi.json",
+    ] {
+        assert!(err.contains(step), "{step:?} in {err}");
+    }
+    let (code, _, err) = run(
+        &m,
+        &m.token,
+        Path::new(BIN),
+        &["catalog", "import-image", &format!("{prefix}/crash:1"), "--id", "crashes"],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.lines().last().unwrap().contains("exited with code 3 during validation"), "{err}");
 
     // A shim: the first call starts a container, the next ones reuse it.
     let bin = dir.path().join("bin");

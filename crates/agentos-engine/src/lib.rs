@@ -20,6 +20,7 @@ pub mod nets;
 mod open;
 pub mod outbound;
 pub mod principal;
+pub mod progress;
 mod records;
 pub mod redact;
 pub mod sandbox;

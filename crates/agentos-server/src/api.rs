@@ -106,14 +106,18 @@ pub async fn entry_history(
 }
 
 /// Run a command of the catalog: a registration of some binding kind, a search, a get or a removal.
+/// A registration asked with `Accept: application/x-ndjson` is answered as it goes: one line
+/// `{"progress": "..."}` per step the binding reports (pulling an image, starting a container,
+/// listing an MCP server's tools), then `{"entry": ...}` or `{"error": {code, message, status}}`.
 #[utoipa::path(post, path = "/api/commands", tag = "commands",
     request_body(content = Object, description = "Written from the command table (openapi.rs)."),
-    responses((status = 200, description = "The command's answer: the stored entry, a search page, an entry, or {\"removed\": true}", body = Object),
+    responses((status = 200, description = "The command's answer: the stored entry, a search page, an entry, or {\"removed\": true}; for a registration asked with Accept: application/x-ndjson, progress lines and then the entry or the error", body = Object),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn run_command(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
+    headers: HeaderMap,
     JsonValue(body): JsonValue,
 ) -> Result<Response, ApiError> {
     let kind = body.get("type").and_then(Value::as_str).unwrap_or_default().to_string();
@@ -133,7 +137,12 @@ pub async fn run_command(
     }
     let cmd = Command::parse(body)?;
     let engine = &app.engine;
+    let follow = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim().starts_with("application/x-ndjson")));
     Ok(match cmd {
+        Command::Register { command, body } if follow => registration_as_it_goes(engine.clone(), p, command, body),
         Command::Register { command, body } => {
             Json(wire::EntryAnswer::from(engine.catalog().register(&p, command, body).await?)).into_response()
         }
@@ -150,6 +159,42 @@ pub async fn run_command(
             Json(json!({"removed": true, "id": id, "model": model})).into_response()
         }
     })
+}
+
+/// A registration answered line by line: the steps its binding reports, then the entry or the
+/// error. It runs in a task of its own, so a caller who goes away does not cut it short: it
+/// commits or fails as it would have.
+fn registration_as_it_goes(
+    engine: agentos_engine::Engine,
+    p: Principal,
+    command: &'static str,
+    body: Value,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let lines = tx.clone();
+    tokio::spawn(async move {
+        let answer = agentos_engine::progress::reporting_to(tx, engine.catalog().register(&p, command, body)).await;
+        let last = match answer {
+            Ok(entry) => json!({"entry": wire::EntryAnswer::from(entry)}),
+            Err(e) => {
+                let e = ApiError::from(e);
+                json!({"error": {"code": e.code, "message": e.message, "status": e.status.as_u16()}})
+            }
+        };
+        let _ = lines.send(format!("\u{0}{last}"));
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let item = rx.recv().await?;
+        // The last line is marked so that it is not taken for a step.
+        let line = match item.strip_prefix('\u{0}') {
+            Some(last) => format!("{last}\n"),
+            None => format!("{}\n", json!({"progress": item})),
+        };
+        Some((Ok::<_, std::convert::Infallible>(axum::body::Bytes::from(line)), rx))
+    });
+    let mut resp = axum::body::Body::from_stream(stream).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/x-ndjson"));
+    resp
 }
 
 /// A blob's bytes, verified against its sha256 before they are sent.

@@ -259,6 +259,7 @@ impl ImportImage {
         })?;
         let client = docker.client().await?;
         let pinned = format!("{}/{}@{digest}", docker.config.registry, image.name);
+        crate::progress::report(format!("pulling {pinned}"));
         pull(&client, &pinned).await?;
         let inspected = client
             .inspect_image(&pinned)
@@ -280,6 +281,7 @@ impl ImportImage {
         let port = free_port()?;
         let name =
             format!("agentos-validate-{}-{}", header.id, &sha256_hex(format!("{:?}", Instant::now()).as_bytes())[..8]);
+        crate::progress::report(format!("starting a validation container on port {port}"));
         let started = docker.start(&client, &name, &pinned, port, "validate", &[]).await;
         let outcome = match started {
             Ok(()) => validate(&client, &name, port, &path, docker.config.start_timeout).await,
@@ -357,6 +359,7 @@ async fn pull(client: &Docker, reference: &str) -> Result<(), EngineError> {
 /// Waits for the validation container to listen, then reads its document.
 async fn validate(client: &Docker, name: &str, port: u16, path: &str, limit: Duration) -> Result<Vec<u8>, EngineError> {
     let refused = |code: &'static str, why: String| -> EngineError { CoreError::bad_input(code, why).into() };
+    crate::progress::report(format!("waiting for it to listen on 127.0.0.1:{port}"));
     match wait_listening(client, name, port, limit).await {
         Listening::Yes => {}
         Listening::Exited(code, tail) => {
@@ -375,6 +378,7 @@ async fn validate(client: &Docker, name: &str, port: u16, path: &str, limit: Dur
             ));
         }
     }
+    crate::progress::report(format!("validating its document at {path}"));
     let url = format!("http://127.0.0.1:{port}{path}");
     let http = reqwest::Client::builder()
         .no_proxy()

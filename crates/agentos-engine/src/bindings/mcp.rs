@@ -292,9 +292,11 @@ impl RegisterMcp {
         .check(&p.home_model)?;
         check_server(engine, p, &self.server)?;
         let key = ServerKey { model: header.model.clone(), id: header.id.clone() };
+        crate::progress::report("starting the server and its initialize");
         let conn = Conn::start(engine, &key, &self.server, None).await.map_err(|why| {
             CoreError::bad_input("mcp_unreachable", format!("the MCP server could not be reached: {why}"))
         })?;
+        crate::progress::report("listing its tools");
         let listed = conn.list_tools().await;
         conn.stop().await;
         let listed = listed.map_err(|why| {
