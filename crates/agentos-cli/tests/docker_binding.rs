@@ -336,3 +336,29 @@ fn a_master_killed_during_an_import_leaves_no_half_entry_and_no_container() {
     assert_eq!(status, 404, "no half entry: {v}");
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn at_the_container_limit_the_least_recently_used_idle_container_makes_room() {
+    let prefix = images();
+    let image = format!("{prefix}/ok:1");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start_with(&data, &["--max-containers", "1"]);
+    let api = m.client();
+    for id in ["first", "second"] {
+        let (status, v) = import(&api, &image, id);
+        assert_eq!(status, 200, "{v}");
+    }
+    let (status, v) = call(&api, "first", "whoami", &[]);
+    assert_eq!(status, 200, "{v}");
+    let first = containers_of(&data);
+    assert_eq!(first.len(), 1);
+    let (status, v) = call(&api, "second", "whoami", &[]);
+    assert_eq!(status, 200, "{v}");
+    let second = containers_of(&data);
+    assert_eq!(second.len(), 1, "still one container: {second:?}");
+    assert_ne!(first, second, "the first entry's container made room");
+    let (status, v) = call(&api, "first", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 200, "{v}");
+}

@@ -242,6 +242,9 @@ impl ImportImage {
         }
         .check(DEFAULT_MODEL)?;
         let secrets = self.secrets.unwrap_or_default();
+        if secrets.len() > 32 {
+            return Err(CoreError::bad_input("invalid_secret", "secrets: at most 32").into());
+        }
         for s in &secrets {
             if !agentos_core::net::valid_credential(s) {
                 return Err(
