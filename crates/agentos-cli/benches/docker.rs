@@ -70,7 +70,7 @@ fn summary(label: &str, mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let image = format!("{}/ok:1", images());
+    let image = format!("{}/ok:2", images());
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
     let (master, api) = start_master(&data);

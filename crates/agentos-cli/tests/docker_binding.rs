@@ -92,7 +92,7 @@ fn registry_digest(image: &str) -> String {
 #[test]
 fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
     let prefix = images();
-    let image = format!("{prefix}/ok:1");
+    let image = format!("{prefix}/ok:2");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
     let _leftovers = Leftovers(data.clone());
@@ -128,7 +128,7 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
         &m,
         &m.token,
         Path::new(BIN),
-        &["catalog", "import-image", &format!("{prefix}/crash:1"), "--id", "crashes"],
+        &["catalog", "import-image", &format!("{prefix}/crash:2"), "--id", "crashes"],
     );
     assert_eq!(code, 2, "{err}");
     assert!(err.lines().last().unwrap().contains("exited with code 3 during validation"), "{err}");
@@ -246,7 +246,7 @@ fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
     let prefix = images();
     // A tag of this test's own, so no other test's import sees it move.
     let tag = format!("{prefix}/repush-{}:1", std::process::id());
-    docker(&["tag", &format!("{prefix}/ok:1"), &tag]);
+    docker(&["tag", &format!("{prefix}/ok:2"), &tag]);
     docker(&["push", "-q", &tag]);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
@@ -264,7 +264,7 @@ fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
     std::fs::create_dir(&ctx).unwrap();
     std::fs::write(
         ctx.join("Dockerfile"),
-        format!("FROM {prefix}/ok:1\nLABEL agentos.test.nonce=\"{}\"\n", std::process::id()),
+        format!("FROM {prefix}/ok:2\nLABEL agentos.test.nonce=\"{}\"\n", std::process::id()),
     )
     .unwrap();
     docker(&["build", "-q", "-t", &tag, ctx.to_str().unwrap()]);
@@ -301,7 +301,7 @@ fn images_that_do_not_validate_are_refused_with_the_reason_and_leave_no_containe
         ("silent", 400, "did not listen on 127.0.0.1:$PORT within 1 s"),
         ("crash", 400, "exited with code 3 during validation: tool-image: cannot read /config.toml"),
     ] {
-        let (s, v) = import(&api, &format!("{prefix}/{mode}:1"), mode);
+        let (s, v) = import(&api, &format!("{prefix}/{mode}:2"), mode);
         assert_eq!(s, status, "{mode}: {v}");
         assert!(message(&v).contains(words), "{mode}: {v}");
         assert_eq!(api.get(&format!("/api/tool-catalog/{mode}")).0, 404, "{mode}: no entry");
@@ -325,7 +325,7 @@ fn a_master_killed_during_an_import_leaves_no_half_entry_and_no_container() {
     let listen = format!("127.0.0.1:{port}");
     let mut m = Master::start_full(&data, &listen, &["--docker-start-timeout-ms", "30000"], &[]);
     let api = m.client();
-    let image = format!("{prefix}/silent:1");
+    let image = format!("{prefix}/silent:2");
     let importing = std::thread::spawn(move || import(&api, &image, "halfway"));
     common::wait_for("the validation container", || !containers_of(&data).is_empty());
     m.kill9();
@@ -340,7 +340,7 @@ fn a_master_killed_during_an_import_leaves_no_half_entry_and_no_container() {
 #[test]
 fn at_the_container_limit_the_least_recently_used_idle_container_makes_room() {
     let prefix = images();
-    let image = format!("{prefix}/ok:1");
+    let image = format!("{prefix}/ok:2");
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
     let _leftovers = Leftovers(data.clone());
@@ -361,4 +361,39 @@ fn at_the_container_limit_the_least_recently_used_idle_container_makes_room() {
     assert_ne!(first, second, "the first entry's container made room");
     let (status, v) = call(&api, "first", "add", &["--a", "1", "--b", "1"]);
     assert_eq!(status, 200, "{v}");
+}
+
+#[test]
+fn a_container_that_hangs_at_start_holds_up_only_its_own_entry() {
+    let prefix = images();
+    let image = format!("{prefix}/ok:2");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start_with(&data, &["--docker-start-timeout-ms", "3000"]);
+    let api = m.client();
+    // Validated without the secret; the containers that run calls get it, and never listen.
+    let (status, v) = api.put("/api/secrets/TOOL_HANG", json!({"value": "hang-at-start"}));
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": image, "id": "hangs",
+        "secrets": ["TOOL_HANG"]}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(api.post("/api/secrets/TOOL_HANG/grants", json!({"tool": "hangs"})).0, 200);
+    let (status, v) = import(&api, &image, "quick");
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&api, "quick", "add", &["--a", "1", "--b", "1"]);
+    assert_eq!(status, 200, "{v}");
+
+    let hang_api = api.clone();
+    let hanging = std::thread::spawn(move || call(&hang_api, "hangs", "add", &["--a", "1", "--b", "1"]));
+    std::thread::sleep(Duration::from_millis(300));
+    // While that container fails to start, the other entry answers at once.
+    let started = std::time::Instant::now();
+    let (status, v) = call(&api, "quick", "add", &["--a", "2", "--b", "2"]);
+    assert_eq!(status, 200, "{v}");
+    assert!(started.elapsed() < Duration::from_millis(1500), "not held up: {:?}", started.elapsed());
+    let (status, v) = hanging.join().unwrap();
+    assert_eq!(status, 504, "{v}");
+    assert!(message(&v).contains("did not listen within 3 s"), "{v}");
+    common::wait_for("the hung container to be removed", || containers_of(&data).len() == 1);
 }

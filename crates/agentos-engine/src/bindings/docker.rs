@@ -553,9 +553,13 @@ pub(crate) struct Containers {
     pub(crate) http: reqwest::Client,
     digests: Mutex<HashMap<ImageRef, (Instant, Option<String>)>>,
     /// Warm containers by entry and digest (`model/id@digest`): entries of one image do not
-    /// share a container, since each has its own secrets.
-    warm: tokio::sync::Mutex<HashMap<String, Arc<Warm>>>,
+    /// share a container, since each has its own secrets. Each entry has a lock of its own, held
+    /// while its container starts, so a slow start holds up only that entry's calls.
+    warm: Mutex<HashMap<String, WarmSlot>>,
 }
+
+/// One entry's container, or none; locked while it is checked or started.
+type WarmSlot = Arc<tokio::sync::Mutex<Option<Arc<Warm>>>>;
 
 /// A running container of one digest.
 pub(crate) struct Warm {
@@ -697,6 +701,17 @@ impl Containers {
         Ok(())
     }
 
+    /// The slot of `key`, made empty when there is none.
+    fn slot(&self, key: &str) -> WarmSlot {
+        self.warm.lock().unwrap_or_else(|p| p.into_inner()).entry(key.to_string()).or_default().clone()
+    }
+
+    /// Every slot but `key`'s.
+    fn other_slots(&self, key: &str) -> Vec<WarmSlot> {
+        let all = self.warm.lock().unwrap_or_else(|p| p.into_inner());
+        all.iter().filter(|(k, _)| k.as_str() != key).map(|(_, s)| s.clone()).collect()
+    }
+
     /// The warm container of `key` (an entry and its digest), started when there is none (or
     /// when it died).
     async fn warm(
@@ -707,34 +722,17 @@ impl Containers {
         b: &DockerBinding,
         secrets: &[(String, String)],
     ) -> Result<Arc<Warm>, String> {
-        let mut warm = self.warm.lock().await;
-        if let Some(w) = warm.get(key) {
+        let slot = self.slot(key);
+        let mut held = slot.lock().await;
+        if let Some(w) = held.as_ref() {
             if tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await.is_ok() {
                 return Ok(w.clone());
             }
             // Crashed or stopped: removed, and started again below.
-            let gone = warm.remove(key).expect("present");
+            let gone = held.take().expect("present");
             self.remove(&gone.name).await;
         }
-        if warm.len() >= self.config.max_containers {
-            let idle = warm
-                .iter()
-                .filter(|(_, w)| w.in_flight.load(Ordering::Acquire) == 0)
-                .min_by_key(|(_, w)| *w.last_used.lock().unwrap_or_else(|p| p.into_inner()))
-                .map(|(d, _)| d.clone());
-            match idle {
-                Some(d) => {
-                    let w = warm.remove(&d).expect("present");
-                    self.remove(&w.name).await;
-                }
-                None => {
-                    return Err(format!(
-                        "{} containers are running, all busy (the limit); try again when a call ends",
-                        warm.len()
-                    ));
-                }
-            }
-        }
+        self.make_room(key).await?;
         let client = self.client().await.map_err(|e| e.to_string())?;
         let pinned = format!("{}/{}@{}", self.config.registry, image.name, b.digest);
         // Pulled at import; pulled again if the engine lost it.
@@ -756,9 +754,41 @@ impl Containers {
             }
         }
         let w = Arc::new(Warm { name, port, last_used: Mutex::new(Instant::now()), in_flight: AtomicUsize::new(0) });
-        warm.insert(key.to_string(), w.clone());
+        *held = Some(w.clone());
         tokio::spawn(watch_idle(Arc::downgrade(&engine.inner), key.to_string(), Arc::downgrade(&w)));
         Ok(w)
+    }
+
+    /// Below the container limit, or brought below it by stopping the least recently used
+    /// idle container of another entry. A slot being started counts as running.
+    async fn make_room(&self, key: &str) -> Result<(), String> {
+        let others = self.other_slots(key);
+        let mut running = 0;
+        let mut idle: Vec<(Instant, tokio::sync::OwnedMutexGuard<Option<Arc<Warm>>>)> = Vec::new();
+        for s in others {
+            match s.try_lock_owned() {
+                Err(_) => running += 1,
+                Ok(g) => {
+                    if let Some(w) = g.as_ref() {
+                        running += 1;
+                        if w.in_flight.load(Ordering::Acquire) == 0 {
+                            let used = *w.last_used.lock().unwrap_or_else(|p| p.into_inner());
+                            idle.push((used, g));
+                        }
+                    }
+                }
+            }
+        }
+        if running < self.config.max_containers {
+            return Ok(());
+        }
+        let Some((_, mut oldest)) = idle.into_iter().min_by_key(|(used, _)| *used) else {
+            return Err(format!("{running} containers are running, all busy (the limit); try again when a call ends"));
+        };
+        if let Some(w) = oldest.take() {
+            self.remove(&w.name).await;
+        }
+        Ok(())
     }
 
     async fn remove(&self, name: &str) {
@@ -768,24 +798,29 @@ impl Containers {
         }
     }
 
+    /// Stops the containers of the slots whose key `pick` chooses.
+    async fn stop_where(&self, pick: impl Fn(&str) -> bool) {
+        let slots: Vec<WarmSlot> = {
+            let all = self.warm.lock().unwrap_or_else(|p| p.into_inner());
+            all.iter().filter(|(k, _)| pick(k)).map(|(_, s)| s.clone()).collect()
+        };
+        for s in slots {
+            let gone = s.lock().await.take();
+            if let Some(w) = gone {
+                self.remove(&w.name).await;
+            }
+        }
+    }
+
     /// Stops the warm containers of `digest`.
     async fn stop_digest(&self, digest: &str) {
-        let gone: Vec<Arc<Warm>> = {
-            let mut warm = self.warm.lock().await;
-            let keys: Vec<String> = warm.keys().filter(|k| k.ends_with(&format!("@{digest}"))).cloned().collect();
-            keys.iter().filter_map(|k| warm.remove(k)).collect()
-        };
-        for w in gone {
-            self.remove(&w.name).await;
-        }
+        let suffix = format!("@{digest}");
+        self.stop_where(|k| k.ends_with(&suffix)).await;
     }
 
     /// Stops every warm container (the master is stopping).
     pub(crate) async fn stop_all(&self) {
-        let all: Vec<Arc<Warm>> = self.warm.lock().await.drain().map(|(_, w)| w).collect();
-        for w in all {
-            self.remove(&w.name).await;
-        }
+        self.stop_where(|_| true).await;
     }
 
     /// Removes every container an earlier run of this master left (killed mid-import, say).
@@ -815,10 +850,11 @@ async fn watch_idle(engine: std::sync::Weak<crate::engine::Inner>, key: String, 
         if w.in_flight.load(Ordering::Acquire) > 0 || quiet < idle {
             continue;
         }
-        let mut all = inner.docker.warm.lock().await;
-        if all.get(&key).is_some_and(|x| Arc::ptr_eq(x, &w)) && w.in_flight.load(Ordering::Acquire) == 0 {
-            all.remove(&key);
-            drop(all);
+        let slot = inner.docker.slot(&key);
+        let mut held = slot.lock().await;
+        if held.as_ref().is_some_and(|x| Arc::ptr_eq(x, &w)) && w.in_flight.load(Ordering::Acquire) == 0 {
+            held.take();
+            drop(held);
             tracing::info!(container = %w.name, "idle container stopped");
             inner.docker.remove(&w.name).await;
         }
