@@ -397,3 +397,55 @@ fn a_container_that_hangs_at_start_holds_up_only_its_own_entry() {
     assert!(message(&v).contains("did not listen within 3 s"), "{v}");
     common::wait_for("the hung container to be removed", || containers_of(&data).len() == 1);
 }
+
+#[test]
+fn an_import_over_another_owners_entry_is_refused_before_any_container_starts() {
+    let prefix = images();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start(&data);
+    let api = m.client();
+    let (s, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "payroll", "name": "Payroll",
+        "runtime": "sh", "content": "echo paid"}));
+    assert_eq!(s, 200, "{v}");
+    let since = docker(&["info", "--format", "{{.SystemTime}}"]);
+    let mallory = api.agent("mallory", "--x---d---m");
+    let (s, v) = import(&mallory, &format!("{prefix}/ok:2"), "payroll");
+    assert_eq!(s, 403, "{v}");
+    assert!(message(&v).contains("it belongs to \"operator\""), "{v}");
+    let (s, v) = import(&api, &format!("{prefix}/ok:2"), "payroll");
+    assert_eq!(s, 409, "a script cannot become an image: {v}");
+    // Neither refused import created a container, not even one it removed again.
+    let place = std::path::absolute(&data).unwrap();
+    let owner = format!("agentos-{}", &common::sha256_hex(place.to_string_lossy().as_bytes())[..16]);
+    let until = docker(&["info", "--format", "{{.SystemTime}}"]);
+    let created = docker(&[
+        "events",
+        "--since",
+        &since,
+        "--until",
+        &until,
+        "--filter",
+        "event=create",
+        "--filter",
+        &format!("label=agentos.owner={owner}"),
+    ]);
+    assert_eq!(created, "", "containers created for refused imports");
+    // The same watch sees the validation container of an import that goes through.
+    let (s, v) = import(&api, &format!("{prefix}/ok:2"), "payroll-image");
+    assert_eq!(s, 200, "{v}");
+    let now = docker(&["info", "--format", "{{.SystemTime}}"]);
+    let created = docker(&[
+        "events",
+        "--since",
+        &until,
+        "--until",
+        &now,
+        "--filter",
+        "event=create",
+        "--filter",
+        &format!("label=agentos.owner={owner}"),
+    ]);
+    assert_eq!(created.lines().count(), 1, "{created}");
+}

@@ -805,3 +805,20 @@ fn every_shared_fixture_registers_through_the_master_or_is_refused_with_the_reas
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["total"], 15, "{v}");
 }
+
+#[test]
+fn a_registration_over_another_owners_entry_is_refused_before_the_document_is_fetched() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let watched = common::Watched::start();
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "items", "name": "Items",
+        "baseUrl": watched.origin, "openapi": DOCUMENT}));
+    assert_eq!(status, 200, "{v}");
+    let mallory = api.agent("mallory", "r--h");
+    let (status, v) = mallory.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "items", "name": "Items",
+        "baseUrl": watched.origin, "openapiUrl": format!("{}/openapi.json", watched.origin)}));
+    assert_eq!(status, 403, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("it belongs to \"operator\""), "{v}");
+    assert!(!watched.contacted(), "the master fetched the document of a refused registration");
+}

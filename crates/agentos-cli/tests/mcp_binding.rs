@@ -406,3 +406,26 @@ fn a_command_server_runs_as_the_sandbox_user_with_a_clean_environment_and_stops_
     assert_eq!(status, 200, "{v}");
     assert_ne!(v["result"]["pid"].as_i64().unwrap() as i32, pid);
 }
+
+#[test]
+fn a_registration_the_caller_may_not_make_is_refused_before_the_server_is_contacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let watched = common::Watched::start();
+    let server = json!({"url": format!("{}/mcp", watched.origin)});
+    // The operator's entry, to be replaced: its server is never reached either, as the refusal
+    // comes first and nothing listens behind the watched port.
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "owned", "name": "Owned",
+        "runtime": "sh", "content": "echo hi"}));
+    assert_eq!(status, 200, "{v}");
+    let mallory = api.agent("mallory", "--x-------m");
+    let (status, v) = mallory.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "spy", "name": "Spy",
+        "model": "elsewhere", "server": server}));
+    assert_eq!(status, 403, "a model not granted: {v}");
+    let (status, v) = mallory.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "owned", "name": "Owned",
+        "model": "default", "server": server}));
+    assert_eq!(status, 403, "another's id: {v}");
+    assert!(message(&v).contains("it belongs to \"operator\""), "{v}");
+    assert!(!watched.contacted(), "the master connected to the server of a refused registration");
+}

@@ -178,24 +178,41 @@ pub fn decide_register(
     if !state.model_exists(model) {
         events.push((model.to_string(), EventBody::ModelCreated { name: model.to_string() }));
     }
-    if let Some(existing) = state.catalog(model).and_then(|c| c.get(&entry.id)) {
-        check_owner(state, model, existing, actor, "replace")?;
-        let (old, new) = (existing.entry.binding.kind(), entry.binding.kind());
-        if old != new {
-            return Err(CoreError::conflict(format!(
-                "tool {:?} in model {model:?} is a {} tool; it cannot become a {} tool. Remove it first (TOOL_CATALOG_REMOVE) or choose another id",
-                entry.id,
-                old.as_str(),
-                new.as_str()
-            )));
-        }
-        if existing.entry == entry {
-            // The same definition again changes nothing, so it writes nothing.
-            return Ok(events);
-        }
+    check_may_register(state, model, &entry.id, entry.binding.kind(), actor)?;
+    if let Some(existing) = state.catalog(model).and_then(|c| c.get(&entry.id))
+        && existing.entry == entry
+    {
+        // The same definition again changes nothing, so it writes nothing.
+        return Ok(events);
     }
     events.push((model.to_string(), EventBody::ToolRegistered { entry, owner: Some(actor.id.to_string()) }));
     Ok(events)
+}
+
+/// Whether `actor` may register an entry of `kind` under `id` in `model`: an existing entry
+/// there must be the actor's own (or the actor the operator) and of the same kind. Checked again
+/// when the registration commits; checked first, before a binder does any outside work (an MCP
+/// connection, an image pull), so a refused registration contacts nothing.
+pub fn check_may_register(
+    state: &State,
+    model: &str,
+    id: &str,
+    kind: crate::entry::BindingKind,
+    actor: &Actor,
+) -> Result<(), CoreError> {
+    let Some(existing) = state.catalog(model).and_then(|c| c.get(id)) else {
+        return Ok(());
+    };
+    check_owner(state, model, existing, actor, "replace")?;
+    let old = existing.entry.binding.kind();
+    if old != kind {
+        return Err(CoreError::conflict(format!(
+            "tool {id:?} in model {model:?} is a {} tool; it cannot become a {} tool. Remove it first (TOOL_CATALOG_REMOVE) or choose another id",
+            old.as_str(),
+            kind.as_str()
+        )));
+    }
+    Ok(())
 }
 
 /// Who asks for a change, as the core decides about it.

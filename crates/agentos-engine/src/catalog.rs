@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use agentos_core::command::{Plan, RemoveArgs, decide_register, decide_remove};
+use agentos_core::command::{Plan, RemoveArgs, check_may_register, decide_register, decide_remove};
 use agentos_core::entry::{Binding, EntryView, Scope};
 use agentos_core::event::{Event, EventBody, EventView};
 use agentos_core::name::{check_model_name, check_tool_id};
@@ -36,6 +36,20 @@ impl Catalog<'_> {
         let binder = crate::bindings::by_command(command)
             .ok_or_else(|| CoreError::bad_input("unknown_command", format!("{command:?} registers no kind of tool")))?;
         require(principal, binder.kind().registering_flag(), binder.registering())?;
+        // Where the entry would go, read from the command's header fields: a registration the
+        // caller may not make is refused before its binder contacts anything.
+        let model = match body.get("model").and_then(Value::as_str) {
+            _ if binder.global_only() => DEFAULT_MODEL,
+            Some(m) => m,
+            None => principal.home_model.as_str(),
+        };
+        if check_model_name(model).is_ok() {
+            let st = self.read_state();
+            check_catalog_write(&st, principal, model)?;
+            if let Some(id) = body.get("id").and_then(Value::as_str) {
+                check_may_register(&st, model, id, binder.kind(), &principal.actor())?;
+            }
+        }
         let plan = binder.plan(self, principal, body).await?;
         check_catalog_write(&self.read_state(), principal, &plan.model)?;
         self.store_entry(principal, plan).await

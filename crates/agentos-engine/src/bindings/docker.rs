@@ -99,6 +99,10 @@ impl Binder for DockerKind {
         Some(IMPORT_IMAGE)
     }
 
+    fn global_only(&self) -> bool {
+        true
+    }
+
     fn registering(&self) -> &'static str {
         "import container images"
     }

@@ -55,6 +55,10 @@ impl Binder for Http {
         Some(REGISTER_HTTP)
     }
 
+    fn global_only(&self) -> bool {
+        true
+    }
+
     fn registering(&self) -> &'static str {
         "register http services"
     }

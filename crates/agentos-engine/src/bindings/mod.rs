@@ -56,6 +56,12 @@ pub trait Binder: Send + Sync {
         "register this kind of tool"
     }
 
+    /// Whether entries of this kind always go to the global catalog, whatever the command's
+    /// `model` says (http services, images: one thing for every model).
+    fn global_only(&self) -> bool {
+        false
+    }
+
     /// Validates a registration command's fields (`body` without its `type`) and derives the
     /// entry and the blobs it pins. Nothing is written.
     async fn plan(&self, _engine: &Engine, _p: &Principal, _body: Value) -> Result<Plan, EngineError> {
