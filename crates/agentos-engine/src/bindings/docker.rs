@@ -21,19 +21,17 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use agentos_core::command::{HeaderFields, Plan, fields};
-use agentos_core::entry::{
-    Binding, BindingKind, Contract, DockerBinding, HttpOperation, Operation, Status, StoredEntry,
-};
+use agentos_core::entry::{Binding, BindingKind, DockerBinding, Status, StoredEntry};
 use agentos_core::event::GrantTarget;
 use agentos_core::flags::Flag;
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
 use super::http::OPENAPI_NAMESPACE;
-use super::{Binder, Call, Outcome};
+use super::{Binder, Call, Outcome, ValueKind};
 use crate::{Engine, EngineError, Principal};
 
 /// The command that imports an image.
@@ -127,43 +125,17 @@ impl Binder for DockerKind {
     }
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
-        let Call { principal, id, model, entry, operation, req } = call;
-        may_call(principal)?;
-        let Some(entry) = entry else {
-            return Err(CoreError::internal("a container call without its entry").into());
-        };
-        let Some(tool) = operation else {
-            return Err(CoreError::bad_input(
-                "not_invocable",
-                format!(
-                    "{id:?} is a container of several operations: call one with `agentos-{id} OPERATION` (POST /api/tools/{id}/call)"
-                ),
-            )
-            .into());
-        };
-        let input = req.input.unwrap_or_else(|| json!({}));
-        Ok(Outcome::Value(call_operation(engine, id, model, &entry, tool, &input, req.timeout_ms).await?))
+        let c = KIND.call(call)?;
+        Ok(Outcome::Value(call_operation(engine, c.id, c.model, &c.entry, c.tool, &c.input, c.timeout_ms).await?))
     }
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
-        may_call(call.principal)?;
-        Err(super::answers_synchronously(call.id, "a container"))
+        Err(KIND.queue(&call))
     }
 }
 
-/// Calling a container's operation needs `x` and `d`.
-fn may_call(p: &Principal) -> Result<(), EngineError> {
-    for (flag, what) in [(Flag::Execute, "'x' (execute)"), (Flag::Docker, "'d' (docker)")] {
-        if !p.flags.has(flag) {
-            return Err(CoreError::forbidden(format!(
-                "{} may not call containers: that needs the 'x' and 'd' flags, and {what} is missing",
-                p.name
-            ))
-            .into());
-        }
-    }
-    Ok(())
-}
+/// Calling needs `x` and the flag that reveals the kind.
+const KIND: ValueKind = ValueKind { flag: Flag::Docker, plural: "containers", one: "a container", parts: "operations" };
 
 /// `TOOL_CATALOG_IMPORT_IMAGE`: an image of the local registry, by reference.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -303,28 +275,7 @@ impl ImportImage {
         let imported = agentos_openapi::import(&bytes, &Default::default()).map_err(refused)?;
         let sha256 = sha256_hex(&bytes);
         let urn = BlobUrn::new(OPENAPI_NAMESPACE, &sha256, Some("json"))?;
-        let mut operations = std::collections::BTreeMap::new();
-        let mut calls = Vec::with_capacity(imported.operations.len());
-        for op in imported.operations {
-            let description = [&op.summary, &op.description]
-                .into_iter()
-                .flatten()
-                .map(|s| s.trim())
-                .find(|s| !s.is_empty())
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("{} {}", op.method, op.path));
-            operations.insert(
-                op.name.clone(),
-                Operation { description, input: op.input_schema, output: None, examples: Vec::new() },
-            );
-            calls.push(HttpOperation {
-                name: op.name,
-                method: op.method,
-                path: op.path,
-                bindings: op.bindings,
-                body: op.body,
-            });
-        }
+        let (contract, calls) = super::http::contract_of(imported.operations);
         let binding = Binding::Docker(DockerBinding {
             image: self.image,
             digest,
@@ -337,7 +288,6 @@ impl ImportImage {
             secrets,
             timeout_ms: self.timeout_ms,
         });
-        let contract = Contract { kind: "openapi".into(), operations };
         let (model, mut entry) = header.into_entry(Status::Approved, contract, binding);
         if agentos_core::name::check_text("version", &imported.version, 64, true).is_ok() {
             entry.version = imported.version;

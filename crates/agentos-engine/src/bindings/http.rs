@@ -19,7 +19,7 @@ use agentos_core::flags::Flag;
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
-use super::{Binder, Call, Outcome};
+use super::{Binder, Call, Outcome, ValueKind};
 use crate::outbound::{describe, origin_of};
 use crate::redact::Redactor;
 use crate::{Engine, EngineError, Principal};
@@ -76,43 +76,18 @@ impl Binder for Http {
     }
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
-        let Call { principal, id, model, entry, operation, req } = call;
-        may_call(principal)?;
-        let Some(entry) = entry else {
-            return Err(CoreError::internal("an http call without its entry").into());
-        };
-        let Some(tool) = operation else {
-            return Err(CoreError::bad_input(
-                "not_invocable",
-                format!(
-                    "{id:?} is an http service of several operations: call one with `agentos-{id} OPERATION` (POST /api/tools/{id}/call)"
-                ),
-            )
-            .into());
-        };
-        let input = req.input.unwrap_or_else(|| json!({}));
-        Ok(Outcome::Value(call_operation(engine, id, model, &entry, tool, &input, req.timeout_ms).await?))
+        let c = KIND.call(call)?;
+        Ok(Outcome::Value(call_operation(engine, c.id, c.model, &c.entry, c.tool, &c.input, c.timeout_ms).await?))
     }
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
-        may_call(call.principal)?;
-        Err(super::answers_synchronously(call.id, "an http service"))
+        Err(KIND.queue(&call))
     }
 }
 
-/// Calling an http service needs `x` and `h`, like every call and the flag that reveals it.
-fn may_call(p: &Principal) -> Result<(), EngineError> {
-    for (flag, what) in [(Flag::Execute, "'x' (execute)"), (Flag::Http, "'h' (http)")] {
-        if !p.flags.has(flag) {
-            return Err(CoreError::forbidden(format!(
-                "{} may not call http services: that needs the 'x' and 'h' flags, and {what} is missing",
-                p.name
-            ))
-            .into());
-        }
-    }
-    Ok(())
-}
+/// Calling needs `x` and the flag that reveals the kind.
+const KIND: ValueKind =
+    ValueKind { flag: Flag::Http, plural: "http services", one: "an http service", parts: "operations" };
 
 /// Calls one operation of an http entry with `input` (an object of its input schema), acting in
 /// `model`: the request built, the credential added if granted there, the answer
@@ -481,27 +456,7 @@ impl RegisterHttp {
         };
         let sha256 = sha256_hex(&bytes);
         let urn = BlobUrn::new(OPENAPI_NAMESPACE, &sha256, Some(ext))?;
-        let mut operations = std::collections::BTreeMap::new();
-        let mut calls = Vec::with_capacity(imported.operations.len());
-        for op in imported.operations {
-            let description = [&op.summary, &op.description]
-                .into_iter()
-                .flatten()
-                .map(|s| s.trim())
-                .find(|s| !s.is_empty())
-                .map(str::to_string)
-                .unwrap_or_else(|| format!("{} {}", op.method, op.path));
-            let contract_op = Operation { description, input: op.input_schema, output: None, examples: Vec::new() };
-            operations.insert(op.name.clone(), contract_op);
-            calls.push(HttpOperation {
-                name: op.name,
-                method: op.method,
-                path: op.path,
-                bindings: op.bindings,
-                body: op.body,
-            });
-        }
-        let contract = Contract { kind: "openapi".into(), operations };
+        let (contract, calls) = contract_of(imported.operations);
         let binding = Binding::Http(HttpBinding {
             base_url: self.base_url,
             openapi_urn: urn.to_string(),
@@ -519,6 +474,32 @@ impl RegisterHttp {
         }
         Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
     }
+}
+
+/// The contract of a service's imported operations, and how each is called: a tool per
+/// operation, described by its summary, its description, or its method and path.
+pub(crate) fn contract_of(imported: Vec<agentos_openapi::Operation>) -> (Contract, Vec<HttpOperation>) {
+    let mut operations = std::collections::BTreeMap::new();
+    let mut calls = Vec::with_capacity(imported.len());
+    for op in imported {
+        let description = [&op.summary, &op.description]
+            .into_iter()
+            .flatten()
+            .map(|s| s.trim())
+            .find(|s| !s.is_empty())
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{} {}", op.method, op.path));
+        let contract_op = Operation { description, input: op.input_schema, output: None, examples: Vec::new() };
+        operations.insert(op.name.clone(), contract_op);
+        calls.push(HttpOperation {
+            name: op.name,
+            method: op.method,
+            path: op.path,
+            bindings: op.bindings,
+            body: op.body,
+        });
+    }
+    (Contract { kind: "openapi".into(), operations }, calls)
 }
 
 pub(crate) fn check_auth(auth: &HttpAuth) -> Result<(), CoreError> {

@@ -25,7 +25,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tokio::io::AsyncReadExt;
 
 use agentos_core::command::{HeaderFields, Plan, fields};
@@ -37,7 +37,7 @@ use agentos_core::flags::Flag;
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, ErrorKind, sha256_hex};
 
-use super::{Binder, Call, Outcome};
+use super::{Binder, Call, Outcome, ValueKind};
 use crate::engine::Inner;
 use crate::outbound::origin_of;
 use crate::redact::Redactor;
@@ -130,43 +130,17 @@ impl Binder for Mcp {
     }
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
-        let Call { principal, id, model, entry, operation, req } = call;
-        may_call(principal)?;
-        let Some(entry) = entry else {
-            return Err(CoreError::internal("an MCP call without its entry").into());
-        };
-        let Some(tool) = operation else {
-            return Err(CoreError::bad_input(
-                "not_invocable",
-                format!(
-                    "{id:?} is an MCP server of several tools: call one with `agentos-{id} TOOL` (POST /api/tools/{id}/call)"
-                ),
-            )
-            .into());
-        };
-        let input = req.input.unwrap_or_else(|| json!({}));
-        Ok(Outcome::Value(call_operation(engine, id, model, &entry, tool, &input, req.timeout_ms).await?))
+        let c = KIND.call(call)?;
+        Ok(Outcome::Value(call_operation(engine, c.id, c.model, &c.entry, c.tool, &c.input, c.timeout_ms).await?))
     }
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
-        may_call(call.principal)?;
-        Err(super::answers_synchronously(call.id, "an MCP server"))
+        Err(KIND.queue(&call))
     }
 }
 
-/// Calling an MCP server's tool needs `x` and `m`.
-fn may_call(p: &Principal) -> Result<(), EngineError> {
-    for (flag, what) in [(Flag::Execute, "'x' (execute)"), (Flag::Mcp, "'m' (mcp)")] {
-        if !p.flags.has(flag) {
-            return Err(CoreError::forbidden(format!(
-                "{} may not call MCP servers: that needs the 'x' and 'm' flags, and {what} is missing",
-                p.name
-            ))
-            .into());
-        }
-    }
-    Ok(())
-}
+/// Calling needs `x` and the flag that reveals the kind.
+const KIND: ValueKind = ValueKind { flag: Flag::Mcp, plural: "MCP servers", one: "an MCP server", parts: "tools" };
 
 /// Calls one tool of an MCP entry with `input` (an object of its input schema). Flags are the
 /// caller's to check (a shell command's principal, a fire's authority).

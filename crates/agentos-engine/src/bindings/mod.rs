@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use agentos_core::command::Plan;
 use agentos_core::entry::{Binding, BindingKind, StoredEntry};
+use agentos_core::flags::Flag;
 use agentos_core::job::{InvokeRequest, JobResult};
 use agentos_core::{CoreError, ErrorKind};
 
@@ -91,6 +92,79 @@ pub trait Binder: Send + Sync {
     /// that answer synchronously refuse.
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
         Err(answers_synchronously(call.id, &format!("a {} tool", self.kind().as_str())))
+    }
+}
+
+/// A kind whose operations answer a value at once (http services, MCP servers, containers),
+/// as its refusals name it.
+pub(crate) struct ValueKind {
+    /// The flag that reveals the kind; calling needs it and `x`.
+    pub flag: Flag,
+    /// "http services".
+    pub plural: &'static str,
+    /// "an http service".
+    pub one: &'static str,
+    /// What it has several of: "operations", "tools".
+    pub parts: &'static str,
+}
+
+/// One call of a [`ValueKind`], the caller's flags checked and the operation named.
+pub(crate) struct ValueCall<'a> {
+    pub id: &'a str,
+    pub model: &'a str,
+    pub entry: Arc<StoredEntry>,
+    pub tool: &'a str,
+    pub input: Value,
+    pub timeout_ms: Option<u64>,
+}
+
+impl ValueKind {
+    /// Calling needs `x` and the kind's flag.
+    pub(crate) fn may_call(&self, p: &Principal) -> Result<(), EngineError> {
+        for flag in [Flag::Execute, self.flag] {
+            if !p.flags.has(flag) {
+                return Err(CoreError::forbidden(format!(
+                    "{} may not call {}: that needs the 'x' and '{}' flags, and '{}' ({}) is missing",
+                    p.name,
+                    self.plural,
+                    self.flag.letter(),
+                    flag.letter(),
+                    flag.word()
+                ))
+                .into());
+            }
+        }
+        Ok(())
+    }
+
+    /// A call's parts, once the caller may make it and names one operation.
+    pub(crate) fn call<'a>(&self, call: Call<'a>) -> Result<ValueCall<'a>, EngineError> {
+        let Call { principal, id, model, entry, operation, req } = call;
+        self.may_call(principal)?;
+        let Some(entry) = entry else {
+            return Err(CoreError::internal(format!("a call of {} without its entry", self.one)).into());
+        };
+        let Some(tool) = operation else {
+            let placeholder = self.parts.trim_end_matches('s').to_uppercase();
+            return Err(CoreError::bad_input(
+                "not_invocable",
+                format!(
+                    "{id:?} is {} of several {}: call one with `agentos-{id} {placeholder}` (POST /api/tools/{id}/call)",
+                    self.one, self.parts
+                ),
+            )
+            .into());
+        };
+        let input = req.input.unwrap_or_else(|| json!({}));
+        Ok(ValueCall { id, model, entry, tool, input, timeout_ms: req.timeout_ms })
+    }
+
+    /// `Prefer: respond-async` refused, once the caller may call at all.
+    pub(crate) fn queue(&self, call: &Call<'_>) -> EngineError {
+        match self.may_call(call.principal) {
+            Err(e) => e,
+            Ok(()) => answers_synchronously(call.id, self.one),
+        }
     }
 }
 
