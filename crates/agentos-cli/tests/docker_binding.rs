@@ -7,10 +7,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{BIN, Master};
+use common::{BIN, Master, Out, run};
 use serde_json::{Value, json};
 
 /// The test images' prefix (`127.0.0.1:5001/agentos-test`), built and pushed when missing.
@@ -60,23 +60,6 @@ fn message(v: &Value) -> String {
     v["error"]["message"].as_str().unwrap_or_default().to_string()
 }
 
-fn run(m: &Master, token: &str, program: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("AGENTOS_URL", &m.url)
-        .env("AGENTOS_TOKEN", token)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
 /// The registry's digest of `repo:tag`.
 fn registry_digest(image: &str) -> String {
     let (host, rest) = image.split_once('/').unwrap();
@@ -99,7 +82,7 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
     let m = Master::start_with(&data, &["--docker-idle-ms", "1500"]);
     let api = m.client();
 
-    let (code, out, err) =
+    let Out { code, stdout: out, stderr: err } =
         run(&m, &m.token, Path::new(BIN), &["catalog", "import-image", &image, "--id", "echo", "--json"]);
     assert_eq!(code, 0, "{out}{err}");
     let (status, entry) = api.get("/api/tool-catalog/echo");
@@ -114,7 +97,8 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
     assert!(containers_of(&data).is_empty(), "the validation container is gone");
     // Without --json the CLI shows the master's steps as they happen (a line each off a
     // terminal), and a refusal as one line with its exit code.
-    let (code, _, err) = run(&m, &m.token, Path::new(BIN), &["catalog", "import-image", &image, "--id", "shown"]);
+    let Out { code, stderr: err, .. } =
+        run(&m, &m.token, Path::new(BIN), &["catalog", "import-image", &image, "--id", "shown"]);
     assert_eq!(code, 0, "{err}");
     for step in [
         "pulling 127.0.0.1:5001/agentos-test/ok@sha256:",
@@ -124,7 +108,7 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
     ] {
         assert!(err.contains(step), "{step:?} in {err}");
     }
-    let (code, _, err) = run(
+    let Out { code, stderr: err, .. } = run(
         &m,
         &m.token,
         Path::new(BIN),
@@ -135,13 +119,15 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
 
     // A shim: the first call starts a container, the next ones reuse it.
     let bin = dir.path().join("bin");
-    let (code, _, err) = run(&m, &m.token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()]);
+    let Out { code, stderr: err, .. } =
+        run(&m, &m.token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
-    let (code, out, err) = run(&m, &m.token, &bin.join("agentos-echo"), &["add", "--a", "2", "--b", "40"]);
+    let Out { code, stdout: out, stderr: err } =
+        run(&m, &m.token, &bin.join("agentos-echo"), &["add", "--a", "2", "--b", "40"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("\"sum\":42"), "{out}");
     assert_eq!(containers_of(&data).len(), 1, "one warm container");
-    let (code, out, _) = run(&m, &m.token, &bin.join("agentos-echo"), &["echo", "--text", "hello"]);
+    let Out { code, stdout: out, .. } = run(&m, &m.token, &bin.join("agentos-echo"), &["echo", "--text", "hello"]);
     assert_eq!(code, 0);
     assert!(out.contains("hello"), "{out}");
     assert_eq!(containers_of(&data).len(), 1, "the same container");

@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-use common::{BIN, Master};
+use common::{BIN, Master, Out, run};
 use serde_json::{Value, json};
 
 /// Answers every request with what it received (as JSON) and writes it to a log, one line a
@@ -191,39 +191,9 @@ impl Drop for Service {
     }
 }
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn json(&self) -> Value {
-        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {} / {}", self.stdout, self.stderr))
-    }
-}
-
-fn run(m: &Master, token: &str, program: &Path, args: &[&str]) -> Out {
-    let out = Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("AGENTOS_URL", &m.url)
-        .env("AGENTOS_TOKEN", token)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
-}
-
 fn install(m: &Master, token: &str, dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
-    let out = run(m, token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    common::install_shims(m, token, &bin);
     bin
 }
 

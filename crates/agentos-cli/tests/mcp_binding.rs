@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BIN, Master};
+use common::{BIN, Master, run};
 use serde_json::{Value, json};
 
 /// The venv's python, made by `scripts/py-env` when missing.
@@ -23,33 +23,9 @@ fn python() -> String {
 
 const SERVER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/mcp_server.py");
 
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run(m: &Master, token: &str, program: &Path, args: &[&str]) -> Out {
-    let out = Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("AGENTOS_URL", &m.url)
-        .env("AGENTOS_TOKEN", token)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
-}
-
 fn shims(m: &Master, dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
-    let out = run(m, &m.token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    common::install_shims(m, &m.token, &bin);
     bin
 }
 

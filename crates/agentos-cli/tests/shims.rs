@@ -3,52 +3,17 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use common::{BIN, Executor, Master};
+use common::{BIN, Executor, Master, Out, run_as};
 use serde_json::{Value, json};
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
 
 fn run(m: &Master, program: &Path, args: &[&str], stdin: Option<&str>) -> Out {
     run_as(m, &m.token, program, args, stdin)
 }
 
-/// `program` run with `token` and no `AGENTOS_MODEL`, as an agent given only its token would.
-fn run_as(m: &Master, token: &str, program: &Path, args: &[&str], stdin: Option<&str>) -> Out {
-    let mut child = Command::new(program)
-        .args(args)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("AGENTOS_URL", &m.url)
-        .env("AGENTOS_TOKEN", token)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut input = child.stdin.take().unwrap();
-        if let Some(s) = stdin {
-            input.write_all(s.as_bytes()).unwrap();
-        }
-    }
-    let out = child.wait_with_output().unwrap();
-    Out {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into(),
-        stderr: String::from_utf8_lossy(&out.stderr).into(),
-    }
-}
-
 fn install(m: &Master, dir: &Path) {
-    let out = run(m, Path::new(BIN), &["install-shims", "--dir", dir.to_str().unwrap()], None);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    common::install_shims(m, &m.token, dir);
 }
 
 fn greet_script(api: &common::Api) {

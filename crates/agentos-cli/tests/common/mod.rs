@@ -428,3 +428,56 @@ impl Watched {
         self.listener.accept().is_ok()
     }
 }
+
+/// What a command run by a test printed, and its exit code.
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    /// Standard output as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {} / {}", self.stdout, self.stderr))
+    }
+}
+
+/// `program` run against `m` with `token` and nothing else of the test's environment but
+/// `PATH`, as an agent given only its token would run it; `stdin` fed in, or closed.
+pub fn run_as(m: &Master, token: &str, program: &Path, args: &[&str], stdin: Option<&str>) -> Out {
+    use std::io::Write;
+    let mut child = Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", token)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).unwrap();
+    }
+    drop(input);
+    let out = child.wait_with_output().unwrap();
+    Out {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into(),
+        stderr: String::from_utf8_lossy(&out.stderr).into(),
+    }
+}
+
+/// [`run_as`] with standard input closed.
+pub fn run(m: &Master, token: &str, program: &Path, args: &[&str]) -> Out {
+    run_as(m, token, program, args, None)
+}
+
+/// The shims of every toolkit `token` sees, installed into `dir`.
+pub fn install_shims(m: &Master, token: &str, dir: &Path) {
+    let out = run_as(m, token, Path::new(BIN), &["install-shims", "--dir", dir.to_str().unwrap()], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
