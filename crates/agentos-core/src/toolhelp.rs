@@ -213,6 +213,8 @@ pub struct PromptTool {
     pub usage: String,
     /// What the prompt shows: `usage`, or its required flags and `[…]` when it is long.
     pub prompt_usage: String,
+    /// The required flags as `prompt_usage` writes them (`--account-sid SID`).
+    pub required: Vec<String>,
     pub description: String,
     /// What the prompt shows of `description`: see [`summary`].
     pub summary: String,
@@ -280,6 +282,7 @@ pub fn prompt_tools(entries: &[CatalogEntry]) -> Vec<PromptTool> {
                 tool: name.clone(),
                 usage: usage_line(&e.id, name, &table),
                 prompt_usage: prompt_usage(&e.id, name, &table),
+                required: table.flags.iter().filter(|f| f.required).map(prompt_flag_usage).collect(),
                 description: op.description.clone(),
                 summary: summary(&op.description),
                 examples: op
@@ -311,34 +314,83 @@ pub fn prompt_markdown(tools: &[PromptTool]) -> String {
         let n = rest.iter().take_while(|t| t.toolkit == first.toolkit).count();
         let (kit, after) = rest.split_at(n);
         rest = after;
-        // A toolkit of several tools is written once, as a heading: its command was a quarter
-        // of each line of a large imported API.
-        let grouped = n >= PROMPT_GROUP_FROM;
         let command = format!("agentos-{} ", first.toolkit);
-        if grouped {
+        if n < PROMPT_GROUP_FROM {
+            for t in kit {
+                push_tool(&mut out, &t.prompt_usage, t);
+            }
+            continue;
+        }
+        // A toolkit of several tools is written once, as a heading: its command was a quarter
+        // of each line of a large imported API. A required flag most of its tools take (an API's
+        // `--account-sid SID`) goes into a heading of its own, over the tools that take it.
+        let shared = shared_flag(kit);
+        let (with, without): (Vec<&PromptTool>, Vec<&PromptTool>) =
+            kit.iter().partition(|t| shared.is_some_and(|f| t.required.iter().any(|r| r == f)));
+        for (group, flag) in [(with, shared), (without, None)] {
+            if group.is_empty() {
+                continue;
+            }
             if !out.ends_with("\n\n") {
                 out.push('\n');
             }
-            out.push_str(&format!("`{command}<tool>`:\n"));
-        }
-        for t in kit {
-            let desc = if t.summary.is_empty() { String::new() } else { format!(" — {}", t.summary) };
-            let usage = if grouped {
-                t.prompt_usage.strip_prefix(&command).unwrap_or(&t.prompt_usage)
-            } else {
-                &t.prompt_usage
-            };
-            out.push_str(&format!("- `{usage}`{desc}\n"));
-            for e in &t.examples {
-                out.push_str(&format!("  e.g. `{e}`\n"));
+            match flag {
+                Some(f) => out.push_str(&format!("`{command}<tool> {f}`:\n")),
+                None => out.push_str(&format!("`{command}<tool>`:\n")),
+            }
+            for t in group {
+                let mut usage = t.prompt_usage.strip_prefix(&command).unwrap_or(&t.prompt_usage).to_string();
+                if let Some(f) = flag {
+                    usage = without_part(&usage, f);
+                }
+                push_tool(&mut out, &usage, t);
             }
         }
-        if grouped && !rest.is_empty() {
+        if !rest.is_empty() {
             out.push('\n');
         }
     }
-    out.push_str("\nOptional flags are in brackets, `[…]` for more. Under a line `agentos-<toolkit> <tool>`, each tool is run by that command. `agentos-<toolkit> <tool> --help` shows every flag; `--json '{...}'` passes the whole input.\n");
+    out.push_str("\nOptional flags are in brackets, `[…]` for more. A heading `agentos-<toolkit> <tool> …`: gives the command, and any flags, of each tool under it. `agentos-<toolkit> <tool> --help` shows every flag; `--json '{...}'` passes the whole input.\n");
     out
+}
+
+fn push_tool(out: &mut String, usage: &str, t: &PromptTool) {
+    let desc = if t.summary.is_empty() { String::new() } else { format!(" — {}", t.summary) };
+    out.push_str(&format!("- `{usage}`{desc}\n"));
+    for e in &t.examples {
+        out.push_str(&format!("  e.g. `{e}`\n"));
+    }
+}
+
+/// The required flag most tools of a toolkit take, when at least half of them and at least
+/// [`PROMPT_GROUP_FROM`] do; ties go to the flag first in name order.
+fn shared_flag(kit: &[PromptTool]) -> Option<&str> {
+    let mut counts: std::collections::BTreeMap<&str, usize> = std::collections::BTreeMap::new();
+    for t in kit {
+        for r in &t.required {
+            *counts.entry(r.as_str()).or_default() += 1;
+        }
+    }
+    let (flag, n) = counts.into_iter().fold(None, |best: Option<(&str, usize)>, (f, n)| match best {
+        Some((_, m)) if m >= n => best,
+        _ => Some((f, n)),
+    })?;
+    (n >= PROMPT_GROUP_FROM && n * 2 >= kit.len()).then_some(flag)
+}
+
+/// `usage` without the space-separated part `part` (a flag and its placeholder).
+fn without_part(usage: &str, part: &str) -> String {
+    let mut at = 0;
+    while let Some(i) = usage[at..].find(part).map(|i| i + at) {
+        let end = i + part.len();
+        let starts = i > 0 && usage.as_bytes()[i - 1] == b' ';
+        let ends = end == usage.len() || usage.as_bytes()[end] == b' ';
+        if starts && ends {
+            return format!("{}{}", &usage[..i - 1], &usage[end..]);
+        }
+        at = i + 1;
+    }
+    usage.to_string()
 }
 
 /// Rough token count: about four characters per token for English text and code.
@@ -421,24 +473,40 @@ mod tests {
             tool: tool.into(),
             usage: String::new(),
             prompt_usage: format!("agentos-{toolkit} {tool} --id ID"),
+            required: vec!["--id ID".into()],
             description: String::new(),
             summary: format!("Does {tool}."),
             examples: Vec::new(),
         }
     }
 
-    /// A toolkit of several tools names its command once, above its tools; one of one or two
-    /// tools keeps the whole command on each line.
+    /// A toolkit of several tools names its command once, above its tools, and a required flag
+    /// most of them take once, in a heading over those; one of one or two tools keeps the whole
+    /// command on each line.
     #[test]
-    fn the_prompt_names_a_large_toolkit_s_command_once() {
-        let tools =
-            [tool("api", "get-a"), tool("api", "get-b"), tool("api", "get-c"), tool("one", "run"), tool("two", "a")];
+    fn the_prompt_names_a_large_toolkit_s_command_and_shared_flag_once() {
+        let mut list = tool("api", "list");
+        list.prompt_usage = "agentos-api list [--page N]".into();
+        list.required.clear();
+        let mut tied = tool("api", "get-c");
+        tied.prompt_usage = "agentos-api get-c --id ID --id-x ID".into();
+        tied.required.push("--id-x ID".into());
+        let tools = [tool("api", "get-a"), tool("api", "get-b"), tied, list, tool("one", "run"), tool("two", "a")];
         let md = prompt_markdown(&tools);
         let body = md.split_once("\n\n").map(|(_, b)| b).unwrap().split_once("\n\n").unwrap().1;
         let body = body.rsplit_once("\n\nOptional").unwrap().0;
         assert_eq!(
             body,
-            "`agentos-api <tool>`:\n- `get-a --id ID` — Does get-a.\n- `get-b --id ID` — Does get-b.\n- `get-c --id ID` — Does get-c.\n\n- `agentos-one run --id ID` — Does run.\n- `agentos-two a --id ID` — Does a."
+            "`agentos-api <tool> --id ID`:\n- `get-a` — Does get-a.\n- `get-b` — Does get-b.\n- `get-c --id-x ID` — Does get-c.\n\n`agentos-api <tool>`:\n- `list [--page N]` — Does list.\n\n- `agentos-one run --id ID` — Does run.\n- `agentos-two a --id ID` — Does a."
         );
+        // Fewer than half the tools: no shared heading.
+        let few = [tool("k", "a"), tool("k", "b"), tool("k", "c")].map(|mut t| {
+            t.required.clear();
+            t
+        });
+        assert!(prompt_markdown(&few).contains("`agentos-k <tool>`:\n- `a --id ID`"));
+        assert_eq!(without_part("get --id ID --id-x ID", "--id ID"), "get --id-x ID");
+        assert_eq!(without_part("get --id-x ID --id ID", "--id ID"), "get --id-x ID");
+        assert_eq!(without_part("get --idx ID", "--id ID"), "get --idx ID");
     }
 }
