@@ -123,6 +123,7 @@ fn main() -> std::process::ExitCode {
         loose_data_folder: agentos_server::LooseDataFolder::Refuse,
         connections: Default::default(),
         skip_events: Vec::new(),
+        storage: Default::default(),
         net_limits: Default::default(),
         expressions: Default::default(),
     };

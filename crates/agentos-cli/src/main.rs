@@ -215,6 +215,19 @@ pub struct ServeArgs {
     /// polls, whose headers arrived, are not cut by it.
     #[arg(long, env = "AGENTOS_HEADER_TIMEOUT_MS", default_value_t = 30_000)]
     pub header_timeout_ms: u64,
+    /// The event log on PostgreSQL (`postgres://USER[:PASSWORD]@HOST:PORT/DB`), shared by every
+    /// master given the same URL, instead of SQLite in the data folder.
+    #[arg(long, env = "AGENTOS_DATABASE", hide_env_values = true, value_name = "URL")]
+    pub database: Option<String>,
+    /// Blobs in an S3-compatible store (`s3://BUCKET/PREFIX`, with the usual AWS_* variables for
+    /// credentials, region and endpoint), instead of the data folder's `blobs`.
+    #[arg(long, env = "AGENTOS_BLOBS", value_name = "URL")]
+    pub blobs: Option<String>,
+    /// The file holding the key that encrypts secrets (default: `<data>/secrets.key`, created
+    /// when missing). Masters sharing a database share this file; it is never stored in the
+    /// database.
+    #[arg(long, env = "AGENTOS_SECRETS_KEY_FILE", value_name = "PATH")]
+    pub secrets_key_file: Option<std::path::PathBuf>,
     /// Start past an event of the log that cannot be read, treating it as never written. The
     /// skip is recorded in the log; see the README for what it can leave inconsistent.
     /// Repeatable.

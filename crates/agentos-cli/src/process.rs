@@ -223,6 +223,11 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
             header_timeout: Duration::from_millis(args.header_timeout_ms.max(1)),
         },
         skip_events: args.skip_events.clone(),
+        storage: agentos_server::Storage {
+            database: args.database.clone(),
+            blobs: args.blobs.clone(),
+            secrets_key_file: args.secrets_key_file.clone(),
+        },
         net_limits: agentos_engine::NetLimits {
             max_tokens_per_place: args.max_tokens_per_place,
             max_outputs_per_fire: args.max_outputs_per_fire,

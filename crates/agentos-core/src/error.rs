@@ -17,6 +17,9 @@ pub enum ErrorKind {
     Conflict,
     /// Nobody could do the work in time, e.g. no executor took a job (504).
     Unavailable,
+    /// The master's storage (a shared database or object store) cannot be reached now, or is
+    /// too contended; nothing was changed and the request may be retried (503).
+    StorageDown,
     /// The tool ran and failed (422).
     ToolFailed,
     /// Too many requests of this caller at once (429).

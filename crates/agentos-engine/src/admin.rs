@@ -370,10 +370,20 @@ pub fn load_or_create_secret_key(path: &std::path::Path) -> std::io::Result<[u8;
 
 impl Principals<'_> {
     /// Makes sure an operator exists and its token is in `token_file` (mode 0600). A missing
-    /// file means the token is lost, so a new one replaces it. Returns true when a token was written.
+    /// file means the token is lost, so a new one replaces it; but on a log other masters share,
+    /// the token lives in the file of the master that made it, and replacing it would lock
+    /// every other master's operator out, so it is left alone. Returns true when a token was
+    /// written.
     pub async fn ensure_operator(&self, token_file: &Path) -> Result<bool, EngineError> {
         let has_operator = self.read_state().principals.contains_key("operator");
         if has_operator && token_file.exists() {
+            return Ok(false);
+        }
+        if has_operator && self.inner.ledger.log.shared() {
+            tracing::warn!(
+                file = %token_file.display(),
+                "the shared log already has an operator, whose token this master does not hold: copy operator.token from the master that made it, or use an agent's token"
+            );
             return Ok(false);
         }
         let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;

@@ -3,7 +3,7 @@
 //! and commits there, so a commit costs no hand-off to a blocking pool and back; it publishes
 //! the committed events to watchers in sequence order, then answers each command.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, RwLock};
 
 use std::sync::mpsc;
@@ -13,7 +13,7 @@ use tokio::sync::broadcast;
 use agentos_core::CoreError;
 use agentos_core::event::{EVENT_SCHEMA_VERSION, Event, EventBody};
 use agentos_core::state::State;
-use agentos_store::{EventLog, NewEvent};
+use agentos_store::{EventLog, NewEvent, StoreError};
 
 use crate::EngineError;
 
@@ -33,8 +33,12 @@ pub(crate) struct Pending {
 /// Most commands taken into one transaction.
 const MAX_BATCH: usize = 256;
 
+/// How many times in a row one batch may lose the race for a shared log's end to another
+/// master before its commands are answered "try again".
+const MAX_CONFLICTS: u32 = 64;
+
 struct Staged {
-    reply: Reply,
+    pending: Pending,
     events: Vec<NewEvent>,
     bodies: Vec<EventBody>,
 }
@@ -62,34 +66,115 @@ pub(crate) fn run<F: Fn(u64)>(
                 Err(_) => break,
             }
         }
+        // Other masters may have appended to a shared log: their events are folded first, so
+        // the batch is decided on the log as it is.
+        let caught_up = if log.shared() { catch_up(&state, &log, &out.events) } else { Ok(()) };
+        match caught_up {
+            Ok(()) => commit_batch(batch, &state, &log, &out.events),
+            Err(e) => {
+                tracing::error!(error = %e, "folding other masters' events failed");
+                let err = EngineError::from(e);
+                for p in batch {
+                    (p.reply)(Err(err.duplicate()));
+                }
+            }
+        }
+        let last = state.read().map(|s| s.last_seq).unwrap_or(0);
+        (out.after_commit)(last);
+    }
+}
 
+/// Decides and commits the commands of one batch, in order, as few transactions as the
+/// commands allow.
+fn commit_batch(
+    batch: Vec<Pending>,
+    state: &RwLock<State>,
+    log: &Arc<dyn EventLog>,
+    events: &broadcast::Sender<Arc<Event>>,
+) {
+    let mut queue: VecDeque<Pending> = batch.into();
+    let mut conflicts = 0;
+    while !queue.is_empty() {
         let mut staged: Vec<Staged> = Vec::new();
         let mut keys: HashSet<(String, String)> = HashSet::new();
-        for p in batch {
-            let mut decided = decide(&state, &p);
-            // A command that touches what an earlier one in this batch touched must see its
-            // effect: commit what is staged first, then decide again.
-            if let Ok(evs) = &decided
-                && evs.iter().any(|(m, b)| keys.contains(&(m.clone(), b.key())))
-            {
-                flush(&mut staged, &state, &log, &out.events);
-                keys.clear();
-                decided = decide(&state, &p);
-            }
-            match decided {
+        while let Some(p) = queue.pop_front() {
+            match decide(state, &p) {
+                // A command that touches what an earlier one in this transaction touched must
+                // see its effect: it waits for the next transaction, and is decided again.
+                Ok(evs) if evs.iter().any(|(m, b)| keys.contains(&(m.clone(), b.key()))) => {
+                    queue.push_front(p);
+                    break;
+                }
                 Err(e) => (p.reply)(Err(e.into())),
                 Ok(evs) => match stored_form(evs, &p) {
                     Err(e) => (p.reply)(Err(e.into())),
                     Ok((events, bodies)) => {
                         keys.extend(events.iter().map(|e| (e.model.clone(), e.key.clone())));
-                        staged.push(Staged { reply: p.reply, events, bodies });
+                        staged.push(Staged { pending: p, events, bodies });
                     }
                 },
             }
         }
-        flush(&mut staged, &state, &log, &out.events);
-        let last = state.read().map(|s| s.last_seq).unwrap_or(0);
-        (out.after_commit)(last);
+        let Err(lost) = flush(staged, state, log, events) else {
+            continue;
+        };
+        // Another master appended first: fold what it wrote, then decide these again.
+        conflicts += 1;
+        let refolded = catch_up(state, log, events);
+        if conflicts > MAX_CONFLICTS || refolded.is_err() {
+            let err: EngineError = match refolded {
+                Err(e) => e.into(),
+                Ok(()) => CoreError::new(
+                    agentos_core::ErrorKind::StorageDown,
+                    "log_contended",
+                    format!("other masters kept appending to the shared log ({MAX_CONFLICTS} tries); try again"),
+                )
+                .into(),
+            };
+            for p in lost.into_iter().chain(queue.drain(..)) {
+                (p.reply)(Err(err.duplicate()));
+            }
+            return;
+        }
+        for p in lost.into_iter().rev() {
+            queue.push_front(p);
+        }
+    }
+}
+
+/// Folds the events other masters appended to a shared log since this one's last, and
+/// publishes them as its own would be.
+fn catch_up(
+    state: &RwLock<State>,
+    log: &Arc<dyn EventLog>,
+    events: &broadcast::Sender<Arc<Event>>,
+) -> Result<(), StoreError> {
+    loop {
+        let after = state.read().map(|s| s.last_seq).unwrap_or(0);
+        let page = log.read_after_blocking(after, 1000)?;
+        if page.is_empty() {
+            return Ok(());
+        }
+        let mut folded = Vec::with_capacity(page.len());
+        {
+            let mut st = state.write().unwrap_or_else(|p| p.into_inner());
+            for rec in page {
+                if rec.seq <= st.last_seq {
+                    continue;
+                }
+                let seq = rec.seq;
+                let ev = crate::records::to_event(rec).map_err(|e| {
+                    StoreError::Log(format!("event {seq}, appended by another master, cannot be read: {e}"))
+                })?;
+                st.apply(&ev);
+                folded.push(ev);
+            }
+        }
+        if events.receiver_count() > 0 {
+            for e in folded {
+                let _ = events.send(Arc::new(e));
+            }
+        }
     }
 }
 
@@ -121,29 +206,35 @@ fn decide(state: &RwLock<State>, p: &Pending) -> Result<Vec<(String, EventBody)>
     (p.decide)(&guard)
 }
 
+/// Commits the staged commands in one transaction, folds and publishes their events, and
+/// answers them. When another master appended to the shared log first, nothing is committed
+/// and the commands come back, to be decided again.
 fn flush(
-    staged: &mut Vec<Staged>,
+    staged: Vec<Staged>,
     state: &RwLock<State>,
     log: &Arc<dyn EventLog>,
     events: &broadcast::Sender<Arc<Event>>,
-) {
+) -> Result<(), Vec<Pending>> {
     if staged.is_empty() {
-        return;
+        return Ok(());
     }
     let all: Vec<NewEvent> = staged.iter().flat_map(|s| s.events.iter().cloned()).collect();
     if all.is_empty() {
-        for s in staged.drain(..) {
-            (s.reply)(Ok(Vec::new()));
+        for s in staged {
+            (s.pending.reply)(Ok(Vec::new()));
         }
-        return;
+        return Ok(());
     }
-    match log.append_blocking(all) {
+    let after = state.read().map(|s| s.last_seq).unwrap_or(0);
+    match log.append_blocking(after, all) {
+        Err(StoreError::Conflict { .. }) => Err(staged.into_iter().map(|s| s.pending).collect()),
         Err(e) => {
             tracing::error!(error = %e, "committing events failed");
             let err = EngineError::from(e);
-            for s in staged.drain(..) {
-                (s.reply)(Err(err.duplicate()));
+            for s in staged {
+                (s.pending.reply)(Err(err.duplicate()));
             }
+            Ok(())
         }
         Ok(recorded) => {
             let mut recorded = recorded.into_iter();
@@ -151,14 +242,14 @@ fn flush(
             {
                 // A std lock: held only while folding, never across an await.
                 let mut st = state.write().unwrap_or_else(|p| p.into_inner());
-                for s in staged.drain(..) {
+                for s in staged {
                     let mut committed = Vec::with_capacity(s.bodies.len());
                     for (body, rec) in s.bodies.into_iter().zip(recorded.by_ref()) {
                         let ev = crate::records::with_body(rec, body);
                         st.apply(&ev);
                         committed.push(ev);
                     }
-                    replies.push((s.reply, committed));
+                    replies.push((s.pending.reply, committed));
                 }
             }
             if events.receiver_count() > 0 {
@@ -169,6 +260,7 @@ fn flush(
             for (reply, committed) in replies {
                 reply(Ok(committed));
             }
+            Ok(())
         }
     }
 }

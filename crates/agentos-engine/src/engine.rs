@@ -193,6 +193,18 @@ impl Engine {
         self.inner.ledger.last_seq()
     }
 
+    /// Has this master fold what other masters appended to the shared log (called when the
+    /// database announces an append); false once the engine is shutting down.
+    pub fn fold_others(&self) -> bool {
+        self.inner.ledger.fold_others()
+    }
+
+    /// Waits until this master has folded event `seq` (so a client reads its own writes made
+    /// through another master), at most `within`; answers the last sequence number folded.
+    pub async fn wait_for_seq(&self, seq: u64, within: std::time::Duration) -> u64 {
+        self.inner.ledger.wait_for(seq, within).await
+    }
+
     /// Writes a snapshot now (used by tests and benchmarks).
     pub async fn snapshot_now(&self) -> Result<u64, EngineError> {
         self.inner.ledger.snapshot_now().await

@@ -17,6 +17,7 @@ impl EngineError {
             EngineError::Core(e) => e.kind,
             EngineError::Store(StoreError::BlobNotFound(_)) => ErrorKind::NotFound,
             EngineError::Store(StoreError::BlobCorrupt { .. }) => ErrorKind::Corrupt,
+            EngineError::Store(StoreError::Unavailable(_) | StoreError::Conflict { .. }) => ErrorKind::StorageDown,
             EngineError::Store(_) => ErrorKind::Internal,
         }
     }
@@ -25,6 +26,7 @@ impl EngineError {
             EngineError::Core(e) => e.code,
             EngineError::Store(StoreError::BlobNotFound(_)) => "blob_not_found",
             EngineError::Store(StoreError::BlobCorrupt { .. }) => "blob_corrupt",
+            EngineError::Store(StoreError::Unavailable(_) | StoreError::Conflict { .. }) => "storage_unavailable",
             EngineError::Store(_) => "storage_fault",
         }
     }

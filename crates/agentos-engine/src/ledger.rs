@@ -29,6 +29,8 @@ pub(crate) struct Ledger {
     pub(crate) events: tokio::sync::broadcast::Sender<Arc<Event>>,
     /// Sequence numbers of the events skipped by `--skip-event`, left out of every read.
     pub(crate) skipped: BTreeSet<u64>,
+    /// The last sequence number folded, after each batch.
+    folded: tokio::sync::watch::Receiver<u64>,
 }
 
 /// How the state was rebuilt at open.
@@ -106,8 +108,9 @@ async fn record_skips(log: &Arc<dyn EventLog>, asked: &[u64]) -> Result<BTreeSet
             schema: agentos_core::event::EVENT_SCHEMA_VERSION,
         };
         let log = log.clone();
+        let after = log.last_seq().await?;
         // Before the committer starts: this is the only writer yet.
-        tokio::task::spawn_blocking(move || log.append_blocking(vec![record]))
+        tokio::task::spawn_blocking(move || log.append_blocking(after, vec![record]))
             .await
             .map_err(|e| CoreError::internal(format!("recording a skip: {e}")))??;
         tracing::warn!(seq, %reason, "event skipped by --skip-event: the state is folded as if it were never written");
@@ -183,6 +186,7 @@ impl Ledger {
             task: Mutex::new(None),
         });
         let events = tokio::sync::broadcast::channel(4096).0;
+        let (folded_tx, folded) = tokio::sync::watch::channel(snapshot_seq + replayed);
         let committer = {
             let (state, log, snapshots) = (state.clone(), log.clone(), snapshots.clone());
             let every = snapshot_every.max(1);
@@ -190,6 +194,11 @@ impl Ledger {
             let after_commit = {
                 let (state, log) = (state.clone(), log.clone());
                 move |seq: u64| {
+                    folded_tx.send_if_modified(|s| {
+                        let moved = seq > *s;
+                        *s = seq.max(*s);
+                        moved
+                    });
                     if seq >= snapshots.last_seq.load(Ordering::Relaxed) + every {
                         start_snapshot(&runtime, &state, &log, &snapshots);
                     }
@@ -210,6 +219,7 @@ impl Ledger {
             restored: Restored { snapshot_seq, replayed },
             events,
             skipped,
+            folded,
         })
     }
 
@@ -244,6 +254,36 @@ impl Ledger {
 
     pub(crate) fn last_seq(&self) -> u64 {
         self.read_state().last_seq
+    }
+
+    /// Has the committer fold what other masters appended to a shared log, without waiting;
+    /// false once the ledger is closing.
+    pub(crate) fn fold_others(&self) -> bool {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let Some(tx) = tx else {
+            return false;
+        };
+        tx.send(Pending {
+            principal: "system".into(),
+            time: now_ms(),
+            decide: Box::new(|_| Ok(Vec::new())),
+            reply: Box::new(|_| {}),
+        })
+        .is_ok()
+    }
+
+    /// Waits until the state has folded event `seq`, at most `within`; answers the last
+    /// sequence number folded.
+    pub(crate) async fn wait_for(&self, seq: u64, within: std::time::Duration) -> u64 {
+        let mut folded = self.folded.clone();
+        if *folded.borrow() >= seq {
+            return *folded.borrow();
+        }
+        if self.log.shared() {
+            self.fold_others();
+        }
+        let _ = tokio::time::timeout(within, folded.wait_for(|s| *s >= seq)).await;
+        self.last_seq()
     }
 
     /// Stops taking commands, lets the queued ones commit, and writes a final snapshot.

@@ -53,6 +53,7 @@ fn status_of(kind: ErrorKind) -> StatusCode {
         ErrorKind::NotFound => StatusCode::NOT_FOUND,
         ErrorKind::Conflict => StatusCode::CONFLICT,
         ErrorKind::Unavailable => StatusCode::GATEWAY_TIMEOUT,
+        ErrorKind::StorageDown => StatusCode::SERVICE_UNAVAILABLE,
         ErrorKind::ToolFailed => StatusCode::UNPROCESSABLE_ENTITY,
         ErrorKind::TooMany => StatusCode::TOO_MANY_REQUESTS,
         ErrorKind::Corrupt | ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,

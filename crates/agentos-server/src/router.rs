@@ -67,6 +67,7 @@ pub fn router(
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.
         .layer(axum::extract::DefaultBodyLimit::disable())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::consistency::read_your_writes))
         .with_state(state)
 }
 

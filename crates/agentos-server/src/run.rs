@@ -9,7 +9,7 @@ use std::sync::Arc;
 use agentos_core::command::Limits;
 use agentos_engine::outbound::{IpRange, OutboundPolicy};
 use agentos_engine::{Engine, EngineConfig};
-use agentos_store::{FsBlobStore, SqliteEventLog, SqliteJobStore};
+use agentos_store::{BlobStore, EventLog, FsBlobStore, PgEventLog, S3BlobStore, SqliteEventLog, SqliteJobStore};
 
 use crate::data_folder::LooseDataFolder;
 use crate::serve_error::ServeError;
@@ -40,6 +40,8 @@ pub struct ServeConfig {
     pub connections: crate::connections::ConnectionLimits,
     /// Unreadable events to skip (`--skip-event SEQ`), each recorded in the log.
     pub skip_events: Vec<u64>,
+    /// Where the log, the blobs and the secrets' key live when not in the data folder.
+    pub storage: Storage,
     /// What one net may hold and do (the crash-loop marker is put in the data folder).
     pub net_limits: agentos_engine::NetLimits,
     /// Where the jq expressions of nets run.
@@ -51,6 +53,18 @@ pub struct ServeConfig {
     /// The local registry and the limits of tool containers; `owner` is set from the data
     /// folder when left at its default.
     pub docker: agentos_engine::bindings::docker::DockerConfig,
+}
+
+/// Where a master keeps what it shares with other masters. Each `None` is the data folder's
+/// embedded default: `events.db` (SQLite), `blobs/` and `secrets.key`.
+#[derive(Debug, Clone, Default)]
+pub struct Storage {
+    /// A PostgreSQL URL: the event log, shared by every master given it.
+    pub database: Option<String>,
+    /// An `s3://bucket/prefix` URL: the blobs.
+    pub blobs: Option<String>,
+    /// The secrets' key file, which masters sharing a database must share.
+    pub secrets_key_file: Option<PathBuf>,
 }
 
 /// Where a master runs the jq expressions of nets.
@@ -139,10 +153,32 @@ pub async fn run(
         listener.local_addr().map_err(|e| ServeError::Io { context: "reading the bound address".into(), source: e })?;
 
     // The secrets' key lives beside the log, never in it.
-    let secret_key = agentos_engine::admin::load_or_create_secret_key(&data.join("secrets.key"))
-        .map_err(|e| ServeError::Io { context: "the secrets key".into(), source: e })?;
-    let log = Arc::new(SqliteEventLog::open(&data.join("events.db"))?);
-    let blobs = Arc::new(FsBlobStore::open(data.join("blobs"))?);
+    let key_file = config.storage.secrets_key_file.clone().unwrap_or_else(|| data.join("secrets.key"));
+    if config.storage.database.is_some() && config.storage.blobs.is_none() {
+        tracing::warn!(
+            "the log is shared (--database) but the blobs are this data folder's own: masters sharing a database need shared blobs too (--blobs s3://BUCKET/PREFIX), or a tool registered through one master cannot run through another"
+        );
+    }
+    if config.storage.database.is_some() && config.storage.secrets_key_file.is_none() {
+        tracing::warn!(
+            "the log is shared (--database) but the secrets key is this data folder's own: every master sharing the database needs the same key, given by --secrets-key-file"
+        );
+    }
+    let secret_key = agentos_engine::admin::load_or_create_secret_key(&key_file)
+        .map_err(|e| ServeError::Io { context: format!("the secrets key {}", key_file.display()), source: e })?;
+    let mut shared_log = None;
+    let log: Arc<dyn EventLog> = match &config.storage.database {
+        None => Arc::new(SqliteEventLog::open(&data.join("events.db"))?),
+        Some(url) => {
+            let pg = Arc::new(PgEventLog::open(url).await?);
+            shared_log = Some(pg.clone());
+            pg
+        }
+    };
+    let blobs: Arc<dyn BlobStore> = match &config.storage.blobs {
+        None => Arc::new(FsBlobStore::open(data.join("blobs"))?),
+        Some(url) => Arc::new(S3BlobStore::open(url)?),
+    };
     let engine = Engine::open(
         EngineConfig {
             limits: Limits { max_script_bytes: config.max_script_bytes },
@@ -176,6 +212,14 @@ pub async fn run(
         blobs,
     )
     .await?;
+    // Other masters' appends are folded as the database announces them (and every half
+    // second besides, should an announcement be lost with a connection).
+    let follower = shared_log.map(|pg| {
+        let engine = engine.clone();
+        tokio::spawn(
+            async move { pg.listen(std::time::Duration::from_millis(500), move || engine.fold_others()).await },
+        )
+    });
     // Direct invocations' jobs survive a crash: those left open are queued again.
     let job_store = Arc::new(SqliteJobStore::open(&data.join("jobs.db"))?);
     let requeued = engine.dispatch().recover_jobs(job_store).await?;
@@ -218,6 +262,9 @@ pub async fn run(
         crate::router::router(engine.clone(), config.max_body_bytes, config.max_result_bytes, config.mcp_list_limit);
     crate::connections::serve(listener, app, config.connections, shutdown).await;
     engine.shutdown().await;
+    if let Some(f) = follower {
+        f.abort();
+    }
     drop(lock);
     Ok(())
 }

@@ -10,6 +10,13 @@ pub enum StoreError {
     BlobCorrupt { urn: BlobUrn, why: String },
     #[error("event log: {0}")]
     Log(String),
+    /// Another master appended to a shared log after sequence number `after`, the one this
+    /// append was decided on.
+    #[error("event log: another master appended after event {after}")]
+    Conflict { after: u64 },
+    /// The database or object store cannot be reached now; the request may be retried.
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
     #[error("job store: {0}")]
     Jobs(String),
     #[error("{context}: {source}")]

@@ -38,9 +38,22 @@ pub struct Snapshot {
 #[async_trait]
 pub trait EventLog: Send + Sync + 'static {
     /// Appends `events` in one transaction, durably, before returning them with their sequence
-    /// numbers. Blocks: the engine's committer calls it on a thread of its own, so a commit costs
-    /// no hand-off to a blocking pool.
-    fn append_blocking(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError>;
+    /// numbers. `after` is the sequence number the writer has folded up to: a log several
+    /// masters share numbers the events from `after + 1` and refuses the append with
+    /// [`StoreError::Conflict`] when another master appended first; a log only one master
+    /// writes may ignore it. Blocks: the engine's committer calls it on a thread of its own, so
+    /// a commit costs no hand-off to a blocking pool.
+    fn append_blocking(&self, after: u64, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError>;
+    /// Whether other masters may append to this log too, so a master must fold their events
+    /// before it decides.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// [`EventLog::read_after`], blocking, for the committer's thread; only shared logs are
+    /// read from there.
+    fn read_after_blocking(&self, _after: u64, _limit: usize) -> Result<Vec<RecordedEvent>, StoreError> {
+        Ok(Vec::new())
+    }
     /// Up to `limit` events with a sequence number above `after`, in order.
     async fn read_after(&self, after: u64, limit: usize) -> Result<Vec<RecordedEvent>, StoreError>;
     /// Every event of one entity in one model, in order.

@@ -1,11 +1,14 @@
 //! Storage behind small traits: the append-only [`EventLog`], the content-addressed
-//! [`BlobStore`], and the [`JobStore`] of open direct jobs.
+//! [`BlobStore`], and the [`JobStore`] of open direct jobs. Embedded: SQLite and a folder;
+//! shared by several masters: PostgreSQL ([`PgEventLog`]) and S3 ([`S3BlobStore`]).
 
 pub mod blob_store;
 pub mod error;
 pub mod event_log;
 pub mod fs_blob_store;
 pub mod job_store;
+pub mod pg_event_log;
+pub mod s3_blob_store;
 pub mod sqlite_event_log;
 pub mod sqlite_job_store;
 pub mod verify_blob_store;
@@ -15,6 +18,8 @@ pub use error::StoreError;
 pub use event_log::{EventLog, NewEvent, RecordedEvent, Snapshot};
 pub use fs_blob_store::FsBlobStore;
 pub use job_store::{JobStore, StoredJob};
+pub use pg_event_log::PgEventLog;
+pub use s3_blob_store::S3BlobStore;
 pub use sqlite_event_log::SqliteEventLog;
 pub use sqlite_job_store::SqliteJobStore;
 pub use verify_blob_store::VerifyBlobStore;

@@ -181,7 +181,7 @@ const SELECT: &str = "SELECT seq, model, type, key, payload, principal, time, v 
 
 #[async_trait]
 impl EventLog for SqliteEventLog {
-    fn append_blocking(&self, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
+    fn append_blocking(&self, _after: u64, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
         let mut conn = self.writer.lock().map_err(|_| StoreError::Log("connection lock poisoned".into()))?;
         append_in(&mut conn, events)
     }
@@ -278,9 +278,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.db");
         let log = SqliteEventLog::open(&path).unwrap();
-        let a = log.append_blocking(vec![ev("tool:a"), ev("tool:b")]).unwrap();
+        let a = log.append_blocking(0, vec![ev("tool:a"), ev("tool:b")]).unwrap();
         assert_eq!(a.iter().map(|e| e.seq).collect::<Vec<_>>(), vec![1, 2]);
-        log.append_blocking(vec![ev("tool:a")]).unwrap();
+        log.append_blocking(0, vec![ev("tool:a")]).unwrap();
         assert_eq!(log.last_seq().await.unwrap(), 3);
         assert_eq!(log.read_key("default", "tool:a").await.unwrap().len(), 2);
         assert_eq!(log.read_after(1, 10).await.unwrap().len(), 2);
@@ -303,7 +303,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("events.db");
         let log = SqliteEventLog::open(&path).unwrap();
-        log.append_blocking(vec![ev("tool:a")]).unwrap();
+        log.append_blocking(0, vec![ev("tool:a")]).unwrap();
         log.save_snapshot(Snapshot { seq: 1, schema: 1, data: vec![1] }).await.unwrap();
         drop(log);
         for f in ["events.db.snapshots-wal", "events.db.snapshots-shm"] {
@@ -329,7 +329,7 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let log = SqliteEventLog::open(&dir.path().join("events.db")).unwrap();
-        log.append_blocking(vec![ev("tool:a")]).unwrap();
+        log.append_blocking(0, vec![ev("tool:a")]).unwrap();
         log.save_snapshot(Snapshot { seq: 1, schema: 1, data: vec![1] }).await.unwrap();
         let mut files = Vec::new();
         for entry in std::fs::read_dir(dir.path()).unwrap() {

@@ -1,0 +1,84 @@
+//! Blobs as objects of an S3-compatible store: `<prefix>/<namespace>/<sha[0..2]>/<sha>`, the
+//! same layout as [`crate::FsBlobStore`]. A PUT of S3 is atomic (an object is whole or absent)
+//! and durable when it answers, so no temp object is needed. Wrap it in
+//! [`crate::VerifyBlobStore`] like any store: every read is hashed again, a changed object refused.
+
+use async_trait::async_trait;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+
+use agentos_core::urn::BlobUrn;
+
+use crate::{BlobStore, StoreError};
+
+pub struct S3BlobStore {
+    store: AmazonS3,
+    prefix: String,
+}
+
+impl S3BlobStore {
+    /// The store at `url` (`s3://bucket/prefix`), with credentials, region and endpoint from the
+    /// usual AWS variables (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+    /// `AWS_ENDPOINT_URL`, and `AWS_ALLOW_HTTP=true` for an endpoint without TLS).
+    pub fn open(url: &str) -> Result<S3BlobStore, StoreError> {
+        let bad = |why: &str| {
+            StoreError::Log(format!("--blobs {url:?}: {why}; give s3://BUCKET/PREFIX (or a folder for local blobs)"))
+        };
+        let rest = url.strip_prefix("s3://").ok_or_else(|| bad("not an s3:// URL"))?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(bad("no bucket"));
+        }
+        let prefix = prefix.trim_matches('/');
+        if prefix.split('/').any(|p| p == "." || p == "..") {
+            return Err(bad("the prefix may not hold . or .."));
+        }
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+        // Standard AWS names the endpoint AWS_ENDPOINT_URL; object_store reads AWS_ENDPOINT.
+        if let Ok(endpoint) = std::env::var("AWS_ENDPOINT_URL")
+            && std::env::var_os("AWS_ENDPOINT").is_none()
+        {
+            builder = builder.with_endpoint(endpoint);
+        }
+        let store = builder.build().map_err(|e| bad(&e.to_string()))?;
+        Ok(S3BlobStore { store, prefix: prefix.to_string() })
+    }
+
+    /// The object of a blob. Namespace and digest are validated by [`BlobUrn`].
+    pub fn key_of(&self, urn: &BlobUrn) -> Path {
+        let sha = urn.sha256();
+        let key = format!("{}/{}/{sha}", urn.namespace(), &sha[..2]);
+        if self.prefix.is_empty() { Path::from(key) } else { Path::from(format!("{}/{key}", self.prefix)) }
+    }
+}
+
+fn failed(what: &str, urn: &BlobUrn, e: object_store::Error) -> StoreError {
+    StoreError::Unavailable(format!("{what} blob {urn} in the object store: {e}"))
+}
+
+#[async_trait]
+impl BlobStore for S3BlobStore {
+    async fn put(&self, urn: &BlobUrn, bytes: &[u8]) -> Result<(), StoreError> {
+        // Writing again is cheaper than reading to compare, and repairs a damaged copy.
+        self.store
+            .put(&self.key_of(urn), PutPayload::from(bytes.to_vec()))
+            .await
+            .map_err(|e| failed("storing", urn, e))?;
+        Ok(())
+    }
+
+    async fn get(&self, urn: &BlobUrn) -> Result<Vec<u8>, StoreError> {
+        match self.store.get(&self.key_of(urn)).await {
+            Ok(r) => Ok(r.bytes().await.map_err(|e| failed("reading", urn, e))?.to_vec()),
+            Err(object_store::Error::NotFound { .. }) => Err(StoreError::BlobNotFound(urn.clone())),
+            Err(e) => Err(failed("reading", urn, e)),
+        }
+    }
+}
+
+impl std::fmt::Debug for S3BlobStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "S3BlobStore({}, prefix {:?})", self.store, self.prefix)
+    }
+}
