@@ -326,11 +326,8 @@ pub(crate) async fn fresh_database() -> String {
     let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
     tokio::spawn(conn);
-    let name = format!(
-        "agentos_test_{}",
-        agentos_core::sha256_hex(format!("{:?}{}", std::time::SystemTime::now(), std::process::id()).as_bytes())[..12]
-            .to_string()
-    );
+    let stamp = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
+    let name = format!("agentos_test_{}", &agentos_core::sha256_hex(stamp.as_bytes())[..12]);
     client.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap();
     format!("{}/{name}", url.rsplit_once('/').unwrap().0)
 }
