@@ -78,6 +78,19 @@ impl Master {
         level: &str,
     ) -> Master {
         close_to_others(data);
+        // AGENTOS_TEST_STORAGE=shared: every master of a suite keeps its log on PostgreSQL and
+        // its blobs on S3, a fresh database and bucket each (kept across its restarts).
+        let shared = (bin == BIN
+            && std::env::var("AGENTOS_TEST_STORAGE").as_deref() == Ok("shared")
+            && !extra.contains(&"--database"))
+        .then(SharedStorage::fresh);
+        let mut extra: Vec<&str> = extra.to_vec();
+        let mut env: Vec<(&str, &str)> = env.to_vec();
+        if let Some(s) = &shared {
+            extra.extend(["--database", &s.database, "--blobs", &s.blobs]);
+            env.extend(S3_ENV);
+        }
+        let (extra, env) = (&extra[..], &env[..]);
         let mut cmd = Command::new(bin);
         for (k, v) in env {
             cmd.env(k, v);
@@ -480,4 +493,50 @@ pub fn run(m: &Master, token: &str, program: &Path, args: &[&str]) -> Out {
 pub fn install_shims(m: &Master, token: &str, dir: &Path) {
     let out = run_as(m, token, Path::new(BIN), &["install-shims", "--dir", dir.to_str().unwrap()], None);
     assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+/// The key, region and endpoint of the S3 server `scripts/s3-env` starts.
+pub const S3_ENV: [(&str, &str); 5] = [
+    ("AWS_ACCESS_KEY_ID", "agentos-test"),
+    ("AWS_SECRET_ACCESS_KEY", "agentos-test-secret"),
+    ("AWS_REGION", "us-east-1"),
+    ("AWS_ENDPOINT_URL", "http://127.0.0.1:59000"),
+    ("AWS_ALLOW_HTTP", "true"),
+];
+
+/// A fresh PostgreSQL database and S3 bucket, on the servers `scripts/pg-env` and
+/// `scripts/s3-env` start (when they are not running yet).
+pub struct SharedStorage {
+    /// `postgres://…/agentos_t_…`.
+    pub database: String,
+    /// `s3://agentos-t-…/blobs`.
+    pub blobs: String,
+    /// The bucket's folder on the S3 server, to look at (or damage) what it stores.
+    pub bucket_dir: PathBuf,
+}
+
+fn script_lines(name: &str) -> Vec<String> {
+    let script = format!("{}/../../scripts/{name}", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(&script).output().unwrap_or_else(|e| panic!("{script}: {e}"));
+    assert!(out.status.success(), "scripts/{name} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+impl SharedStorage {
+    pub fn fresh() -> SharedStorage {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let stamp = format!("{:?}-{}-{n}", std::time::SystemTime::now(), std::process::id());
+        let name = format!("agentos_t_{}", &sha256_hex(stamp.as_bytes())[..16]);
+        let server = script_lines("pg-env").remove(0);
+        let out =
+            Command::new("psql").args([&server, "-qXc", &format!("CREATE DATABASE {name}")]).output().expect("psql");
+        assert!(out.status.success(), "creating a database: {}", String::from_utf8_lossy(&out.stderr));
+        let database = format!("{}/{name}", server.rsplit_once('/').unwrap().0);
+        let s3 = script_lines("s3-env");
+        let bucket = name.replace('_', "-");
+        let bucket_dir = Path::new(&s3[1]).join(&bucket);
+        std::fs::create_dir_all(&bucket_dir).unwrap();
+        SharedStorage { database, blobs: format!("s3://{bucket}/blobs"), bucket_dir }
+    }
 }
