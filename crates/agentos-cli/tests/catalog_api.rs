@@ -203,7 +203,7 @@ fn a_blob_altered_on_disk_is_refused_as_corrupt() {
     let (_, e) = api.register("victim", "sh", "echo safe", None);
     let sha = e["binding"]["sha256"].as_str().unwrap();
     let urn = e["binding"]["scriptUrn"].as_str().unwrap();
-    let path = dir.path().join("blobs/tool-catalog/scripts").join(&sha[..2]).join(sha);
+    let path = m.blob_file("tool-catalog/scripts", sha);
     assert_eq!(std::fs::read(&path).unwrap(), b"echo safe");
     std::fs::write(&path, b"rm -rf / # tampered").unwrap();
 

@@ -62,7 +62,7 @@ fn a_blob_altered_under_the_catalog_is_refused_at_the_master_and_never_ships() {
     let api = m.client();
     let (_, e) = api.register("victim", "sh", "echo pinned", None);
     let sha = e["binding"]["sha256"].as_str().unwrap().to_string();
-    let blob = d.path().join("master/blobs/tool-catalog/scripts").join(&sha[..2]).join(&sha);
+    let blob = m.blob_file("tool-catalog/scripts", &sha);
     std::fs::write(&blob, "echo TAMPERED").unwrap();
 
     let (status, r) = api.invoke("victim", json!({}));

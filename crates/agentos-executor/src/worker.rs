@@ -231,6 +231,9 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     }
 }
 
+/// How long a stopping executor waits for the answer of a poll already under way.
+const IN_FLIGHT_POLL: Duration = Duration::from_millis(500);
+
 async fn worker(
     shared: Arc<Shared>,
     stop: CancellationToken,
@@ -253,9 +256,20 @@ async fn worker(
             next = run_one(&shared, job, &kill, true).await;
             continue;
         }
+        let poll = shared.master.poll(wait);
+        tokio::pin!(poll);
         let polled = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = shared.master.poll(wait) => r,
+            r = &mut poll => r,
+            _ = stop.cancelled() => {
+                // The master may have handed a job out just before the stop, its answer on the
+                // way: dropping the poll would strand that job until its lease expired. An
+                // answer that comes at once is taken (and its job run, within the grace);
+                // an idle long poll is let go.
+                match tokio::time::timeout(IN_FLIGHT_POLL, &mut poll).await {
+                    Ok(r) => r,
+                    Err(_) => return,
+                }
+            }
         };
         match polled {
             Ok(Some(job)) => {

@@ -127,6 +127,19 @@ impl Master {
         }
     }
 
+    /// Where the file of a blob (`namespace`, `sha256`) is: in the data folder's `blobs`, or
+    /// in the S3 server's folder for the master's bucket (`--blobs s3://BUCKET/PREFIX`).
+    pub fn blob_file(&self, namespace: &str, sha256: &str) -> PathBuf {
+        let root = match self.extra.iter().position(|a| a == "--blobs") {
+            Some(i) => {
+                let url = self.extra[i + 1].strip_prefix("s3://").expect("an s3:// URL");
+                Path::new(&script_lines("s3-env")[1]).join(url)
+            }
+            None => self.data.join("blobs"),
+        };
+        root.join(namespace).join(&sha256[..2]).join(sha256)
+    }
+
     /// SIGKILL: no chance to flush or snapshot.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
