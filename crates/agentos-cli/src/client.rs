@@ -227,6 +227,60 @@ pub fn exit(r: Result<(), ClientError>) -> ExitCode {
     }
 }
 
+/// The last event a client of one installation (named by its token) has seen, so that its next
+/// request, to whichever master of a shared log, waits until that master has folded it
+/// (`Agentos-Min-Seq`): a write through one master is read back through any other. Kept in
+/// `AGENTOS_SEQ_FILE`, else under `$XDG_RUNTIME_DIR` or `~/.cache/agentos`, one small file per
+/// token; without any of those the client sends no header.
+struct SeenSeq {
+    file: Option<std::path::PathBuf>,
+    seen: Option<u64>,
+}
+
+impl SeenSeq {
+    fn of(token: &str) -> SeenSeq {
+        let name = format!("seq-{}", &agentos_core::sha256_hex(token.as_bytes())[..16]);
+        let file = std::env::var_os("AGENTOS_SEQ_FILE")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("XDG_RUNTIME_DIR").map(|d| std::path::Path::new(&d).join("agentos").join(&name))
+            })
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/agentos").join(&name)));
+        let seen = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| s.trim().parse().ok());
+        SeenSeq { file, seen }
+    }
+
+    fn ask(&self, req: reqwest::blocking::RequestBuilder) -> reqwest::blocking::RequestBuilder {
+        match self.seen {
+            Some(n) => req.header("Agentos-Min-Seq", n.to_string()),
+            None => req,
+        }
+    }
+
+    /// Keeps an answer's `Agentos-Seq` when it is further than what was seen. Best effort: a
+    /// file that cannot be written only costs the wait.
+    fn note(&self, resp: &reqwest::blocking::Response) {
+        if let Some(seq) = resp.headers().get("agentos-seq").and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
+            self.note_seq(seq);
+        }
+    }
+
+    fn note_seq(&self, seq: u64) {
+        let Some(file) = &self.file else { return };
+        if self.seen.is_some_and(|s| s >= seq) {
+            return;
+        }
+        let Some(dir) = file.parent() else { return };
+        if std::fs::create_dir_all(dir).is_err() {
+            return;
+        }
+        let tmp = dir.join(format!(".seq-{}", std::process::id()));
+        if std::fs::write(&tmp, seq.to_string()).is_ok() && std::fs::rename(&tmp, file).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
 impl Conn {
     pub(crate) fn token(&self) -> Result<String, ClientError> {
         if let Some(t) = &self.token {
@@ -241,11 +295,12 @@ impl Conn {
     fn bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
         let token = self.token()?;
         let url = format!("{}{}", self.url.trim_end_matches('/'), path);
-        let resp = reqwest::blocking::Client::new()
-            .get(&url)
-            .bearer_auth(token)
+        let seen = SeenSeq::of(&token);
+        let resp = seen
+            .ask(reqwest::blocking::Client::new().get(&url).bearer_auth(token))
             .send()
             .map_err(|e| fail(EXIT_UNREACHABLE, format!("cannot reach the master at {}: {e}", self.url)))?;
+        seen.note(&resp);
         if !resp.status().is_success() {
             return Err(fail(EXIT_FAILURE, format!("reading {path}: HTTP {}", resp.status().as_u16())));
         }
@@ -265,7 +320,8 @@ impl Conn {
             .build()
             .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
         let url = format!("{}{}", self.url.trim_end_matches('/'), path);
-        let mut req = client.request(method, &url).bearer_auth(token).query(query);
+        let seen = SeenSeq::of(&token);
+        let mut req = seen.ask(client.request(method, &url).bearer_auth(token).query(query));
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -275,6 +331,7 @@ impl Conn {
                 format!("cannot reach the master at {}: {e} (is `agentos up` running? set AGENTOS_URL)", self.url),
             )
         })?;
+        seen.note(&resp);
         let status = resp.status();
         let text = resp.text().map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;
         let value: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
@@ -294,9 +351,9 @@ impl Conn {
             .build()
             .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
         let url = format!("{}/api/commands", self.url.trim_end_matches('/'));
-        let resp = client
-            .post(&url)
-            .bearer_auth(token)
+        let seen = SeenSeq::of(&token);
+        let resp = seen
+            .ask(client.post(&url).bearer_auth(token))
             .header("accept", "application/x-ndjson")
             .json(&body)
             .send()
@@ -318,6 +375,11 @@ impl Conn {
             if let Some(s) = v.get("progress").and_then(Value::as_str) {
                 step(s);
             } else if let Some(entry) = v.get("entry") {
+                // A streamed answer's headers left before the commit: the entry's revision is
+                // the event that stored it.
+                if let Some(rev) = entry.get("revision").and_then(Value::as_u64) {
+                    seen.note_seq(rev);
+                }
                 return Ok(entry.clone());
             } else if let Some(e) = v.get("error") {
                 let status = e.get("status").and_then(Value::as_u64).unwrap_or(500) as u16;

@@ -1,0 +1,262 @@
+//! Several masters on one PostgreSQL database and one S3 bucket (real servers, started by
+//! `scripts/pg-env` and `scripts/s3-env`): one catalog, each master's answers carrying the
+//! last event it folded, `Agentos-Min-Seq` to read one's own writes anywhere, registrations
+//! through both at once with no event lost or numbered twice, a master killed -9 losing no
+//! acknowledged write, and a database outage answered 503 and outlived.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Executor, Master, S3_ENV, SharedStorage};
+use serde_json::{Value, json};
+
+struct Shared {
+    storage: SharedStorage,
+    key: PathBuf,
+}
+
+impl Shared {
+    fn new(dir: &Path) -> Shared {
+        let key = dir.join("secrets.key");
+        std::fs::write(&key, [7u8; 32]).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Shared { storage: SharedStorage::fresh(), key }
+    }
+
+    /// A master on the shared log and bucket; a second one is given the first one's operator
+    /// token file, as an operator would copy it.
+    fn master(&self, data: &Path, token_from: Option<&Master>) -> Master {
+        if let Some(first) = token_from {
+            std::fs::create_dir_all(data).unwrap();
+            std::fs::copy(first.data.join("operator.token"), data.join("operator.token")).unwrap();
+        }
+        let key = self.key.to_str().unwrap();
+        let args = ["--database", &self.storage.database, "--blobs", &self.storage.blobs, "--secrets-key-file", key];
+        Master::start_full(data, "127.0.0.1:0", &args, &S3_ENV)
+    }
+}
+
+/// A request's status, answer and `Agentos-Seq`.
+fn send(m: &Master, method: &str, path: &str, body: Option<Value>, min_seq: Option<u64>) -> (u16, Value, u64) {
+    let mut req = common::http()
+        .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), format!("{}{path}", m.url))
+        .bearer_auth(&m.token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    if let Some(n) = min_seq {
+        req = req.header("Agentos-Min-Seq", n.to_string());
+    }
+    let resp = req.send().expect("request");
+    let status = resp.status().as_u16();
+    let seq = resp.headers()["agentos-seq"].to_str().unwrap().parse().unwrap();
+    let text = resp.text().unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)), seq)
+}
+
+fn register(m: &Master, id: &str, content: &str) -> (u16, Value, u64) {
+    let body =
+        json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": "sh", "content": content});
+    send(m, "POST", "/api/commands", Some(body), None)
+}
+
+fn psql(database: &str, sql: &str) -> String {
+    let out = Command::new("psql").args([database, "-qXAtc", sql]).output().expect("psql");
+    assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn two_masters_share_one_catalog_and_a_client_reads_its_own_writes_through_either() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let a = shared.master(&dir.path().join("a"), None);
+    let b = shared.master(&dir.path().join("b"), Some(&a));
+
+    let (status, v, seq) = register(&a, "hello", "echo hello from the bucket");
+    assert_eq!(status, 200, "{v}");
+    // Through the other master, waiting for the write if it has not folded it yet.
+    let (status, entry, seen) = send(&b, "GET", "/api/tool-catalog/hello", None, Some(seq));
+    assert_eq!(status, 200, "{entry}");
+    assert!(seen >= seq);
+    assert_eq!(entry["binding"]["sha256"], v["binding"]["sha256"]);
+    // A sequence number the log does not reach: 503 after the wait, saying how far it got.
+    let (status, v, _) = send(&b, "GET", "/api/tool-catalog/hello", None, Some(seq + 1000));
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["code"], "seq_not_reached", "{v}");
+    let (status, v, _) = send(&b, "GET", "/api/models", None, Some(u64::MAX));
+    assert_eq!(status, 503, "{v}");
+    let bad = common::http()
+        .get(format!("{}/api/models", b.url))
+        .bearer_auth(&b.token)
+        .header("Agentos-Min-Seq", "soon")
+        .send()
+        .unwrap();
+    assert_eq!(bad.status().as_u16(), 400);
+
+    // The CLI keeps the last Agentos-Seq it saw and sends it as Agentos-Min-Seq, to any master.
+    let seq_file = dir.path().join("seen-seq");
+    let cli = |m: &Master, args: &[&str]| {
+        let out = Command::new(common::BIN)
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("AGENTOS_URL", &m.url)
+            .env("AGENTOS_TOKEN", &m.token)
+            .env("AGENTOS_SEQ_FILE", &seq_file)
+            .output()
+            .unwrap();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let script = dir.path().join("greet.sh");
+    std::fs::write(&script, "echo hi").unwrap();
+    let (code, err) = cli(
+        &a,
+        &["catalog", "register-script", "--id", "greet", "--runtime", "sh", "--file", script.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let written: u64 = std::fs::read_to_string(&seq_file).unwrap().trim().parse().unwrap();
+    let (_, entry, _) = send(&a, "GET", "/api/tool-catalog/greet", None, None);
+    assert_eq!(written, entry["revision"].as_u64().unwrap(), "the registration's event is remembered");
+    let (code, err) = cli(&b, &["catalog", "get", "greet"]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::write(&seq_file, (written + 1000).to_string()).unwrap();
+    let (code, err) = cli(&b, &["catalog", "get", "greet"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("did not reach it"), "the CLI sent the seq it remembered: {err}");
+    std::fs::write(&seq_file, written.to_string()).unwrap();
+
+    // The script registered through a runs through b: its content comes from the bucket.
+    let e = Executor::start(&b, &dir.path().join("executor"), "e1", &[]);
+    let (status, r, _) = send(&b, "POST", "/api/tools/hello/invoke", Some(json!({})), None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "hello from the bucket\n", "{r}");
+    drop(e);
+
+    // A secret set through b is there for a, encrypted with the key both were given.
+    let (status, v, seq) =
+        send(&b, "PUT", "/api/secrets/SHARED", Some(json!({"value": "shared-secret-0123456789"})), None);
+    assert_eq!(status, 200, "{v}");
+    let (status, list, _) = send(&a, "GET", "/api/secrets", None, Some(seq));
+    assert_eq!(status, 200, "{list}");
+    assert!(list.to_string().contains("SHARED"), "{list}");
+    let stored = psql(&shared.storage.database, "SELECT string_agg(payload, '') FROM agentos_events");
+    assert!(!stored.contains("shared-secret-0123456789"), "the secret's value is in the log");
+}
+
+#[test]
+fn registrations_through_two_masters_at_once_are_each_committed_once_and_a_killed_master_loses_no_acknowledged_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let mut a = shared.master(&dir.path().join("a"), None);
+    let b = shared.master(&dir.path().join("b"), Some(&a));
+    let per_master = 60;
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, u64)>::new()));
+    let writers: Vec<_> = [(&a, "a"), (&b, "b")]
+        .into_iter()
+        .map(|(m, name)| {
+            let (url, token, acked) = (m.url.clone(), m.token.clone(), acked.clone());
+            std::thread::spawn(move || {
+                let client = common::http();
+                for i in 0..per_master {
+                    let id = format!("{name}-{i}");
+                    let body = json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": id, "name": id, "runtime": "sh",
+                        "content": format!("echo {id}")});
+                    let resp = client.post(format!("{url}/api/commands")).bearer_auth(&token).json(&body).send();
+                    // The master may be killed under this writer: what it acknowledged counts.
+                    let Ok(resp) = resp else { return };
+                    if resp.status().as_u16() != 200 {
+                        continue;
+                    }
+                    let seq: u64 = resp.headers()["agentos-seq"].to_str().unwrap().parse().unwrap();
+                    acked.lock().unwrap().push((id, seq));
+                }
+            })
+        })
+        .collect();
+    common::wait_for("some registrations through a", || {
+        acked.lock().unwrap().iter().filter(|(id, _)| id.starts_with("a-")).count() >= 20
+    });
+    a.kill9();
+    for w in writers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    let through_b = acked.iter().filter(|(id, _)| id.starts_with("b-")).count();
+    assert_eq!(through_b, per_master, "every registration through b went through");
+    let last = acked.iter().map(|(_, s)| *s).max().unwrap();
+    for (id, seq) in &acked {
+        let (status, v, _) = send(&b, "GET", &format!("/api/tool-catalog/{id}"), None, Some(*seq));
+        assert_eq!(status, 200, "{id}, acknowledged at {seq}, is lost: {v}");
+    }
+    // One log: every event once, numbered without a hole.
+    let (count, max) = (
+        psql(&shared.storage.database, "SELECT count(*) FROM agentos_events"),
+        psql(&shared.storage.database, "SELECT max(seq) FROM agentos_events"),
+    );
+    assert_eq!(count, max, "the log's numbers have a hole or a double");
+    let registered = psql(
+        &shared.storage.database,
+        "SELECT count(*) FROM agentos_events WHERE type = 'ToolRegistered' AND key LIKE 'tool:%-%'",
+    );
+    // Each acknowledged registration once; the one in flight at the kill may have committed unanswered.
+    let registered: usize = registered.parse().unwrap();
+    assert!(
+        (acked.len()..=acked.len() + 1).contains(&registered),
+        "{registered} registered, {} acknowledged",
+        acked.len()
+    );
+    // The killed master comes back and folds what b wrote meanwhile.
+    let a = a.restart();
+    let (status, v, seen) = send(&a, "GET", "/api/tool-catalog/b-59", None, Some(last));
+    assert_eq!(status, 200, "{v}");
+    assert!(seen >= last);
+}
+
+#[test]
+fn a_database_outage_is_answered_503_and_the_master_goes_on_when_it_is_back() {
+    // A cluster of its own: stopping the suite's one would fail every other test.
+    let env = [("AGENTOS_PG_PORT", "55433"), ("AGENTOS_PG_DIR", "/tmp/agentos-pg-55433")];
+    let pg = |arg: Option<&str>| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/pg-env");
+        let out = Command::new(script).args(arg).envs(env).output().unwrap();
+        assert!(out.status.success(), "pg-env {arg:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let server = pg(None);
+    let name = format!("agentos_outage_{}", std::process::id());
+    psql(&server, &format!("DROP DATABASE IF EXISTS {name}"));
+    psql(&server, &format!("CREATE DATABASE {name}"));
+    let database = format!("{}/{name}", server.rsplit_once('/').unwrap().0);
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("m"), &["--database", &database]);
+    let (status, v, _) = register(&m, "before", "echo 1");
+    assert_eq!(status, 200, "{v}");
+
+    pg(Some("stop"));
+    let (status, v, _) = register(&m, "during", "echo 2");
+    assert_eq!(status, 503, "{v}");
+    assert_eq!(v["error"]["code"], "storage_unavailable", "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("storage unavailable"), "{v}");
+    // What the master holds is still answered, and nothing half written shows.
+    let (status, v, _) = send(&m, "GET", "/api/tool-catalog/before", None, None);
+    assert_eq!(status, 200, "{v}");
+    let (status, _, _) = send(&m, "GET", "/api/tool-catalog/during", None, None);
+    assert_eq!(status, 404);
+
+    pg(None);
+    let mut back = None;
+    common::wait_for("registrations to go through again", || {
+        let r = register(&m, "after", "echo 3");
+        let ok = r.0 == 200;
+        back = Some(r);
+        ok
+    });
+    let (_, v, _) = back.unwrap();
+    assert_eq!(v["id"], "after");
+    std::thread::sleep(Duration::from_millis(10));
+}
