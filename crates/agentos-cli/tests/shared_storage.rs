@@ -260,3 +260,43 @@ fn a_database_outage_is_answered_503_and_the_master_goes_on_when_it_is_back() {
     assert_eq!(v["id"], "after");
     std::thread::sleep(Duration::from_millis(10));
 }
+
+#[test]
+fn each_models_fires_run_on_one_master_and_a_survivor_takes_over_a_killed_masters_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let mut a = shared.master(&dir.path().join("a"), None);
+    let net = json!({"places": ["p-in", "p-out"], "transitions": [{"id": "move", "kind": "pass",
+        "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]});
+    let (status, v, _) = send(&a, "PUT", "/api/models/flow/net", Some(net), None);
+    assert_eq!(status, 200, "{v}");
+    let (status, v, _) = send(&a, "POST", "/api/models/flow/transitions/move/start", Some(json!({})), None);
+    assert_eq!(status, 200, "{v}");
+    let put = |m: &Master, n: u64| {
+        let (status, v, seq) =
+            send(m, "POST", "/api/models/flow/places/p-in/tokens", Some(json!({"data": {"n": n}})), None);
+        assert_eq!(status, 200, "{v}");
+        seq
+    };
+    let out = |m: &Master, seq: u64| {
+        let (status, v, _) = send(m, "GET", "/api/models/flow/places/p-out/tokens", None, Some(seq));
+        assert_eq!(status, 200, "{v}");
+        v.as_array().unwrap().iter().map(|t| t["data"]["n"].as_u64().unwrap()).collect::<Vec<_>>()
+    };
+    put(&a, 1);
+    common::wait_for("a to run the model", || out(&a, 0) == [1]);
+    // b comes after a took the model: tokens put through b are fired by a, once each.
+    let b = shared.master(&dir.path().join("b"), Some(&a));
+    for n in 2..=20 {
+        put(if n % 2 == 0 { &b } else { &a }, n);
+    }
+    common::wait_for("every token to move once", || out(&b, 0).len() == 20);
+    let mut moved = out(&b, 0);
+    moved.sort();
+    assert_eq!(moved, (1..=20).collect::<Vec<_>>(), "each token fired once");
+
+    // a dies: b takes its model over and fires what is put next.
+    a.kill9();
+    put(&b, 21);
+    common::wait_for("b to take the model over", || out(&b, 0).contains(&21));
+}

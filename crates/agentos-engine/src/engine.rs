@@ -49,6 +49,19 @@ pub struct EngineConfig {
     pub mcp: crate::bindings::mcp::McpConfig,
     /// The local registry, the engine's socket and the limits of tool containers.
     pub docker: crate::bindings::docker::DockerConfig,
+    /// Which models' fires this master runs, when several masters share a log.
+    pub fire_owners: FireOwners,
+}
+
+/// Which models' fires this master runs: all of them (`None`, one master on its log), or those
+/// whose lock it holds (several masters on one log, `agentos_store::PgModelLocks`).
+#[derive(Clone, Default)]
+pub struct FireOwners(pub Option<Arc<dyn agentos_store::ModelLocks>>);
+
+impl std::fmt::Debug for FireOwners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "FireOwners(by model lock)" } else { "FireOwners(all)" })
+    }
 }
 
 impl Default for EngineConfig {
@@ -66,6 +79,7 @@ impl Default for EngineConfig {
             expressions: Default::default(),
             mcp: Default::default(),
             docker: Default::default(),
+            fire_owners: Default::default(),
         }
     }
 }

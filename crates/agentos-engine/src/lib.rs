@@ -27,7 +27,7 @@ pub mod sandbox;
 mod slots;
 
 pub use catalog::History;
-pub use engine::{Catalog, Dispatch, Engine, EngineConfig, HostToolkits, Nets, Principals};
+pub use engine::{Catalog, Dispatch, Engine, EngineConfig, FireOwners, HostToolkits, Nets, Principals};
 pub use error::EngineError;
 pub use jobs::DispatchConfig;
 pub use jobs::JobConfig;

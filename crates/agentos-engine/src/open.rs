@@ -21,8 +21,13 @@ impl Engine {
         blobs: Arc<dyn BlobStore>,
     ) -> Result<Engine, EngineError> {
         let ledger = Ledger::open(log, &config.skip_events, config.snapshot_every).await?;
-        let nets = crate::nets::runtime::NetRuntime::new(&config.nets, &config.outbound, config.expressions.clone())
-            .map_err(|e| CoreError::internal(e.to_string()))?;
+        let nets = crate::nets::runtime::NetRuntime::new(
+            &config.nets,
+            &config.outbound,
+            config.expressions.clone(),
+            config.fire_owners.0.clone(),
+        )
+        .map_err(|e| CoreError::internal(e.to_string()))?;
         let engine = Engine {
             inner: Arc::new(Inner {
                 ledger,

@@ -167,11 +167,14 @@ pub async fn run(
     let secret_key = agentos_engine::admin::load_or_create_secret_key(&key_file)
         .map_err(|e| ServeError::Io { context: format!("the secrets key {}", key_file.display()), source: e })?;
     let mut shared_log = None;
+    let mut fire_owners = agentos_engine::FireOwners::default();
     let log: Arc<dyn EventLog> = match &config.storage.database {
         None => Arc::new(SqliteEventLog::open(&data.join("events.db"))?),
         Some(url) => {
             let pg = Arc::new(PgEventLog::open(url).await?);
             shared_log = Some(pg.clone());
+            // Each model's fires run on one master at a time: the one holding its lock.
+            fire_owners = agentos_engine::FireOwners(Some(Arc::new(agentos_store::PgModelLocks::open(url).await?)));
             pg
         }
     };
@@ -207,6 +210,7 @@ pub async fn run(
                 }
                 d
             },
+            fire_owners,
         },
         log,
         blobs,

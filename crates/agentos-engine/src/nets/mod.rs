@@ -149,7 +149,7 @@ fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
 }
 
 /// Model names the master keeps for tool-net instances.
-const INSTANCE_PREFIX: &str = "tni-";
+pub(crate) const INSTANCE_PREFIX: &str = "tni-";
 
 impl Nets<'_> {
     fn net_event(&self, model: &str, ev: NetEvent) -> crate::committer::Decide {
@@ -1359,6 +1359,7 @@ impl Nets<'_> {
                 st.nets
                     .models
                     .iter()
+                    .filter(|(m, _)| self.inner.nets.runs(m))
                     .flat_map(|(m, net)| {
                         net.doc
                             .transitions
@@ -1394,6 +1395,7 @@ impl Nets<'_> {
             st.nets
                 .models
                 .iter()
+                .filter(|(m, _)| self.inner.nets.runs(m))
                 .flat_map(|(m, net)| {
                     net.doc
                         .transitions
@@ -1469,12 +1471,46 @@ impl Nets<'_> {
         Some(Duration::from_millis(u64::try_from(first - now).unwrap_or(0)))
     }
 
-    /// Re-runs the fires that were in flight when the master stopped.
-    fn resume_fires(&self) {
+    /// On a shared log: takes the locks of the models with a net this master does not run yet
+    /// and nobody else holds, and resumes their fires in flight (whose master died).
+    async fn claim_models(&self) {
+        let Some(owners) = self.inner.nets.owners.clone() else { return };
+        let wanted: Vec<String> = {
+            let st = self.read_state();
+            st.nets
+                .models
+                .iter()
+                .filter(|(m, n)| {
+                    !m.starts_with(INSTANCE_PREFIX)
+                        && !owners.holds(m)
+                        && (!n.in_flight.is_empty() || n.transitions.values().any(|r| r.started))
+                })
+                .map(|(m, _)| m.clone())
+                .collect()
+        };
+        if wanted.is_empty() {
+            return;
+        }
+        let taken = owners.claim(&wanted).await;
+        if !taken.is_empty() {
+            tracing::info!(models = ?taken, "running the fires of these models from now on");
+            self.resume_fires(Some(&taken));
+        }
+    }
+
+    /// Re-runs the fires that were in flight when the master stopped (or, on a shared log,
+    /// when the master that ran a model now taken over stopped), of the models this master runs
+    /// (`only`: of these models alone).
+    fn resume_fires(&self, only: Option<&[String]>) {
         // Fires that were in flight when the master stopped are run to their end.
         let pending: Vec<(String, String)> = {
             let st = self.read_state();
-            st.nets.models.iter().flat_map(|(m, n)| n.in_flight.keys().map(move |f| (m.clone(), f.clone()))).collect()
+            st.nets
+                .models
+                .iter()
+                .filter(|(m, _)| self.inner.nets.runs(m) && only.is_none_or(|o| o.contains(m)))
+                .flat_map(|(m, n)| n.in_flight.keys().map(move |f| (m.clone(), f.clone())))
+                .collect()
         };
         for (m, f) in pending {
             tracing::info!(model = %m, fire = %f, "resuming a fire that was in flight");
@@ -1491,8 +1527,9 @@ impl Nets<'_> {
         self.inner.nets.check_token_bytes(&input)?;
         let n = self.inner.nets.next_instance.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let instance_model = format!(
-            "{INSTANCE_PREFIX}{:x}-{n}",
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+            "{INSTANCE_PREFIX}{:x}-{}-{n}",
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0),
+            self.inner.nets.instance_tag
         );
         let mut events = self.subscribe();
         let inst = Instance {
@@ -1579,6 +1616,11 @@ impl Nets<'_> {
     /// its invoker heard of the failure as its connection dropped with the master; nobody waits
     /// for the instance now, and its fires in flight must not run again.
     pub(crate) async fn sweep_instances(&self) {
+        if self.inner.nets.owners.is_some() {
+            // On a shared log the instances may be another live master's, and which master
+            // made one is not recorded: they are left (see ARCHITECTURE.md, shared storage).
+            return;
+        }
         let left: Vec<(String, String, String)> = {
             let st = self.read_state();
             st.nets
@@ -1603,25 +1645,35 @@ impl Nets<'_> {
     }
 }
 
+/// How often a master of a shared log tries to take the models nobody runs.
+const CLAIM_EVERY: Duration = Duration::from_secs(1);
+
 /// The fire loop: woken by every commit, by start and stop, and by schedules. It holds the
 /// engine only while it works, so dropping every `Engine` ends it.
 pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
     let (mut events, wake) = match weak.upgrade() {
         Some(inner) => {
             let engine = Engine { inner };
-            engine.nets().resume_fires();
+            engine.nets().resume_fires(None);
             (engine.nets().subscribe(), engine.inner.clone())
         }
         None => return,
     };
     let wake = Arc::downgrade(&wake);
+    let mut last_claim: Option<tokio::time::Instant> = None;
     loop {
         let wait = {
             let Some(inner) = weak.upgrade() else { return };
             let engine = Engine { inner };
             let nets = engine.nets();
+            // On a shared log, take over the models no live master runs (about every second).
+            if engine.inner.nets.owners.is_some() && last_claim.is_none_or(|t| t.elapsed() >= CLAIM_EVERY) {
+                last_claim = Some(tokio::time::Instant::now());
+                nets.claim_models().await;
+            }
             nets.run_enabled().await;
             let wait = nets.run_schedules().await;
+            let wait = if engine.inner.nets.owners.is_some() { wait.min(CLAIM_EVERY) } else { wait };
             nets.next_retry().map_or(wait, |r| wait.min(r))
         };
         let Some(w) = wake.upgrade() else { return };

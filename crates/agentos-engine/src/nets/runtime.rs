@@ -279,6 +279,11 @@ pub(crate) struct NetRuntime {
     /// For requests that carry a secret: redirects are followed within the origin only.
     pub(crate) sealed_http: reqwest::Client,
     fire_loop: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Which models' fires this master runs; `None`: all.
+    pub(crate) owners: Option<Arc<dyn agentos_store::ModelLocks>>,
+    /// Names this master's tool-net instances, which it alone runs: other masters of a shared
+    /// log leave them alone.
+    pub(crate) instance_tag: String,
 }
 
 /// How stale a memory reading may be: one read per fire would cost a file read per `pass` fire.
@@ -289,7 +294,12 @@ impl NetRuntime {
         limits: &NetLimits,
         outbound: &OutboundPolicy,
         expressions: Runner,
+        owners: Option<Arc<dyn agentos_store::ModelLocks>>,
     ) -> Result<NetRuntime, crate::outbound::OutboundError> {
+        let mut tag = [0u8; 4];
+        if getrandom::fill(&mut tag).is_err() {
+            tag = std::process::id().to_le_bytes();
+        }
         let (marker, looping) = match &limits.firing_marker {
             Some(path) => FiringMarker::open(path),
             None => (FiringMarker::none(), Vec::new()),
@@ -309,7 +319,19 @@ impl NetRuntime {
             crash_looping: Mutex::new(looping),
             rates: Default::default(),
             memory: Default::default(),
+            owners,
+            instance_tag: tag.iter().map(|b| format!("{b:02x}")).collect(),
         })
+    }
+
+    /// Whether this master runs the fires of `model`: every model on a log of its own; on a
+    /// shared log, the models whose lock it holds and its own tool-net instances.
+    pub(crate) fn runs(&self, model: &str) -> bool {
+        match &self.owners {
+            None => true,
+            Some(_) if model.starts_with(super::INSTANCE_PREFIX) => model.contains(&self.instance_tag),
+            Some(o) => o.holds(model),
+        }
     }
 
     /// Keeps the fire loop's task, to stop it at shutdown.
