@@ -53,14 +53,19 @@ pub struct EngineConfig {
     pub fire_owners: FireOwners,
 }
 
-/// Which models' fires this master runs: all of them (`None`, one master on its log), or those
-/// whose lock it holds (several masters on one log, `agentos_store::PgModelLocks`).
+/// Which models' fires this master runs: all of them (no locks: one master on its log), or
+/// those whose lock it holds (several masters on one log, `agentos_store::PgModelLocks`).
 #[derive(Clone, Default)]
-pub struct FireOwners(pub Option<Arc<dyn agentos_store::ModelLocks>>);
+pub struct FireOwners {
+    pub locks: Option<Arc<dyn agentos_store::ModelLocks>>,
+    /// This master's mark in the names of its tool-net instances, the same across its restarts
+    /// (so it finds what an earlier run of it left on a shared log); random when not given.
+    pub tag: Option<String>,
+}
 
 impl std::fmt::Debug for FireOwners {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "FireOwners(by model lock)" } else { "FireOwners(all)" })
+        f.write_str(if self.locks.is_some() { "FireOwners(by model lock)" } else { "FireOwners(all)" })
     }
 }
 

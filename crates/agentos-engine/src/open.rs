@@ -25,7 +25,7 @@ impl Engine {
             &config.nets,
             &config.outbound,
             config.expressions.clone(),
-            config.fire_owners.0.clone(),
+            &config.fire_owners,
         )
         .map_err(|e| CoreError::internal(e.to_string()))?;
         let engine = Engine {

@@ -180,9 +180,16 @@ pub fn runner_for_this_program(timeout: Duration) -> Result<Runner, String> {
     Ok(runner(ExprPool::new(exe, vec![WORKER_ARG.into()], timeout)))
 }
 
-/// A runner whose evaluations go to `pool`.
+/// A runner whose evaluations go to `pool`. An evaluation waits for its worker (up to the
+/// pool's timeout); on a worker thread of a multi-threaded runtime the wait is announced to
+/// the runtime (`block_in_place`), which hands that thread's other tasks to another thread
+/// meanwhile: a spinning expression once held up every request whose task was queued behind it.
 pub fn runner(pool: ExprPool) -> Runner {
-    Runner::sandboxed(Arc::new(move |src: &str, input: &Value| pool.eval(src, input)))
+    Runner::sandboxed(Arc::new(move |src: &str, input: &Value| {
+        let on_worker = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if on_worker { tokio::task::block_in_place(|| pool.eval(src, input)) } else { pool.eval(src, input) }
+    }))
 }
 
 /// Runs this process as an expression worker when it was started as one, and answers the

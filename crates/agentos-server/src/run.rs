@@ -174,7 +174,10 @@ pub async fn run(
             let pg = Arc::new(PgEventLog::open(url).await?);
             shared_log = Some(pg.clone());
             // Each model's fires run on one master at a time: the one holding its lock.
-            fire_owners = agentos_engine::FireOwners(Some(Arc::new(agentos_store::PgModelLocks::open(url).await?)));
+            fire_owners = agentos_engine::FireOwners {
+                locks: Some(Arc::new(agentos_store::PgModelLocks::open(url).await?)),
+                tag: Some(master_tag(data)?),
+            };
             pg
         }
     };
@@ -271,4 +274,32 @@ pub async fn run(
     }
     drop(lock);
     Ok(())
+}
+
+/// The data folder's mark for its master's tool-net instances (`master.id`, made once): the
+/// same across restarts, so a master of a shared log finds the instances an earlier run of it
+/// left, and only those.
+fn master_tag(data: &std::path::Path) -> Result<String, ServeError> {
+    let file = data.join("master.id");
+    if let Ok(t) = std::fs::read_to_string(&file) {
+        let t = t.trim();
+        if t.len() == 8 && t.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Ok(t.to_string());
+        }
+    }
+    let mut bytes = [0u8; 4];
+    getrandom::fill(&mut bytes).map_err(|e| ServeError::Io {
+        context: "making master.id".into(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    let tag: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&file)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, tag.as_bytes()).and_then(|_| f.sync_all()))
+        .map_err(|e| ServeError::Io { context: format!("writing {}", file.display()), source: e })?;
+    Ok(tag)
 }

@@ -1616,16 +1616,14 @@ impl Nets<'_> {
     /// its invoker heard of the failure as its connection dropped with the master; nobody waits
     /// for the instance now, and its fires in flight must not run again.
     pub(crate) async fn sweep_instances(&self) {
-        if self.inner.nets.owners.is_some() {
-            // On a shared log the instances may be another live master's, and which master
-            // made one is not recorded: they are left (see ARCHITECTURE.md, shared storage).
-            return;
-        }
+        // On a shared log, only this master's own: the others' may be under way.
+        let shared = self.inner.nets.owners.is_some();
         let left: Vec<(String, String, String)> = {
             let st = self.read_state();
             st.nets
                 .models
                 .iter()
+                .filter(|(m, _)| !shared || self.inner.nets.made(m))
                 .filter_map(|(m, n)| n.instance.as_ref().map(|i| (m.clone(), i.toolnet.clone(), i.invoker.clone())))
                 .collect()
         };

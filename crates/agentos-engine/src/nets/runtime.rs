@@ -294,12 +294,15 @@ impl NetRuntime {
         limits: &NetLimits,
         outbound: &OutboundPolicy,
         expressions: Runner,
-        owners: Option<Arc<dyn agentos_store::ModelLocks>>,
+        owners: &crate::engine::FireOwners,
     ) -> Result<NetRuntime, crate::outbound::OutboundError> {
-        let mut tag = [0u8; 4];
-        if getrandom::fill(&mut tag).is_err() {
-            tag = std::process::id().to_le_bytes();
-        }
+        let instance_tag = owners.tag.clone().unwrap_or_else(|| {
+            let mut tag = [0u8; 4];
+            if getrandom::fill(&mut tag).is_err() {
+                tag = std::process::id().to_le_bytes();
+            }
+            tag.iter().map(|b| format!("{b:02x}")).collect()
+        });
         let (marker, looping) = match &limits.firing_marker {
             Some(path) => FiringMarker::open(path),
             None => (FiringMarker::none(), Vec::new()),
@@ -319,9 +322,14 @@ impl NetRuntime {
             crash_looping: Mutex::new(looping),
             rates: Default::default(),
             memory: Default::default(),
-            owners,
-            instance_tag: tag.iter().map(|b| format!("{b:02x}")).collect(),
+            owners: owners.locks.clone(),
+            instance_tag,
         })
+    }
+
+    /// Whether `instance` is a tool-net instance this master (this run or an earlier one) made.
+    pub(crate) fn made(&self, instance: &str) -> bool {
+        instance.contains(&format!("-{}-", self.instance_tag))
     }
 
     /// Whether this master runs the fires of `model`: every model on a log of its own; on a
@@ -329,7 +337,7 @@ impl NetRuntime {
     pub(crate) fn runs(&self, model: &str) -> bool {
         match &self.owners {
             None => true,
-            Some(_) if model.starts_with(super::INSTANCE_PREFIX) => model.contains(&self.instance_tag),
+            Some(_) if model.starts_with(super::INSTANCE_PREFIX) => self.made(model),
             Some(o) => o.holds(model),
         }
     }
