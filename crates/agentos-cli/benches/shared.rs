@@ -47,7 +47,8 @@ fn shared_storage(tag: &str) -> Vec<String> {
 
 fn start(data: &Path, storage: &[String], key: &Path, token_from: Option<&Path>) -> (Proc, Api) {
     if let Some(first) = token_from {
-        std::fs::create_dir_all(data).unwrap();
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(data).unwrap();
         std::fs::copy(first.join("operator.token"), data.join("operator.token")).unwrap();
     }
     let mut cmd = Command::new(BIN);
@@ -113,6 +114,7 @@ struct Row {
 }
 
 fn measure(setup: &'static str, masters: usize, shared: bool, dir: &Path) -> Row {
+    std::fs::create_dir_all(dir).unwrap();
     let key = dir.join("secrets.key");
     std::fs::write(&key, [9u8; 32]).unwrap();
     use std::os::unix::fs::PermissionsExt;
@@ -189,6 +191,7 @@ fn measure(setup: &'static str, masters: usize, shared: bool, dir: &Path) -> Row
 }
 
 fn failover(dir: &Path) -> Vec<f64> {
+    std::fs::create_dir_all(dir).unwrap();
     let key = dir.join("secrets.key");
     std::fs::write(&key, [9u8; 32]).unwrap();
     use std::os::unix::fs::PermissionsExt;
