@@ -13,4 +13,9 @@ pub trait BlobStore: Send + Sync + 'static {
     async fn put(&self, urn: &BlobUrn, bytes: &[u8]) -> Result<(), StoreError>;
     /// The stored bytes, as they are. Use [`crate::VerifyBlobStore`] to have them checked.
     async fn get(&self, urn: &BlobUrn) -> Result<Vec<u8>, StoreError>;
+    /// Whether a read crosses the network (an object store): [`crate::VerifyBlobStore`] then
+    /// keeps the small blobs it has verified, by digest, instead of reading them at every use.
+    fn remote(&self) -> bool {
+        false
+    }
 }

@@ -68,6 +68,10 @@ impl BlobStore for S3BlobStore {
         Ok(())
     }
 
+    fn remote(&self) -> bool {
+        true
+    }
+
     async fn get(&self, urn: &BlobUrn) -> Result<Vec<u8>, StoreError> {
         match self.store.get(&self.key_of(urn)).await {
             Ok(r) => Ok(r.bytes().await.map_err(|e| failed("reading", urn, e))?.to_vec()),
