@@ -51,25 +51,16 @@ fn start(data: &Path, storage: &[String], key: &Path, token_from: Option<&Path>)
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(data).unwrap();
         std::fs::copy(first.join("operator.token"), data.join("operator.token")).unwrap();
     }
-    let mut cmd = Command::new(BIN);
-    cmd.arg("serve").args(storage);
-    if !storage.is_empty() {
-        cmd.arg("--secrets-key-file").arg(key).envs(S3_ENV);
-    }
-    let mut child = cmd
-        .args(["--listen", "127.0.0.1:0", "--data"])
-        .arg(data)
-        .env("AGENTOS_LOG", "warn")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::BufRead;
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
-    let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
-    std::thread::spawn(move || for _ in lines {});
-    let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
-    let http = reqwest::blocking::Client::builder().tcp_nodelay(true).build().unwrap();
-    (Proc(child), Api { url, token, http })
+    let mut args: Vec<&str> = vec!["serve"];
+    args.extend(storage.iter().map(String::as_str));
+    let key = key.to_str().unwrap();
+    let env: &[(&str, &str)] = if storage.is_empty() {
+        &[]
+    } else {
+        args.extend(["--secrets-key-file", key]);
+        &S3_ENV
+    };
+    common::start_program_env(BIN, &args, data, env)
 }
 
 /// CPU time (user + system) a process has used.

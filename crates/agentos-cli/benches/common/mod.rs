@@ -116,8 +116,14 @@ impl StaticServer {
 /// A master program (`agentos serve`, or an embedding such as the host tools example) run as
 /// `program args.. --listen 127.0.0.1:0 --data DATA`; ready once it prints its URL.
 pub fn start_program(program: &str, args: &[&str], data: &Path) -> (Proc, Api) {
+    start_program_env(program, args, data, &[])
+}
+
+/// [`start_program`] with `env` added to the master's environment.
+pub fn start_program_env(program: &str, args: &[&str], data: &Path, env: &[(&str, &str)]) -> (Proc, Api) {
     let mut child = Command::new(program)
         .args(args)
+        .envs(env.iter().copied())
         .args(["--listen", "127.0.0.1:0", "--data"])
         .arg(data)
         .env("AGENTOS_LOG", "warn")
