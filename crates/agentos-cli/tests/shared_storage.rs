@@ -90,6 +90,9 @@ fn two_masters_share_one_catalog_and_a_client_reads_its_own_writes_through_eithe
     assert_eq!(v["error"]["code"], "seq_not_reached", "{v}");
     let (status, v, _) = send(&b, "GET", "/api/models", None, Some(u64::MAX));
     assert_eq!(status, 503, "{v}");
+    // Refused callers are refused at once, never held waiting.
+    let anonymous = common::http().get(format!("{}/api/models", b.url)).header("Agentos-Min-Seq", u64::MAX.to_string());
+    assert_eq!(anonymous.send().unwrap().status().as_u16(), 401);
     let bad = common::http()
         .get(format!("{}/api/models", b.url))
         .bearer_auth(&b.token)

@@ -17,6 +17,15 @@ pub const MIN_SEQ_HEADER: &str = "agentos-min-seq";
 /// How long a request waits for the event its `Agentos-Min-Seq` names.
 pub const MIN_SEQ_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Adds `Agentos-Seq` to every answer, refusals included.
+pub async fn seq_header(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let mut resp = next.run(req).await;
+    with_seq(&mut resp, state.engine.last_seq());
+    resp
+}
+
+/// Waits for the event `Agentos-Min-Seq` names. Runs after authentication and the route's
+/// permission: a caller the request is refused to never holds a connection waiting.
 pub async fn read_your_writes(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(v) = req.headers().get(MIN_SEQ_HEADER) {
         let Some(min) = v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()) else {
@@ -44,9 +53,7 @@ pub async fn read_your_writes(State(state): State<AppState>, req: Request, next:
             }
         }
     }
-    let mut resp = next.run(req).await;
-    with_seq(&mut resp, state.engine.last_seq());
-    resp
+    next.run(req).await
 }
 
 fn with_seq(resp: &mut Response, seq: u64) {

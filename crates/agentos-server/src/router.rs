@@ -55,6 +55,8 @@ pub fn router(
         .route("/api/executor/jobs/{id}/heartbeat", post(api::executor_heartbeat))
         .route("/api/executor/jobs/{id}/release", post(api::executor_release))
         .route("/api/executor/jobs/{id}/result", post(api::executor_result))
+        // Layers run outside in: authorization first, then the wait for Agentos-Min-Seq.
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), crate::consistency::read_your_writes))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), auth::authorize))
         // MCP is a protocol of its own, not a route of the API: its own bearer check, then the
         // engine shows each principal what its flags allow.
@@ -67,7 +69,7 @@ pub fn router(
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.
         .layer(axum::extract::DefaultBodyLimit::disable())
-        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::consistency::read_your_writes))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), crate::consistency::seq_header))
         .with_state(state)
 }
 
