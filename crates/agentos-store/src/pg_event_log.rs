@@ -8,13 +8,12 @@
 //! the table append-only (no UPDATE, no DELETE, no TRUNCATE) and announce each append on the
 //! channel `agentos_events` (`NOTIFY`), which [`PgEventLog::listen`] follows.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::Mutex;
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::Row;
 
+use crate::pg::{PgConn, query_error};
 use crate::{EventLog, NewEvent, RecordedEvent, Snapshot, StoreError};
 
 /// The channel appends are announced on.
@@ -61,64 +60,22 @@ CREATE TABLE IF NOT EXISTS agentos_snapshots (
 
 const SELECT: &str = "SELECT seq, model, type, key, payload, principal, time, v FROM agentos_events";
 
-/// How long a master waits for the database to answer before it calls it unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// A log on PostgreSQL. Cheap to share: one connection, opened again when it breaks (a
-/// restarted database), carries every query; tokio-postgres pipelines concurrent ones.
+/// restarted database), carries every query.
 pub struct PgEventLog {
-    config: Config,
+    conn: PgConn,
     /// Where [`EventLog::append_blocking`] runs its query from the committer's thread.
     runtime: tokio::runtime::Handle,
-    client: Mutex<Option<Arc<Client>>>,
-}
-
-fn unavailable(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("{what}: {e}"))
-}
-
-/// A query's error: the database unreachable (retry later) or a fault.
-fn query_error(what: &str, e: tokio_postgres::Error) -> StoreError {
-    if e.is_closed() || e.code().is_none() { unavailable(what, e) } else { StoreError::Log(format!("{what}: {e}")) }
 }
 
 impl PgEventLog {
     /// Connects to `url` (`postgres://user@host:port/db`) and creates the tables when missing.
     /// Call from within a Tokio runtime.
     pub async fn open(url: &str) -> Result<PgEventLog, StoreError> {
-        let mut config: Config = url
-            .parse()
-            .map_err(|e| StoreError::Log(format!("the database URL {:?} is not valid: {e}", redact_url(url))))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        config.application_name("agentos");
-        let log = PgEventLog { config, runtime: tokio::runtime::Handle::current(), client: Mutex::new(None) };
-        let client = log.client().await?;
+        let log = PgEventLog { conn: PgConn::new(url)?, runtime: tokio::runtime::Handle::current() };
+        let client = log.conn.client().await?;
         client.batch_execute(SCHEMA).await.map_err(|e| query_error("creating the log's tables", e))?;
         Ok(log)
-    }
-
-    async fn connect(config: &Config) -> Result<Client, StoreError> {
-        let (client, connection) =
-            config.connect(NoTls).await.map_err(|e| unavailable("connecting to the database", e))?;
-        tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::warn!(error = %e, "the connection to the database ended");
-            }
-        });
-        Ok(client)
-    }
-
-    /// The shared connection, opened again when the last one broke.
-    async fn client(&self) -> Result<Arc<Client>, StoreError> {
-        let mut slot = self.client.lock().await;
-        if let Some(c) = slot.as_ref().filter(|c| !c.is_closed()) {
-            return Ok(c.clone());
-        }
-        let c = Arc::new(Self::connect(&self.config).await?);
-        *slot = Some(c.clone());
-        Ok(c)
     }
 
     async fn query(
@@ -127,8 +84,7 @@ impl PgEventLog {
         sql: &str,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<Row>, StoreError> {
-        let client = self.client().await?;
-        client.query(sql, params).await.map_err(|e| query_error(what, e))
+        self.conn.query(what, sql, params).await
     }
 
     async fn append(&self, after: u64, events: Vec<NewEvent>) -> Result<Vec<RecordedEvent>, StoreError> {
@@ -139,7 +95,7 @@ impl PgEventLog {
             (col(|e| &e.model), col(|e| &e.kind), col(|e| &e.key), col(|e| &e.payload), col(|e| &e.principal));
         let times: Vec<i64> = events.iter().map(|e| e.time).collect();
         let versions: Vec<i32> = events.iter().map(|e| e.schema as i32).collect();
-        let client = self.client().await?;
+        let client = self.conn.client().await?;
         let inserted = client
             .execute(
                 "INSERT INTO agentos_events (seq, model, type, key, payload, principal, time, v) \
@@ -161,67 +117,8 @@ impl PgEventLog {
     /// Calls `on_append` whenever another master (or this one) appends, and at least every
     /// `poll` besides, in case a notice is lost with a broken connection. Runs until
     /// `on_append` answers false; reconnects when the database goes away.
-    pub async fn listen(&self, poll: Duration, mut on_append: impl FnMut() -> bool + Send) {
-        use futures_util::StreamExt;
-        loop {
-            let connected = self.config.connect(NoTls).await;
-            let (client, mut connection) = match connected {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::debug!(error = %e, "listening for appends: the database is unreachable");
-                    if !on_append() {
-                        return;
-                    }
-                    tokio::time::sleep(poll).await;
-                    continue;
-                }
-            };
-            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-            let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-            let pump = tokio::spawn(async move {
-                let mut messages = std::pin::pin!(messages);
-                while let Some(m) = messages.next().await {
-                    match m {
-                        Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
-                            if tx.send(()).is_err() {
-                                break;
-                            }
-                        }
-                        Ok(_) => {}
-                        Err(_) => break,
-                    }
-                }
-            });
-            if client.batch_execute(&format!("LISTEN {CHANNEL}")).await.is_err() {
-                pump.abort();
-                tokio::time::sleep(poll).await;
-                continue;
-            }
-            loop {
-                let heard = tokio::time::timeout(poll, rx.recv()).await;
-                if matches!(heard, Ok(None)) {
-                    // The connection ended: listen again.
-                    break;
-                }
-                while rx.try_recv().is_ok() {}
-                if !on_append() {
-                    pump.abort();
-                    return;
-                }
-            }
-            pump.abort();
-        }
-    }
-}
-
-/// `url` without its password, for messages.
-pub fn redact_url(url: &str) -> String {
-    match url.split_once("://").and_then(|(scheme, rest)| Some((scheme, rest.split_once('@')?))) {
-        Some((scheme, (auth, host))) => {
-            let user = auth.split(':').next().unwrap_or_default();
-            format!("{scheme}://{user}@{host}")
-        }
-        None => url.to_string(),
+    pub async fn listen(&self, poll: Duration, on_append: impl FnMut() -> bool + Send) {
+        self.conn.listen(CHANNEL, poll, on_append).await
     }
 }
 
@@ -317,24 +214,11 @@ impl EventLog for PgEventLog {
     }
 }
 
-/// A database of its own for one test, on the cluster `scripts/pg-env` starts.
-#[cfg(test)]
-pub(crate) async fn fresh_database() -> String {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/pg-env");
-    let out = std::process::Command::new(script).output().expect("scripts/pg-env");
-    assert!(out.status.success(), "scripts/pg-env failed: {}", String::from_utf8_lossy(&out.stderr));
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let (client, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
-    tokio::spawn(conn);
-    let stamp = format!("{:?}{}", std::time::SystemTime::now(), std::process::id());
-    let name = format!("agentos_test_{}", &agentos_core::sha256_hex(stamp.as_bytes())[..12]);
-    client.batch_execute(&format!("CREATE DATABASE {name}")).await.unwrap();
-    format!("{}/{name}", url.rsplit_once('/').unwrap().0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pg::fresh_database;
+    use std::sync::Arc;
 
     fn ev(key: &str) -> NewEvent {
         NewEvent {
@@ -381,7 +265,7 @@ mod tests {
         let log = Arc::new(PgEventLog::open(&url).await.unwrap());
         let l = log.clone();
         tokio::task::spawn_blocking(move || l.append_blocking(0, vec![ev("tool:a")])).await.unwrap().unwrap();
-        let client = log.client().await.unwrap();
+        let client = log.conn.client().await.unwrap();
         for sql in ["UPDATE agentos_events SET payload = 'x'", "DELETE FROM agentos_events", "TRUNCATE agentos_events"]
         {
             let err = client.batch_execute(sql).await.unwrap_err();
@@ -414,11 +298,5 @@ mod tests {
         tokio::task::spawn_blocking(move || other.append_blocking(0, vec![ev("tool:a")])).await.unwrap().unwrap();
         tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("the append was announced").unwrap();
         task.abort();
-    }
-
-    #[test]
-    fn a_password_stays_out_of_messages() {
-        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u@h:5432/db");
-        assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
     }
 }
