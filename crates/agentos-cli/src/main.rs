@@ -266,7 +266,8 @@ pub struct UpArgs {
 
 #[derive(Args, Clone)]
 pub struct ExecutorArgs {
-    /// The master's URL.
+    /// The master's URL. Masters sharing one database: several URLs, comma-separated; the
+    /// executor talks to the first that answers and moves to the next when it stops answering.
     #[arg(long, env = "AGENTOS_URL", default_value = "http://127.0.0.1:7420")]
     pub master: String,
     /// The executor credential (from `agentos executor-token create NAME`). On the command line it

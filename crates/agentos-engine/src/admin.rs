@@ -90,6 +90,24 @@ fn cipher(key: &[u8; 32]) -> XChaCha20Poly1305 {
     XChaCha20Poly1305::new(key.into())
 }
 
+/// `msg` sealed with the secrets key, bound to `aad`: a fresh nonce, then the ciphertext.
+pub(crate) fn seal(key: &[u8; 32], aad: &[u8], msg: &[u8]) -> Result<Vec<u8>, CoreError> {
+    let mut nonce = [0u8; 24];
+    getrandom::fill(&mut nonce).map_err(|e| CoreError::internal(format!("no randomness: {e}")))?;
+    let ct = cipher(key)
+        .encrypt(&XNonce::from(nonce), Payload { msg, aad })
+        .map_err(|_| CoreError::internal("encryption failed"))?;
+    Ok([nonce.as_slice(), &ct].concat())
+}
+
+/// What [`seal`] sealed, or `None` when it was sealed with another key, for another `aad`, or
+/// changed since.
+pub(crate) fn unseal(key: &[u8; 32], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8>> {
+    let (nonce, ct) = sealed.split_at_checked(24)?;
+    let nonce: [u8; 24] = nonce.try_into().ok()?;
+    cipher(key).decrypt(&XNonce::from(nonce), Payload { msg: ct, aad }).ok()
+}
+
 impl Principals<'_> {
     /// Creates an agent with a home model and capability flags; answers its token, shown once.
     pub async fn create_agent(

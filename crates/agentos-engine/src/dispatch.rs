@@ -48,6 +48,12 @@ impl LeaseError {
                 "job {job_id:?} is leased to another executor: only the executor that took it may renew, hand back or finish it"
             ))
             .into(),
+            LeaseError::Storage(why) => CoreError::new(
+                agentos_core::ErrorKind::StorageDown,
+                "storage_unavailable",
+                format!("the job queue cannot be reached ({why}); try again"),
+            )
+            .into(),
         }
     }
 }
@@ -105,8 +111,8 @@ impl Dispatch<'_> {
     }
 
     /// Drops a direct job nobody waits for any more, if no executor took it yet.
-    pub(crate) fn cancel_direct(&self, job_id: &str) {
-        if self.inner.dispatch.jobs.cancel(job_id) {
+    pub(crate) async fn cancel_direct(&self, job_id: &str) {
+        if self.inner.dispatch.jobs.cancel(job_id).await {
             self.forget_direct(job_id);
         }
     }
@@ -128,7 +134,7 @@ impl Dispatch<'_> {
         wait: Duration,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        match self.inner.dispatch.jobs.poll(&executor, wait).await {
+        match self.inner.dispatch.jobs.poll(&executor, wait).await? {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }
@@ -142,14 +148,17 @@ impl Dispatch<'_> {
         name: Option<&str>,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        match self.inner.dispatch.jobs.take_now(&executor) {
+        match self.inner.dispatch.jobs.take_now(&executor).await? {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }
     }
 
     async fn hand_out(&self, h: crate::jobs::Handout) -> LeasedJob {
-        let (token, resolution_error) = crate::bindings::script::resolve_token(self, &h.model, h.token).await;
+        let (token, resolution_error) = match h.unreadable {
+            Some(why) => (h.token, Some(why)),
+            None => crate::bindings::script::resolve_token(self, &h.model, h.token).await,
+        };
         LeasedJob {
             job_id: h.job_id,
             lease_id: h.lease_id,
@@ -162,7 +171,7 @@ impl Dispatch<'_> {
         }
     }
 
-    pub fn heartbeat_job(
+    pub async fn heartbeat_job(
         &self,
         principal: &Principal,
         name: Option<&str>,
@@ -170,10 +179,10 @@ impl Dispatch<'_> {
         lease_id: &str,
     ) -> Result<Duration, EngineError> {
         let executor = executor_name(principal, name)?;
-        self.inner.dispatch.jobs.heartbeat(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
+        self.inner.dispatch.jobs.heartbeat(&executor, job_id, lease_id).await.map_err(|e| e.into_error(job_id))
     }
 
-    pub fn release_job(
+    pub async fn release_job(
         &self,
         principal: &Principal,
         name: Option<&str>,
@@ -181,7 +190,7 @@ impl Dispatch<'_> {
         lease_id: &str,
     ) -> Result<(), EngineError> {
         let executor = executor_name(principal, name)?;
-        self.inner.dispatch.jobs.release(&executor, job_id, lease_id).map_err(|e| e.into_error(job_id))
+        self.inner.dispatch.jobs.release(&executor, job_id, lease_id).await.map_err(|e| e.into_error(job_id))
     }
 
     /// Takes an executor's result: only from the current lease holder, once. Large output goes
@@ -201,8 +210,13 @@ impl Dispatch<'_> {
         let stderr = b64
             .decode(&result.stderr_base64)
             .map_err(|e| CoreError::bad_input("invalid_result", format!("stderrBase64: {e}")))?;
-        let finished =
-            self.inner.dispatch.jobs.complete(&executor, job_id, &result.lease_id).map_err(|e| e.into_error(job_id))?;
+        let finished = self
+            .inner
+            .dispatch
+            .jobs
+            .complete(&executor, job_id, &result.lease_id)
+            .await
+            .map_err(|e| e.into_error(job_id))?;
         // Output may echo a credential the job carried or any secret: scrubbed before it is
         // stored, recorded or answered.
         let mut secrets = finished.secrets.clone();
@@ -265,8 +279,18 @@ impl Dispatch<'_> {
         let (job_id, waiter) = (finished.job_id, finished.waiter);
         let direct = finished.invoker.is_some();
         let engine = self.0.clone();
+        // The reply runs on the committer's thread: the row's removal goes back to the runtime.
+        let shared = self.inner.dispatch.jobs.is_shared().then(tokio::runtime::Handle::current);
         let reply = Box::new(move |r: Result<_, EngineError>| {
             match r {
+                // Recorded: the shared queue's row goes. Until then a crash leaves it, and the
+                // reaper finds the result in the log.
+                Ok(_) if shared.is_some() => {
+                    let (engine, job_id) = (engine.clone(), job_id.clone());
+                    if let Some(rt) = &shared {
+                        rt.spawn(async move { engine.inner.dispatch.jobs.recorded(&job_id).await });
+                    }
+                }
                 // Recorded: the stored job has done its work. Until this point a crash re-runs it.
                 Ok(_) if direct => engine.dispatch().forget_direct(&job_id),
                 Ok(_) => {}
@@ -281,7 +305,20 @@ impl Dispatch<'_> {
 
     /// Fails the jobs whose every lease expired. Called periodically by the reaper.
     pub(crate) async fn reap_jobs(&self) {
-        for (finished, why) in self.inner.dispatch.jobs.reap() {
+        let jobs = &self.inner.dispatch.jobs;
+        // A shared queue's row whose result was being recorded by a master that stopped: gone
+        // when the result is in the log; else its lease ran out and it is reaped below.
+        for job_id in jobs.stale_completions().await {
+            match self.inner.ledger.log.read_key_any_model(&format!("job:{job_id}")).await {
+                Ok(recs) if !recs.is_empty() => jobs.recorded(&job_id).await,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(error = %e, "reading the log for a stale result failed");
+                    return;
+                }
+            }
+        }
+        for (finished, why) in jobs.reap().await {
             tracing::warn!(job = %finished.job_id, %why, "job failed");
             let result = JobResult::failed(&finished.job_id, finished.attempt, why);
             self.finish(finished, result).await;
@@ -307,7 +344,7 @@ impl Dispatch<'_> {
         }
         let state = if !results.is_empty() {
             "finished"
-        } else if let Some(open) = self.inner.dispatch.jobs.open_job(job_id) {
+        } else if let Some(open) = self.inner.dispatch.jobs.open_job(job_id).await? {
             model = open.model;
             invoker = open.invoker;
             if open.running { "running" } else { "queued" }
@@ -330,6 +367,10 @@ impl Dispatch<'_> {
     /// master died between recording it and forgetting it) is forgotten, never run again, so
     /// each job has exactly one result. Returns how many were queued again.
     pub async fn recover_jobs(&self, store: Arc<dyn JobStore>) -> Result<usize, EngineError> {
+        if self.inner.dispatch.jobs.is_shared() {
+            // The shared queue keeps its jobs itself, across every master's restarts.
+            return Ok(0);
+        }
         let (forget, mut forgotten) = tokio::sync::mpsc::unbounded_channel::<String>();
         let janitor = store.clone();
         // Ends when the engine (the sender's holder) is dropped; a failed removal is logged, and
@@ -357,7 +398,7 @@ impl Dispatch<'_> {
             };
             tracing::info!(job = %job.job_id, model = %job.model, "queued again after a restart");
             // Nobody waits on this run's receiver: the caller reads the result by job id.
-            drop(self.inner.dispatch.jobs.enqueue_direct(job.job_id, job.model, token, job.invoker));
+            drop(self.inner.dispatch.jobs.enqueue_direct(job.job_id, job.model, token, job.invoker).await?);
             requeued += 1;
         }
         if self.inner.dispatch.durable.set(crate::jobs::DurableJobs { store, forget }).is_err() {
@@ -369,13 +410,17 @@ impl Dispatch<'_> {
     /// Executors with their state and the jobs they hold. Job ids lead to jobs' output, so a
     /// principal other than the operator sees only those of jobs in models it may use (and of
     /// jobs it invoked); the others are counted.
-    pub fn executors(&self, p: &Principal) -> Vec<ExecutorView> {
+    pub async fn executors(&self, p: &Principal) -> Result<Vec<ExecutorView>, EngineError> {
         if p.is_operator() {
-            return self.inner.dispatch.jobs.executors();
+            return self.inner.dispatch.jobs.executors_shown(|_| true).await;
         }
-        let st = self.read_state();
-        self.inner.dispatch.jobs.executors_shown(|job| {
-            job.invoker.as_deref() == Some(p.id.as_str()) || crate::access::may_use_model(&st, p, &job.model)
-        })
+        self.inner
+            .dispatch
+            .jobs
+            .executors_shown(|job| {
+                job.invoker.as_deref() == Some(p.id.as_str())
+                    || crate::access::may_use_model(&self.read_state(), p, &job.model)
+            })
+            .await
     }
 }

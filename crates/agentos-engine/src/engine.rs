@@ -49,23 +49,31 @@ pub struct EngineConfig {
     pub mcp: crate::bindings::mcp::McpConfig,
     /// The local registry, the engine's socket and the limits of tool containers.
     pub docker: crate::bindings::docker::DockerConfig,
-    /// Which models' fires this master runs, when several masters share a log.
-    pub fire_owners: FireOwners,
+    /// What this master shares with other masters on one log: the fires of models, the queue.
+    pub sharing: Sharing,
 }
 
-/// Which models' fires this master runs: all of them (no locks: one master on its log), or
-/// those whose lock it holds (several masters on one log, `agentos_store::PgModelLocks`).
+/// What a master shares with others on one log. Alone on its log (the default), it runs every
+/// model's fires and keeps its job queue in memory; beside others, it runs the fires of the
+/// models whose lock it holds (`agentos_store::PgModelLocks`) and its jobs are rows of a shared
+/// queue (`agentos_store::PgJobQueue`) any master hands out.
 #[derive(Clone, Default)]
-pub struct FireOwners {
+pub struct Sharing {
     pub locks: Option<Arc<dyn agentos_store::ModelLocks>>,
-    /// This master's mark in the names of its tool-net instances, the same across its restarts
-    /// (so it finds what an earlier run of it left on a shared log); random when not given.
+    /// This master's mark in the names of its tool-net instances and jobs, the same across its
+    /// restarts (so it finds what an earlier run of it left on a shared log); random when not
+    /// given.
     pub tag: Option<String>,
+    pub jobs: Option<Arc<dyn agentos_store::SharedJobs>>,
 }
 
-impl std::fmt::Debug for FireOwners {
+impl std::fmt::Debug for Sharing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.locks.is_some() { "FireOwners(by model lock)" } else { "FireOwners(all)" })
+        f.debug_struct("Sharing")
+            .field("locks", &self.locks.is_some())
+            .field("tag", &self.tag)
+            .field("jobs", &self.jobs.is_some())
+            .finish()
     }
 }
 
@@ -84,7 +92,7 @@ impl Default for EngineConfig {
             expressions: Default::default(),
             mcp: Default::default(),
             docker: Default::default(),
-            fire_owners: Default::default(),
+            sharing: Default::default(),
         }
     }
 }
@@ -216,6 +224,12 @@ impl Engine {
     /// database announces an append); false once the engine is shutting down.
     pub fn fold_others(&self) -> bool {
         self.inner.ledger.fold_others()
+    }
+
+    /// A shared job queue announced a queued job (through any master): this master's waiting
+    /// polls look again.
+    pub fn jobs_announced(&self) {
+        self.inner.dispatch.jobs.announced()
     }
 
     /// Waits until this master has folded event `seq` (so a client reads its own writes made

@@ -53,6 +53,9 @@ pub struct Handout {
     pub token: CommandToken,
     /// The job carries credential values: the executor runs it sealed (a user of its own).
     pub sealed: bool,
+    /// Why the job cannot be read back (a shared queue's row sealed with another key): the
+    /// executor fails it with this reason.
+    pub unreadable: Option<String>,
 }
 
 struct Job {
@@ -106,7 +109,8 @@ struct QueueState {
     next: u64,
 }
 
-pub struct JobQueue {
+/// The job queue of a master that is alone on its log: in memory.
+pub struct MemoryQueue {
     inner: Mutex<QueueState>,
     work: Notify,
     config: JobConfig,
@@ -122,10 +126,12 @@ pub enum LeaseError {
     LeaseLost,
     /// The lease is right but another executor took the job: a lease is bound to its holder.
     NotHolder,
+    /// The shared queue cannot be reached now.
+    Storage(String),
 }
 
 /// A fresh lease id: 128 random bits as 32 hex characters.
-fn new_lease_id() -> Result<String, getrandom::Error> {
+pub(crate) fn new_lease_id() -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)?;
     Ok(hex::encode(bytes))
@@ -146,10 +152,10 @@ fn wall_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
-impl JobQueue {
+impl MemoryQueue {
     pub fn new(config: JobConfig) -> Self {
         let epoch = format!("{:x}", wall_ms());
-        JobQueue { inner: Mutex::new(QueueState::default()), work: Notify::new(), config, epoch }
+        MemoryQueue { inner: Mutex::new(QueueState::default()), work: Notify::new(), config, epoch }
     }
 
     pub fn config(&self) -> JobConfig {
@@ -293,6 +299,7 @@ impl JobQueue {
                 model: job.model.clone(),
                 token: job.token.clone(),
                 sealed: !job.secrets.is_empty(),
+                unreadable: None,
             });
         }
         None
@@ -485,6 +492,227 @@ impl JobQueue {
     }
 }
 
+/// The job queue: in memory for a master alone on its log, or shared with other masters on
+/// PostgreSQL. Who waits for a job waits on the master that queued it.
+pub enum JobQueue {
+    Memory(MemoryQueue),
+    Shared(Box<crate::shared_jobs::SharedQueue>, SharedIds),
+}
+
+/// Job ids of a master sharing its queue: its start and its name keep them apart from every
+/// other master's.
+pub struct SharedIds {
+    prefix: String,
+    next: std::sync::atomic::AtomicU64,
+}
+
+fn store_lease_error(e: agentos_store::StoreError) -> crate::EngineError {
+    e.into()
+}
+
+impl JobQueue {
+    pub fn memory(config: JobConfig) -> Self {
+        JobQueue::Memory(MemoryQueue::new(config))
+    }
+
+    pub fn shared(
+        rows: std::sync::Arc<dyn agentos_store::SharedJobs>,
+        master: String,
+        key: Option<[u8; 32]>,
+        config: JobConfig,
+    ) -> Self {
+        // This run's name in the queue too: the net jobs of a run that stopped are told apart
+        // from this one's, even on a master that restarted under the same tag.
+        let prefix = format!("job-{:x}-{master}", wall_ms());
+        let queue = crate::shared_jobs::SharedQueue::new(rows, prefix.clone(), key, config);
+        JobQueue::Shared(Box::new(queue), SharedIds { prefix, next: Default::default() })
+    }
+
+    pub fn config(&self) -> JobConfig {
+        match self {
+            JobQueue::Memory(q) => q.config(),
+            JobQueue::Shared(q, _) => q.config(),
+        }
+    }
+
+    pub fn is_shared(&self) -> bool {
+        matches!(self, JobQueue::Shared(..))
+    }
+
+    /// A job id never given before, across restarts and masters too.
+    pub fn new_id(&self) -> String {
+        match self {
+            JobQueue::Memory(q) => q.new_id(),
+            JobQueue::Shared(_, ids) => {
+                let n = ids.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                format!("{}-{n}", ids.prefix)
+            }
+        }
+    }
+
+    /// Queues a job that only the executor named `target` may take (any, when `None`).
+    pub async fn enqueue_for(
+        &self,
+        model: String,
+        token: CommandToken,
+        target: Option<String>,
+        secrets: Vec<String>,
+    ) -> Result<(String, oneshot::Receiver<JobResult>), crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.enqueue_for(model, token, target, secrets)),
+            JobQueue::Shared(q, _) => {
+                let id = self.new_id();
+                let rx = q.enqueue(id.clone(), model, token, target, secrets, None).await?;
+                Ok((id, rx))
+            }
+        }
+    }
+
+    /// Queues a direct invocation's job under `id`: any executor may take it, it carries no
+    /// secrets, and `invoker` may read its result.
+    pub async fn enqueue_direct(
+        &self,
+        id: String,
+        model: String,
+        token: CommandToken,
+        invoker: String,
+    ) -> Result<oneshot::Receiver<JobResult>, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.enqueue_direct(id, model, token, invoker)),
+            JobQueue::Shared(q, _) => q.enqueue(id, model, token, None, Vec::new(), Some(invoker)).await,
+        }
+    }
+
+    pub async fn open_jobs_of(&self, invoker: &str) -> Result<usize, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.open_jobs_of(invoker)),
+            JobQueue::Shared(q, _) => q.open_jobs_of(invoker).await.map_err(store_lease_error),
+        }
+    }
+
+    pub async fn open_job(&self, job_id: &str) -> Result<Option<OpenJob>, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.open_job(job_id)),
+            JobQueue::Shared(q, _) => q.open_job(job_id).await.map_err(store_lease_error),
+        }
+    }
+
+    /// Drops a job whose caller stopped waiting, if no executor took it yet.
+    pub async fn cancel(&self, job_id: &str) -> bool {
+        match self {
+            JobQueue::Memory(q) => q.cancel(job_id),
+            JobQueue::Shared(q, _) => q.cancel(job_id).await,
+        }
+    }
+
+    pub async fn take_now(&self, executor: &str) -> Result<Option<Handout>, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.take_now(executor)),
+            JobQueue::Shared(q, _) => q.take_now(executor).await.map_err(store_lease_error),
+        }
+    }
+
+    pub async fn poll(&self, executor: &str, wait: Duration) -> Result<Option<Handout>, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.poll(executor, wait).await),
+            JobQueue::Shared(q, _) => q.poll(executor, wait).await.map_err(store_lease_error),
+        }
+    }
+
+    pub async fn heartbeat(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Duration, LeaseError> {
+        match self {
+            JobQueue::Memory(q) => q.heartbeat(executor, job_id, lease_id),
+            JobQueue::Shared(q, _) => q.heartbeat(executor, job_id, lease_id).await,
+        }
+    }
+
+    pub async fn release(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
+        match self {
+            JobQueue::Memory(q) => q.release(executor, job_id, lease_id),
+            JobQueue::Shared(q, _) => q.release(executor, job_id, lease_id).await,
+        }
+    }
+
+    pub async fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
+        match self {
+            JobQueue::Memory(q) => q.complete(executor, job_id, lease_id),
+            JobQueue::Shared(q, _) => q.complete(executor, job_id, lease_id).await,
+        }
+    }
+
+    /// A job's result is in the log: a shared queue lets its row go.
+    pub async fn recorded(&self, job_id: &str) {
+        if let JobQueue::Shared(q, _) = self {
+            q.recorded(job_id).await
+        }
+    }
+
+    /// Jobs of a shared queue whose result was being recorded by a master that stopped.
+    pub async fn stale_completions(&self) -> Vec<String> {
+        match self {
+            JobQueue::Memory(_) => Vec::new(),
+            JobQueue::Shared(q, _) => q.stale_completions().await,
+        }
+    }
+
+    /// Puts jobs whose lease expired back in the queue, or fails them after the last attempt.
+    pub async fn reap(&self) -> Vec<(Finished, String)> {
+        match self {
+            JobQueue::Memory(q) => q.reap(),
+            JobQueue::Shared(q, _) => q.reap().await,
+        }
+    }
+
+    /// A job's result folded from the log: on a shared queue, whoever waits here hears it.
+    pub fn resolve(&self, job_id: &str, result: &JobResult) {
+        if let JobQueue::Shared(q, _) = self {
+            q.resolve(job_id, result)
+        }
+    }
+
+    /// The jobs someone waits for on this master, when the queue is shared.
+    pub fn waiting(&self) -> Vec<String> {
+        match self {
+            JobQueue::Memory(_) => Vec::new(),
+            JobQueue::Shared(q, _) => q.waiting(),
+        }
+    }
+
+    /// A shared queue announced a queued job: pollers look again.
+    pub fn announced(&self) {
+        if let JobQueue::Shared(q, _) = self {
+            q.announced()
+        }
+    }
+
+    /// Models this master took over: the net jobs other masters queued for them and nobody
+    /// took go (the fires resume here and queue their own).
+    pub async fn drop_orphans(&self, models: &[String]) {
+        if let JobQueue::Shared(q, _) = self {
+            q.drop_orphans(models).await
+        }
+    }
+
+    /// Whether any executor serves the queue (through any master, when shared).
+    pub async fn serving(&self) -> bool {
+        match self {
+            JobQueue::Memory(q) => q.serving(),
+            JobQueue::Shared(q, _) => q.serving().await,
+        }
+    }
+
+    /// Executors with their state, naming only the jobs for which `shown(job)` holds.
+    pub async fn executors_shown(
+        &self,
+        shown: impl Fn(&OpenJob) -> bool,
+    ) -> Result<Vec<ExecutorView>, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.executors_shown(shown)),
+            JobQueue::Shared(q, _) => q.executors_shown(shown).await.map_err(store_lease_error),
+        }
+    }
+}
+
 /// Whether `executor` (`credential` or `credential/name`) may take a job meant for `target`.
 fn may_take(target: Option<&str>, executor: &str) -> bool {
     match target {
@@ -494,7 +722,7 @@ fn may_take(target: Option<&str>, executor: &str) -> bool {
 }
 
 struct PollGuard<'a> {
-    queue: &'a JobQueue,
+    queue: &'a MemoryQueue,
     executor: &'a str,
 }
 
@@ -512,8 +740,8 @@ mod tests {
         CommandToken { executor: "script".into(), command: "invoke".into(), args: serde_json::json!({"toolId": "t"}) }
     }
 
-    fn queue() -> JobQueue {
-        JobQueue::new(JobConfig {
+    fn queue() -> MemoryQueue {
+        MemoryQueue::new(JobConfig {
             lease: Duration::from_secs(10),
             max_attempts: 2,
             gone_after: Duration::from_secs(60),

@@ -15,6 +15,7 @@ mod firing_marker;
 pub mod host;
 pub mod jobs;
 mod ledger;
+mod shared_jobs;
 pub use ledger::limit_allocator_arenas;
 pub mod nets;
 mod open;
@@ -27,7 +28,7 @@ pub mod sandbox;
 mod slots;
 
 pub use catalog::History;
-pub use engine::{Catalog, Dispatch, Engine, EngineConfig, FireOwners, HostToolkits, Nets, Principals};
+pub use engine::{Catalog, Dispatch, Engine, EngineConfig, HostToolkits, Nets, Principals, Sharing};
 pub use error::EngineError;
 pub use jobs::DispatchConfig;
 pub use jobs::JobConfig;

@@ -25,7 +25,7 @@ impl Engine {
             &config.nets,
             &config.outbound,
             config.expressions.clone(),
-            &config.fire_owners,
+            &config.sharing,
         )
         .map_err(|e| CoreError::internal(e.to_string()))?;
         let engine = Engine {
@@ -33,7 +33,12 @@ impl Engine {
                 ledger,
                 catalog: CatalogState { blobs: VerifyBlobStore::new(blobs), limits: config.limits },
                 dispatch: DispatchState {
-                    jobs: Arc::new(JobQueue::new(config.jobs)),
+                    jobs: Arc::new(match &config.sharing.jobs {
+                        None => JobQueue::memory(config.jobs),
+                        Some(rows) => {
+                            JobQueue::shared(rows.clone(), nets.instance_tag.clone(), config.secret_key, config.jobs)
+                        }
+                    }),
                     config: config.dispatch,
                     durable: Default::default(),
                     reaper: Mutex::new(None),
@@ -73,6 +78,9 @@ impl Engine {
             }
         });
         *engine.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);
+        if engine.inner.dispatch.jobs.is_shared() {
+            tokio::spawn(hear_results(engine.inner.ledger.events.subscribe(), Arc::downgrade(&engine.inner)));
+        }
         Ok(engine)
     }
 
@@ -86,5 +94,42 @@ impl Engine {
         self.inner.mcp.stop_all();
         self.inner.docker.stop_all().await;
         self.inner.ledger.close().await;
+    }
+}
+
+/// On a shared queue, whoever waits on this master for a job hears its result when the result is
+/// folded from the log, whichever master recorded it. Ends with the engine.
+async fn hear_results(
+    mut events: tokio::sync::broadcast::Receiver<Arc<agentos_core::event::Event>>,
+    engine: std::sync::Weak<Inner>,
+) {
+    use agentos_core::event::EventBody;
+    use tokio::sync::broadcast::error::RecvError;
+    loop {
+        match events.recv().await {
+            Ok(ev) => {
+                if let EventBody::JobFinished { job_id, result, .. } = &ev.body {
+                    let Some(inner) = engine.upgrade() else { return };
+                    inner.dispatch.jobs.resolve(job_id, result);
+                }
+            }
+            Err(RecvError::Lagged(_)) => {
+                // Results went by unseen: each job still waited for is looked up in the log.
+                let Some(inner) = engine.upgrade() else { return };
+                for job_id in inner.dispatch.jobs.waiting() {
+                    let Ok(recs) = inner.ledger.log.read_key_any_model(&format!("job:{job_id}")).await else {
+                        continue;
+                    };
+                    for rec in recs {
+                        if let Ok(EventBody::JobFinished { result, .. }) =
+                            EventBody::from_parts(&rec.event.kind, &rec.event.payload)
+                        {
+                            inner.dispatch.jobs.resolve(&job_id, &result);
+                        }
+                    }
+                }
+            }
+            Err(RecvError::Closed) => return,
+        }
     }
 }

@@ -1,5 +1,7 @@
 //! The executor's side of the protocol: every connection is opened by the executor.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -23,22 +25,35 @@ impl ProtocolError {
     }
 }
 
+/// The masters an executor talks to: several when they share one database (any of them hands
+/// out, renews and finishes any job). Every request goes to the current one; one that cannot be
+/// reached hands the request to the next, which becomes the current one.
 #[derive(Clone)]
 pub struct Master {
-    url: String,
+    urls: Arc<Vec<String>>,
+    current: Arc<AtomicUsize>,
     token: String,
     name: Option<String>,
     http: reqwest::Client,
 }
 
 impl Master {
-    pub fn new(url: &str, token: &str, name: Option<String>) -> Self {
+    /// `urls`: one master's URL, or several separated by commas.
+    pub fn new(urls: &str, token: &str, name: Option<String>) -> Self {
         let http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .expect("http client");
-        Master { url: url.trim_end_matches('/').to_string(), token: token.to_string(), name, http }
+        let urls: Vec<String> =
+            urls.split(',').map(|u| u.trim().trim_end_matches('/').to_string()).filter(|u| !u.is_empty()).collect();
+        Master { urls: Arc::new(urls), current: Arc::default(), token: token.to_string(), name, http }
+    }
+
+    /// The URL requests go to now.
+    pub fn url(&self) -> &str {
+        let i = self.current.load(Ordering::Relaxed) % self.urls.len().max(1);
+        self.urls.get(i).map(String::as_str).unwrap_or_default()
     }
 
     async fn post<T: DeserializeOwned>(
@@ -47,8 +62,41 @@ impl Master {
         body: &Value,
         timeout: Duration,
     ) -> Result<Option<T>, ProtocolError> {
-        let mut req =
-            self.http.post(format!("{}{path}", self.url)).bearer_auth(&self.token).json(body).timeout(timeout);
+        let n = self.urls.len();
+        if n == 0 {
+            return Err(ProtocolError::Unreachable("no master URL is configured".into()));
+        }
+        let start = self.current.load(Ordering::Relaxed);
+        let mut last = None;
+        for i in 0..n {
+            let at = (start + i) % n;
+            match self.post_to(&self.urls[at], path, body, timeout).await {
+                Err(e @ ProtocolError::Unreachable(_)) => {
+                    if n > 1 {
+                        tracing::warn!(master = %self.urls[at], error = %e, "master unreachable; trying the next");
+                    }
+                    last = Some(e);
+                }
+                answer => {
+                    if i > 0 {
+                        tracing::info!(master = %self.urls[at], "moved to this master");
+                        self.current.store(at, Ordering::Relaxed);
+                    }
+                    return answer;
+                }
+            }
+        }
+        Err(last.expect("at least one master was tried"))
+    }
+
+    async fn post_to<T: DeserializeOwned>(
+        &self,
+        url: &str,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Option<T>, ProtocolError> {
+        let mut req = self.http.post(format!("{url}{path}")).bearer_auth(&self.token).json(body).timeout(timeout);
         if let Some(n) = &self.name {
             req = req.header("x-agentos-executor-name", n);
         }

@@ -302,12 +302,12 @@ pub async fn get_job(
 
 /// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds: for an agent, the ids of those in models it may use, the others counted.
 #[utoipa::path(get, path = "/api/executors", tag = "executors",
-    responses((status = 200, body = Vec<wire::ExecutorView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 200, body = Vec<wire::ExecutorView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn list_executors(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
-) -> Json<Vec<wire::ExecutorView>> {
-    Json(app.engine.dispatch().executors(&p).into_iter().map(wire::ExecutorView::from).collect())
+) -> Result<Json<Vec<wire::ExecutorView>>, ApiError> {
+    Ok(Json(app.engine.dispatch().executors(&p).await?.into_iter().map(wire::ExecutorView::from).collect()))
 }
 
 /// Create an executor credential (operator only). It is good for the executor protocol and nothing else.
@@ -351,7 +351,7 @@ pub async fn executor_heartbeat(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::LeaseRef = typed(body)?;
-    let lease = app.engine.dispatch().heartbeat_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
+    let lease = app.engine.dispatch().heartbeat_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id).await?;
     Ok(Json(json!({"leaseMs": lease.as_millis() as u64})))
 }
 
@@ -366,7 +366,7 @@ pub async fn executor_release(
     JsonValue(body): JsonValue,
 ) -> Result<Json<Value>, ApiError> {
     let req: wire::LeaseRef = typed(body)?;
-    app.engine.dispatch().release_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id)?;
+    app.engine.dispatch().release_job(&p, executor_name(&headers).as_deref(), &id, &req.lease_id).await?;
     Ok(Json(json!({"released": true})))
 }
 

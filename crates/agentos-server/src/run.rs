@@ -167,16 +167,21 @@ pub async fn run(
     let secret_key = agentos_engine::admin::load_or_create_secret_key(&key_file)
         .map_err(|e| ServeError::Io { context: format!("the secrets key {}", key_file.display()), source: e })?;
     let mut shared_log = None;
-    let mut fire_owners = agentos_engine::FireOwners::default();
+    let mut shared_queue = None;
+    let mut sharing = agentos_engine::Sharing::default();
     let log: Arc<dyn EventLog> = match &config.storage.database {
         None => Arc::new(SqliteEventLog::open(&data.join("events.db"))?),
         Some(url) => {
             let pg = Arc::new(PgEventLog::open(url).await?);
             shared_log = Some(pg.clone());
+            // Jobs are rows any master hands out, so an executor may poll any master.
+            let queue = Arc::new(agentos_store::PgJobQueue::open(url).await?);
+            shared_queue = Some(queue.clone());
             // Each model's fires run on one master at a time: the one holding its lock.
-            fire_owners = agentos_engine::FireOwners {
+            sharing = agentos_engine::Sharing {
                 locks: Some(Arc::new(agentos_store::PgModelLocks::open(url).await?)),
                 tag: Some(master_tag(data)?),
+                jobs: Some(queue),
             };
             pg
         }
@@ -213,7 +218,7 @@ pub async fn run(
                 }
                 d
             },
-            fire_owners,
+            sharing,
         },
         log,
         blobs,
@@ -226,6 +231,18 @@ pub async fn run(
         tokio::spawn(
             async move { pg.listen(std::time::Duration::from_millis(500), move || engine.fold_others()).await },
         )
+    });
+    // Jobs queued through any master wake this master's waiting polls at once (and every
+    // second besides, should an announcement be lost).
+    let queue_follower = shared_queue.map(|q| {
+        let engine = engine.clone();
+        tokio::spawn(async move {
+            q.listen(std::time::Duration::from_secs(1), move || {
+                engine.jobs_announced();
+                true
+            })
+            .await
+        })
     });
     // Direct invocations' jobs survive a crash: those left open are queued again.
     let job_store = Arc::new(SqliteJobStore::open(&data.join("jobs.db"))?);
@@ -269,7 +286,7 @@ pub async fn run(
         crate::router::router(engine.clone(), config.max_body_bytes, config.max_result_bytes, config.mcp_list_limit);
     crate::connections::serve(listener, app, config.connections, shutdown).await;
     engine.shutdown().await;
-    if let Some(f) = follower {
+    for f in [follower, queue_follower].into_iter().flatten() {
         f.abort();
     }
     drop(lock);

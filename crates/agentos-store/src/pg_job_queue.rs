@@ -169,6 +169,8 @@ pub trait SharedJobs: Send + Sync + 'static {
     async fn drop_orphans(&self, models: &[String], master: &str) -> Result<u64, StoreError>;
     /// Notes that `executor` was seen now, polling for `polling_ms` more when given.
     async fn seen(&self, executor: &str, polling_ms: Option<u64>) -> Result<(), StoreError>;
+    /// Notes that `executor` stopped polling (its last poll through this master ended).
+    async fn stopped_polling(&self, executor: &str) -> Result<(), StoreError>;
     /// Every executor, and the database's clock now.
     async fn executors(&self) -> Result<(Vec<ExecutorRow>, i64), StoreError>;
 }
@@ -445,6 +447,20 @@ impl SharedJobs for PgJobQueue {
             .map(|_| ())
     }
 
+    async fn stopped_polling(&self, executor: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "noting an executor",
+                &format!(
+                    "UPDATE agentos_executors SET last_seen = {NOW_MS}, polling_until = least(polling_until, {NOW_MS}) \
+                     WHERE name = $1"
+                ),
+                &[&executor],
+            )
+            .await
+            .map(|_| ())
+    }
+
     async fn executors(&self) -> Result<(Vec<ExecutorRow>, i64), StoreError> {
         let client = self.conn.client().await?;
         let q = |e| crate::pg::query_error("listing executors", e);
@@ -576,5 +592,8 @@ mod tests {
         assert_eq!(rows.len(), 1);
         assert!(rows[0].polling_until > now, "still polling: a heartbeat does not end the poll");
         assert_eq!(rows[0].held, vec![("j".to_string(), "default".to_string(), Some("p1".to_string()))]);
+        a.stopped_polling("e1").await.unwrap();
+        let (rows, now) = b.executors().await.unwrap();
+        assert!(rows[0].polling_until <= now, "no longer polling");
     }
 }

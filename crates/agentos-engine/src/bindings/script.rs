@@ -81,7 +81,7 @@ impl Binder for Script {
         // An asynchronous job holds no invocation slot while it waits, so the same limit counts
         // open jobs instead: a caller cannot flood the durable queue either.
         let max = engine.inner.principals.slots.max();
-        if engine.inner.dispatch.jobs.open_jobs_of(&principal.id) >= max {
+        if engine.inner.dispatch.jobs.open_jobs_of(&principal.id).await? >= max {
             return Err(CoreError::new(
                 ErrorKind::TooMany,
                 "too_many_invocations",
@@ -320,7 +320,8 @@ async fn queue_direct(
         };
         d.store.put(stored).await?;
     }
-    let rx = engine.inner.dispatch.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone());
+    let rx =
+        engine.inner.dispatch.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone()).await?;
     Ok((job_id, rx))
 }
 
@@ -333,13 +334,13 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
     let mut early = None;
-    if !engine.inner.dispatch.jobs.serving() {
+    if !engine.inner.dispatch.jobs.serving().await {
         // Nobody serves the queue: wait a little for an executor (one reconnecting after a
         // master restart, say), then say so rather than hold the caller for the whole wait.
         let grace = cfg.no_executor_grace.min(wait);
         early = tokio::time::timeout(grace, &mut rx).await.ok();
-        if early.is_none() && !engine.inner.dispatch.jobs.serving() {
-            engine.dispatch().cancel_direct(&job_id);
+        if early.is_none() && !engine.inner.dispatch.jobs.serving().await {
+            engine.dispatch().cancel_direct(&job_id).await;
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
                 "no_executor",
@@ -359,8 +360,15 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         Ok(Ok(result)) => Ok(result),
         Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
         Err(_) => {
-            engine.dispatch().cancel_direct(&job_id);
-            let serving = engine.inner.dispatch.jobs.executors().iter().filter(|e| e.state != "gone").count();
+            engine.dispatch().cancel_direct(&job_id).await;
+            let serving = engine
+                .inner
+                .dispatch
+                .jobs
+                .executors_shown(|_| true)
+                .await
+                .map(|all| all.iter().filter(|e| e.state != "gone").count())
+                .unwrap_or(0);
             Err(CoreError::new(
                 ErrorKind::Unavailable,
                 "job_timeout",

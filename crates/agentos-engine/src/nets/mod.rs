@@ -1191,18 +1191,19 @@ impl Nets<'_> {
             .get("timeoutMs")
             .and_then(Value::as_u64)
             .unwrap_or(self.inner.dispatch.config.default_timeout_ms);
-        let (job_id, rx) = self.inner.dispatch.jobs.enqueue_for(
-            resolve_model.to_string(),
-            token,
-            action.executor.clone(),
-            secrets.clone(),
-        );
+        let (job_id, rx) = self
+            .inner
+            .dispatch
+            .jobs
+            .enqueue_for(resolve_model.to_string(), token, action.executor.clone(), secrets.clone())
+            .await
+            .map_err(|e| FireError::Failed(format!("the job could not be queued: {e}")))?;
         let wait = Duration::from_millis(timeout_ms) + self.inner.dispatch.config.queue_grace;
         let result: JobResult = match tokio::time::timeout(wait, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => return Err("the job ended without a result".into()),
             Err(_) => {
-                self.inner.dispatch.jobs.cancel(&job_id);
+                self.inner.dispatch.jobs.cancel(&job_id).await;
                 return Err(FireError::Failed(format!(
                     "no executor finished job {job_id} within {} ms",
                     wait.as_millis()
@@ -1494,6 +1495,7 @@ impl Nets<'_> {
         let taken = owners.claim(&wanted).await;
         if !taken.is_empty() {
             tracing::info!(models = ?taken, "running the fires of these models from now on");
+            self.inner.dispatch.jobs.drop_orphans(&taken).await;
             self.resume_fires(Some(&taken));
         }
     }

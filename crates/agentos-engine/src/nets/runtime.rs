@@ -294,7 +294,7 @@ impl NetRuntime {
         limits: &NetLimits,
         outbound: &OutboundPolicy,
         expressions: Runner,
-        owners: &crate::engine::FireOwners,
+        owners: &crate::engine::Sharing,
     ) -> Result<NetRuntime, crate::outbound::OutboundError> {
         let instance_tag = owners.tag.clone().unwrap_or_else(|| {
             let mut tag = [0u8; 4];

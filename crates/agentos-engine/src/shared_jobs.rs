@@ -1,0 +1,438 @@
+//! The job queue of a master that shares it with others (PostgreSQL): jobs are rows any master
+//! hands out, renews and finishes; who waits for a job's result waits on the master that queued
+//! it, and hears of it when the result is folded from the log, whichever master recorded it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, oneshot};
+use tokio::time::Instant;
+
+use agentos_core::CoreError;
+use agentos_core::job::{CommandToken, ExecutorView, JobResult};
+use agentos_store::StoreError;
+use agentos_store::pg_job_queue::{JobRow, LeaseRefusal, NewJobRow, SharedJobs};
+
+use crate::jobs::{Finished, Handout, JobConfig, LeaseError, OpenJob, Waiter};
+
+/// How often a waiting poll looks at the table even when no queueing was announced (a notice
+/// lost with a connection).
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// How often one master writes down that it saw an executor.
+const SEEN_EVERY: Duration = Duration::from_secs(1);
+
+/// What a job row carries: the token, and the credential values the job needs (then the row is
+/// sealed with the secrets key, so the database never holds a secret in the clear).
+#[derive(Serialize, Deserialize)]
+struct Body {
+    token: CommandToken,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    secrets: Vec<String>,
+}
+
+pub struct SharedQueue {
+    rows: Arc<dyn SharedJobs>,
+    /// This run of the master in the queue (who queued a job, who records a result).
+    master: String,
+    key: Option<[u8; 32]>,
+    config: JobConfig,
+    work: Notify,
+    waiters: Mutex<HashMap<String, Waiter>>,
+    /// When this master last wrote down each executor, and whether as polling.
+    seen: Arc<Mutex<HashMap<String, (Instant, bool)>>>,
+    /// Polls each executor has open through this master, and a count of the times the number
+    /// dropped to none (a stop is written down only when no poll followed within a second).
+    polls: Arc<Mutex<HashMap<String, (u32, u64)>>>,
+    /// Until when "an executor serves the queue" holds without asking again.
+    serving_until: Mutex<Option<Instant>>,
+}
+
+/// The token of a job whose row does not read (sealed with another key, say).
+fn unreadable_token() -> CommandToken {
+    CommandToken { executor: "unreadable".into(), command: "invoke".into(), args: serde_json::json!({}) }
+}
+
+impl From<LeaseRefusal> for LeaseError {
+    fn from(r: LeaseRefusal) -> Self {
+        match r {
+            LeaseRefusal::UnknownJob => LeaseError::UnknownJob,
+            LeaseRefusal::LeaseLost => LeaseError::LeaseLost,
+            LeaseRefusal::NotHolder => LeaseError::NotHolder,
+        }
+    }
+}
+
+fn storage(e: StoreError) -> LeaseError {
+    LeaseError::Storage(e.to_string())
+}
+
+impl SharedQueue {
+    pub fn new(rows: Arc<dyn SharedJobs>, master: String, key: Option<[u8; 32]>, config: JobConfig) -> Self {
+        SharedQueue {
+            rows,
+            master,
+            key,
+            config,
+            work: Notify::new(),
+            waiters: Mutex::new(HashMap::new()),
+            seen: Arc::new(Mutex::new(HashMap::new())),
+            polls: Arc::default(),
+            serving_until: Mutex::new(None),
+        }
+    }
+
+    pub fn config(&self) -> JobConfig {
+        self.config
+    }
+
+    fn waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
+        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn encode(&self, job_id: &str, token: CommandToken, secrets: Vec<String>) -> Result<(Vec<u8>, bool), CoreError> {
+        let sealed = !secrets.is_empty();
+        let plain = serde_json::to_vec(&Body { token, secrets }).map_err(|e| CoreError::internal(e.to_string()))?;
+        if !sealed {
+            return Ok((plain, false));
+        }
+        let key = self.key.ok_or_else(|| {
+            CoreError::internal("a job carrying credentials cannot be queued: this master has no secrets key")
+        })?;
+        Ok((crate::admin::seal(&key, job_id.as_bytes(), &plain)?, true))
+    }
+
+    fn decode(&self, row: &JobRow) -> Result<Body, String> {
+        let plain = if row.sealed {
+            let key = self.key.ok_or("the job is sealed and this master has no secrets key")?;
+            crate::admin::unseal(&key, row.job_id.as_bytes(), &row.body).ok_or(
+                "the job is sealed with another secrets key, or was changed in the database: every master needs the same --secrets-key-file",
+            )?
+        } else {
+            row.body.clone()
+        };
+        serde_json::from_slice(&plain).map_err(|e| format!("the stored job does not read: {e}"))
+    }
+
+    pub async fn enqueue(
+        &self,
+        job_id: String,
+        model: String,
+        token: CommandToken,
+        target: Option<String>,
+        secrets: Vec<String>,
+        invoker: Option<String>,
+    ) -> Result<oneshot::Receiver<JobResult>, crate::EngineError> {
+        let (body, sealed) = self.encode(&job_id, token, secrets)?;
+        let (tx, rx) = oneshot::channel();
+        // Waiting before the row exists: another master may finish it at once.
+        self.waiters().insert(job_id.clone(), tx);
+        let row =
+            NewJobRow { job_id: job_id.clone(), model, target, invoker, owner: self.master.clone(), body, sealed };
+        if let Err(e) = self.rows.insert(row).await {
+            self.waiters().remove(&job_id);
+            return Err(e.into());
+        }
+        self.work.notify_waiters();
+        Ok(rx)
+    }
+
+    /// Another master (or this one) queued or returned a job: pollers look again.
+    pub fn announced(&self) {
+        self.work.notify_waiters();
+    }
+
+    /// The jobs someone waits for here.
+    pub fn waiting(&self) -> Vec<String> {
+        self.waiters().keys().cloned().collect()
+    }
+
+    /// A job's result was folded from the log: whoever waits for it here hears it.
+    pub fn resolve(&self, job_id: &str, result: &JobResult) {
+        if let Some(w) = self.waiters().remove(job_id) {
+            let _ = w.send(result.clone());
+        }
+    }
+
+    pub async fn open_jobs_of(&self, invoker: &str) -> Result<usize, StoreError> {
+        self.rows.open_jobs_of(invoker).await
+    }
+
+    pub async fn open_job(&self, job_id: &str) -> Result<Option<OpenJob>, StoreError> {
+        Ok(self.rows.open_job(job_id).await?.map(|r| OpenJob {
+            model: r.model,
+            invoker: r.invoker,
+            running: r.running,
+        }))
+    }
+
+    pub async fn cancel(&self, job_id: &str) -> bool {
+        self.waiters().remove(job_id);
+        match self.rows.cancel(job_id).await {
+            Ok(dropped) => dropped,
+            Err(e) => {
+                tracing::warn!(job = %job_id, error = %e, "dropping a job nobody waits for failed");
+                false
+            }
+        }
+    }
+
+    async fn seen(&self, executor: &str, polling: Option<Duration>) {
+        {
+            let mut seen = lock(&self.seen);
+            let now = Instant::now();
+            if let Some((at, was_polling)) = seen.get(executor)
+                && now.duration_since(*at) < SEEN_EVERY
+                && (polling.is_none() || *was_polling)
+            {
+                return;
+            }
+            seen.insert(executor.to_string(), (now, polling.is_some()));
+        }
+        let ms = polling.map(|d| d.as_millis().min(u64::MAX as u128) as u64);
+        if let Err(e) = self.rows.seen(executor, ms).await {
+            tracing::debug!(executor, error = %e, "noting an executor failed");
+        }
+    }
+
+    async fn try_take(&self, executor: &str) -> Result<Option<Handout>, StoreError> {
+        let lease_id = match crate::jobs::new_lease_id() {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::error!(error = %e, "no randomness for a lease id: no job handed out");
+                return Ok(None);
+            }
+        };
+        let mut names = vec![executor.to_string()];
+        names.extend(executor.split('/').map(str::to_string));
+        let lease_ms = self.config.lease.as_millis() as u64;
+        let Some(row) = self.rows.take(executor, &names, &lease_id, lease_ms).await? else { return Ok(None) };
+        let (token, sealed, unreadable) = match self.decode(&row) {
+            Ok(b) => {
+                let sealed = !b.secrets.is_empty();
+                (b.token, sealed, None)
+            }
+            Err(why) => {
+                // Handed out with the reason: the executor fails it with that, like an unresolved tool.
+                tracing::error!(job = %row.job_id, %why, "a queued job does not read");
+                (unreadable_token(), false, Some(why))
+            }
+        };
+        Ok(Some(Handout {
+            job_id: row.job_id,
+            lease_id,
+            attempt: row.attempt,
+            model: row.model,
+            token,
+            sealed,
+            unreadable,
+        }))
+    }
+
+    pub async fn take_now(&self, executor: &str) -> Result<Option<Handout>, StoreError> {
+        self.seen(executor, None).await;
+        self.try_take(executor).await
+    }
+
+    pub async fn poll(&self, executor: &str, wait: Duration) -> Result<Option<Handout>, StoreError> {
+        lock(&self.polls).entry(executor.to_string()).or_default().0 += 1;
+        let _open = PollGuard { queue: self, executor };
+        self.seen(executor, Some(wait)).await;
+        let deadline = Instant::now() + wait;
+        loop {
+            let notified = self.work.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(h) = self.try_take(executor).await? {
+                return Ok(Some(h));
+            }
+            let until = deadline.min(Instant::now() + RECHECK);
+            let _ = tokio::time::timeout_at(until, notified).await;
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+        }
+    }
+
+    pub async fn heartbeat(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Duration, LeaseError> {
+        self.seen(executor, None).await;
+        let lease_ms = self.config.lease.as_millis() as u64;
+        self.rows.heartbeat(executor, job_id, lease_id, lease_ms).await.map_err(storage)??;
+        Ok(self.config.lease)
+    }
+
+    pub async fn release(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
+        self.seen(executor, None).await;
+        self.rows.release(executor, job_id, lease_id).await.map_err(storage)??;
+        self.work.notify_waiters();
+        Ok(())
+    }
+
+    fn finished(&self, row: JobRow) -> Finished {
+        let waiter = self.waiters().remove(&row.job_id);
+        let (token, secrets) = match self.decode(&row) {
+            Ok(b) => (b.token, b.secrets),
+            Err(_) => (unreadable_token(), Vec::new()),
+        };
+        Finished {
+            job_id: row.job_id,
+            model: row.model,
+            token,
+            attempt: row.attempt,
+            waiter,
+            secrets,
+            invoker: row.invoker,
+        }
+    }
+
+    pub async fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
+        self.seen(executor, None).await;
+        let lease_ms = self.config.lease.as_millis() as u64;
+        let row = self.rows.complete(executor, job_id, lease_id, &self.master, lease_ms).await.map_err(storage)??;
+        Ok(self.finished(row))
+    }
+
+    /// The job's result is in the log: its row goes.
+    pub async fn recorded(&self, job_id: &str) {
+        if let Err(e) = self.rows.forget(job_id).await {
+            // Its lease runs out, and the reaper finds the result in the log and removes it.
+            tracing::warn!(job = %job_id, error = %e, "removing a finished job from the queue failed");
+        }
+    }
+
+    pub async fn stale_completions(&self) -> Vec<String> {
+        self.rows.stale_completions().await.unwrap_or_else(|e| {
+            tracing::debug!(error = %e, "reading stale results failed");
+            Vec::new()
+        })
+    }
+
+    pub async fn reap(&self) -> Vec<(Finished, String)> {
+        let lease_ms = self.config.lease.as_millis() as u64;
+        let reaped = match self.rows.reap(self.config.max_attempts, &self.master, lease_ms).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::debug!(error = %e, "reaping expired leases failed");
+                return Vec::new();
+            }
+        };
+        reaped
+            .failed
+            .into_iter()
+            .map(|row| {
+                let why = format!(
+                    "the job was handed out {} times and every lease expired without a result (last held by executor {:?}, which stopped sending heartbeats)",
+                    row.attempt,
+                    row.executor.clone().unwrap_or_default()
+                );
+                (self.finished(row), why)
+            })
+            .collect()
+    }
+
+    pub async fn drop_orphans(&self, models: &[String]) {
+        match self.rows.drop_orphans(models, &self.master).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(
+                dropped = n,
+                "queued net jobs of models taken over are dropped; their fires queue them again"
+            ),
+            Err(e) => tracing::warn!(error = %e, "dropping another master's queued net jobs failed"),
+        }
+    }
+
+    /// Whether any executor serves the queue, through any master.
+    pub async fn serving(&self) -> bool {
+        if self.serving_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t) {
+            return true;
+        }
+        let gone_after = self.config.gone_after.as_millis() as i64;
+        let serving = match self.rows.executors().await {
+            Ok((rows, now)) => rows.iter().any(|e| e.polling_until > now || now - e.last_seen <= gone_after),
+            Err(_) => false,
+        };
+        if serving {
+            *self.serving_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + SEEN_EVERY);
+        }
+        serving
+    }
+
+    pub async fn executors_shown(&self, shown: impl Fn(&OpenJob) -> bool) -> Result<Vec<ExecutorView>, StoreError> {
+        let (rows, now) = self.rows.executors().await?;
+        let gone_after = self.config.gone_after.as_millis() as i64;
+        Ok(rows
+            .into_iter()
+            .map(|e| {
+                let total = e.held.len();
+                let mut jobs: Vec<String> = e
+                    .held
+                    .into_iter()
+                    .filter(|(_, model, invoker)| {
+                        shown(&OpenJob { model: model.clone(), invoker: invoker.clone(), running: true })
+                    })
+                    .map(|(id, _, _)| id)
+                    .collect();
+                jobs.sort();
+                let polling = e.polling_until > now;
+                let state = if !polling && now - e.last_seen > gone_after {
+                    "gone"
+                } else if total > 0 {
+                    "busy"
+                } else if polling {
+                    "polling"
+                } else {
+                    "idle"
+                };
+                ExecutorView {
+                    name: e.name,
+                    state: state.into(),
+                    last_seen: agentos_core::event::format_time(e.last_seen),
+                    other_jobs: total - jobs.len(),
+                    jobs,
+                }
+            })
+            .collect())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counts a poll open until it ends (answered, timed out, or dropped with its connection). When
+/// an executor's last poll ends and none follows within a second, it is written down as no
+/// longer polling; a busy executor polling again at once costs no write.
+struct PollGuard<'a> {
+    queue: &'a SharedQueue,
+    executor: &'a str,
+}
+
+impl Drop for PollGuard<'_> {
+    fn drop(&mut self) {
+        let generation = {
+            let mut polls = lock(&self.queue.polls);
+            let Some(open) = polls.get_mut(self.executor) else { return };
+            open.0 = open.0.saturating_sub(1);
+            if open.0 > 0 {
+                return;
+            }
+            open.1 += 1;
+            open.1
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (rows, polls, seen) = (self.queue.rows.clone(), self.queue.polls.clone(), self.queue.seen.clone());
+        let executor = self.executor.to_string();
+        rt.spawn(async move {
+            tokio::time::sleep(SEEN_EVERY).await;
+            if lock(&polls).get(&executor) != Some(&(0, generation)) {
+                return;
+            }
+            lock(&seen).remove(&executor);
+            if let Err(e) = rows.stopped_polling(&executor).await {
+                tracing::debug!(executor, error = %e, "noting an executor failed");
+            }
+        });
+    }
+}
