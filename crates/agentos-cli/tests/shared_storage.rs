@@ -2,7 +2,9 @@
 //! `scripts/pg-env` and `scripts/s3-env`): one catalog, each master's answers carrying the
 //! last event it folded, `Agentos-Min-Seq` to read one's own writes anywhere, registrations
 //! through both at once with no event lost or numbered twice, a master killed -9 losing no
-//! acknowledged write, and a database outage answered 503 and outlived.
+//! acknowledged write, and a database outage answered 503 and outlived; one job queue any
+//! master hands out from, executors moving to the survivor when a master dies, and two
+//! masters with three executors under load losing nothing when one is killed -9.
 
 mod common;
 
@@ -30,12 +32,18 @@ impl Shared {
     /// A master on the shared log and bucket; a second one is given the first one's operator
     /// token file, as an operator would copy it.
     fn master(&self, data: &Path, token_from: Option<&Master>) -> Master {
+        self.master_with(data, token_from, &[])
+    }
+
+    fn master_with(&self, data: &Path, token_from: Option<&Master>, extra: &[&str]) -> Master {
         if let Some(first) = token_from {
             std::fs::create_dir_all(data).unwrap();
             std::fs::copy(first.data.join("operator.token"), data.join("operator.token")).unwrap();
         }
         let key = self.key.to_str().unwrap();
-        let args = ["--database", &self.storage.database, "--blobs", &self.storage.blobs, "--secrets-key-file", key];
+        let mut args =
+            vec!["--database", &self.storage.database, "--blobs", &self.storage.blobs, "--secrets-key-file", key];
+        args.extend_from_slice(extra);
         Master::start_full(data, "127.0.0.1:0", &args, &S3_ENV)
     }
 }
@@ -302,4 +310,214 @@ fn each_models_fires_run_on_one_master_and_a_survivor_takes_over_a_killed_master
     a.kill9();
     put(&b, 21);
     common::wait_for("b to take the model over", || out(&b, 0).contains(&21));
+}
+
+#[test]
+fn a_job_queued_through_one_master_runs_through_another_and_an_executor_moves_to_the_survivor() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let mut a = shared.master(&dir.path().join("a"), None);
+    let b = shared.master(&dir.path().join("b"), Some(&a));
+    let (status, v, _) = register(&a, "echo-in", "cat");
+    assert_eq!(status, 200, "{v}");
+    // The executor polls a (the first URL); the job is queued through b.
+    let urls = format!("{},{}", a.url, b.url);
+    let _e = Executor::start_args(&a, &dir.path().join("executor"), "e1", &[], &["--master", &urls]);
+    let (status, listed, _) = send(&b, "GET", "/api/executors", None, None);
+    assert_eq!((status, listed[0]["name"].as_str()), (200, Some("e1")), "b sees the executor polling a: {listed}");
+    let (status, r, _) = send(&b, "POST", "/api/tools/echo-in/invoke", Some(json!({"input": {"via": "b"}})), None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "{\"via\":\"b\"}", "{r}");
+    let jobs = psql(&shared.storage.database, "SELECT count(*) FROM agentos_jobs");
+    assert_eq!(jobs, "0", "a recorded job leaves the queue");
+
+    // a dies: the executor's next poll fails and it moves to b, which hands out the next job.
+    a.kill9();
+    let (status, r, _) = send(&b, "POST", "/api/tools/echo-in/invoke", Some(json!({"input": {"after": 1}})), None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "{\"after\":1}", "{r}");
+    let job = r["jobId"].as_str().unwrap();
+    let finished = psql(
+        &shared.storage.database,
+        &format!("SELECT count(*) FROM agentos_events WHERE type = 'JobFinished' AND key = 'job:{job}'"),
+    );
+    assert_eq!(finished, "1");
+}
+
+/// What one load thread saw: the values whose request was acknowledged, and every answer of
+/// the survivor that was not.
+#[derive(Default)]
+struct Acked {
+    values: Vec<String>,
+    survivor_failures: Vec<String>,
+}
+
+#[test]
+fn two_masters_and_three_executors_under_load_lose_nothing_when_one_is_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let lease = ["--lease-ms", "3000"];
+    let mut a = shared.master_with(&dir.path().join("a"), None, &lease);
+    let b = shared.master_with(&dir.path().join("b"), Some(&a), &lease);
+    let (status, v, _) = register(&a, "work", "cat");
+    assert_eq!(status, 200, "{v}");
+    let net = json!({
+        "places": ["p-in", "p-cmd", "p-out"],
+        "transitions": [
+            {"id": "build", "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"c": {"place": "p-cmd"}},
+             "action": {"template": {"executor": "script", "command": "invoke", "args": {"toolId": "work", "input": "${.i.data}"}}},
+             "emit": [{"to": "c"}]},
+            {"id": "run", "kind": "command", "presets": {"c": {"place": "p-cmd"}}, "postsets": {"o": {"place": "p-out"}},
+             "emit": [{"to": "o"}]}
+        ]
+    });
+    let (status, v, _) = send(&a, "PUT", "/api/models/flow/net", Some(net), None);
+    assert_eq!(status, 200, "{v}");
+    for t in ["build", "run"] {
+        let (status, v, _) =
+            send(&a, "POST", &format!("/api/models/flow/transitions/{t}/start"), Some(json!({})), None);
+        assert_eq!(status, 200, "{v}");
+    }
+    let (ab, ba) = (format!("{},{}", a.url, b.url), format!("{},{}", b.url, a.url));
+    let _executors: Vec<Executor> = [("e1", &ab), ("e2", &ba), ("e3", &ab)]
+        .into_iter()
+        .map(|(name, urls)| {
+            let args = ["--master", urls.as_str(), "--concurrency", "2"];
+            Executor::start_args(&a, &dir.path().join(name), name, &[], &args)
+        })
+        .collect();
+
+    // Four kinds of load, each alternating between the masters, while a is killed.
+    let masters = [(a.url.clone(), a.token.clone()), (b.url.clone(), b.token.clone())];
+    let load = |kind: &'static str| {
+        let masters = masters.clone();
+        std::thread::spawn(move || {
+            let mut acked = Acked::default();
+            for i in 0..60u32 {
+                let (url, token) = &masters[(i % 2) as usize];
+                let survivor = i % 2 == 1;
+                let client = common::http();
+                let (path, body) = match kind {
+                    "register" => (
+                        "/api/commands".to_string(),
+                        json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": format!("reg-{i}"), "name": "r", "runtime": "sh", "content": format!("echo {i}")}),
+                    ),
+                    "token" => ("/api/models/flow/places/p-in/tokens".to_string(), json!({"data": {"i": i}})),
+                    _ => ("/api/tools/work/invoke".to_string(), json!({"input": {"i": i}})),
+                };
+                let mut req = client.post(format!("{url}{path}")).bearer_auth(token).json(&body);
+                if kind == "async" {
+                    req = req.header("Prefer", "respond-async");
+                }
+                let answer = req.send().and_then(|r| {
+                    let status = r.status().as_u16();
+                    r.json::<Value>().map(|v| (status, v))
+                });
+                match answer {
+                    Ok((200, v)) if kind == "invoke" => {
+                        assert_eq!(v["stdout"], format!("{{\"i\":{i}}}"), "{v}");
+                        acked.values.push(i.to_string());
+                    }
+                    Ok((202, v)) if kind == "async" => acked.values.push(v["jobId"].as_str().unwrap().to_string()),
+                    Ok((200, _)) => acked.values.push(i.to_string()),
+                    Ok((status, v)) if survivor => acked.survivor_failures.push(format!("{kind} {i}: {status} {v}")),
+                    Err(e) if survivor => acked.survivor_failures.push(format!("{kind} {i}: {e}")),
+                    _ => {}
+                }
+                std::thread::sleep(Duration::from_millis(40));
+            }
+            acked
+        })
+    };
+    let threads: Vec<_> = ["register", "token", "invoke", "async"].into_iter().map(|k| (k, load(k))).collect();
+    std::thread::sleep(Duration::from_millis(1200));
+    a.kill9();
+    let results: Vec<(&str, Acked)> = threads.into_iter().map(|(k, t)| (k, t.join().unwrap())).collect();
+    for (kind, acked) in &results {
+        assert!(
+            acked.survivor_failures.is_empty(),
+            "the survivor failed {kind} requests: {:?}",
+            acked.survivor_failures
+        );
+        assert!(acked.values.len() >= 30, "{kind}: only {} acknowledged", acked.values.len());
+    }
+    let acked = |kind: &str| results.iter().find(|(k, _)| *k == kind).map(|(_, a)| a.values.clone()).unwrap();
+
+    // No acknowledged registration lost.
+    for i in acked("register") {
+        let (status, v, _) = send(&b, "GET", &format!("/api/tool-catalog/reg-{i}"), None, None);
+        assert_eq!(status, 200, "reg-{i}: {v}");
+    }
+    // No acknowledged job lost: each finishes, with one result.
+    for job in acked("async") {
+        common::wait_for(&format!("job {job} to finish"), || {
+            send(&b, "GET", &format!("/api/jobs/{job}"), None, None).1["state"] == "finished"
+        });
+        let (_, v, _) = send(&b, "GET", &format!("/api/jobs/{job}"), None, None);
+        assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    }
+    // b took the model over: every acknowledged token comes out, once.
+    let tokens = acked("token");
+    let out = || -> Vec<u64> {
+        let (_, v, _) = send(&b, "GET", "/api/models/flow/places/p-out/tokens", None, None);
+        v.as_array().unwrap().iter().map(|t| t["data"]["i"].as_u64().unwrap()).collect()
+    };
+    common::wait_for("every acknowledged token to come out", || {
+        let got = out();
+        tokens.iter().all(|n| got.contains(&n.parse().unwrap()))
+    });
+    let mut got = out();
+    let total = got.len();
+    got.sort();
+    got.dedup();
+    assert_eq!(got.len(), total, "a fire's result was recorded twice: {got:?}");
+    // Nothing left in the queue, and no job recorded twice.
+    common::wait_for("the queue to drain", || {
+        psql(&shared.storage.database, "SELECT count(*) FROM agentos_jobs") == "0"
+    });
+    let twice = psql(
+        &shared.storage.database,
+        "SELECT count(*) FROM (SELECT key FROM agentos_events WHERE type = 'JobFinished' GROUP BY key HAVING count(*) > 1) t",
+    );
+    assert_eq!(twice, "0", "a job's result was recorded twice");
+}
+
+#[test]
+fn a_job_carrying_a_credential_is_sealed_in_the_shared_queue_and_runs_through_another_master() {
+    let secret = "queued-secret-8080";
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let a = shared.master(&dir.path().join("a"), None);
+    let b = shared.master(&dir.path().join("b"), Some(&a));
+    let (status, v, _) = send(&a, "PUT", "/api/secrets/DEPLOY_KEY", Some(json!({"value": secret})), None);
+    assert_eq!(status, 200, "{v}");
+    let (status, v, _) = register(&a, "deploy", "echo \"len=${#DEPLOY_KEY} value=$DEPLOY_KEY\"");
+    assert_eq!(status, 200, "{v}");
+    let (status, v, _) = send(&a, "POST", "/api/secrets/DEPLOY_KEY/grants", Some(json!({"tool": "deploy"})), None);
+    assert_eq!(status, 200, "{v}");
+    let net = json!({"places": ["p-cmd", "p-out"], "transitions": [{"id": "run", "kind": "command",
+        "presets": {"c": {"place": "p-cmd"}}, "postsets": {"o": {"place": "p-out"}},
+        "action": {"executor": "late", "credentials": ["DEPLOY_KEY"]}, "emit": [{"to": "o", "from": "@response"}]}]});
+    let (status, v, _) = send(&a, "PUT", "/api/models/cmds/net", Some(net), None);
+    assert_eq!(status, 200, "{v}");
+    let (status, v, _) = send(&a, "POST", "/api/models/cmds/transitions/run/start", Some(json!({})), None);
+    assert_eq!(status, 200, "{v}");
+    let cmd = json!({"data": {"executor": "script", "command": "invoke", "args": {"toolId": "deploy"}}});
+    let (status, v, _) = send(&a, "POST", "/api/models/cmds/places/p-cmd/tokens", Some(cmd), None);
+    assert_eq!(status, 200, "{v}");
+    // Nobody named `late` polls yet: the job waits in the table, its credential sealed.
+    common::wait_for("the job to be queued", || {
+        psql(&shared.storage.database, "SELECT count(*) FROM agentos_jobs WHERE sealed") == "1"
+    });
+    let clear = psql(
+        &shared.storage.database,
+        &format!("SELECT count(*) FROM agentos_jobs WHERE position('{secret}'::bytea in body) > 0"),
+    );
+    assert_eq!(clear, "0", "the credential is in the database in the clear");
+    // The executor polls b, which unseals the job a queued, with the key both were given.
+    let _e = Executor::start(&b, &dir.path().join("late"), "late", &[]);
+    let out = || send(&b, "GET", "/api/models/cmds/places/p-out/tokens", None, None).1;
+    common::wait_for("the result", || out().as_array().is_some_and(|t| !t.is_empty()));
+    let r = &out()[0]["data"];
+    assert_eq!(r["stdout"], format!("len={} value=[redacted]\n", secret.len()), "{r}");
 }

@@ -303,7 +303,12 @@ impl Executor {
         let parent = workspace.parent().unwrap();
         std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut cmd = Command::new(BIN);
-        cmd.args(["executor", "--master", &master.url, "--workspace"])
+        cmd.arg("executor");
+        // Several masters may be given instead (`--master A,B`).
+        if !extra_args.contains(&"--master") {
+            cmd.args(["--master", &master.url]);
+        }
+        cmd.arg("--workspace")
             .arg(workspace)
             .args(["--grace-ms", "10000"])
             .args(extra_args)
