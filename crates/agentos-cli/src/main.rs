@@ -26,6 +26,28 @@ enum Cmd {
     Up(UpArgs),
     /// Run an executor: poll the master for command jobs and run them.
     Executor(ExecutorArgs),
+    /// Write a stopped master's data folder (log, blobs, open jobs; never the secrets key) to
+    /// one file, for `agentos import`.
+    Export {
+        /// The data folder of the master, which must be stopped.
+        #[arg(long, default_value = ".agentos")]
+        data: PathBuf,
+        /// The file to write (default: `<folder name>.agentos-export.jsonl` here).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Put an export into PostgreSQL and an S3 bucket, for masters started with the same
+    /// --database and --blobs; every blob is checked on the way in and read back.
+    Import {
+        /// The file `agentos export` wrote.
+        file: PathBuf,
+        /// The database (`postgres://USER[:PASSWORD]@HOST:PORT/DB`).
+        #[arg(long, env = "AGENTOS_DATABASE", hide_env_values = true, value_name = "URL")]
+        database: String,
+        /// The bucket (`s3://BUCKET/PREFIX`, with the usual AWS_* variables).
+        #[arg(long, env = "AGENTOS_BLOBS", value_name = "URL")]
+        blobs: String,
+    },
     /// Evaluate jq expressions for a master (started by the master itself).
     #[command(hide = true)]
     ExprWorker,
@@ -425,6 +447,8 @@ fn main() -> ExitCode {
         Cmd::ExprWorker => agentos_engine::sandbox::worker_main(),
         Cmd::Up(args) => process::up(args),
         Cmd::Executor(args) => process::executor(args),
+        Cmd::Export { data, out } => process::export(&data, out),
+        Cmd::Import { file, database, blobs } => process::import(&file, &database, &blobs),
         Cmd::ExecutorToken(ExecutorTokenCmd::Create { conn, name }) => {
             client::exit(client::create_executor_token(&conn, &name))
         }

@@ -45,6 +45,50 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// `agentos export`: the data folder of a stopped master to one file.
+pub fn export(data: &Path, out: Option<PathBuf>) -> ExitCode {
+    let out = out.unwrap_or_else(|| agentos_server::migrate::default_export_file(data));
+    let rt = match runtime(false) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(agentos_server::migrate::export(data, &out)) {
+        Ok(m) => {
+            println!("exported {} events, {} blobs and {} open jobs to {}", m.events, m.blobs, m.jobs, out.display());
+            eprintln!(
+                "the secrets key is not in the export: give every master {} with --secrets-key-file, and copy {} into each master's data folder",
+                data.join("secrets.key").display(),
+                data.join("operator.token").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// `agentos import`: an export into PostgreSQL and an S3 bucket.
+pub fn import(file: &Path, database: &str, blobs: &str) -> ExitCode {
+    let rt = match runtime(true) {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    match rt.block_on(agentos_server::migrate::import(file, database, blobs)) {
+        Ok(m) => {
+            let resumed = if m.events_present > 0 {
+                format!(" ({} events were there from an earlier run)", m.events_present)
+            } else {
+                String::new()
+            };
+            println!(
+                "imported {} events, {} blobs (each read back and verified) and {} open jobs{resumed}",
+                m.events, m.blobs, m.jobs
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
 /// SIGINT or SIGTERM.
 async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};

@@ -521,3 +521,121 @@ fn a_job_carrying_a_credential_is_sealed_in_the_shared_queue_and_runs_through_an
     let r = &out()[0]["data"];
     assert_eq!(r["stdout"], format!("len={} value=[redacted]\n", secret.len()), "{r}");
 }
+
+/// `agentos export` or `agentos import` with `args`: exit code, stdout, stderr.
+fn migrate(args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(common::BIN);
+    cmd.args(args).env_remove("AGENTOS_DATABASE").env_remove("AGENTOS_BLOBS");
+    for (k, v) in S3_ENV {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn a_single_machine_installation_moves_into_postgresql_and_s3_with_every_blob_verified() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("single");
+    let mut single = Master::start(&data);
+    let api = single.client();
+    assert_eq!(api.register("greet", "sh", "echo greetings from the export", None).0, 200);
+    assert_eq!(api.put("/api/secrets/MOVED", json!({"value": "moved-secret-0123456789"})).0, 200);
+    // A job queued with no executor: open when the master stops, it runs after the move.
+    let resp = common::http()
+        .post(format!("{}/api/tools/greet/invoke", single.url))
+        .bearer_auth(&single.token)
+        .header("Prefer", "respond-async")
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let job = resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string();
+
+    let file = dir.path().join("move.jsonl");
+    let data_arg = data.to_str().unwrap();
+    let file_arg = file.to_str().unwrap();
+    let (code, _, err) = migrate(&["export", "--data", data_arg, "--out", file_arg]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("a master is running"), "{err}");
+    assert!(!file.exists(), "nothing is written while the master runs");
+    single.kill9();
+    let (code, out, err) = migrate(&["export", "--data", data_arg, "--out", file_arg]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 open jobs"), "{out}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(!text.contains("moved-secret-0123456789"), "a secret's value is in the export");
+    let key = std::fs::read(data.join("secrets.key")).unwrap();
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&key);
+    assert!(!text.contains(&hex) && !text.contains(&b64), "the secrets key is in the export");
+
+    let storage = SharedStorage::fresh();
+    let import = |f: &Path| {
+        migrate(&["import", f.to_str().unwrap(), "--database", &storage.database, "--blobs", &storage.blobs])
+    };
+    let events = || psql(&storage.database, "SELECT count(*) FROM agentos_events");
+    // A changed blob and a cut file are refused before anything is written.
+    let blob_line = text.lines().position(|l| l.starts_with("{\"blob\"")).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let damaged = dir.path().join("damaged.jsonl");
+    let original = lines[blob_line].clone();
+    let at = original.find("\"base64\":\"").unwrap() + 10;
+    let flipped = if &original[at..at + 1] == "A" { "B" } else { "A" };
+    lines[blob_line] = format!("{}{flipped}{}", &original[..at], &original[at + 1..]);
+    std::fs::write(&damaged, lines.join("\n") + "\n").unwrap();
+    let (code, _, err) = import(&damaged);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("does not hash to its name") || err.contains("base64"), "{err}");
+    let cut = dir.path().join("cut.jsonl");
+    let whole: Vec<&str> = text.lines().collect();
+    std::fs::write(&cut, whole[..whole.len() - 1].join("\n") + "\n").unwrap();
+    let (code, _, err) = import(&cut);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cut short"), "{err}");
+    assert_eq!(psql(&storage.database, "SELECT count(*) FROM pg_tables WHERE tablename = 'agentos_events'"), "0");
+
+    let (code, out, err) = import(&file);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1 open jobs"), "{out}");
+    let imported = events();
+    // Run again (an import stopped half way is): nothing is added twice.
+    let (code, out, err) = import(&file);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("imported 0 events") && out.contains("0 open jobs"), "{out}");
+    assert_eq!(events(), imported);
+
+    // A master on the imported storage, with the source's key and operator token.
+    let moved_data = dir.path().join("moved");
+    std::fs::create_dir_all(&moved_data).unwrap();
+    std::fs::copy(data.join("operator.token"), moved_data.join("operator.token")).unwrap();
+    let key_file = data.join("secrets.key");
+    let args =
+        ["--database", &storage.database, "--blobs", &storage.blobs, "--secrets-key-file", key_file.to_str().unwrap()];
+    let moved = Master::start_full(&moved_data, "127.0.0.1:0", &args, &S3_ENV);
+    let (status, secrets, _) = send(&moved, "GET", "/api/secrets", None, None);
+    assert_eq!(status, 200, "{secrets}");
+    assert!(secrets.to_string().contains("MOVED"), "{secrets}");
+    let _e = Executor::start(&moved, &dir.path().join("executor"), "e1", &[]);
+    common::wait_for("the open job to run", || {
+        send(&moved, "GET", &format!("/api/jobs/{job}"), None, None).1["state"] == "finished"
+    });
+    let (_, j, _) = send(&moved, "GET", &format!("/api/jobs/{job}"), None, None);
+    assert_eq!(j["results"][0]["stdout"], "greetings from the export\n", "{j}");
+    let (status, r, _) = send(&moved, "POST", "/api/tools/greet/invoke", Some(json!({})), None);
+    assert_eq!((status, r["stdout"].as_str()), (200, Some("greetings from the export\n")), "{r}");
+
+    // Another installation's export does not go on top of this log.
+    let other_data = dir.path().join("other");
+    let mut other = Master::start(&other_data);
+    other.kill9();
+    let other_file = dir.path().join("other.jsonl");
+    let (code, _, err) =
+        migrate(&["export", "--data", other_data.to_str().unwrap(), "--out", other_file.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = import(&other_file);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not this export's") || err.contains("more than the export's"), "{err}");
+}

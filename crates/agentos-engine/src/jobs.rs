@@ -492,6 +492,11 @@ impl MemoryQueue {
     }
 }
 
+/// The body of a shared queue's row for a job without credentials (see `agentos import`).
+pub fn shared_row_body(token: CommandToken) -> Result<Vec<u8>, agentos_core::CoreError> {
+    crate::shared_jobs::plain_body(token)
+}
+
 /// The job queue: in memory for a master alone on its log, or shared with other masters on
 /// PostgreSQL. Who waits for a job waits on the master that queued it.
 pub enum JobQueue {

@@ -33,6 +33,12 @@ struct Body {
     secrets: Vec<String>,
 }
 
+/// The row body of a job that carries no credential (a direct invocation), as the shared queue
+/// stores it: what `agentos import` queues for the open jobs of a single-machine installation.
+pub fn plain_body(token: CommandToken) -> Result<Vec<u8>, CoreError> {
+    serde_json::to_vec(&Body { token, secrets: Vec::new() }).map_err(|e| CoreError::internal(e.to_string()))
+}
+
 pub struct SharedQueue {
     rows: Arc<dyn SharedJobs>,
     /// This run of the master in the queue (who queued a job, who records a result).

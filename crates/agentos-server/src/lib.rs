@@ -9,6 +9,7 @@ mod data_folder;
 mod error;
 mod extract;
 mod mcp;
+pub mod migrate;
 mod nets_api;
 mod openapi;
 mod router;

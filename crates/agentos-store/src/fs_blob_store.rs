@@ -25,12 +25,47 @@ impl FsBlobStore {
         Ok(FsBlobStore { root })
     }
 
+    /// Every blob stored, by namespace and digest (the extension of a URN is not part of where
+    /// a blob lives). Temp files of writes under way are left out.
+    pub fn list(&self) -> Result<Vec<BlobUrn>, StoreError> {
+        let mut out = Vec::new();
+        list_under(&self.root, &self.root, &mut out)?;
+        out.sort_by_key(|u| u.to_string());
+        Ok(out)
+    }
+
     /// The file of a blob. Namespace and digest are validated by [`BlobUrn`], so no
     /// component can climb out of the root.
     pub fn path_of(&self, urn: &BlobUrn) -> PathBuf {
         let sha = urn.sha256();
         self.root.join(urn.namespace()).join(&sha[..2]).join(sha)
     }
+}
+
+/// Collects the blobs under `dir`: files `<namespace>/<sha[0..2]>/<sha>`.
+fn list_under(root: &Path, dir: &Path, out: &mut Vec<BlobUrn>) -> Result<(), StoreError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| StoreError::io(format!("listing {}", dir.display()), e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| StoreError::io(format!("listing {}", dir.display()), e))?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(|e| StoreError::io(format!("reading {}", path.display()), e))?;
+        if kind.is_dir() {
+            list_under(root, &path, out)?;
+            continue;
+        }
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let is_digest = name.len() == 64 && name.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
+        let Some(fan) = path.parent().filter(|p| p.file_name().and_then(|f| f.to_str()) == name.get(..2)) else {
+            continue;
+        };
+        let Some(namespace) = fan.parent().and_then(|ns| ns.strip_prefix(root).ok()).and_then(|ns| ns.to_str()) else {
+            continue;
+        };
+        if is_digest && let Ok(urn) = BlobUrn::new(namespace, name, None) {
+            out.push(urn);
+        }
+    }
+    Ok(())
 }
 
 /// Folders of blobs are their owner's alone (0700), whatever the umask: blobs hold scripts and
@@ -128,6 +163,21 @@ mod tests {
         let wrong = BlobUrn::new("x", &sha256_hex(b"other"), None).unwrap();
         assert!(store.put(&wrong, content).await.is_err());
         assert!(matches!(store.get(&wrong).await.unwrap_err(), StoreError::BlobNotFound(_)));
+    }
+
+    #[tokio::test]
+    async fn every_stored_blob_is_listed_and_temp_files_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsBlobStore::open(dir.path()).unwrap();
+        let a = BlobUrn::new("tool-catalog/scripts", &sha256_hex(b"a"), Some("sh")).unwrap();
+        let b = BlobUrn::new("job-output/default", &sha256_hex(b"b"), None).unwrap();
+        store.put(&a, b"a").await.unwrap();
+        store.put(&b, b"b").await.unwrap();
+        let fan = store.path_of(&a).parent().unwrap().to_path_buf();
+        std::fs::write(fan.join(".tmp-half-written"), b"x").unwrap();
+        let listed: Vec<String> = store.list().unwrap().iter().map(|u| u.to_string()).collect();
+        let without_ext = BlobUrn::new("tool-catalog/scripts", &sha256_hex(b"a"), None).unwrap();
+        assert_eq!(listed, vec![b.to_string(), without_ext.to_string()]);
     }
 
     #[tokio::test]
