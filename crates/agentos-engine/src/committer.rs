@@ -58,6 +58,9 @@ pub(crate) fn run<F: Fn(u64)>(
     log: Arc<dyn EventLog>,
     out: Outlets<F>,
 ) {
+    // Whether the last catch-up failed: an outage is logged when it starts and when it ends,
+    // not at every command or announcement during it.
+    let mut out_of_reach = false;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -70,9 +73,18 @@ pub(crate) fn run<F: Fn(u64)>(
         // the batch is decided on the log as it is.
         let caught_up = if log.shared() { catch_up(&state, &log, &out.events) } else { Ok(()) };
         match caught_up {
-            Ok(()) => commit_batch(batch, &state, &log, &out.events),
+            Ok(()) => {
+                if std::mem::take(&mut out_of_reach) {
+                    tracing::info!("the shared log is reachable again");
+                }
+                commit_batch(batch, &state, &log, &out.events)
+            }
             Err(e) => {
-                tracing::error!(error = %e, "folding other masters' events failed");
+                if !std::mem::replace(&mut out_of_reach, true) {
+                    tracing::error!(error = %e, "folding other masters' events failed; commands are refused with 503 until the log is back");
+                } else {
+                    tracing::debug!(error = %e, "folding other masters' events failed again");
+                }
                 let err = EngineError::from(e);
                 for p in batch {
                     (p.reply)(Err(err.duplicate()));

@@ -4,7 +4,8 @@
 //! master takes them over at its next claim.
 
 use std::collections::HashSet;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use tokio_postgres::{Client, Config, NoTls};
@@ -29,12 +30,23 @@ pub struct PgModelLocks {
     config: Config,
     client: tokio::sync::Mutex<Option<Client>>,
     held: Mutex<HashSet<String>>,
+    /// The number of the session holding the locks while it is alive, 0 the moment its
+    /// connection ends (a restarted database): this master stops firing at once rather than at
+    /// its next claim, when another master may already hold the locks.
+    alive: Arc<AtomicU64>,
+    sessions: AtomicU64,
 }
 
 impl PgModelLocks {
     pub async fn open(url: &str) -> Result<PgModelLocks, StoreError> {
         let config: Config = url.parse().map_err(|e| StoreError::Log(format!("the database URL is not valid: {e}")))?;
-        Ok(PgModelLocks { config, client: tokio::sync::Mutex::new(None), held: Mutex::new(HashSet::new()) })
+        Ok(PgModelLocks {
+            config,
+            client: tokio::sync::Mutex::new(None),
+            held: Mutex::new(HashSet::new()),
+            alive: Arc::new(AtomicU64::new(0)),
+            sessions: AtomicU64::new(0),
+        })
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
@@ -45,7 +57,7 @@ impl PgModelLocks {
 #[async_trait]
 impl ModelLocks for PgModelLocks {
     fn holds(&self, model: &str) -> bool {
-        self.held().contains(model)
+        self.alive.load(Ordering::Acquire) != 0 && self.held().contains(model)
     }
 
     async fn claim(&self, models: &[String]) -> Vec<String> {
@@ -55,8 +67,13 @@ impl ModelLocks for PgModelLocks {
             self.held().clear();
             match self.config.connect(NoTls).await {
                 Ok((client, connection)) => {
+                    let alive = self.alive.clone();
+                    let session = self.sessions.fetch_add(1, Ordering::Relaxed) + 1;
+                    alive.store(session, Ordering::Release);
                     tokio::spawn(async move {
                         let _ = connection.await;
+                        // Only this session's end: a newer one may be alive already.
+                        let _ = alive.compare_exchange(session, 0, Ordering::AcqRel, Ordering::Acquire);
                     });
                     *slot = Some(client);
                 }
@@ -69,7 +86,7 @@ impl ModelLocks for PgModelLocks {
         let Some(client) = slot.as_ref() else { return Vec::new() };
         let mut taken = Vec::new();
         for m in models {
-            if self.holds(m) {
+            if self.held().contains(m) {
                 continue;
             }
             let got = client
@@ -91,5 +108,39 @@ impl ModelLocks for PgModelLocks {
             }
         }
         taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pg::fresh_database;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lock_is_let_go_the_moment_its_session_ends_and_taken_by_one_master_only() {
+        let url = fresh_database().await;
+        let a = PgModelLocks::open(&url).await.unwrap();
+        let b = PgModelLocks::open(&url).await.unwrap();
+        let models = vec!["flow".to_string()];
+        assert_eq!(a.claim(&models).await, models);
+        assert!(b.claim(&models).await.is_empty(), "held by a");
+        assert!(a.holds("flow") && !b.holds("flow"));
+        // a's session ends (as when the database restarts): a stops holding at once, before
+        // its next claim, and b takes the model over.
+        let (admin, conn) = tokio_postgres::connect(&url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        admin
+            .execute("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND granted", &[])
+            .await
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while a.holds("flow") {
+            assert!(std::time::Instant::now() < deadline, "a still believes it holds the model");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(b.claim(&models).await, models);
+        // a reconnects at its next claim, finds the lock taken, and does not fire.
+        assert!(a.claim(&models).await.is_empty());
+        assert!(!a.holds("flow") && b.holds("flow"));
     }
 }
