@@ -229,7 +229,7 @@ fn registrations_through_two_masters_at_once_are_each_committed_once_and_a_kille
 }
 
 #[test]
-fn a_database_outage_is_answered_503_and_the_master_goes_on_when_it_is_back() {
+fn a_database_restarted_under_load_is_answered_503_meanwhile_and_both_masters_go_on() {
     // A cluster of its own: stopping the suite's one would fail every other test.
     let env = [("AGENTOS_PG_PORT", "55433"), ("AGENTOS_PG_DIR", "/tmp/agentos-pg-55433")];
     let pg = |arg: Option<&str>| {
@@ -242,45 +242,88 @@ fn a_database_outage_is_answered_503_and_the_master_goes_on_when_it_is_back() {
     let name = format!("agentos_outage_{}", std::process::id());
     psql(&server, &format!("DROP DATABASE IF EXISTS {name}"));
     psql(&server, &format!("CREATE DATABASE {name}"));
-    let database = format!("{}/{name}", server.rsplit_once('/').unwrap().0);
     let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(&dir.path().join("m"), &["--database", &database]);
-    let (status, v, _) = register(&m, "before", "echo 1");
+    let mut shared = Shared::new(dir.path());
+    shared.storage.database = format!("{}/{name}", server.rsplit_once('/').unwrap().0);
+    let a = shared.master(&dir.path().join("a"), None);
+    let b = shared.master(&dir.path().join("b"), Some(&a));
+    let (status, v, _) = register(&a, "before", "echo 1");
     assert_eq!(status, 200, "{v}");
-    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
-    let invoke = || send(&m, "POST", "/api/tools/before/invoke", Some(json!({"timeoutMs": 5000})), None);
-    let (status, v, _) = invoke();
-    assert_eq!((status, v["stdout"].as_str()), (200, Some("1\n")), "{v}");
+    let urls = format!("{},{}", a.url, b.url);
+    let _e = Executor::start_args(&a, &dir.path().join("executor"), "e1", &[], &["--master", &urls]);
+    let invoke = |m: &Master| send(m, "POST", "/api/tools/before/invoke", Some(json!({"timeoutMs": 5000})), None);
+    for m in [&a, &b] {
+        let (status, v, _) = invoke(m);
+        assert_eq!((status, v["stdout"].as_str()), (200, Some("1\n")), "{v}");
+    }
 
+    // Registrations and reads through both masters, before, during and after the outage:
+    // each answered right, or 503 with the reason; never a wrong answer.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let masters = [(a.url.clone(), a.token.clone()), (b.url.clone(), b.token.clone())];
+    let load = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let (mut acked, mut refused) = (Vec::new(), 0);
+            let mut i = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (url, token) = &masters[(i % 2) as usize];
+                let body = json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": format!("l-{i}"), "name": "l",
+                    "runtime": "sh", "content": format!("echo {i}")});
+                let r = common::http().post(format!("{url}/api/commands")).bearer_auth(token).json(&body).send();
+                let (status, v) = r.map(|r| (r.status().as_u16(), r.json::<Value>().unwrap())).unwrap();
+                match status {
+                    200 => acked.push(i),
+                    503 => {
+                        assert_eq!(v["error"]["code"], "storage_unavailable", "{v}");
+                        refused += 1;
+                    }
+                    _ => panic!("registration {i}: {status} {v}"),
+                }
+                let read = common::http().get(format!("{url}/api/tool-catalog/before")).bearer_auth(token).send();
+                let (status, v) = read.map(|r| (r.status().as_u16(), r.json::<Value>().unwrap())).unwrap();
+                assert!(status == 200 && v["id"] == "before", "a read during the outage: {status} {v}");
+                i += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (acked, refused)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(500));
     pg(Some("stop"));
-    let (status, v, _) = register(&m, "during", "echo 2");
+    let (status, v, _) = register(&a, "during", "echo 2");
     assert_eq!(status, 503, "{v}");
     assert_eq!(v["error"]["code"], "storage_unavailable", "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("storage unavailable"), "{v}");
-    // Invocations during the outage: refused with the reason, never a wrong answer.
-    for _ in 0..5 {
-        let (status, v, _) = invoke();
+    // Invocations during the outage: refused with the reason.
+    for m in [&a, &b] {
+        let (status, v, _) = invoke(m);
         assert_eq!((status, v["error"]["code"].as_str()), (503, Some("storage_unavailable")), "{v}");
     }
-    // What the master holds is still answered, and nothing half written shows.
-    let (status, v, _) = send(&m, "GET", "/api/tool-catalog/before", None, None);
-    assert_eq!(status, 200, "{v}");
-    let (status, _, _) = send(&m, "GET", "/api/tool-catalog/during", None, None);
-    assert_eq!(status, 404);
-
+    std::thread::sleep(Duration::from_millis(1000));
     pg(None);
-    let mut back = None;
-    common::wait_for("registrations to go through again", || {
-        let r = register(&m, "after", "echo 3");
-        let ok = r.0 == 200;
-        back = Some(r);
-        ok
-    });
-    let (_, v, _) = back.unwrap();
-    assert_eq!(v["id"], "after");
+    for (m, id) in [(&a, "after-a"), (&b, "after-b")] {
+        common::wait_for("registrations to go through again", || register(m, id, "echo 3").0 == 200);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (acked, refused) = load.join().unwrap();
+    assert!(refused > 0, "the load met the outage");
+    // Nothing acknowledged is lost, both masters see it all, and nothing refused got in.
+    let (_, _, seq) = send(&a, "GET", "/api/models", None, None);
+    for m in [&a, &b] {
+        for i in &acked {
+            let (status, v, _) = send(m, "GET", &format!("/api/tool-catalog/l-{i}"), None, Some(seq));
+            assert_eq!(status, 200, "acknowledged registration l-{i} is missing: {v}");
+        }
+        let (status, _, _) = send(m, "GET", "/api/tool-catalog/during", None, None);
+        assert_eq!(status, 404);
+    }
     // The queue is back too: the executor, which kept polling through the outage, runs jobs.
-    let (status, v, _) = invoke();
-    assert_eq!((status, v["stdout"].as_str()), (200, Some("1\n")), "{v}");
+    for m in [&a, &b] {
+        let (status, v, _) = invoke(m);
+        assert_eq!((status, v["stdout"].as_str()), (200, Some("1\n")), "{v}");
+    }
 }
 
 #[test]

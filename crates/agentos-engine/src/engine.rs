@@ -232,6 +232,12 @@ impl Engine {
         self.inner.dispatch.jobs.announced()
     }
 
+    /// This master's run in a shared job queue: the owner its queued jobs carry, and the
+    /// payload of their announcements.
+    pub fn job_queue_run(&self) -> Option<String> {
+        self.inner.dispatch.jobs.run_name()
+    }
+
     /// Waits until this master has folded event `seq` (so a client reads its own writes made
     /// through another master), at most `within`; answers the last sequence number folded.
     pub async fn wait_for_seq(&self, seq: u64, within: std::time::Duration) -> u64 {

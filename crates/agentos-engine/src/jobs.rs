@@ -544,6 +544,14 @@ impl JobQueue {
         matches!(self, JobQueue::Shared(..))
     }
 
+    /// This run's name in a shared queue (the owner of the jobs it queues).
+    pub fn run_name(&self) -> Option<String> {
+        match self {
+            JobQueue::Memory(_) => None,
+            JobQueue::Shared(_, ids) => Some(ids.prefix.clone()),
+        }
+    }
+
     /// A job id never given before, across restarts and masters too.
     pub fn new_id(&self) -> String {
         match self {

@@ -237,7 +237,7 @@ pub async fn run(
     let queue_follower = shared_queue.map(|q| {
         let engine = engine.clone();
         tokio::spawn(async move {
-            q.listen(std::time::Duration::from_secs(1), move || {
+            q.listen(engine.job_queue_run(), std::time::Duration::from_secs(1), move || {
                 engine.jobs_announced();
                 true
             })

@@ -43,6 +43,15 @@ pub(crate) struct PgConn {
 }
 
 impl PgConn {
+    /// A connection whose commits do not wait for the disk (`synchronous_commit = off`): a
+    /// crash of the database may lose the last fraction of a second of them, never make them
+    /// half done. For writes whose loss only makes work run again.
+    pub(crate) fn new_relaxed(url: &str) -> Result<PgConn, StoreError> {
+        let mut conn = PgConn::new(url)?;
+        conn.config.options("-c synchronous_commit=off");
+        Ok(conn)
+    }
+
     pub(crate) fn new(url: &str) -> Result<PgConn, StoreError> {
         let mut config: Config = url
             .parse()
@@ -99,7 +108,19 @@ impl PgConn {
     /// Calls `on_notice` whenever `channel` is notified, and at least every `poll` besides, in
     /// case a notice is lost with a broken connection. Runs until `on_notice` answers false;
     /// listens again on a new connection when the database goes away.
-    pub(crate) async fn listen(&self, channel: &str, poll: Duration, mut on_notice: impl FnMut() -> bool + Send) {
+    pub(crate) async fn listen(&self, channel: &str, poll: Duration, on_notice: impl FnMut() -> bool + Send) {
+        self.listen_except(channel, None, poll, on_notice).await
+    }
+
+    /// Like [`PgConn::listen`], leaving out the notices whose payload is `own` (this process's
+    /// own, which it acted on already).
+    pub(crate) async fn listen_except(
+        &self,
+        channel: &str,
+        own: Option<String>,
+        poll: Duration,
+        mut on_notice: impl FnMut() -> bool + Send,
+    ) {
         use futures_util::StreamExt;
         loop {
             let connected = self.config.connect(NoTls).await;
@@ -116,10 +137,13 @@ impl PgConn {
             };
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
             let messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            let own = own.clone();
             let pump = tokio::spawn(async move {
                 let mut messages = std::pin::pin!(messages);
                 while let Some(m) = messages.next().await {
                     match m {
+                        Ok(tokio_postgres::AsyncMessage::Notification(n))
+                            if own.as_deref().is_some_and(|o| o == n.payload()) => {}
                         Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
                             if tx.send(()).is_err() {
                                 break;
