@@ -108,6 +108,23 @@ pub(crate) fn unseal(key: &[u8; 32], aad: &[u8], sealed: &[u8]) -> Option<Vec<u8
     cipher(key).decrypt(&XNonce::from(nonce), Payload { msg: ct, aad }).ok()
 }
 
+/// Which events a reader of the log wants; each field given must match.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    /// The principal's name.
+    pub principal: Option<String>,
+    pub model: Option<String>,
+    /// The event's type (`ToolRegistered`, `Net`, `JobFinished`, …).
+    pub kind: Option<String>,
+}
+
+impl EventFilter {
+    fn matches(&self, e: &agentos_store::NewEvent) -> bool {
+        let is = |want: &Option<String>, have: &str| want.as_deref().is_none_or(|w| w == have);
+        is(&self.principal, &e.principal) && is(&self.model, &e.model) && is(&self.kind, &e.kind)
+    }
+}
+
 impl Principals<'_> {
     /// Creates an agent with a home model and capability flags; answers its token, shown once.
     pub async fn create_agent(
@@ -317,7 +334,7 @@ impl Principals<'_> {
         p: &Principal,
         after: u64,
         limit: usize,
-        principal: Option<&str>,
+        filter: &EventFilter,
     ) -> Result<Vec<EventView>, EngineError> {
         if !p.flags.has(Flag::Logs) {
             return Err(CoreError::forbidden(format!(
@@ -345,7 +362,7 @@ impl Principals<'_> {
                 if self.inner.ledger.skipped.contains(&rec.seq) {
                     continue;
                 }
-                if principal.is_some_and(|want| rec.event.principal != want) {
+                if !filter.matches(&rec.event) {
                     continue;
                 }
                 // An agent reads the events of the models it may act in; the rest of the log

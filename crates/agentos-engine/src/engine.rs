@@ -165,6 +165,8 @@ pub(crate) struct Inner {
     pub(crate) host: crate::host::HostTools,
     pub(crate) mcp: crate::bindings::mcp::McpServers,
     pub(crate) docker: crate::bindings::docker::Containers,
+    /// The jobs that finished lately, for `GET /api/jobs`.
+    pub(crate) recent: crate::recent::RecentJobs,
 }
 
 /// The catalog's state beside the ledger's: the blob store of pinned content and the limits of

@@ -22,6 +22,7 @@ mod open;
 pub mod outbound;
 pub mod principal;
 pub mod progress;
+pub mod recent;
 mod records;
 pub mod redact;
 pub mod sandbox;

@@ -51,6 +51,7 @@ impl Engine {
                 host: Default::default(),
                 mcp: crate::bindings::mcp::McpServers::new(config.mcp),
                 docker: crate::bindings::docker::Containers::new(config.docker),
+                recent: Default::default(),
             }),
         };
         // Containers an earlier run left (killed mid-import, say) go, off the start's path.
@@ -78,6 +79,7 @@ impl Engine {
             }
         });
         *engine.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);
+        crate::recent::follow(&engine).await;
         if engine.inner.dispatch.jobs.is_shared() {
             tokio::spawn(hear_results(engine.inner.ledger.events.subscribe(), Arc::downgrade(&engine.inner)));
         }

@@ -140,7 +140,12 @@ pub async fn list_events(
     let events = app
         .engine
         .principals()
-        .events(&p, q.after.unwrap_or(0), q.limit.unwrap_or(100), q.principal.as_deref())
+        .events(
+            &p,
+            q.after.unwrap_or(0),
+            q.limit.unwrap_or(100),
+            &agentos_engine::admin::EventFilter { principal: q.principal, model: q.model, kind: q.kind },
+        )
         .await?;
     Ok(Json(events.into_iter().map(wire::EventView::from).collect()))
 }

@@ -93,6 +93,26 @@ pub async fn get_entry(
     Ok(Json(app.engine.catalog().get(&p, &id, m.model.as_deref())?.into()))
 }
 
+/// How an entry is called from a shell: each operation's `--help`, as `agentos-{id} {op} --help`
+/// prints it.
+#[utoipa::path(get, path = "/api/tool-catalog/{id}/help", tag = "catalog", params(("id" = String, Path, description = "Tool id"), wire::ModelParam),
+    responses((status = 200, body = wire::EntryHelp), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn entry_help(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+    QueryParams(m): QueryParams<wire::ModelParam>,
+) -> Result<Json<wire::EntryHelp>, ApiError> {
+    let view = app.engine.catalog().get(&p, &id, m.model.as_deref())?;
+    let contract = view.entry().contract();
+    let operations = contract
+        .operations
+        .iter()
+        .map(|(name, op)| (name.clone(), agentos_core::toolhelp::tool_help(&id, name, op)))
+        .collect();
+    Ok(Json(wire::EntryHelp { command: format!("agentos-{id}"), operations }))
+}
+
 /// Every definition an entry has had, oldest first.
 #[utoipa::path(get, path = "/api/tool-catalog/{id}/history", tag = "catalog", params(("id" = String, Path, description = "Tool id"), wire::ModelParam),
     responses((status = 200, body = wire::History), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -286,6 +306,31 @@ pub async fn call_tool(
     let _slot = app.engine.principals().invocation_slot(&p)?;
     let result = app.engine.dispatch().call_tool(&p, &id, q.model.as_deref(), req).await?;
     Ok(Json(json!({"ok": true, "result": result})))
+}
+
+/// Who the token belongs to: name, kind, capability flags and home model.
+#[utoipa::path(get, path = "/api/me", tag = "principals",
+    responses((status = 200, body = wire::Me), (status = 401, body = ErrorBody)))]
+pub async fn me(Extension(p): Extension<Principal>) -> Json<wire::Me> {
+    let kind = match p.kind {
+        agentos_core::event::PrincipalKind::Operator => "operator",
+        agentos_core::event::PrincipalKind::Agent => "agent",
+        agentos_core::event::PrincipalKind::Executor => "executor",
+    };
+    Json(wire::Me { name: p.name.clone(), kind: kind.into(), flags: p.flags.to_string(), model: p.home_model.clone() })
+}
+
+/// The jobs that finished lately, newest first: those the caller invoked, and those of the
+/// models it may use when it holds `l`; every one for the operator.
+#[utoipa::path(get, path = "/api/jobs", tag = "tools", params(wire::RecentJobsParams),
+    responses((status = 200, body = Vec<wire::RecentJob>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody)))]
+pub async fn recent_jobs(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    QueryParams(q): QueryParams<wire::RecentJobsParams>,
+) -> Result<Json<Vec<wire::RecentJob>>, ApiError> {
+    let jobs = app.engine.dispatch().recent_jobs(&p, q.limit.unwrap_or(50))?;
+    Ok(Json(jobs.into_iter().map(wire::RecentJob::from).collect()))
 }
 
 /// A job: queued, running, or finished with its recorded result. Readable with `l` in its

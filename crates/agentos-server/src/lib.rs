@@ -17,6 +17,7 @@ pub mod routes;
 mod run;
 mod serve_error;
 mod state;
+mod ui;
 pub mod wire;
 
 pub use connections::ConnectionLimits;

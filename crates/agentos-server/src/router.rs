@@ -23,6 +23,8 @@ pub fn router(
         .route("/api/tool-catalog", get(api::search_catalog))
         .route("/api/tool-catalog/{id}", get(api::get_entry))
         .route("/api/tool-catalog/{id}/history", get(api::entry_history))
+        .route("/api/tool-catalog/{id}/help", get(api::entry_help))
+        .route("/api/me", get(api::me))
         .route("/api/commands", post(api::run_command))
         .route("/api/blobs/{*urn}", get(api::get_blob))
         .route("/api/tools/{id}/invoke", post(api::invoke_tool))
@@ -49,6 +51,7 @@ pub fn router(
         .route("/api/models/{model}/parked", get(nets_api::list_parked))
         .route("/api/models/{model}/parked/{token}/retry", post(nets_api::retry_parked))
         .route("/api/models/{model}/parked/{token}/discard", post(nets_api::discard_parked))
+        .route("/api/jobs", get(api::recent_jobs))
         .route("/api/jobs/{id}", get(api::get_job))
         .route("/api/executor-tokens", post(api::create_executor_token))
         .route("/api/executor/poll", post(api::executor_poll))
@@ -65,6 +68,8 @@ pub fn router(
                 .route_service("/mcp", mcp::service(state.engine.clone(), mcp_list_limit))
                 .route_layer(axum::middleware::from_fn_with_state(state.clone(), mcp::authenticate)),
         )
+        // The page: public files, no data; it reads the API with the token a person signs in with.
+        .merge(crate::ui::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.

@@ -105,6 +105,8 @@ pub const ROUTES: &[RouteSpec] = &[
     with_model("GET", "/api/tool-catalog", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
     with_model("GET", "/api/tool-catalog/{id}", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
     with_model("GET", "/api/tool-catalog/{id}/history", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
+    with_model("GET", "/api/tool-catalog/{id}/help", Permission::AnyOf(CATALOG_READ), ModelRule::Query),
+    route("GET", "/api/me", Permission::Authenticated),
     // Each command type declares its own permission: see `commands`.
     with_model("POST", "/api/commands", Permission::Authenticated, ModelRule::Query),
     with_model("GET", "/api/blobs/{*urn}", Permission::Flag(Flag::Read), ModelRule::Resource),
@@ -139,6 +141,8 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
     // The engine decides: `l` in the job's model, or the job's own invoker (`job`).
     with_model("GET", "/api/jobs/{id}", Permission::Authenticated, ModelRule::Resource),
+    // Each job listed is one the caller invoked, or one of a model it may read logs of.
+    with_model("GET", "/api/jobs", Permission::Authenticated, ModelRule::Resource),
     route("POST", "/api/executor-tokens", Permission::Operator),
     route("POST", "/api/executor/poll", Permission::Executor),
     route("POST", "/api/executor/jobs/{id}/heartbeat", Permission::Executor),

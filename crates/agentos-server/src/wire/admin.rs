@@ -138,3 +138,16 @@ impl From<event::SecretGrant> for SecretGrant {
         SecretGrant { id, secret, to: to.into(), model }
     }
 }
+
+/// Who a token belongs to.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Me {
+    pub name: String,
+    /// `operator`, `agent` or `executor`.
+    pub kind: String,
+    /// Capability flags, `rwxhludcts` then `m`, a `-` for each not held.
+    pub flags: String,
+    /// The home model.
+    pub model: String,
+}

@@ -874,3 +874,14 @@ pub struct RemoveArgs {
     #[serde(default)]
     pub model: Option<String>,
 }
+
+/// How an entry is called as a shell command: `agentos-{id} {operation} --flag value`, with the
+/// `--help` text of each operation, as the shim prints it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EntryHelp {
+    /// `agentos-{id}`.
+    pub command: String,
+    /// Each operation's `--help`.
+    pub operations: std::collections::BTreeMap<String, String>,
+}

@@ -281,3 +281,54 @@ impl From<agentos_engine::dispatch::JobRecord> for JobRecord {
         JobRecord { job_id, model, state, results: results.into_iter().map(JobResult::from).collect() }
     }
 }
+
+/// A job that finished lately, as listed: its outcome and the first characters of its output.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RecentJob {
+    pub job_id: String,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_id: Option<String>,
+    /// The event that recorded it.
+    pub seq: u64,
+    pub finished_at: String,
+    /// The executor that ran it (empty when none did).
+    pub executor: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+    pub duration_ms: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The first 300 characters of stdout; the whole is at `GET /api/jobs/{id}` (or its blob).
+    pub stdout: String,
+    pub stderr: String,
+    /// The blob holding the whole stdout, when it was offloaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_blob: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_blob: Option<String>,
+}
+
+impl From<agentos_engine::recent::RecentJob> for RecentJob {
+    fn from(j: agentos_engine::recent::RecentJob) -> Self {
+        RecentJob {
+            job_id: j.job_id,
+            model: j.model,
+            tool_id: j.tool_id,
+            seq: j.seq,
+            finished_at: j.finished_at,
+            executor: j.executor,
+            exit_code: j.exit_code,
+            signal: j.signal,
+            timed_out: j.timed_out,
+            duration_ms: j.duration_ms,
+            error: j.error,
+            stdout: j.stdout,
+            stderr: j.stderr,
+            stdout_blob: j.stdout_blob,
+            stderr_blob: j.stderr_blob,
+        }
+    }
+}

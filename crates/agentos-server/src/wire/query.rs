@@ -55,8 +55,22 @@ pub struct EventParams {
     pub after: Option<u64>,
     /// At most this many (1 to 1000, default 100).
     pub limit: Option<usize>,
-    /// Only events of this principal.
+    /// Only events of this principal (its name).
     pub principal: Option<String>,
+    /// Only events of this model.
+    pub model: Option<String>,
+    /// Only events of this type (`ToolRegistered`, `Net`, `JobFinished`, …).
+    #[serde(rename = "type")]
+    #[param(rename = "type")]
+    pub kind: Option<String>,
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct RecentJobsParams {
+    /// At most this many, newest first (1 to 500, default 50).
+    pub limit: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]

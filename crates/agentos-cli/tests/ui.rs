@@ -1,0 +1,87 @@
+//! The web page in a real browser: headless Chromium (Debian's package) driven by Playwright's
+//! playwright-core (npm), both installed by `scripts/ui-env`. The master is prepared here
+//! through the API; `tests/ui/flows.mjs` signs in, searches, opens an entry, sees shadowing,
+//! watches a token move live, fires from the page and sees a 403 explained, and fails on any
+//! JavaScript error or `console.error` but the refusals it provokes. Screenshots of each page
+//! go to `target/ui-screenshots/`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::{Executor, Master};
+use serde_json::{Value, json};
+
+fn ui_env() -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ui-env");
+    let out = Command::new(script).output().expect("scripts/ui-env");
+    assert!(out.status.success(), "scripts/ui-env failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
+    let playwright = ui_env();
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+
+    // A global greet, and team's own greet (defined twice) that shadows it for team.
+    let greet = |model: Option<&str>, content: &str| {
+        let mut body = json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "greet", "name": "Greet",
+            "runtime": "sh", "content": content, "description": "Says hello",
+            "input": {"type": "object", "properties": {"name": {"type": "string", "description": "who"}}, "required": ["name"]}});
+        if let Some(m) = model {
+            body["model"] = Value::from(m);
+        }
+        let (status, v) = api.command(body);
+        assert_eq!(status, 200, "{v}");
+    };
+    greet(None, "echo hello");
+    let (status, v) = api.post("/api/models", json!({"name": "team"}));
+    assert!(status == 200 || status == 201, "{v}");
+    greet(Some("team"), "echo hello team");
+    greet(Some("team"), "echo hello team, again");
+
+    let net = json!({"places": ["p-in", "p-out"], "transitions": [{"id": "move", "kind": "pass",
+        "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]});
+    let (status, v) = api.put("/api/models/flow/net", net);
+    assert_eq!(status, 200, "{v}");
+
+    // A job with output, run by an executor the page lists.
+    assert_eq!(api.register("hello", "sh", "echo hello from the job", None).0, 200);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let (status, r) = api.invoke("hello", json!({}));
+    assert_eq!(status, 200, "{r}");
+
+    let (status, v) = api.put("/api/secrets/API_KEY", json!({"value": "secret-value-0123456789"}));
+    assert_eq!(status, 200, "{v}");
+    // An agent that may read and see tool nets and scripts, but not execute.
+    let viewer = api.agent("viewer", "r-------ts");
+    let (status, v) = api.post("/api/agents/viewer/grants", json!({"model": "flow"}));
+    assert_eq!(status, 200, "{v}");
+
+    let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = Command::new("node")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/flows.mjs"))
+        .env("URL", &m.url)
+        .env("OPERATOR_TOKEN", &m.token)
+        .env("VIEWER_TOKEN", viewer.token.as_deref().unwrap())
+        .env("SCREENSHOTS", &shots)
+        .env("PLAYWRIGHT_CORE", &playwright)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+    let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
+    let bytes = report["figures"]["firstViewBytes"].as_u64().unwrap();
+    // Figures, not timed assertions: the size is a property of the files, the paint is printed.
+    println!("first view: {bytes} bytes transferred, first paint at {} ms", report["figures"]["firstPaintMs"]);
+    assert!(bytes > 0 && bytes < 150 * 1024, "the first view transfers {bytes} bytes (goal under 150 KB)");
+    for page in ["sign-in", "catalog", "entry", "net", "executors", "audit", "agents", "secrets", "refused"] {
+        assert!(shots.join(format!("{page}.png")).exists(), "no screenshot of {page}");
+    }
+}

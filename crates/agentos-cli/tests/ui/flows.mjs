@@ -1,0 +1,171 @@
+// The page in headless Chromium, driven by Playwright: sign in, search, open an entry, see
+// shadowing, watch a token move live, fire from the page, a 403 explained for an agent without
+// the flag; no JavaScript error and no console error on any page but the refusals provoked on
+// purpose. Screenshots go to $SCREENSHOTS. Run by tests/ui.rs, which prepares the master.
+const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
+// Installed by scripts/ui-env under target/tools/ui, named by its path.
+const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
+const problems = [];
+const expected = [];
+
+function check(cond, what) {
+  if (!cond) throw new Error(`check failed: ${what}`);
+}
+
+async function api(method, path, body) {
+  const r = await fetch(`${BASE}${path}`, {
+    method,
+    headers: { Authorization: `Bearer ${OPERATOR_TOKEN}`, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await r.text();
+  if (!r.ok) throw new Error(`${method} ${path}: ${r.status} ${text}`);
+  return text ? JSON.parse(text) : null;
+}
+
+const browser = await chromium.launch({
+  executablePath: '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
+const page = await context.newPage();
+page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+page.on('console', (m) => {
+  if (m.type() !== 'error') return;
+  const text = m.text();
+  // A refusal the test provokes on purpose is logged by Chromium as a failed resource: each
+  // provoked one excuses one such line.
+  const status = Number((/status of (\d{3})/.exec(text) || [])[1]);
+  const i = expected.indexOf(status);
+  if (i >= 0) {
+    expected.splice(i, 1);
+    return;
+  }
+  problems.push(`console.error: ${text}`);
+});
+const shot = (name) => page.screenshot({ path: `${SCREENSHOTS}/${name}.png`, fullPage: true });
+const figures = {};
+
+// First view: what it transfers and when it paints.
+const response = await page.goto(BASE, { waitUntil: 'load' });
+check(response.headers()['content-security-policy'].includes("script-src 'self'"), 'the page has its CSP');
+await page.locator('#sign-in').waitFor();
+figures.firstViewBytes = await page.evaluate(() => {
+  const nav = performance.getEntriesByType('navigation')[0];
+  return nav.transferSize + performance.getEntriesByType('resource').reduce((n, r) => n + r.transferSize, 0);
+});
+figures.firstPaintMs = await page.evaluate(() => {
+  const fcp = performance.getEntriesByName('first-contentful-paint')[0];
+  return fcp ? Math.round(fcp.startTime) : -1;
+});
+await shot('sign-in');
+
+// A wrong token is refused with the reason, and nothing is kept.
+await page.fill('#token', 'aos_not-a-token');
+expected.push(401);
+await page.click('#sign-in button[type=submit]');
+await page.locator('#alert', { hasText: 'not known' }).waitFor();
+check((await page.evaluate(() => sessionStorage.getItem('agentos.token'))) === null, 'a refused token is not kept');
+
+// Sign in as the operator: the catalog.
+await page.fill('#token', OPERATOR_TOKEN);
+await page.click('#sign-in button[type=submit]');
+await page.locator('#catalog-search').waitFor();
+check(!(await page.url()).includes(OPERATOR_TOKEN), 'the token is not in the URL');
+
+// Search, with the model whose local entry shadows the global one.
+await page.fill('#catalog-search input[name=q]', 'greet');
+await page.fill('#catalog-search input[name=model]', 'team');
+await page.click('#catalog-search button[type=submit]');
+// Team's own greet first, and the global greet it hides, marked shadowed.
+await page.locator('tr[data-id=greet] .badge.local').waitFor();
+await page.locator('tr[data-id=greet] .badge.shadowed').waitFor();
+check((await page.locator('tr[data-id=greet]').count()) === 2, 'both greets are listed');
+await shot('catalog');
+// Searched from the global side, nothing is shadowed.
+await page.fill('#catalog-search input[name=model]', 'default');
+await page.click('#catalog-search button[type=submit]');
+await page.locator('#results', { hasText: '1 entry' }).waitFor();
+check((await page.locator('tr[data-id=greet] .badge.shadowed').count()) === 0, 'nothing shadowed from the global side');
+
+// Open the local entry: its contract as the shell takes it, binding and history.
+await page.goto(`${BASE}/#/tool/greet?model=team`);
+await page.locator('#contract pre.help').waitFor();
+const help = await page.locator('#contract pre.help').first().textContent();
+check(help.includes('Usage: agentos-greet run --name <string>'), `the contract shows the --help text: ${help}`);
+const binding = await page.locator('#binding').textContent();
+check(/[0-9a-f]{64}/.test(binding) && binding.includes('urn:agentos:blob:'), `the binding shows its sha256 and URN: ${binding}`);
+await page.locator('#history', { hasText: 'binding.sha256' }).waitFor();
+await shot('entry');
+
+// Nets: the net applied through the API, a token watched moving live.
+await page.goto(`${BASE}/#/nets/flow`);
+await page.locator('g[data-place=p-in]').waitFor();
+await page.locator('#live', { hasText: 'live' }).waitFor();
+await api('POST', '/api/models/flow/places/p-in/tokens', { data: { n: 1 } });
+await page.locator('g[data-place=p-in] text.count', { hasText: /^1$/ }).waitFor();
+// Fired from the page: the token moves to p-out.
+await page.click('g[data-transition=move]');
+await page.click('#fire');
+await page.locator('g[data-place=p-out] text.count', { hasText: /^1$/ }).waitFor();
+await page.locator('g[data-place=p-in] text.count', { hasText: /^0$/ }).waitFor();
+// Started through the API: the next token goes through on its own, seen live.
+await api('POST', '/api/models/flow/transitions/move/start', {});
+await api('POST', '/api/models/flow/places/p-in/tokens', { data: { n: 2 } });
+await page.locator('g[data-place=p-out] text.count', { hasText: /^2$/ }).waitFor();
+await page.locator('g.transition.started[data-transition=move]').waitFor();
+// A token put from the page, and its data on click.
+await page.click('g[data-place=p-out]');
+await page.locator('#tokens details').first().waitFor();
+await page.locator('#tokens details summary').first().click();
+await page.locator('#tokens pre', { hasText: '"n"' }).first().waitFor();
+await shot('net');
+
+// Executors and jobs: the executor, and the job the test ran, with its output.
+await page.goto(`${BASE}/#/executors`);
+await page.locator('tr[data-executor=e1]').waitFor();
+await page.locator('tr[data-job] a').first().click();
+await page.locator('#job pre', { hasText: 'hello from the job' }).waitFor();
+await shot('executors');
+
+// Audit, filtered by type.
+await page.goto(`${BASE}/#/audit?type=Net`);
+await page.locator('#events tr[data-seq]').first().waitFor();
+const types = await page.locator('#events tbody tr td:nth-child(5)').allTextContents();
+check(types.length > 0 && types.every((t) => t === 'Net'), `only Net events: ${types}`);
+await shot('audit');
+
+// Operator pages: agents with their flags, secrets by name only.
+await page.goto(`${BASE}/#/agents`);
+await page.locator('tr[data-principal=viewer]').waitFor();
+await page.locator('#executor-credentials tr[data-principal=e1]').waitFor();
+await shot('agents');
+await page.goto(`${BASE}/#/secrets`);
+await page.locator('#secrets', { hasText: 'API_KEY' }).waitFor();
+check(!(await page.content()).includes('secret-value-0123456789'), 'a secret value reached the page');
+await shot('secrets');
+
+// An agent without x: the fire is refused, and the page says why.
+await page.click('#sign-out');
+await page.locator('#sign-in').waitFor();
+await page.fill('#token', VIEWER_TOKEN);
+await page.click('#sign-in button[type=submit]');
+await page.locator('#catalog-search').waitFor();
+check(await page.locator('a[data-page=agents]').isHidden(), 'an agent is not offered the operator pages');
+await page.goto(`${BASE}/#/nets/flow`);
+await page.click('g[data-transition=move]');
+expected.push(403);
+await page.click('#fire');
+const refused = page.locator('#alert', { hasText: 'Not allowed (403)' });
+await refused.waitFor();
+const why = await refused.textContent();
+check(why.includes("'x'"), `the refusal names the missing flag: ${why}`);
+await shot('refused');
+
+await browser.close();
+console.log(JSON.stringify({ figures, problems }));
+if (problems.length) {
+  console.error(problems.join('\n'));
+  process.exit(1);
+}

@@ -1,0 +1,696 @@
+// The agentos page: every view reads the same API as any client, with the token the person
+// signed in with (kept in this tab's sessionStorage only, never in a URL).
+'use strict';
+
+const S = { token: sessionStorage.getItem('agentos.token'), me: null, seq: 0, stop: null };
+
+const FLAGS = [
+  ['r', 'read', 'read nets, tokens, models and executors'],
+  ['w', 'write', 'author nets and put tokens'],
+  ['x', 'execute', 'fire transitions and call tools'],
+  ['h', 'http', 'see and call HTTP tools'],
+  ['l', 'logs', 'read the event log and job output'],
+  ['u', 'user', 'answer await-user tokens'],
+  ['d', 'docker', 'see and call container tools'],
+  ['c', 'coordinate', 'invoke or delegate to other agents'],
+  ['t', 'tool nets', 'see and call tool nets'],
+  ['s', 'scripts', 'see and run scripts and shell commands'],
+  ['m', 'mcp', 'see and call MCP tools'],
+];
+
+// Builds an element: attributes (on* are listeners), then children (strings become text).
+function h(tag, attrs, ...children) {
+  const svg = ['svg', 'g', 'circle', 'rect', 'line', 'text', 'path', 'marker', 'defs', 'title'].includes(tag);
+  const el = svg ? document.createElementNS('http://www.w3.org/2000/svg', tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'text') el.textContent = v;
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+const main = () => document.getElementById('main');
+
+// Replaces what `el` holds; absent parts (null, false) are left out.
+function fill(el, ...nodes) {
+  el.replaceChildren(...nodes.flat().filter((n) => n !== null && n !== undefined && n !== false));
+}
+
+function show(...nodes) {
+  fill(main(), ...nodes);
+}
+
+function alertBox(message, kind) {
+  const box = document.getElementById('alert');
+  if (!message) {
+    box.hidden = true;
+    return;
+  }
+  box.className = kind || '';
+  box.textContent = message;
+  box.hidden = false;
+}
+
+class ApiError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+// What an error means for the person looking: a refusal says which flag or grant is missing.
+function explain(e) {
+  if (!(e instanceof ApiError)) return String(e.message || e);
+  if (e.status === 403) return `Not allowed (403): ${e.message}`;
+  if (e.status === 401) return 'The token is not accepted (401): sign in again.';
+  if (e.status === 404) return `Not found (404): ${e.message}`;
+  return `${e.status} ${e.code || ''}: ${e.message}`;
+}
+
+async function api(method, path, body) {
+  const headers = { Authorization: `Bearer ${S.token}` };
+  if (S.seq) headers['Agentos-Min-Seq'] = String(S.seq);
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const seq = Number(r.headers.get('Agentos-Seq'));
+  if (seq > S.seq) S.seq = seq;
+  const text = await r.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = text;
+  }
+  if (!r.ok) {
+    const err = (data && data.error) || {};
+    throw new ApiError(r.status, err.code, err.message || `HTTP ${r.status}`);
+  }
+  return data;
+}
+
+const get = (path) => api('GET', path);
+const q = (params) => {
+  const u = new URLSearchParams();
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null && v !== '') u.set(k, v);
+  const s = u.toString();
+  return s ? `?${s}` : '';
+};
+
+function flagsView(flags) {
+  return h('span', { class: 'flags', title: 'capability flags' },
+    FLAGS.map(([letter, name, what], i) => {
+      const on = (flags || '')[i] === letter;
+      return h('span', { class: on ? 'on' : 'off', title: `${letter}: ${name}: ${what}${on ? '' : ' (not held)'}` }, on ? letter : '-');
+    }));
+}
+
+function has(letter) {
+  const i = FLAGS.findIndex(([l]) => l === letter);
+  return S.me && S.me.flags[i] === letter;
+}
+
+// ---- sign-in --------------------------------------------------------------------------------
+
+function signInView(message) {
+  document.getElementById('nav').hidden = true;
+  document.getElementById('sign-out').hidden = true;
+  document.getElementById('who').textContent = '';
+  const input = h('input', { type: 'password', id: 'token', autocomplete: 'off', placeholder: 'aos_…', 'aria-label': 'token' });
+  const form = h('form', { class: 'card signin', id: 'sign-in' },
+    h('h1', { text: 'Sign in' }),
+    h('p', { class: 'muted', text: 'Paste an agent or operator token. It is kept for this tab only; the page shows what the token may see.' }),
+    input,
+    h('button', { class: 'primary', type: 'submit' }, 'Sign in'));
+  form.addEventListener('submit', async (ev) => {
+    ev.preventDefault();
+    S.token = input.value.trim();
+    try {
+      await signedIn();
+      sessionStorage.setItem('agentos.token', S.token);
+      if (!location.hash || location.hash === '#/') location.hash = '#/catalog';
+      route();
+    } catch (e) {
+      S.token = null;
+      alertBox(e.status === 401 ? 'That token is not known to this master.' : explain(e));
+    }
+  });
+  show(form);
+  if (message) alertBox(message);
+}
+
+async function signedIn() {
+  S.me = await get('/api/me');
+  document.getElementById('nav').hidden = false;
+  document.getElementById('sign-out').hidden = false;
+  const who = document.getElementById('who');
+  who.replaceChildren(`${S.me.name} (${S.me.kind}, home ${S.me.model}) `, flagsView(S.me.flags));
+  for (const a of document.querySelectorAll('.operator-only')) a.hidden = S.me.kind !== 'operator';
+}
+
+// ---- catalog --------------------------------------------------------------------------------
+
+function hashParams() {
+  const i = location.hash.indexOf('?');
+  return new URLSearchParams(i < 0 ? '' : location.hash.slice(i + 1));
+}
+
+async function catalogView() {
+  const p = hashParams();
+  const field = (name, placeholder) => h('input', { name, placeholder, value: p.get(name) || '', 'aria-label': placeholder });
+  const type = h('select', { name: 'type', 'aria-label': 'type' },
+    ['', 'script', 'http', 'docker', 'toolnet', 'host', 'mcp'].map((t) => h('option', { value: t, selected: p.get('type') === t }, t || 'any type')));
+  const qInput = field('q', 'search');
+  const model = field('model', `model (default ${S.me.model})`);
+  const capability = field('capability', 'capability');
+  const form = h('form', { class: 'filters', id: 'catalog-search' }, qInput, type, model, capability, h('button', { type: 'submit', class: 'primary' }, 'Search'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    location.hash = `#/catalog${q({ q: qInput.value, type: type.value, model: model.value, capability: capability.value })}`;
+  });
+  const results = h('div', { id: 'results' }, h('p', { class: 'muted', text: 'Searching…' }));
+  show(h('h1', { text: 'Catalog' }), form, results);
+  qInput.focus();
+  try {
+    const page = await get(`/api/tool-catalog${q({ q: p.get('q'), type: p.get('type'), model: p.get('model'), capability: p.get('capability'), limit: 200 })}`);
+    const rows = page.items.map((e) => h('tr', { 'data-id': e.id },
+      h('td', {}, h('a', { href: `#/tool/${encodeURIComponent(e.id)}${q({ model: p.get('model') })}` }, e.id)),
+      h('td', {}, e.name),
+      h('td', {}, e.binding.type),
+      h('td', {}, badges(e)),
+      h('td', { class: 'muted' }, e.description)));
+    fill(results, 
+      h('p', { class: 'muted', text: `${page.total} entr${page.total === 1 ? 'y' : 'ies'}` }),
+      h('table', {}, h('thead', {}, h('tr', {}, ['id', 'name', 'type', 'scope', 'description'].map((c) => h('th', {}, c)))), h('tbody', {}, rows)));
+  } catch (e) {
+    fill(results, h('p', { class: 'muted', text: explain(e) }));
+  }
+}
+
+function badges(e) {
+  return [
+    h('span', { class: `badge ${e.scope}`, title: e.scope === 'local' ? `in model ${e.model}'s own catalog` : 'in the global catalog' }, e.scope),
+    e.shadowed ? h('span', { class: 'badge shadowed', title: 'a local entry with the same id hides this global one' }, 'shadowed') : null,
+  ];
+}
+
+function kv(pairs) {
+  return h('dl', { class: 'kv' }, pairs.filter(([, v]) => v !== undefined && v !== null && v !== '').flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
+}
+
+function bindingView(b) {
+  const pairs = [['type', b.type]];
+  if (b.type === 'script') pairs.push(['runtime', b.runtime], ['sha256', h('code', {}, b.sha256)], ['size', `${b.sizeBytes} bytes`], ['URN', h('code', {}, b.scriptUrn)]);
+  if (b.baseUrl) pairs.push(['base URL', h('code', {}, b.baseUrl)]);
+  if (b.image) pairs.push(['image', h('code', {}, b.image)]);
+  const ops = Array.isArray(b.operations) ? b.operations : [];
+  return [kv(pairs),
+    ops.length ? h('table', {}, h('tbody', {}, ops.map((o) => h('tr', {}, h('td', {}, h('code', {}, o.method || '')), h('td', {}, h('code', {}, o.path || '')), h('td', {}, o.operationId || o.name || ''))))) : null,
+    h('details', {}, h('summary', {}, 'binding as JSON'), h('pre', {}, JSON.stringify(b, null, 2)))];
+}
+
+// What changed from one definition to the next, field by field (contract operations by name).
+function changes(before, after) {
+  const out = [];
+  const flat = (v, prefix, acc) => {
+    if (v && typeof v === 'object' && !Array.isArray(v)) {
+      for (const [k, x] of Object.entries(v)) flat(x, prefix ? `${prefix}.${k}` : k, acc);
+    } else acc[prefix] = JSON.stringify(v);
+    return acc;
+  };
+  const a = flat(before || {}, '', {});
+  const b = flat(after || {}, '', {});
+  for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    if (a[k] !== b[k]) out.push([k, a[k], b[k]]);
+  }
+  return out;
+}
+
+async function entryView(id) {
+  const model = hashParams().get('model') || undefined;
+  show(h('h1', {}, id), h('p', { class: 'muted', text: 'Loading…' }));
+  let entry;
+  try {
+    entry = await get(`/api/tool-catalog/${encodeURIComponent(id)}${q({ model })}`);
+  } catch (e) {
+    show(h('h1', {}, id), h('p', { class: 'muted', text: explain(e) }));
+    return;
+  }
+  const [help, history] = await Promise.all([
+    get(`/api/tool-catalog/${encodeURIComponent(id)}/help${q({ model })}`).catch(() => null),
+    get(`/api/tool-catalog/${encodeURIComponent(id)}/history${q({ model })}`).catch(() => null),
+  ]);
+  const ops = Object.entries(entry.contract.operations || {});
+  const contract = h('div', { class: 'card', id: 'contract' }, h('h2', { text: 'Contract' }),
+    ops.length ? ops.map(([name, op]) => h('div', { class: 'operation', 'data-op': name },
+      h('h3', {}, h('code', {}, `${help ? help.command : `agentos-${id}`} ${name}`)),
+      op.description ? h('p', {}, op.description) : null,
+      help && help.operations[name] ? h('pre', { class: 'help' }, help.operations[name]) : h('pre', {}, JSON.stringify(op.input, null, 2))))
+      : h('p', { class: 'muted', text: 'No operations.' }));
+  let historyCard = null;
+  if (history) {
+    const defs = history.events.filter((ev) => ev.payload && ev.payload.entry);
+    historyCard = h('div', { class: 'card', id: 'history' }, h('h2', { text: `History (${history.events.length})` }),
+      history.events.map((ev) => {
+        const i = defs.indexOf(ev);
+        const diff = i > 0 ? changes(defs[i - 1].payload.entry, ev.payload.entry) : [];
+        return h('div', { class: 'row' },
+          h('span', { class: 'mono' }, `#${ev.seq}`), h('strong', {}, ev.type), h('span', { class: 'muted' }, `${ev.time} by ${ev.principal}`),
+          i === 0 ? h('span', { class: 'muted' }, 'first definition') : null,
+          diff.length ? h('div', { class: 'diff' }, diff.map(([k, a, b]) => h('div', {}, `${k}: `, h('span', { class: 'from' }, a ?? '∅'), ' → ', h('span', { class: 'to' }, b ?? '∅')))) : null);
+      }));
+  }
+  show(
+    h('p', {}, h('a', { href: '#/catalog' }, '← catalog')),
+    h('h1', {}, entry.name, ' ', h('code', { class: 'muted' }, entry.id), badges(entry)),
+    h('p', {}, entry.description || h('span', { class: 'muted' }, 'No description.')),
+    kv([['version', entry.version], ['model', entry.model], ['revision', entry.revision], ['updated', `${entry.updatedAt} by ${entry.updatedBy}`], ['capabilities', (entry.capabilities || []).join(', ')]]),
+    contract,
+    h('div', { class: 'card', id: 'binding' }, h('h2', { text: 'Binding' }), bindingView(entry.binding)),
+    historyCard);
+}
+
+// ---- nets -----------------------------------------------------------------------------------
+
+async function netsView() {
+  show(h('h1', { text: 'Nets' }), h('p', { class: 'muted', text: 'Loading…' }));
+  try {
+    const models = await get('/api/models');
+    show(h('h1', { text: 'Nets' }),
+      h('table', {}, h('thead', {}, h('tr', {}, h('th', {}, 'model'), h('th', {}, 'created'), h('th', {}, 'places'))),
+        h('tbody', {}, models.map((m) => h('tr', {},
+          h('td', {}, h('a', { href: `#/nets/${encodeURIComponent(m.name)}` }, m.name)),
+          h('td', { class: 'muted' }, `${m.createdAt} by ${m.createdBy}`),
+          h('td', {}, m.places.map((p) => `${p.name} (${p.tokens})`).join(', ')))))));
+  } catch (e) {
+    show(h('h1', { text: 'Nets' }), h('p', { class: 'muted', text: explain(e) }));
+  }
+}
+
+// Columns by dependency: a transition right of the places it takes from, a place right of the
+// transitions that put into it. Cycles stop growing after a bound.
+function layout(net) {
+  const places = net.places.map((p) => p.id);
+  const ts = net.doc.transitions;
+  const col = Object.fromEntries(places.map((p) => [`p:${p}`, 0]));
+  for (const t of ts) col[`t:${t.id}`] = 1;
+  for (let round = 0; round < places.length + ts.length; round++) {
+    let moved = false;
+    for (const t of ts) {
+      const ins = Object.values(t.presets || {}).map((a) => col[`p:${a.place}`] ?? 0);
+      const want = Math.max(0, ...ins) + 1;
+      if (want > col[`t:${t.id}`] && want < 2 * (places.length + ts.length)) { col[`t:${t.id}`] = want; moved = true; }
+      for (const a of Object.values(t.postsets || {})) {
+        const key = `p:${a.place}`;
+        const feeds = Object.values(t.presets || {}).some((x) => x.place === a.place);
+        if (!feeds && col[key] <= col[`t:${t.id}`] && col[`t:${t.id}`] + 1 < 2 * (places.length + ts.length)) { col[key] = col[`t:${t.id}`] + 1; moved = true; }
+      }
+    }
+    if (!moved) break;
+  }
+  const byCol = {};
+  for (const [k, c] of Object.entries(col)) (byCol[c] ||= []).push(k);
+  const pos = {};
+  for (const [c, keys] of Object.entries(byCol)) keys.forEach((k, i) => { pos[k] = { x: 70 + Number(c) * 150, y: 60 + i * 100 }; });
+  const width = 140 + Math.max(...Object.values(pos).map((p) => p.x));
+  const height = 60 + Math.max(...Object.values(pos).map((p) => p.y));
+  return { pos, width, height };
+}
+
+function drawNet(net, selected, onSelect) {
+  const { pos, width, height } = layout(net);
+  const state = Object.fromEntries(net.transitions.map((t) => [t.id, t]));
+  const svg = h('svg', { class: 'net', viewBox: `0 0 ${width} ${height}`, height: Math.min(height, 640), role: 'img', 'aria-label': `net of model ${net.model}` },
+    h('defs', {}, h('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' }, h('path', { d: 'M0,0 L10,5 L0,10 z', fill: '#778' }))));
+  // How far from its centre a line along (dx, dy) leaves a place (a circle) or a transition (a box).
+  const circle = () => 26;
+  const box = (dx, dy, len) => Math.min(dx ? 52 / Math.abs(dx / len) : Infinity, dy ? 24 / Math.abs(dy / len) : Infinity);
+  const edge = (from, to, leave, enter) => {
+    const dx = to.x - from.x;
+    const dy = to.y - from.y;
+    const len = Math.hypot(dx, dy) || 1;
+    const a = leave(dx, dy, len);
+    const b = enter(dx, dy, len);
+    svg.append(h('line', { x1: from.x + (dx / len) * a, y1: from.y + (dy / len) * a, x2: to.x - (dx / len) * b, y2: to.y - (dy / len) * b, 'marker-end': 'url(#arrow)' }));
+  };
+  for (const t of net.doc.transitions) {
+    const tp = pos[`t:${t.id}`];
+    for (const a of Object.values(t.presets || {})) edge(pos[`p:${a.place}`], tp, circle, box);
+    for (const a of Object.values(t.postsets || {})) edge(tp, pos[`p:${a.place}`], box, circle);
+  }
+  for (const p of net.places) {
+    const at = pos[`p:${p.id}`];
+    const g = h('g', { class: `place${selected === `p:${p.id}` ? ' selected' : ''}`, 'data-place': p.id, tabindex: 0, onclick: () => onSelect(`p:${p.id}`) },
+      h('title', {}, `place ${p.id}: ${p.tokens} token(s)${p.reserved ? `, ${p.reserved} reserved` : ''}`),
+      h('circle', { cx: at.x, cy: at.y, r: 24 }),
+      h('text', { x: at.x, y: at.y, class: 'count' }, String(p.tokens)),
+      h('text', { x: at.x, y: at.y + 38 }, p.id));
+    svg.append(g);
+  }
+  for (const t of net.doc.transitions) {
+    const at = pos[`t:${t.id}`];
+    const st = state[t.id] || {};
+    const cls = ['transition', st.started ? 'started' : '', st.parked ? 'parked' : '', selected === `t:${t.id}` ? 'selected' : ''].join(' ');
+    svg.append(h('g', { class: cls, 'data-transition': t.id, tabindex: 0, onclick: () => onSelect(`t:${t.id}`) },
+      h('title', {}, `transition ${t.id} (${t.kind}): ${st.started ? 'started' : 'stopped'}, ${st.fires || 0} fires, ${st.inFlight || 0} in flight, ${st.parked || 0} parked`),
+      h('rect', { x: at.x - 50, y: at.y - 22, width: 100, height: 44, rx: 4 }),
+      h('text', { x: at.x, y: at.y - 7 }, t.id),
+      h('text', { x: at.x, y: at.y + 9, class: 'muted' }, `${t.kind} · ${st.started ? 'started' : 'stopped'}${st.parked ? ` · ${st.parked} parked` : ''}`)));
+  }
+  return svg;
+}
+
+// Reads the watch stream with fetch (the token goes in a header, never in a URL) and calls
+// `onEvent` for each event; ends when `signal` aborts.
+async function watch(model, signal, onEvent) {
+  while (!signal.aborted) {
+    try {
+      const r = await fetch(`/api/models/${encodeURIComponent(model)}/watch`, { headers: { Authorization: `Bearer ${S.token}` }, signal });
+      if (!r.ok) throw new ApiError(r.status, '', `watch: HTTP ${r.status}`);
+      const reader = r.body.getReader();
+      const decoder = new TextDecoder();
+      let buf = '';
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += decoder.decode(value, { stream: true });
+        let cut;
+        while ((cut = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, cut);
+          buf = buf.slice(cut + 2);
+          const data = block.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trim()).join('\n');
+          if (data) {
+            try {
+              onEvent(JSON.parse(data));
+            } catch {
+              onEvent(null);
+            }
+          }
+        }
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+      if (e instanceof ApiError && (e.status === 403 || e.status === 401)) return;
+    }
+    await new Promise((res) => setTimeout(res, 1000));
+  }
+}
+
+async function netView(model) {
+  const ctl = new AbortController();
+  S.stop = () => ctl.abort();
+  let net = null;
+  let selected = null;
+  const picture = h('div', { id: 'picture' });
+  const side = h('div', { id: 'side', class: 'card' }, h('p', { class: 'muted', text: 'Click a place or a transition.' }));
+  const status = h('p', { class: 'muted', id: 'live' }, 'connecting…');
+  const extra = h('div', { id: 'extra' });
+  show(h('p', {}, h('a', { href: '#/nets' }, '← nets')), h('h1', {}, `Net of model ${model}`), status,
+    h('div', { class: 'grid' }, h('div', {}, picture, extra), side));
+
+  const act = async (what, path, body, okText) => {
+    try {
+      await api('POST', path, body);
+      alertBox(okText, 'info');
+      await refresh();
+    } catch (e) {
+      alertBox(explain(e));
+    }
+  };
+  const sideFor = async () => {
+    if (!net || !selected) return;
+    const [kind, id] = [selected.slice(0, 1), selected.slice(2)];
+    if (kind === 't') {
+      const t = net.doc.transitions.find((x) => x.id === id);
+      const st = net.transitions.find((x) => x.id === id) || {};
+      const base = `/api/models/${encodeURIComponent(model)}/transitions/${encodeURIComponent(id)}`;
+      const parked = (net.parkedList || []).filter((p) => p.transition === id);
+      fill(side, h('h2', {}, `Transition ${id}`),
+        kv([['kind', t.kind], ['state', st.started ? 'started' : 'stopped'], ['fires', st.fires], ['in flight', st.inFlight], ['parked', st.parked],
+          ['takes from', Object.values(t.presets || {}).map((a) => a.place).join(', ')], ['puts into', Object.values(t.postsets || {}).map((a) => a.place).join(', ')]]),
+        h('div', { class: 'row' },
+          h('button', { id: 'start', onclick: () => act('start', `${base}/start`, {}, `${id} started`) }, 'Start'),
+          h('button', { id: 'stop', onclick: () => act('stop', `${base}/stop`, {}, `${id} stopped`) }, 'Stop'),
+          h('button', { id: 'fire', class: 'primary', onclick: () => act('fire', `${base}/fire`, {}, `${id} fired`) }, 'Fire')),
+        h('p', { class: 'muted', text: has('x') ? '' : 'Start, stop and fire need the x flag, which this token does not hold.' }),
+        parked.length ? h('div', {}, h('h3', {}, 'Parked tokens'), parked.map((p) => h('div', { class: 'parked' }, h('code', {}, p.token || p.id || ''), ' ', h('span', { class: 'badge bad' }, p.error || p.reason || 'parked')))) : null,
+        h('details', {}, h('summary', {}, 'definition'), h('pre', {}, JSON.stringify(t, null, 2))));
+    } else {
+      const place = net.places.find((x) => x.id === id);
+      fill(side, h('h2', {}, `Place ${id}`), h('p', { class: 'muted', text: 'Loading tokens…' }));
+      let tokens = [];
+      try {
+        tokens = await get(`/api/models/${encodeURIComponent(model)}/places/${encodeURIComponent(id)}/tokens`);
+      } catch (e) {
+        alertBox(explain(e));
+      }
+      const data = h('textarea', { id: 'token-data', 'aria-label': 'token data (JSON)' }, '{}');
+      fill(side, h('h2', {}, `Place ${id}`), kv([['tokens', place.tokens], ['reserved', place.reserved]]),
+        h('div', { id: 'tokens' }, tokens.map((t) => h('details', { class: 'token' }, h('summary', {}, h('code', {}, t.id), h('span', { class: 'muted' }, ` by ${(t.by || []).join(', ')}`)), h('pre', {}, JSON.stringify(t.data, null, 2))))),
+        h('h3', {}, 'Put a token'), data,
+        h('button', {
+          id: 'put-token', class: 'primary', onclick: () => {
+            let value;
+            try {
+              value = JSON.parse(data.value);
+            } catch (e) {
+              alertBox(`The token's data is not JSON: ${e.message}`);
+              return;
+            }
+            act('put', `/api/models/${encodeURIComponent(model)}/places/${encodeURIComponent(id)}/tokens`, { data: value }, `token put into ${id}`);
+          },
+        }, 'Put token'),
+        h('p', { class: 'muted', text: has('w') ? '' : 'Putting a token needs the w flag, which this token does not hold.' }));
+    }
+  };
+  const select = (key) => {
+    selected = key;
+    draw();
+    sideFor();
+  };
+  const draw = () => {
+    if (!net) return;
+    fill(picture, drawNet(net, selected, select));
+    const parked = net.parkedList || [];
+    fill(extra,
+      parked.length ? h('div', { class: 'card' }, h('h2', {}, `Parked tokens (${parked.length})`), parked.map((p) => h('div', { class: 'row' }, h('strong', {}, p.transition), h('code', {}, p.token || p.id || ''), h('span', { class: 'badge bad' }, p.error || p.reason || '')))) : null,
+      net.links && net.links.length ? h('div', { class: 'card' }, h('h2', {}, 'Links'), h('pre', {}, JSON.stringify(net.links, null, 2))) : null);
+  };
+  const refresh = async () => {
+    try {
+      const [doc, parked, links] = await Promise.all([
+        get(`/api/models/${encodeURIComponent(model)}/net`),
+        get(`/api/models/${encodeURIComponent(model)}/parked`).catch(() => []),
+        get(`/api/models/${encodeURIComponent(model)}/links`).catch(() => []),
+      ]);
+      net = doc;
+      net.parkedList = Array.isArray(parked) ? parked : parked.items || [];
+      net.links = Array.isArray(links) ? links : links.links || [];
+      draw();
+      if (selected && selected.startsWith('p:')) return;
+      sideFor();
+    } catch (e) {
+      fill(picture, h('p', { class: 'muted', text: explain(e) }));
+    }
+  };
+  await refresh();
+  let pending = null;
+  watch(model, ctl.signal, () => {
+    status.textContent = `live: updated ${new Date().toLocaleTimeString()}`;
+    if (pending) return;
+    pending = setTimeout(async () => {
+      pending = null;
+      await refresh();
+      if (selected && selected.startsWith('p:')) sideFor();
+    }, 80);
+  });
+  status.textContent = 'live';
+}
+
+// ---- executors and jobs ---------------------------------------------------------------------
+
+async function showJob(id, into) {
+  try {
+    const job = await get(`/api/jobs/${encodeURIComponent(id)}`);
+    const r = job.results[0] || {};
+    const blob = async (urn) => {
+      const text = await fetch(`/api/blobs/${urn}`, { headers: { Authorization: `Bearer ${S.token}` } }).then((x) => x.text());
+      into.append(h('h3', {}, 'Whole output'), h('pre', {}, text));
+    };
+    fill(into, h('h2', {}, `Job ${id}`), kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['error', r.error]]),
+      h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
+      r.stdoutBlob ? h('button', { onclick: () => blob(r.stdoutBlob.urn) }, 'Load the whole stdout') : null);
+  } catch (e) {
+    fill(into, h('p', { class: 'muted', text: explain(e) }));
+  }
+}
+
+async function executorsView() {
+  show(h('h1', { text: 'Executors & jobs' }), h('p', { class: 'muted', text: 'Loading…' }));
+  const detail = h('div', { class: 'card', id: 'job' }, h('p', { class: 'muted', text: 'Click a job to see its output.' }));
+  const [executors, jobs] = await Promise.all([get('/api/executors').catch((e) => e), get('/api/jobs?limit=100').catch((e) => e)]);
+  const table = (head, rows) => h('table', {}, h('thead', {}, h('tr', {}, head.map((c) => h('th', {}, c)))), h('tbody', {}, rows));
+  show(h('h1', { text: 'Executors & jobs' }),
+    h('h2', { text: 'Executors' }),
+    executors instanceof Error ? h('p', { class: 'muted', text: explain(executors) })
+      : executors.length ? table(['name', 'state', 'last seen', 'jobs held'], executors.map((e) => h('tr', { 'data-executor': e.name },
+        h('td', {}, e.name), h('td', {}, h('span', { class: `badge ${e.state === 'gone' ? 'bad' : 'ok'}` }, e.state)), h('td', { class: 'muted' }, e.lastSeen),
+        h('td', {}, [...e.jobs, e.otherJobs ? `+${e.otherJobs} in other models` : ''].filter(Boolean).join(', ')))))
+        : h('p', { class: 'muted', text: 'No executor has polled this master.' }),
+    h('h2', { text: 'Recent jobs' }),
+    h('div', { class: 'grid' },
+      jobs instanceof Error ? h('p', { class: 'muted', text: explain(jobs) })
+        : jobs.length ? table(['job', 'tool', 'model', 'exit', 'duration', 'finished', 'output'], jobs.map((j) => h('tr', { 'data-job': j.jobId },
+          h('td', {}, h('a', { href: '#', onclick: (ev) => { ev.preventDefault(); showJob(j.jobId, detail); } }, j.jobId)),
+          h('td', {}, j.toolId || ''), h('td', {}, j.model),
+          h('td', {}, j.error ? h('span', { class: 'badge bad', title: j.error }, 'failed') : h('span', { class: `badge ${j.exitCode === 0 ? 'ok' : 'bad'}` }, j.timedOut ? 'timed out' : String(j.exitCode ?? j.signal))),
+          h('td', {}, `${j.durationMs} ms`), h('td', { class: 'muted' }, j.finishedAt),
+          h('td', {}, h('code', {}, (j.stdout || j.stderr || '').slice(0, 80))))))
+          : h('p', { class: 'muted', text: 'No job finished lately.' }),
+      detail));
+}
+
+// ---- audit ----------------------------------------------------------------------------------
+
+async function auditView() {
+  const p = hashParams();
+  const field = (name, placeholder) => h('input', { name, placeholder, value: p.get(name) || '', 'aria-label': placeholder });
+  const principal = field('principal', 'principal');
+  const model = field('model', 'model');
+  const type = field('type', 'type (Net, ToolRegistered, JobFinished…)');
+  const after = field('after', 'after seq');
+  const form = h('form', { class: 'filters', id: 'audit-filter' }, principal, model, type, after, h('button', { type: 'submit', class: 'primary' }, 'Filter'));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    location.hash = `#/audit${q({ principal: principal.value, model: model.value, type: type.value, after: after.value })}`;
+  });
+  const list = h('div', { id: 'events' }, h('p', { class: 'muted', text: 'Loading…' }));
+  show(h('h1', { text: 'Audit' }), form, list);
+  try {
+    if (!S.seq) await get('/api/me');
+    const from = p.get('after') || Math.max(0, S.seq - 300);
+    const events = await get(`/api/events${q({ principal: p.get('principal'), model: p.get('model'), type: p.get('type'), after: from, limit: 300 })}`);
+    events.reverse();
+    fill(list, h('p', { class: 'muted', text: `${events.length} event(s) after #${from}, newest first` }),
+      h('table', {}, h('thead', {}, h('tr', {}, ['seq', 'time', 'principal', 'model', 'type', 'payload'].map((c) => h('th', {}, c)))),
+        h('tbody', {}, events.map((e) => h('tr', { 'data-seq': e.seq },
+          h('td', { class: 'mono' }, e.seq), h('td', { class: 'muted' }, e.time), h('td', {}, e.principal), h('td', {}, e.model), h('td', {}, e.type),
+          h('td', {}, h('details', {}, h('summary', {}, JSON.stringify(e.payload).slice(0, 90)), h('pre', {}, JSON.stringify(e.payload, null, 2)))))))));
+  } catch (e) {
+    fill(list, h('p', { class: 'muted', text: explain(e) }));
+  }
+}
+
+// ---- operator pages -------------------------------------------------------------------------
+
+async function agentsView() {
+  show(h('h1', { text: 'Agents' }), h('p', { class: 'muted', text: 'Loading…' }));
+  let all;
+  try {
+    all = await get('/api/agents');
+  } catch (e) {
+    show(h('h1', { text: 'Agents' }), h('p', { class: 'muted', text: explain(e) }));
+    return;
+  }
+  const revoke = (name) => {
+    const button = h('button', { class: 'danger', 'data-revoke': name }, 'Revoke');
+    let armed = false;
+    button.addEventListener('click', async () => {
+      if (!armed) {
+        armed = true;
+        button.textContent = `Revoke ${name}: sure?`;
+        return;
+      }
+      try {
+        await api('DELETE', `/api/agents/${encodeURIComponent(name)}`);
+        alertBox(`${name} revoked: its token no longer works`, 'info');
+        agentsView();
+      } catch (e) {
+        alertBox(explain(e));
+      }
+    });
+    return button;
+  };
+  const rows = (kind) => all.filter((p) => p.kind === kind).map((p) => h('tr', { 'data-principal': p.name },
+    h('td', {}, p.name), h('td', {}, flagsView(p.flags)), h('td', {}, p.model), h('td', {}, (p.granted || []).join(', ')), h('td', {}, kind === 'operator' ? '' : revoke(p.name))));
+  const head = h('thead', {}, h('tr', {}, ['name', 'flags', 'home model', 'granted models', ''].map((c) => h('th', {}, c))));
+  show(h('h1', { text: 'Agents' }),
+    h('table', { id: 'agents' }, head, h('tbody', {}, rows('operator'), rows('agent'))),
+    h('div', { class: 'card' }, h('h2', { text: 'What the flags mean' }),
+      h('dl', { class: 'kv' }, FLAGS.flatMap(([l, name, what]) => [h('dt', {}, h('code', {}, l)), h('dd', {}, `${name}: ${what}`)]))),
+    h('h2', { text: 'Executor credentials' }),
+    h('table', { id: 'executor-credentials' }, h('thead', {}, h('tr', {}, ['name', '', 'home model', '', ''].map((c) => h('th', {}, c)))), h('tbody', {}, rows('executor'))));
+}
+
+async function secretsView() {
+  show(h('h1', { text: 'Secrets' }), h('p', { class: 'muted', text: 'Loading…' }));
+  try {
+    const [secrets, grants] = await Promise.all([get('/api/secrets'), get('/api/secret-grants')]);
+    show(h('h1', { text: 'Secrets' }), h('p', { class: 'muted', text: 'Names only: values are never shown or sent to the page.' }),
+      h('table', { id: 'secrets' }, h('thead', {}, h('tr', {}, h('th', {}, 'name'), h('th', {}, 'updated'))),
+        h('tbody', {}, secrets.map((s) => h('tr', {}, h('td', {}, h('code', {}, s.name)), h('td', { class: 'muted' }, s.updatedAt))))),
+      h('h2', { text: 'Grants' }),
+      h('pre', {}, JSON.stringify(grants, null, 2)));
+  } catch (e) {
+    show(h('h1', { text: 'Secrets' }), h('p', { class: 'muted', text: explain(e) }));
+  }
+}
+
+// ---- routing --------------------------------------------------------------------------------
+
+const PAGES = {
+  catalog: catalogView,
+  tool: (rest) => entryView(decodeURIComponent(rest)),
+  nets: (rest) => (rest ? netView(decodeURIComponent(rest)) : netsView()),
+  executors: executorsView,
+  audit: auditView,
+  agents: agentsView,
+  secrets: secretsView,
+};
+
+async function route() {
+  if (S.stop) {
+    S.stop();
+    S.stop = null;
+  }
+  alertBox(null);
+  if (!S.token) {
+    signInView();
+    return;
+  }
+  if (!S.me) {
+    try {
+      await signedIn();
+    } catch (e) {
+      sessionStorage.removeItem('agentos.token');
+      S.token = null;
+      signInView(e.status === 401 ? 'That token is no longer accepted: sign in again.' : explain(e));
+      return;
+    }
+  }
+  const path = location.hash.replace(/^#\/?/, '').split('?')[0];
+  const [page, ...rest] = path.split('/');
+  const view = PAGES[page] || PAGES.catalog;
+  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.page === (PAGES[page] ? page : 'catalog'));
+  try {
+    await view(rest.join('/'));
+  } catch (e) {
+    alertBox(explain(e));
+  }
+}
+
+document.getElementById('sign-out').addEventListener('click', () => {
+  sessionStorage.removeItem('agentos.token');
+  S.token = null;
+  S.me = null;
+  location.hash = '#/';
+  route();
+});
+window.addEventListener('hashchange', route);
+route();
