@@ -49,6 +49,15 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     let (status, v) = api.put("/api/models/flow/net", net);
     assert_eq!(status, 200, "{v}");
 
+    // A token parked by a rule that matches nothing.
+    let park = json!({"places": ["p-in", "p-big"], "transitions": [{"id": "sort", "kind": "pass",
+        "presets": {"x": {"place": "p-in"}}, "postsets": {"big": {"place": "p-big"}},
+        "emit": [{"to": "big", "when": ".v > 10"}], "onUnmatched": "keep"}]});
+    assert_eq!(api.put("/api/models/park/net", park).0, 200);
+    assert_eq!(api.post("/api/models/park/transitions/sort/start", json!({})).0, 200);
+    assert_eq!(api.post("/api/models/park/places/p-in/tokens", json!({"data": {"v": 11}})).0, 200);
+    common::wait_for("the token to park", || !api.get("/api/models/park/parked").1.as_array().unwrap().is_empty());
+
     // A job with output, run by an executor the page lists.
     assert_eq!(api.register("hello", "sh", "echo hello from the job", None).0, 200);
     let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
@@ -81,7 +90,7 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     // Figures, not timed assertions: the size is a property of the files, the paint is printed.
     println!("first view: {bytes} bytes transferred, first paint at {} ms", report["figures"]["firstPaintMs"]);
     assert!(bytes > 0 && bytes < 150 * 1024, "the first view transfers {bytes} bytes (goal under 150 KB)");
-    for page in ["sign-in", "catalog", "entry", "net", "executors", "audit", "agents", "secrets", "refused"] {
+    for page in ["sign-in", "catalog", "entry", "net", "parked", "executors", "audit", "agents", "secrets", "refused"] {
         assert!(shots.join(format!("{page}.png")).exists(), "no screenshot of {page}");
     }
 }

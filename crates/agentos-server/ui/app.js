@@ -358,12 +358,19 @@ function drawNet(net, selected, onSelect) {
     const st = state[t.id] || {};
     const cls = ['transition', st.started ? 'started' : '', st.parked ? 'parked' : '', selected === `t:${t.id}` ? 'selected' : ''].join(' ');
     svg.append(h('g', { class: cls, 'data-transition': t.id, tabindex: 0, onclick: () => onSelect(`t:${t.id}`) },
-      h('title', {}, `transition ${t.id} (${t.kind}): ${st.started ? 'started' : 'stopped'}, ${st.fires || 0} fires, ${st.inFlight || 0} in flight, ${st.parked || 0} parked`),
+      h('title', {}, `transition ${t.id} (${t.kind}): ${st.started ? 'started' : 'stopped'}, ${st.fires || 0} fires, ${st.inFlight || 0} in flight, ${st.parked || 0} parked${st.lastError ? `; last error: ${st.lastError}` : ''}`),
       h('rect', { x: at.x - 50, y: at.y - 22, width: 100, height: 44, rx: 4 }),
       h('text', { x: at.x, y: at.y - 7 }, t.id),
-      h('text', { x: at.x, y: at.y + 9, class: 'muted' }, `${t.kind} · ${st.started ? 'started' : 'stopped'}${st.parked ? ` · ${st.parked} parked` : ''}`)));
+      h('text', { x: at.x, y: at.y + 9, class: 'muted' }, `${t.kind} · ${st.started ? 'started' : 'stopped'}${st.parked ? ` · ${st.parked} parked` : ''}`),
+      st.lastError ? h('text', { x: at.x + 44, y: at.y - 16, class: 'error-mark' }, '!') : null));
   }
   return svg;
+}
+
+function parkedRow(p) {
+  return h('div', { class: 'row parked' }, h('strong', {}, p.transition), h('code', {}, (p.token && p.token.id) || ''),
+    h('span', { class: 'muted' }, `from ${p.place}, ${p.attempts} attempt(s)`), h('span', { class: 'badge bad' }, p.reason || 'parked'),
+    h('details', {}, h('summary', {}, 'data'), h('pre', {}, JSON.stringify(p.token && p.token.data, null, 2))));
 }
 
 // Reads the watch stream with fetch (the token goes in a header, never in a URL) and calls
@@ -439,7 +446,8 @@ async function netView(model) {
           h('button', { id: 'stop', onclick: () => act('stop', `${base}/stop`, {}, `${id} stopped`) }, 'Stop'),
           h('button', { id: 'fire', class: 'primary', onclick: () => act('fire', `${base}/fire`, {}, `${id} fired`) }, 'Fire')),
         h('p', { class: 'muted', text: has('x') ? '' : 'Start, stop and fire need the x flag, which this token does not hold.' }),
-        parked.length ? h('div', {}, h('h3', {}, 'Parked tokens'), parked.map((p) => h('div', { class: 'parked' }, h('code', {}, p.token || p.id || ''), ' ', h('span', { class: 'badge bad' }, p.error || p.reason || 'parked')))) : null,
+        st.lastError ? h('p', { class: 'last-error' }, h('span', { class: 'badge bad' }, 'last error'), ' ', st.lastError) : null,
+        parked.length ? h('div', {}, h('h3', {}, 'Parked tokens'), parked.map(parkedRow)) : null,
         h('details', {}, h('summary', {}, 'definition'), h('pre', {}, JSON.stringify(t, null, 2))));
     } else {
       const place = net.places.find((x) => x.id === id);
@@ -478,9 +486,11 @@ async function netView(model) {
     if (!net) return;
     fill(picture, drawNet(net, selected, select));
     const parked = net.parkedList || [];
+    const endpoint = (e) => (e && typeof e === 'object' ? Object.values(e).join('/') : String(e));
     fill(extra,
-      parked.length ? h('div', { class: 'card' }, h('h2', {}, `Parked tokens (${parked.length})`), parked.map((p) => h('div', { class: 'row' }, h('strong', {}, p.transition), h('code', {}, p.token || p.id || ''), h('span', { class: 'badge bad' }, p.error || p.reason || '')))) : null,
-      net.links && net.links.length ? h('div', { class: 'card' }, h('h2', {}, 'Links'), h('pre', {}, JSON.stringify(net.links, null, 2))) : null);
+      parked.length ? h('div', { class: 'card', id: 'parked' }, h('h2', {}, `Parked tokens (${parked.length})`), parked.map(parkedRow)) : null,
+      net.links && net.links.length ? h('div', { class: 'card', id: 'links' }, h('h2', {}, 'Links'),
+        h('table', {}, h('tbody', {}, net.links.map((l) => h('tr', {}, h('td', {}, h('code', {}, l.id)), h('td', {}, l.relation), h('td', {}, `${endpoint(l.from)} → ${endpoint(l.to)}`), h('td', { class: 'muted' }, `declared in ${l.model}`)))))) : null);
   };
   const refresh = async () => {
     try {

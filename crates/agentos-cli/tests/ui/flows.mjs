@@ -122,6 +122,14 @@ await page.locator('#tokens details summary').first().click();
 await page.locator('#tokens pre', { hasText: '"n"' }).first().waitFor();
 await shot('net');
 
+// A transition that parked a token shows it, with the reason.
+await page.goto(`${BASE}/#/nets/park`);
+await page.locator('g.transition.parked[data-transition=sort]').waitFor();
+await page.locator('#parked', { hasText: 'Parked tokens (1)' }).waitFor();
+await page.click('g[data-transition=sort]');
+await page.locator('#side .parked').waitFor();
+await shot('parked');
+
 // Executors and jobs: the executor, and the job the test ran, with its output.
 await page.goto(`${BASE}/#/executors`);
 await page.locator('tr[data-executor=e1]').waitFor();
