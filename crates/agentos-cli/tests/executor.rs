@@ -421,3 +421,55 @@ fn cgroup_v2_writable() -> bool {
     // SAFETY: access only reads the path it is given.
     unsafe { libc::access(dir.as_ptr(), libc::W_OK) == 0 }
 }
+
+#[test]
+fn finished_jobs_are_listed_newest_first_to_whom_may_see_them_and_outlive_a_restart() {
+    let (dir, m, _e) = setup();
+    let api = m.client();
+    assert_eq!(api.register("hi", "sh", "echo hi; echo oops >&2", None).0, 200);
+    let alice = api.agent("alice", "--x------s");
+    let bob = api.agent("bob", "r---l-----");
+    ok_result(&api.invoke("hi", json!({})));
+    ok_result(&api.invoke("hi", json!({})));
+    ok_result(&alice.invoke("hi", json!({})));
+
+    let (status, all) = api.get("/api/jobs");
+    assert_eq!(status, 200, "{all}");
+    let all = all.as_array().unwrap().clone();
+    assert_eq!(all.len(), 3, "{all:?}");
+    let seqs: Vec<u64> = all.iter().map(|j| j["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] > w[1]), "newest first: {seqs:?}");
+    assert_eq!((all[0]["toolId"].as_str(), all[0]["exitCode"].as_i64()), (Some("hi"), Some(0)));
+    assert_eq!((all[0]["stdout"].as_str(), all[0]["stderr"].as_str()), (Some("hi\n"), Some("oops\n")));
+    assert_eq!(all[0]["executor"], "e1");
+    // An agent sees the jobs it invoked; one with `l` sees those of models it may use, not others'.
+    let (_, mine) = alice.get("/api/jobs");
+    assert_eq!(mine.as_array().unwrap().len(), 1, "{mine}");
+    assert_eq!(mine[0]["model"], "alice");
+    assert_eq!(bob.get("/api/jobs").1, json!([]));
+    assert_eq!(api.get("/api/jobs?limit=1").1.as_array().unwrap().len(), 1);
+    for bad in ["0", "501", "x"] {
+        assert_eq!(api.get(&format!("/api/jobs?limit={bad}")).0, 400, "limit={bad}");
+    }
+
+    // Events by type and model, and who a token is.
+    let (_, finished) = api.get("/api/events?type=JobFinished");
+    assert_eq!(finished.as_array().unwrap().len(), 3, "{finished}");
+    let (_, in_alice) = api.get("/api/events?type=JobFinished&model=alice");
+    assert_eq!(in_alice.as_array().unwrap().len(), 1, "{in_alice}");
+    assert_eq!(
+        alice.get("/api/me").1,
+        json!({"name": "alice", "kind": "agent", "flags": "--x------s-", "model": "alice"})
+    );
+    let (status, help) = alice.get("/api/tool-catalog/hi/help");
+    assert_eq!(status, 200, "{help}");
+    assert_eq!(help["command"], "agentos-hi");
+    assert!(help["operations"]["run"].as_str().unwrap().contains("Usage: agentos-hi run"), "{help}");
+    assert_eq!(bob.get("/api/tool-catalog/hi/help").0, 403, "bob holds no flag that reveals tools");
+
+    // The list is read back from the log at start.
+    let m = m.restart();
+    let (_, again) = m.client().get("/api/jobs");
+    assert_eq!(again.as_array().unwrap().len(), 3, "{again}");
+    drop(dir);
+}
