@@ -70,6 +70,8 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     let viewer = api.agent("viewer", "r-------ts");
     let (status, v) = api.post("/api/agents/viewer/grants", json!({"model": "flow"}));
     assert_eq!(status, 200, "{v}");
+    // One to revoke from the page.
+    let temp = api.agent("temp", "r");
 
     let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
     std::fs::create_dir_all(&shots).unwrap();
@@ -78,6 +80,7 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         .env("URL", &m.url)
         .env("OPERATOR_TOKEN", &m.token)
         .env("VIEWER_TOKEN", viewer.token.as_deref().unwrap())
+        .env("TEMP_TOKEN", temp.token.as_deref().unwrap())
         .env("SCREENSHOTS", &shots)
         .env("PLAYWRIGHT_CORE", &playwright)
         .output()

@@ -2,7 +2,7 @@
 // shadowing, watch a token move live, fire from the page, a 403 explained for an agent without
 // the flag; no JavaScript error and no console error on any page but the refusals provoked on
 // purpose. Screenshots go to $SCREENSHOTS. Run by tests/ui.rs, which prepares the master.
-const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
+const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 // Installed by scripts/ui-env under target/tools/ui, named by its path.
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
 const problems = [];
@@ -149,6 +149,13 @@ await page.goto(`${BASE}/#/agents`);
 await page.locator('tr[data-principal=viewer]').waitFor();
 await page.locator('#executor-credentials tr[data-principal=e1]').waitFor();
 await shot('agents');
+// Revoked from the page (a second click confirms): the row goes, and so does the token.
+await page.click('button[data-revoke=temp]');
+await page.click('button[data-revoke=temp]');
+await page.locator('#alert', { hasText: 'temp revoked' }).waitFor();
+await page.locator('tr[data-principal=temp]').waitFor({ state: 'detached' });
+const gone = await fetch(`${BASE}/api/me`, { headers: { Authorization: `Bearer ${TEMP_TOKEN}` } });
+check(gone.status === 401, `the revoked token still works: ${gone.status}`);
 await page.goto(`${BASE}/#/secrets`);
 await page.locator('#secrets', { hasText: 'API_KEY' }).waitFor();
 check(!(await page.content()).includes('secret-value-0123456789'), 'a secret value reached the page');
