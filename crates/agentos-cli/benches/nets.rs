@@ -133,7 +133,11 @@ fn main() {
         let mut lat = Vec::new();
         for i in 0..60 {
             let t = Instant::now();
-            api.call(reqwest::Method::POST, &format!("/api/models/{model}/places/{place}/tokens"), Some(json!({"data": {"n": i}})));
+            api.call(
+                reqwest::Method::POST,
+                &format!("/api/models/{model}/places/{place}/tokens"),
+                Some(json!({"data": {"n": i}})),
+            );
             lat.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -149,7 +153,9 @@ fn main() {
     empty.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let (f50, e50) = (pct(&full, 0.5), pct(&empty, 0.5));
     println!();
-    println!("(3) a token put into a place of 3,000+ tokens watched by a started transition with a filter, 180 commits");
+    println!(
+        "(3) a token put into a place of 3,000+ tokens watched by a started transition with a filter, 180 commits"
+    );
     println!(
         "    p50 {f50:.2} ms, p95 {:.2} ms; the same put into an empty place of a model with the same net: p50 {e50:.2} ms, p95 {:.2} ms → {:.2}× (goal < 2×)",
         pct(&full, 0.95),

@@ -27,7 +27,7 @@ pub mod runtime;
 mod instance_tests;
 
 pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
-use runtime::{Candidates, Compiled, FireError, HttpCompiled, OperationCompiled};
+use runtime::{Candidate, Candidates, Compiled, FireError, HttpCompiled, OperationCompiled};
 
 use agentos_core::decide::{
     decide_apply_net, decide_create_instance, decide_create_model, decide_net_events, decide_stop_crash_looping,
@@ -507,6 +507,7 @@ impl Nets<'_> {
         let mut out = Vec::new();
         let mut used = std::collections::BTreeSet::new();
         let empty = agentos_core::net_state::PlaceState::default();
+        let verdicts = c.verdicts.lock().unwrap_or_else(|e| e.into_inner());
         for (name, preset) in &t.presets {
             let in_catalog = preset.place == CATALOG_PLACE;
             let place = if in_catalog { &empty } else { net.places.get(&preset.place)? };
@@ -530,7 +531,13 @@ impl Nets<'_> {
                     continue;
                 }
                 if filtered {
-                    free_tokens.push((r, token_json(token)));
+                    let keep = !in_catalog && c.pure_filters.contains(name);
+                    let known = if keep { verdicts.get(&(name.clone(), token.id.clone())) } else { None };
+                    let candidate = match known {
+                        Some(v) => Candidate::Known(*v),
+                        None => Candidate::Ask { json: token_json(token), keep },
+                    };
+                    free_tokens.push((r, candidate));
                 } else {
                     used.insert(r.clone());
                     refs.push(r);
@@ -569,21 +576,48 @@ impl Nets<'_> {
                     };
                     let lost = || ExprError::Compile(format!("preset {name}: its filter is not compiled"));
                     let f = c.filters.get(&name).ok_or_else(lost)?;
-                    let (refs, values): (Vec<TokenRef>, Vec<Value>) = tokens.into_iter().unzip();
-                    let verdicts = if values.is_empty() {
-                        Vec::new()
-                    } else {
-                        match f
-                            .eval(runner, &Value::Array(values))
+                    // Only the tokens the filter was not asked about yet go to it, in one round trip.
+                    let mut asked = Vec::new();
+                    let mut refs = Vec::with_capacity(tokens.len());
+                    let mut verdicts: Vec<Value> = Vec::with_capacity(tokens.len());
+                    let mut keep = Vec::new();
+                    for (i, (r, cand)) in tokens.into_iter().enumerate() {
+                        match cand {
+                            Candidate::Known(v) => verdicts.push(Value::Bool(v)),
+                            Candidate::Ask { json, keep: k } => {
+                                asked.push(json);
+                                keep.push((i, k));
+                                verdicts.push(Value::Null);
+                            }
+                        }
+                        refs.push(r);
+                    }
+                    if !asked.is_empty() {
+                        let n = asked.len();
+                        let answered = match f
+                            .eval(runner, &Value::Array(asked))
                             .map_err(|e| e.within(format_args!("preset {name}: filter failed")))?
                         {
-                            Some(Value::Array(v)) if v.len() == refs.len() => v,
+                            Some(Value::Array(v)) if v.len() == n => v,
                             other => {
                                 let why = format!("preset {name}: the filter answered {other:?} over its tokens");
                                 return Err(ExprError::Raised(why));
                             }
+                        };
+                        let mut kept = c.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+                        if kept.len() + n > runtime::VERDICTS_KEPT {
+                            // Let go of the verdicts of tokens no longer among the candidates.
+                            let live: std::collections::HashSet<&str> = refs.iter().map(|r| r.id.as_str()).collect();
+                            kept.retain(|(_, id), _| live.contains(id.as_str()));
                         }
-                    };
+                        for ((i, k), verdict) in keep.into_iter().zip(answered) {
+                            // An error is not kept: it is reported now, and asked again next time.
+                            if k && let Value::Bool(b) = verdict {
+                                kept.insert((name.clone(), refs[i].id.clone()), b);
+                            }
+                            verdicts[i] = verdict;
+                        }
+                    }
                     let mut chosen = Vec::new();
                     for (r, verdict) in refs.into_iter().zip(verdicts) {
                         if chosen.len() >= limit {

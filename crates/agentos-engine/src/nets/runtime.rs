@@ -74,6 +74,14 @@ pub(crate) struct Compiled {
     pub(crate) inscription: Inscription,
     /// preset -> its filter over every candidate token at once (see [`filter_over_all`]).
     pub(crate) filters: BTreeMap<String, Expr>,
+    /// What each filter answered for each token it was asked about: a token's data never
+    /// changes, so a filter is asked once per token, not at every commit that looks at the
+    /// place. Lives as long as this version of the transition (a new net drops it); catalog
+    /// tokens, which change with their entries, are never kept.
+    pub(crate) verdicts: std::sync::Mutex<std::collections::HashMap<(String, String), bool>>,
+    /// The presets whose filter reads nothing but the token (no clock, no environment, no
+    /// further input), so that its verdict on a token holds for good.
+    pub(crate) pure_filters: std::collections::BTreeSet<String>,
     pub(crate) template: Option<Template>,
     pub(crate) when: Vec<Option<Expr>>,
     pub(crate) http: Option<HttpCompiled>,
@@ -87,9 +95,13 @@ impl Compiled {
         let action = |e: serde_json::Error| ExprError::Compile(format!("action: {e}"));
         let template = |at: String| move |(p, e): (String, ExprError)| e.within(format_args!("{at}{p}"));
         let mut filters = BTreeMap::new();
+        let mut pure_filters = std::collections::BTreeSet::new();
         for (name, p) in &t.presets {
             if let Some(f) = &p.filter {
                 filters.insert(name.clone(), Expr::compile(&filter_over_all(f))?);
+                if reads_only_its_input(f) {
+                    pure_filters.insert(name.clone());
+                }
             }
         }
         let when = t.emit.iter().map(|r| r.when.as_deref().map(Expr::compile).transpose()).collect::<Result<_, _>>()?;
@@ -128,8 +140,26 @@ impl Compiled {
             _ => None,
         };
         let template = template_of_map;
-        Ok(Compiled { inscription: t.clone(), filters, template, when, http, operation, command })
+        Ok(Compiled {
+            inscription: t.clone(),
+            filters,
+            verdicts: Default::default(),
+            pure_filters,
+            template,
+            when,
+            http,
+            operation,
+            command,
+        })
     }
+}
+
+/// Whether a jq expression reads nothing but its input: no clock (`now`), no environment
+/// (`env`, `$ENV`), no further input (`input`, `inputs`), no debug output. Decided on the text,
+/// so a name that merely contains one of these words counts as reading it: a filter wrongly
+/// thought impure is only asked again, never answered from a stale verdict.
+pub(crate) fn reads_only_its_input(src: &str) -> bool {
+    !["now", "env", "ENV", "input", "debug", "stderr", "$__loc__", "halt"].iter().any(|w| src.contains(w))
 }
 
 /// A preset filter made into one expression over the array of candidate tokens, answering for
@@ -143,9 +173,22 @@ pub(crate) fn filter_over_all(src: &str) -> String {
 pub(crate) enum Candidates {
     /// No filter: bound already.
     Bound(Vec<TokenRef>),
-    /// Free tokens for the filter, in place order, with the JSON it reads.
-    Filter(Vec<(TokenRef, Value)>),
+    /// Free tokens for the filter, in place order: each with the filter's verdict when it was
+    /// asked before, else with the JSON it reads.
+    Filter(Vec<(TokenRef, Candidate)>),
 }
+
+pub(crate) enum Candidate {
+    Known(bool),
+    /// To ask the filter about; `keep`: its verdict may be kept (not a catalog token).
+    Ask {
+        json: Value,
+        keep: bool,
+    },
+}
+
+/// Verdicts kept per transition version before those of tokens gone are let go.
+pub(crate) const VERDICTS_KEPT: usize = 50_000;
 
 /// An http action with its templates compiled.
 pub(crate) struct HttpCompiled {
@@ -552,5 +595,22 @@ mod tests {
             ]
         );
         assert_eq!(files("4:cpu,cpuacct:/x\n"), Vec::<String>::new());
+    }
+}
+
+#[cfg(test)]
+mod verdict_tests {
+    use super::reads_only_its_input;
+
+    #[test]
+    fn only_a_filter_that_reads_its_token_alone_has_its_verdicts_kept() {
+        for pure in [".data.n > 5", "(.data.n + 0) > 5 # a comment", ".data.tags | index(\"a\")"] {
+            assert!(reads_only_its_input(pure), "{pure}");
+        }
+        for impure in
+            [".data.deadline < now", "env.HOME == \"x\"", "$ENV.X", "input", ".data | debug", "$__loc__.line > 1"]
+        {
+            assert!(!reads_only_its_input(impure), "{impure}");
+        }
     }
 }
