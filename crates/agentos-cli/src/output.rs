@@ -195,6 +195,7 @@ pub fn ready(r: &Ready, welcome: Option<&LocalWelcome>) {
         println!("  agentos catalog register-script --id hello --runtime sh --file hello.sh");
         println!("  agentos run hello -- world");
         println!("  agentos catalog list");
+        println!("Or open {}/ in a browser and sign in with the operator token.", r.url);
         println!("Stop with Ctrl-C; everything is kept in the data folder.");
     }
     use std::io::Write;
