@@ -518,6 +518,7 @@ impl Nets<'_> {
                 Take::All => preset.limit.unwrap_or(usize::MAX),
             };
             let filtered = c.filters.contains_key(name);
+            let kept = verdicts.get(name);
             let mut refs = Vec::new();
             let mut free_tokens = Vec::new();
             for token in tokens {
@@ -532,7 +533,7 @@ impl Nets<'_> {
                 }
                 if filtered {
                     let keep = !in_catalog && c.pure_filters.contains(name);
-                    let known = if keep { verdicts.get(&(name.clone(), token.id.clone())) } else { None };
+                    let known = if keep { kept.and_then(|k| k.get(token.id.as_str())) } else { None };
                     let candidate = match known {
                         Some(v) => Candidate::Known(*v),
                         None => Candidate::Ask { json: token_json(token), keep },
@@ -604,16 +605,17 @@ impl Nets<'_> {
                                 return Err(ExprError::Raised(why));
                             }
                         };
-                        let mut kept = c.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+                        let mut all = c.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+                        let kept = all.entry(name.clone()).or_default();
                         if kept.len() + n > runtime::VERDICTS_KEPT {
                             // Let go of the verdicts of tokens no longer among the candidates.
                             let live: std::collections::HashSet<&str> = refs.iter().map(|r| r.id.as_str()).collect();
-                            kept.retain(|(_, id), _| live.contains(id.as_str()));
+                            kept.retain(|id, _| live.contains(id.as_str()));
                         }
                         for ((i, k), verdict) in keep.into_iter().zip(answered) {
                             // An error is not kept: it is reported now, and asked again next time.
                             if k && let Value::Bool(b) = verdict {
-                                kept.insert((name.clone(), refs[i].id.clone()), b);
+                                kept.insert(refs[i].id.clone(), b);
                             }
                             verdicts[i] = verdict;
                         }

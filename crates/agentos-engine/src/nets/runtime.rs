@@ -78,7 +78,8 @@ pub(crate) struct Compiled {
     /// changes, so a filter is asked once per token, not at every commit that looks at the
     /// place. Lives as long as this version of the transition (a new net drops it); catalog
     /// tokens, which change with their entries, are never kept.
-    pub(crate) verdicts: std::sync::Mutex<std::collections::HashMap<(String, String), bool>>,
+    /// preset -> token id -> verdict.
+    pub(crate) verdicts: std::sync::Mutex<BTreeMap<String, std::collections::HashMap<String, bool>>>,
     /// The presets whose filter reads nothing but the token (no clock, no environment, no
     /// further input), so that its verdict on a token holds for good.
     pub(crate) pure_filters: std::collections::BTreeSet<String>,
