@@ -1181,3 +1181,30 @@ fn a_token_a_fire_makes_over_max_token_bytes_stops_its_transition_in_the_map_and
     assert_eq!(parked.as_array().map(Vec::len), Some(1), "{parked}");
     assert!(parked[0]["reason"].as_str().unwrap().contains("--max-token-bytes"), "{parked}");
 }
+
+#[test]
+fn a_filters_kept_verdicts_go_with_the_net_that_asked_and_new_tokens_are_asked_once_they_come() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let net = |filter: &str| {
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "pick", "kind": "pass",
+            "presets": {"x": {"place": "p-in", "filter": filter}}, "postsets": {"o": {"place": "p-out"}},
+            "emit": [{"to": "o"}]}]})
+    };
+    apply(&api, "keep", net(".data.n > 5"));
+    start_all(&api, "keep", &["pick"]);
+    for n in [1, 3] {
+        put(&api, "keep", "p-in", json!({"n": n}));
+    }
+    // Asked about 1 and 3 (no), then about 9 alone: it moves, the others stay.
+    put(&api, "keep", "p-in", json!({"n": 9}));
+    wait_for("9 to move", || api.token_data("keep", "p-out") == vec![json!({"n": 9})]);
+    assert_eq!(api.token_data("keep", "p-in").len(), 2);
+    // Another filter is another question: the kept "no" for 3 is not its answer.
+    apply(&api, "keep", net(".data.n > 2"));
+    // A net applied again starts stopped.
+    start_all(&api, "keep", &["pick"]);
+    wait_for("3 to move under the new filter", || api.token_data("keep", "p-out").contains(&json!({"n": 3})));
+    assert_eq!(api.token_data("keep", "p-in"), vec![json!({"n": 1})]);
+}
