@@ -9,6 +9,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Why jobs cannot have cgroups here.
@@ -38,7 +39,16 @@ pub struct JobCgroups {
     dir: PathBuf,
     next: AtomicU64,
     guard: Option<Guard>,
+    /// Job cgroups their last job left empty, kept for the next job: making and removing a
+    /// cgroup costs the kernel far more than the job's own spawn.
+    free: Free,
 }
+
+/// Empty job cgroups, ready for a job.
+type Free = Arc<Mutex<Vec<(PathBuf, OwnedFd)>>>;
+
+/// Most empty job cgroups kept; one per slot is what a busy executor uses.
+const MAX_FREE: usize = 64;
 
 /// The guard process and the write end of its pipe: never written, closed when this process
 /// ends (or the executor stops and closes its cgroups).
@@ -56,6 +66,7 @@ const GUARD_SCRIPT: &str = "trap '' INT TERM HUP QUIT PIPE; while read -r _; do 
 pub struct JobCgroup {
     dir: PathBuf,
     procs: OwnedFd,
+    free: Free,
 }
 
 /// Where cgroup v2 is mounted, and where in it this process sits.
@@ -106,7 +117,9 @@ impl JobCgroups {
         loop {
             let dir = parent.join(format!("{PREFIX}{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
             match std::fs::create_dir(&dir) {
-                Ok(()) => return Ok(JobCgroups { dir, next: AtomicU64::new(0), guard: None }),
+                Ok(()) => {
+                    return Ok(JobCgroups { dir, next: AtomicU64::new(0), guard: None, free: Free::default() });
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(CgroupError::Io { path: dir, source: e }),
             }
@@ -118,13 +131,16 @@ impl JobCgroups {
         &self.dir
     }
 
-    /// A new cgroup for one job.
+    /// A cgroup for one job: one an earlier job left empty, or a new one.
     pub fn job(&self) -> std::io::Result<JobCgroup> {
+        if let Some((dir, procs)) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            return Ok(JobCgroup { dir, procs, free: self.free.clone() });
+        }
         let dir = self.dir.join(format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir)?;
         // Opened here, as the executor's user, and written in the child before it changes user.
         let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
-        Ok(JobCgroup { dir, procs: procs.into() })
+        Ok(JobCgroup { dir, procs: procs.into(), free: self.free.clone() })
     }
 
     /// Starts the guard: a shell (`sh`, run as `agentos-guard`) whose stdin is a pipe only
@@ -162,6 +178,7 @@ impl JobCgroups {
             drop(_pipe);
             let _ = child.wait();
         }
+        self.free.lock().unwrap_or_else(|p| p.into_inner()).clear();
         let left = kill_and_remove(&self.dir);
         if left > 0 {
             tracing::error!(cgroup = %self.dir.display(), left, "processes of this executor's jobs survived SIGKILL");
@@ -182,6 +199,11 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 impl JobCgroup {
+    /// The job's cgroup.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The open `cgroup.procs` of the job: a process that writes `0` to it joins the cgroup.
     pub fn procs_fd(&self) -> RawFd {
         self.procs.as_raw_fd()
@@ -190,6 +212,23 @@ impl JobCgroup {
     /// Sends SIGKILL to every process in the job's cgroup; does not wait.
     pub fn kill(&self) {
         kill(&self.dir);
+    }
+
+    /// Keeps the cgroup for the next job when it is over: no process in it (the job's main
+    /// process was reaped and `kill` found nothing else) and no cgroup below it (a script made
+    /// none). Otherwise it is handed back, for `remove`. Does not block: two reads of the
+    /// cgroup's own files.
+    pub fn reuse(self) -> Result<(), JobCgroup> {
+        if populated(&self.dir) || descendants(&self.dir) != Some(0) {
+            return Err(self);
+        }
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        if free.len() >= MAX_FREE {
+            drop(free);
+            return Err(self);
+        }
+        free.push((self.dir, self.procs));
+        Ok(())
     }
 
     /// Kills what is left, waits (bounded) for the cgroup to empty and removes it. Returns how
@@ -229,6 +268,13 @@ fn populated(dir: &Path) -> bool {
         Ok(events) => events.lines().any(|l| l == "populated 1"),
         Err(_) => !procs(dir).is_empty(),
     }
+}
+
+/// How many cgroups are below `dir`, dying ones included (`cgroup.stat`); `None` when unreadable.
+fn descendants(dir: &Path) -> Option<u64> {
+    let stat = std::fs::read_to_string(dir.join("cgroup.stat")).ok()?;
+    let count = |key: &str| stat.lines().find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok());
+    Some(count("nr_descendants ")? + count("nr_dying_descendants ").unwrap_or(0))
 }
 
 /// Kills everything in `dir` (a cgroup, with its children), waits for it to empty, and removes

@@ -165,8 +165,9 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         let left_open = !drained && tokio::time::timeout(DRAIN_AFTER_EXIT, output).await.is_err();
         (status, timed_out, cancelled, left_open)
     };
-    if let Some(cg) = spec.cgroup {
-        // Waiting for the killed processes to leave happens off the runtime's thread.
+    // An emptied cgroup is kept for the next job; one still holding processes (or cgroups a
+    // script made) is removed, waiting for the killed processes to leave off the runtime's thread.
+    if let Some(Err(cg)) = spec.cgroup.map(JobCgroup::reuse) {
         match tokio::task::spawn_blocking(move || cg.remove()).await {
             Ok(0) => {}
             Ok(left) => tracing::error!(left, "processes of a job survived SIGKILL in its cgroup"),
@@ -278,6 +279,40 @@ pub(crate) mod tests {
         assert!(!o.pipes_left_open, "the detached child was killed, so its pipes closed at once");
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
         assert!(!alive(pid), "the detached child {pid} survived its job");
+        cgroups.close();
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_its_job_left_empty_serves_the_next_job_and_one_with_a_survivor_does_not() {
+        let cgroups = crate::cgroup::JobCgroups::open().expect("a writable cgroup v2");
+        let own = |s: &mut RunSpec| s.args = vec!["-c".into(), "cat /proc/self/cgroup".into()];
+        let mut s = spec("", 10_000);
+        own(&mut s);
+        s.cgroup = Some(cgroups.job().unwrap());
+        let first = run(s, &CancellationToken::new()).await.unwrap().stdout;
+        let mut s = spec("", 10_000);
+        own(&mut s);
+        s.cgroup = Some(cgroups.job().unwrap());
+        let second = run(s, &CancellationToken::new()).await.unwrap().stdout;
+        assert!(String::from_utf8_lossy(&first).contains("/job-"), "{}", String::from_utf8_lossy(&first));
+        assert_eq!(first, second, "the emptied cgroup is used again");
+
+        // A job whose cgroup still holds a process when it ends: not kept, and the process dies.
+        let cg = cgroups.job().unwrap();
+        let dir = cg.dir().to_path_buf();
+        assert!(String::from_utf8_lossy(&second).trim().ends_with(dir.file_name().unwrap().to_str().unwrap()));
+        let mut child = std::process::Command::new("sleep").arg("313").spawn().unwrap();
+        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).unwrap();
+        assert!(std::fs::read_to_string(dir.join("cgroup.procs")).unwrap().contains(&child.id().to_string()));
+        let cg = cg.reuse().expect_err("a cgroup with a process in it is not kept");
+        assert_eq!(cg.remove(), 0);
+        assert!(child.wait().unwrap().signal() == Some(9), "the process left in it is killed");
+        assert!(!dir.exists(), "the cgroup that held a process is removed");
+        let mut s = spec("", 10_000);
+        own(&mut s);
+        s.cgroup = Some(cgroups.job().unwrap());
+        let third = run(s, &CancellationToken::new()).await.unwrap().stdout;
+        assert_ne!(third, second, "a new cgroup replaces the removed one");
         cgroups.close();
     }
 
