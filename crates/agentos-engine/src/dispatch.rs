@@ -122,7 +122,7 @@ impl Dispatch<'_> {
     /// the log at the next start.
     fn forget_direct(&self, job_id: &str) {
         if let Some(d) = self.inner.dispatch.durable.get() {
-            let _ = d.forget.send(job_id.to_string());
+            let _ = d.writes.send(crate::jobs::StoreWrite::Forget(job_id.to_string()));
         }
     }
 
@@ -371,14 +371,21 @@ impl Dispatch<'_> {
             // The shared queue keeps its jobs itself, across every master's restarts.
             return Ok(0);
         }
-        let (forget, mut forgotten) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (writes, mut pending) = tokio::sync::mpsc::unbounded_channel::<crate::jobs::StoreWrite>();
         let janitor = store.clone();
-        // Ends when the engine (the sender's holder) is dropped; a failed removal is logged, and
-        // the job is found finished in the log at the next start.
+        // Ends when the engine (the sender's holder) is dropped. A failed removal is logged, and
+        // the job is found finished in the log at the next start; a failed put is answered.
         tokio::spawn(async move {
-            while let Some(id) = forgotten.recv().await {
-                if let Err(e) = janitor.forget(&id).await {
-                    tracing::warn!(job = %id, error = %e, "removing a finished job from the job store failed");
+            while let Some(write) = pending.recv().await {
+                match write {
+                    crate::jobs::StoreWrite::Put(job, done) => {
+                        let _ = done.send(janitor.put(job).await);
+                    }
+                    crate::jobs::StoreWrite::Forget(id) => {
+                        if let Err(e) = janitor.forget(&id).await {
+                            tracing::warn!(job = %id, error = %e, "removing a finished job from the job store failed");
+                        }
+                    }
                 }
             }
         });
@@ -401,7 +408,7 @@ impl Dispatch<'_> {
             drop(self.inner.dispatch.jobs.enqueue_direct(job.job_id, job.model, token, job.invoker).await?);
             requeued += 1;
         }
-        if self.inner.dispatch.durable.set(crate::jobs::DurableJobs { store, forget }).is_err() {
+        if self.inner.dispatch.durable.set(crate::jobs::DurableJobs { writes }).is_err() {
             return Err(CoreError::internal("jobs were already made durable").into());
         }
         Ok(requeued)

@@ -886,10 +886,18 @@ impl Default for DispatchConfig {
     }
 }
 
-/// The job store of direct invocations, and the queue of finished jobs to remove from it.
+/// The job store of direct invocations, written in order by one task: a job's removal can
+/// never overtake its storing.
 pub(crate) struct DurableJobs {
-    pub(crate) store: std::sync::Arc<dyn agentos_store::JobStore>,
-    pub(crate) forget: tokio::sync::mpsc::UnboundedSender<String>,
+    pub(crate) writes: tokio::sync::mpsc::UnboundedSender<StoreWrite>,
+}
+
+/// One write to the job store of direct invocations.
+pub(crate) enum StoreWrite {
+    /// Store a job; the sender hears when it is durable (or why not).
+    Put(agentos_store::StoredJob, tokio::sync::oneshot::Sender<Result<(), agentos_store::StoreError>>),
+    /// Remove a job (it finished, or nobody waits for it any more).
+    Forget(String),
 }
 
 /// The blob namespace of job output that is too large to inline; the model follows.

@@ -85,3 +85,53 @@ async fn asynchronous_invocations_count_against_the_invocation_limit_while_their
     let err = e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap_err();
     assert_eq!(err.code(), "too_many_invocations", "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waited_for_job_is_stored_while_it_runs_answered_once_stored_and_forgotten_once_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
+    let (e, store, _) = open(dir.path()).await;
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    // An executor polls first, so the job is handed out the moment it is queued.
+    let poller = {
+        let (e, exec) = (e.clone(), exec.clone());
+        tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap().unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let caller = {
+        let (e, op) = (e.clone(), op.clone());
+        tokio::spawn(async move {
+            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+            e.dispatch().invoke(&op, "t", None, req).await
+        })
+    };
+    let leased = poller.await.unwrap();
+    // The job is in the store while it runs: a master that died now would run it again.
+    let mut stored = None;
+    for _ in 0..200 {
+        stored = store.get(&leased.job_id).await.unwrap();
+        if stored.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(stored.map(|j| j.invoker), Some("operator".to_string()), "the running job is stored");
+    let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(7), ..Default::default() };
+    e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
+    let answer = caller.await.unwrap().unwrap();
+    assert_eq!(answer["exitCode"], 7, "{answer}");
+    // Recorded, then forgotten: nothing to run again after a restart.
+    let mut left = 1;
+    for _ in 0..200 {
+        left = store.all().await.unwrap().len();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(left, 0, "a recorded job stays in the store");
+    drop((e, store));
+    let (_e, _store, requeued) = open(dir.path()).await;
+    assert_eq!(requeued, 0);
+}
