@@ -227,6 +227,9 @@ pub fn exit(r: Result<(), ClientError>) -> ExitCode {
     }
 }
 
+/// Longest a client request waits for its whole answer.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// The last event a client of one installation (named by its token) has seen, so that its next
 /// request, to whichever master of a shared log, waits until that master has folded it
 /// (`Agentos-Min-Seq`): a write through one master is read back through any other. Kept in
@@ -315,22 +318,52 @@ impl Conn {
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
         let token = self.token()?;
-        let client = reqwest::blocking::Client::builder()
-            .timeout(std::time::Duration::from_secs(120))
-            .build()
-            .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
         let url = format!("{}{}", self.url.trim_end_matches('/'), path);
         let seen = SeenSeq::of(&token);
-        let mut req = seen.ask(client.request(method, &url).bearer_auth(token).query(query));
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().map_err(|e| {
+        let unreachable = |e: &dyn std::fmt::Display| {
             fail(
                 EXIT_UNREACHABLE,
                 format!("cannot reach the master at {}: {e} (is `agentos up` running? set AGENTOS_URL)", self.url),
             )
-        })?;
+        };
+        if let Ok(mut parsed) = reqwest::Url::parse(&url)
+            && crate::lean_http::usable(&parsed)
+        {
+            if !query.is_empty() {
+                parsed.query_pairs_mut().extend_pairs(query);
+            }
+            let mut headers = vec![("Authorization", format!("Bearer {token}")), ("Accept", "*/*".into())];
+            if let Some(n) = seen.seen {
+                headers.push(("Agentos-Min-Seq", n.to_string()));
+            }
+            let bytes = body.map(|b| serde_json::to_vec(&b).unwrap_or_default());
+            let answer = crate::lean_http::exchange(
+                &parsed,
+                method.as_str(),
+                &headers,
+                bytes.as_deref().map(|b| ("application/json", b)),
+                REQUEST_TIMEOUT,
+            )
+            .map_err(|e| unreachable(&e))?;
+            if let Some(seq) = answer.header("agentos-seq").and_then(|v| v.parse::<u64>().ok()) {
+                seen.note_seq(seq);
+            }
+            let text = String::from_utf8_lossy(&answer.body);
+            let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()));
+            if (200..300).contains(&answer.status) {
+                return Ok(value);
+            }
+            return Err(refusal(answer.status, &value));
+        }
+        let client = reqwest::blocking::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
+        let mut req = seen.ask(client.request(method, &url).bearer_auth(token).query(query));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().map_err(|e| unreachable(&e))?;
         seen.note(&resp);
         let status = resp.status();
         let text = resp.text().map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;

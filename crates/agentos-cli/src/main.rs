@@ -1,6 +1,7 @@
 //! The `agentos` binary: parses arguments and hands over to the master, an executor, or the API client.
 
 mod client;
+mod lean_http;
 mod mcp;
 mod output;
 mod process;
