@@ -373,19 +373,32 @@ impl Dispatch<'_> {
         }
         let (writes, mut pending) = tokio::sync::mpsc::unbounded_channel::<crate::jobs::StoreWrite>();
         let janitor = store.clone();
-        // Ends when the engine (the sender's holder) is dropped. A failed removal is logged, and
-        // the job is found finished in the log at the next start; a failed put is answered.
+        // Ends when the engine (the sender's holder) is dropped. What is pending when the store
+        // is free goes in one batch (one sync to the disk), in order. A failed removal is
+        // logged, and the job is found finished in the log at the next start; a failed put is
+        // answered to its caller.
         tokio::spawn(async move {
-            while let Some(write) = pending.recv().await {
-                match write {
-                    crate::jobs::StoreWrite::Put(job, done) => {
-                        let _ = done.send(janitor.put(job).await);
-                    }
-                    crate::jobs::StoreWrite::Forget(id) => {
-                        if let Err(e) = janitor.forget(&id).await {
-                            tracing::warn!(job = %id, error = %e, "removing a finished job from the job store failed");
+            let mut batch = Vec::new();
+            while pending.recv_many(&mut batch, 256).await > 0 {
+                let mut writes = Vec::with_capacity(batch.len());
+                let mut waiting = Vec::new();
+                for write in batch.drain(..) {
+                    match write {
+                        crate::jobs::StoreWrite::Put(job, done) => {
+                            writes.push(agentos_store::JobWrite::Put(job));
+                            waiting.push(done);
                         }
+                        crate::jobs::StoreWrite::Forget(id) => writes.push(agentos_store::JobWrite::Forget(id)),
                     }
+                }
+                let n = writes.len();
+                let r = janitor.write(writes).await;
+                if let Err(e) = &r {
+                    tracing::warn!(writes = n, error = %e, "writing to the job store failed");
+                }
+                for done in waiting {
+                    let _ =
+                        done.send(r.as_ref().map(|_| ()).map_err(|e| agentos_store::StoreError::Jobs(e.to_string())));
                 }
             }
         });

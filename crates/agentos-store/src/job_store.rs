@@ -20,8 +20,18 @@ pub struct StoredJob {
     pub queued_at: i64,
 }
 
+/// One change to the store, in a batch of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobWrite {
+    Put(StoredJob),
+    Forget(String),
+}
+
 #[async_trait]
 pub trait JobStore: Send + Sync {
+    /// Applies changes in order, durably and at once: when this returns, a crash loses none
+    /// of them; when it fails, none was made. Several changes share one sync to the disk.
+    async fn write(&self, writes: Vec<JobWrite>) -> Result<(), StoreError>;
     /// Stores a job durably: when this returns, a crash does not lose it.
     async fn put(&self, job: StoredJob) -> Result<(), StoreError>;
     /// Removes a job (it finished, or its caller gave up before it was handed out). Removing

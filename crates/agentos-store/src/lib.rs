@@ -21,7 +21,7 @@ pub use blob_store::BlobStore;
 pub use error::StoreError;
 pub use event_log::{EventLog, NewEvent, RecordedEvent, Snapshot};
 pub use fs_blob_store::FsBlobStore;
-pub use job_store::{JobStore, StoredJob};
+pub use job_store::{JobStore, JobWrite, StoredJob};
 pub use model_locks::{ModelLocks, PgModelLocks};
 pub use pg::redact_url;
 pub use pg_event_log::PgEventLog;

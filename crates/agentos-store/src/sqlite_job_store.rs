@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::StoreError;
-use crate::job_store::{JobStore, StoredJob};
+use crate::job_store::{JobStore, JobWrite, StoredJob};
 use crate::sqlite_event_log::{connect, create_private};
 
 const SCHEMA: &str = "
@@ -60,6 +60,23 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<StoredJob> {
 
 #[async_trait]
 impl JobStore for SqliteJobStore {
+    async fn write(&self, writes: Vec<JobWrite>) -> Result<(), StoreError> {
+        self.with(move |c| {
+            let tx = c.unchecked_transaction()?;
+            for w in &writes {
+                match w {
+                    JobWrite::Put(job) => tx.execute(
+                        "INSERT OR REPLACE INTO jobs (job_id, model, invoker, token, queued_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        params![job.job_id, job.model, job.invoker, job.token, job.queued_at],
+                    )?,
+                    JobWrite::Forget(id) => tx.execute("DELETE FROM jobs WHERE job_id = ?1", params![id])?,
+                };
+            }
+            tx.commit()
+        })
+        .await
+    }
+
     async fn put(&self, job: StoredJob) -> Result<(), StoreError> {
         self.with(move |c| {
             c.execute(
@@ -102,6 +119,27 @@ mod tests {
 
     fn job(id: &str, at: i64) -> StoredJob {
         StoredJob { job_id: id.into(), model: "m".into(), invoker: "p-1".into(), token: "{}".into(), queued_at: at }
+    }
+
+    #[tokio::test]
+    async fn a_batch_of_writes_applies_in_order_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.db");
+        {
+            let s = SqliteJobStore::open(&path).unwrap();
+            s.write(vec![
+                JobWrite::Put(job("a", 1)),
+                JobWrite::Put(job("b", 2)),
+                JobWrite::Forget("a".into()),
+                JobWrite::Put(job("c", 3)),
+                JobWrite::Forget("never-stored".into()),
+            ])
+            .await
+            .unwrap();
+        }
+        let s = SqliteJobStore::open(&path).unwrap();
+        let ids: Vec<String> = s.all().await.unwrap().into_iter().map(|j| j.job_id).collect();
+        assert_eq!(ids, ["b", "c"]);
     }
 
     #[tokio::test]
