@@ -102,7 +102,7 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     for _ in 0..10 {
         host.extend(time_runs(20, || shim("agentos-weather", &["ping"])));
         if has_client {
-            host_c.extend(time_runs(20, || c_call()));
+            host_c.extend(time_runs(20, &c_call));
         }
         script.extend(time_runs(10, || shim("agentos-nothing", &["run"])));
         spawn.extend(time_runs(10, bare));

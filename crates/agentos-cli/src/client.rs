@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{Value, json};
 
+pub use crate::call::{ClientError, EXIT_FAILURE, EXIT_UNREACHABLE, EXIT_USAGE};
+use crate::call::{SeenSeq, Target, fail, refusal};
 use crate::output;
 
 /// Where the master is and who we are.
@@ -190,30 +192,6 @@ pub struct ListArgs {
     pub offset: Option<usize>,
 }
 
-/// A failure, with the exit code it maps to.
-#[derive(Debug)]
-pub struct ClientError {
-    pub code: u8,
-    pub message: String,
-    /// The master's HTTP status, when the master answered: shown by client commands, left off
-    /// the one line a shim prints, where agents act on the message and the exit code.
-    pub status: Option<u16>,
-    /// The master's error code (`error.code` of its answer), when it gave one.
-    pub error_code: Option<String>,
-}
-
-pub const EXIT_FAILURE: u8 = 1;
-pub const EXIT_USAGE: u8 = 2;
-pub const EXIT_DENIED: u8 = 3;
-pub const EXIT_NOT_FOUND: u8 = 4;
-pub const EXIT_TOOL_FAILED: u8 = 5;
-pub const EXIT_TIMED_OUT_CALL: u8 = 6;
-pub const EXIT_UNREACHABLE: u8 = 7;
-
-fn fail(code: u8, message: impl Into<String>) -> ClientError {
-    ClientError { code, message: message.into(), status: None, error_code: None }
-}
-
 pub fn exit(r: Result<(), ClientError>) -> ExitCode {
     match r {
         Ok(()) => ExitCode::SUCCESS,
@@ -227,32 +205,7 @@ pub fn exit(r: Result<(), ClientError>) -> ExitCode {
     }
 }
 
-/// Longest a client request waits for its whole answer.
-const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
-
-/// The last event a client of one installation (named by its token) has seen, so that its next
-/// request, to whichever master of a shared log, waits until that master has folded it
-/// (`Agentos-Min-Seq`): a write through one master is read back through any other. Kept in
-/// `AGENTOS_SEQ_FILE`, else under `$XDG_RUNTIME_DIR` or `~/.cache/agentos`, one small file per
-/// token; without any of those the client sends no header.
-struct SeenSeq {
-    file: Option<std::path::PathBuf>,
-    seen: Option<u64>,
-}
-
 impl SeenSeq {
-    fn of(token: &str) -> SeenSeq {
-        let name = format!("seq-{}", &agentos_core::sha256_hex(token.as_bytes())[..16]);
-        let file = std::env::var_os("AGENTOS_SEQ_FILE")
-            .map(std::path::PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("XDG_RUNTIME_DIR").map(|d| std::path::Path::new(&d).join("agentos").join(&name))
-            })
-            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/agentos").join(&name)));
-        let seen = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| s.trim().parse().ok());
-        SeenSeq { file, seen }
-    }
-
     fn ask(&self, req: reqwest::blocking::RequestBuilder) -> reqwest::blocking::RequestBuilder {
         match self.seen {
             Some(n) => req.header("Agentos-Min-Seq", n.to_string()),
@@ -267,32 +220,16 @@ impl SeenSeq {
             self.note_seq(seq);
         }
     }
-
-    fn note_seq(&self, seq: u64) {
-        let Some(file) = &self.file else { return };
-        if self.seen.is_some_and(|s| s >= seq) {
-            return;
-        }
-        let Some(dir) = file.parent() else { return };
-        if std::fs::create_dir_all(dir).is_err() {
-            return;
-        }
-        let tmp = dir.join(format!(".seq-{}", std::process::id()));
-        if std::fs::write(&tmp, seq.to_string()).is_ok() && std::fs::rename(&tmp, file).is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-    }
 }
 
 impl Conn {
+    /// The master and the credentials, for a plain exchange.
+    pub(crate) fn target(&self) -> Target {
+        Target { url: self.url.clone(), token: self.token.clone(), data: self.data.clone() }
+    }
+
     pub(crate) fn token(&self) -> Result<String, ClientError> {
-        if let Some(t) = &self.token {
-            return Ok(t.trim().to_string());
-        }
-        let file = self.data.join("operator.token");
-        std::fs::read_to_string(&file).map(|t| t.trim().to_string()).map_err(|_| {
-            fail(EXIT_USAGE, format!("no token: set AGENTOS_TOKEN or --token (the operator's token is in <data>/operator.token; {} was not readable)", file.display()))
-        })
+        self.target().token()
     }
 
     fn bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
@@ -317,53 +254,22 @@ impl Conn {
         query: &[(&str, String)],
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
+        let target = self.target();
+        if let Some(answer) = target.request(method.as_str(), path, query, body.clone()) {
+            return answer;
+        }
         let token = self.token()?;
         let url = format!("{}{}", self.url.trim_end_matches('/'), path);
         let seen = SeenSeq::of(&token);
-        let unreachable = |e: &dyn std::fmt::Display| {
-            fail(
-                EXIT_UNREACHABLE,
-                format!("cannot reach the master at {}: {e} (is `agentos up` running? set AGENTOS_URL)", self.url),
-            )
-        };
-        if let Ok(mut parsed) = reqwest::Url::parse(&url)
-            && crate::lean_http::usable(&parsed)
-        {
-            if !query.is_empty() {
-                parsed.query_pairs_mut().extend_pairs(query);
-            }
-            let mut headers = vec![("Authorization", format!("Bearer {token}")), ("Accept", "*/*".into())];
-            if let Some(n) = seen.seen {
-                headers.push(("Agentos-Min-Seq", n.to_string()));
-            }
-            let bytes = body.map(|b| serde_json::to_vec(&b).unwrap_or_default());
-            let answer = crate::lean_http::exchange(
-                &parsed,
-                method.as_str(),
-                &headers,
-                bytes.as_deref().map(|b| ("application/json", b)),
-                REQUEST_TIMEOUT,
-            )
-            .map_err(|e| unreachable(&e))?;
-            if let Some(seq) = answer.header("agentos-seq").and_then(|v| v.parse::<u64>().ok()) {
-                seen.note_seq(seq);
-            }
-            let text = String::from_utf8_lossy(&answer.body);
-            let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()));
-            if (200..300).contains(&answer.status) {
-                return Ok(value);
-            }
-            return Err(refusal(answer.status, &value));
-        }
         let client = reqwest::blocking::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
+            .timeout(crate::call::REQUEST_TIMEOUT)
             .build()
             .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
         let mut req = seen.ask(client.request(method, &url).bearer_auth(token).query(query));
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let resp = req.send().map_err(|e| unreachable(&e))?;
+        let resp = req.send().map_err(|e| target.unreachable(&e))?;
         seen.note(&resp);
         let status = resp.status();
         let text = resp.text().map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;
@@ -421,25 +327,6 @@ impl Conn {
         }
         Err(fail(EXIT_FAILURE, "the master ended the answer before saying how the registration went"))
     }
-}
-
-/// A refused request as the exit code and line it gives: the status decides the code.
-fn refusal(status: u16, value: &Value) -> ClientError {
-    let message = value
-        .pointer("/error/message")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| value.to_string());
-    let code = match status {
-        400 | 413 => EXIT_USAGE,
-        401 | 403 => EXIT_DENIED,
-        404 => EXIT_NOT_FOUND,
-        422 => EXIT_TOOL_FAILED,
-        504 => EXIT_TIMED_OUT_CALL,
-        _ => EXIT_FAILURE,
-    };
-    let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
-    ClientError { code, message, status: Some(status), error_code }
 }
 
 fn opt(q: &mut Vec<(&'static str, String)>, k: &'static str, v: Option<String>) {

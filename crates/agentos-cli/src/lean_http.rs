@@ -2,7 +2,7 @@
 //! with no proxy configured: a client command (a shim's tool call above all) is one request,
 //! and a blocking `reqwest` client starts a thread and an async runtime to make it, which costs
 //! more than the exchange itself on loopback. Anything else (`https://`, a proxy) goes through
-//! `reqwest`.
+//! `reqwest` (in `agentos-shim`, through the `agentos` binary beside it).
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -30,7 +30,7 @@ impl Answer {
 
 /// Whether `url` can be reached this way: plain HTTP, and no proxy in the environment (which
 /// `reqwest` would follow).
-pub fn usable(url: &reqwest::Url) -> bool {
+pub fn usable(url: &url::Url) -> bool {
     url.scheme() == "http"
         && ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
             .iter()
@@ -40,7 +40,7 @@ pub fn usable(url: &reqwest::Url) -> bool {
 /// Sends one request and reads its whole answer, within `timeout` in all (after the connection
 /// opened). `headers` are sent as given, after `Host`; the body, if any, with its length.
 pub fn exchange(
-    url: &reqwest::Url,
+    url: &url::Url,
     method: &str,
     headers: &[(&str, String)],
     body: Option<(&str, &[u8])>,
@@ -221,8 +221,8 @@ mod tests {
 
     #[test]
     fn proxies_and_https_go_to_reqwest() {
-        let http = reqwest::Url::parse("http://127.0.0.1:7420/api").unwrap();
-        let https = reqwest::Url::parse("https://example.test/api").unwrap();
+        let http = url::Url::parse("http://127.0.0.1:7420/api").unwrap();
+        let https = url::Url::parse("https://example.test/api").unwrap();
         assert!(!usable(&https));
         // The environment is the process's: only asserted when it names no proxy.
         if ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"].iter().all(|k| std::env::var_os(k).is_none()) {
@@ -248,7 +248,7 @@ mod tests {
             s.write_all(b"!!").unwrap();
             String::from_utf8(got).unwrap()
         });
-        let url = reqwest::Url::parse(&format!("http://127.0.0.1:{port}/x/y?q=a%20b")).unwrap();
+        let url = url::Url::parse(&format!("http://127.0.0.1:{port}/x/y?q=a%20b")).unwrap();
         let a = exchange(
             &url,
             "POST",

@@ -1,11 +1,13 @@
 //! The `agentos` binary: parses arguments and hands over to the master, an executor, or the API client.
 
+mod call;
 mod client;
 mod lean_http;
 mod mcp;
 mod output;
 mod process;
 mod shim;
+mod toolkit;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -431,9 +433,9 @@ enum CatalogCmd {
 
 fn main() -> ExitCode {
     // Called through a shim, the binary is that toolkit.
-    if let Some(toolkit) = shim::toolkit_of_argv0() {
+    if let Some(toolkit) = toolkit::toolkit_of_argv0() {
         end_quietly_when_the_reader_leaves();
-        return shim::run(toolkit, std::env::args().skip(1).collect());
+        return toolkit::run(toolkit, std::env::args().skip(1).collect(), shim::through_reqwest);
     }
     let cli = Cli::parse();
     match cli.command {

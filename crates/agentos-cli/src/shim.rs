@@ -1,206 +1,36 @@
-//! The `agentos` binary as a toolkit: called as `agentos-{toolkit}` it runs that toolkit's tools
-//! (`agentos-weather forecast --city Paris`), plus `list-tools`, `install-shims` and `prompt`.
+//! What agents are shown of toolkits: `list-tools`, `install-shims` and `prompt`; and how the
+//! `agentos` binary, called as a toolkit (`toolkit.rs`), reaches a master over `https://`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
 use agentos_core::entry::CatalogEntry;
 use agentos_core::search::MAX_LIMIT;
-use agentos_core::{flagmap, toolhelp};
+use agentos_core::toolhelp;
 
-use crate::client::{ClientError, Conn, EXIT_NOT_FOUND, EXIT_USAGE, exit};
+use crate::call::{EXIT_USAGE, Target, fail};
+use crate::client::{ClientError, Conn, exit};
 
-/// The toolkit this process stands for, when it was started as `agentos-{toolkit}`.
-pub fn toolkit_of_argv0() -> Option<String> {
-    let arg0 = std::env::args_os().next()?;
-    let name = Path::new(&arg0).file_name()?.to_str()?.to_string();
-    name.strip_prefix("agentos-").filter(|tk| !tk.is_empty()).map(str::to_string)
-}
-
-/// Environment only: a shim takes no connection flags, so every flag is the tool's.
-fn conn() -> Conn {
-    Conn {
-        url: std::env::var("AGENTOS_URL").unwrap_or_else(|_| "http://127.0.0.1:7420".into()),
-        token: std::env::var("AGENTOS_TOKEN").ok(),
-        data: std::env::var("AGENTOS_DATA").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from("./.agentos")),
-    }
-}
-
-fn model_query() -> Vec<(&'static str, String)> {
-    std::env::var("AGENTOS_MODEL").ok().filter(|m| !m.is_empty()).map(|m| vec![("model", m)]).unwrap_or_default()
-}
-
-fn fail(code: u8, message: String) -> ClientError {
-    ClientError { code, message, status: None, error_code: None }
-}
-
-/// Largest file `--x-file` sends; past it the master hears why instead.
-const MAX_FLAG_FILE: u64 = 64 << 20;
-
-/// `--x-file PATH`: the file is read here, where it is, and sent marked with its path (see
-/// `flagmap::FILE_MARK`). The master decides what it is for: the value of a string flag `--x`
-/// (text, or a data URL for bytes), or the path itself when the tool has a flag `--x-file`.
-fn read_flag_file(path: &str) -> String {
-    let read = || -> Result<String, String> {
-        let p = std::path::Path::new(path);
-        let len = std::fs::metadata(p).map_err(|e| e.to_string())?.len();
-        if len > MAX_FLAG_FILE {
-            return Err(format!("{len} bytes, more than the {} MiB a flag's file may hold", MAX_FLAG_FILE >> 20));
-        }
-        let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
-        let name = p.file_name().and_then(|n| n.to_str());
-        Ok(flagmap::DataUrl::encode(media_type_of(path), name, &bytes))
-    };
-    flagmap::mark_file(path, read())
-}
-
-/// The media type a file's name suggests, for a file part's `Content-Type`.
-fn media_type_of(path: &str) -> &'static str {
-    let ext = path.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
-    match ext.as_str() {
-        "json" => "application/json",
-        "jsonl" | "ndjson" => "application/x-ndjson",
-        "txt" | "log" => "text/plain",
-        "md" => "text/markdown",
-        "csv" => "text/csv",
-        "html" | "htm" => "text/html",
-        "xml" => "application/xml",
-        "yaml" | "yml" => "application/yaml",
-        "pdf" => "application/pdf",
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "svg" => "image/svg+xml",
-        "wav" => "audio/wav",
-        "mp3" => "audio/mpeg",
-        "mp4" => "video/mp4",
-        "webm" => "video/webm",
-        "zip" => "application/zip",
-        "gz" => "application/gzip",
-        _ => "application/octet-stream",
-    }
-}
-
-/// `--json-file PATH` (or `-` for stdin) is read here, where the file is, and sent as `--json`;
-/// so is the file of any other `--x-file PATH`.
-fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
-    let mut out = Vec::with_capacity(args.len());
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
-        let other_file = a.strip_prefix("--").and_then(|f| f.split_once('=').map_or(Some(f), |(n, _)| Some(n)));
-        if let Some(flag) = other_file.filter(|f| f.ends_with("-file") && *f != "json-file" && f.len() > 5) {
-            let flag = flag.to_string();
-            let path = match a.split_once('=') {
-                Some((_, p)) => p.to_string(),
-                None => it.next().ok_or_else(|| fail(EXIT_USAGE, format!("--{flag} needs a path")))?,
-            };
-            out.push(format!("--{flag}={}", read_flag_file(&path)));
-            continue;
-        }
-        let path = if a == "--json-file" {
-            Some(it.next().ok_or_else(|| fail(EXIT_USAGE, "--json-file needs a path, or - for stdin".into()))?)
-        } else {
-            a.strip_prefix("--json-file=").map(str::to_string)
-        };
-        match path {
-            None => out.push(a),
-            Some(p) => {
-                let text = if p == "-" {
-                    let mut s = String::new();
-                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-                        .map_err(|e| fail(EXIT_USAGE, format!("--json-file -: {e}")))?;
-                    s
-                } else {
-                    std::fs::read_to_string(&p).map_err(|e| fail(EXIT_USAGE, format!("--json-file {p}: {e}")))?
-                };
-                out.push("--json".into());
-                out.push(text);
-            }
-        }
-    }
-    Ok(out)
+/// A toolkit's request to a master a plain exchange does not reach, through `reqwest`.
+pub fn through_reqwest(
+    t: &Target,
+    method: &str,
+    path: &str,
+    query: &[(&str, String)],
+    body: Option<Value>,
+) -> Result<Value, ClientError> {
+    let conn = Conn { url: t.url.clone(), token: t.token.clone(), data: t.data.clone() };
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
+    conn.request(method, path, query, body)
 }
 
 fn entry(conn: &Conn, toolkit: &str) -> Result<CatalogEntry, ClientError> {
-    let v = conn.request(reqwest::Method::GET, &format!("/api/tool-catalog/{toolkit}"), &model_query(), None)?;
+    let q: Vec<(&str, String)> =
+        std::env::var("AGENTOS_MODEL").ok().filter(|m| !m.is_empty()).map(|m| vec![("model", m)]).unwrap_or_default();
+    let v = conn.request(reqwest::Method::GET, &format!("/api/tool-catalog/{toolkit}"), &q, None)?;
     serde_json::from_value(v).map_err(|e| fail(1, format!("unreadable catalog entry: {e}")))
-}
-
-/// `agentos-{toolkit} ...`
-pub fn run(toolkit: String, args: Vec<String>) -> ExitCode {
-    let label = match args.first() {
-        Some(t) if !t.starts_with('-') => format!("agentos-{toolkit} {t}"),
-        _ => format!("agentos-{toolkit}"),
-    };
-    let json_in = args.iter().any(|a| a == "--json" || a.starts_with("--json=") || a.starts_with("--json-file"));
-    match run_inner(&toolkit, args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            // One line: the caller is often a script or an agent reading stderr.
-            eprintln!("{label}: {}", e.message.lines().next().unwrap_or(""));
-            if json_in {
-                // A caller that speaks JSON reads stdout: the failure in the answer's shape, with
-                // the master's status and code, which the line leaves off.
-                println!("{}", failure_json(&e));
-            }
-            ExitCode::from(e.code)
-        }
-    }
-}
-
-/// A failure as a caller that passed `--json` reads it on stdout, in the shape of an answer.
-fn failure_json(e: &ClientError) -> Value {
-    json!({"ok": false, "error": {"code": e.error_code, "message": e.message, "status": e.status, "exitCode": e.code}})
-}
-
-fn run_inner(toolkit: &str, args: Vec<String>) -> Result<(), ClientError> {
-    if !agentos_core::name::is_valid_id(toolkit) {
-        return Err(fail(EXIT_USAGE, format!("{toolkit:?} is not a toolkit name")));
-    }
-    let conn = conn();
-    let json_out = args.iter().any(|a| a == "--json") && args.iter().any(|a| a == "--help" || a == "-h");
-    match args.first().map(String::as_str) {
-        None | Some("--help") | Some("-h") => {
-            let e = entry(&conn, toolkit)?;
-            if json_out {
-                println!("{}", serde_json::to_string_pretty(&e.contract).unwrap_or_default());
-            } else {
-                print!("{}", toolhelp::toolkit_help(&e));
-            }
-            Ok(())
-        }
-        Some(tool) if tool.starts_with('-') => {
-            Err(fail(EXIT_USAGE, format!("name a tool first: agentos-{toolkit} <tool> ... (see --help)")))
-        }
-        Some(tool) => {
-            let rest: Vec<String> = args[1..].to_vec();
-            if rest.iter().any(|a| a == "--help" || a == "-h") {
-                let e = entry(&conn, toolkit)?;
-                let op = e.contract.operations.get(tool).ok_or_else(|| {
-                    let tools: Vec<&str> = e.contract.operations.keys().map(String::as_str).collect();
-                    fail(EXIT_NOT_FOUND, format!("no tool {tool:?} in {toolkit}; its tools: {}", tools.join(", ")))
-                })?;
-                if json_out {
-                    println!("{}", serde_json::to_string_pretty(op).unwrap_or_default());
-                } else {
-                    print!("{}", toolhelp::tool_help(toolkit, tool, op));
-                }
-                return Ok(());
-            }
-            let rest = inline_json_files(rest)?;
-            let answer = conn.request(
-                reqwest::Method::POST,
-                &format!("/api/tools/{toolkit}/call"),
-                &model_query(),
-                Some(json!({"tool": tool, "args": rest})),
-            )?;
-            println!("{}", serde_json::to_string(&answer).unwrap_or_default());
-            Ok(())
-        }
-    }
 }
 
 /// The entries the caller can see, one per id (a shadowed global one is left out), from every
@@ -276,16 +106,21 @@ pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_
 pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
     exit((|| {
         let me = std::env::current_exe().map_err(|e| fail(1, format!("cannot find this program: {e}")))?;
+        // Links go to the small `agentos-shim` beside this program when it is there (it starts
+        // in a fraction of the time), else to this program, which is a toolkit too.
+        let small = me.parent().map(|d| d.join("agentos-shim")).filter(|p| p.is_file());
+        let target = small.clone().unwrap_or_else(|| me.clone());
+        let ours = |t: &Path| t == me || small.as_deref() == Some(t);
         std::fs::create_dir_all(dir).map_err(|e| fail(EXIT_USAGE, format!("cannot create {}: {e}", dir.display())))?;
         let wanted: Vec<String> = visible(conn, model)?.into_iter().map(|e| e.id).collect();
         let mut linked = 0;
         for id in &wanted {
             let link = dir.join(format!("agentos-{id}"));
-            if std::fs::read_link(&link).is_ok_and(|t| t == me) {
+            if std::fs::read_link(&link).is_ok_and(|t| t == target) {
                 continue;
             }
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(&me, &link)
+            std::os::unix::fs::symlink(&target, &link)
                 .map_err(|e| fail(1, format!("cannot link {}: {e}", link.display())))?;
             linked += 1;
         }
@@ -293,8 +128,8 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
         for e in std::fs::read_dir(dir).map_err(|e| fail(1, e.to_string()))?.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             let Some(id) = name.strip_prefix("agentos-") else { continue };
-            // Only links to this program are ours to remove.
-            if !wanted.iter().any(|w| w == id) && std::fs::read_link(e.path()).is_ok_and(|t| t == me) {
+            // Only links to this program (or its shim) are ours to remove.
+            if !wanted.iter().any(|w| w == id) && std::fs::read_link(e.path()).is_ok_and(|t| ours(&t)) {
                 std::fs::remove_file(e.path()).map_err(|err| fail(1, err.to_string()))?;
                 removed += 1;
             }

@@ -250,3 +250,63 @@ fn an_agent_sees_its_home_model_and_host_tools_without_naming_a_model() {
     let out = run_as(&m, &token, &weather, &["forecast", "--city", "Oslo"], None);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+#[test]
+fn shims_link_to_the_small_shim_which_hands_https_and_proxied_masters_to_the_whole_agentos() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let weather = bin.join("agentos-weather");
+    let target = std::fs::read_link(&weather).unwrap();
+    assert_eq!(target.file_name().unwrap(), "agentos-shim", "{}", target.display());
+    assert_eq!(target.parent(), Path::new(BIN).parent(), "the shim beside the agentos binary");
+    let out = run(&m, &weather, &["ping"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+
+    // A proxy in the environment: the request goes through it, as `reqwest` in the whole
+    // agentos sends it (the absolute URL on the request line), never straight to the master.
+    let proxy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let seen = std::thread::spawn(move || {
+        let (mut s, _) = proxy.accept().unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        s.write_all(b"HTTP/1.1 502 Bad Gateway\r\nContent-Type: application/json\r\nContent-Length: 44\r\n\r\n{\"error\":{\"message\":\"the proxy said no ok\"}}").unwrap();
+        String::from_utf8_lossy(&got).into_owned()
+    });
+    let out = Command::new(&weather)
+        .arg("ping")
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .env("HTTP_PROXY", &proxy_url)
+        .output()
+        .unwrap();
+    let request = seen.join().unwrap();
+    assert!(request.starts_with(&format!("POST {}/api/tools/weather/call HTTP/1.1", m.url)), "{request}");
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the proxy said no ok"));
+
+    // An https:// master: the whole agentos speaks TLS, and says it cannot reach it.
+    let out = Command::new(&weather)
+        .arg("ping")
+        .env_clear()
+        .env("AGENTOS_URL", m.url.replace("http://", "https://"))
+        .env("AGENTOS_TOKEN", &m.token)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{err}");
+    assert!(err.starts_with("agentos-weather ping: cannot reach the master at https://"), "{err}");
+    assert!(!err.contains("plain HTTP"), "the small shim answered instead of the whole agentos: {err}");
+}

@@ -1,0 +1,171 @@
+//! What a client of the master needs without an HTTP library: its failures and their exit
+//! codes, the sequence it has seen, and one request over a plain HTTP/1.1 exchange
+//! (`lean_http`). Shared by the `agentos` binary and the small `agentos-shim`.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+/// A failure, with the exit code it maps to.
+#[derive(Debug)]
+pub struct ClientError {
+    pub code: u8,
+    pub message: String,
+    /// The master's HTTP status, when the master answered: shown by client commands, left off
+    /// the one line a shim prints, where agents act on the message and the exit code.
+    pub status: Option<u16>,
+    /// The master's error code (`error.code` of its answer), when it gave one.
+    pub error_code: Option<String>,
+}
+
+pub const EXIT_FAILURE: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+pub const EXIT_DENIED: u8 = 3;
+pub const EXIT_NOT_FOUND: u8 = 4;
+pub const EXIT_TOOL_FAILED: u8 = 5;
+pub const EXIT_TIMED_OUT_CALL: u8 = 6;
+pub const EXIT_UNREACHABLE: u8 = 7;
+
+pub(crate) fn fail(code: u8, message: impl Into<String>) -> ClientError {
+    ClientError { code, message: message.into(), status: None, error_code: None }
+}
+
+/// Longest a client request waits for its whole answer.
+pub(crate) const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The last event a client of one installation (named by its token) has seen, so that its next
+/// request, to whichever master of a shared log, waits until that master has folded it
+/// (`Agentos-Min-Seq`): a write through one master is read back through any other. Kept in
+/// `AGENTOS_SEQ_FILE`, else under `$XDG_RUNTIME_DIR` or `~/.cache/agentos`, one small file per
+/// token; without any of those the client sends no header.
+pub(crate) struct SeenSeq {
+    pub(crate) file: Option<std::path::PathBuf>,
+    pub(crate) seen: Option<u64>,
+}
+
+impl SeenSeq {
+    pub(crate) fn of(token: &str) -> SeenSeq {
+        let name = format!("seq-{}", &agentos_core::sha256_hex(token.as_bytes())[..16]);
+        let file = std::env::var_os("AGENTOS_SEQ_FILE")
+            .map(std::path::PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("XDG_RUNTIME_DIR").map(|d| std::path::Path::new(&d).join("agentos").join(&name))
+            })
+            .or_else(|| std::env::var_os("HOME").map(|h| std::path::Path::new(&h).join(".cache/agentos").join(&name)));
+        let seen = file.as_ref().and_then(|f| std::fs::read_to_string(f).ok()).and_then(|s| s.trim().parse().ok());
+        SeenSeq { file, seen }
+    }
+
+    pub(crate) fn note_seq(&self, seq: u64) {
+        let Some(file) = &self.file else { return };
+        if self.seen.is_some_and(|s| s >= seq) {
+            return;
+        }
+        let Some(dir) = file.parent() else { return };
+        if std::fs::create_dir_all(dir).is_err() {
+            return;
+        }
+        let tmp = dir.join(format!(".seq-{}", std::process::id()));
+        if std::fs::write(&tmp, seq.to_string()).is_ok() && std::fs::rename(&tmp, file).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+    }
+}
+
+/// A refused request as the exit code and line it gives: the status decides the code.
+pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
+    let message = value
+        .pointer("/error/message")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| value.to_string());
+    let code = match status {
+        400 | 413 => EXIT_USAGE,
+        401 | 403 => EXIT_DENIED,
+        404 => EXIT_NOT_FOUND,
+        422 => EXIT_TOOL_FAILED,
+        504 => EXIT_TIMED_OUT_CALL,
+        _ => EXIT_FAILURE,
+    };
+    let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
+    ClientError { code, message, status: Some(status), error_code }
+}
+
+/// The master and who we are, as a shim finds them in the environment.
+pub(crate) struct Target {
+    pub url: String,
+    pub token: Option<String>,
+    pub data: PathBuf,
+}
+
+impl Target {
+    /// `AGENTOS_URL`, `AGENTOS_TOKEN`, `AGENTOS_DATA`, with the client's defaults.
+    pub(crate) fn from_env() -> Target {
+        Target {
+            url: std::env::var("AGENTOS_URL").unwrap_or_else(|_| "http://127.0.0.1:7420".into()),
+            token: std::env::var("AGENTOS_TOKEN").ok(),
+            data: std::env::var("AGENTOS_DATA").map(PathBuf::from).unwrap_or_else(|_| PathBuf::from("./.agentos")),
+        }
+    }
+
+    pub(crate) fn token(&self) -> Result<String, ClientError> {
+        if let Some(t) = &self.token {
+            return Ok(t.trim().to_string());
+        }
+        let file = self.data.join("operator.token");
+        std::fs::read_to_string(&file).map(|t| t.trim().to_string()).map_err(|_| {
+            fail(EXIT_USAGE, format!("no token: set AGENTOS_TOKEN or --token (the operator's token is in <data>/operator.token; {} was not readable)", file.display()))
+        })
+    }
+
+    /// The message of a master that cannot be reached.
+    pub(crate) fn unreachable(&self, e: &dyn std::fmt::Display) -> ClientError {
+        fail(
+            EXIT_UNREACHABLE,
+            format!("cannot reach the master at {}: {e} (is `agentos up` running? set AGENTOS_URL)", self.url),
+        )
+    }
+
+    /// One request as a plain exchange; `None` when this master is not reached that way.
+    pub(crate) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+    ) -> Option<Result<Value, ClientError>> {
+        let mut url = url::Url::parse(&format!("{}{}", self.url.trim_end_matches('/'), path)).ok()?;
+        if !crate::lean_http::usable(&url) {
+            return None;
+        }
+        Some((|| {
+            let token = self.token()?;
+            let seen = SeenSeq::of(&token);
+            if !query.is_empty() {
+                url.query_pairs_mut().extend_pairs(query);
+            }
+            let mut headers = vec![("Authorization", format!("Bearer {token}")), ("Accept", "*/*".into())];
+            if let Some(n) = seen.seen {
+                headers.push(("Agentos-Min-Seq", n.to_string()));
+            }
+            let bytes = body.map(|b| serde_json::to_vec(&b).unwrap_or_default());
+            let answer = crate::lean_http::exchange(
+                &url,
+                method,
+                &headers,
+                bytes.as_deref().map(|b| ("application/json", b)),
+                REQUEST_TIMEOUT,
+            )
+            .map_err(|e| self.unreachable(&e))?;
+            if let Some(seq) = answer.header("agentos-seq").and_then(|v| v.parse::<u64>().ok()) {
+                seen.note_seq(seq);
+            }
+            let text = String::from_utf8_lossy(&answer.body);
+            let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()));
+            if (200..300).contains(&answer.status) {
+                return Ok(value);
+            }
+            Err(refusal(answer.status, &value))
+        })())
+    }
+}
