@@ -64,12 +64,16 @@ impl JobStore for SqliteJobStore {
         self.with(move |c| {
             let tx = c.unchecked_transaction()?;
             for w in &writes {
+                // Cached statements: parsing the SQL again for every job cost more than running it.
                 match w {
-                    JobWrite::Put(job) => tx.execute(
-                        "INSERT OR REPLACE INTO jobs (job_id, model, invoker, token, queued_at) VALUES (?1, ?2, ?3, ?4, ?5)",
-                        params![job.job_id, job.model, job.invoker, job.token, job.queued_at],
-                    )?,
-                    JobWrite::Forget(id) => tx.execute("DELETE FROM jobs WHERE job_id = ?1", params![id])?,
+                    JobWrite::Put(job) => tx
+                        .prepare_cached(
+                            "INSERT OR REPLACE INTO jobs (job_id, model, invoker, token, queued_at) VALUES (?1, ?2, ?3, ?4, ?5)",
+                        )?
+                        .execute(params![job.job_id, job.model, job.invoker, job.token, job.queued_at])?,
+                    JobWrite::Forget(id) => {
+                        tx.prepare_cached("DELETE FROM jobs WHERE job_id = ?1")?.execute(params![id])?
+                    }
                 };
             }
             tx.commit()
