@@ -1208,3 +1208,52 @@ fn a_filters_kept_verdicts_go_with_the_net_that_asked_and_new_tokens_are_asked_o
     wait_for("3 to move under the new filter", || api.token_data("keep", "p-out").contains(&json!({"n": 3})));
     assert_eq!(api.token_data("keep", "p-in"), vec![json!({"n": 1})]);
 }
+
+#[test]
+fn a_command_fires_result_is_recorded_in_the_same_commit_as_the_fires_outcome_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    assert_eq!(api.register("echo-ok", "sh", "cat", None).0, 200);
+    assert_eq!(api.register("fails", "sh", "echo no >&2; exit 4", None).0, 200);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let net = json!({
+        "places": ["p-cmd", "p-out"],
+        "transitions": [{"id": "run", "kind": "command", "presets": {"c": {"place": "p-cmd"}},
+            "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]
+    });
+    apply(&api, "rec", net);
+    start_all(&api, "rec", &["run"]);
+    let cmd =
+        |tool: &str| json!({"executor": "script", "command": "invoke", "args": {"toolId": tool, "input": {"n": 1}}});
+    assert_eq!(put(&api, "rec", "p-cmd", cmd("echo-ok")).0, 200);
+    wait_for("the output", || !api.token_data("rec", "p-out").is_empty());
+    assert_eq!(put(&api, "rec", "p-cmd", cmd("fails")).0, 200);
+    wait_for("the failed fire", || {
+        let (_, e) = api.get("/api/events?type=Net&model=rec");
+        e.to_string().contains("fireFailed")
+    });
+
+    let (_, page) = api.get("/api/events?limit=1000");
+    let events = page.as_array().unwrap();
+    let finished: Vec<&Value> = events.iter().filter(|e| e["type"] == "JobFinished").collect();
+    assert_eq!(finished.len(), 2, "{events:?}");
+    for (job, outcome) in finished.iter().zip(["fireCompleted", "fireFailed"]) {
+        // The fire's outcome is the next event, committed at the same moment as the result.
+        let seq = job["seq"].as_u64().unwrap();
+        let next = events.iter().find(|e| e["seq"].as_u64() == Some(seq + 1)).expect("an event after the result");
+        assert!(next.to_string().contains(outcome), "after {job}: {next}");
+        assert_eq!(next["time"], job["time"], "one commit: {job} {next}");
+        let job_id = job.to_string().split("job-").nth(1).map(|s| format!("job-{}", s.split('"').next().unwrap()));
+        let (status, read) = api.get(&format!("/api/jobs/{}", job_id.unwrap()));
+        assert_eq!(status, 200, "{read}");
+        assert_eq!(read["state"], "finished", "{read}");
+    }
+    // Each result once, also after a restart.
+    let m = m.restart();
+    let api = m.client();
+    let (_, again) = api.get("/api/events?type=JobFinished");
+    assert_eq!(again.as_array().unwrap().len(), 2);
+    let (_, jobs) = api.get("/api/jobs");
+    assert_eq!(jobs.as_array().map(Vec::len).or(jobs["jobs"].as_array().map(Vec::len)), Some(2), "{jobs}");
+}

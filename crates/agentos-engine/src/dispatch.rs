@@ -267,7 +267,22 @@ impl Dispatch<'_> {
 
     /// Queues the one result of a job for recording; once it is committed, whoever waits gets
     /// it. Waits only for the queue, never for the commit.
-    async fn finish(&self, finished: Finished, result: JobResult) {
+    ///
+    /// Except a net's job on this master's own queue whose fire still waits: the fire gets the
+    /// result at once and records it in the same commit as its own outcome (one sync to the
+    /// disk per step instead of two). A fire that stopped waiting closed its receiver, so the
+    /// send fails and the result is recorded here.
+    async fn finish(&self, mut finished: Finished, result: JobResult) {
+        let result = match finished.waiter.take() {
+            Some(w) if finished.invoker.is_none() && !self.inner.dispatch.jobs.is_shared() => match w.send(result) {
+                Ok(()) => return,
+                Err(result) => result,
+            },
+            w => {
+                finished.waiter = w;
+                result
+            }
+        };
         let tool_id = finished.token.args.get("toolId").and_then(Value::as_str).map(str::to_string);
         let body = EventBody::JobFinished {
             job_id: finished.job_id.clone(),

@@ -11,8 +11,8 @@ use serde_json::{Value, json};
 use tokio::sync::broadcast;
 
 use agentos_core::entry::BindingKind;
-use agentos_core::event::Event;
 use agentos_core::event::GrantTarget;
+use agentos_core::event::{Event, EventBody};
 use agentos_core::expr::{ExprError, Runner};
 use agentos_core::flags::Flag;
 use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
@@ -1038,6 +1038,8 @@ impl Nets<'_> {
         };
         let t = &c.inscription;
         let mut secrets = Vec::new();
+        // A command's result, when this fire records it (with its outcome, in one commit).
+        let mut job = None;
         let run = FireRun { resolve_model: &resolve_model, authority: &authority };
         let key = (model.to_string(), t.id.clone());
         // An http answer is read into the master's memory, so the whole request counts as firing; a
@@ -1045,7 +1047,7 @@ impl Nets<'_> {
         // long command under a master restarted by hand is no crash loop).
         let mut firing = matches!(t.kind.as_str(), "http" | "mcp").then(|| self.inner.nets.marker.enter(key.clone()));
         let action = match t.kind.as_str() {
-            "command" => self.fire_command(&c, &bound, &ctx, &run, &mut secrets).await,
+            "command" => self.fire_command(&c, &bound, &ctx, &run, &mut secrets, &mut job).await,
             "http" | "mcp" if c.operation.is_some() => self.fire_operation(&c, &ctx, &run).await,
             "http" => self.fire_http(&c, &ctx, &run, &mut secrets).await,
             other => Err(FireError::Failed(format!("kind {other} does not run asynchronously"))),
@@ -1081,8 +1083,8 @@ impl Nets<'_> {
                             };
                             let evs = [park, stop];
                             let m = model.to_string();
-                            self.submit("system", Box::new(move |st| decide_net_events(st, &m, &evs))).await?;
-                            return Ok(());
+                            let decide: crate::committer::Decide = Box::new(move |st| decide_net_events(st, &m, &evs));
+                            return self.commit_with_job(decide, job).await;
                         }
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
                     }
@@ -1091,8 +1093,36 @@ impl Nets<'_> {
             }
             Err(reason) => failed(Redactor::new(&secrets).text(reason.reason())),
         };
-        self.commit_net("system", model, ev).await?;
-        Ok(())
+        self.commit_with_job(self.net_event(model, ev), job).await
+    }
+
+    /// Commits a fire's outcome, with its command's result first when the fire records it. An
+    /// outcome the log refuses (the net changed under the fire, say) leaves the result to be
+    /// recorded alone: every job's result is in the log.
+    async fn commit_with_job(
+        &self,
+        decide: crate::committer::Decide,
+        job: Option<(String, EventBody)>,
+    ) -> Result<(), EngineError> {
+        let Some(job) = job else {
+            return self.submit("system", decide).await.map(|_| ());
+        };
+        let first = job.clone();
+        let both: crate::committer::Decide = Box::new(move |st| {
+            let mut events = vec![first.clone()];
+            events.extend(decide(st)?);
+            Ok(events)
+        });
+        match self.submit("system", both).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let alone: crate::committer::Decide = Box::new(move |_| Ok(vec![job.clone()]));
+                if let Err(e2) = self.submit("system", alone).await {
+                    tracing::error!(error = %e2, "recording a net job's result failed");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// A secret's value for one use, when the operator granted it to that use: `pinned`, a
@@ -1135,6 +1165,7 @@ impl Nets<'_> {
         ctx: &Value,
         run: &FireRun<'_>,
         secrets: &mut Vec<String>,
+        job: &mut Option<(String, EventBody)>,
     ) -> Result<(Value, Value), FireError> {
         run.authority.need(Flag::Execute, "a command")?;
         let resolve_model = run.resolve_model;
@@ -1227,7 +1258,8 @@ impl Nets<'_> {
             .get("timeoutMs")
             .and_then(Value::as_u64)
             .unwrap_or(self.inner.dispatch.config.default_timeout_ms);
-        let (job_id, rx) = self
+        let tool_id = token.args.get("toolId").and_then(Value::as_str).map(str::to_string);
+        let (job_id, mut rx) = self
             .inner
             .dispatch
             .jobs
@@ -1235,17 +1267,32 @@ impl Nets<'_> {
             .await
             .map_err(|e| FireError::Failed(format!("the job could not be queued: {e}")))?;
         let wait = Duration::from_millis(timeout_ms) + self.inner.dispatch.config.queue_grace;
-        let result: JobResult = match tokio::time::timeout(wait, rx).await {
+        let result: JobResult = match tokio::time::timeout(wait, &mut rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) => return Err("the job ended without a result".into()),
             Err(_) => {
                 self.inner.dispatch.jobs.cancel(&job_id).await;
-                return Err(FireError::Failed(format!(
-                    "no executor finished job {job_id} within {} ms",
-                    wait.as_millis()
-                )));
+                // Closed first: a result that comes from now on is recorded by the dispatcher,
+                // and one that came just now is taken (and recorded) here.
+                rx.close();
+                match rx.try_recv() {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Err(FireError::Failed(format!(
+                            "no executor finished job {job_id} within {} ms",
+                            wait.as_millis()
+                        )));
+                    }
+                }
             }
         };
+        if !self.inner.dispatch.jobs.is_shared() {
+            // Handed over unrecorded (see `Dispatch::finish`): recorded with this fire's outcome.
+            *job = Some((
+                resolve_model.to_string(),
+                EventBody::JobFinished { job_id: job_id.clone(), tool_id, result: result.clone(), invoker: None },
+            ));
+        }
         let response = serde_json::to_value(&result).map_err(|e| e.to_string())?;
         if let Some(e) = &result.error {
             return Err(FireError::Failed(format!("command failed: {e}")));
