@@ -270,7 +270,7 @@ impl Dispatch<'_> {
     ///
     /// Except a net's job on this master's own queue whose fire still waits: the fire gets the
     /// result at once and records it in the same commit as its own outcome (one sync to the
-    /// disk per step instead of two). A fire that stopped waiting closed its receiver, so the
+    /// disk for both instead of one each). A fire that stopped waiting closed its receiver, so the
     /// send fails and the result is recorded here.
     async fn finish(&self, mut finished: Finished, result: JobResult) {
         let result = match finished.waiter.take() {
