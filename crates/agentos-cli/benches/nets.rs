@@ -92,7 +92,7 @@ fn main() {
             .unwrap();
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(watch).lines().map_while(Result::ok) {
-                if line.starts_with("data:") && line.contains("FireCompleted") && line.contains("\"place\":\"r3\"") {
+                if line.starts_with("data:") && line.contains("fireCompleted") && line.contains("\"place\":\"r3\"") {
                     let _ = tx.send(Instant::now());
                 }
             }
