@@ -109,13 +109,22 @@ impl Target {
     }
 
     pub(crate) fn token(&self) -> Result<String, ClientError> {
-        if let Some(t) = &self.token {
-            return Ok(t.trim().to_string());
+        let token = match &self.token {
+            Some(t) => t.trim().to_string(),
+            None => {
+                let file = self.data.join("operator.token");
+                std::fs::read_to_string(&file).map(|t| t.trim().to_string()).map_err(|_| {
+                    fail(EXIT_USAGE, format!("no token: set AGENTOS_TOKEN or --token (the operator's token is in <data>/operator.token; {} was not readable)", file.display()))
+                })?
+            }
+        };
+        if token.chars().any(char::is_control) {
+            return Err(fail(
+                EXIT_USAGE,
+                "the token holds a control character (a line break?): check AGENTOS_TOKEN, --token or operator.token",
+            ));
         }
-        let file = self.data.join("operator.token");
-        std::fs::read_to_string(&file).map(|t| t.trim().to_string()).map_err(|_| {
-            fail(EXIT_USAGE, format!("no token: set AGENTOS_TOKEN or --token (the operator's token is in <data>/operator.token; {} was not readable)", file.display()))
-        })
+        Ok(token)
     }
 
     /// The message of a master that cannot be reached.
@@ -167,5 +176,22 @@ impl Target {
             }
             Err(refusal(answer.status, &value))
         })())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_with_a_line_break_is_a_usage_error_before_anything_is_sent() {
+        let t = Target { url: "http://127.0.0.1:9".into(), token: Some("abc\r\nEvil: 1".into()), data: PathBuf::new() };
+        let e = t.token().unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE);
+        assert!(e.message.contains("control character"), "{}", e.message);
+        let e = t.request("GET", "/api/models", &[], None).unwrap().unwrap_err();
+        assert_eq!(e.code, EXIT_USAGE, "{}", e.message);
+        let ok = Target { token: Some("  aos_abc \n".into()), ..t };
+        assert_eq!(ok.token().unwrap(), "aos_abc", "surrounding white space is trimmed");
     }
 }
