@@ -133,8 +133,17 @@ impl JobCgroups {
 
     /// A cgroup for one job: one an earlier job left empty, or a new one.
     pub fn job(&self) -> std::io::Result<JobCgroup> {
-        if let Some((dir, procs)) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
-            return Ok(JobCgroup { dir, procs, free: self.free.clone() });
+        while let Some((dir, procs)) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+            // Looked at again: a process of the executor's own user may have moved itself in
+            // since (jobs that run as that user can write `cgroup.procs`).
+            let cg = JobCgroup { dir, procs, free: self.free.clone() };
+            if !populated(&cg.dir) && descendants(&cg.dir) == Some(0) {
+                return Ok(cg);
+            }
+            let left = kill_and_remove(&cg.dir);
+            if left > 0 {
+                tracing::error!(cgroup = %cg.dir.display(), left, "processes in a kept job cgroup survived SIGKILL");
+            }
         }
         let dir = self.dir.join(format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir)?;
@@ -235,6 +244,17 @@ impl JobCgroup {
     /// many processes were still in it; blocking.
     pub fn remove(self) -> usize {
         kill_and_remove(&self.dir)
+    }
+
+    /// Done with: kept for the next job when empty, else removed off the runtime's threads.
+    pub async fn release(self) {
+        if let Err(cg) = self.reuse() {
+            match tokio::task::spawn_blocking(move || cg.remove()).await {
+                Ok(0) => {}
+                Ok(left) => tracing::error!(left, "processes of a job survived SIGKILL in its cgroup"),
+                Err(e) => tracing::error!(error = %e, "removing a job's cgroup failed"),
+            }
+        }
     }
 }
 

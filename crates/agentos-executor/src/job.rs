@@ -197,7 +197,12 @@ pub async fn execute(
     let uid = if job.sealed {
         match sealed.take() {
             Ok(u) => u,
-            Err(e) => return refused(&job.lease_id, e),
+            Err(e) => {
+                if let Some(cg) = cgroup {
+                    cg.release().await;
+                }
+                return refused(&job.lease_id, e);
+            }
         }
     } else {
         None
@@ -213,6 +218,9 @@ pub async fn execute(
         Err(e) => {
             if let Some(u) = uid {
                 u.release().await;
+            }
+            if let Some(cg) = cgroup {
+                cg.release().await;
             }
             return refused(&job.lease_id, format!("cannot create a job folder: {e}"));
         }

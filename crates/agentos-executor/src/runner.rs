@@ -112,7 +112,15 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
             Ok(())
         });
     }
-    let mut child = cmd.spawn()?;
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(cg) = spec.cgroup {
+                cg.release().await;
+            }
+            return Err(e);
+        }
+    };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
     if let (Some(mut w), Some(input)) = (child.stdin.take(), spec.stdin) {
         // Fed from a task so a script that does not read its stdin cannot stall us.
@@ -167,12 +175,8 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
     };
     // An emptied cgroup is kept for the next job; one still holding processes (or cgroups a
     // script made) is removed, waiting for the killed processes to leave off the runtime's thread.
-    if let Some(Err(cg)) = spec.cgroup.map(JobCgroup::reuse) {
-        match tokio::task::spawn_blocking(move || cg.remove()).await {
-            Ok(0) => {}
-            Ok(left) => tracing::error!(left, "processes of a job survived SIGKILL in its cgroup"),
-            Err(e) => tracing::error!(error = %e, "removing a job's cgroup failed"),
-        }
+    if let Some(cg) = spec.cgroup {
+        cg.release().await;
     }
     Ok(RunOutput {
         exit_code: status.code(),
