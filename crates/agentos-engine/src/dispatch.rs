@@ -407,9 +407,21 @@ impl Dispatch<'_> {
                     }
                 }
                 let n = writes.len();
-                let r = janitor.write(writes).await;
+                let r = janitor.write(writes.clone()).await;
                 if let Err(e) = &r {
                     tracing::warn!(writes = n, error = %e, "writing to the job store failed");
+                }
+                if r.is_err() && n > 1 {
+                    // One bad write must not fail the others: each again, on its own.
+                    let mut waiting = waiting.into_iter();
+                    for w in writes {
+                        let put = matches!(w, agentos_store::JobWrite::Put(_));
+                        let r = janitor.write(vec![w]).await;
+                        if put && let Some(done) = waiting.next() {
+                            let _ = done.send(r);
+                        }
+                    }
+                    continue;
                 }
                 for done in waiting {
                     let _ =

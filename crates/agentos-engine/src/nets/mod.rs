@@ -1115,6 +1115,9 @@ impl Nets<'_> {
         });
         match self.submit("system", both).await {
             Ok(_) => Ok(()),
+            // A storage outage leaves it unknown whether the commit happened: no second try,
+            // which could record the result twice. The fire stays reserved and runs again.
+            Err(e @ EngineError::Core(CoreError { kind: ErrorKind::Unavailable, .. })) => Err(e),
             Err(e) => {
                 let alone: crate::committer::Decide = Box::new(move |_| Ok(vec![job.clone()]));
                 if let Err(e2) = self.submit("system", alone).await {
