@@ -92,7 +92,11 @@ pub fn exchange(
         req.extend_from_slice(bytes);
     }
     stream.set_write_timeout(Some(left(deadline)?))?;
-    stream.write_all(&req)?;
+    // A master may answer and close before taking a large body (a refused token, an unknown
+    // toolkit): its answer, when it can still be read, says more than the broken write. (Often
+    // it cannot: the reset that ends the write discards what came before it.)
+    let written = stream.write_all(&req);
+    let head_only = method == "HEAD";
 
     let mut raw = Vec::with_capacity(8192);
     let mut buf = [0u8; 16 << 10];
@@ -103,15 +107,34 @@ pub fn exchange(
             Ok(n) => raw.extend_from_slice(&buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                written?;
                 return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no whole answer in time"));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                written?;
+                return Err(e);
+            }
         }
-        if let Some(answer) = complete(&raw, false)? {
+        // A chunked body is looked at once its last chunk may be there, not at every read.
+        if (!is_chunked(&raw) || raw.ends_with(b"\r\n\r\n"))
+            && let Some(answer) = complete(&raw, false, head_only)?
+        {
             return Ok(answer);
         }
     }
-    complete(&raw, true)?.ok_or_else(|| invalid("the connection closed before the whole answer came"))
+    match complete(&raw, true, head_only)? {
+        Some(answer) => Ok(answer),
+        None => {
+            written?;
+            Err(invalid("the connection closed before the whole answer came"))
+        }
+    }
+}
+
+/// Whether the head that came so far says the body is chunked.
+fn is_chunked(raw: &[u8]) -> bool {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len().min(MAX_HEAD));
+    String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase().contains("transfer-encoding: chunked")
 }
 
 fn invalid(why: &str) -> std::io::Error {
@@ -128,7 +151,8 @@ fn left(deadline: Instant) -> std::io::Result<Duration> {
 
 /// The answer in `raw`, once all of it is there (by its length, or its last chunk); `None`
 /// while more is to come. An answer without either ends with the connection: whole at `eof`.
-fn complete(raw: &[u8], eof: bool) -> std::io::Result<Option<Answer>> {
+/// The answer to a `HEAD` request (`head_only`) has no body, whatever its head says.
+fn complete(raw: &[u8], eof: bool, head_only: bool) -> std::io::Result<Option<Answer>> {
     let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
         if raw.len() > MAX_HEAD {
             return Err(invalid("the answer's head is too long"));
@@ -150,7 +174,9 @@ fn complete(raw: &[u8], eof: bool) -> std::io::Result<Option<Answer>> {
         .collect();
     let rest = &raw[end + 4..];
     let get = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str());
-    let body = if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+    let body = if head_only {
+        Vec::new()
+    } else if get("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         match dechunk(rest)? {
             Some(b) => b,
             None => return Ok(None),
@@ -184,7 +210,8 @@ fn dechunk(mut rest: &[u8]) -> std::io::Result<Option<Vec<u8>>> {
             // Trailers, if any, end with an empty line; a body is whole at its last chunk.
             return Ok(Some(body));
         }
-        if rest.len() < size + 2 {
+        let Some(with_end) = size.checked_add(2) else { return Err(invalid("a chunk size is too large")) };
+        if rest.len() < with_end {
             return Ok(None);
         }
         body.extend_from_slice(&rest[..size]);
@@ -198,7 +225,7 @@ mod tests {
 
     #[test]
     fn answers_by_length_by_chunks_and_incomplete_ones() {
-        let complete = |raw: &[u8]| complete(raw, false);
+        let complete = |raw: &[u8]| complete(raw, false, false);
         let a = complete(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nAgentos-Seq: 7\r\n\r\nhello").unwrap().unwrap();
         assert_eq!((a.status, a.body.as_slice(), a.header("agentos-seq")), (200, &b"hello"[..], Some("7")));
         assert!(complete(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel").unwrap().is_none());
@@ -215,8 +242,15 @@ mod tests {
         assert!(complete(&vec![b'a'; MAX_HEAD + 1]).is_err());
         // No length, no chunks: the body is what came before the connection closed.
         assert!(complete(b"HTTP/1.1 200 OK\r\n\r\nall of it").unwrap().is_none());
-        let a = super::complete(b"HTTP/1.1 200 OK\r\n\r\nall of it", true).unwrap().unwrap();
+        let a = super::complete(b"HTTP/1.1 200 OK\r\n\r\nall of it", true, false).unwrap().unwrap();
         assert_eq!(a.body, b"all of it");
+        // A HEAD answer is whole at its head; a chunk size past usize is refused, not a panic.
+        let a = super::complete(b"HTTP/1.1 200 OK\r\ncontent-length: 9\r\n\r\n", false, true).unwrap().unwrap();
+        assert_eq!((a.status, a.body.len()), (200, 0));
+        let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nab";
+        assert!(complete(huge).is_err());
+        assert!(is_chunked(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\n"));
+        assert!(!is_chunked(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"));
     }
 
     #[test]

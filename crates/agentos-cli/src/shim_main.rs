@@ -13,6 +13,12 @@ use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // A reader that stops reading (`agentos-x tool | head -c1`) ends this process quietly, as
+    // other command-line tools do, instead of a failed write.
+    // SAFETY: restores the default action of one signal before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let Some(toolkit) = toolkit::toolkit_of_argv0() else {
         eprintln!("agentos-shim: run me through a link named agentos-<toolkit> (see `agentos install-shims`)");
         return ExitCode::from(call::EXIT_USAGE);

@@ -310,3 +310,17 @@ fn shims_link_to_the_small_shim_which_hands_https_and_proxied_masters_to_the_who
     assert!(err.starts_with("agentos-weather ping: cannot reach the master at https://"), "{err}");
     assert!(!err.contains("plain HTTP"), "the small shim answered instead of the whole agentos: {err}");
 }
+
+#[test]
+fn install_shims_never_replaces_a_file_that_is_not_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    // As `agentos-shim` itself would be, installing into the binaries' folder a toolkit `shim`.
+    std::fs::write(bin.join("agentos-weather"), "a program of its own").unwrap();
+    let out = run_as(&m, &m.token, Path::new(BIN), &["install-shims", "--dir", bin.to_str().unwrap()], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("is a file, not a link"), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(bin.join("agentos-weather")).unwrap(), "a program of its own");
+}
