@@ -141,7 +141,7 @@ impl Target {
         method: &str,
         path: &str,
         query: &[(&str, String)],
-        body: Option<Value>,
+        body: Option<&Value>,
     ) -> Option<Result<Value, ClientError>> {
         let mut url = url::Url::parse(&format!("{}{}", self.url.trim_end_matches('/'), path)).ok()?;
         if !crate::lean_http::usable(&url) {
@@ -157,7 +157,7 @@ impl Target {
             if let Some(n) = seen.seen {
                 headers.push(("Agentos-Min-Seq", n.to_string()));
             }
-            let bytes = body.map(|b| serde_json::to_vec(&b).unwrap_or_default());
+            let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
             let answer = crate::lean_http::exchange(
                 &url,
                 method,

@@ -255,7 +255,7 @@ impl Conn {
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
         let target = self.target();
-        if let Some(answer) = target.request(method.as_str(), path, query, body.clone()) {
+        if let Some(answer) = target.request(method.as_str(), path, query, body.as_ref()) {
             return answer;
         }
         let token = self.token()?;

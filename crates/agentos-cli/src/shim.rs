@@ -26,13 +26,6 @@ pub fn through_reqwest(
     conn.request(method, path, query, body)
 }
 
-fn entry(conn: &Conn, toolkit: &str) -> Result<CatalogEntry, ClientError> {
-    let q: Vec<(&str, String)> =
-        std::env::var("AGENTOS_MODEL").ok().filter(|m| !m.is_empty()).map(|m| vec![("model", m)]).unwrap_or_default();
-    let v = conn.request(reqwest::Method::GET, &format!("/api/tool-catalog/{toolkit}"), &q, None)?;
-    serde_json::from_value(v).map_err(|e| fail(1, format!("unreadable catalog entry: {e}")))
-}
-
 /// The entries the caller can see, one per id (a shadowed global one is left out), from every
 /// page of the search: one page holds at most `MAX_LIMIT` entries.
 fn visible(conn: &Conn, model: Option<&str>) -> Result<Vec<CatalogEntry>, ClientError> {
@@ -82,7 +75,12 @@ fn all_pages(
 pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_out: bool) -> ExitCode {
     exit((|| {
         let entries = match toolkit {
-            Some(tk) => vec![entry(conn, tk)?],
+            Some(tk) => {
+                vec![crate::toolkit::entry(
+                    &crate::toolkit::Master { target: conn.target(), fallback: through_reqwest },
+                    tk,
+                )?]
+            }
             None => visible(conn, model)?,
         };
         let tools = toolhelp::prompt_tools(&entries);

@@ -24,9 +24,9 @@ pub fn toolkit_of_argv0() -> Option<String> {
 pub type Fallback = fn(&Target, &str, &str, &[(&str, String)], Option<Value>) -> Result<Value, ClientError>;
 
 /// The master, and how to reach it.
-struct Master {
-    target: Target,
-    fallback: Fallback,
+pub(crate) struct Master {
+    pub target: Target,
+    pub fallback: Fallback,
 }
 
 impl Master {
@@ -37,7 +37,7 @@ impl Master {
         query: &[(&str, String)],
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
-        match self.target.request(method, path, query, body.clone()) {
+        match self.target.request(method, path, query, body.as_ref()) {
             Some(answer) => answer,
             None => (self.fallback)(&self.target, method, path, query, body),
         }
@@ -140,7 +140,8 @@ fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
     Ok(out)
 }
 
-fn entry(master: &Master, toolkit: &str) -> Result<CatalogEntry, ClientError> {
+/// A toolkit's catalog entry, in `AGENTOS_MODEL` when set (`agentos list-tools <toolkit>` too).
+pub(crate) fn entry(master: &Master, toolkit: &str) -> Result<CatalogEntry, ClientError> {
     let v = master.request("GET", &format!("/api/tool-catalog/{toolkit}"), &model_query(), None)?;
     serde_json::from_value(v).map_err(|e| fail(1, format!("unreadable catalog entry: {e}")))
 }
