@@ -134,8 +134,7 @@ function signInView(message) {
     try {
       await signedIn();
       sessionStorage.setItem('agentos.token', S.token);
-      if (!location.hash || location.hash === '#/') location.hash = '#/catalog';
-      route();
+      go(!location.hash || location.hash === '#/' ? '#/catalog' : location.hash);
     } catch (e) {
       S.token = null;
       alertBox(e.status === 401 ? 'That token is not known to this master.' : explain(e));
@@ -664,6 +663,13 @@ const PAGES = {
   secrets: secretsView,
 };
 
+// Shows the page for `hash`. Setting a new hash routes once, from its `hashchange`; routing here
+// as well would draw the page twice, and the second drawing could replace a form being filled in.
+function go(hash) {
+  if (location.hash === hash || (hash === '#/' && !location.hash)) route();
+  else location.hash = hash;
+}
+
 async function route() {
   if (S.stop) {
     S.stop();
@@ -699,8 +705,7 @@ document.getElementById('sign-out').addEventListener('click', () => {
   sessionStorage.removeItem('agentos.token');
   S.token = null;
   S.me = null;
-  location.hash = '#/';
-  route();
+  go('#/');
 });
 window.addEventListener('hashchange', route);
 route();

@@ -164,6 +164,10 @@ await shot('secrets');
 // An agent without x: the fire is refused, and the page says why.
 await page.click('#sign-out');
 await page.locator('#sign-in').waitFor();
+// The form is drawn once: a second drawing after the hash change would empty a token being typed.
+const form = await page.$('#sign-in');
+await page.waitForTimeout(300);
+check(await form.evaluate((f) => f.isConnected), 'the sign-in form was drawn again after signing out');
 await page.fill('#token', VIEWER_TOKEN);
 await page.click('#sign-in button[type=submit]');
 await page.locator('#catalog-search').waitFor();
