@@ -171,7 +171,7 @@ async function catalogView() {
   const form = h('form', { class: 'filters', id: 'catalog-search' }, qInput, type, model, capability, h('button', { type: 'submit', class: 'primary' }, 'Search'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    location.hash = `#/catalog${q({ q: qInput.value, type: type.value, model: model.value, capability: capability.value })}`;
+    go(`#/catalog${q({ q: qInput.value, type: type.value, model: model.value, capability: capability.value })}`);
   });
   const results = h('div', { id: 'results' }, h('p', { class: 'muted', text: 'Searching…' }));
   show(h('h1', { text: 'Catalog' }), form, results);
@@ -577,7 +577,7 @@ async function auditView() {
   const form = h('form', { class: 'filters', id: 'audit-filter' }, principal, model, type, after, h('button', { type: 'submit', class: 'primary' }, 'Filter'));
   form.addEventListener('submit', (ev) => {
     ev.preventDefault();
-    location.hash = `#/audit${q({ principal: principal.value, model: model.value, type: type.value, after: after.value })}`;
+    go(`#/audit${q({ principal: principal.value, model: model.value, type: type.value, after: after.value })}`);
   });
   const list = h('div', { id: 'events' }, h('p', { class: 'muted', text: 'Loading…' }));
   show(h('h1', { text: 'Audit' }), form, list);
