@@ -135,6 +135,10 @@ impl fmt::Debug for Runner {
 pub struct Expr {
     source: Arc<str>,
     filter: Arc<Filter>,
+    /// A plain path (`.a.b[0]`): it only looks a value up in its input, so it cannot recurse or
+    /// grow anything, and it runs in this process even for a sandboxed runner, without the
+    /// round trip to a worker.
+    path_only: bool,
 }
 
 /// Longest expression accepted, in bytes.
@@ -176,7 +180,7 @@ impl Expr {
         let filter = Compiler::<_, Data>::default().with_funs(native_funs()).compile(modules).map_err(|errs| {
             ExprError::Compile(join_errors(errs.into_iter().flat_map(|(_, errs)| errs).map(undefined_message)))
         })?;
-        Ok(Expr { source: src.into(), filter: Arc::new(filter) })
+        Ok(Expr { source: src.into(), filter: Arc::new(filter), path_only: is_plain_path(src) })
     }
 
     /// The source text the expression was compiled from.
@@ -203,12 +207,17 @@ impl Expr {
     /// becomes an error rather than unwinding into the caller.
     fn first<T>(&self, runner: &Runner, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, ExprError> {
         match &runner.sandbox {
-            Some(sandbox) => {
+            Some(sandbox) if !self.path_only => {
                 let out = sandbox(&self.source, &from_val(&input))?;
                 Ok(f(out.map(|v| to_val(&v)).as_ref()))
             }
-            None => self.first_here(input, f),
+            _ => self.first_here(input, f),
         }
+    }
+
+    /// Whether the expression is a plain path that runs in this process whatever the runner.
+    pub fn is_path_only(&self) -> bool {
+        self.path_only
     }
 
     fn first_here<T>(&self, input: Val, f: impl FnOnce(Option<&Val>) -> T) -> Result<T, ExprError> {
@@ -231,6 +240,45 @@ impl Expr {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
             .unwrap_or_else(|_| Err(ExprError::Stopped("the jq interpreter failed on this input".to_string())))
     }
+}
+
+/// Whether `src` is `.` or a chain of field names and array indexes: `.a`, `.a.b_2`, `.a[0]`,
+/// `.[3].x`. Quoted names, slices, negative indexes, `?`, spaces and everything else are not.
+fn is_plain_path(src: &str) -> bool {
+    let b = src.as_bytes();
+    if b == b"." {
+        return true;
+    }
+    let mut i = 0;
+    let mut steps = 0;
+    while i < b.len() {
+        let start = i;
+        if b[i] == b'.' && b.get(i + 1).is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_') {
+            i += 1;
+            while b.get(i).is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') {
+                i += 1;
+            }
+        } else {
+            // `.[n]` at the start, `[n]` after a step.
+            if b[i] == b'.' && steps == 0 {
+                i += 1;
+            }
+            if b.get(i) != Some(&b'[') || (steps == 0 && i == start) {
+                return false;
+            }
+            i += 1;
+            let digits = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == digits || i - digits > 9 || b.get(i) != Some(&b']') {
+                return false;
+            }
+            i += 1;
+        }
+        steps += 1;
+    }
+    steps > 0
 }
 
 impl fmt::Debug for Expr {
@@ -719,6 +767,53 @@ mod tests {
         assert!(matches!(err, ExprError::Compile(_)), "{err:?}");
         let err = err.to_string();
         assert!(err.contains("at most 16384"), "{err}");
+    }
+
+    #[test]
+    fn a_plain_path_runs_in_process_and_anything_else_goes_to_the_sandbox() {
+        let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = asked.clone();
+        let runner = Runner::sandboxed(Arc::new(move |src: &str, input: &Value| {
+            seen.lock().unwrap().push(src.to_string());
+            Expr::compile(src)?.eval_here(input)
+        }));
+        let input = json!({"a": {"b": [10, {"c_1": "x"}]}, "n": 2, "s": "text"});
+        let plain = [".", ".a", ".a.b", ".a.b[1].c_1", ".[0]", ".a.b[7]", ".missing.deeper", ".s.x", ".a[0]", ".n[1]"];
+        let not_plain = [
+            "..",
+            ".a | .b",
+            ".a.b[-1]",
+            ".a.b[0:1]",
+            ".a?",
+            ".\"a\"",
+            ".a .b",
+            "[0]",
+            ".a.[0]",
+            ".a.b[1]?",
+            ".a[]",
+            ".a[1234567890]",
+            "1",
+            "$__loc__",
+            "length",
+            ".a + 1",
+        ];
+        for src in plain {
+            let e = Expr::compile(src).unwrap();
+            assert!(e.is_path_only(), "{src}");
+            // The same answer, error or value, as the interpreter gives it in process.
+            check(src, e.eval(&runner, &input), e.eval_here(&input));
+        }
+        assert!(asked.lock().unwrap().is_empty(), "a plain path reached the sandbox: {:?}", asked.lock().unwrap());
+        for src in not_plain {
+            let Ok(e) = Expr::compile(src) else { continue };
+            assert!(!e.is_path_only(), "{src}");
+            let _ = e.eval(&runner, &input);
+            assert_eq!(asked.lock().unwrap().pop().as_deref(), Some(src), "{src} did not go to the sandbox");
+        }
+        // A template's plain hole runs in process too; one that computes goes to the sandbox.
+        let t = Template::compile(&json!({"x": "${.a.b[0]}", "y": "${.n + 1}"})).unwrap();
+        check("template", t.render(&runner, &input, &|_| None), Ok(json!({"x": 10, "y": 3})));
+        assert_eq!(*asked.lock().unwrap(), vec![".n + 1".to_string()]);
     }
 
     #[test]
