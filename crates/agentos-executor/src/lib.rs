@@ -8,6 +8,7 @@ pub mod job;
 pub mod protocol;
 pub mod runner;
 pub mod sealed;
+mod spawn;
 mod worker;
 
 pub use worker::{ExecutorConfig, ExecutorError, folders_closed_to, forbid_inspection, run, workspace_reachable};

@@ -5,11 +5,9 @@
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::JobCgroup;
@@ -86,43 +84,16 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(2);
 
 pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<RunOutput> {
     let start = Instant::now();
-    let mut cmd = Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .env_clear()
-        .envs(&spec.env)
-        .current_dir(&spec.cwd)
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let join = spec.cgroup.as_ref().map(JobCgroup::procs_fd);
-    let user = spec.run_as;
-    // SAFETY: the closure runs in the child between fork and exec and makes only
-    // async-signal-safe system calls on descriptors and values prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            // The cgroup is joined first, as the executor's user: once the user changed, the
-            // child may no longer move itself, and nothing runs before it is in.
-            if let Some(fd) = join
-                && libc::write(fd, b"0".as_ptr().cast(), 1) != 1
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            if let Some((uid, gid)) = user {
-                // What std's `uid`/`gid` do, here so that they come after the join: as root,
-                // drop the supplementary groups, then the group, then the user.
-                if libc::geteuid() == 0 && libc::setgroups(0, std::ptr::null()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            Ok(())
-        });
-    }
-    let mut child = match cmd.spawn() {
+    let spawned = crate::spawn::spawn(&crate::spawn::Spawn {
+        program: &spec.program,
+        args: &spec.args,
+        env: &spec.env,
+        cwd: &spec.cwd,
+        stdin: spec.stdin.is_some(),
+        cgroup_procs: spec.cgroup.as_ref().map(JobCgroup::procs_fd),
+        run_as: spec.run_as,
+    });
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             if let Some(cg) = spec.cgroup {
@@ -131,7 +102,7 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
             return Err(e);
         }
     };
-    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let pgid = child.pid;
     if let (Some(mut w), Some(input)) = (child.stdin.take(), spec.stdin) {
         // Fed from a task so a script that does not read its stdin cannot stall us.
         tokio::spawn(async move {

@@ -1,0 +1,388 @@
+//! Starts a job's process without copying the executor: `clone(CLONE_VM | CLONE_VFORK)`, as
+//! `posix_spawn` does, with the steps `posix_spawn` cannot take (joining the job's cgroup and
+//! changing user, before anything of the job runs) done in the child before `exec`.
+//!
+//! A `fork` copied the executor's page tables and then took a copy-on-write fault for every page
+//! either side touched before the `exec`: about a fifth of the executor's CPU per job. Here the
+//! child borrows the executor's memory and stack-less state until it calls `execve`; the
+//! executor's thread waits (`CLONE_VFORK`) until then. The child only makes system calls on
+//! values prepared before the clone, and all signals are blocked around it, so no handler of the
+//! executor ever runs on the child's stack.
+//!
+//! The exit is awaited on a pidfd, so waiting costs no thread and no `SIGCHLD` handling.
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::ExitStatus;
+
+use tokio::io::unix::AsyncFd;
+use tokio::net::unix::pipe;
+
+/// What to start.
+pub struct Spawn<'a> {
+    pub program: &'a Path,
+    pub args: &'a [String],
+    /// The whole environment of the process.
+    pub env: &'a BTreeMap<String, String>,
+    pub cwd: &'a Path,
+    /// Whether stdin is a pipe (`Spawned::stdin`); otherwise it reads from /dev/null.
+    pub stdin: bool,
+    /// Written "0" to (`cgroup.procs` of the job's cgroup) first: the child joins it.
+    pub cgroup_procs: Option<RawFd>,
+    /// Run as this user and group instead of the executor's own.
+    pub run_as: Option<(u32, u32)>,
+}
+
+/// A started process in a process group of its own (its pid is the group's id).
+pub struct Spawned {
+    pub pid: i32,
+    pub stdin: Option<pipe::Sender>,
+    pub stdout: Option<pipe::Receiver>,
+    pub stderr: Option<pipe::Receiver>,
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    status: Option<ExitStatus>,
+}
+
+/// Everything the child reads, prepared before the clone: it allocates nothing.
+struct ChildPlan {
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    cwd: *const libc::c_char,
+    fds: [RawFd; 3],
+    cgroup_procs: RawFd,
+    run_as: Option<(u32, u32)>,
+    root: bool,
+    /// Set by the child to the errno of the step that failed; read once the clone returned.
+    error: libc::c_int,
+}
+
+fn cstring(s: &OsStr) -> io::Result<CString> {
+    CString::new(s.as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in an argument"))
+}
+
+fn pipe_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// The child, between the clone and `execve`. Only system calls, on the plan's values.
+extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the plan, alive on the parent's stack while the parent waits (CLONE_VFORK).
+    let plan = unsafe { &mut *(arg as *mut ChildPlan) };
+    let fail = |plan: &mut ChildPlan| -> libc::c_int {
+        plan.error = io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
+        // SAFETY: _exit ends the child without running anything of the parent's.
+        unsafe { libc::_exit(127) }
+    };
+    // SAFETY: every call below is a system call on prepared values; the signal table is the
+    // child's own copy (no CLONE_SIGHAND), so resetting it leaves the executor's alone.
+    unsafe {
+        // Every caught signal back to its default, before any is unblocked: a handler of the
+        // executor must never run here. SIGPIPE too, which the executor ignores.
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        for sig in 1..=libc::SIGRTMAX() {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && (old.sa_sigaction != libc::SIG_IGN || sig == libc::SIGPIPE)
+                && old.sa_sigaction != libc::SIG_DFL
+            {
+                libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            }
+        }
+        // The cgroup first, as the executor's user: once the user changed, the child may no
+        // longer move itself, and nothing runs before it is in.
+        if plan.cgroup_procs >= 0 && libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1) != 1 {
+            return fail(plan);
+        }
+        if libc::setpgid(0, 0) != 0 || libc::chdir(plan.cwd) != 0 {
+            return fail(plan);
+        }
+        if let Some((uid, gid)) = plan.run_as {
+            // As root, drop the supplementary groups, then the group, then the user.
+            if plan.root && libc::setgroups(0, std::ptr::null()) != 0 {
+                return fail(plan);
+            }
+            if libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                return fail(plan);
+            }
+        }
+        for (target, fd) in plan.fds.into_iter().enumerate() {
+            let target = target as RawFd;
+            if fd == target {
+                // Already in place: only its close-on-exec flag goes.
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return fail(plan);
+                }
+            } else if libc::dup2(fd, target) != target {
+                return fail(plan);
+            }
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        libc::execve(plan.path, plan.argv, plan.envp);
+        fail(plan)
+    }
+}
+
+/// The child's stack: it needs little (a few system calls), and is only used until `execve`.
+const CHILD_STACK: usize = 64 * 1024;
+
+/// Starts the process. On `Err` nothing was left running.
+pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
+    let path = cstring(s.program.as_os_str())?;
+    let args: Vec<CString> = std::iter::once(Ok(path.clone()))
+        .chain(s.args.iter().map(|a| cstring(OsStr::new(a))))
+        .collect::<io::Result<_>>()?;
+    let env: Vec<CString> =
+        s.env.iter().map(|(k, v)| cstring(OsStr::new(&format!("{k}={v}")))).collect::<io::Result<_>>()?;
+    let cwd = cstring(s.cwd.as_os_str())?;
+    let argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).chain([std::ptr::null()]).collect();
+    let envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect();
+
+    let (stdin_child, stdin_parent) = if s.stdin {
+        let (r, w) = pipe_pair()?;
+        (r, Some(w))
+    } else {
+        let null = std::fs::File::open("/dev/null")?;
+        (OwnedFd::from(null), None)
+    };
+    let (stdout_parent, stdout_child) = pipe_pair()?;
+    let (stderr_parent, stderr_child) = pipe_pair()?;
+
+    let mut plan = ChildPlan {
+        path: path.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: cwd.as_ptr(),
+        fds: [stdin_child.as_raw_fd(), stdout_child.as_raw_fd(), stderr_child.as_raw_fd()],
+        cgroup_procs: s.cgroup_procs.unwrap_or(-1),
+        run_as: s.run_as,
+        // SAFETY: geteuid has no preconditions.
+        root: unsafe { libc::geteuid() } == 0,
+        error: 0,
+    };
+    // Not zeroed: the child writes its stack before it reads it.
+    let mut stack: Vec<std::mem::MaybeUninit<u8>> = Vec::with_capacity(CHILD_STACK);
+    // SAFETY: the stack grows down from its end, aligned to 16 bytes; the plan and the stack
+    // outlive the child's use of them, since CLONE_VFORK returns only once the child called
+    // execve or ended. All signals are blocked around the clone and restored after.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(CHILD_STACK);
+        let top = top.sub(top as usize % 16);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(
+            child,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&mut plan as *mut ChildPlan).cast(),
+        );
+        let clone_error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(clone_error);
+        }
+        pid
+    };
+    drop(stack);
+    // The child's ends are the child's now.
+    drop((stdin_child, stdout_child, stderr_child));
+    // SAFETY: reading the field the child wrote before it ended; it has ended or exec'd.
+    let error = unsafe { std::ptr::read_volatile(&plan.error) };
+    if error != 0 {
+        let mut status = 0;
+        // SAFETY: reaps our own child, which has ended with _exit.
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(io::Error::from_raw_os_error(error));
+    }
+    let mut spawned = Spawned { pid, stdin: None, stdout: None, stderr: None, pidfd: None, status: None };
+    // From here a failure kills and reaps the child (Drop).
+    // SAFETY: pidfd_open on our own child, which is not reaped yet.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd >= 0 {
+        // SAFETY: the descriptor was just made and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+        // SAFETY: the AsyncFd owns the descriptor and nothing replaces or closes it meanwhile.
+        spawned.pidfd = Some(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)? });
+    }
+    // Made non-blocking by tokio.
+    if let Some(w) = stdin_parent {
+        spawned.stdin = Some(pipe::Sender::from_owned_fd(w)?);
+    }
+    spawned.stdout = Some(pipe::Receiver::from_owned_fd(stdout_parent)?);
+    spawned.stderr = Some(pipe::Receiver::from_owned_fd(stderr_parent)?);
+    Ok(spawned)
+}
+
+/// The status of `pid` when it has ended (and is reaped now), `None` while it runs.
+fn reap(pid: i32) -> io::Result<Option<ExitStatus>> {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    match r {
+        r if r < 0 => Err(io::Error::last_os_error()),
+        0 => Ok(None),
+        _ => Ok(Some(ExitStatus::from_raw(status))),
+    }
+}
+
+impl Spawned {
+    /// Waits for the process to end. Cancel-safe: dropped and called again, it goes on waiting.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(s) = self.status {
+                return Ok(s);
+            }
+            let pid = self.pid;
+            match &self.pidfd {
+                Some(fd) => {
+                    // Readable once the process ended.
+                    let mut ready = fd.readable().await?;
+                    match reap(pid)? {
+                        Some(s) => self.status = Some(s),
+                        None => ready.clear_ready(),
+                    }
+                }
+                // No pidfd (a kernel before 5.3): looked at every 2 ms.
+                None => match reap(pid)? {
+                    Some(s) => self.status = Some(s),
+                    None => tokio::time::sleep(std::time::Duration::from_millis(2)).await,
+                },
+            }
+        }
+    }
+}
+
+impl Drop for Spawned {
+    /// A process not waited for is killed and reaped, as `kill_on_drop` did.
+    fn drop(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        // SAFETY: kill and waitpid on our own child, not reaped yet.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        if matches!(reap(self.pid), Ok(None)) {
+            let pid = self.pid;
+            // Reaped off this thread: a killed process may take a moment to end.
+            let _ = std::thread::Builder::new().name("reap".into()).spawn(move || {
+                let mut status = 0;
+                // SAFETY: as above.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+    use tokio::io::AsyncReadExt;
+
+    fn sh() -> PathBuf {
+        crate::runner::find_program("sh", "/usr/bin:/bin").unwrap()
+    }
+
+    async fn output(mut s: Spawned) -> (ExitStatus, String) {
+        let mut out = String::new();
+        s.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+        (s.wait().await.unwrap(), out)
+    }
+
+    fn run<'a>(program: &'a Path, args: &'a [String], env: &'a BTreeMap<String, String>, cwd: &'a Path) -> Spawn<'a> {
+        Spawn { program, args, env, cwd, stdin: false, cgroup_procs: None, run_as: None }
+    }
+
+    #[tokio::test]
+    async fn the_child_starts_with_no_signal_caught_or_blocked_and_sigpipe_default_in_a_group_of_its_own() {
+        // This process ignores SIGPIPE (Rust does) and catches SIGCHLD once tokio waited for a
+        // process: neither may reach the job.
+        let _ = tokio::process::Command::new("true").status().await;
+        let sh = sh();
+        let args = vec!["-c".to_string(), "exec cat /proc/self/status".into()];
+        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let (status, out) = output(spawn(&run(&sh, &args, &env, Path::new("/"))).unwrap()).await;
+        assert!(status.success(), "{out}");
+        let mask = |name: &str| {
+            let line = out.lines().find(|l| l.starts_with(&format!("{name}:"))).expect(name);
+            u64::from_str_radix(line.split_whitespace().nth(1).unwrap(), 16).unwrap()
+        };
+        assert_eq!((mask("SigBlk"), mask("SigCgt")), (0, 0), "{out}");
+        assert_eq!(mask("SigIgn") & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE is ignored: {out}");
+        let args = vec!["-c".to_string(), "cut -d' ' -f1,5 /proc/$$/stat".into()];
+        let (_, out) = output(spawn(&run(&sh, &args, &env, Path::new("/"))).unwrap()).await;
+        let ids: Vec<&str> = out.split_whitespace().collect();
+        assert_eq!((ids.len(), ids[0]), (2, ids[1]), "the process leads its own group: {out}");
+    }
+
+    #[tokio::test]
+    async fn a_step_that_fails_before_exec_is_an_error_that_leaves_nothing_running() {
+        let sh = sh();
+        let env = BTreeMap::new();
+        let missing = Path::new("/nonexistent/agentos-no-such-program");
+        let e = spawn(&run(missing, &[], &env, Path::new("/"))).err().expect("no such program");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+        let e = spawn(&run(&sh, &[], &env, Path::new("/nonexistent-folder"))).err().expect("no such folder");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "{e}");
+        let not_executable = tempfile::NamedTempFile::new().unwrap();
+        let e = spawn(&run(not_executable.path(), &[], &env, Path::new("/"))).err().expect("not executable");
+        assert_eq!(e.raw_os_error(), Some(libc::EACCES), "{e}");
+        let nul = vec!["a\0b".to_string()];
+        let e = spawn(&run(&sh, &nul, &env, Path::new("/"))).err().expect("a NUL byte");
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_process_is_killed_and_reaped_and_a_cancelled_wait_goes_on() {
+        let sh = sh();
+        let env = BTreeMap::new();
+        let args = vec!["-c".to_string(), "sleep 0.3; exit 7".into()];
+        let mut s = spawn(&run(&sh, &args, &env, Path::new("/"))).unwrap();
+        // A wait given up half way (as a timeout's select! does) and begun again.
+        assert!(tokio::time::timeout(Duration::from_millis(50), s.wait()).await.is_err());
+        assert_eq!(s.wait().await.unwrap().code(), Some(7));
+        let args = vec!["-c".to_string(), "sleep 100".into()];
+        let s = spawn(&run(&sh, &args, &env, Path::new("/"))).unwrap();
+        let pid = s.pid;
+        drop(s);
+        assert!(!crate::runner::tests::alive(pid), "a dropped process still runs");
+    }
+
+    #[tokio::test]
+    async fn as_root_the_child_changes_user_and_drops_its_groups_after_entering_its_folder() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: changing user cannot be tried here");
+            return;
+        }
+        let folder = tempfile::tempdir().unwrap();
+        // Only root may enter: the folder is entered before the user changes, as before.
+        std::fs::set_permissions(folder.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let sh = sh();
+        let args = vec!["-c".to_string(), "id -u; id -g; id -G; pwd".into()];
+        let env = BTreeMap::from([("PATH".to_string(), "/usr/bin:/bin".to_string())]);
+        let mut spec = run(&sh, &args, &env, folder.path());
+        spec.run_as = Some((65534, 65533));
+        let (status, out) = output(spawn(&spec).unwrap()).await;
+        assert!(status.success(), "{out}");
+        let want = format!("65534\n65533\n65533\n{}\n", folder.path().display());
+        assert_eq!(out, want);
+    }
+
+    use std::time::Duration;
+}
