@@ -33,6 +33,10 @@ pub struct JobRecord {
 /// Characters of an offloaded output kept inline.
 const PREVIEW_CHARS: usize = 2000;
 
+/// How long a direct job's removal from the job store may wait for a put to share its
+/// transaction.
+const FORGET_AFTER: Duration = Duration::from_millis(200);
+
 impl LeaseError {
     fn into_error(self, job_id: &str) -> EngineError {
         match self {
@@ -392,10 +396,35 @@ impl Dispatch<'_> {
         // is free goes in one batch (one sync to the disk), in order. A failed removal is
         // logged, and the job is found finished in the log at the next start; a failed put is
         // answered to its caller.
+        //
+        // Removals need no sync of their own: one lost in a crash leaves a record whose result
+        // is in the log, dropped at the next start (above). So they wait for the next put's
+        // transaction, or `FORGET_AFTER` without one: one sync per job instead of two.
         tokio::spawn(async move {
             let mut batch = Vec::new();
-            while pending.recv_many(&mut batch, 256).await > 0 {
-                let mut writes = Vec::with_capacity(batch.len());
+            let mut held: Vec<String> = Vec::new();
+            loop {
+                let got = if held.is_empty() {
+                    pending.recv_many(&mut batch, 256).await
+                } else {
+                    tokio::time::timeout(FORGET_AFTER, pending.recv_many(&mut batch, 256)).await.unwrap_or(0)
+                };
+                let puts = batch.iter().any(|w| matches!(w, crate::jobs::StoreWrite::Put(..)));
+                if got > 0 && !puts && held.len() + batch.len() < 256 {
+                    held.extend(batch.drain(..).filter_map(|w| match w {
+                        crate::jobs::StoreWrite::Forget(id) => Some(id),
+                        crate::jobs::StoreWrite::Put(..) => None,
+                    }));
+                    continue;
+                }
+                if got == 0 && held.is_empty() {
+                    // Closed: the engine is gone.
+                    break;
+                }
+                // A held removal is of a job whose put went in an earlier batch: the channel
+                // keeps each job's put before its removal.
+                let mut writes: Vec<agentos_store::JobWrite> =
+                    held.drain(..).map(agentos_store::JobWrite::Forget).collect();
                 let mut waiting = Vec::new();
                 for write in batch.drain(..) {
                     match write {

@@ -135,3 +135,95 @@ async fn a_waited_for_job_is_stored_while_it_runs_answered_once_stored_and_forgo
     let (_e, _store, requeued) = open(dir.path()).await;
     assert_eq!(requeued, 0);
 }
+
+/// The SQLite job store, with each transaction's changes written down as they are made.
+struct Transactions {
+    store: SqliteJobStore,
+    seen: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl JobStore for Transactions {
+    async fn write(&self, writes: Vec<agentos_store::JobWrite>) -> Result<(), agentos_store::StoreError> {
+        let names = writes
+            .iter()
+            .map(|w| match w {
+                agentos_store::JobWrite::Put(j) => format!("put {}", j.job_id),
+                agentos_store::JobWrite::Forget(id) => format!("forget {id}"),
+            })
+            .collect();
+        self.seen.lock().unwrap().push(names);
+        self.store.write(writes).await
+    }
+    async fn put(&self, job: agentos_store::StoredJob) -> Result<(), agentos_store::StoreError> {
+        self.seen.lock().unwrap().push(vec![format!("put {}", job.job_id)]);
+        self.store.put(job).await
+    }
+    async fn forget(&self, job_id: &str) -> Result<(), agentos_store::StoreError> {
+        self.seen.lock().unwrap().push(vec![format!("forget {job_id}")]);
+        self.store.forget(job_id).await
+    }
+    async fn get(&self, job_id: &str) -> Result<Option<agentos_store::StoredJob>, agentos_store::StoreError> {
+        self.store.get(job_id).await
+    }
+    async fn all(&self) -> Result<Vec<agentos_store::StoredJob>, agentos_store::StoreError> {
+        self.store.all().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_jobs_removal_shares_the_next_jobs_transaction_or_goes_alone_soon_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
+    let log = Arc::new(SqliteEventLog::open(&dir.path().join("events.db")).unwrap());
+    let blobs = Arc::new(FsBlobStore::open(dir.path().join("blobs")).unwrap());
+    let e = Engine::open(EngineConfig::default(), log, blobs).await.unwrap();
+    let store = Arc::new(Transactions {
+        store: SqliteJobStore::open(&dir.path().join("jobs.db")).unwrap(),
+        seen: Default::default(),
+    });
+    e.dispatch().recover_jobs(store.clone()).await.unwrap();
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    // Waited-for invocations, one after the other, as a caller on a shell makes them: each is
+    // answered once its result is recorded (and its removal sent to the store).
+    let call = || {
+        let (e, op, exec) = (e.clone(), op.clone(), exec.clone());
+        async move {
+            let poller = {
+                let (e, exec) = (e.clone(), exec.clone());
+                tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap() })
+            };
+            let caller = {
+                let (e, op) = (e.clone(), op.clone());
+                tokio::spawn(async move {
+                    let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+                    e.dispatch().invoke(&op, "t", None, req).await
+                })
+            };
+            let leased = poller.await.unwrap().unwrap();
+            let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
+            e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
+            caller.await.unwrap().unwrap();
+            leased.job_id
+        }
+    };
+    let a = call().await;
+    // The next job's put carries the first job's removal: one sync to the disk for both.
+    let b = call().await;
+    // With no job after it, the last removal goes on its own.
+    let mut left = usize::MAX;
+    for _ in 0..200 {
+        left = store.all().await.unwrap().len();
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(left, 0, "a finished job stays in the store");
+    let seen = store.seen.lock().unwrap().clone();
+    assert_eq!(
+        seen,
+        [vec![format!("put {a}")], vec![format!("forget {a}"), format!("put {b}")], vec![format!("forget {b}")]]
+    );
+}
