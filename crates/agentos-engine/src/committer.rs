@@ -33,6 +33,19 @@ pub(crate) struct Pending {
 /// Most commands taken into one transaction.
 const MAX_BATCH: usize = 256;
 
+thread_local! {
+    /// The sequence number the first event of the command being decided will get, while it is
+    /// decided on the committer's thread; 0 elsewhere.
+    static NEXT_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The sequence number the first event a [`Decide`] returns will be committed as, when called
+/// from a `Decide` (0 otherwise). Events that name others made in the same commit (a token by
+/// its id, which comes from its event's number) are decided with it.
+pub(crate) fn next_seq() -> u64 {
+    NEXT_SEQ.with(|n| n.get())
+}
+
 /// How many times in a row one batch may lose the race for a shared log's end to another
 /// master before its commands are answered "try again".
 const MAX_CONFLICTS: u32 = 64;
@@ -109,8 +122,13 @@ fn commit_batch(
     while !queue.is_empty() {
         let mut staged: Vec<Staged> = Vec::new();
         let mut keys: HashSet<(String, String)> = HashSet::new();
+        // Events are numbered from the log's end, in the order they are staged.
+        let mut next = state.read().map(|s| s.last_seq).unwrap_or(0) + 1;
         while let Some(p) = queue.pop_front() {
-            match decide(state, &p) {
+            NEXT_SEQ.with(|n| n.set(next));
+            let decided = decide(state, &p);
+            NEXT_SEQ.with(|n| n.set(0));
+            match decided {
                 // A command that touches what an earlier one in this transaction touched must
                 // see its effect: it waits for the next transaction, and is decided again.
                 Ok(evs) if evs.iter().any(|(m, b)| keys.contains(&(m.clone(), b.key()))) => {
@@ -121,6 +139,7 @@ fn commit_batch(
                 Ok(evs) => match stored_form(evs, &p) {
                     Err(e) => (p.reply)(Err(e.into())),
                     Ok((events, bodies)) => {
+                        next += events.len() as u64;
                         keys.extend(events.iter().map(|e| (e.model.clone(), e.key.clone())));
                         staged.push(Staged { pending: p, events, bodies });
                     }
@@ -249,6 +268,10 @@ fn flush(
             Ok(())
         }
         Ok(recorded) => {
+            // Decided with the numbers `next_seq` gave: the log numbers on from its end.
+            if recorded.iter().enumerate().any(|(i, r)| r.seq != after + 1 + i as u64) {
+                tracing::error!(after, "the log numbered a commit's events other than from its end");
+            }
             let mut recorded = recorded.into_iter();
             let mut replies = Vec::with_capacity(staged.len());
             {

@@ -24,6 +24,8 @@ use agentos_core::{CoreError, ErrorKind};
 pub mod runtime;
 
 #[cfg(test)]
+mod chain_tests;
+#[cfg(test)]
 mod instance_tests;
 
 pub use runtime::{CATALOG_PLACE, NetLimits, default_memory_cap};
@@ -150,6 +152,10 @@ fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
 
 /// Model names the master keeps for tool-net instances.
 pub(crate) const INSTANCE_PREFIX: &str = "tni-";
+
+/// Most tokens a model may hold for a fire's follow-on start to be decided in its commit (the
+/// net is copied to decide it).
+const CHAIN_MAX_TOKENS: usize = 256;
 
 impl Nets<'_> {
     fn net_event(&self, model: &str, ev: NetEvent) -> crate::committer::Decide {
@@ -980,8 +986,13 @@ impl Nets<'_> {
                 match routed {
                     Ok(outputs) => {
                         let ev = NetEvent::Fired { transition: transition.to_string(), consumed, outputs };
-                        match self.commit_net(principal, model, ev).await {
-                            Ok(_) => Ok(outcome("fired", None, None)),
+                        match self.commit_fired(principal, model, ev).await {
+                            Ok(started) => {
+                                for fire in started {
+                                    self.spawn_fire(model.to_string(), fire);
+                                }
+                                Ok(outcome("fired", None, None))
+                            }
                             Err(EngineError::Core(e)) if e.kind == ErrorKind::Conflict => {
                                 Ok(outcome("not-enabled", None, Some(e.message)))
                             }
@@ -1010,6 +1021,89 @@ impl Nets<'_> {
                 Ok(outcome("started", Some(fire), None))
             }
         }
+    }
+
+    /// Commits a `pass` or `map` fire, and in the same commit the start of a command, http or
+    /// mcp fire its output enables (see [`Nets::chained_start`]). Answers the fires started.
+    async fn commit_fired(&self, principal: &str, model: &str, fired: NetEvent) -> Result<Vec<String>, EngineError> {
+        let engine = self.0.clone();
+        let m = model.to_string();
+        let decide: crate::committer::Decide = Box::new(move |st| {
+            let mut out = decide_net_events(st, &m, std::slice::from_ref(&fired))?;
+            let seq = crate::committer::next_seq();
+            if let Some(start) = engine.nets().chained_start(st, &m, &fired, seq) {
+                out.push((m.clone(), EventBody::Net(start)));
+            }
+            Ok(out)
+        });
+        let events = self.submit(principal, decide).await?;
+        Ok(events
+            .iter()
+            .filter(|e| matches!(e.body, EventBody::Net(NetEvent::FireStarted { .. })))
+            .map(|e| fire_id(e.seq))
+            .collect())
+    }
+
+    /// The start of a fire that `fired` (to be committed as `seq`) enables, decided on the net as
+    /// it will be once `fired` is folded, so that both go in one commit: a map that builds a
+    /// command and the command's start cost one sync to the disk instead of two, and the fire
+    /// loop no second turn. Only what the loop itself would start next, and only where deciding
+    /// it needs nothing but the net: an automatic, started command, http or mcp transition that
+    /// consumes from a place the fire filled, with no filter and no catalog preset, its
+    /// concurrency not reached, its author still there and its rate within the master's limit.
+    /// The net is copied to see it after the fire, so only a small one is looked at; anything
+    /// else is left to the fire loop, as before.
+    fn chained_start(
+        &self,
+        st: &agentos_core::state::State,
+        model: &str,
+        fired: &NetEvent,
+        seq: u64,
+    ) -> Option<NetEvent> {
+        let NetEvent::Fired { outputs, .. } = fired else { return None };
+        if seq == 0 || outputs.is_empty() || !self.inner.nets.runs(model) {
+            return None;
+        }
+        let net = st.nets.models.get(model)?;
+        if net.places.values().map(|p| p.tokens.len()).sum::<usize>() > CHAIN_MAX_TOKENS {
+            return None;
+        }
+        let filled: std::collections::BTreeSet<&str> = outputs.iter().map(|t| t.place.as_str()).collect();
+        let next: Vec<&Inscription> = net
+            .doc
+            .transitions
+            .iter()
+            .filter(|t| t.mode == Mode::Auto && matches!(t.kind.as_str(), "command" | "http" | "mcp"))
+            .filter(|t| t.presets.values().any(|p| p.consume && filled.contains(p.place.as_str())))
+            .filter(|t| t.presets.values().all(|p| p.place != CATALOG_PLACE))
+            .filter(|t| net.transitions.get(&t.id).is_some_and(|r| r.started))
+            .filter(|t| net.in_flight_of(&t.id) < t.concurrency as usize)
+            .filter(|t| net.authors.get(&t.id).is_some_and(|a| st.principal_by_id(a).is_some()))
+            .collect();
+        if next.is_empty() {
+            return None;
+        }
+        let mut after = agentos_core::net_state::NetState::default();
+        after.models.insert(model.to_string(), net.clone());
+        after.apply(model, seq, now_ms(), None, fired);
+        let after = after.models.get(model)?;
+        for t in next {
+            let Ok(c) = self.compiled(model, t) else { continue };
+            if !c.filters.is_empty() {
+                continue;
+            }
+            let Some(candidates) = Self::candidates(after, &c, false, &[]) else { continue };
+            let Ok(Some(bound)) = Self::select(&self.inner.nets.expressions, &c, candidates) else { continue };
+            if self.inner.nets.count_fire(&(model.to_string(), t.id.clone())).is_err() {
+                // Over the rate: the fire loop tries it, and stops it with the reason.
+                continue;
+            }
+            let start = NetEvent::FireStarted { transition: t.id.clone(), bound, firer: None };
+            if start.check(Some(after)).is_ok() {
+                return Some(start);
+            }
+        }
+        None
     }
 
     /// Runs the action of a fire in flight to its end: after a fresh start, or after a restart.

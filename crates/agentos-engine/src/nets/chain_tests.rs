@@ -1,0 +1,84 @@
+//! A `pass` or `map` fire and the start of the command fire its output enables go in one
+//! commit, and only where deciding the start needs nothing but the net.
+
+use std::sync::Arc;
+
+use agentos_core::net::NetDoc;
+use agentos_core::net_state::{NetEvent, NewToken, fire_id, token_id};
+use agentos_store::{FsBlobStore, SqliteEventLog};
+use serde_json::{Value, json};
+
+use crate::{Engine, EngineConfig, Principal};
+
+async fn open(dir: &std::path::Path) -> (Engine, Principal) {
+    let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
+    let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
+    let e = Engine::open(EngineConfig::default(), log, blobs).await.unwrap();
+    e.principals().ensure_operator(&dir.join("operator.token")).await.unwrap();
+    let op = e.operator().expect("the operator exists");
+    (e, op)
+}
+
+/// A map that fills `p-cmd` (never started: the test commits its fire by hand) and a started
+/// command transition reading `p-cmd`, with `preset` as its preset.
+async fn model(e: &Engine, op: &Principal, name: &str, preset: Value) {
+    let doc: NetDoc = serde_json::from_value(json!({
+        "places": ["p-in", "p-cmd", "p-out", "p-other"],
+        "transitions": [
+            {"id": "build", "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-cmd"}},
+             "action": {"template": "${.i.data}"}, "emit": [{"to": "o"}]},
+            {"id": "run", "kind": "command", "presets": {"c": preset}, "postsets": {"o": {"place": "p-out"}},
+             "emit": [{"to": "o"}]}]
+    }))
+    .unwrap();
+    e.nets().apply_net(op, name, doc).await.unwrap();
+    e.nets().set_started(op, name, "run", true).await.unwrap();
+}
+
+/// What the map's fire would commit: one command token into `p-cmd`.
+fn fired(op: &Principal) -> NetEvent {
+    let data = json!({"executor": "script", "command": "invoke", "args": {"toolId": "nothing-registered"}});
+    NetEvent::Fired {
+        transition: "build".into(),
+        consumed: Vec::new(),
+        outputs: vec![NewToken { place: "p-cmd".into(), name: None, data, by: vec![op.id.clone()] }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_map_fire_and_the_command_start_it_enables_are_one_commit_and_only_when_the_net_alone_decides_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, op) = open(dir.path()).await;
+
+    model(&e, &op, "chained", json!({"place": "p-cmd"})).await;
+    let before = e.read_state().last_seq;
+    let started = e.nets().commit_fired("system", "chained", fired(&op)).await.unwrap();
+    // One submission, one transaction: the fire at the next number, binding the token the map
+    // made, which it holds.
+    let (fired_seq, start_seq) = (before + 1, before + 2);
+    assert_eq!(started, vec![fire_id(start_seq)]);
+    {
+        let st = e.read_state();
+        assert_eq!(st.last_seq, start_seq);
+        let net = &st.nets.models["chained"];
+        let fire = &net.in_flight[&fire_id(start_seq)];
+        assert_eq!(fire.transition, "run");
+        let bound: Vec<&str> = fire.bound["c"].iter().map(|r| r.id.as_str()).collect();
+        assert_eq!(bound, [token_id(fired_seq, 0).as_str()]);
+        assert_eq!(net.places["p-cmd"].reserved.get(&token_id(fired_seq, 0)), Some(&fire_id(start_seq)));
+    }
+
+    // A filtered preset needs an expression evaluated: left to the fire loop.
+    model(&e, &op, "filtered", json!({"place": "p-cmd", "filter": ".data.executor == \"script\""})).await;
+    assert_eq!(e.nets().commit_fired("system", "filtered", fired(&op)).await.unwrap(), Vec::<String>::new());
+    // A transition that is not started is not started by a fire either.
+    model(&e, &op, "stopped", json!({"place": "p-cmd"})).await;
+    e.nets().set_started(&op, "stopped", "run", false).await.unwrap();
+    assert_eq!(e.nets().commit_fired("system", "stopped", fired(&op)).await.unwrap(), Vec::<String>::new());
+    // A net too large to copy for the decision: left to the fire loop.
+    model(&e, &op, "large", json!({"place": "p-cmd"})).await;
+    for n in 0..=super::CHAIN_MAX_TOKENS {
+        e.nets().put_token(&op, "large", "p-other", json!({"n": n}), None).await.unwrap();
+    }
+    assert_eq!(e.nets().commit_fired("system", "large", fired(&op)).await.unwrap(), Vec::<String>::new());
+}
