@@ -432,6 +432,9 @@ pub struct Template {
     credentials: Vec<String>,
     /// Whether some hole is a jq expression.
     has_exprs: bool,
+    /// Whether every expression hole is a plain path: rendering runs in this process, whatever
+    /// the runner.
+    paths_only: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -474,7 +477,12 @@ impl Template {
         let mut path = String::new();
         let mut holes = Holes::default();
         let node = compile_node(value, &mut path, &mut holes)?;
-        Ok(Template { node, credentials: holes.credentials.into_iter().collect(), has_exprs: holes.exprs > 0 })
+        Ok(Template {
+            node,
+            credentials: holes.credentials.into_iter().collect(),
+            has_exprs: holes.exprs > 0,
+            paths_only: holes.computed == 0,
+        })
     }
 
     /// Renders the template with `input` as the jq input of every hole; `credential(name)` resolves
@@ -492,6 +500,12 @@ impl Template {
         render_node(runner, &self.node, &input, credential)
     }
 
+    /// Whether every expression hole is a plain path (`${.a.b}`), so rendering never leaves this
+    /// process.
+    pub fn paths_only(&self) -> bool {
+        self.paths_only
+    }
+
     /// Names of the credentials the template refers to, sorted, without duplicates.
     pub fn credentials(&self) -> Vec<String> {
         self.credentials.clone()
@@ -503,6 +517,8 @@ impl Template {
 struct Holes {
     credentials: BTreeSet<String>,
     exprs: usize,
+    /// Expression holes that are not plain paths.
+    computed: usize,
 }
 
 fn compile_node(value: &Value, path: &mut String, holes: &mut Holes) -> Result<Node, (String, ExprError)> {
@@ -514,7 +530,10 @@ fn compile_node(value: &Value, path: &mut String, holes: &mut Holes) -> Result<N
                     Part::Hole(Hole { kind: HoleKind::Credential(name), .. }) => {
                         holes.credentials.insert(name.clone());
                     }
-                    Part::Hole(Hole { kind: HoleKind::Expr(_), .. }) => holes.exprs += 1,
+                    Part::Hole(Hole { kind: HoleKind::Expr(e), .. }) => {
+                        holes.exprs += 1;
+                        holes.computed += usize::from(!e.is_path_only());
+                    }
                     Part::Text(_) => {}
                 }
             }
@@ -811,7 +830,11 @@ mod tests {
             assert_eq!(asked.lock().unwrap().pop().as_deref(), Some(src), "{src} did not go to the sandbox");
         }
         // A template's plain hole runs in process too; one that computes goes to the sandbox.
+        let plain =
+            Template::compile(&json!({"x": "${.a.b[0]}", "y": "n=${.n}", "z": [1, "${credentials.K}"]})).unwrap();
+        assert!(plain.paths_only());
         let t = Template::compile(&json!({"x": "${.a.b[0]}", "y": "${.n + 1}"})).unwrap();
+        assert!(!t.paths_only());
         check("template", t.render(&runner, &input, &|_| None), Ok(json!({"x": 10, "y": 3})));
         assert_eq!(*asked.lock().unwrap(), vec![".n + 1".to_string()]);
     }

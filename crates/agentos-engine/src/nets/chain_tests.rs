@@ -82,3 +82,59 @@ async fn a_map_fire_and_the_command_start_it_enables_are_one_commit_and_only_whe
     }
     assert_eq!(e.nets().commit_fired("system", "large", fired(&op)).await.unwrap(), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_of_pass_and_plain_map_fires_ends_in_a_command_start_in_one_commit_and_stops_at_a_computed_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, op) = open(dir.path()).await;
+    // seed (by hand) → p-x → move (pass) → p-y → build (map, a plain path) → p-cmd → run (command).
+    let net = |template: &str| {
+        serde_json::from_value::<NetDoc>(json!({
+            "places": ["p-x", "p-y", "p-cmd", "p-out"],
+            "transitions": [
+                {"id": "move", "kind": "pass", "presets": {"i": {"place": "p-x"}}, "postsets": {"o": {"place": "p-y"}},
+                 "emit": [{"to": "o"}]},
+                {"id": "build", "kind": "map", "presets": {"i": {"place": "p-y"}}, "postsets": {"o": {"place": "p-cmd"}},
+                 "action": {"template": {"executor": "script", "command": "invoke", "args": {"toolId": "t", "input": template}}},
+                 "emit": [{"to": "o"}]},
+                {"id": "run", "kind": "command", "presets": {"c": {"place": "p-cmd"}}, "postsets": {"o": {"place": "p-out"}},
+                 "emit": [{"to": "o"}]}]
+        }))
+        .unwrap()
+    };
+    let seed = |place: &str| NetEvent::Fired {
+        transition: "seed".into(),
+        consumed: Vec::new(),
+        outputs: vec![NewToken { place: place.into(), name: None, data: json!({"n": 1}), by: vec![op.id.clone()] }],
+    };
+    for (model, template) in [("plain", "${.i.data}"), ("computed", "${.i.data.n + 1}")] {
+        e.nets().apply_net(&op, model, net(template)).await.unwrap();
+        for t in ["move", "build", "run"] {
+            e.nets().set_started(&op, model, t, true).await.unwrap();
+        }
+    }
+
+    let before = e.read_state().last_seq;
+    let started = e.nets().commit_fired("system", "plain", seed("p-x")).await.unwrap();
+    // seed, move, build and the start of run: four events, one commit.
+    assert_eq!(started, vec![fire_id(before + 4)]);
+    {
+        let st = e.read_state();
+        assert_eq!(st.last_seq, before + 4);
+        let net = &st.nets.models["plain"];
+        let fire = &net.in_flight[&fire_id(before + 4)];
+        let cmd = net.token(&fire.bound["c"][0]).unwrap();
+        assert_eq!(cmd.data["args"]["input"], json!({"n": 1}), "the map's plain path was rendered");
+        assert_eq!((net.transitions["move"].fires, net.transitions["build"].fires), (1, 1));
+    }
+
+    // A template that computes needs an expression worker: the chain ends before the map, which
+    // the fire loop then fires (and the command after it) on its own turns.
+    let before = e.read_state().last_seq;
+    let started = e.nets().commit_fired("system", "computed", seed("p-x")).await.unwrap();
+    assert_eq!(started, Vec::<String>::new());
+    let moved = e.read_state().nets.models["computed"].places["p-y"].tokens.len()
+        + e.read_state().nets.models["computed"].places["p-cmd"].tokens.len();
+    assert!(moved >= 1, "the pass before the map is in the chain");
+    assert!(e.read_state().last_seq >= before + 2);
+}

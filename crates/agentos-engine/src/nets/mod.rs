@@ -157,6 +157,9 @@ pub(crate) const INSTANCE_PREFIX: &str = "tni-";
 /// net is copied to decide it).
 const CHAIN_MAX_TOKENS: usize = 256;
 
+/// Most fires decided into one commit after the fire or result that leads them.
+const CHAIN_MAX_FIRES: usize = 8;
+
 impl Nets<'_> {
     fn net_event(&self, model: &str, ev: NetEvent) -> crate::committer::Decide {
         let model = model.to_string();
@@ -673,6 +676,28 @@ impl Nets<'_> {
         st.catalog_tokens(model, flags)
     }
 
+    /// The outputs of a `pass` (the data of what it consumed) or `map` (its template) fire,
+    /// routed by its emit rules.
+    fn pass_or_map(
+        runner: &Runner,
+        c: &Compiled,
+        consumed: &[TokenRef],
+        ctx: &Value,
+        by: &[String],
+    ) -> Result<Vec<NewToken>, FireError> {
+        let result = if c.inscription.kind == "map" {
+            let tpl = c.template.as_ref().ok_or("a map without a template")?;
+            // A map never reads credentials (refused when the net is applied, and here too).
+            tpl.render(runner, ctx, &|_| None).map_err(|e| FireError::Failed(format!("the template failed: {e}")))?
+        } else {
+            let first = consumed.first().and_then(|r| {
+                ctx.as_object()?.values().find(|v| v.get("id").and_then(Value::as_str) == Some(&r.id)).cloned()
+            });
+            first.and_then(|tok| tok.get("data").cloned()).unwrap_or(Value::Null)
+        };
+        Self::route(runner, c, &result, &result, ctx, by)
+    }
+
     fn binds_nothing(t: &Inscription) -> String {
         let consuming: Vec<&str> = t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
         format!("a consuming preset binds no token (presets: {})", consuming.join(", "))
@@ -956,21 +981,7 @@ impl Nets<'_> {
         let consumed = Self::consumed(t, &bound);
         match t.kind.as_str() {
             "pass" | "map" => {
-                let result = if t.kind == "map" {
-                    let tpl = c.template.as_ref().expect("map compiles a template");
-                    // A map never reads credentials (refused when the net is applied, and here too).
-                    match tpl.render(&self.inner.nets.expressions, &ctx, &|_| None) {
-                        Ok(v) => Ok(v),
-                        Err(e) => Err(FireError::Failed(format!("the template failed: {e}"))),
-                    }
-                } else {
-                    // pass hands on the data of what it consumed.
-                    let first = consumed.first().and_then(|r| {
-                        ctx.as_object()?.values().find(|v| v.get("id").and_then(Value::as_str) == Some(&r.id)).cloned()
-                    });
-                    Ok(first.and_then(|tok| tok.get("data").cloned()).unwrap_or(Value::Null))
-                };
-                let routed = result.and_then(|r| Self::route(&self.inner.nets.expressions, &c, &r, &r, &ctx, &by));
+                let routed = Self::pass_or_map(&self.inner.nets.expressions, &c, &consumed, &ctx, &by);
                 if let Ok(outputs) = &routed {
                     let limit = {
                         let st = self.read_state();
@@ -1023,87 +1034,124 @@ impl Nets<'_> {
         }
     }
 
-    /// Commits a `pass` or `map` fire, and in the same commit the start of a command, http or
-    /// mcp fire its output enables (see [`Nets::chained_start`]). Answers the fires started.
+    /// Commits a `pass` or `map` fire, and in the same commit the fires that follow it (see
+    /// [`Nets::follow_on`]). Answers the fires started.
     async fn commit_fired(&self, principal: &str, model: &str, fired: NetEvent) -> Result<Vec<String>, EngineError> {
         let engine = self.0.clone();
         let m = model.to_string();
         let decide: crate::committer::Decide = Box::new(move |st| {
             let mut out = decide_net_events(st, &m, std::slice::from_ref(&fired))?;
             let seq = crate::committer::next_seq();
-            if let Some(start) = engine.nets().chained_start(st, &m, &fired, seq) {
-                out.push((m.clone(), EventBody::Net(start)));
-            }
+            let more = engine.nets().follow_on(st, &m, std::slice::from_ref(&fired), seq);
+            out.extend(more.into_iter().map(|ev| (m.clone(), EventBody::Net(ev))));
             Ok(out)
         });
         let events = self.submit(principal, decide).await?;
-        Ok(events
-            .iter()
-            .filter(|e| matches!(e.body, EventBody::Net(NetEvent::FireStarted { .. })))
-            .map(|e| fire_id(e.seq))
-            .collect())
+        Ok(Self::started_in(&events))
     }
 
-    /// The start of a fire that `fired` (to be committed as `seq`) enables, decided on the net as
-    /// it will be once `fired` is folded, so that both go in one commit: a map that builds a
-    /// command and the command's start cost one sync to the disk instead of two, and the fire
-    /// loop no second turn. Only what the loop itself would start next, and only where deciding
-    /// it needs nothing but the net: an automatic, started command, http or mcp transition that
-    /// consumes from a place the fire filled, with no filter and no catalog preset, its
-    /// concurrency not reached, its author still there and its rate within the master's limit.
-    /// The net is copied to see it after the fire, so only a small one is looked at; anything
-    /// else is left to the fire loop, as before.
-    fn chained_start(
-        &self,
-        st: &agentos_core::state::State,
-        model: &str,
-        fired: &NetEvent,
-        seq: u64,
-    ) -> Option<NetEvent> {
-        let NetEvent::Fired { outputs, .. } = fired else { return None };
-        if seq == 0 || outputs.is_empty() || !self.inner.nets.runs(model) {
-            return None;
+    /// The fires that follow `decided` (net events of `model` to be committed from number `seq`
+    /// on), decided on the net as it will be once they are folded, to go in the same commit: a
+    /// command's result, the map that builds the next command from it and that command's start
+    /// cost one sync to the disk instead of three, and the fire loop no turn.
+    ///
+    /// Only what the fire loop itself would fire next, and only while deciding it needs nothing
+    /// but the net and the path lookups of plain expressions: automatic, started transitions
+    /// with no filter and no catalog preset, their concurrency not reached, their author still
+    /// there, their rate within the master's limit and the master below its memory cap; a
+    /// `pass`, a `map` whose template and emit rules are plain paths, or the start of a
+    /// command, http or mcp fire. At the first enabled transition that cannot be decided so (a
+    /// filter, an expression that computes, a template that fails, outputs over a limit) the
+    /// chain ends and the fire loop goes on as before, recording what it finds. The net is
+    /// copied to decide on it, so only a small one is looked at.
+    fn follow_on(&self, st: &agentos_core::state::State, model: &str, decided: &[NetEvent], seq: u64) -> Vec<NetEvent> {
+        let mut out = Vec::new();
+        if seq == 0 || decided.is_empty() || !self.inner.nets.runs(model) {
+            return out;
         }
-        let net = st.nets.models.get(model)?;
+        let Some(net) = st.nets.models.get(model) else { return out };
         if net.places.values().map(|p| p.tokens.len()).sum::<usize>() > CHAIN_MAX_TOKENS {
-            return None;
-        }
-        let filled: std::collections::BTreeSet<&str> = outputs.iter().map(|t| t.place.as_str()).collect();
-        let next: Vec<&Inscription> = net
-            .doc
-            .transitions
-            .iter()
-            .filter(|t| t.mode == Mode::Auto && matches!(t.kind.as_str(), "command" | "http" | "mcp"))
-            .filter(|t| t.presets.values().any(|p| p.consume && filled.contains(p.place.as_str())))
-            .filter(|t| t.presets.values().all(|p| p.place != CATALOG_PLACE))
-            .filter(|t| net.transitions.get(&t.id).is_some_and(|r| r.started))
-            .filter(|t| net.in_flight_of(&t.id) < t.concurrency as usize)
-            .filter(|t| net.authors.get(&t.id).is_some_and(|a| st.principal_by_id(a).is_some()))
-            .collect();
-        if next.is_empty() {
-            return None;
+            return out;
         }
         let mut after = agentos_core::net_state::NetState::default();
         after.models.insert(model.to_string(), net.clone());
-        after.apply(model, seq, now_ms(), None, fired);
-        let after = after.models.get(model)?;
-        for t in next {
-            let Ok(c) = self.compiled(model, t) else { continue };
-            if !c.filters.is_empty() {
+        let now = now_ms();
+        let mut next = seq;
+        for ev in decided {
+            after.apply(model, next, now, None, ev);
+            next += 1;
+        }
+        while out.len() < CHAIN_MAX_FIRES {
+            let Some(net) = after.models.get(model) else { break };
+            let Some(ev) = self.next_of_chain(st, model, net) else { break };
+            after.apply(model, next, now, None, &ev);
+            next += 1;
+            out.push(ev);
+        }
+        out
+    }
+
+    /// The next fire of a chain on `net` (see [`Nets::follow_on`]), `None` when there is none
+    /// or the next cannot be decided from the net alone.
+    fn next_of_chain(&self, st: &agentos_core::state::State, model: &str, net: &ModelNet) -> Option<NetEvent> {
+        for t in &net.doc.transitions {
+            let runs = t.mode == Mode::Auto
+                && t.kind != "link"
+                && t.presets.values().any(|p| p.consume)
+                && net.transitions.get(&t.id).is_some_and(|r| r.started)
+                && net.in_flight_of(&t.id) < t.concurrency as usize;
+            if !runs {
                 continue;
             }
-            let Some(candidates) = Self::candidates(after, &c, false, &[]) else { continue };
-            let Ok(Some(bound)) = Self::select(&self.inner.nets.expressions, &c, candidates) else { continue };
-            if self.inner.nets.count_fire(&(model.to_string(), t.id.clone())).is_err() {
-                // Over the rate: the fire loop tries it, and stops it with the reason.
-                continue;
+            let c = self.compiled(model, t).ok()?;
+            let Some(candidates) = Self::candidates(net, &c, false, &[]) else { continue };
+            // Enabled, or blocked only by a filter not asked yet: either way the loop's business
+            // unless everything below holds.
+            let plain = c.filters.is_empty()
+                && t.presets.values().all(|p| p.place != CATALOG_PLACE)
+                && net.authors.get(&t.id).is_some_and(|a| st.principal_by_id(a).is_some());
+            if !plain {
+                return None;
             }
-            let start = NetEvent::FireStarted { transition: t.id.clone(), bound, firer: None };
-            if start.check(Some(after)).is_ok() {
-                return Some(start);
+            let bound = Self::select(&self.inner.nets.expressions, &c, candidates).ok()??;
+            let key = (model.to_string(), t.id.clone());
+            match t.kind.as_str() {
+                "pass" | "map" => {
+                    let paths = c.template.as_ref().is_none_or(|tpl| tpl.paths_only())
+                        && c.when.iter().flatten().all(|w| w.is_path_only());
+                    if !paths || self.inner.nets.check_memory().is_err() {
+                        return None;
+                    }
+                    let ctx = Self::context(net, t, &bound, &[]);
+                    let by = net.behind(&t.id, &bound, None);
+                    let consumed = Self::consumed(t, &bound);
+                    let outputs = Self::pass_or_map(&self.inner.nets.expressions, &c, &consumed, &ctx, &by).ok()?;
+                    self.inner.nets.check_outputs(net, &consumed, &outputs).ok()?;
+                    self.inner.nets.count_fire(&key).ok()?;
+                    let fired = NetEvent::Fired { transition: t.id.clone(), consumed, outputs };
+                    return fired.check(Some(net)).is_ok().then_some(fired);
+                }
+                "command" | "http" | "mcp" => {
+                    if self.inner.nets.check_memory().is_err() {
+                        return None;
+                    }
+                    self.inner.nets.count_fire(&key).ok()?;
+                    let start = NetEvent::FireStarted { transition: t.id.clone(), bound, firer: None };
+                    return start.check(Some(net)).is_ok().then_some(start);
+                }
+                _ => return None,
             }
         }
         None
+    }
+
+    /// The fires a commit's events started, from the events committed.
+    fn started_in(events: &[Event]) -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| matches!(e.body, EventBody::Net(NetEvent::FireStarted { .. })))
+            .map(|e| fire_id(e.seq))
+            .collect()
     }
 
     /// Runs the action of a fire in flight to its end: after a fresh start, or after a restart.
@@ -1178,7 +1226,7 @@ impl Nets<'_> {
                             let evs = [park, stop];
                             let m = model.to_string();
                             let decide: crate::committer::Decide = Box::new(move |st| decide_net_events(st, &m, &evs));
-                            return self.commit_with_job(decide, job).await;
+                            return self.commit_with_job(decide, job).await.map(|_| ());
                         }
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
                     }
@@ -1187,7 +1235,26 @@ impl Nets<'_> {
             }
             Err(reason) => failed(Redactor::new(&secrets).text(reason.reason())),
         };
-        self.commit_with_job(self.net_event(model, ev), job).await
+        // A completed fire takes the fires that follow it into its commit (see `follow_on`).
+        let decide = if matches!(ev, NetEvent::FireCompleted { .. }) {
+            let (engine, m) = (self.0.clone(), model.to_string());
+            // Its result, when recorded with it, is numbered first.
+            let first = u64::from(job.is_some());
+            Box::new(move |st: &agentos_core::state::State| {
+                let mut out = decide_net_events(st, &m, std::slice::from_ref(&ev))?;
+                let seq = crate::committer::next_seq();
+                let more = engine.nets().follow_on(st, &m, std::slice::from_ref(&ev), seq + first);
+                out.extend(more.into_iter().map(|ev| (m.clone(), EventBody::Net(ev))));
+                Ok(out)
+            }) as crate::committer::Decide
+        } else {
+            self.net_event(model, ev)
+        };
+        let events = self.commit_with_job(decide, job).await?;
+        for fire in Self::started_in(&events) {
+            self.spawn_fire(model.to_string(), fire);
+        }
+        Ok(())
     }
 
     /// Commits a fire's outcome, with its command's result first when the fire records it. An
@@ -1197,9 +1264,9 @@ impl Nets<'_> {
         &self,
         decide: crate::committer::Decide,
         job: Option<(String, EventBody)>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<Vec<Event>, EngineError> {
         let Some(job) = job else {
-            return self.submit("system", decide).await.map(|_| ());
+            return self.submit("system", decide).await;
         };
         let first = job.clone();
         let both: crate::committer::Decide = Box::new(move |st| {
@@ -1208,7 +1275,7 @@ impl Nets<'_> {
             Ok(events)
         });
         match self.submit("system", both).await {
-            Ok(_) => Ok(()),
+            Ok(events) => Ok(events),
             // A storage outage leaves it unknown whether the commit happened: no second try,
             // which could record the result twice. The fire stays reserved and runs again.
             Err(e @ EngineError::Core(CoreError { kind: ErrorKind::Unavailable, .. })) => Err(e),
