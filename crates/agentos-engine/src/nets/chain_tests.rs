@@ -52,7 +52,7 @@ async fn a_map_fire_and_the_command_start_it_enables_are_one_commit_and_only_whe
 
     model(&e, &op, "chained", json!({"place": "p-cmd"})).await;
     let before = e.read_state().last_seq;
-    let started = e.nets().commit_fired("system", "chained", fired(&op)).await.unwrap();
+    let started = e.nets().commit_fired("system", "chained", fired(&op), false).await.unwrap();
     // One submission, one transaction: the fire at the next number, binding the token the map
     // made, which it holds.
     let (fired_seq, start_seq) = (before + 1, before + 2);
@@ -70,17 +70,20 @@ async fn a_map_fire_and_the_command_start_it_enables_are_one_commit_and_only_whe
 
     // A filtered preset needs an expression evaluated: left to the fire loop.
     model(&e, &op, "filtered", json!({"place": "p-cmd", "filter": ".data.executor == \"script\""})).await;
-    assert_eq!(e.nets().commit_fired("system", "filtered", fired(&op)).await.unwrap(), Vec::<String>::new());
+    assert_eq!(e.nets().commit_fired("system", "filtered", fired(&op), false).await.unwrap(), Vec::<String>::new());
     // A transition that is not started is not started by a fire either.
     model(&e, &op, "stopped", json!({"place": "p-cmd"})).await;
     e.nets().set_started(&op, "stopped", "run", false).await.unwrap();
-    assert_eq!(e.nets().commit_fired("system", "stopped", fired(&op)).await.unwrap(), Vec::<String>::new());
+    assert_eq!(e.nets().commit_fired("system", "stopped", fired(&op), false).await.unwrap(), Vec::<String>::new());
     // A net too large to copy for the decision: left to the fire loop.
     model(&e, &op, "large", json!({"place": "p-cmd"})).await;
     for n in 0..=super::CHAIN_MAX_TOKENS {
         e.nets().put_token(&op, "large", "p-other", json!({"n": n}), None).await.unwrap();
     }
-    assert_eq!(e.nets().commit_fired("system", "large", fired(&op)).await.unwrap(), Vec::<String>::new());
+    assert_eq!(e.nets().commit_fired("system", "large", fired(&op), false).await.unwrap(), Vec::<String>::new());
+    // A fire by hand is its firer's: the start that follows is the loop's, under its own name.
+    model(&e, &op, "by-hand", json!({"place": "p-cmd"})).await;
+    assert_eq!(e.nets().commit_fired(&op.name, "by-hand", fired(&op), true).await.unwrap(), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -115,7 +118,7 @@ async fn a_chain_of_pass_and_plain_map_fires_ends_in_a_command_start_in_one_comm
     }
 
     let before = e.read_state().last_seq;
-    let started = e.nets().commit_fired("system", "plain", seed("p-x")).await.unwrap();
+    let started = e.nets().commit_fired("system", "plain", seed("p-x"), false).await.unwrap();
     // seed, move, build and the start of run: four events, one commit.
     assert_eq!(started, vec![fire_id(before + 4)]);
     {
@@ -131,7 +134,7 @@ async fn a_chain_of_pass_and_plain_map_fires_ends_in_a_command_start_in_one_comm
     // A template that computes needs an expression worker: the chain ends before the map, which
     // the fire loop then fires (and the command after it) on its own turns.
     let before = e.read_state().last_seq;
-    let started = e.nets().commit_fired("system", "computed", seed("p-x")).await.unwrap();
+    let started = e.nets().commit_fired("system", "computed", seed("p-x"), false).await.unwrap();
     assert_eq!(started, Vec::<String>::new());
     let moved = e.read_state().nets.models["computed"].places["p-y"].tokens.len()
         + e.read_state().nets.models["computed"].places["p-cmd"].tokens.len();

@@ -997,7 +997,7 @@ impl Nets<'_> {
                 match routed {
                     Ok(outputs) => {
                         let ev = NetEvent::Fired { transition: transition.to_string(), consumed, outputs };
-                        match self.commit_fired(principal, model, ev).await {
+                        match self.commit_fired(principal, model, ev, manual).await {
                             Ok(started) => {
                                 for fire in started {
                                     self.spawn_fire(model.to_string(), fire);
@@ -1036,12 +1036,22 @@ impl Nets<'_> {
 
     /// Commits a `pass` or `map` fire, and in the same commit the fires that follow it (see
     /// [`Nets::follow_on`]). Answers the fires started.
-    async fn commit_fired(&self, principal: &str, model: &str, fired: NetEvent) -> Result<Vec<String>, EngineError> {
+    ///
+    /// Follow-on fires are the master's own: a fire by hand (`by_hand`) is recorded under its
+    /// firer's name, and so would they be in its commit, so it takes none.
+    async fn commit_fired(
+        &self,
+        principal: &str,
+        model: &str,
+        fired: NetEvent,
+        by_hand: bool,
+    ) -> Result<Vec<String>, EngineError> {
+        let chain = !by_hand;
         let engine = self.0.clone();
         let m = model.to_string();
         let decide: crate::committer::Decide = Box::new(move |st| {
             let mut out = decide_net_events(st, &m, std::slice::from_ref(&fired))?;
-            let seq = crate::committer::next_seq();
+            let seq = if chain { crate::committer::next_seq() } else { 0 };
             let more = engine.nets().follow_on(st, &m, std::slice::from_ref(&fired), seq);
             out.extend(more.into_iter().map(|ev| (m.clone(), EventBody::Net(ev))));
             Ok(out)
