@@ -242,8 +242,13 @@ impl Expr {
     }
 }
 
-/// Whether `src` is `.` or a chain of field names and array indexes: `.a`, `.a.b_2`, `.a[0]`,
-/// `.[3].x`. Quoted names, slices, negative indexes, `?`, spaces and everything else are not.
+/// Most steps of a path run in process: the interpreter recurses once per step, and a
+/// path thousands of steps long overflows a runtime thread's stack. Longer ones go to a worker.
+const PLAIN_PATH_STEPS: usize = 32;
+
+/// Whether `src` is `.` or a chain of at most [`PLAIN_PATH_STEPS`] field names and array
+/// indexes: `.a`, `.a.b_2`, `.a[0]`, `.[3].x`. Quoted names, slices, negative indexes, `?`,
+/// spaces and everything else are not.
 fn is_plain_path(src: &str) -> bool {
     let b = src.as_bytes();
     if b == b"." {
@@ -277,6 +282,9 @@ fn is_plain_path(src: &str) -> bool {
             i += 1;
         }
         steps += 1;
+        if steps > PLAIN_PATH_STEPS {
+            return false;
+        }
     }
     steps > 0
 }
@@ -816,6 +824,10 @@ mod tests {
             "length",
             ".a + 1",
         ];
+        // Too long to run on a runtime thread's stack: it goes to a worker like any program.
+        let long = ".a".repeat(PLAIN_PATH_STEPS + 1);
+        let not_plain: Vec<&str> = not_plain.into_iter().chain([long.as_str()]).collect();
+        assert!(Expr::compile(&".a".repeat(PLAIN_PATH_STEPS)).unwrap().is_path_only());
         for src in plain {
             let e = Expr::compile(src).unwrap();
             assert!(e.is_path_only(), "{src}");

@@ -116,14 +116,17 @@ impl Dispatch<'_> {
 
     /// Drops a direct job nobody waits for any more, if no executor took it yet.
     pub(crate) async fn cancel_direct(&self, job_id: &str) {
-        if self.inner.dispatch.jobs.cancel(job_id).await {
-            self.forget_direct(job_id);
+        if self.inner.dispatch.jobs.cancel(job_id).await
+            && let Some(d) = self.inner.dispatch.durable.get()
+        {
+            // It has no result: a removal lost now would run it again at the next start.
+            let _ = d.writes.send(crate::jobs::StoreWrite::ForgetNow(job_id.to_string()));
         }
     }
 
-    /// Removes a direct job from the job store (without waiting: the store is written off this
-    /// thread, which may be the committer's). One left behind by a crash is found finished in
-    /// the log at the next start.
+    /// Removes a direct job whose result is recorded from the job store (without waiting: the
+    /// store is written off this thread, which may be the committer's). One left behind by a
+    /// crash is found finished in the log at the next start.
     fn forget_direct(&self, job_id: &str) {
         if let Some(d) = self.inner.dispatch.durable.get() {
             let _ = d.writes.send(crate::jobs::StoreWrite::Forget(job_id.to_string()));
@@ -403,17 +406,22 @@ impl Dispatch<'_> {
         tokio::spawn(async move {
             let mut batch = Vec::new();
             let mut held: Vec<String> = Vec::new();
+            // When the oldest held removal must be written, put or not.
+            let mut due = tokio::time::Instant::now();
             loop {
                 let got = if held.is_empty() {
                     pending.recv_many(&mut batch, 256).await
                 } else {
-                    tokio::time::timeout(FORGET_AFTER, pending.recv_many(&mut batch, 256)).await.unwrap_or(0)
+                    tokio::time::timeout_at(due, pending.recv_many(&mut batch, 256)).await.unwrap_or(0)
                 };
-                let puts = batch.iter().any(|w| matches!(w, crate::jobs::StoreWrite::Put(..)));
-                if got > 0 && !puts && held.len() + batch.len() < 256 {
+                let holdable = batch.iter().all(|w| matches!(w, crate::jobs::StoreWrite::Forget(_)));
+                if got > 0 && holdable && held.len() + batch.len() < 256 {
+                    if held.is_empty() {
+                        due = tokio::time::Instant::now() + FORGET_AFTER;
+                    }
                     held.extend(batch.drain(..).filter_map(|w| match w {
                         crate::jobs::StoreWrite::Forget(id) => Some(id),
-                        crate::jobs::StoreWrite::Put(..) => None,
+                        _ => None,
                     }));
                     continue;
                 }
@@ -432,7 +440,9 @@ impl Dispatch<'_> {
                             writes.push(agentos_store::JobWrite::Put(job));
                             waiting.push(done);
                         }
-                        crate::jobs::StoreWrite::Forget(id) => writes.push(agentos_store::JobWrite::Forget(id)),
+                        crate::jobs::StoreWrite::Forget(id) | crate::jobs::StoreWrite::ForgetNow(id) => {
+                            writes.push(agentos_store::JobWrite::Forget(id))
+                        }
                     }
                 }
                 let n = writes.len();

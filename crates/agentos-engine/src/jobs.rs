@@ -896,8 +896,12 @@ pub(crate) struct DurableJobs {
 pub(crate) enum StoreWrite {
     /// Store a job; the sender hears when it is durable (or why not).
     Put(agentos_store::StoredJob, tokio::sync::oneshot::Sender<Result<(), agentos_store::StoreError>>),
-    /// Remove a job (it finished, or nobody waits for it any more).
+    /// Remove a job whose result is in the log: it may wait for the next put's transaction,
+    /// since one lost in a crash is dropped at the next start.
     Forget(String),
+    /// Remove a job that has no result (nobody waits for it any more): at once, since one lost
+    /// in a crash would run again at the next start.
+    ForgetNow(String),
 }
 
 /// The blob namespace of job output that is too large to inline; the model follows.
