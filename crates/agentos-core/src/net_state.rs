@@ -356,6 +356,16 @@ impl NetEvent {
                 Ok(())
             }
             NetEvent::FireStarted { transition, bound, .. } => {
+                // Checked here as well as where the fire was decided: two starts decided apart
+                // (the fire loop's, and one following another fire in its commit) meet here.
+                if let Some(t) = net.inscription(transition)
+                    && net.in_flight_of(transition) >= t.concurrency as usize
+                {
+                    return Err(format!(
+                        "transition {transition} has {} fire(s) in flight, its concurrency limit",
+                        t.concurrency
+                    ));
+                }
                 for r in bound.values().flatten() {
                     if !net.available(r, transition) {
                         return Err(format!("token {} in {} is no longer free", r.id, r.place));
@@ -533,5 +543,39 @@ impl NetState {
             NetEvent::Unparked { tokens } => net.forget(tokens),
             NetEvent::Discarded { tokens } => net.take(tokens),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::NetDoc;
+    use serde_json::json;
+
+    #[test]
+    fn a_start_beyond_its_transitions_concurrency_is_refused_as_a_conflict() {
+        let doc: NetDoc = serde_json::from_value(json!({
+            "places": ["p"],
+            "transitions": [{"id": "run", "kind": "command", "concurrency": 1, "presets": {"c": {"place": "p"}}}]
+        }))
+        .unwrap();
+        let mut st = NetState::default();
+        st.apply("m", 1, 0, None, &NetEvent::Applied { doc, instance: None, author: None });
+        let put = |n| NewToken { place: "p".into(), name: None, data: json!(n), by: Vec::new() };
+        st.apply("m", 2, 0, None, &NetEvent::TokensPut { tokens: vec![put(1), put(2)] });
+        let start = |seq: u64| NetEvent::FireStarted {
+            transition: "run".into(),
+            bound: BTreeMap::from([(
+                "c".to_string(),
+                vec![TokenRef { place: "p".into(), id: token_id(2, seq as usize) }],
+            )]),
+            firer: None,
+        };
+        assert!(start(0).check(st.models.get("m")).is_ok());
+        st.apply("m", 3, 0, None, &start(0));
+        // The second token is free, but the one fire allowed is in flight.
+        let refused = start(1).check(st.models.get("m")).unwrap_err();
+        assert_eq!(refused.kind, crate::ErrorKind::Conflict);
+        assert!(refused.message.contains("concurrency"), "{}", refused.message);
     }
 }

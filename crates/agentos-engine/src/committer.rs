@@ -37,6 +37,14 @@ thread_local! {
     /// The sequence number the first event of the command being decided will get, while it is
     /// decided on the committer's thread; 0 elsewhere.
     static NEXT_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// The time the command being decided will be committed with (milliseconds), likewise.
+    static NEXT_TIME: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+}
+
+/// The time the events a [`Decide`] returns will be committed with, when called from a
+/// `Decide` (0 otherwise).
+pub(crate) fn next_time() -> i64 {
+    NEXT_TIME.with(|n| n.get())
 }
 
 /// The sequence number the first event a [`Decide`] returns will be committed as, when called
@@ -126,8 +134,10 @@ fn commit_batch(
         let mut next = state.read().map(|s| s.last_seq).unwrap_or(0) + 1;
         while let Some(p) = queue.pop_front() {
             NEXT_SEQ.with(|n| n.set(next));
+            NEXT_TIME.with(|n| n.set(p.time));
             let decided = decide(state, &p);
             NEXT_SEQ.with(|n| n.set(0));
+            NEXT_TIME.with(|n| n.set(0));
             match decided {
                 // A command that touches what an earlier one in this transaction touched must
                 // see its effect: it waits for the next transaction, and is decided again.

@@ -155,7 +155,7 @@ pub(crate) const INSTANCE_PREFIX: &str = "tni-";
 
 /// Most tokens a model may hold for a fire's follow-on start to be decided in its commit (the
 /// net is copied to decide it).
-const CHAIN_MAX_TOKENS: usize = 256;
+const CHAIN_MAX_TOKENS: usize = 128;
 
 /// Most fires decided into one commit after the fire or result that leads them.
 const CHAIN_MAX_FIRES: usize = 8;
@@ -1080,12 +1080,21 @@ impl Nets<'_> {
             return out;
         }
         let Some(net) = st.nets.models.get(model) else { return out };
-        if net.places.values().map(|p| p.tokens.len()).sum::<usize>() > CHAIN_MAX_TOKENS {
+        // Looked at only when some transition could follow at all, before the net is copied.
+        let could = net.doc.transitions.iter().any(|t| {
+            t.mode == Mode::Auto
+                && matches!(t.kind.as_str(), "pass" | "map" | "command" | "http" | "mcp")
+                && t.presets.values().any(|p| p.consume)
+                && t.presets.values().all(|p| p.filter.is_none() && p.place != CATALOG_PLACE)
+                && net.transitions.get(&t.id).is_some_and(|r| r.started)
+        });
+        if !could || net.places.values().map(|p| p.tokens.len()).sum::<usize>() > CHAIN_MAX_TOKENS {
             return out;
         }
         let mut after = agentos_core::net_state::NetState::default();
         after.models.insert(model.to_string(), net.clone());
-        let now = now_ms();
+        // Tokens made in the chain carry the commit's time, as the fold will give them.
+        let now = Some(crate::committer::next_time()).filter(|t| *t > 0).unwrap_or_else(now_ms);
         let mut next = seq;
         for ev in decided {
             after.apply(model, next, now, None, ev);
