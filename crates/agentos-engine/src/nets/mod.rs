@@ -1046,18 +1046,25 @@ impl Nets<'_> {
         fired: NetEvent,
         by_hand: bool,
     ) -> Result<Vec<String>, EngineError> {
-        let chain = !by_hand;
-        let engine = self.0.clone();
-        let m = model.to_string();
-        let decide: crate::committer::Decide = Box::new(move |st| {
-            let mut out = decide_net_events(st, &m, std::slice::from_ref(&fired))?;
-            let seq = if chain { crate::committer::next_seq() } else { 0 };
-            let more = engine.nets().follow_on(st, &m, std::slice::from_ref(&fired), seq);
-            out.extend(more.into_iter().map(|ev| (m.clone(), EventBody::Net(ev))));
-            Ok(out)
-        });
+        let decide = if by_hand { self.net_event(model, fired) } else { self.leading(model, fired, 0) };
         let events = self.submit(principal, decide).await?;
         Ok(Self::started_in(&events))
+    }
+
+    /// Decides `ev` and, in the same commit, the fires that follow it (see
+    /// [`Nets::follow_on`]); `ahead` events of the same command are numbered before it.
+    fn leading(&self, model: &str, ev: NetEvent, ahead: u64) -> crate::committer::Decide {
+        let (engine, m) = (self.0.clone(), model.to_string());
+        Box::new(move |st| {
+            let mut out = decide_net_events(st, &m, std::slice::from_ref(&ev))?;
+            let seq = match crate::committer::next_seq() {
+                0 => 0,
+                seq => seq + ahead,
+            };
+            let more = engine.nets().follow_on(st, &m, std::slice::from_ref(&ev), seq);
+            out.extend(more.into_iter().map(|ev| (m.clone(), EventBody::Net(ev))));
+            Ok(out)
+        })
     }
 
     /// The fires that follow `decided` (net events of `model` to be committed from number `seq`
@@ -1256,16 +1263,8 @@ impl Nets<'_> {
         };
         // A completed fire takes the fires that follow it into its commit (see `follow_on`).
         let decide = if matches!(ev, NetEvent::FireCompleted { .. }) {
-            let (engine, m) = (self.0.clone(), model.to_string());
             // Its result, when recorded with it, is numbered first.
-            let first = u64::from(job.is_some());
-            Box::new(move |st: &agentos_core::state::State| {
-                let mut out = decide_net_events(st, &m, std::slice::from_ref(&ev))?;
-                let seq = crate::committer::next_seq();
-                let more = engine.nets().follow_on(st, &m, std::slice::from_ref(&ev), seq + first);
-                out.extend(more.into_iter().map(|ev| (m.clone(), EventBody::Net(ev))));
-                Ok(out)
-            }) as crate::committer::Decide
+            self.leading(model, ev, u64::from(job.is_some()))
         } else {
             self.net_event(model, ev)
         };
