@@ -189,6 +189,12 @@ pub struct ServeArgs {
     /// in ms, before it is answered 504 `no_executor`.
     #[arg(long, env = "AGENTOS_NO_EXECUTOR_GRACE_MS", default_value_t = 10_000)]
     pub no_executor_grace_ms: u64,
+    /// How long a job whose caller waits for its result runs before it is written to the job
+    /// store (`jobs.db`), in ms. A master that dies after that runs it again at its next start;
+    /// a job that ends sooner is never written (its caller, told nothing yet, sees a broken
+    /// connection). 0 stores every job as it is queued.
+    #[arg(long, env = "AGENTOS_STORE_AFTER_MS", default_value_t = 100)]
+    pub store_after_ms: u64,
     /// How long one jq expression of a net may run, in ms (expressions run in worker processes
     /// limited to 1 GiB).
     #[arg(long, env = "AGENTOS_EXPR_TIMEOUT_MS", default_value_t = 1_000)]

@@ -241,6 +241,7 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
             default_timeout_ms: args.default_timeout_ms,
             max_timeout_ms: args.max_timeout_ms,
             no_executor_grace: Duration::from_millis(args.no_executor_grace_ms),
+            store_after: Duration::from_millis(args.store_after_ms),
             ..DispatchConfig::default()
         },
         max_concurrent_invocations: args.max_concurrent_invocations,

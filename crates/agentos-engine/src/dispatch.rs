@@ -393,81 +393,8 @@ impl Dispatch<'_> {
             // The shared queue keeps its jobs itself, across every master's restarts.
             return Ok(0);
         }
-        let (writes, mut pending) = tokio::sync::mpsc::unbounded_channel::<crate::jobs::StoreWrite>();
-        let janitor = store.clone();
-        // Ends when the engine (the sender's holder) is dropped. What is pending when the store
-        // is free goes in one batch (one sync to the disk), in order. A failed removal is
-        // logged, and the job is found finished in the log at the next start; a failed put is
-        // answered to its caller.
-        //
-        // Removals need no sync of their own: one lost in a crash leaves a record whose result
-        // is in the log, dropped at the next start (above). So they wait for the next put's
-        // transaction, or `FORGET_AFTER` without one: one sync per job instead of two.
-        tokio::spawn(async move {
-            let mut batch = Vec::new();
-            let mut held: Vec<String> = Vec::new();
-            // When the oldest held removal must be written, put or not.
-            let mut due = tokio::time::Instant::now();
-            loop {
-                let got = if held.is_empty() {
-                    pending.recv_many(&mut batch, 256).await
-                } else {
-                    tokio::time::timeout_at(due, pending.recv_many(&mut batch, 256)).await.unwrap_or(0)
-                };
-                let holdable = batch.iter().all(|w| matches!(w, crate::jobs::StoreWrite::Forget(_)));
-                if got > 0 && holdable && held.len() + batch.len() < 256 {
-                    if held.is_empty() {
-                        due = tokio::time::Instant::now() + FORGET_AFTER;
-                    }
-                    held.extend(batch.drain(..).filter_map(|w| match w {
-                        crate::jobs::StoreWrite::Forget(id) => Some(id),
-                        _ => None,
-                    }));
-                    continue;
-                }
-                if got == 0 && held.is_empty() {
-                    // Closed: the engine is gone.
-                    break;
-                }
-                // A held removal is of a job whose put went in an earlier batch: the channel
-                // keeps each job's put before its removal.
-                let mut writes: Vec<agentos_store::JobWrite> =
-                    held.drain(..).map(agentos_store::JobWrite::Forget).collect();
-                let mut waiting = Vec::new();
-                for write in batch.drain(..) {
-                    match write {
-                        crate::jobs::StoreWrite::Put(job, done) => {
-                            writes.push(agentos_store::JobWrite::Put(job));
-                            waiting.push(done);
-                        }
-                        crate::jobs::StoreWrite::Forget(id) | crate::jobs::StoreWrite::ForgetNow(id) => {
-                            writes.push(agentos_store::JobWrite::Forget(id))
-                        }
-                    }
-                }
-                let n = writes.len();
-                let r = janitor.write(writes.clone()).await;
-                if let Err(e) = &r {
-                    tracing::warn!(writes = n, error = %e, "writing to the job store failed");
-                }
-                if r.is_err() && n > 1 {
-                    // One bad write must not fail the others: each again, on its own.
-                    let mut waiting = waiting.into_iter();
-                    for w in writes {
-                        let put = matches!(w, agentos_store::JobWrite::Put(_));
-                        let r = janitor.write(vec![w]).await;
-                        if put && let Some(done) = waiting.next() {
-                            let _ = done.send(r);
-                        }
-                    }
-                    continue;
-                }
-                for done in waiting {
-                    let _ =
-                        done.send(r.as_ref().map(|_| ()).map_err(|e| agentos_store::StoreError::Jobs(e.to_string())));
-                }
-            }
-        });
+        let (writes, pending) = tokio::sync::mpsc::unbounded_channel::<crate::jobs::StoreWrite>();
+        tokio::spawn(write_jobs(store.clone(), pending, self.inner.dispatch.config.store_after));
         let mut requeued = 0;
         for job in store.all().await? {
             if !self.inner.ledger.log.read_key_any_model(&format!("job:{}", job.job_id)).await?.is_empty() {
@@ -508,5 +435,119 @@ impl Dispatch<'_> {
                     || crate::access::may_use_model(&self.read_state(), p, &job.model)
             })
             .await
+    }
+}
+
+/// The job store's one writer; ends when the engine (the sender's holder) is dropped.
+///
+/// What is pending when the store is free goes in one transaction (one sync to the disk), in
+/// order. A failed put is answered to its caller, or logged when nobody waits for it; a failed
+/// removal is logged, and the job is found finished in the log at the next start.
+///
+/// Two kinds of write wait, and may never be written:
+/// - a removal (`Forget`) needs no sync of its own: one lost in a crash leaves a record whose
+///   result is in the log, dropped at the next start. It waits for the next transaction, or
+///   `FORGET_AFTER` without one;
+/// - the put of a job whose caller waits for its result (`PutLater`) waits `store_after`. Its
+///   removal before then drops both: the job ended before it was stored. A master that dies
+///   before then leaves a job that may have run and is not run again, which its caller (told
+///   nothing yet, not even the job's id) sees as a broken connection.
+async fn write_jobs(
+    store: Arc<dyn JobStore>,
+    mut pending: tokio::sync::mpsc::UnboundedReceiver<crate::jobs::StoreWrite>,
+    store_after: Duration,
+) {
+    use crate::jobs::StoreWrite;
+    use agentos_store::{JobWrite, StoreError};
+    use tokio::time::Instant;
+    type Done = tokio::sync::oneshot::Sender<Result<(), StoreError>>;
+    let mut incoming = Vec::new();
+    // Puts not due yet, oldest (first due) first.
+    let mut later: std::collections::VecDeque<(Instant, agentos_store::StoredJob)> = Default::default();
+    let mut held: Vec<String> = Vec::new();
+    // When the oldest held removal must be written, with a put or not.
+    let mut held_due = Instant::now();
+    loop {
+        let wake =
+            [(!held.is_empty()).then_some(held_due), later.front().map(|(due, _)| *due)].into_iter().flatten().min();
+        let closed = match wake {
+            None => pending.recv_many(&mut incoming, 256).await == 0,
+            Some(at) => matches!(tokio::time::timeout_at(at, pending.recv_many(&mut incoming, 256)).await, Ok(0)),
+        };
+        let now = Instant::now();
+        // Each write, with who waits for it when it is a put.
+        let mut writes: Vec<(JobWrite, Option<Done>)> = Vec::new();
+        for write in incoming.drain(..) {
+            match write {
+                StoreWrite::Put(job, done) => writes.push((JobWrite::Put(job), Some(done))),
+                StoreWrite::PutLater(job) => later.push_back((now + store_after, job)),
+                StoreWrite::Forget(id) | StoreWrite::ForgetNow(id)
+                    if let Some(at) = later.iter().position(|(_, job)| job.job_id == id) =>
+                {
+                    later.remove(at);
+                }
+                StoreWrite::Forget(id) => {
+                    if held.is_empty() {
+                        held_due = now + FORGET_AFTER;
+                    }
+                    held.push(id);
+                }
+                StoreWrite::ForgetNow(id) => writes.push((JobWrite::Forget(id), None)),
+            }
+        }
+        while later.front().is_some_and(|(due, _)| *due <= now) {
+            if let Some((_, job)) = later.pop_front() {
+                writes.push((JobWrite::Put(job), None));
+            }
+        }
+        let held_now = !held.is_empty() && (closed || held_due <= now || held.len() >= 256);
+        if !writes.is_empty() || held_now {
+            // A held removal is of a job whose put went in an earlier transaction: the channel
+            // keeps each job's put before its removal.
+            let mut all: Vec<(JobWrite, Option<Done>)> =
+                held.drain(..).map(|id| (JobWrite::Forget(id), None)).collect();
+            all.extend(writes);
+            write_together(store.as_ref(), all).await;
+        }
+        if closed {
+            // The engine is gone; puts not due are of jobs that were not to be stored yet.
+            break;
+        }
+    }
+}
+
+/// Writes in one transaction, or each on its own when that fails (one bad write must not fail
+/// the others), and tells each put's waiter how its write went.
+async fn write_together(
+    store: &dyn JobStore,
+    writes: Vec<(agentos_store::JobWrite, Option<tokio::sync::oneshot::Sender<Result<(), agentos_store::StoreError>>>)>,
+) {
+    let answer = |done: Option<tokio::sync::oneshot::Sender<_>>, r: &Result<(), agentos_store::StoreError>| {
+        if let Some(done) = done {
+            let _ = done.send(r.as_ref().map(|_| ()).map_err(|e| agentos_store::StoreError::Jobs(e.to_string())));
+        }
+    };
+    let n = writes.len();
+    let (batch, waiting): (Vec<_>, Vec<_>) = writes.into_iter().unzip();
+    let r = store.write(batch.clone()).await;
+    let Err(e) = &r else {
+        waiting.into_iter().for_each(|done| answer(done, &r));
+        return;
+    };
+    tracing::warn!(writes = n, error = %e, "writing to the job store failed");
+    if n == 1 {
+        waiting.into_iter().for_each(|done| answer(done, &r));
+        return;
+    }
+    for (write, done) in batch.into_iter().zip(waiting) {
+        let job_id = match &write {
+            agentos_store::JobWrite::Put(job) => job.job_id.clone(),
+            agentos_store::JobWrite::Forget(id) => id.clone(),
+        };
+        let r = store.write(vec![write]).await;
+        if let Err(e) = &r {
+            tracing::warn!(job = %job_id, error = %e, "writing a job to the job store failed");
+        }
+        answer(done, &r);
     }
 }

@@ -872,6 +872,9 @@ pub struct DispatchConfig {
     pub queue_grace: Duration,
     /// How long an invocation waits for an executor to appear when none serves the queue.
     pub no_executor_grace: Duration,
+    /// How long a job whose caller waits for its result runs before it is stored (one that
+    /// ends sooner is never written to the job store).
+    pub store_after: Duration,
 }
 
 impl Default for DispatchConfig {
@@ -882,6 +885,7 @@ impl Default for DispatchConfig {
             max_timeout_ms: 600_000,
             queue_grace: Duration::from_secs(30),
             no_executor_grace: Duration::from_secs(10),
+            store_after: Duration::from_millis(100),
         }
     }
 }
@@ -896,6 +900,10 @@ pub(crate) struct DurableJobs {
 pub(crate) enum StoreWrite {
     /// Store a job; the sender hears when it is durable (or why not).
     Put(agentos_store::StoredJob, tokio::sync::oneshot::Sender<Result<(), agentos_store::StoreError>>),
+    /// Store a job whose caller waits for its result, once it has gone `store_after` without
+    /// one; its removal before then means it is never written. A failure is logged: the job
+    /// runs on, and its result is recorded in the log all the same.
+    PutLater(agentos_store::StoredJob),
     /// Remove a job whose result is in the log: it may wait for the next put's transaction,
     /// since one lost in a crash is dropped at the next start.
     Forget(String),

@@ -100,52 +100,16 @@ async fn asynchronous_invocations_count_against_the_invocation_limit_while_their
     assert_eq!(err.code(), "too_many_invocations", "{err}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_waited_for_job_is_stored_while_it_runs_answered_once_stored_and_forgotten_once_recorded() {
-    let dir = tempfile::tempdir().unwrap();
-    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
-    let (e, store, _) = open(dir.path()).await;
-    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
-    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
-    // An executor polls first, so the job is handed out the moment it is queued.
-    let poller = {
-        let (e, exec) = (e.clone(), exec.clone());
-        tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap().unwrap() })
-    };
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let caller = {
-        let (e, op) = (e.clone(), op.clone());
-        tokio::spawn(async move {
-            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
-            e.dispatch().invoke(&op, "t", None, req).await
-        })
-    };
-    let leased = poller.await.unwrap();
-    // The job is in the store while it runs: a master that died now would run it again.
-    let mut stored = None;
-    for _ in 0..200 {
-        stored = store.get(&leased.job_id).await.unwrap();
-        if stored.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(stored.map(|j| j.invoker), Some("operator".to_string()), "the running job is stored");
-    let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(7), ..Default::default() };
-    e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
-    let answer = caller.await.unwrap().unwrap();
-    assert_eq!(answer["exitCode"], 7, "{answer}");
-    // Recorded, then forgotten: nothing to run again after a restart.
-    assert_eq!(left_after_waiting(store.as_ref()).await, 0, "a recorded job stays in the store");
-    drop((e, store));
-    let (_e, _store, requeued) = open(dir.path()).await;
-    assert_eq!(requeued, 0);
-}
-
 /// The SQLite job store, with each transaction's changes written down as they are made.
 struct Transactions {
     store: SqliteJobStore,
     seen: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+impl Transactions {
+    fn seen(&self) -> Vec<Vec<String>> {
+        self.seen.lock().unwrap().clone()
+    }
 }
 
 #[async_trait::async_trait]
@@ -177,51 +141,117 @@ impl JobStore for Transactions {
     }
 }
 
+/// An engine whose waited-for jobs are stored after `store_after`, on a job store that writes
+/// down its transactions, with a script tool `t`.
+async fn open_counting(dir: &std::path::Path, store_after: Duration) -> (Engine, Arc<Transactions>) {
+    let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
+    let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
+    let mut config = EngineConfig::default();
+    config.dispatch.store_after = store_after;
+    let e = Engine::open(config, log, blobs).await.unwrap();
+    let store =
+        Arc::new(Transactions { store: SqliteJobStore::open(&dir.join("jobs.db")).unwrap(), seen: Default::default() });
+    e.dispatch().recover_jobs(store.clone()).await.unwrap();
+    let op = principal("operator", PrincipalKind::Operator);
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    (e, store)
+}
+
+/// A waited-for invocation of `t` as a caller on a shell makes it, taken by an executor that
+/// polls first. Returns the job's id once its caller is answered (after its result is recorded
+/// and its removal sent to the store).
+async fn waited_call(e: &Engine) -> String {
+    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
+    let poller = {
+        let (e, exec) = (e.clone(), exec.clone());
+        tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap() })
+    };
+    let caller = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+            e.dispatch().invoke(&op, "t", None, req).await
+        })
+    };
+    let leased = poller.await.unwrap().unwrap();
+    let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
+    e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
+    caller.await.unwrap().unwrap();
+    leased.job_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waited_for_job_is_stored_once_it_has_run_store_after_and_forgotten_once_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let store_after = Duration::from_millis(400);
+    let (e, store) = open_counting(dir.path(), store_after).await;
+    // An executor polls first, so the job is handed out the moment it is queued.
+    let poller = {
+        let (e, exec) = (e.clone(), exec.clone());
+        tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap().unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let invoked = std::time::Instant::now();
+    let caller = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+            e.dispatch().invoke(&principal("operator", PrincipalKind::Operator), "t", None, req).await
+        })
+    };
+    let leased = poller.await.unwrap();
+    assert_eq!(store.seen(), Vec::<Vec<String>>::new(), "a job that just started is not stored yet");
+    // Once it has run `store_after`, it is in the store: a master that died now would run it again.
+    let mut stored = None;
+    for _ in 0..300 {
+        stored = store.get(&leased.job_id).await.unwrap();
+        if stored.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(invoked.elapsed() >= store_after, "stored after {:?}", invoked.elapsed());
+    assert_eq!(stored.map(|j| j.invoker), Some("operator".to_string()), "the running job is stored");
+    let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(7), ..Default::default() };
+    e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
+    let answer = caller.await.unwrap().unwrap();
+    assert_eq!(answer["exitCode"], 7, "{answer}");
+    // Recorded, then forgotten: nothing to run again after a restart.
+    assert_eq!(left_after_waiting(store.as_ref()).await, 0, "a recorded job stays in the store");
+    let id = &leased.job_id;
+    assert_eq!(store.seen(), [vec![format!("put {id}")], vec![format!("forget {id}")]]);
+    drop((e, store));
+    let (_e, _store, requeued) = open(dir.path()).await;
+    assert_eq!(requeued, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waited_for_job_that_ends_sooner_than_store_after_is_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, store) = open_counting(dir.path(), Duration::from_secs(30)).await;
+    let a = waited_call(&e).await;
+    let b = waited_call(&e).await;
+    assert_ne!(a, b);
+    // Past the time a held removal would have been written.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(store.seen(), Vec::<Vec<String>>::new(), "a job that ended before it was due was written");
+    assert!(store.all().await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_finished_jobs_removal_shares_the_next_jobs_transaction_or_goes_alone_soon_after() {
     let dir = tempfile::tempdir().unwrap();
-    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
-    let log = Arc::new(SqliteEventLog::open(&dir.path().join("events.db")).unwrap());
-    let blobs = Arc::new(FsBlobStore::open(dir.path().join("blobs")).unwrap());
-    let e = Engine::open(EngineConfig::default(), log, blobs).await.unwrap();
-    let store = Arc::new(Transactions {
-        store: SqliteJobStore::open(&dir.path().join("jobs.db")).unwrap(),
-        seen: Default::default(),
-    });
-    e.dispatch().recover_jobs(store.clone()).await.unwrap();
-    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
-    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
-    // Waited-for invocations, one after the other, as a caller on a shell makes them: each is
-    // answered once its result is recorded (and its removal sent to the store).
-    let call = || {
-        let (e, op, exec) = (e.clone(), op.clone(), exec.clone());
-        async move {
-            let poller = {
-                let (e, exec) = (e.clone(), exec.clone());
-                tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap() })
-            };
-            let caller = {
-                let (e, op) = (e.clone(), op.clone());
-                tokio::spawn(async move {
-                    let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
-                    e.dispatch().invoke(&op, "t", None, req).await
-                })
-            };
-            let leased = poller.await.unwrap().unwrap();
-            let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
-            e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
-            caller.await.unwrap().unwrap();
-            leased.job_id
-        }
-    };
-    let a = call().await;
+    // Stored as they are queued, as for a caller answered with the job's id.
+    let (e, store) = open_counting(dir.path(), Duration::ZERO).await;
+    let a = waited_call(&e).await;
     // The next job's put carries the first job's removal: one sync to the disk for both.
-    let b = call().await;
+    let b = waited_call(&e).await;
     // With no job after it, the last removal goes on its own.
     assert_eq!(left_after_waiting(store.as_ref()).await, 0, "a finished job stays in the store");
-    let seen = store.seen.lock().unwrap().clone();
     assert_eq!(
-        seen,
+        store.seen(),
         [vec![format!("put {a}")], vec![format!("forget {a}"), format!("put {b}")], vec![format!("forget {b}")]]
     );
 }

@@ -89,7 +89,7 @@ impl Binder for Script {
             )
             .into());
         }
-        Ok(queue_while_storing(engine, principal, job, true).await?.0)
+        Ok(queue_storing(engine, principal, job, true).await?.0)
     }
 }
 
@@ -301,22 +301,18 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
     Ok(ScriptJob { model: model.to_string(), token, timeout_ms })
 }
 
-/// A job's storing, when it goes on beside the job's run: its result is answered only once the
-/// store has it.
-type Storing = Option<tokio::sync::oneshot::Receiver<Result<(), agentos_store::StoreError>>>;
-
 /// Queues a direct invocation's job. When jobs are durable it is stored: before it is queued
-/// (`store_first`, for a caller answered with the job's id at once), or while it is handed out
-/// and runs (for a caller who waits for the result, which is answered only after both the store
-/// and the log have it; until then the caller has been told nothing).
-async fn queue_while_storing(
+/// (`store_first`, for a caller answered with the job's id at once), or, for a caller who waits
+/// for the result, once it has gone `store_after` without one (see `jobs::StoreWrite::PutLater`):
+/// until its result that caller has been told nothing, not even the job's id, and a job that
+/// ends sooner is never written to the store at all.
+async fn queue_storing(
     engine: &Engine,
     principal: &Principal,
     job: ScriptJob,
     store_first: bool,
-) -> Result<(String, Storing, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
+) -> Result<(String, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
     let job_id = engine.inner.dispatch.jobs.new_id();
-    let mut storing = None;
     if let Some(d) = engine.inner.dispatch.durable.get() {
         let token = serde_json::to_string(&job.token).map_err(|e| CoreError::internal(e.to_string()))?;
         let stored = StoredJob {
@@ -326,36 +322,18 @@ async fn queue_while_storing(
             token,
             queued_at: crate::records::now_ms(),
         };
-        let (done, stored_rx) = tokio::sync::oneshot::channel();
-        d.writes
-            .send(crate::jobs::StoreWrite::Put(stored, done))
-            .map_err(|_| CoreError::internal("the job store's writer stopped"))?;
+        let stopped = |_| CoreError::internal("the job store's writer stopped");
         if store_first {
+            let (done, stored_rx) = tokio::sync::oneshot::channel();
+            d.writes.send(crate::jobs::StoreWrite::Put(stored, done)).map_err(stopped)?;
             stored_rx.await.map_err(|_| CoreError::internal("the job store's writer stopped"))??;
         } else {
-            storing = Some(stored_rx);
+            d.writes.send(crate::jobs::StoreWrite::PutLater(stored)).map_err(stopped)?;
         }
     }
     let rx =
         engine.inner.dispatch.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone()).await?;
-    Ok((job_id, storing, rx))
-}
-
-/// Waits for a job's storing that went on beside its run. A store that failed, with the job
-/// still queued, cancels it and says why; one taken already runs on, and its result (recorded
-/// in the log all the same) is answered.
-async fn stored(engine: &Engine, job_id: &str, storing: Storing) -> Result<(), EngineError> {
-    let Some(rx) = storing else { return Ok(()) };
-    let err = match rx.await {
-        Ok(Ok(())) => return Ok(()),
-        Ok(Err(e)) => EngineError::from(e),
-        Err(_) => CoreError::internal("the job store's writer stopped").into(),
-    };
-    if engine.inner.dispatch.jobs.cancel(job_id).await {
-        return Err(err);
-    }
-    tracing::warn!(job = %job_id, error = %err, "storing a running job failed; its result is recorded in the log");
-    Ok(())
+    Ok((job_id, rx))
 }
 
 async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, EngineError> {
@@ -363,8 +341,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     let cfg = engine.inner.dispatch.config;
     let job = script_job(engine, call)?;
     let timeout_ms = job.timeout_ms;
-    let (job_id, storing, mut rx) = queue_while_storing(engine, principal, job, false).await?;
-    stored(engine, &job_id, storing).await?;
+    let (job_id, mut rx) = queue_storing(engine, principal, job, false).await?;
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
     let mut early = None;
