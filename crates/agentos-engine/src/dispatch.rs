@@ -304,6 +304,7 @@ impl Dispatch<'_> {
         // The reply runs on the committer's thread: the row's removal goes back to the runtime.
         let shared = self.inner.dispatch.jobs.is_shared().then(tokio::runtime::Handle::current);
         let reply = Box::new(move |r: Result<_, EngineError>| {
+            let recorded = r.is_ok();
             match r {
                 // Recorded: the shared queue's row goes. Until then a crash leaves it, and the
                 // reaper finds the result in the log.
@@ -313,13 +314,15 @@ impl Dispatch<'_> {
                         rt.spawn(async move { engine.inner.dispatch.jobs.recorded(&job_id).await });
                     }
                 }
-                // Recorded: the stored job has done its work. Until this point a crash re-runs it.
-                Ok(_) if direct => engine.dispatch().forget_direct(&job_id),
                 Ok(_) => {}
                 Err(e) => tracing::error!(job = %job_id, error = %e, "recording a job result failed"),
             }
-            if let Some(w) = waiter {
-                let _ = w.send(result);
+            let heard = waiter.is_some_and(|w| w.send(result).is_ok());
+            // Recorded: a stored job has done its work (until this point a crash re-runs it).
+            // A caller that hears the result removes the job itself, if it stored it (see
+            // `script::result_storing_late`); otherwise it goes here.
+            if recorded && direct && !heard {
+                engine.dispatch().forget_direct(&job_id);
             }
         });
         self.submit_then("system", Box::new(move |_| Ok(vec![(model.clone(), body.clone())])), reply).await;
@@ -394,7 +397,7 @@ impl Dispatch<'_> {
             return Ok(0);
         }
         let (writes, pending) = tokio::sync::mpsc::unbounded_channel::<crate::jobs::StoreWrite>();
-        tokio::spawn(write_jobs(store.clone(), pending, self.inner.dispatch.config.store_after));
+        tokio::spawn(write_jobs(store.clone(), pending));
         let mut requeued = 0;
         for job in store.all().await? {
             if !self.inner.ledger.log.read_key_any_model(&format!("job:{}", job.job_id)).await?.is_empty() {
@@ -441,67 +444,44 @@ impl Dispatch<'_> {
 /// The job store's one writer; ends when the engine (the sender's holder) is dropped.
 ///
 /// What is pending when the store is free goes in one transaction (one sync to the disk), in
-/// order. A failed put is answered to its caller, or logged when nobody waits for it; a failed
+/// order. A failed put is answered to its caller (the writer logs it either way); a failed
 /// removal is logged, and the job is found finished in the log at the next start.
 ///
-/// Two kinds of write wait, and may never be written:
-/// - a removal (`Forget`) needs no sync of its own: one lost in a crash leaves a record whose
-///   result is in the log, dropped at the next start. It waits for the next transaction, or
-///   `FORGET_AFTER` without one;
-/// - the put of a job whose caller waits for its result (`PutLater`) waits `store_after`. Its
-///   removal before then drops both: the job ended before it was stored. A master that dies
-///   before then leaves a job that may have run and is not run again, which its caller (told
-///   nothing yet, not even the job's id) sees as a broken connection.
+/// A removal (`Forget`) needs no sync of its own: one lost in a crash leaves a record whose
+/// result is in the log, dropped at the next start. So it waits for the next transaction, or
+/// `FORGET_AFTER` without one: sequential calls sync the store once per job instead of twice.
 async fn write_jobs(
     store: Arc<dyn JobStore>,
     mut pending: tokio::sync::mpsc::UnboundedReceiver<crate::jobs::StoreWrite>,
-    store_after: Duration,
 ) {
     use crate::jobs::StoreWrite;
-    use agentos_store::{JobWrite, StoreError};
-    use tokio::time::Instant;
-    type Done = tokio::sync::oneshot::Sender<Result<(), StoreError>>;
+    use agentos_store::JobWrite;
     let mut incoming = Vec::new();
-    // Puts not due yet, oldest (first due) first.
-    let mut later: std::collections::VecDeque<(Instant, agentos_store::StoredJob)> = Default::default();
     let mut held: Vec<String> = Vec::new();
     // When the oldest held removal must be written, with a put or not.
-    let mut held_due = Instant::now();
+    let mut held_due = tokio::time::Instant::now();
     loop {
-        let wake =
-            [(!held.is_empty()).then_some(held_due), later.front().map(|(due, _)| *due)].into_iter().flatten().min();
-        let closed = match wake {
-            None => pending.recv_many(&mut incoming, 256).await == 0,
-            Some(at) => matches!(tokio::time::timeout_at(at, pending.recv_many(&mut incoming, 256)).await, Ok(0)),
+        let closed = if held.is_empty() {
+            pending.recv_many(&mut incoming, 256).await == 0
+        } else {
+            matches!(tokio::time::timeout_at(held_due, pending.recv_many(&mut incoming, 256)).await, Ok(0))
         };
-        let now = Instant::now();
         // Each write, with who waits for it when it is a put.
         let mut writes: Vec<(JobWrite, Option<Done>)> = Vec::new();
         for write in incoming.drain(..) {
             match write {
                 StoreWrite::Put(job, done) => writes.push((JobWrite::Put(job), Some(done))),
-                StoreWrite::PutLater(job) => later.push_back((now + store_after, job)),
-                StoreWrite::Forget(id) | StoreWrite::ForgetNow(id)
-                    if let Some(at) = later.iter().position(|(_, job)| job.job_id == id) =>
-                {
-                    later.remove(at);
-                }
                 StoreWrite::Forget(id) => {
                     if held.is_empty() {
-                        held_due = now + FORGET_AFTER;
+                        held_due = tokio::time::Instant::now() + FORGET_AFTER;
                     }
                     held.push(id);
                 }
                 StoreWrite::ForgetNow(id) => writes.push((JobWrite::Forget(id), None)),
             }
         }
-        while later.front().is_some_and(|(due, _)| *due <= now) {
-            if let Some((_, job)) = later.pop_front() {
-                writes.push((JobWrite::Put(job), None));
-            }
-        }
-        let held_now = !held.is_empty() && (closed || held_due <= now || held.len() >= 256);
-        if !writes.is_empty() || held_now {
+        let due = !held.is_empty() && (closed || held_due <= tokio::time::Instant::now() || held.len() >= 256);
+        if !writes.is_empty() || due {
             // A held removal is of a job whose put went in an earlier transaction: the channel
             // keeps each job's put before its removal.
             let mut all: Vec<(JobWrite, Option<Done>)> =
@@ -510,19 +490,18 @@ async fn write_jobs(
             write_together(store.as_ref(), all).await;
         }
         if closed {
-            // The engine is gone; puts not due are of jobs that were not to be stored yet.
             break;
         }
     }
 }
 
+/// Who waits to hear whether a put is durable.
+type Done = tokio::sync::oneshot::Sender<Result<(), agentos_store::StoreError>>;
+
 /// Writes in one transaction, or each on its own when that fails (one bad write must not fail
 /// the others), and tells each put's waiter how its write went.
-async fn write_together(
-    store: &dyn JobStore,
-    writes: Vec<(agentos_store::JobWrite, Option<tokio::sync::oneshot::Sender<Result<(), agentos_store::StoreError>>>)>,
-) {
-    let answer = |done: Option<tokio::sync::oneshot::Sender<_>>, r: &Result<(), agentos_store::StoreError>| {
+async fn write_together(store: &dyn JobStore, writes: Vec<(agentos_store::JobWrite, Option<Done>)>) {
+    let answer = |done: Option<Done>, r: &Result<(), agentos_store::StoreError>| {
         if let Some(done) = done {
             let _ = done.send(r.as_ref().map(|_| ()).map_err(|e| agentos_store::StoreError::Jobs(e.to_string())));
         }

@@ -900,10 +900,6 @@ pub(crate) struct DurableJobs {
 pub(crate) enum StoreWrite {
     /// Store a job; the sender hears when it is durable (or why not).
     Put(agentos_store::StoredJob, tokio::sync::oneshot::Sender<Result<(), agentos_store::StoreError>>),
-    /// Store a job whose caller waits for its result, once it has gone `store_after` without
-    /// one; its removal before then means it is never written. A failure is logged: the job
-    /// runs on, and its result is recorded in the log all the same.
-    PutLater(agentos_store::StoredJob),
     /// Remove a job whose result is in the log: it may wait for the next put's transaction,
     /// since one lost in a crash is dropped at the next start.
     Forget(String),

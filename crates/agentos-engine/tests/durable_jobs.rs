@@ -255,3 +255,40 @@ async fn a_finished_jobs_removal_shares_the_next_jobs_transaction_or_goes_alone_
         [vec![format!("put {a}")], vec![format!("forget {a}"), format!("put {b}")], vec![format!("forget {b}")]]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_job_whose_caller_went_away_is_removed_once_its_result_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let (e, store) = open_counting(dir.path(), Duration::from_millis(50)).await;
+    let poller = {
+        let (e, exec) = (e.clone(), exec.clone());
+        tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap().unwrap() })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let caller = {
+        let e = e.clone();
+        tokio::spawn(async move {
+            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+            e.dispatch().invoke(&principal("operator", PrincipalKind::Operator), "t", None, req).await
+        })
+    };
+    let leased = poller.await.unwrap();
+    let mut stored = false;
+    for _ in 0..300 {
+        stored = store.get(&leased.job_id).await.unwrap().is_some();
+        if stored {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(stored, "a job running past store_after is stored");
+    // The caller goes (its connection dropped, say); the job runs on and its result is recorded.
+    caller.abort();
+    let _ = caller.await;
+    let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
+    e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
+    assert_eq!(left_after_waiting(store.as_ref()).await, 0, "the job stays in the store with its result recorded");
+    let id = &leased.job_id;
+    assert_eq!(store.seen(), [vec![format!("put {id}")], vec![format!("forget {id}")]]);
+}

@@ -301,18 +301,17 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
     Ok(ScriptJob { model: model.to_string(), token, timeout_ms })
 }
 
-/// Queues a direct invocation's job. When jobs are durable it is stored: before it is queued
-/// (`store_first`, for a caller answered with the job's id at once), or, for a caller who waits
-/// for the result, once it has gone `store_after` without one (see `jobs::StoreWrite::PutLater`):
-/// until its result that caller has been told nothing, not even the job's id, and a job that
-/// ends sooner is never written to the store at all.
+/// Queues a direct invocation's job. When jobs are durable it is stored before it is queued
+/// (`store_first`, for a caller answered with the job's id at once); for a caller who waits for
+/// the result, the job to store if it runs long comes back (see `result_storing_late`).
 async fn queue_storing(
     engine: &Engine,
     principal: &Principal,
     job: ScriptJob,
     store_first: bool,
-) -> Result<(String, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
+) -> Result<(String, Option<StoredJob>, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
     let job_id = engine.inner.dispatch.jobs.new_id();
+    let mut later = None;
     if let Some(d) = engine.inner.dispatch.durable.get() {
         let token = serde_json::to_string(&job.token).map_err(|e| CoreError::internal(e.to_string()))?;
         let stored = StoredJob {
@@ -322,18 +321,51 @@ async fn queue_storing(
             token,
             queued_at: crate::records::now_ms(),
         };
-        let stopped = |_| CoreError::internal("the job store's writer stopped");
         if store_first {
             let (done, stored_rx) = tokio::sync::oneshot::channel();
-            d.writes.send(crate::jobs::StoreWrite::Put(stored, done)).map_err(stopped)?;
+            d.writes
+                .send(crate::jobs::StoreWrite::Put(stored, done))
+                .map_err(|_| CoreError::internal("the job store's writer stopped"))?;
             stored_rx.await.map_err(|_| CoreError::internal("the job store's writer stopped"))??;
         } else {
-            d.writes.send(crate::jobs::StoreWrite::PutLater(stored)).map_err(stopped)?;
+            later = Some(stored);
         }
     }
     let rx =
         engine.inner.dispatch.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone()).await?;
-    Ok((job_id, rx))
+    Ok((job_id, later, rx))
+}
+
+/// The result of a job whose caller waits for it. A job without one after `store_after` is
+/// stored then, so that a master that dies from there on runs it again at its next start, and
+/// removed from the store once its result is in; a job that ends sooner never touches the
+/// store. Until its result the caller has been told nothing, not even the job's id: a master
+/// that dies before the job is stored leaves a job that may have run and is not run again,
+/// which the caller sees as a broken connection. (A caller gone before the result leaves the
+/// removal to whoever records it: see `Dispatch::finish`.)
+async fn result_storing_late(
+    engine: &Engine,
+    job_id: &str,
+    later: Option<StoredJob>,
+    mut rx: tokio::sync::oneshot::Receiver<JobResult>,
+) -> Result<JobResult, tokio::sync::oneshot::error::RecvError> {
+    let (Some(job), Some(d)) = (later, engine.inner.dispatch.durable.get()) else { return rx.await };
+    let store_after = engine.inner.dispatch.config.store_after;
+    if !store_after.is_zero() {
+        tokio::select! {
+            r = &mut rx => return r,
+            _ = tokio::time::sleep(store_after) => {}
+        }
+    }
+    // Nobody waits for this store to be durable: a failure is logged by the writer, and the job
+    // runs on (its result is recorded in the log all the same).
+    let (done, _) = tokio::sync::oneshot::channel();
+    let _ = d.writes.send(crate::jobs::StoreWrite::Put(job, done));
+    let r = rx.await;
+    if r.is_ok() {
+        let _ = d.writes.send(crate::jobs::StoreWrite::Forget(job_id.to_string()));
+    }
+    r
 }
 
 async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, EngineError> {
@@ -341,7 +373,8 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     let cfg = engine.inner.dispatch.config;
     let job = script_job(engine, call)?;
     let timeout_ms = job.timeout_ms;
-    let (job_id, mut rx) = queue_storing(engine, principal, job, false).await?;
+    let (job_id, later, rx) = queue_storing(engine, principal, job, false).await?;
+    let mut result = std::pin::pin!(result_storing_late(engine, &job_id, later, rx));
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
     let mut early = None;
@@ -349,7 +382,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         // Nobody serves the queue: wait a little for an executor (one reconnecting after a
         // master restart, say), then say so rather than hold the caller for the whole wait.
         let grace = cfg.no_executor_grace.min(wait);
-        early = tokio::time::timeout(grace, &mut rx).await.ok();
+        early = tokio::time::timeout(grace, result.as_mut()).await.ok();
         if early.is_none() && !engine.inner.dispatch.jobs.serving().await {
             engine.dispatch().cancel_direct(&job_id).await;
             return Err(CoreError::new(
@@ -365,7 +398,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     }
     let outcome = match early {
         Some(r) => Ok(r),
-        None => tokio::time::timeout_at(deadline, rx).await,
+        None => tokio::time::timeout_at(deadline, result).await,
     };
     match outcome {
         Ok(Ok(result)) => Ok(result),
