@@ -162,3 +162,28 @@ async fn a_chain_of_pass_and_plain_map_fires_ends_in_a_command_start_in_one_comm
         .collect();
     assert_eq!(kinds, ["fired move", "fired build"]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fire_loop_tries_only_transitions_whose_consumed_places_hold_a_token_or_whose_author_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, op) = open(dir.path()).await;
+    model(&e, &op, "m", json!({"place": "p-cmd"})).await;
+    let may_bind = |e: &Engine| {
+        let st = e.read_state();
+        let net = st.nets.models.get("m").unwrap();
+        let t = net.inscription("run").unwrap();
+        crate::engine::Nets::may_bind(&st, net, t)
+    };
+    assert!(!may_bind(&e), "an empty place binds nothing");
+    // A token arrives (its fire may take it at once: what counts is that it was tried).
+    e.nets().commit_fired("system", "m", fired(&op), false).await.unwrap();
+    assert!(may_bind(&e), "a place with a token may bind");
+
+    // A transition whose author is gone is tried with nothing to bind: the try stops it.
+    model(&e, &op, "n", json!({"place": "p-cmd"})).await;
+    let mut st = (*e.read_state()).clone();
+    let net = st.nets.models.get_mut("n").unwrap();
+    net.authors.insert("run".into(), "no-such-principal".into());
+    let net = st.nets.models.get("n").unwrap();
+    assert!(crate::engine::Nets::may_bind(&st, net, net.inscription("run").unwrap()));
+}

@@ -1618,6 +1618,19 @@ impl Nets<'_> {
     }
 
     /// One pass over every started transition: fire what is enabled, until nothing more fires.
+    /// Whether an automatic transition is worth a try: each place it consumes from holds a
+    /// token (free or not), or its author is gone (the try stops it). Every commit runs the
+    /// loop, and a try of a transition that binds nothing built its catalog and its reason for
+    /// nothing: with several started transitions per net, most of the loop's time.
+    fn may_bind(st: &agentos_core::state::State, net: &ModelNet, t: &Inscription) -> bool {
+        let author_gone = net.authors.get(&t.id).is_none_or(|a| st.principal_by_id(a).is_none());
+        author_gone
+            || t.presets
+                .values()
+                .filter(|p| p.consume && p.place != CATALOG_PLACE)
+                .all(|p| net.places.get(&p.place).is_some_and(|place| !place.tokens.is_empty()))
+    }
+
     async fn run_enabled(&self) {
         for _round in 0..10_000 {
             let candidates: Vec<(String, String)> = {
@@ -1634,6 +1647,7 @@ impl Nets<'_> {
                             .filter(|t| t.presets.values().any(|p| p.consume))
                             .filter(|t| net.transitions.get(&t.id).is_some_and(|r| r.started))
                             .filter(|t| net.in_flight_of(&t.id) < t.concurrency as usize)
+                            .filter(|t| Self::may_bind(&st, net, t))
                             .map(|t| (m.clone(), t.id.clone()))
                             .collect::<Vec<_>>()
                     })
