@@ -190,9 +190,9 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTOS_NO_EXECUTOR_GRACE_MS", default_value_t = 10_000)]
     pub no_executor_grace_ms: u64,
     /// How long a job whose caller waits for its result runs before it is written to the job
-    /// store (`jobs.db`), in ms. A master that dies after that runs it again at its next start;
-    /// a job that ends sooner is never written (its caller, told nothing yet, sees a broken
-    /// connection). 0 stores every job as it is queued.
+    /// store (`jobs.db`), in ms; a job that ends sooner is never written. A master that dies
+    /// after that runs the job again at its next start; one that dies sooner leaves it (its
+    /// caller, told nothing yet, sees a broken connection). 0 stores every job as it is queued.
     #[arg(long, env = "AGENTOS_STORE_AFTER_MS", default_value_t = 100)]
     pub store_after_ms: u64,
     /// How long one jq expression of a net may run, in ms (expressions run in worker processes

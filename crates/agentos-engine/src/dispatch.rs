@@ -118,17 +118,20 @@ impl Dispatch<'_> {
     pub(crate) async fn cancel_direct(&self, job_id: &str) {
         if self.inner.dispatch.jobs.cancel(job_id).await
             && let Some(d) = self.inner.dispatch.durable.get()
+            && !d.take_unstored(job_id)
         {
             // It has no result: a removal lost now would run it again at the next start.
             let _ = d.writes.send(crate::jobs::StoreWrite::ForgetNow(job_id.to_string()));
         }
     }
 
-    /// Removes a direct job whose result is recorded from the job store (without waiting: the
-    /// store is written off this thread, which may be the committer's). One left behind by a
-    /// crash is found finished in the log at the next start.
+    /// Removes a direct job whose result is recorded from the job store, if it was stored
+    /// (without waiting: the store is written off this thread, which may be the committer's).
+    /// One left behind by a crash is found finished in the log at the next start.
     fn forget_direct(&self, job_id: &str) {
-        if let Some(d) = self.inner.dispatch.durable.get() {
+        if let Some(d) = self.inner.dispatch.durable.get()
+            && !d.take_unstored(job_id)
+        {
             let _ = d.writes.send(crate::jobs::StoreWrite::Forget(job_id.to_string()));
         }
     }
@@ -304,7 +307,6 @@ impl Dispatch<'_> {
         // The reply runs on the committer's thread: the row's removal goes back to the runtime.
         let shared = self.inner.dispatch.jobs.is_shared().then(tokio::runtime::Handle::current);
         let reply = Box::new(move |r: Result<_, EngineError>| {
-            let recorded = r.is_ok();
             match r {
                 // Recorded: the shared queue's row goes. Until then a crash leaves it, and the
                 // reaper finds the result in the log.
@@ -314,15 +316,20 @@ impl Dispatch<'_> {
                         rt.spawn(async move { engine.inner.dispatch.jobs.recorded(&job_id).await });
                     }
                 }
+                // Recorded: a stored job has done its work. Until this point a crash re-runs it.
+                Ok(_) if direct => engine.dispatch().forget_direct(&job_id),
                 Ok(_) => {}
-                Err(e) => tracing::error!(job = %job_id, error = %e, "recording a job result failed"),
+                Err(e) => {
+                    tracing::error!(job = %job_id, error = %e, "recording a job result failed");
+                    // Not recorded: a stored job stays to run again at the next start; one not
+                    // stored stays so.
+                    if let Some(d) = engine.inner.dispatch.durable.get() {
+                        d.take_unstored(&job_id);
+                    }
+                }
             }
-            let heard = waiter.is_some_and(|w| w.send(result).is_ok());
-            // Recorded: a stored job has done its work (until this point a crash re-runs it).
-            // A caller that hears the result removes the job itself, if it stored it (see
-            // `script::result_storing_late`); otherwise it goes here.
-            if recorded && direct && !heard {
-                engine.dispatch().forget_direct(&job_id);
+            if let Some(w) = waiter {
+                let _ = w.send(result);
             }
         });
         self.submit_then("system", Box::new(move |_| Ok(vec![(model.clone(), body.clone())])), reply).await;
@@ -417,7 +424,7 @@ impl Dispatch<'_> {
             drop(self.inner.dispatch.jobs.enqueue_direct(job.job_id, job.model, token, job.invoker).await?);
             requeued += 1;
         }
-        if self.inner.dispatch.durable.set(crate::jobs::DurableJobs { writes }).is_err() {
+        if self.inner.dispatch.durable.set(crate::jobs::DurableJobs { writes, unstored: Default::default() }).is_err() {
             return Err(CoreError::internal("jobs were already made durable").into());
         }
         Ok(requeued)
@@ -482,12 +489,11 @@ async fn write_jobs(
         }
         let due = !held.is_empty() && (closed || held_due <= tokio::time::Instant::now() || held.len() >= 256);
         if !writes.is_empty() || due {
-            // A held removal is of a job whose put went in an earlier transaction: the channel
-            // keeps each job's put before its removal.
-            let mut all: Vec<(JobWrite, Option<Done>)> =
-                held.drain(..).map(|id| (JobWrite::Forget(id), None)).collect();
-            all.extend(writes);
-            write_together(store.as_ref(), all).await;
+            // Held removals go after the puts: a job's put may have come in this same batch
+            // (the channel keeps each job's put before its removal), and a removed job is never
+            // put again.
+            writes.extend(held.drain(..).map(|id| (JobWrite::Forget(id), None)));
+            write_together(store.as_ref(), writes).await;
         }
         if closed {
             break;

@@ -894,6 +894,18 @@ impl Default for DispatchConfig {
 /// never overtake its storing.
 pub(crate) struct DurableJobs {
     pub(crate) writes: tokio::sync::mpsc::UnboundedSender<StoreWrite>,
+    /// Waited-for jobs not stored (yet; see `script::result_storing_late`). Whoever takes a
+    /// job out of here decides, under this lock, whether it is stored: the caller's wait when
+    /// `store_after` is up (it sends the put), or whoever ends the job first (then it never
+    /// is). So a job's put, when there is one, is on the channel before its removal.
+    pub(crate) unstored: std::sync::Mutex<std::collections::HashSet<String>>,
+}
+
+impl DurableJobs {
+    /// Takes a job out of the not-stored set: true when it was there (never stored).
+    pub(crate) fn take_unstored(&self, job_id: &str) -> bool {
+        self.unstored.lock().unwrap_or_else(|e| e.into_inner()).remove(job_id)
+    }
 }
 
 /// One write to the job store of direct invocations.

@@ -141,21 +141,26 @@ impl JobStore for Transactions {
     }
 }
 
-/// An engine whose waited-for jobs are stored after `store_after`, on a job store that writes
-/// down its transactions, with a script tool `t`.
-async fn open_counting(dir: &std::path::Path, store_after: Duration) -> (Engine, Arc<Transactions>) {
+/// An engine whose waited-for jobs are stored after `store_after`, on `store`, with a script
+/// tool `t`.
+async fn open_on(dir: &std::path::Path, store_after: Duration, store: Arc<dyn JobStore>) -> Engine {
     let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
     let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
     let mut config = EngineConfig::default();
     config.dispatch.store_after = store_after;
     let e = Engine::open(config, log, blobs).await.unwrap();
-    let store =
-        Arc::new(Transactions { store: SqliteJobStore::open(&dir.join("jobs.db")).unwrap(), seen: Default::default() });
-    e.dispatch().recover_jobs(store.clone()).await.unwrap();
+    e.dispatch().recover_jobs(store).await.unwrap();
     let op = principal("operator", PrincipalKind::Operator);
     let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
     e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
-    (e, store)
+    e
+}
+
+/// The same, on a job store that writes down its transactions.
+async fn open_counting(dir: &std::path::Path, store_after: Duration) -> (Engine, Arc<Transactions>) {
+    let store =
+        Arc::new(Transactions { store: SqliteJobStore::open(&dir.join("jobs.db")).unwrap(), seen: Default::default() });
+    (open_on(dir, store_after, store.clone()).await, store)
 }
 
 /// A waited-for invocation of `t` as a caller on a shell makes it, taken by an executor that
@@ -252,7 +257,62 @@ async fn a_finished_jobs_removal_shares_the_next_jobs_transaction_or_goes_alone_
     assert_eq!(left_after_waiting(store.as_ref()).await, 0, "a finished job stays in the store");
     assert_eq!(
         store.seen(),
-        [vec![format!("put {a}")], vec![format!("forget {a}"), format!("put {b}")], vec![format!("forget {b}")]]
+        [vec![format!("put {a}")], vec![format!("put {b}"), format!("forget {a}")], vec![format!("forget {b}")]]
+    );
+}
+
+/// A job store whose writes wait for a permit of `gate` (none at first).
+struct Gated {
+    inner: Transactions,
+    gate: tokio::sync::Semaphore,
+}
+
+#[async_trait::async_trait]
+impl JobStore for Gated {
+    async fn write(&self, writes: Vec<agentos_store::JobWrite>) -> Result<(), agentos_store::StoreError> {
+        let _pass = self.gate.acquire().await.unwrap();
+        self.inner.write(writes).await
+    }
+    async fn put(&self, job: agentos_store::StoredJob) -> Result<(), agentos_store::StoreError> {
+        self.inner.put(job).await
+    }
+    async fn forget(&self, job_id: &str) -> Result<(), agentos_store::StoreError> {
+        self.inner.forget(job_id).await
+    }
+    async fn get(&self, job_id: &str) -> Result<Option<agentos_store::StoredJob>, agentos_store::StoreError> {
+        self.inner.get(job_id).await
+    }
+    async fn all(&self) -> Result<Vec<agentos_store::StoredJob>, agentos_store::StoreError> {
+        self.inner.all().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_that_comes_with_its_jobs_put_is_written_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Gated {
+        inner: Transactions {
+            store: SqliteJobStore::open(&dir.path().join("jobs.db")).unwrap(),
+            seen: Default::default(),
+        },
+        gate: tokio::sync::Semaphore::new(0),
+    });
+    let e = open_on(dir.path(), Duration::ZERO, store.clone()).await;
+    // The writer takes the first job's put and waits on the store; what comes meanwhile (the
+    // first job's removal, the second's put and its removal) is its next batch.
+    let a = waited_call(&e).await;
+    let b = waited_call(&e).await;
+    store.gate.add_permits(1);
+    for _ in 0..200 {
+        if store.inner.seen().len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(store.all().await.unwrap().is_empty(), "a removal was written before its job's put");
+    assert_eq!(
+        store.inner.seen(),
+        [vec![format!("put {a}")], vec![format!("put {b}"), format!("forget {a}"), format!("forget {b}")]]
     );
 }
 

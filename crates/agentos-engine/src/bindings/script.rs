@@ -303,7 +303,8 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
 
 /// Queues a direct invocation's job. When jobs are durable it is stored before it is queued
 /// (`store_first`, for a caller answered with the job's id at once); for a caller who waits for
-/// the result, the job to store if it runs long comes back (see `result_storing_late`).
+/// the result, as it is queued when `store_after` is 0, and otherwise the job to store if it
+/// runs long comes back (see `result_storing_late`).
 async fn queue_storing(
     engine: &Engine,
     principal: &Principal,
@@ -321,13 +322,16 @@ async fn queue_storing(
             token,
             queued_at: crate::records::now_ms(),
         };
+        let stopped = || CoreError::internal("the job store's writer stopped");
+        let (done, stored_rx) = tokio::sync::oneshot::channel();
         if store_first {
-            let (done, stored_rx) = tokio::sync::oneshot::channel();
-            d.writes
-                .send(crate::jobs::StoreWrite::Put(stored, done))
-                .map_err(|_| CoreError::internal("the job store's writer stopped"))?;
-            stored_rx.await.map_err(|_| CoreError::internal("the job store's writer stopped"))??;
+            d.writes.send(crate::jobs::StoreWrite::Put(stored, done)).map_err(|_| stopped())?;
+            stored_rx.await.map_err(|_| stopped())??;
+        } else if engine.inner.dispatch.config.store_after.is_zero() {
+            // Nobody waits for this store to be durable: a failure is logged by the writer.
+            d.writes.send(crate::jobs::StoreWrite::Put(stored, done)).map_err(|_| stopped())?;
         } else {
+            d.unstored.lock().unwrap_or_else(|e| e.into_inner()).insert(job_id.clone());
             later = Some(stored);
         }
     }
@@ -337,12 +341,11 @@ async fn queue_storing(
 }
 
 /// The result of a job whose caller waits for it. A job without one after `store_after` is
-/// stored then, so that a master that dies from there on runs it again at its next start, and
-/// removed from the store once its result is in; a job that ends sooner never touches the
-/// store. Until its result the caller has been told nothing, not even the job's id: a master
-/// that dies before the job is stored leaves a job that may have run and is not run again,
-/// which the caller sees as a broken connection. (A caller gone before the result leaves the
-/// removal to whoever records it: see `Dispatch::finish`.)
+/// stored then, so that a master that dies from there on runs it again at its next start (it
+/// is removed once its result is recorded, by `Dispatch::finish`); a job that ends sooner never
+/// touches the store. Until its result the caller has been told nothing, not even the job's id:
+/// a master that dies before the job is stored leaves a job that may have run and is not run
+/// again, which the caller sees as a broken connection.
 async fn result_storing_late(
     engine: &Engine,
     job_id: &str,
@@ -350,22 +353,24 @@ async fn result_storing_late(
     mut rx: tokio::sync::oneshot::Receiver<JobResult>,
 ) -> Result<JobResult, tokio::sync::oneshot::error::RecvError> {
     let (Some(job), Some(d)) = (later, engine.inner.dispatch.durable.get()) else { return rx.await };
-    let store_after = engine.inner.dispatch.config.store_after;
-    if !store_after.is_zero() {
-        tokio::select! {
-            r = &mut rx => return r,
-            _ = tokio::time::sleep(store_after) => {}
+    tokio::select! {
+        // A result that is there already wins over a timer that is up.
+        biased;
+        r = &mut rx => return r,
+        _ = tokio::time::sleep(engine.inner.dispatch.config.store_after) => {}
+    }
+    {
+        // Still not stored and not ended (whoever ends it takes it out of the set first): the
+        // put goes on the channel under the lock, before any removal can.
+        let mut unstored = d.unstored.lock().unwrap_or_else(|e| e.into_inner());
+        if unstored.remove(job_id) {
+            // Nobody waits for this store to be durable: a failure is logged by the writer, and
+            // the job runs on (its result is recorded in the log all the same).
+            let (done, _) = tokio::sync::oneshot::channel();
+            let _ = d.writes.send(crate::jobs::StoreWrite::Put(job, done));
         }
     }
-    // Nobody waits for this store to be durable: a failure is logged by the writer, and the job
-    // runs on (its result is recorded in the log all the same).
-    let (done, _) = tokio::sync::oneshot::channel();
-    let _ = d.writes.send(crate::jobs::StoreWrite::Put(job, done));
-    let r = rx.await;
-    if r.is_ok() {
-        let _ = d.writes.send(crate::jobs::StoreWrite::Forget(job_id.to_string()));
-    }
-    r
+    rx.await
 }
 
 async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, EngineError> {

@@ -1617,7 +1617,6 @@ impl Nets<'_> {
         Ok((body, answer))
     }
 
-    /// One pass over every started transition: fire what is enabled, until nothing more fires.
     /// Whether an automatic transition is worth a try: each place it consumes from holds a
     /// token (free or not), or its author is gone (the try stops it). Every commit runs the
     /// loop, and a try of a transition that binds nothing built its catalog and its reason for
@@ -1631,6 +1630,8 @@ impl Nets<'_> {
                 .all(|p| net.places.get(&p.place).is_some_and(|place| !place.tokens.is_empty()))
     }
 
+    /// One pass over every started transition that may bind: fire what is enabled, until
+    /// nothing more fires.
     async fn run_enabled(&self) {
         for _round in 0..10_000 {
             let candidates: Vec<(String, String)> = {
