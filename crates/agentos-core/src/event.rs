@@ -191,8 +191,9 @@ impl EventBody {
     }
     /// Splits into the log's `type` and `payload` columns.
     pub fn to_parts(&self) -> (&'static str, String) {
-        let v = serde_json::to_value(self).expect("event bodies always serialize");
-        let payload = v.get("payload").cloned().unwrap_or(serde_json::Value::Null);
+        let mut v = serde_json::to_value(self).expect("event bodies always serialize");
+        // Taken out, not copied: a job's result or a net's tokens can be large.
+        let payload = v.get_mut("payload").map_or(serde_json::Value::Null, serde_json::Value::take);
         (self.type_name(), payload.to_string())
     }
     /// Rebuilds a body from the log's columns.
