@@ -39,6 +39,15 @@ thread_local! {
     static NEXT_SEQ: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     /// The time the command being decided will be committed with (milliseconds), likewise.
     static NEXT_TIME: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
+    /// From which of its events on the command being decided records the master's own fires.
+    static SYSTEM_FROM: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// Called from a [`Decide`]: the events it returns from the `n`-th (0-based) on are the
+/// master's own (fires that follow the command's event in its commit), recorded under `system`
+/// rather than under the principal whose command it is.
+pub(crate) fn system_from(n: usize) {
+    SYSTEM_FROM.with(|s| s.set(n));
 }
 
 /// The time the events a [`Decide`] returns will be committed with, when called from a
@@ -135,9 +144,11 @@ fn commit_batch(
         while let Some(p) = queue.pop_front() {
             NEXT_SEQ.with(|n| n.set(next));
             NEXT_TIME.with(|n| n.set(p.time));
+            SYSTEM_FROM.with(|s| s.set(usize::MAX));
             let decided = decide(state, &p);
             NEXT_SEQ.with(|n| n.set(0));
             NEXT_TIME.with(|n| n.set(0));
+            let system_from = SYSTEM_FROM.with(|s| s.replace(usize::MAX));
             match decided {
                 // A command that touches what an earlier one in this transaction touched must
                 // see its effect: it waits for the next transaction, and is decided again.
@@ -146,7 +157,7 @@ fn commit_batch(
                     break;
                 }
                 Err(e) => (p.reply)(Err(e.into())),
-                Ok(evs) => match stored_form(evs, &p) {
+                Ok(evs) => match stored_form(evs, &p, system_from) {
                     Err(e) => (p.reply)(Err(e.into())),
                     Ok((events, bodies)) => {
                         next += events.len() as u64;
@@ -222,10 +233,15 @@ fn catch_up(
 /// The events of one command as the log will store them. A command with an event that would not
 /// read back (nested past what JSON readers accept) is refused whole, before anything is
 /// written: one such event once answered 200 and then kept the master from starting.
-fn stored_form(evs: Vec<(String, EventBody)>, p: &Pending) -> Result<(Vec<NewEvent>, Vec<EventBody>), CoreError> {
+/// Events from the `system_from`-th on are recorded under `system` (see [`system_from`]).
+fn stored_form(
+    evs: Vec<(String, EventBody)>,
+    p: &Pending,
+    system_from: usize,
+) -> Result<(Vec<NewEvent>, Vec<EventBody>), CoreError> {
     let mut events = Vec::with_capacity(evs.len());
     let mut bodies = Vec::with_capacity(evs.len());
-    for (model, body) in evs {
+    for (i, (model, body)) in evs.into_iter().enumerate() {
         let (kind, payload) = body.to_parts();
         agentos_core::depth::check_stored_depth(kind, &payload)?;
         events.push(NewEvent {
@@ -233,7 +249,7 @@ fn stored_form(evs: Vec<(String, EventBody)>, p: &Pending) -> Result<(Vec<NewEve
             kind: kind.to_string(),
             key: body.key(),
             payload,
-            principal: p.principal.clone(),
+            principal: if i >= system_from { "system".to_string() } else { p.principal.clone() },
             time: p.time,
             schema: EVENT_SCHEMA_VERSION,
         });
@@ -332,10 +348,10 @@ mod tests {
     #[test]
     fn a_command_with_an_event_too_deep_to_read_back_is_refused_whole() {
         // The first event alone would be fine; the command is refused for its second.
-        let refused = stored_form(vec![put_of(1), put_of(125)], &pending()).unwrap_err();
+        let refused = stored_form(vec![put_of(1), put_of(125)], &pending(), usize::MAX).unwrap_err();
         assert_eq!(refused.code, "too_deep");
         assert!(refused.message.contains("nothing was written"), "{}", refused.message);
-        let (events, _) = stored_form(vec![put_of(100)], &pending()).unwrap();
+        let (events, _) = stored_form(vec![put_of(100)], &pending(), usize::MAX).unwrap();
         // What is stored reads back with serde_json's default limit, in its envelope.
         let e = &events[0];
         assert!(EventBody::from_parts(&e.kind, &e.payload).is_ok());

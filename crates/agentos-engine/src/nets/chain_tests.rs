@@ -187,3 +187,102 @@ async fn the_fire_loop_tries_only_transitions_whose_consumed_places_hold_a_token
     let net = st.nets.models.get("n").unwrap();
     assert!(crate::engine::Nets::may_bind(&st, net, net.inscription("run").unwrap()));
 }
+
+/// The SQLite log, with the sequence numbers of each of its transactions written down.
+struct Transactions {
+    log: SqliteEventLog,
+    seen: std::sync::Mutex<Vec<Vec<u64>>>,
+}
+
+#[async_trait::async_trait]
+impl agentos_store::EventLog for Transactions {
+    fn append_blocking(
+        &self,
+        after: u64,
+        events: Vec<agentos_store::NewEvent>,
+    ) -> Result<Vec<agentos_store::RecordedEvent>, agentos_store::StoreError> {
+        let out = self.log.append_blocking(after, events)?;
+        self.seen.lock().unwrap().push(out.iter().map(|r| r.seq).collect());
+        Ok(out)
+    }
+    async fn read_after(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<agentos_store::RecordedEvent>, agentos_store::StoreError> {
+        self.log.read_after(after, limit).await
+    }
+    async fn read_key(
+        &self,
+        model: &str,
+        key: &str,
+    ) -> Result<Vec<agentos_store::RecordedEvent>, agentos_store::StoreError> {
+        self.log.read_key(model, key).await
+    }
+    async fn read_key_any_model(
+        &self,
+        key: &str,
+    ) -> Result<Vec<agentos_store::RecordedEvent>, agentos_store::StoreError> {
+        self.log.read_key_any_model(key).await
+    }
+    async fn last_seq(&self) -> Result<u64, agentos_store::StoreError> {
+        self.log.last_seq().await
+    }
+    async fn save_snapshot(&self, snapshot: agentos_store::Snapshot) -> Result<(), agentos_store::StoreError> {
+        self.log.save_snapshot(snapshot).await
+    }
+    async fn load_snapshot(&self) -> Result<Option<agentos_store::Snapshot>, agentos_store::StoreError> {
+        self.log.load_snapshot().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_put_takes_the_fires_it_enables_into_its_commit_recorded_as_the_masters_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(Transactions {
+        log: SqliteEventLog::open(&dir.path().join("events.db")).unwrap(),
+        seen: Default::default(),
+    });
+    let blobs = Arc::new(FsBlobStore::open(dir.path().join("blobs")).unwrap());
+    let e = Engine::open(EngineConfig::default(), log.clone(), blobs).await.unwrap();
+    e.principals().ensure_operator(&dir.path().join("operator.token")).await.unwrap();
+    let op = e.operator().expect("the operator exists");
+    // p-in → build (map, a plain path) → p-cmd → run (command), both started.
+    model(&e, &op, "m", json!({"place": "p-cmd"})).await;
+    e.nets().set_started(&op, "m", "build", true).await.unwrap();
+    let before = e.read_state().last_seq;
+    let command = json!({"executor": "script", "command": "invoke", "args": {"toolId": "nothing-registered"}});
+    let token = e.nets().put_token(&op, "m", "p-in", command, None).await.unwrap();
+    // Answered with the put token, not with a follow-on's.
+    assert_eq!(token.id, token_id(before + 1, 0));
+    let recs = e.inner.ledger.log.read_after(before, 10).await.unwrap();
+    let seen: Vec<(u64, String, String)> = recs
+        .iter()
+        .take(3)
+        .map(|r| {
+            let payload: Value = serde_json::from_str(&r.event.payload).unwrap();
+            let what = payload.as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_default();
+            (r.seq, what, r.event.principal.clone())
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (before + 1, "tokensPut".to_string(), op.name.clone()),
+            (before + 2, "fired".to_string(), "system".to_string()),
+            (before + 3, "fireStarted".to_string(), "system".to_string()),
+        ],
+        "the put, the map it enables and the command's start, in one run of numbers"
+    );
+    // In one transaction of the log.
+    assert!(log.seen.lock().unwrap().contains(&vec![before + 1, before + 2, before + 3]), "{:?}", log.seen);
+    {
+        let st = e.read_state();
+        assert_eq!(st.nets.models["m"].in_flight[&fire_id(before + 3)].transition, "run");
+    }
+
+    // Into a place no started transition reads, a put is the putter's alone.
+    let before = e.read_state().last_seq;
+    e.nets().put_token(&op, "m", "p-other", json!({"n": 1}), None).await.unwrap();
+    assert_eq!(e.read_state().last_seq, before + 1);
+}

@@ -314,9 +314,21 @@ impl Nets<'_> {
         self.inner.nets.check_token_bytes(&data)?;
         let max_tokens = self.inner.nets.limits.max_tokens_per_place;
         let (who, m, pl) = (p.clone(), model.to_string(), place.to_string());
+        let engine = self.0.clone();
         let guarded: crate::committer::Decide = Box::new(move |st| {
             check_model_in(st, &who, &m)?;
-            decide_token_put(st, &m, &pl, &put, max_tokens)
+            let mut out = decide_token_put(st, &m, &pl, &put, max_tokens)?;
+            // The fires the token enables go in the same commit (see `follow_on`), recorded
+            // as the master's own, not the putter's.
+            if let (Some((_, EventBody::Net(put))), seq @ 1..) = (out.last(), crate::committer::next_seq()) {
+                let at = out.len() - 1;
+                let more = engine.nets().follow_on(st, &m, std::slice::from_ref(put), seq + at as u64);
+                if !more.is_empty() {
+                    crate::committer::system_from(out.len());
+                    out.extend(more.into_iter().map(|ev| (m.clone(), EventBody::Net(ev))));
+                }
+            }
+            Ok(out)
         });
         let events = self.submit(&p.name, guarded).await.map_err(|e| match e {
             EngineError::Core(c) if c.kind == ErrorKind::Conflict && c.code != "place_full" => {
@@ -324,8 +336,14 @@ impl Nets<'_> {
             }
             other => other,
         })?;
+        for fire in Self::started_in(&events) {
+            self.spawn_fire(model.to_string(), fire);
+        }
         // Answered from the committed event: by now a transition may already have taken the token.
-        let ev = events.last().ok_or_else(|| CoreError::internal("a token put committed no event"))?;
+        let ev = events
+            .iter()
+            .find(|e| matches!(e.body, EventBody::Net(NetEvent::TokensPut { .. })))
+            .ok_or_else(|| CoreError::internal("a token put committed no event"))?;
         Ok(Token {
             id: agentos_core::net_state::token_id(ev.seq, 0),
             name,
