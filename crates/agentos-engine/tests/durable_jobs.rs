@@ -255,10 +255,21 @@ async fn a_finished_jobs_removal_shares_the_next_jobs_transaction_or_goes_alone_
     let b = waited_call(&e).await;
     // With no job after it, the last removal goes on its own.
     assert_eq!(left_after_waiting(store.as_ref()).await, 0, "a finished job stays in the store");
-    assert_eq!(
-        store.seen(),
-        [vec![format!("put {a}")], vec![format!("put {b}"), format!("forget {a}")], vec![format!("forget {b}")]]
+    let seen = store.seen();
+    // Usually [put a], [put b, forget a], [forget b]; on a busy machine the writer may take a
+    // job's put and its removal (or more) in one batch. Either way a removal shares a put's
+    // transaction and comes after its own job's put.
+    let at = |w: &str| seen.iter().enumerate().find_map(|(t, ws)| ws.iter().position(|x| x == w).map(|i| (t, i)));
+    let (Some(put_a), Some(forget_a)) = (at(&format!("put {a}")), at(&format!("forget {a}"))) else {
+        panic!("{seen:?}")
+    };
+    assert!(put_a < forget_a, "a removal before its put: {seen:?}");
+    assert!(seen.iter().flatten().any(|w| w == &format!("put {b}")), "{seen:?}");
+    assert!(
+        seen[forget_a.0].iter().any(|w| w.starts_with("put ")),
+        "the first removal had a transaction of its own: {seen:?}"
     );
+    assert!(seen.iter().flatten().any(|w| w == &format!("forget {b}")), "{seen:?}");
 }
 
 /// A job store whose writes wait for a permit of `gate` (none at first).

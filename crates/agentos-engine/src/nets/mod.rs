@@ -330,15 +330,27 @@ impl Nets<'_> {
             }
             Ok(out)
         });
-        let events = self.submit(&p.name, guarded).await.map_err(|e| match e {
-            EngineError::Core(c) if c.kind == ErrorKind::Conflict && c.code != "place_full" => {
-                CoreError::not_found(c.message).into()
+        // In a task of its own: a caller that goes away (its connection dropped) must not
+        // leave a fire its put started unrun until the next start.
+        let (engine, putter, m) = (self.0.clone(), p.name.clone(), model.to_string());
+        let committed = tokio::spawn(async move {
+            let nets = engine.nets();
+            let events = nets.submit(&putter, guarded).await?;
+            nets.count_chained(&m, &events, 0);
+            for fire in Self::started_in(&events) {
+                nets.spawn_fire(m.clone(), fire);
             }
-            other => other,
-        })?;
-        for fire in Self::started_in(&events) {
-            self.spawn_fire(model.to_string(), fire);
-        }
+            Ok::<_, EngineError>(events)
+        });
+        let events = committed
+            .await
+            .map_err(|e| CoreError::internal(format!("a token put's commit stopped: {e}")))?
+            .map_err(|e| match e {
+                EngineError::Core(c) if c.kind == ErrorKind::Conflict && c.code != "place_full" => {
+                    CoreError::not_found(c.message).into()
+                }
+                other => other,
+            })?;
         // Answered from the committed event: by now a transition may already have taken the token.
         let ev = events
             .iter()
@@ -1066,7 +1078,32 @@ impl Nets<'_> {
     ) -> Result<Vec<String>, EngineError> {
         let decide = if by_hand { self.net_event(model, fired) } else { self.leading(model, fired, 0) };
         let events = self.submit(principal, decide).await?;
+        // The leading fire was counted when it was decided.
+        self.count_chained(model, &events, 1);
         Ok(Self::started_in(&events))
+    }
+
+    /// Counts the chained fires a commit made (see `follow_on`) against their transitions'
+    /// fires per second, past the first `skip` fires (counted by whoever decided them). A
+    /// decision may be made again before it is committed, so a chain only looks at the rate
+    /// and its fires count once they are in the log; a transition over its limit is stopped
+    /// at its next fire by the loop.
+    fn count_chained(&self, model: &str, events: &[Event], skip: usize) {
+        let fires = events.iter().filter_map(|e| match &e.body {
+            EventBody::Net(NetEvent::Fired { transition, .. } | NetEvent::FireStarted { transition, .. }) => {
+                Some(transition)
+            }
+            _ => None,
+        });
+        // Counted under the read lock, with the net still there: a deleted net's runtime
+        // entries are forgotten after its deletion is folded, so none comes back after.
+        let st = self.read_state();
+        if !st.nets.models.contains_key(model) {
+            return;
+        }
+        for transition in fires.skip(skip) {
+            let _ = self.inner.nets.count_fire(&(model.to_string(), transition.clone()));
+        }
     }
 
     /// Decides `ev` and, in the same commit, the fires that follow it (see
@@ -1171,7 +1208,9 @@ impl Nets<'_> {
                     let consumed = Self::consumed(t, &bound);
                     let outputs = Self::pass_or_map(&self.inner.nets.expressions, &c, &consumed, &ctx, &by).ok()?;
                     self.inner.nets.check_outputs(net, &consumed, &outputs).ok()?;
-                    self.inner.nets.count_fire(&key).ok()?;
+                    if !self.inner.nets.rate_left(&key) {
+                        return None;
+                    }
                     let fired = NetEvent::Fired { transition: t.id.clone(), consumed, outputs };
                     return fired.check(Some(net)).is_ok().then_some(fired);
                 }
@@ -1179,7 +1218,9 @@ impl Nets<'_> {
                     if self.inner.nets.check_memory().is_err() {
                         return None;
                     }
-                    self.inner.nets.count_fire(&key).ok()?;
+                    if !self.inner.nets.rate_left(&key) {
+                        return None;
+                    }
                     let start = NetEvent::FireStarted { transition: t.id.clone(), bound, firer: None };
                     return start.check(Some(net)).is_ok().then_some(start);
                 }
@@ -1287,6 +1328,7 @@ impl Nets<'_> {
             self.net_event(model, ev)
         };
         let events = self.commit_with_job(decide, job).await?;
+        self.count_chained(model, &events, 0);
         for fire in Self::started_in(&events) {
             self.spawn_fire(model.to_string(), fire);
         }

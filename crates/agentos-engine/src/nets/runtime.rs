@@ -468,6 +468,17 @@ impl NetRuntime {
         Ok(())
     }
 
+    /// Whether a fire of `key` would be within its fires per second now; counts nothing (a
+    /// decision that may be made again counts its fires once committed, `Nets::count_chained`).
+    pub(crate) fn rate_left(&self, key: &(String, String)) -> bool {
+        let max = self.limits.max_fires_per_second;
+        if max == 0 {
+            return true;
+        }
+        let rates = self.rates.lock().unwrap_or_else(|e| e.into_inner());
+        rates.get(key).is_none_or(|(since, n)| since.elapsed() >= Duration::from_secs(1) || *n < max)
+    }
+
     /// The reason to refuse a fire when the master's memory is above its cap.
     pub(crate) fn check_memory(&self) -> Result<(), FireError> {
         let cap = self.limits.max_memory_bytes;
