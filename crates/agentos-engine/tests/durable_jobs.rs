@@ -163,22 +163,25 @@ async fn open_counting(dir: &std::path::Path, store_after: Duration) -> (Engine,
     (open_on(dir, store_after, store.clone()).await, store)
 }
 
+/// The operator invoking `t` and waiting for its result, in a task of its own.
+fn waiting_caller(e: &Engine) -> tokio::task::JoinHandle<Result<serde_json::Value, agentos_engine::EngineError>> {
+    let e = e.clone();
+    tokio::spawn(async move {
+        let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+        e.dispatch().invoke(&principal("operator", PrincipalKind::Operator), "t", None, req).await
+    })
+}
+
 /// A waited-for invocation of `t` as a caller on a shell makes it, taken by an executor that
 /// polls first. Returns the job's id once its caller is answered (after its result is recorded
 /// and its removal sent to the store).
 async fn waited_call(e: &Engine) -> String {
-    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
+    let exec = principal("e1", PrincipalKind::Executor);
     let poller = {
         let (e, exec) = (e.clone(), exec.clone());
         tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap() })
     };
-    let caller = {
-        let e = e.clone();
-        tokio::spawn(async move {
-            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
-            e.dispatch().invoke(&op, "t", None, req).await
-        })
-    };
+    let caller = waiting_caller(e);
     let leased = poller.await.unwrap().unwrap();
     let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
     e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
@@ -199,13 +202,7 @@ async fn a_waited_for_job_is_stored_once_it_has_run_store_after_and_forgotten_on
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
     let invoked = std::time::Instant::now();
-    let caller = {
-        let e = e.clone();
-        tokio::spawn(async move {
-            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
-            e.dispatch().invoke(&principal("operator", PrincipalKind::Operator), "t", None, req).await
-        })
-    };
+    let caller = waiting_caller(&e);
     let leased = poller.await.unwrap();
     assert_eq!(store.seen(), Vec::<Vec<String>>::new(), "a job that just started is not stored yet");
     // Once it has run `store_after`, it is in the store: a master that died now would run it again.
@@ -337,13 +334,7 @@ async fn a_stored_job_whose_caller_went_away_is_removed_once_its_result_is_recor
         tokio::spawn(async move { e.dispatch().poll_job(&exec, None, Duration::from_secs(5)).await.unwrap().unwrap() })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let caller = {
-        let e = e.clone();
-        tokio::spawn(async move {
-            let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
-            e.dispatch().invoke(&principal("operator", PrincipalKind::Operator), "t", None, req).await
-        })
-    };
+    let caller = waiting_caller(&e);
     let leased = poller.await.unwrap();
     let mut stored = false;
     for _ in 0..300 {
