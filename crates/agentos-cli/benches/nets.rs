@@ -27,7 +27,7 @@ fn main() {
     // Without the limit on fires per second (default 1,000 per transition): the bench measures
     // how fast a transition can fire, and a fast machine would stop it at the limit.
     let (_master, api) =
-        common::start_program(common::BIN, &["serve", "--max-fires-per-second", "0"], &dir.path().join("master"));
+        common::start_program(&common::BIN, &["serve", "--max-fires-per-second", "0"], &dir.path().join("master"));
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     println!(
         "net benchmark: {cores} cores, release build, loopback; every fire is a committed event (SQLite WAL, synchronous=FULL)"
@@ -99,7 +99,9 @@ fn main() {
         });
         rx
     };
-    let rounds = 30;
+    // 150 tokens: enough for a p50 that one hiccup does not move, and for r3 to hold more than
+    // a chain's copy limit, as a net whose results pile up does.
+    let rounds = 150;
     let mut lat = Vec::new();
     for i in 0..rounds + 5 {
         let t = Instant::now();

@@ -60,7 +60,7 @@ fn start(data: &Path, storage: &[String], key: &Path, token_from: Option<&Path>)
         args.extend(["--secrets-key-file", key]);
         &S3_ENV
     };
-    common::start_program_env(BIN, &args, data, env)
+    common::start_program_env(&BIN, &args, data, env)
 }
 
 /// CPU time (user + system) a process has used.

@@ -51,7 +51,7 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     let Api { url, token, .. } = api;
     let _executor = start_executor(api, &dir.join("executor"), "bench", 1);
     let bin = dir.join("bin");
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .args(["install-shims", "--dir"])
         .arg(&bin)
         .env("AGENTOS_URL", url)
@@ -186,7 +186,7 @@ fn time_http_operation(dir: &std::path::Path) {
     );
     assert_eq!(r["entry"]["status"].as_str().or(r["status"].as_str()), Some("registered"), "{r}");
     let bin = dir.join("http-bin");
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .args(["install-shims", "--dir"])
         .arg(&bin)
         .env("AGENTOS_URL", &api.url)
@@ -244,7 +244,7 @@ fn prompt_size(api: &Api) {
             }),
         );
     }
-    let out = Command::new(BIN)
+    let out = Command::new(&*BIN)
         .args(["prompt", "--format", "json"])
         .env("AGENTOS_URL", url)
         .env("AGENTOS_TOKEN", token)

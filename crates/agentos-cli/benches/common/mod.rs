@@ -8,7 +8,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_agentos");
+/// The `agentos` binary under test: this build's, or the one `AGENTOS_BENCH_BIN` names (to run
+/// the same bench against another build of the program, side by side).
+pub static BIN: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    std::env::var("AGENTOS_BENCH_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_agentos").to_string())
+});
 
 /// Kills the process when dropped, so no run leaves one behind.
 pub struct Proc(pub Child);
@@ -61,14 +65,14 @@ impl Api {
 
 /// `agentos serve` on a free port with its data in `data`.
 pub fn start_master(data: &Path) -> (Proc, Api) {
-    start_program(BIN, &["serve"], data)
+    start_program(&BIN, &["serve"], data)
 }
 
 /// `agentos serve ARGS..` on a free port with its data in `data`.
 pub fn start_master_with(args: &[&str], data: &Path) -> (Proc, Api) {
     let mut all = vec!["serve"];
     all.extend_from_slice(args);
-    start_program(BIN, &all, data)
+    start_program(&BIN, &all, data)
 }
 
 /// A loopback HTTP/1.1 server answering every request with the same JSON body, keeping
@@ -142,7 +146,7 @@ pub fn start_program_env(program: &str, args: &[&str], data: &Path, env: &[(&str
 /// as polling.
 pub fn start_executor(api: &Api, ws: &Path, name: &str, concurrency: usize) -> Proc {
     let t = api.post("/api/executor-tokens", json!({"name": name}));
-    let child = Command::new(BIN)
+    let child = Command::new(&*BIN)
         .args(["executor", "--master", &api.url, "--workspace"])
         .arg(ws)
         .args(["--run-as", "current", "--concurrency", &concurrency.to_string()])

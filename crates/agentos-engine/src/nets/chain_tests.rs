@@ -11,9 +11,13 @@ use serde_json::{Value, json};
 use crate::{Engine, EngineConfig, Principal};
 
 async fn open(dir: &std::path::Path) -> (Engine, Principal) {
+    open_with(dir, EngineConfig::default()).await
+}
+
+async fn open_with(dir: &std::path::Path, config: EngineConfig) -> (Engine, Principal) {
     let log = Arc::new(SqliteEventLog::open(&dir.join("events.db")).unwrap());
     let blobs = Arc::new(FsBlobStore::open(dir.join("blobs")).unwrap());
-    let e = Engine::open(EngineConfig::default(), log, blobs).await.unwrap();
+    let e = Engine::open(config, log, blobs).await.unwrap();
     e.principals().ensure_operator(&dir.join("operator.token")).await.unwrap();
     let op = e.operator().expect("the operator exists");
     (e, op)
@@ -75,12 +79,19 @@ async fn a_map_fire_and_the_command_start_it_enables_are_one_commit_and_only_whe
     model(&e, &op, "stopped", json!({"place": "p-cmd"})).await;
     e.nets().set_started(&op, "stopped", "run", false).await.unwrap();
     assert_eq!(e.nets().commit_fired("system", "stopped", fired(&op), false).await.unwrap(), Vec::<String>::new());
-    // A net too large to copy for the decision: left to the fire loop.
+    // Places transitions read from too full to copy for the decision: left to the fire loop.
     model(&e, &op, "large", json!({"place": "p-cmd"})).await;
     for n in 0..=super::CHAIN_MAX_TOKENS {
-        e.nets().put_token(&op, "large", "p-other", json!({"n": n}), None).await.unwrap();
+        e.nets().put_token(&op, "large", "p-in", json!({"n": n}), None).await.unwrap();
     }
     assert_eq!(e.nets().commit_fired("system", "large", fired(&op), false).await.unwrap(), Vec::<String>::new());
+    // As many tokens in a place no transition reads (results piling up) do not stop the chain.
+    model(&e, &op, "piled", json!({"place": "p-cmd"})).await;
+    for n in 0..=super::CHAIN_MAX_TOKENS {
+        e.nets().put_token(&op, "piled", "p-other", json!({"n": n}), None).await.unwrap();
+    }
+    let before = e.read_state().last_seq;
+    assert_eq!(e.nets().commit_fired("system", "piled", fired(&op), false).await.unwrap(), vec![fire_id(before + 2)]);
     // A fire by hand is its firer's: the start that follows is the loop's, under its own name.
     model(&e, &op, "by-hand", json!({"place": "p-cmd"})).await;
     assert_eq!(e.nets().commit_fired(&op.name, "by-hand", fired(&op), true).await.unwrap(), Vec::<String>::new());
@@ -161,6 +172,38 @@ async fn a_chain_of_pass_and_plain_map_fires_ends_in_a_command_start_in_one_comm
         })
         .collect();
     assert_eq!(kinds, ["fired move", "fired build"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chain_counts_the_tokens_of_places_no_transition_reads_against_the_place_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::default();
+    config.nets.max_tokens_per_place = 3;
+    let (e, op) = open_with(dir.path(), config).await;
+    // p-x → move (pass) → p-y, which nothing reads: its tokens are counted, not copied.
+    let doc: NetDoc = serde_json::from_value(json!({
+        "places": ["p-x", "p-y"],
+        "transitions": [{"id": "move", "kind": "pass", "presets": {"i": {"place": "p-x"}},
+            "postsets": {"o": {"place": "p-y"}}, "emit": [{"to": "o"}]}]
+    }))
+    .unwrap();
+    e.nets().apply_net(&op, "m", doc).await.unwrap();
+    e.nets().set_started(&op, "m", "move", true).await.unwrap();
+    let seed = NetEvent::Fired {
+        transition: "seed".into(),
+        consumed: Vec::new(),
+        outputs: vec![NewToken { place: "p-x".into(), name: None, data: json!({"n": 1}), by: vec![op.id.clone()] }],
+    };
+    let follows = |e: &Engine| {
+        let st = e.read_state();
+        e.nets().follow_on(&st, "m", std::slice::from_ref(&seed), st.last_seq + 1).len()
+    };
+    for n in 0..2 {
+        e.nets().put_token(&op, "m", "p-y", json!({"n": n}), None).await.unwrap();
+    }
+    assert_eq!(follows(&e), 1, "two tokens in p-y: the pass fits and follows");
+    e.nets().put_token(&op, "m", "p-y", json!({"n": 2}), None).await.unwrap();
+    assert_eq!(follows(&e), 0, "p-y is full: the chain ends, and the fire loop stops the transition");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

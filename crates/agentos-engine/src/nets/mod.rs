@@ -153,8 +153,9 @@ fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
 /// Model names the master keeps for tool-net instances.
 pub(crate) const INSTANCE_PREFIX: &str = "tni-";
 
-/// Most tokens a model may hold for a fire's follow-on start to be decided in its commit (the
-/// net is copied to decide it).
+/// Most tokens the places a model's transitions read from may hold for a fire's follow-on start
+/// to be decided in its commit (those places are copied to decide it; the tokens of places no
+/// transition reads are only counted).
 const CHAIN_MAX_TOKENS: usize = 128;
 
 /// Most fires decided into one commit after the fire or result that leads them.
@@ -1150,11 +1151,40 @@ impl Nets<'_> {
                 && t.presets.values().all(|p| p.filter.is_none() && p.place != CATALOG_PLACE)
                 && net.transitions.get(&t.id).is_some_and(|r| r.started)
         });
-        if !could || net.places.values().map(|p| p.tokens.len()).sum::<usize>() > CHAIN_MAX_TOKENS {
+        if !could {
             return out;
         }
+        // Only the places some transition reads from decide a fire: the tokens of the others (a
+        // net's results, say, piling up where nothing takes them) are counted, not copied, so
+        // that a net does not stop chaining once its outputs fill up.
+        let read: std::collections::BTreeSet<&str> =
+            net.doc.transitions.iter().flat_map(|t| t.presets.values().map(|p| p.place.as_str())).collect();
+        let copied = |name: &str| read.contains(name);
+        if net.places.iter().filter(|(name, _)| copied(name)).map(|(_, p)| p.tokens.len()).sum::<usize>()
+            > CHAIN_MAX_TOKENS
+        {
+            return out;
+        }
+        let left_out: BTreeMap<&str, usize> = net
+            .places
+            .iter()
+            .filter(|(name, _)| !copied(name))
+            .map(|(name, p)| (name.as_str(), p.tokens.len()))
+            .collect();
+        let thin = agentos_core::net_state::ModelNet {
+            doc: net.doc.clone(),
+            places: net
+                .places
+                .iter()
+                .map(|(name, p)| (name.clone(), if copied(name) { p.clone() } else { Default::default() }))
+                .collect(),
+            transitions: net.transitions.clone(),
+            in_flight: net.in_flight.clone(),
+            instance: net.instance.clone(),
+            authors: net.authors.clone(),
+        };
         let mut after = agentos_core::net_state::NetState::default();
-        after.models.insert(model.to_string(), net.clone());
+        after.models.insert(model.to_string(), thin);
         // Tokens made in the chain carry the commit's time, as the fold will give them.
         let now = Some(crate::committer::next_time()).filter(|t| *t > 0).unwrap_or_else(now_ms);
         let mut next = seq;
@@ -1164,7 +1194,7 @@ impl Nets<'_> {
         }
         while out.len() < CHAIN_MAX_FIRES {
             let Some(net) = after.models.get(model) else { break };
-            let Some(ev) = self.next_of_chain(st, model, net) else { break };
+            let Some(ev) = self.next_of_chain(st, model, net, &left_out) else { break };
             after.apply(model, next, now, None, &ev);
             next += 1;
             out.push(ev);
@@ -1174,7 +1204,14 @@ impl Nets<'_> {
 
     /// The next fire of a chain on `net` (see [`Nets::follow_on`]), `None` when there is none
     /// or the next cannot be decided from the net alone.
-    fn next_of_chain(&self, st: &agentos_core::state::State, model: &str, net: &ModelNet) -> Option<NetEvent> {
+    /// `net` holds no tokens of the places in `left_out`, which tells how many they hold.
+    fn next_of_chain(
+        &self,
+        st: &agentos_core::state::State,
+        model: &str,
+        net: &ModelNet,
+        left_out: &BTreeMap<&str, usize>,
+    ) -> Option<NetEvent> {
         for t in &net.doc.transitions {
             let runs = t.mode == Mode::Auto
                 && t.kind != "link"
@@ -1207,7 +1244,10 @@ impl Nets<'_> {
                     let by = net.behind(&t.id, &bound, None);
                     let consumed = Self::consumed(t, &bound);
                     let outputs = Self::pass_or_map(&self.inner.nets.expressions, &c, &consumed, &ctx, &by).ok()?;
-                    self.inner.nets.check_outputs(net, &consumed, &outputs).ok()?;
+                    let held = |place: &str| {
+                        net.places.get(place).map_or(0, |p| p.tokens.len()) + left_out.get(place).copied().unwrap_or(0)
+                    };
+                    self.inner.nets.check_outputs_held(held, &consumed, &outputs).ok()?;
                     if !self.inner.nets.rate_left(&key) {
                         return None;
                     }

@@ -515,6 +515,16 @@ impl NetRuntime {
         consumed: &[TokenRef],
         outputs: &[NewToken],
     ) -> Result<(), FireError> {
+        self.check_outputs_held(|place| net.places.get(place).map_or(0, |p| p.tokens.len()), consumed, outputs)
+    }
+
+    /// [`NetRuntime::check_outputs`] with the tokens each place holds told by `held`.
+    pub(crate) fn check_outputs_held(
+        &self,
+        held: impl Fn(&str) -> usize,
+        consumed: &[TokenRef],
+        outputs: &[NewToken],
+    ) -> Result<(), FireError> {
         let l = &self.limits;
         if l.max_outputs_per_fire > 0 && outputs.len() > l.max_outputs_per_fire {
             return Err(FireError::Stop(format!(
@@ -545,7 +555,7 @@ impl NetRuntime {
                 }
             }
             for (place, n) in added {
-                let held = net.places.get(place).map_or(0, |p| p.tokens.len()) as i64;
+                let held = held(place) as i64;
                 if place != CATALOG_PLACE && n > 0 && held + n > l.max_tokens_per_place as i64 {
                     return Err(FireError::Stop(format!(
                         "stopped: place {place} would hold {} tokens, more than {} (the master's --max-tokens-per-place)",
