@@ -202,6 +202,20 @@ async fn a_chain_counts_the_tokens_of_places_no_transition_reads_against_the_pla
         e.nets().put_token(&op, "m", "p-y", json!({"n": n}), None).await.unwrap();
     }
     assert_eq!(follows(&e), 1, "two tokens in p-y: the pass fits and follows");
+    // A leading event that also puts a token into p-y: counted with the ones left out.
+    let both = NetEvent::Fired {
+        transition: "seed".into(),
+        consumed: Vec::new(),
+        outputs: ["p-x", "p-y"]
+            .map(|place| NewToken { place: place.into(), name: None, data: json!({"n": 1}), by: vec![op.id.clone()] })
+            .to_vec(),
+    };
+    let st = e.read_state();
+    assert!(
+        e.nets().follow_on(&st, "m", &[both], st.last_seq + 1).is_empty(),
+        "two held and one led in: the pass would make four"
+    );
+    drop(st);
     e.nets().put_token(&op, "m", "p-y", json!({"n": 2}), None).await.unwrap();
     assert_eq!(follows(&e), 0, "p-y is full: the chain ends, and the fire loop stops the transition");
 }

@@ -1135,8 +1135,8 @@ impl Nets<'_> {
     /// `pass`, a `map` whose template and emit rules are plain paths, or the start of a
     /// command, http or mcp fire. At the first enabled transition that cannot be decided so (a
     /// filter, an expression that computes, a template that fails, outputs over a limit) the
-    /// chain ends and the fire loop goes on as before, recording what it finds. The net is
-    /// copied to decide on it, so only a small one is looked at.
+    /// chain ends and the fire loop goes on as before, recording what it finds. The places
+    /// transitions read from are copied to decide on them, so only while they hold few tokens.
     fn follow_on(&self, st: &agentos_core::state::State, model: &str, decided: &[NetEvent], seq: u64) -> Vec<NetEvent> {
         let mut out = Vec::new();
         if seq == 0 || decided.is_empty() || !self.inner.nets.runs(model) {
