@@ -266,6 +266,41 @@ fn an_executor_stopped_with_sigterm_finishes_its_job() {
 }
 
 #[test]
+fn an_executor_stopped_while_it_polls_runs_the_job_it_got_and_takes_no_more() {
+    use std::os::unix::fs::PermissionsExt;
+    let (d, m, mut e) = setup();
+    let api = m.client();
+    let shared = d.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let ran = shared.join("ran");
+    api.register("slowish", "sh", &format!("echo x >> {}; sleep 1; echo done", ran.display()), None);
+    // Stopped while its poll waits; work queued right after reaches that poll, whose answer the
+    // stopping executor still takes (else the job would wait out its lease).
+    unsafe {
+        libc::kill(e.child.id() as i32, libc::SIGTERM);
+    }
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let callers: Vec<_> = (0..3)
+        .map(|_| {
+            let api = api.clone();
+            std::thread::spawn(move || api.invoke("slowish", json!({"timeoutMs": 60000})))
+        })
+        .collect();
+    let status = e.child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    // It ran the job its last poll brought and took no other from the full queue.
+    assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1);
+    let _e2 = Executor::start(&m, &d.path().join("executor-2"), "e2", &[]);
+    for c in callers {
+        let (status, r) = c.join().unwrap();
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["stdout"], "done\n", "{r}");
+    }
+    assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 3);
+}
+
+#[test]
 fn executors_are_listed_with_their_state() {
     let (_d, m, mut e) = setup_with(&[], &[]);
     let (_, list) = m.client().get("/api/executors");

@@ -245,6 +245,12 @@ async fn worker(
     // A job handed over together with the previous result, if any.
     let mut next: Option<LeasedJob> = None;
     loop {
+        if next.is_none() && stop.is_cancelled() {
+            // Stopping: no new work is taken. (A poll under way when the stop came is let finish
+            // below; its job runs, and the next poll would take another, and another, while the
+            // queue is full.)
+            return;
+        }
         if let Some(job) = next.take() {
             if stop.is_cancelled() {
                 // Stopping: a job that arrived with the last answer goes straight back.
