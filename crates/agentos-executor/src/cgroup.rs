@@ -5,6 +5,7 @@
 //! or a parent-death signal reaches none of those that left: `setsid` leaves the group, and a
 //! parent-death signal goes to the direct child only.
 
+use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -45,7 +46,63 @@ pub struct JobCgroups {
 }
 
 /// Empty job cgroups, ready for a job.
-type Free = Arc<Mutex<Vec<(PathBuf, OwnedFd)>>>;
+type Free = Arc<Mutex<Vec<(PathBuf, Files)>>>;
+
+/// The files of a job cgroup that every job reads or writes, kept open with it: a path lookup
+/// in the cgroup file system costs more than the read or write itself.
+struct Files {
+    /// `cgroup.procs`, opened by the executor's user and written in the child before it
+    /// changes user.
+    procs: OwnedFd,
+    /// `cgroup.events` and `cgroup.stat`, read from their start each time (the kernel makes
+    /// them anew for a read at offset 0).
+    events: File,
+    stat: File,
+    /// `cgroup.kill`; `None` on kernels before 5.14, which have none.
+    kill: Option<File>,
+}
+
+impl Files {
+    fn open(dir: &Path) -> std::io::Result<Files> {
+        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
+        Ok(Files {
+            procs: procs.into(),
+            events: File::open(dir.join("cgroup.events"))?,
+            stat: File::open(dir.join("cgroup.stat"))?,
+            kill: std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.kill")).ok(),
+        })
+    }
+
+    /// Whether any process is in the cgroup or below it; `true` when that cannot be read.
+    fn populated(&self) -> bool {
+        read_from_start(&self.events).is_none_or(|e| events_populated(&e))
+    }
+
+    /// How many cgroups are below it, dying ones included; `None` when unreadable.
+    fn descendants(&self) -> Option<u64> {
+        stat_descendants(&read_from_start(&self.stat)?)
+    }
+
+    /// Neither a process nor a cgroup in it: fit for the next job.
+    fn empty(&self) -> bool {
+        !self.populated() && self.descendants() == Some(0)
+    }
+}
+
+/// The whole of a small cgroup file, read from offset 0 through an open descriptor.
+fn read_from_start(file: &File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut text = Vec::with_capacity(256);
+    let mut buf = [0u8; 256];
+    loop {
+        match file.read_at(&mut buf, text.len() as u64) {
+            Ok(0) => return String::from_utf8(text).ok(),
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+}
 
 /// Most empty job cgroups kept; one per slot is what a busy executor uses.
 const MAX_FREE: usize = 64;
@@ -65,7 +122,7 @@ const GUARD_SCRIPT: &str = "trap '' INT TERM HUP QUIT PIPE; while read -r _; do 
 /// process exits, and removes it.
 pub struct JobCgroup {
     dir: PathBuf,
-    procs: OwnedFd,
+    files: Files,
     free: Free,
 }
 
@@ -133,11 +190,11 @@ impl JobCgroups {
 
     /// A cgroup for one job: one an earlier job left empty, or a new one.
     pub fn job(&self) -> std::io::Result<JobCgroup> {
-        while let Some((dir, procs)) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
+        while let Some((dir, files)) = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop() {
             // Looked at again: a process of the executor's own user may have moved itself in
             // since (jobs that run as that user can write `cgroup.procs`).
-            let cg = JobCgroup { dir, procs, free: self.free.clone() };
-            if !populated(&cg.dir) && descendants(&cg.dir) == Some(0) {
+            let cg = JobCgroup { dir, files, free: self.free.clone() };
+            if cg.files.empty() {
                 return Ok(cg);
             }
             let left = kill_and_remove(&cg.dir);
@@ -147,9 +204,13 @@ impl JobCgroups {
         }
         let dir = self.dir.join(format!("job-{}", self.next.fetch_add(1, Ordering::Relaxed)));
         std::fs::create_dir(&dir)?;
-        // Opened here, as the executor's user, and written in the child before it changes user.
-        let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
-        Ok(JobCgroup { dir, procs: procs.into(), free: self.free.clone() })
+        match Files::open(&dir) {
+            Ok(files) => Ok(JobCgroup { dir, files, free: self.free.clone() }),
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                Err(e)
+            }
+        }
     }
 
     /// Starts the guard: a shell (`sh`, run as `agentos-guard`) whose stdin is a pipe only
@@ -215,11 +276,17 @@ impl JobCgroup {
 
     /// The open `cgroup.procs` of the job: a process that writes `0` to it joins the cgroup.
     pub fn procs_fd(&self) -> RawFd {
-        self.procs.as_raw_fd()
+        self.files.procs.as_raw_fd()
     }
 
     /// Sends SIGKILL to every process in the job's cgroup; does not wait.
     pub fn kill(&self) {
+        use std::io::Write;
+        if let Some(mut file) = self.files.kill.as_ref()
+            && file.write_all(b"1").is_ok()
+        {
+            return;
+        }
         kill(&self.dir);
     }
 
@@ -228,7 +295,7 @@ impl JobCgroup {
     /// none). Otherwise it is handed back, for `remove`. Does not block: two reads of the
     /// cgroup's own files.
     pub fn reuse(self) -> Result<(), JobCgroup> {
-        if populated(&self.dir) || descendants(&self.dir) != Some(0) {
+        if !self.files.empty() {
             return Err(self);
         }
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
@@ -236,7 +303,7 @@ impl JobCgroup {
             drop(free);
             return Err(self);
         }
-        free.push((self.dir, self.procs));
+        free.push((self.dir, self.files));
         Ok(())
     }
 
@@ -285,14 +352,18 @@ fn procs(dir: &Path) -> Vec<i32> {
 /// Whether any process is in `dir` or below it.
 fn populated(dir: &Path) -> bool {
     match std::fs::read_to_string(dir.join("cgroup.events")) {
-        Ok(events) => events.lines().any(|l| l == "populated 1"),
+        Ok(events) => events_populated(&events),
         Err(_) => !procs(dir).is_empty(),
     }
 }
 
+/// Whether `cgroup.events` says a process is in the cgroup or below it.
+fn events_populated(events: &str) -> bool {
+    events.lines().any(|l| l == "populated 1")
+}
+
 /// How many cgroups are below `dir`, dying ones included (`cgroup.stat`); `None` when unreadable.
-fn descendants(dir: &Path) -> Option<u64> {
-    let stat = std::fs::read_to_string(dir.join("cgroup.stat")).ok()?;
+fn stat_descendants(stat: &str) -> Option<u64> {
     let count = |key: &str| stat.lines().find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok());
     Some(count("nr_descendants ")? + count("nr_dying_descendants ").unwrap_or(0))
 }

@@ -313,6 +313,28 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn a_kept_cgroup_a_process_moved_into_or_a_cgroup_made_in_is_not_handed_out_again() {
+        let cgroups = crate::cgroup::JobCgroups::open().expect("a writable cgroup v2");
+        let cg = cgroups.job().unwrap();
+        let dir = cg.dir().to_path_buf();
+        assert!(cg.reuse().is_ok(), "an empty cgroup is kept");
+        // Kept, then joined by a process (as a job running as the executor's user could do).
+        let mut child = std::process::Command::new("sleep").arg("314").spawn().unwrap();
+        std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).unwrap();
+        let next = cgroups.job().unwrap();
+        assert_ne!(next.dir(), dir, "the joined cgroup is not used again");
+        assert!(child.wait().unwrap().signal() == Some(9), "the process that joined it is killed");
+        assert!(!dir.exists(), "and the cgroup removed");
+        // A cgroup a job made below its own: not kept.
+        let below = next.dir().join("made-by-a-job");
+        std::fs::create_dir(&below).unwrap();
+        let next = next.reuse().expect_err("a cgroup with a cgroup below it is not kept");
+        assert_eq!(next.remove(), 0);
+        assert!(!below.exists());
+        cgroups.close();
+    }
+
+    #[tokio::test]
     async fn output_read_before_a_detached_child_that_holds_stdout_is_kept() {
         // Issue 11: the whole output was dropped (`"stdout": ""`) when the bounded drain ran out.
         let never = CancellationToken::new();
