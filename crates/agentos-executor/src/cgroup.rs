@@ -73,9 +73,10 @@ impl Files {
         })
     }
 
-    /// Whether any process is in the cgroup or below it; `true` when that cannot be read.
+    /// Whether any process is in the cgroup or below it; `true` unless the file says
+    /// `populated 0`.
     fn populated(&self) -> bool {
-        read_from_start(&self.events).is_none_or(|e| events_populated(&e))
+        read_from_start(&self.events).is_none_or(|e| !e.lines().any(|l| l == "populated 0"))
     }
 
     /// How many cgroups are below it, dying ones included; `None` when unreadable.
@@ -89,15 +90,20 @@ impl Files {
     }
 }
 
-/// The whole of a small cgroup file, read from offset 0 through an open descriptor.
+/// The whole of a small cgroup file, read from offset 0 through an open descriptor. A read of
+/// such a file fills the buffer or reaches the end, so one read usually does.
 fn read_from_start(file: &File) -> Option<String> {
     use std::os::unix::fs::FileExt;
-    let mut text = Vec::with_capacity(256);
-    let mut buf = [0u8; 256];
+    let mut text = Vec::new();
+    let mut buf = [0u8; 1024];
     loop {
         match file.read_at(&mut buf, text.len() as u64) {
-            Ok(0) => return String::from_utf8(text).ok(),
-            Ok(n) => text.extend_from_slice(&buf[..n]),
+            Ok(n) => {
+                text.extend_from_slice(&buf[..n]);
+                if n < buf.len() {
+                    return String::from_utf8(text).ok();
+                }
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(_) => return None,
         }
@@ -352,14 +358,9 @@ fn procs(dir: &Path) -> Vec<i32> {
 /// Whether any process is in `dir` or below it.
 fn populated(dir: &Path) -> bool {
     match std::fs::read_to_string(dir.join("cgroup.events")) {
-        Ok(events) => events_populated(&events),
+        Ok(events) => events.lines().any(|l| l == "populated 1"),
         Err(_) => !procs(dir).is_empty(),
     }
-}
-
-/// Whether `cgroup.events` says a process is in the cgroup or below it.
-fn events_populated(events: &str) -> bool {
-    events.lines().any(|l| l == "populated 1")
 }
 
 /// How many cgroups are below `dir`, dying ones included (`cgroup.stat`); `None` when unreadable.
