@@ -289,8 +289,10 @@ fn an_executor_stopped_while_it_polls_runs_the_job_it_got_and_takes_no_more() {
         .collect();
     let status = e.child.wait().unwrap();
     assert!(status.success(), "{status}");
-    // It ran the job its last poll brought and took no other from the full queue.
-    assert_eq!(std::fs::read_to_string(&ran).unwrap().lines().count(), 1);
+    // It ran the job its last poll brought (none, if the poll ran out first) and took no other
+    // from the full queue.
+    let ran_here = std::fs::read_to_string(&ran).map(|s| s.lines().count()).unwrap_or(0);
+    assert!(ran_here <= 1, "the stopping executor ran {ran_here} jobs");
     let _e2 = Executor::start(&m, &d.path().join("executor-2"), "e2", &[]);
     for c in callers {
         let (status, r) = c.join().unwrap();

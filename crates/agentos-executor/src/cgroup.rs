@@ -55,9 +55,10 @@ struct Files {
     /// changes user.
     procs: OwnedFd,
     /// `cgroup.events` and `cgroup.stat`, read from their start each time (the kernel makes
-    /// them anew for a read at offset 0).
-    events: File,
-    stat: File,
+    /// them anew for a read at offset 0); `None` on kernels without them (before 4.5 and
+    /// 4.14), where a cgroup is never kept for another job.
+    events: Option<File>,
+    stat: Option<File>,
     /// `cgroup.kill`; `None` on kernels before 5.14, which have none.
     kill: Option<File>,
 }
@@ -67,8 +68,8 @@ impl Files {
         let procs = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs"))?;
         Ok(Files {
             procs: procs.into(),
-            events: File::open(dir.join("cgroup.events"))?,
-            stat: File::open(dir.join("cgroup.stat"))?,
+            events: File::open(dir.join("cgroup.events")).ok(),
+            stat: File::open(dir.join("cgroup.stat")).ok(),
             kill: std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.kill")).ok(),
         })
     }
@@ -76,12 +77,12 @@ impl Files {
     /// Whether any process is in the cgroup or below it; `true` unless the file says
     /// `populated 0`.
     fn populated(&self) -> bool {
-        read_from_start(&self.events).is_none_or(|e| !e.lines().any(|l| l == "populated 0"))
+        self.events.as_ref().and_then(read_from_start).is_none_or(|e| !e.lines().any(|l| l == "populated 0"))
     }
 
     /// How many cgroups are below it, dying ones included; `None` when unreadable.
     fn descendants(&self) -> Option<u64> {
-        stat_descendants(&read_from_start(&self.stat)?)
+        stat_descendants(&read_from_start(self.stat.as_ref()?)?)
     }
 
     /// Neither a process nor a cgroup in it: fit for the next job.

@@ -325,7 +325,12 @@ pub(crate) mod tests {
         assert_ne!(next.dir(), dir, "the joined cgroup is not used again");
         assert!(child.wait().unwrap().signal() == Some(9), "the process that joined it is killed");
         assert!(!dir.exists(), "and the cgroup removed");
-        // A cgroup a job made below its own: not kept.
+        // A cgroup a job made below its own: not kept. (Kept and taken again first, so that
+        // its files are read more than once through the same descriptors.)
+        let kept = next.dir().to_path_buf();
+        assert!(next.reuse().is_ok());
+        let next = cgroups.job().unwrap();
+        assert_eq!(next.dir(), kept, "the emptied cgroup is used again");
         let below = next.dir().join("made-by-a-job");
         std::fs::create_dir(&below).unwrap();
         let next = next.reuse().expect_err("a cgroup with a cgroup below it is not kept");
