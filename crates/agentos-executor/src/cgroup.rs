@@ -364,7 +364,8 @@ fn populated(dir: &Path) -> bool {
     }
 }
 
-/// How many cgroups are below `dir`, dying ones included (`cgroup.stat`); `None` when unreadable.
+/// How many cgroups are below, dying ones included, from the text of a `cgroup.stat`; `None`
+/// when it does not say.
 fn stat_descendants(stat: &str) -> Option<u64> {
     let count = |key: &str| stat.lines().find_map(|l| l.strip_prefix(key)?.trim().parse::<u64>().ok());
     Some(count("nr_descendants ")? + count("nr_dying_descendants ").unwrap_or(0))
