@@ -178,9 +178,11 @@ fn an_interval_scheduled_transition_fires_on_time_and_stops_when_stopped() {
     wait_for("five ticks", || api.token_data("clock", "p-ticks").len() >= 5);
     let elapsed = started.elapsed();
     assert!(
-        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_millis(3000),
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_millis(4000),
         "five ticks of 200 ms took {elapsed:?}"
     );
+    // A tick the loop chose just before the stop is refused at its commit: none lands after
+    // the stop is answered.
     api.post("/api/models/clock/transitions/tick/stop", json!({}));
     let after_stop = api.token_data("clock", "p-ticks").len();
     std::thread::sleep(Duration::from_millis(700));

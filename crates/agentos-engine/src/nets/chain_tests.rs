@@ -342,3 +342,26 @@ async fn a_token_put_takes_the_fires_it_enables_into_its_commit_recorded_as_the_
     e.nets().put_token(&op, "m", "p-other", json!({"n": 1}), None).await.unwrap();
     assert_eq!(e.read_state().last_seq, before + 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fire_the_loop_chose_before_its_transition_was_stopped_is_not_committed_after_the_stop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (e, op) = open(dir.path()).await;
+    model(&e, &op, "m", json!({"place": "p-cmd"})).await;
+    e.nets().set_started(&op, "m", "build", true).await.unwrap();
+    // Decided while the transition is started, as the loop does; the stop is committed first.
+    let decide = super::Nets::while_started("m", "build", e.nets().leading("m", fired(&op), 0));
+    e.nets().set_started(&op, "m", "build", false).await.unwrap();
+    let before = e.read_state().last_seq;
+    let refused = e.nets().commit_chain("system", "m", decide).await.expect_err("a fire committed after its stop");
+    assert!(
+        matches!(&refused, crate::EngineError::Core(c) if c.kind == agentos_core::ErrorKind::Conflict),
+        "{refused}"
+    );
+    assert_eq!(e.read_state().last_seq, before, "nothing was committed");
+    // Started again, the same fire commits.
+    e.nets().set_started(&op, "m", "build", true).await.unwrap();
+    let decide = super::Nets::while_started("m", "build", e.nets().leading("m", fired(&op), 0));
+    e.nets().commit_chain("system", "m", decide).await.unwrap();
+    assert!(e.read_state().last_seq > before, "the fire was committed once started again");
+}

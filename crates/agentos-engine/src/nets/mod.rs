@@ -1028,7 +1028,12 @@ impl Nets<'_> {
                 match routed {
                     Ok(outputs) => {
                         let ev = NetEvent::Fired { transition: transition.to_string(), consumed, outputs };
-                        match self.commit_fired(principal, model, ev, manual).await {
+                        let decide = if manual {
+                            self.net_event(model, ev)
+                        } else {
+                            Self::while_started(model, transition, self.leading(model, ev, 0))
+                        };
+                        match self.commit_chain(principal, model, decide).await {
                             Ok(started) => {
                                 for fire in started {
                                     self.spawn_fire(model.to_string(), fire);
@@ -1051,8 +1056,13 @@ impl Nets<'_> {
             }
             _ => {
                 let ev = NetEvent::FireStarted { transition: transition.to_string(), bound, firer: firer_id };
-                let seq = match self.commit_net(principal, model, ev).await {
-                    Ok(seq) => seq,
+                let decide = if manual {
+                    self.net_event(model, ev)
+                } else {
+                    Self::while_started(model, transition, self.net_event(model, ev))
+                };
+                let seq = match self.submit(principal, decide).await {
+                    Ok(events) => events.last().map(|e| e.seq).unwrap_or(0),
                     Err(EngineError::Core(e)) if e.kind == ErrorKind::Conflict => {
                         return Ok(outcome("not-enabled", None, Some(e.message)));
                     }
@@ -1069,7 +1079,10 @@ impl Nets<'_> {
     /// [`Nets::follow_on`]). Answers the fires started.
     ///
     /// Follow-on fires are the master's own: a fire by hand (`by_hand`) is recorded under its
-    /// firer's name, and so would they be in its commit, so it takes none.
+    /// firer's name, and so would they be in its commit, so it takes none. (The fire loop
+    /// builds the same decision in `try_fire`, where a fire it chose also checks its transition
+    /// is still started.)
+    #[cfg(test)]
     async fn commit_fired(
         &self,
         principal: &str,
@@ -1078,10 +1091,35 @@ impl Nets<'_> {
         by_hand: bool,
     ) -> Result<Vec<String>, EngineError> {
         let decide = if by_hand { self.net_event(model, fired) } else { self.leading(model, fired, 0) };
+        self.commit_chain(principal, model, decide).await
+    }
+
+    /// Commits a `pass` or `map` fire decided by `decide` (with the fires that follow it);
+    /// answers the fires started.
+    async fn commit_chain(
+        &self,
+        principal: &str,
+        model: &str,
+        decide: crate::committer::Decide,
+    ) -> Result<Vec<String>, EngineError> {
         let events = self.submit(principal, decide).await?;
         // The leading fire was counted when it was decided.
         self.count_chained(model, &events, 1);
         Ok(Self::started_in(&events))
+    }
+
+    /// A fire the master chose (not one by hand) commits only while its transition is still
+    /// started: the fire loop decides from a state read before the commit, and a stop answered
+    /// in between must mean no fire after it. Refused as a conflict (the fire is not made).
+    fn while_started(model: &str, transition: &str, decide: crate::committer::Decide) -> crate::committer::Decide {
+        let (m, t) = (model.to_string(), transition.to_string());
+        Box::new(move |st| {
+            let started = st.nets.models.get(&m).and_then(|n| n.transitions.get(&t)).is_some_and(|r| r.started);
+            if !started {
+                return Err(CoreError::conflict(format!("transition {t:?} was stopped before its fire was committed")));
+            }
+            decide(st)
+        })
     }
 
     /// Counts the chained fires a commit made (see `follow_on`) against their transitions'
