@@ -79,7 +79,9 @@ fn an_image_is_imported_validated_and_called_through_its_shim_and_a_net() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
     let _leftovers = Leftovers(data.clone());
-    let m = Master::start_with(&data, &["--docker-idle-ms", "1500"]);
+    // Long enough that no container goes idle between two calls of a loaded machine, short
+    // enough to wait for once.
+    let m = Master::start_with(&data, &["--docker-idle-ms", "5000"]);
     let api = m.client();
 
     let Out { code, stdout: out, stderr: err } =

@@ -97,12 +97,17 @@ fn a_timeout_kills_the_whole_process_group_grandchildren_included() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
     let pidfile = shared.join("grandchild.pid");
-    let script = format!("sh -c 'echo $$ > {}; exec sleep 300' &\nsleep 300\n", pidfile.display());
+    // The job sleeps only once the grandchild has written its pid, so the pid is there to read
+    // however late the grandchild starts on a loaded machine.
+    let script = format!(
+        "sh -c 'echo $$ > {0}; exec sleep 300' &\nuntil [ -s {0} ]; do sleep 0.01; done\nsleep 300\n",
+        pidfile.display()
+    );
     api.register("sleeper", "sh", &script, None);
-    let (status, r) = api.invoke("sleeper", json!({"timeoutMs": 500}));
+    let (status, r) = api.invoke("sleeper", json!({"timeoutMs": 1500}));
     assert_eq!(status, 200);
     assert_eq!(r["timedOut"], true, "{r}");
-    assert!(r["error"].as_str().unwrap().contains("timed out after 500 ms"), "{r}");
+    assert!(r["error"].as_str().unwrap().contains("timed out after 1500 ms"), "{r}");
     let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
     wait_for("the grandchild to be gone", || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -162,7 +162,8 @@ fn a_stdio_server_is_a_toolkit_called_through_its_shim_the_call_api_and_a_net() 
     let pid = who["result"]["pid"].as_i64().unwrap_or_else(|| panic!("{who}"));
     let slow_api = api.clone();
     let slow = std::thread::spawn(move || call(&slow_api, "tools", "slow", &["--ms", "15000"]));
-    std::thread::sleep(Duration::from_millis(500));
+    // Time for the call to reach the server even on a loaded machine (it sleeps 15 s there).
+    std::thread::sleep(Duration::from_millis(2000));
     // SAFETY: a plain signal to the server's pid.
     unsafe {
         libc::kill(pid as i32, libc::SIGKILL);
@@ -186,7 +187,8 @@ fn a_hanging_tool_fails_at_its_timeout_and_holds_up_nothing_else() {
         api.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": id, "name": id,
             "server": {"command": py, "args": [SERVER]}, "timeoutMs": timeout}))
     };
-    let (status, v) = register("hangs", 400);
+    // Short against the 30 s it hangs, long enough for a quick call on a loaded machine.
+    let (status, v) = register("hangs", 2000);
     assert_eq!(status, 200, "{v}");
     let (status, v) = register("quick", 20_000);
     assert_eq!(status, 200, "{v}");
@@ -203,7 +205,7 @@ fn a_hanging_tool_fails_at_its_timeout_and_holds_up_nothing_else() {
     let started = std::time::Instant::now();
     let (status, v) = hanging.join().unwrap();
     assert_eq!(status, 504, "{v}");
-    assert!(message(&v).contains("did not answer within 400 ms"), "{v}");
+    assert!(message(&v).contains("did not answer within 2000 ms"), "{v}");
     assert!(started.elapsed() < Duration::from_secs(20), "cut at its timeout");
     // The same server answers its next call.
     let (status, v) = call(&api, "hangs", "add", &["--a", "2", "--b", "2"]);

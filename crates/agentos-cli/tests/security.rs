@@ -100,6 +100,15 @@ fn running_instance(op: &Api) -> String {
     instance
 }
 
+/// Ends a `stall` invocation still waiting on `instance`: the operator puts a token into its
+/// output place, and the invocation answers it (so it was alive until now).
+fn end_stall(op: &Api, instance: &str, waiting: std::thread::JoinHandle<(u16, Value)>) {
+    let (s, v) = op.post(&format!("/api/models/{instance}/places/p-out/tokens"), json!({"data": {"ended": true}}));
+    assert_eq!(s, 200, "{v}");
+    let (s, v) = waiting.join().unwrap();
+    assert_eq!((s, &v["output"]), (200, &json!({"ended": true})), "{v}");
+}
+
 fn status_of(r: (u16, Value)) -> u16 {
     r.0
 }
@@ -185,7 +194,7 @@ fn a_tool_net_instance_belongs_to_its_invoker_alone() {
     let a = agent(&op, "a", &flags(&[Flag::Read, Flag::Write, Flag::Execute]), "ma");
     let waiting = {
         let b = b.clone();
-        std::thread::spawn(move || b.invoke("stall", json!({"input": {"q": 1}, "timeoutMs": 4000})))
+        std::thread::spawn(move || b.invoke("stall", json!({"input": {"q": 1}, "timeoutMs": 8000})))
     };
     let instance = running_instance(&op);
     let (_, seen) = a.get("/api/models");
@@ -447,7 +456,9 @@ fn every_model_route_answers_by_model_for_each_flag() {
     assert_eq!(s, 200, "{v}");
     let waiting = {
         let op = op.clone();
-        std::thread::spawn(move || op.invoke("stall", json!({"input": {}, "timeoutMs": 10000})))
+        // Ended below by a token put into its output place, not by its timeout, however long
+        // the checks take on a loaded machine.
+        std::thread::spawn(move || op.invoke("stall", json!({"input": {}, "timeoutMs": 600000})))
     };
     let instance = running_instance(&op);
     let mut checked = 0;
@@ -488,7 +499,7 @@ fn every_model_route_answers_by_model_for_each_flag() {
         }
     }
     assert!(checked >= 40, "only {checked} checks");
-    assert_eq!(waiting.join().unwrap().0, 504);
+    end_stall(&op, &instance, waiting);
 }
 
 /// Where a matrix request points, seen from the agent that sends it.
@@ -568,7 +579,8 @@ fn every_query_and_resource_route_answers_by_model_for_each_flag() {
     assert_eq!(s, 200, "{v}");
     let waiting = {
         let op = op.clone();
-        std::thread::spawn(move || op.invoke("stall", json!({"input": {}, "timeoutMs": 15000})))
+        // Ended below by a token put into its output place, not by its timeout.
+        std::thread::spawn(move || op.invoke("stall", json!({"input": {}, "timeoutMs": 600000})))
     };
     let instance = running_instance(&op);
 
@@ -693,7 +705,7 @@ fn every_query_and_resource_route_answers_by_model_for_each_flag() {
     // The instance lived through every check: its refusals were for it, not for a model gone.
     let (_, models) = op.get("/api/models");
     assert!(models.as_array().unwrap().iter().any(|m| m["name"] == instance.as_str()), "{models}");
-    assert_eq!(waiting.join().unwrap().0, 504);
+    end_stall(&op, &instance, waiting);
 }
 
 /// Item 6 of the audit: a `w`-only agent's apply was answered 403 ("may not read nets") after

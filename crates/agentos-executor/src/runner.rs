@@ -247,8 +247,13 @@ pub(crate) mod tests {
         let never = CancellationToken::new();
         let dir = tempfile::tempdir().unwrap();
         let pidfile = dir.path().join("grandchild.pid");
-        let script = format!("sh -c 'echo $$ > {}; exec sleep 300' & wait", pidfile.display());
-        let o = run(spec(&script, 500), &never).await.unwrap();
+        // Waits for the grandchild's pid before it waits for the grandchild, so the pid is
+        // there to read however late the grandchild starts on a loaded machine.
+        let script = format!(
+            "sh -c 'echo $$ > {0}; exec sleep 300' & until [ -s {0} ]; do sleep 0.01; done; wait",
+            pidfile.display()
+        );
+        let o = run(spec(&script, 1500), &never).await.unwrap();
         assert!(o.timed_out);
         assert_eq!(o.signal, Some(9));
         let pid: i32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
@@ -297,7 +302,8 @@ pub(crate) mod tests {
         let cg = cgroups.job().unwrap();
         let dir = cg.dir().to_path_buf();
         assert!(String::from_utf8_lossy(&second).trim().ends_with(dir.file_name().unwrap().to_str().unwrap()));
-        let mut child = std::process::Command::new("sleep").arg("313").spawn().unwrap();
+        // A number no other test sleeps for: the executor tests count `sleep 313` machine-wide.
+        let mut child = std::process::Command::new("sleep").arg("331").spawn().unwrap();
         std::fs::write(dir.join("cgroup.procs"), child.id().to_string()).unwrap();
         assert!(std::fs::read_to_string(dir.join("cgroup.procs")).unwrap().contains(&child.id().to_string()));
         let cg = cg.reuse().expect_err("a cgroup with a process in it is not kept");
