@@ -122,6 +122,7 @@ impl PgConn {
         mut on_notice: impl FnMut() -> bool + Send,
     ) {
         use futures_util::StreamExt;
+        let mut listened = false;
         loop {
             let connected = self.config.connect(NoTls).await;
             let (client, mut connection) = match connected {
@@ -158,6 +159,12 @@ impl PgConn {
                 pump.abort();
                 tokio::time::sleep(poll).await;
                 continue;
+            }
+            // Listening again on a new connection: what was announced while the last one was
+            // down reached nobody, so catch up now rather than at the next poll.
+            if std::mem::replace(&mut listened, true) && !on_notice() {
+                pump.abort();
+                return;
             }
             loop {
                 let heard = tokio::time::timeout(poll, rx.recv()).await;

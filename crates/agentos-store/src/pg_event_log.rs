@@ -311,4 +311,35 @@ mod tests {
         }
         task.abort();
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_listener_whose_connection_ends_catches_up_at_once_on_its_new_one() {
+        let url = fresh_database().await;
+        let log = Arc::new(PgEventLog::open(&url).await.unwrap());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let listener = log.clone();
+        let task = tokio::spawn(async move {
+            listener.listen(Duration::from_secs(3600), move || tx.send(()).is_ok()).await;
+        });
+        let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
+        tokio::spawn(conn);
+        let listening = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'";
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let pid: i32 = loop {
+            if let Some(row) = admin.query(listening, &[]).await.unwrap().first() {
+                break row.get(0);
+            }
+            assert!(tokio::time::Instant::now() < deadline, "the listener never listened");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(rx.try_recv().is_err(), "called before anything happened");
+        admin.execute("SELECT pg_terminate_backend($1)", &[&pid]).await.unwrap();
+        // Nothing is appended and the poll is an hour: only a catch-up on the new connection
+        // (for what was announced while there was none) calls it in time.
+        tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("no catch-up after listening again")
+            .unwrap();
+        task.abort();
+    }
 }
