@@ -283,16 +283,21 @@ mod tests {
         assert_eq!(again.last_seq().await.unwrap(), 1);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_listener_hears_another_masters_append() {
-        let url = fresh_database().await;
-        let log = Arc::new(PgEventLog::open(&url).await.unwrap());
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let listener = log.clone();
-        // A poll far longer than the test: only the announcement can wake it in time.
+    /// A log on `url` listening with a poll far longer than any test, so only an announcement
+    /// (or a catch-up) calls it in time; each call arrives on the receiver.
+    async fn listening(url: &str) -> (tokio::sync::mpsc::UnboundedReceiver<()>, tokio::task::JoinHandle<()>) {
+        let listener = Arc::new(PgEventLog::open(url).await.unwrap());
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let task = tokio::spawn(async move {
             listener.listen(Duration::from_secs(3600), move || tx.send(()).is_ok()).await;
         });
+        (rx, task)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_listener_hears_another_masters_append() {
+        let url = fresh_database().await;
+        let (mut rx, task) = listening(&url).await;
         // The listener's LISTEN may not be in place yet on a loaded machine (an announcement
         // before it is not heard): another master appends again until one is heard.
         let other = Arc::new(PgEventLog::open(&url).await.unwrap());
@@ -315,12 +320,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_listener_whose_connection_ends_catches_up_at_once_on_its_new_one() {
         let url = fresh_database().await;
-        let log = Arc::new(PgEventLog::open(&url).await.unwrap());
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let listener = log.clone();
-        let task = tokio::spawn(async move {
-            listener.listen(Duration::from_secs(3600), move || tx.send(()).is_ok()).await;
-        });
+        let (mut rx, task) = listening(&url).await;
         let (admin, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await.unwrap();
         tokio::spawn(conn);
         let listening = "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'";
