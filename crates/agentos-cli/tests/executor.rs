@@ -91,11 +91,7 @@ fn a_cached_script_altered_on_disk_is_rewritten_and_the_pinned_content_runs() {
 fn a_timeout_kills_the_whole_process_group_grandchildren_included() {
     let (d, m, _e) = setup();
     let api = m.client();
-    // A folder the script may write to whichever user it runs as.
-    let shared = d.path().join("shared");
-    std::fs::create_dir(&shared).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let shared = shared_folder(d.path());
     let pidfile = shared.join("grandchild.pid");
     // The job sleeps only once the grandchild has written its pid, so the pid is there to read
     // however late the grandchild starts on a loaded machine.
@@ -272,12 +268,9 @@ fn an_executor_stopped_with_sigterm_finishes_its_job() {
 
 #[test]
 fn an_executor_stopped_while_it_polls_runs_the_job_it_got_and_takes_no_more() {
-    use std::os::unix::fs::PermissionsExt;
     let (d, m, mut e) = setup();
     let api = m.client();
-    let shared = d.path().join("shared");
-    std::fs::create_dir(&shared).unwrap();
-    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let shared = shared_folder(d.path());
     let ran = shared.join("ran");
     api.register("slowish", "sh", &format!("echo x >> {}; sleep 1; echo done", ran.display()), None);
     // Stopped while its poll waits; work queued right after reaches that poll, whose answer the
@@ -362,11 +355,17 @@ fn processes(argv: &[&str]) -> Vec<i32> {
 /// Registers and invokes (from a thread that is never joined: its answer does not matter) a
 /// script that starts `sleep SECONDS` twice, once detached with `setsid`, and waits until both
 /// run. A marker file makes a second run (after the lease expires) exit at once.
-fn start_sleepers(dir: &std::path::Path, m: &Master, seconds: &str) {
+/// `dir/shared`: a folder a script may write to whichever user it runs as.
+fn shared_folder(dir: &std::path::Path) -> std::path::PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let shared = dir.join("shared");
     std::fs::create_dir(&shared).unwrap();
     std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    shared
+}
+
+fn start_sleepers(dir: &std::path::Path, m: &Master, seconds: &str) {
+    let shared = shared_folder(dir);
     let marker = shared.join("ran");
     let script =
         format!("[ -e {m} ] && exit 0; touch {m}; setsid sleep {seconds} & sleep {seconds}\n", m = marker.display());
