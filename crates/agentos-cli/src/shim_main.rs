@@ -1,18 +1,35 @@
 //! `agentos-shim`: what `agentos install-shims` links `agentos-{toolkit}` to. A toolkit's call
 //! is one HTTP exchange, and this program is small so that starting it costs little next to
 //! that: no async runtime, no TLS, no HTTP library, a few hundred relocations instead of the
-//! tens of thousands of the whole `agentos` binary. A master at an `https://` URL, or one
-//! behind a proxy, is reached by the `agentos` binary beside this one, run in its place under
-//! the same name (it is a toolkit too).
+//! tens of thousands of the whole `agentos` binary, and none of the Rust runtime's own start
+//! (see [`main`]). A master at an `https://` URL, or one behind a proxy, is reached by the
+//! `agentos` binary beside this one, run in its place under the same name (it is a toolkit too).
+
+// The C library calls `main` below directly: the Rust runtime's start-up is skipped.
+#![no_main]
 
 mod call;
 mod lean_http;
 mod toolkit;
 
+use std::io::Write;
 use std::os::unix::process::CommandExt;
-use std::process::ExitCode;
 
-fn main() -> ExitCode {
+/// The process's entry, called by the C library instead of the Rust runtime's. That start-up
+/// finds the main thread's stack bounds (reading `/proc/self/maps`) and sets up an alternate
+/// signal stack to report stack overflows: a dozen system calls and the kernel writing out the
+/// process's whole memory map, for a program that runs for a millisecond on a shallow stack.
+/// What this program uses of the runtime needs none of it: arguments and environment come from
+/// the C library as before, and a panic is still reported on stderr (exit status 101, as the
+/// runtime gives). Standard output is flushed here, as the runtime would at exit.
+#[unsafe(no_mangle)]
+pub extern "C" fn main(_argc: std::ffi::c_int, _argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
+    let status = std::panic::catch_unwind(shim).unwrap_or(101);
+    let _ = std::io::stdout().flush();
+    status.into()
+}
+
+fn shim() -> u8 {
     // A reader that stops reading (`agentos-x tool | head -c1`) ends this process quietly, as
     // other command-line tools do, instead of a failed write.
     // SAFETY: restores the default action of one signal before any thread starts.
@@ -21,7 +38,7 @@ fn main() -> ExitCode {
     }
     let Some(toolkit) = toolkit::toolkit_of_argv0() else {
         eprintln!("agentos-shim: run me through a link named agentos-<toolkit> (see `agentos install-shims`)");
-        return ExitCode::from(call::EXIT_USAGE);
+        return call::EXIT_USAGE;
     };
     let target = call::Target::from_env();
     if !url::Url::parse(&target.url).is_ok_and(|u| lean_http::usable(&u)) {
@@ -34,7 +51,7 @@ fn main() -> ExitCode {
 
 /// Runs the `agentos` binary beside this one in this process's place, with the same name and
 /// arguments: nothing was read or sent yet.
-fn whole_agentos() -> ExitCode {
+fn whole_agentos() -> u8 {
     let mut args = std::env::args_os();
     let name = args.next().unwrap_or_default();
     let beside = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("agentos")));
@@ -42,9 +59,9 @@ fn whole_agentos() -> ExitCode {
         eprintln!(
             "agentos-shim: an https:// or proxied master needs the agentos binary beside this one, and it is not there"
         );
-        return ExitCode::from(call::EXIT_UNREACHABLE);
+        return call::EXIT_UNREACHABLE;
     };
     let e = std::process::Command::new(&agentos).arg0(name).args(args).exec();
     eprintln!("agentos-shim: cannot run {}: {e}", agentos.display());
-    ExitCode::from(call::EXIT_UNREACHABLE)
+    call::EXIT_UNREACHABLE
 }

@@ -3,7 +3,6 @@
 //! `agentos-shim` that shims link to.
 
 use std::path::Path;
-use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
@@ -146,15 +145,15 @@ pub(crate) fn entry(master: &Master, toolkit: &str) -> Result<CatalogEntry, Clie
     serde_json::from_value(v).map_err(|e| fail(1, format!("unreadable catalog entry: {e}")))
 }
 
-/// `agentos-{toolkit} ...`
-pub fn run(toolkit: String, args: Vec<String>, fallback: Fallback) -> ExitCode {
+/// `agentos-{toolkit} ...`: the process's exit status.
+pub fn run(toolkit: String, args: Vec<String>, fallback: Fallback) -> u8 {
     let label = match args.first() {
         Some(t) if !t.starts_with('-') => format!("agentos-{toolkit} {t}"),
         _ => format!("agentos-{toolkit}"),
     };
     let json_in = args.iter().any(|a| a == "--json" || a.starts_with("--json=") || a.starts_with("--json-file"));
     match run_inner(&toolkit, args, fallback) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => 0,
         Err(e) => {
             // One line: the caller is often a script or an agent reading stderr.
             eprintln!("{label}: {}", e.message.lines().next().unwrap_or(""));
@@ -163,7 +162,7 @@ pub fn run(toolkit: String, args: Vec<String>, fallback: Fallback) -> ExitCode {
                 // the master's status and code, which the line leaves off.
                 println!("{}", failure_json(&e));
             }
-            ExitCode::from(e.code)
+            e.code
         }
     }
 }
