@@ -441,7 +441,7 @@ fn main() -> ExitCode {
     // Called through a shim, the binary is that toolkit.
     if let Some(toolkit) = toolkit::toolkit_of_argv0() {
         end_quietly_when_the_reader_leaves();
-        return ExitCode::from(toolkit::run(toolkit, std::env::args().skip(1).collect(), shim::through_reqwest));
+        return ExitCode::from(toolkit::run(toolkit, std::env::args_os().skip(1).collect(), shim::through_reqwest));
     }
     let cli = Cli::parse();
     match cli.command {

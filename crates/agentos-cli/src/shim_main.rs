@@ -44,7 +44,7 @@ fn shim() -> u8 {
     if !url::Url::parse(&target.url).is_ok_and(|u| lean_http::usable(&u)) {
         return whole_agentos();
     }
-    toolkit::run(toolkit, std::env::args().skip(1).collect(), |t, _, _, _, _| {
+    toolkit::run(toolkit, std::env::args_os().skip(1).collect(), |t, _, _, _, _| {
         Err(t.unreachable(&"this master is not reached by a plain HTTP exchange"))
     })
 }

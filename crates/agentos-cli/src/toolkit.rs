@@ -145,14 +145,16 @@ pub(crate) fn entry(master: &Master, toolkit: &str) -> Result<CatalogEntry, Clie
     serde_json::from_value(v).map_err(|e| fail(1, format!("unreadable catalog entry: {e}")))
 }
 
-/// `agentos-{toolkit} ...`: the process's exit status.
-pub fn run(toolkit: String, args: Vec<String>, fallback: Fallback) -> u8 {
-    let label = match args.first() {
+/// `agentos-{toolkit} ...` with the process's arguments after its name: its exit status.
+pub fn run(toolkit: String, args: Vec<std::ffi::OsString>, fallback: Fallback) -> u8 {
+    let lossy: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let label = match lossy.first() {
         Some(t) if !t.starts_with('-') => format!("agentos-{toolkit} {t}"),
         _ => format!("agentos-{toolkit}"),
     };
-    let json_in = args.iter().any(|a| a == "--json" || a.starts_with("--json=") || a.starts_with("--json-file"));
-    match run_inner(&toolkit, args, fallback) {
+    let json_in = lossy.iter().any(|a| a == "--json" || a.starts_with("--json=") || a.starts_with("--json-file"));
+    let outcome = utf8_args(args).and_then(|args| run_inner(&toolkit, args, fallback));
+    match outcome {
         Ok(()) => 0,
         Err(e) => {
             // One line: the caller is often a script or an agent reading stderr.
@@ -160,11 +162,35 @@ pub fn run(toolkit: String, args: Vec<String>, fallback: Fallback) -> u8 {
             if json_in {
                 // A caller that speaks JSON reads stdout: the failure in the answer's shape, with
                 // the master's status and code, which the line leaves off.
-                println!("{}", failure_json(&e));
+                let _ = write_out(&format!("{}\n", failure_json(&e)));
             }
             e.code
         }
     }
+}
+
+/// The arguments as text: a tool's flags and values are JSON strings, so an argument that is not
+/// UTF-8 is refused by its place, before anything is sent.
+fn utf8_args(args: Vec<std::ffi::OsString>) -> Result<Vec<String>, ClientError> {
+    args.into_iter()
+        .enumerate()
+        .map(|(i, a)| {
+            a.into_string().map_err(|a| {
+                fail(EXIT_USAGE, format!("argument {} ({a:?}) is not UTF-8 text; tools take UTF-8 arguments", i + 1))
+            })
+        })
+        .collect()
+}
+
+/// Writes to standard output and flushes it, so that an output that cannot take the text (a
+/// full disk, a closed terminal) is reported as this call's failure, in one line, rather than a
+/// panic. A reader that went away ends the process by `SIGPIPE` first, as for other tools.
+fn write_out(text: &str) -> Result<(), ClientError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes())
+        .and_then(|()| out.flush())
+        .map_err(|e| fail(crate::call::EXIT_FAILURE, format!("cannot write to standard output: {e}")))
 }
 
 /// A failure as a caller that passed `--json` reads it on stdout, in the shape of an answer.
@@ -183,11 +209,10 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
         None | Some("--help") | Some("-h") => {
             let e = entry(&conn, toolkit)?;
             if json_out {
-                println!("{}", serde_json::to_string_pretty(&e.contract).unwrap_or_default());
+                write_out(&format!("{}\n", serde_json::to_string_pretty(&e.contract).unwrap_or_default()))
             } else {
-                print!("{}", toolhelp::toolkit_help(&e));
+                write_out(&toolhelp::toolkit_help(&e))
             }
-            Ok(())
         }
         Some(tool) if tool.starts_with('-') => {
             Err(fail(EXIT_USAGE, format!("name a tool first: agentos-{toolkit} <tool> ... (see --help)")))
@@ -200,12 +225,11 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
                     let tools: Vec<&str> = e.contract.operations.keys().map(String::as_str).collect();
                     fail(EXIT_NOT_FOUND, format!("no tool {tool:?} in {toolkit}; its tools: {}", tools.join(", ")))
                 })?;
-                if json_out {
-                    println!("{}", serde_json::to_string_pretty(op).unwrap_or_default());
+                return if json_out {
+                    write_out(&format!("{}\n", serde_json::to_string_pretty(op).unwrap_or_default()))
                 } else {
-                    print!("{}", toolhelp::tool_help(toolkit, tool, op));
-                }
-                return Ok(());
+                    write_out(&toolhelp::tool_help(toolkit, tool, op))
+                };
             }
             let rest = inline_json_files(rest)?;
             let answer = conn.request(
@@ -214,8 +238,9 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
                 &model_query(),
                 Some(json!({"tool": tool, "args": rest})),
             )?;
-            println!("{}", serde_json::to_string(&answer).unwrap_or_default());
-            Ok(())
+            // The call has run: an answer that cannot be written says so, as the call's failure.
+            write_out(&format!("{}\n", serde_json::to_string(&answer).unwrap_or_default()))
+                .map_err(|e| fail(e.code, format!("the call ran, but its answer is lost: {}", e.message)))
         }
     }
 }

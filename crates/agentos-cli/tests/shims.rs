@@ -324,3 +324,54 @@ fn install_shims_never_replaces_a_file_that_is_not_a_link() {
     assert!(out.stderr.contains("is a file, not a link"), "{}", out.stderr);
     assert_eq!(std::fs::read_to_string(bin.join("agentos-weather")).unwrap(), "a program of its own");
 }
+
+#[test]
+fn an_argument_that_is_not_utf8_and_an_output_that_cannot_take_the_answer_each_fail_in_one_line() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    // The small shim, and the whole `agentos` called as a toolkit: the same code answers.
+    let whole = dir.path().join("whole").join("agentos-weather");
+    std::fs::create_dir(whole.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(BIN, &whole).unwrap();
+    for program in [bin.join("agentos-weather"), whole] {
+        let shown = program.display();
+        let command = |args: &[&std::ffi::OsStr], stdout: std::process::Stdio| {
+            Command::new(&program)
+                .args(args)
+                .env_clear()
+                .env("AGENTOS_URL", &m.url)
+                .env("AGENTOS_TOKEN", &m.token)
+                .stdout(stdout)
+                .output()
+                .unwrap()
+        };
+        let city = std::ffi::OsStr::from_bytes(b"Par\xffis");
+        let out = command(&["forecast".as_ref(), "--city".as_ref(), city], std::process::Stdio::piped());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{shown}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{shown}: {stderr}");
+        assert!(stderr.contains("argument 3 (\"Par\\xFFis\") is not UTF-8 text"), "{shown}: {stderr}");
+        assert!(out.stdout.is_empty(), "{shown}");
+
+        // A full output: the call ran, and its answer could not be written.
+        let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap().into();
+        let out = command(&["ping".as_ref()], full());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{shown}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{shown}: {stderr}");
+        assert!(
+            stderr.starts_with(
+                "agentos-weather ping: the call ran, but its answer is lost: cannot write to standard output:"
+            ),
+            "{shown}: {stderr}"
+        );
+        // Help as well, which calls nothing.
+        let out = command(&["--help".as_ref()], full());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{shown}: {stderr}");
+        assert!(stderr.starts_with("agentos-weather: cannot write to standard output:"), "{shown}: {stderr}");
+    }
+}
