@@ -128,6 +128,23 @@ impl Target {
     }
 
     /// The message of a master that cannot be reached.
+    /// Refuses, before anything is sent, an `AGENTOS_URL` that names no master: not a URL, or
+    /// not `http://` or `https://`, or no host.
+    pub(crate) fn check_url(&self) -> Result<(), ClientError> {
+        let why = match url::Url::parse(&self.url) {
+            Err(e) => e.to_string(),
+            Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+                format!("its scheme is {:?}, not http or https", u.scheme())
+            }
+            Ok(u) if u.host_str().is_none_or(str::is_empty) => "it names no host".to_string(),
+            Ok(_) => return Ok(()),
+        };
+        Err(fail(
+            EXIT_USAGE,
+            format!("AGENTOS_URL {:?} is not a master's address ({why}); set it like http://127.0.0.1:7420", self.url),
+        ))
+    }
+
     pub(crate) fn unreachable(&self, e: &dyn std::fmt::Display) -> ClientError {
         fail(
             EXIT_UNREACHABLE,

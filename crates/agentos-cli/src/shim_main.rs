@@ -41,7 +41,8 @@ fn shim() -> u8 {
         return call::EXIT_USAGE;
     };
     let target = call::Target::from_env();
-    if !url::Url::parse(&target.url).is_ok_and(|u| lean_http::usable(&u)) {
+    // An address that names no master is refused by `toolkit::run`, in one line.
+    if url::Url::parse(&target.url).is_ok_and(|u| matches!(u.scheme(), "http" | "https") && !lean_http::usable(&u)) {
         return whole_agentos();
     }
     toolkit::run(toolkit, std::env::args_os().skip(1).collect(), |t, _, _, _, _| {

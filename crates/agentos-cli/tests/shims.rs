@@ -375,3 +375,39 @@ fn an_argument_that_is_not_utf8_and_an_output_that_cannot_take_the_answer_each_f
         assert!(stderr.starts_with("agentos-weather: cannot write to standard output:"), "{shown}: {stderr}");
     }
 }
+
+#[test]
+fn an_agentos_url_that_names_no_master_is_refused_in_one_line_before_anything_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let whole = dir.path().join("whole").join("agentos-weather");
+    std::fs::create_dir(whole.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(BIN, &whole).unwrap();
+    for program in [bin.join("agentos-weather"), whole] {
+        for (url, why) in [
+            ("http://127.0.0.1:99999", "(invalid port number)"),
+            ("ftp://127.0.0.1", "(its scheme is \"ftp\", not http or https)"),
+            ("127.0.0.1:7420", "(relative URL without a base)"),
+            ("http://", "(empty host)"),
+        ] {
+            let out = Command::new(&program)
+                .arg("ping")
+                .env_clear()
+                .env("AGENTOS_URL", url)
+                .env("AGENTOS_TOKEN", &m.token)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            let shown = format!("{} with {url}", program.display());
+            assert_eq!(out.status.code(), Some(2), "{shown}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{shown}: {stderr}");
+            assert!(
+                stderr.contains(&format!("AGENTOS_URL {url:?} is not a master's address {why}")),
+                "{shown}: {stderr}"
+            );
+            assert!(out.stdout.is_empty(), "{shown}");
+        }
+    }
+}
