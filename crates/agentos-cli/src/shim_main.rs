@@ -5,14 +5,16 @@
 //! (see [`main`]). A master at an `https://` URL, or one behind a proxy, is reached by the
 //! `agentos` binary beside this one, run in its place under the same name (it is a toolkit too).
 
-// The C library calls `main` below directly: the Rust runtime's start-up is skipped.
-#![no_main]
+// The C library calls `main` below directly: the Rust runtime's start-up is skipped. (A test
+// build keeps the harness's own `main`, which runs the modules' tests.)
+#![cfg_attr(not(test), no_main)]
+// What the test build leaves out of reach: the entry below and what only it calls.
+#![cfg_attr(test, allow(dead_code))]
 
 mod call;
 mod lean_http;
 mod toolkit;
 
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 
 /// The process's entry, called by the C library instead of the Rust runtime's. That start-up
@@ -22,10 +24,11 @@ use std::os::unix::process::CommandExt;
 /// What this program uses of the runtime needs none of it: arguments and environment come from
 /// the C library as before, and a panic is still reported on stderr (exit status 101, as the
 /// runtime gives). Standard output is flushed here, as the runtime would at exit.
+#[cfg(not(test))]
 #[unsafe(no_mangle)]
 pub extern "C" fn main(_argc: std::ffi::c_int, _argv: *const *const std::ffi::c_char) -> std::ffi::c_int {
     let status = std::panic::catch_unwind(shim).unwrap_or(101);
-    let _ = std::io::stdout().flush();
+    let _ = std::io::Write::flush(&mut std::io::stdout());
     status.into()
 }
 
@@ -50,19 +53,32 @@ fn shim() -> u8 {
     })
 }
 
-/// Runs the `agentos` binary beside this one in this process's place, with the same name and
-/// arguments: nothing was read or sent yet.
+/// Runs the `agentos` binary in this process's place, with the same name and arguments: nothing
+/// was read or sent yet. The one beside this program (where a link leads), else the first on
+/// `PATH` (a shim copied rather than linked).
 fn whole_agentos() -> u8 {
     let mut args = std::env::args_os();
     let name = args.next().unwrap_or_default();
     let beside = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("agentos")));
-    let Some(agentos) = beside.filter(|p| p.is_file()) else {
+    let Some(agentos) = beside.filter(|p| runnable(p)).or_else(on_path) else {
         eprintln!(
-            "agentos-shim: an https:// or proxied master needs the agentos binary beside this one, and it is not there"
+            "agentos-shim: an https:// or proxied master needs the agentos binary, and it is neither beside this one nor on PATH"
         );
         return call::EXIT_UNREACHABLE;
     };
     let e = std::process::Command::new(&agentos).arg0(name).args(args).exec();
     eprintln!("agentos-shim: cannot run {}: {e}", agentos.display());
     call::EXIT_UNREACHABLE
+}
+
+/// A file some user may execute.
+fn runnable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// The first `agentos` on `PATH`.
+fn on_path() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("agentos")).find(|p| runnable(p))
 }

@@ -309,6 +309,31 @@ fn shims_link_to_the_small_shim_which_hands_https_and_proxied_masters_to_the_who
     assert_eq!(out.status.code(), Some(7), "{err}");
     assert!(err.starts_with("agentos-weather ping: cannot reach the master at https://"), "{err}");
     assert!(!err.contains("plain HTTP"), "the small shim answered instead of the whole agentos: {err}");
+
+    // A shim copied rather than linked has no agentos beside it: it takes the first on PATH,
+    // and says where it looked when there is none.
+    let copied = dir.path().join("copied");
+    std::fs::create_dir(&copied).unwrap();
+    std::fs::copy(&target, copied.join("agentos-weather")).unwrap();
+    let on_path = dir.path().join("on-path");
+    std::fs::create_dir(&on_path).unwrap();
+    std::os::unix::fs::symlink(BIN, on_path.join("agentos")).unwrap();
+    for (path, code, words) in [
+        (&on_path, 7, "agentos-weather ping: cannot reach the master at https://"),
+        (&copied, 7, "needs the agentos binary, and it is neither beside this one nor on PATH"),
+    ] {
+        let out = Command::new(copied.join("agentos-weather"))
+            .arg("ping")
+            .env_clear()
+            .env("PATH", path)
+            .env("AGENTOS_URL", m.url.replace("http://", "https://"))
+            .env("AGENTOS_TOKEN", &m.token)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "PATH={}: {err}", path.display());
+        assert!(err.contains(words), "PATH={}: {err}", path.display());
+    }
 }
 
 #[test]
