@@ -268,6 +268,12 @@ impl FlagTable {
                     Some(t) => t,
                     None => return err("--json needs a value: a JSON object".into()),
                 };
+                if text == "-" {
+                    // The usual spelling of "standard input" elsewhere: say which flag reads it.
+                    return err(
+                        "--json takes the JSON text itself; to read it from standard input use --json-file -".into()
+                    );
+                }
                 let v: Value =
                     serde_json::from_str(&text).map_err(|e| UsageError(format!("--json: not valid JSON: {e}")))?;
                 let Value::Object(o) = v else { return err("--json: expected a JSON object".into()) };

@@ -529,6 +529,11 @@ fn json_flag() {
             (&["--json"], Err("^--json needs a value: a JSON object")),
             (&["--json", "--city", "Paris"], Err("^--json: not valid JSON")),
             (&["--json", "{nope"], Err("^--json: not valid JSON")),
+            (
+                &["--json", "-"],
+                Err("^--json takes the JSON text itself; to read it from standard input use --json-file -"),
+            ),
+            (&["--json=-"], Err("use --json-file -")),
             (&["--json", "[1,2]"], Err("^--json: expected a JSON object")),
             (&["--json", "\"city\""], Err("^--json: expected a JSON object")),
             (&["--json", "{\n\"city\": 1\n"], Err("^--json: not valid JSON")),
