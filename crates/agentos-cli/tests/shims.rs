@@ -350,18 +350,23 @@ fn install_shims_never_replaces_a_file_that_is_not_a_link() {
     assert_eq!(std::fs::read_to_string(bin.join("agentos-weather")).unwrap(), "a program of its own");
 }
 
+/// `agentos-weather` twice: a link to the small shim (installed), and one to the whole `agentos`
+/// called as a toolkit. The same code answers both.
+fn small_and_whole(m: &Master, dir: &Path) -> [std::path::PathBuf; 2] {
+    let bin = dir.join("bin");
+    install(m, &bin);
+    let whole = dir.join("whole").join("agentos-weather");
+    std::fs::create_dir(whole.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(BIN, &whole).unwrap();
+    [bin.join("agentos-weather"), whole]
+}
+
 #[test]
 fn an_argument_that_is_not_utf8_and_an_output_that_cannot_take_the_answer_each_fail_in_one_line() {
     use std::os::unix::ffi::OsStrExt;
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start_example(&dir.path().join("master"));
-    let bin = dir.path().join("bin");
-    install(&m, &bin);
-    // The small shim, and the whole `agentos` called as a toolkit: the same code answers.
-    let whole = dir.path().join("whole").join("agentos-weather");
-    std::fs::create_dir(whole.parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(BIN, &whole).unwrap();
-    for program in [bin.join("agentos-weather"), whole] {
+    for program in small_and_whole(&m, dir.path()) {
         let shown = program.display();
         let command = |args: &[&std::ffi::OsStr], stdout: std::process::Stdio| {
             Command::new(&program)
@@ -405,12 +410,7 @@ fn an_argument_that_is_not_utf8_and_an_output_that_cannot_take_the_answer_each_f
 fn an_agentos_url_that_names_no_master_is_refused_in_one_line_before_anything_is_sent() {
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start_example(&dir.path().join("master"));
-    let bin = dir.path().join("bin");
-    install(&m, &bin);
-    let whole = dir.path().join("whole").join("agentos-weather");
-    std::fs::create_dir(whole.parent().unwrap()).unwrap();
-    std::os::unix::fs::symlink(BIN, &whole).unwrap();
-    for program in [bin.join("agentos-weather"), whole] {
+    for program in small_and_whole(&m, dir.path()) {
         for (url, why) in [
             ("http://127.0.0.1:99999", "(invalid port number)"),
             ("ftp://127.0.0.1", "(its scheme is \"ftp\", not http or https)"),
