@@ -127,7 +127,6 @@ impl Target {
         Ok(token)
     }
 
-    /// The message of a master that cannot be reached.
     /// Refuses, before anything is sent, an `AGENTOS_URL` that names no master: not a URL, or
     /// not `http://` or `https://`, or no host.
     pub(crate) fn check_url(&self) -> Result<(), ClientError> {
@@ -145,6 +144,7 @@ impl Target {
         ))
     }
 
+    /// The message of a master that cannot be reached.
     pub(crate) fn unreachable(&self, e: &dyn std::fmt::Display) -> ClientError {
         fail(
             EXIT_UNREACHABLE,
