@@ -638,7 +638,7 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
         Some(body),
     )?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
     } else {
         use std::io::Write;
         let stdout = match result.pointer("/stdoutBlob/urn").and_then(Value::as_str) {
@@ -667,8 +667,8 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
 
 pub fn create_executor_token(conn: &Conn, name: &str) -> Result<(), ClientError> {
     let v = conn.request(reqwest::Method::POST, "/api/executor-tokens", &[], Some(json!({"name": name})))?;
-    println!("executor credential for {name:?} (good for the executor protocol only; shown once):");
-    println!("{}", v["token"].as_str().unwrap_or(""));
+    outln!("executor credential for {name:?} (good for the executor protocol only; shown once):");
+    outln!("{}", v["token"].as_str().unwrap_or(""));
     Ok(())
 }
 
@@ -876,7 +876,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 &[],
                 Some(json!({})),
             )?;
-            println!("started {transition}");
+            outln!("started {transition}");
         }
         NetCmd::Stop { conn, transition, model } => {
             conn.request(
@@ -885,7 +885,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 &[],
                 Some(json!({})),
             )?;
-            println!("stopped {transition}");
+            outln!("stopped {transition}");
         }
         NetCmd::Fire { conn, transition, model, json } => {
             let v = conn.request(
@@ -933,7 +933,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 &[],
                 Some(json!({})),
             )?;
-            println!("released {token}");
+            outln!("released {token}");
         }
         NetCmd::Discard { conn, token_id: token, model } => {
             conn.request(
@@ -942,7 +942,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 &[],
                 Some(json!({})),
             )?;
-            println!("discarded {token}");
+            outln!("discarded {token}");
         }
         NetCmd::Watch { conn, model } => {
             let token = conn.token()?;
@@ -962,7 +962,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             for line in std::io::BufReader::new(resp).lines() {
                 let line = line.map_err(|e| fail(EXIT_FAILURE, e.to_string()))?;
                 if let Some(data) = line.strip_prefix("data:") {
-                    println!("{}", data.trim());
+                    outln!("{}", data.trim());
                 }
             }
         }
@@ -1046,15 +1046,15 @@ pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
                 Some(json!({"name": name, "flags": flags, "model": model})),
             )?;
             if json {
-                println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                outln!("{}", serde_json::to_string(&v).unwrap_or_default());
             } else {
-                println!(
+                outln!(
                     "agent {} (flags {}, home model {}); its token, shown once:",
                     v["name"].as_str().unwrap_or(""),
                     v["flags"].as_str().unwrap_or(""),
                     v["model"].as_str().unwrap_or("")
                 );
-                println!("{}", v["token"].as_str().unwrap_or(""));
+                outln!("{}", v["token"].as_str().unwrap_or(""));
             }
         }
         AgentCmd::List { conn, json } => {
@@ -1079,17 +1079,17 @@ pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
         }
         AgentCmd::Revoke { conn, name } => {
             conn.request(reqwest::Method::DELETE, &format!("/api/agents/{}", model_path(&name)?), &[], None)?;
-            println!("revoked {name}");
+            outln!("revoked {name}");
         }
         AgentCmd::Grant { conn, name, model } => {
             let path = format!("/api/agents/{}/grants", model_path(&name)?);
             conn.request(reqwest::Method::POST, &path, &[], Some(json!({"model": model})))?;
-            println!("{name} may now act in model {model}");
+            outln!("{name} may now act in model {model}");
         }
         AgentCmd::Ungrant { conn, name, model } => {
             let path = format!("/api/agents/{}/grants/{}", model_path(&name)?, model_path(&model)?);
             conn.request(reqwest::Method::DELETE, &path, &[], None)?;
-            println!("{name} may no longer act in model {model}");
+            outln!("{name} may no longer act in model {model}");
         }
     }
     Ok(())
@@ -1176,7 +1176,7 @@ pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
                 return Err(fail(EXIT_USAGE, format!("secret name {name:?}: use A-Z, a-z, 0-9, '_' and '-'")));
             }
             conn.request(reqwest::Method::PUT, &format!("/api/secrets/{name}"), &[], Some(json!({"value": value})))?;
-            println!("secret {name} set");
+            outln!("secret {name} set");
         }
         SecretCmd::List { conn, json } => {
             let v = conn.request(reqwest::Method::GET, "/api/secrets", &[], None)?;
@@ -1204,7 +1204,7 @@ pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
         }
         SecretCmd::Ungrant { conn, id } => {
             conn.request(reqwest::Method::DELETE, &format!("/api/secret-grants/{}", model_path(&id)?), &[], None)?;
-            println!("secret grant {id} revoked");
+            outln!("secret grant {id} revoked");
         }
     }
     Ok(())

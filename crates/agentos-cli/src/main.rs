@@ -1,5 +1,24 @@
 //! The `agentos` binary: parses arguments and hands over to the master, an executor, or the API client.
 
+/// `println!` for a command's answer: a standard output that cannot take it (a full disk) ends
+/// the command with one line on standard error and exit 1 instead of a panic
+/// ([`output::write`]).
+macro_rules! outln {
+    () => {
+        $crate::output::write(format_args!("\n"))
+    };
+    ($($arg:tt)*) => {
+        $crate::output::write(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` likewise.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::output::write(format_args!($($arg)*))
+    };
+}
+
 mod call;
 mod client;
 mod lean_http;

@@ -6,9 +6,23 @@ use agentos_server::Ready;
 
 pub fn print(v: &Value, json: bool, human: impl Fn(&Value) -> String) {
     if json {
-        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        outln!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
     } else {
-        println!("{}", human(v));
+        outln!("{}", human(v));
+    }
+}
+
+/// Writes part of a command's answer to standard output (`outln!`, `out!`). An output that
+/// cannot take it (a full disk) ends the command: one line on standard error, exit 1, and no
+/// panic. What the command did is done; only its answer is lost, and the line says so. A reader
+/// that went away ends a client command by `SIGPIPE` before this sees the failure.
+pub fn write(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
+        drop(out);
+        eprintln!("error: cannot write to standard output: {e} (the command was carried out; its answer is lost)");
+        std::process::exit(1);
     }
 }
 
@@ -176,30 +190,35 @@ pub struct LocalWelcome {
 }
 
 pub fn ready(r: &Ready, welcome: Option<&LocalWelcome>) {
-    println!("agentos master listening on {}", r.url);
-    println!("operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
-    println!(
+    // Best effort: a master whose standard output cannot take its greeting (a full disk) keeps
+    // serving; its log goes to standard error.
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    let _ = writeln!(o, "agentos master listening on {}", r.url);
+    let _ = writeln!(o, "operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
+    let _ = writeln!(
+        o,
         "catalog: {} entries, event log at seq {} (restored from snapshot at seq {} and {} events after it)",
         r.entries, r.seq, r.restored.snapshot_seq, r.restored.replayed
     );
     if let Some(local) = welcome {
         let user = local.run_as.as_deref().unwrap_or("the master's own user");
-        println!(
+        let _ = writeln!(
+            o,
             "local executor: running beside the master (agentos executors), scripts as {user}, workspace {}",
             local.workspace.display()
         );
-        println!();
-        println!("Try it (in another shell):");
-        println!("  export AGENTOS_URL={} AGENTOS_TOKEN=$(cat {})", r.url, r.token_file.display());
-        println!("  echo 'echo \"hello, $1\"' > hello.sh");
-        println!("  agentos catalog register-script --id hello --runtime sh --file hello.sh");
-        println!("  agentos run hello -- world");
-        println!("  agentos catalog list");
-        println!("Or open {}/ in a browser and sign in with the operator token.", r.url);
-        println!("Stop with Ctrl-C; everything is kept in the data folder.");
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Try it (in another shell):");
+        let _ = writeln!(o, "  export AGENTOS_URL={} AGENTOS_TOKEN=$(cat {})", r.url, r.token_file.display());
+        let _ = writeln!(o, "  echo 'echo \"hello, $1\"' > hello.sh");
+        let _ = writeln!(o, "  agentos catalog register-script --id hello --runtime sh --file hello.sh");
+        let _ = writeln!(o, "  agentos run hello -- world");
+        let _ = writeln!(o, "  agentos catalog list");
+        let _ = writeln!(o, "Or open {}/ in a browser and sign in with the operator token.", r.url);
+        let _ = writeln!(o, "Stop with Ctrl-C; everything is kept in the data folder.");
     }
-    use std::io::Write;
-    let _ = std::io::stdout().flush();
+    let _ = o.flush();
 }
 
 pub fn executors(v: &Value) -> String {

@@ -54,7 +54,7 @@ pub fn export(data: &Path, out: Option<PathBuf>) -> ExitCode {
     };
     match rt.block_on(agentos_server::migrate::export(data, &out)) {
         Ok(m) => {
-            println!("exported {} events, {} blobs and {} open jobs to {}", m.events, m.blobs, m.jobs, out.display());
+            outln!("exported {} events, {} blobs and {} open jobs to {}", m.events, m.blobs, m.jobs, out.display());
             eprintln!(
                 "the secrets key is not in the export: give every master {} with --secrets-key-file, and copy {} into each master's data folder",
                 data.join("secrets.key").display(),
@@ -79,9 +79,11 @@ pub fn import(file: &Path, database: &str, blobs: &str) -> ExitCode {
             } else {
                 String::new()
             };
-            println!(
+            outln!(
                 "imported {} events, {} blobs (each read back and verified) and {} open jobs{resumed}",
-                m.events, m.blobs, m.jobs
+                m.events,
+                m.blobs,
+                m.jobs
             );
             ExitCode::SUCCESS
         }

@@ -85,15 +85,15 @@ pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_
         };
         let tools = toolhelp::prompt_tools(&entries);
         if json_out {
-            println!("{}", serde_json::to_string_pretty(&tools).unwrap_or_default());
+            outln!("{}", serde_json::to_string_pretty(&tools).unwrap_or_default());
         } else if toolkit.is_some() {
             for t in &tools {
-                println!("{}\n    {}", t.usage, t.description);
+                outln!("{}\n    {}", t.usage, t.description);
             }
         } else {
             let width = tools.iter().map(|t| t.toolkit.len() + t.tool.len() + 1).max().unwrap_or(0);
             for t in &tools {
-                println!("{:<width$}  {}", format!("{} {}", t.toolkit, t.tool), t.description);
+                outln!("{:<width$}  {}", format!("{} {}", t.toolkit, t.tool), t.description);
             }
         }
         Ok(())
@@ -138,7 +138,7 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
                 removed += 1;
             }
         }
-        println!("{} toolkit(s) in {}: {linked} linked, {removed} stale link(s) removed", wanted.len(), dir.display());
+        outln!("{} toolkit(s) in {}: {linked} linked, {removed} stale link(s) removed", wanted.len(), dir.display());
         Ok(())
     })())
 }
@@ -149,7 +149,7 @@ pub fn prompt(conn: &Conn, model: Option<&str>, format: &str) -> ExitCode {
         let tools = toolhelp::prompt_tools(&visible(conn, model)?);
         let markdown = toolhelp::prompt_markdown(&tools);
         match format {
-            "markdown" | "md" => print!("{markdown}"),
+            "markdown" | "md" => out!("{markdown}"),
             "json" => {
                 let tokens = toolhelp::estimate_tokens(&markdown);
                 let v: Value = json!({
@@ -159,7 +159,7 @@ pub fn prompt(conn: &Conn, model: Option<&str>, format: &str) -> ExitCode {
                     "tokensPerTool": if tools.is_empty() { 0.0 } else { tokens as f64 / tools.len() as f64 },
                     "estimate": "characters / 4",
                 });
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             }
             other => return Err(fail(EXIT_USAGE, format!("--format {other:?}: use markdown or json"))),
         }

@@ -296,3 +296,44 @@ fn a_command_whose_reader_has_left_ends_without_a_panic() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "ended by the closed pipe: {:?} {stderr}", out.status);
     m.terminate();
 }
+
+/// Regression: a command whose standard output cannot take its answer (`> /dev/full`) panicked
+/// ("failed printing to stdout: No space left on device"); it now says so in one line and exits 1.
+#[test]
+fn a_command_whose_output_cannot_be_written_fails_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Master::start(&dir.path().join("data"));
+    // A tool, so that every listing below has a line to write.
+    let script = dir.path().join("hello.sh");
+    std::fs::write(&script, "echo hello").unwrap();
+    let reg = agentos(
+        &m,
+        &[
+            "catalog",
+            "register-script",
+            "--id",
+            "hello",
+            "--runtime",
+            "sh",
+            "--file",
+            script.to_str().unwrap(),
+            "--token",
+            &m.token,
+        ],
+    );
+    assert_eq!(reg.code, 0, "{}", reg.stderr);
+    let commands: [&[&str]; 5] =
+        [&["catalog", "list"], &["models", "--json"], &["prompt"], &["list-tools"], &["executors"]];
+    for args in commands {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out =
+            Command::new(BIN).args(args).args(["--url", &m.url, "--token", &m.token]).stdout(full).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("error: cannot write to standard output: "), "{args:?}: {stderr}");
+        assert!(stderr.contains("its answer is lost"), "{args:?}: {stderr}");
+    }
+    m.terminate();
+}
