@@ -649,8 +649,11 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
             Some(urn) => a.conn.bytes(&format!("/api/blobs/{urn}"))?,
             None => result["stderr"].as_str().unwrap_or("").as_bytes().to_vec(),
         };
-        let _ = std::io::stdout().write_all(&stdout);
+        let wrote = output::write_bytes(&stdout);
         let _ = std::io::stderr().write_all(&stderr);
+        if let Err(e) = wrote {
+            output::lost(&e);
+        }
     }
     if let Some(err) = result["error"].as_str() {
         if !a.json {

@@ -21,9 +21,22 @@ pub fn write(args: std::fmt::Arguments) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_fmt(args).and_then(|()| out.flush()) {
         drop(out);
-        eprintln!("error: cannot write to standard output: {e} (the command was carried out; its answer is lost)");
-        std::process::exit(1);
+        lost(&e)
     }
+}
+
+/// Bytes as they came (a tool's own standard output) to standard output; the caller ends the
+/// command with [`lost`] when this fails.
+pub fn write_bytes(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes).and_then(|()| out.flush())
+}
+
+/// Ends a command whose answer standard output could not take: one line, exit 1.
+pub fn lost(e: &std::io::Error) -> ! {
+    eprintln!("error: cannot write to standard output: {e} (the command was carried out; its answer is lost)");
+    std::process::exit(1)
 }
 
 /// One line per item of a list answer.

@@ -187,6 +187,24 @@ fn run_and_executors_from_the_command_line() {
     assert!(r.stderr.contains("not found"), "{}", r.stderr);
     let r = agentos(&m, &["run", "greet", "--input", "{not json"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
+    // The tool's own output, which standard output cannot take: the run is reported as failed
+    // in one line after the tool's own stderr (its output went nowhere before, with exit 7).
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out = Command::new(BIN)
+        .args(["run", "greet", "--", "bob"])
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_DATA", &m.data)
+        .env_remove("AGENTOS_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .stdout(full)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(lines[0], "warn");
+    assert!(lines[1].starts_with("error: cannot write to standard output: "), "{stderr}");
 
     unsafe {
         libc::kill(executor.id() as i32, libc::SIGTERM);
