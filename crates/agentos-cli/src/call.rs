@@ -127,9 +127,10 @@ impl Target {
         Ok(token)
     }
 
-    /// Refuses, before anything is sent, an `AGENTOS_URL` that names no master: not a URL, or
-    /// not `http://` or `https://`, or no host.
-    pub(crate) fn check_url(&self) -> Result<(), ClientError> {
+    /// Refuses, before anything is sent, a master's URL that names no master: not a URL, or
+    /// not `http://` or `https://`, or no host. `named` is where the URL came from, for the
+    /// message (`AGENTOS_URL` for a shim).
+    pub(crate) fn check_url(&self, named: &str) -> Result<(), ClientError> {
         let why = match url::Url::parse(&self.url) {
             Err(e) => e.to_string(),
             Ok(u) if !matches!(u.scheme(), "http" | "https") => {
@@ -140,7 +141,7 @@ impl Target {
         };
         Err(fail(
             EXIT_USAGE,
-            format!("AGENTOS_URL {:?} is not a master's address ({why}); set it like http://127.0.0.1:7420", self.url),
+            format!("{named} {:?} is not a master's address ({why}); set it like http://127.0.0.1:7420", self.url),
         ))
     }
 

@@ -224,12 +224,15 @@ impl SeenSeq {
 
 impl Conn {
     /// The master and the credentials, for a plain exchange.
-    pub(crate) fn target(&self) -> Target {
-        Target { url: self.url.clone(), token: self.token.clone(), data: self.data.clone() }
+    /// The master to ask; a URL that names none is refused here, before anything is sent.
+    pub(crate) fn target(&self) -> Result<Target, ClientError> {
+        let target = Target { url: self.url.clone(), token: self.token.clone(), data: self.data.clone() };
+        target.check_url("--url (or AGENTOS_URL)")?;
+        Ok(target)
     }
 
     pub(crate) fn token(&self) -> Result<String, ClientError> {
-        self.target().token()
+        self.target()?.token()
     }
 
     fn bytes(&self, path: &str) -> Result<Vec<u8>, ClientError> {
@@ -254,7 +257,7 @@ impl Conn {
         query: &[(&str, String)],
         body: Option<Value>,
     ) -> Result<Value, ClientError> {
-        let target = self.target();
+        let target = self.target()?;
         if let Some(answer) = target.request(method.as_str(), path, query, body.as_ref()) {
             return answer;
         }

@@ -77,7 +77,7 @@ pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_
         let entries = match toolkit {
             Some(tk) => {
                 vec![crate::toolkit::entry(
-                    &crate::toolkit::Master { target: conn.target(), fallback: through_reqwest },
+                    &crate::toolkit::Master { target: conn.target()?, fallback: through_reqwest },
                     tk,
                 )?]
             }

@@ -204,7 +204,7 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
     }
     // Environment only: a shim takes no connection flags, so every flag is the tool's.
     let conn = Master { target: Target::from_env(), fallback };
-    conn.target.check_url()?;
+    conn.target.check_url("AGENTOS_URL")?;
     let json_out = args.iter().any(|a| a == "--json") && args.iter().any(|a| a == "--help" || a == "-h");
     match args.first().map(String::as_str) {
         None | Some("--help") | Some("-h") => {

@@ -355,3 +355,35 @@ fn a_command_whose_output_cannot_be_written_fails_in_one_line() {
     }
     m.terminate();
 }
+
+/// Regression: a client command given a URL that names no master tried it and failed as
+/// "cannot reach the master at …: builder error" (exit 7, as if the master were down); it is
+/// now refused before anything is sent, saying what is wrong (exit 2), as a shim's is.
+#[test]
+fn a_url_that_names_no_master_is_refused_in_one_line_before_anything_is_sent() {
+    let cases: [(&str, &[&str], &str); 5] = [
+        ("http://127.0.0.1:99999", &["catalog", "list"], "invalid port number"),
+        ("ftp://127.0.0.1:7420", &["models"], "its scheme is \"ftp\""),
+        ("127.0.0.1:7420", &["prompt"], "relative URL without a base"),
+        ("http://", &["list-tools", "weather"], "empty host"),
+        ("http://127.0.0.1:99999", &["run", "hello"], "invalid port number"),
+    ];
+    for (url, args, why) in cases {
+        for by_flag in [false, true] {
+            let mut cmd = Command::new(BIN);
+            cmd.args(args).env_remove("AGENTOS_URL").env("AGENTOS_TOKEN", "aos_anything");
+            if by_flag {
+                cmd.args(["--url", url]);
+            } else {
+                cmd.env("AGENTOS_URL", url);
+            }
+            let out = cmd.output().unwrap();
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{url} {args:?}: {stderr}");
+            assert_eq!(stderr.lines().count(), 1, "{url} {args:?}: {stderr}");
+            assert!(stderr.contains(&format!("{url:?} is not a master's address")), "{url} {args:?}: {stderr}");
+            assert!(stderr.contains(why), "{url} {args:?}: {stderr}");
+            assert!(stderr.contains("set it like http://127.0.0.1:7420"), "{url} {args:?}: {stderr}");
+        }
+    }
+}
