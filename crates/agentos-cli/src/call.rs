@@ -98,6 +98,20 @@ pub(crate) struct Target {
     pub data: PathBuf,
 }
 
+/// What is wrong with `url` as a master's address (not a URL, not `http://` or `https://`, no
+/// host), as one line naming where it came from (`named`); `None` when it may name a master.
+pub(crate) fn not_a_master(url: &str, named: &str) -> Option<String> {
+    let why = match url::Url::parse(url) {
+        Err(e) => e.to_string(),
+        Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+            format!("its scheme is {:?}, not http or https", u.scheme())
+        }
+        Ok(u) if u.host_str().is_none_or(str::is_empty) => "it names no host".to_string(),
+        Ok(_) => return None,
+    };
+    Some(format!("{named} {url:?} is not a master's address ({why}); set it like http://127.0.0.1:7420"))
+}
+
 impl Target {
     /// `AGENTOS_URL`, `AGENTOS_TOKEN`, `AGENTOS_DATA`, with the client's defaults.
     pub(crate) fn from_env() -> Target {
@@ -131,18 +145,7 @@ impl Target {
     /// not `http://` or `https://`, or no host. `named` is where the URL came from, for the
     /// message (`AGENTOS_URL` for a shim).
     pub(crate) fn check_url(&self, named: &str) -> Result<(), ClientError> {
-        let why = match url::Url::parse(&self.url) {
-            Err(e) => e.to_string(),
-            Ok(u) if !matches!(u.scheme(), "http" | "https") => {
-                format!("its scheme is {:?}, not http or https", u.scheme())
-            }
-            Ok(u) if u.host_str().is_none_or(str::is_empty) => "it names no host".to_string(),
-            Ok(_) => return Ok(()),
-        };
-        Err(fail(
-            EXIT_USAGE,
-            format!("{named} {:?} is not a master's address ({why}); set it like http://127.0.0.1:7420", self.url),
-        ))
+        not_a_master(&self.url, named).map_or(Ok(()), |why| Err(fail(EXIT_USAGE, why)))
     }
 
     /// The message of a master that cannot be reached.

@@ -435,6 +435,17 @@ fn sealed_policy(value: Option<&str>, run_as: Option<&str>) -> Result<SealedPoli
 
 pub fn executor(args: ExecutorArgs) -> ExitCode {
     init_logging();
+    // A master's address that can never work is refused at start: it used to be retried for
+    // ever, each poll logging "cannot reach the master: builder error".
+    let masters = args.master.split(',').map(str::trim).filter(|m| !m.is_empty());
+    if let Some(why) = masters.clone().find_map(|m| crate::call::not_a_master(m, "--master (or AGENTOS_URL)")) {
+        eprintln!("error: {why}");
+        return ExitCode::from(crate::call::EXIT_USAGE);
+    }
+    if masters.count() == 0 {
+        eprintln!("error: --master (or AGENTOS_URL) names no master; set it like http://127.0.0.1:7420");
+        return ExitCode::from(crate::call::EXIT_USAGE);
+    }
     let run_as = match run_as(args.run_as.as_deref()) {
         Ok(r) => r,
         Err(e) => return fail(e),

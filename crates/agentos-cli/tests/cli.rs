@@ -387,3 +387,45 @@ fn a_url_that_names_no_master_is_refused_in_one_line_before_anything_is_sent() {
         }
     }
 }
+
+/// Regression: an executor given a master's address that can never work polled it for ever,
+/// logging "cannot reach the master: builder error" each time; it now refuses it at start.
+#[test]
+fn an_executor_refuses_at_start_a_master_address_that_names_no_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("http://127.0.0.1:99999", "invalid port number"),
+        ("ftp://127.0.0.1:7420", "its scheme is \"ftp\""),
+        ("http://127.0.0.1:7420, 127.0.0.1:7421", "\"127.0.0.1:7421\" is not a master's address"),
+        (" , ", "names no master"),
+    ];
+    for (master, why) in cases {
+        let mut child = Command::new(BIN)
+            .args(["executor", "--master", master, "--token", "aos_anything", "--workspace"])
+            .arg(dir.path().join("ws"))
+            .env_remove("AGENTOS_URL")
+            .env("AGENTOS_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        let _ = child.wait();
+        assert_eq!(status.and_then(|s| s.code()), Some(2), "{master:?} still running or wrong code: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{master:?}: {stderr}");
+        assert!(stderr.starts_with("error: --master (or AGENTOS_URL) "), "{master:?}: {stderr}");
+        assert!(stderr.contains(why), "{master:?}: {stderr}");
+    }
+}
