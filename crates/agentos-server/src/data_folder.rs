@@ -37,6 +37,11 @@ pub(crate) fn prepare(data: &Path, loose: LooseDataFolder) -> Result<(), ServeEr
     }
     // The folder a link given as --data points at is the one to check (links under it are not followed).
     let data = &std::fs::canonicalize(data).map_err(io(format!("resolving {}", data.display())))?;
+    // A file given as --data is refused before anything is read or changed (tightening would
+    // otherwise make someone's file 0600 before the master failed to open anything in it).
+    if !std::fs::metadata(data).map_err(io(format!("reading {}", data.display())))?.is_dir() {
+        return Err(ServeError::NotAFolder(data.to_path_buf()));
+    }
     let open = open_to_others(data).map_err(io(format!("reading {}", data.display())))?;
     if open.is_empty() {
         return Ok(());
@@ -172,6 +177,21 @@ mod tests {
         assert!(prepare(&link, LooseDataFolder::Refuse).is_err());
         prepare(&link, LooseDataFolder::Tighten).unwrap();
         assert_eq!(mode(&data), 0o700);
+    }
+
+    #[test]
+    fn a_file_given_as_the_data_folder_is_refused_and_left_as_it_was() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("notes.txt");
+        std::fs::write(&file, b"mine").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        for loose in [LooseDataFolder::Refuse, LooseDataFolder::Tighten] {
+            let err = prepare(&file, loose).unwrap_err();
+            assert!(matches!(err, ServeError::NotAFolder(_)), "{err}");
+            assert!(err.to_string().contains("is not a folder"), "{err}");
+            assert_eq!(mode(&file), 0o644, "{loose:?} changed the file's mode");
+            assert_eq!(std::fs::read(&file).unwrap(), b"mine");
+        }
     }
 
     #[test]

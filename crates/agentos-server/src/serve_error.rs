@@ -9,6 +9,8 @@ use agentos_store::StoreError;
 pub enum ServeError {
     #[error("the data folder {0} is in use by another master (its LOCK file is held)")]
     Locked(PathBuf),
+    #[error("the data folder {0} is not a folder; give --data (or AGENTOS_DATA) a folder, which is made if missing")]
+    NotAFolder(PathBuf),
     #[error(
         "the data folder {dir} is open to other users ({found}); its event log, blobs, secrets key and operator token must be the master's alone. Close it with: {fix}"
     )]
