@@ -436,3 +436,30 @@ fn an_agentos_url_that_names_no_master_is_refused_in_one_line_before_anything_is
         }
     }
 }
+
+/// On x86_64 Linux with glibc the small shim is linked as a static PIE (`scripts/linker`): no
+/// program interpreter, so no dynamic loader runs at each call. A build that lost the link
+/// rule (a moved `.cargo/config.toml`, a renamed binary) would still work, only slower: this
+/// says so. The other tests here run this shim, so it also answers as the dynamic one did.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+#[test]
+fn the_small_shim_is_a_static_pie_with_no_program_interpreter() {
+    let shim = Path::new(BIN).with_file_name("agentos-shim");
+    let elf = std::fs::read(&shim).unwrap();
+    let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap());
+    let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
+    let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "a 64-bit ELF file");
+    // ET_DYN: position independent, as a static PIE is (a plain static binary is ET_EXEC).
+    assert_eq!(u16_at(16), 3, "the shim is position independent");
+    let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36) as usize, u16_at(0x38) as usize);
+    let types: Vec<u32> = (0..phnum).map(|i| u32_at(phoff + i * phentsize)).collect();
+    const PT_INTERP: u32 = 3;
+    const PT_DYNAMIC: u32 = 2;
+    assert!(!types.contains(&PT_INTERP), "{} names a program interpreter: it is linked dynamically", shim.display());
+    // A static PIE relocates itself, from its own dynamic section, and needs no library.
+    assert!(types.contains(&PT_DYNAMIC), "{}", shim.display());
+    let whole = std::fs::read(BIN).unwrap();
+    let interp = |e: &[u8]| e.windows(b"ld-linux-x86-64".len()).any(|w| w == b"ld-linux-x86-64");
+    assert!(interp(&whole), "the whole agentos stays dynamically linked");
+}
