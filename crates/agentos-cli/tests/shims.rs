@@ -456,7 +456,11 @@ fn the_small_shim_is_a_static_pie_with_no_program_interpreter() {
     let types: Vec<u32> = (0..phnum).map(|i| u32_at(phoff + i * phentsize)).collect();
     const PT_INTERP: u32 = 3;
     const PT_DYNAMIC: u32 = 2;
-    assert!(!types.contains(&PT_INTERP), "{} names a program interpreter: it is linked dynamically", shim.display());
+    assert!(
+        !types.contains(&PT_INTERP),
+        "{} names a program interpreter: it is linked dynamically (does the C library have its static archive, libc.a?)",
+        shim.display()
+    );
     // A static PIE relocates itself, from its own dynamic section, and needs no library.
     assert!(types.contains(&PT_DYNAMIC), "{}", shim.display());
     let whole = std::fs::read(BIN).unwrap();
