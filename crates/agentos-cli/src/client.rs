@@ -197,8 +197,8 @@ pub fn exit(r: Result<(), ClientError>) -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             match e.status {
-                Some(status) => eprintln!("error: {} (HTTP {status})", e.message),
-                None => eprintln!("error: {}", e.message),
+                Some(status) => errln!("error: {} (HTTP {status})", e.message),
+                None => errln!("error: {}", e.message),
             }
             ExitCode::from(e.code)
         }
@@ -540,7 +540,7 @@ pub fn register_mcp(a: RegisterMcpArgs) -> Result<(), ClientError> {
 }
 
 pub fn import_image(a: ImportImageArgs) -> Result<(), ClientError> {
-    use std::io::IsTerminal;
+    use std::io::{IsTerminal, Write as _};
     let mut body = json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": a.image, "id": a.id});
     if let Some(n) = a.name {
         body["name"] = json!(n);
@@ -567,14 +567,14 @@ pub fn import_image(a: ImportImageArgs) -> Result<(), ClientError> {
             return;
         }
         if terminal {
-            eprint!("\r\x1b[2K{image}: {step} ...");
+            let _ = write!(std::io::stderr(), "\r\x1b[2K{image}: {step} ...");
             shown = true;
         } else {
-            eprintln!("{image}: {step}");
+            errln!("{image}: {step}");
         }
     });
     if shown {
-        eprint!("\r\x1b[2K");
+        let _ = write!(std::io::stderr(), "\r\x1b[2K");
     }
     let e = answer?;
     output::print(&e, a.json, output::registered);
@@ -660,7 +660,7 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
     }
     if let Some(err) = result["error"].as_str() {
         if !a.json {
-            eprintln!("error: {err}");
+            errln!("error: {err}");
         }
         return Ok(if result["timedOut"].as_bool() == Some(true) { EXIT_TIMED_OUT } else { EXIT_FAILURE });
     }

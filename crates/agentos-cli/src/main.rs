@@ -19,6 +19,9 @@ macro_rules! out {
     };
 }
 
+#[macro_use]
+mod errln;
+
 mod call;
 mod client;
 mod lean_http;

@@ -116,13 +116,13 @@ impl ServerHandler for Relay {
 pub fn run() -> ExitCode {
     let url = std::env::var("AGENTOS_URL").unwrap_or_else(|_| "http://127.0.0.1:7420".into());
     let Some(token) = std::env::var("AGENTOS_TOKEN").ok().filter(|t| !t.is_empty()) else {
-        eprintln!("agentos mcp: set AGENTOS_TOKEN to the agent's token (and AGENTOS_URL to the master)");
+        errln!("agentos mcp: set AGENTOS_TOKEN to the agent's token (and AGENTOS_URL to the master)");
         return ExitCode::from(2);
     };
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("agentos mcp: {e}");
+            errln!("agentos mcp: {e}");
             return ExitCode::from(1);
         }
     };
@@ -130,7 +130,7 @@ pub fn run() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // stdout is the protocol's: the reason goes to stderr, on one line.
-            eprintln!("agentos mcp: {e}");
+            errln!("agentos mcp: {e}");
             ExitCode::from(1)
         }
     }

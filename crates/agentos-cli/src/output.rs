@@ -35,7 +35,7 @@ pub fn write_bytes(bytes: &[u8]) -> std::io::Result<()> {
 
 /// Ends a command whose answer standard output could not take: one line, exit 1.
 pub fn lost(e: &std::io::Error) -> ! {
-    eprintln!("error: cannot write to standard output: {e} (the command was carried out; its answer is lost)");
+    errln!("error: cannot write to standard output: {e} (the command was carried out; its answer is lost)");
     std::process::exit(1)
 }
 

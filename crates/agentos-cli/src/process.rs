@@ -35,13 +35,13 @@ fn runtime(multi_thread: bool) -> Result<tokio::runtime::Runtime, ExitCode> {
         tokio::runtime::Builder::new_current_thread()
     };
     builder.enable_all().build().map_err(|e| {
-        eprintln!("error: cannot start the runtime: {e}");
+        errln!("error: cannot start the runtime: {e}");
         ExitCode::from(1)
     })
 }
 
 fn fail(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {e}");
+    errln!("error: {e}");
     ExitCode::from(1)
 }
 
@@ -55,7 +55,7 @@ pub fn export(data: &Path, out: Option<PathBuf>) -> ExitCode {
     match rt.block_on(agentos_server::migrate::export(data, &out)) {
         Ok(m) => {
             outln!("exported {} events, {} blobs and {} open jobs to {}", m.events, m.blobs, m.jobs, out.display());
-            eprintln!(
+            errln!(
                 "the secrets key is not in the export: give every master {} with --secrets-key-file, and copy {} into each master's data folder",
                 data.join("secrets.key").display(),
                 data.join("operator.token").display()
@@ -439,11 +439,11 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
     // ever, each poll logging "cannot reach the master: builder error".
     let masters = args.master.split(',').map(str::trim).filter(|m| !m.is_empty());
     if let Some(why) = masters.clone().find_map(|m| crate::call::not_a_master(m, "--master (or AGENTOS_URL)")) {
-        eprintln!("error: {why}");
+        errln!("error: {why}");
         return ExitCode::from(crate::call::EXIT_USAGE);
     }
     if masters.count() == 0 {
-        eprintln!("error: --master (or AGENTOS_URL) names no master; set it like http://127.0.0.1:7420");
+        errln!("error: --master (or AGENTOS_URL) names no master; set it like http://127.0.0.1:7420");
         return ExitCode::from(crate::call::EXIT_USAGE);
     }
     let run_as = match run_as(args.run_as.as_deref()) {

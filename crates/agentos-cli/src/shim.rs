@@ -120,7 +120,7 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
             // Only a link is replaced: a file of that name (`agentos-shim` itself, when the
             // folder is the binaries' own and a toolkit is called `shim`) is left alone.
             if std::fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
-                eprintln!("{} is a file, not a link: toolkit {id} is not linked there", link.display());
+                errln!("{} is a file, not a link: toolkit {id} is not linked there", link.display());
                 continue;
             }
             let _ = std::fs::remove_file(&link);

@@ -11,6 +11,9 @@
 // What the test build leaves out of reach: the entry below and what only it calls.
 #![cfg_attr(test, allow(dead_code))]
 
+#[macro_use]
+mod errln;
+
 mod call;
 mod lean_http;
 mod toolkit;
@@ -40,7 +43,7 @@ fn shim() -> u8 {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let Some(toolkit) = toolkit::toolkit_of_argv0() else {
-        eprintln!("agentos-shim: run me through a link named agentos-<toolkit> (see `agentos install-shims`)");
+        errln!("agentos-shim: run me through a link named agentos-<toolkit> (see `agentos install-shims`)");
         return call::EXIT_USAGE;
     };
     let target = call::Target::from_env();
@@ -61,13 +64,13 @@ fn whole_agentos() -> u8 {
     let name = args.next().unwrap_or_default();
     let beside = std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join("agentos")));
     let Some(agentos) = beside.filter(|p| runnable(p)).or_else(on_path) else {
-        eprintln!(
+        errln!(
             "agentos-shim: an https:// or proxied master needs the agentos binary, and it is neither beside this one nor on PATH"
         );
         return call::EXIT_UNREACHABLE;
     };
     let e = std::process::Command::new(&agentos).arg0(name).args(args).exec();
-    eprintln!("agentos-shim: cannot run {}: {e}", agentos.display());
+    errln!("agentos-shim: cannot run {}: {e}", agentos.display());
     call::EXIT_UNREACHABLE
 }
 

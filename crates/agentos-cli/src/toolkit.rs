@@ -158,7 +158,7 @@ pub fn run(toolkit: String, args: Vec<std::ffi::OsString>, fallback: Fallback) -
         Ok(()) => 0,
         Err(e) => {
             // One line: the caller is often a script or an agent reading stderr.
-            eprintln!("{label}: {}", e.message.lines().next().unwrap_or(""));
+            errln!("{label}: {}", e.message.lines().next().unwrap_or(""));
             if json_in {
                 // A caller that speaks JSON reads stdout: the failure in the answer's shape, with
                 // the master's status and code, which the line leaves off.

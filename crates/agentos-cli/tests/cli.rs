@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 
 use common::{BIN, Master};
@@ -354,6 +355,39 @@ fn a_command_whose_output_cannot_be_written_fails_in_one_line() {
         assert!(stderr.contains("its answer is lost"), "{args:?}: {stderr}");
     }
     m.terminate();
+}
+
+/// Regression: a message standard error could not take (`2>/dev/full`) panicked, and the
+/// command ended with a panic's 101 instead of its own code. The message is lost either way;
+/// the exit code still says what happened, for `agentos` and for a shim alike.
+#[test]
+fn a_message_standard_error_cannot_take_leaves_the_exit_code_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let shim = dir.path().join("agentos-nothing");
+    std::os::unix::fs::symlink(Path::new(BIN).with_file_name("agentos-shim"), &shim).unwrap();
+    // A port nothing listens on: bound, then closed.
+    let down = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let cases: [(&Path, Vec<&str>, i32); 5] = [
+        (Path::new(BIN), vec!["catalog", "list", "--url", "http://127.0.0.1:99999", "--token", "t"], 2),
+        (Path::new(BIN), vec!["catalog", "list", "--url", &down, "--token", "t"], 7),
+        (Path::new(BIN), vec!["catalog", "no-such-command"], 2),
+        (&shim, vec!["run"], 7),
+        (&shim, vec!["run", "--no-such-flag"], 7),
+    ];
+    for (program, args, code) in cases {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = Command::new(program)
+            .args(&args)
+            .env("AGENTOS_URL", &down)
+            .env("AGENTOS_TOKEN", "t")
+            .stderr(full)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(code), "{} {args:?}", program.display());
+    }
 }
 
 /// Regression: a client command given a URL that names no master tried it and failed as
