@@ -109,7 +109,14 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
         let small = me.parent().map(|d| d.join("agentos-shim")).filter(|p| p.is_file());
         let target = small.clone().unwrap_or_else(|| me.clone());
         let ours = |t: &Path| t == me || small.as_deref() == Some(t);
-        std::fs::create_dir_all(dir).map_err(|e| fail(EXIT_USAGE, format!("cannot create {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            let why = if dir.exists() && !dir.is_dir() {
+                format!("{} is not a folder; give --dir a folder for the links (made if missing)", dir.display())
+            } else {
+                format!("cannot create {}: {e}", dir.display())
+            };
+            fail(EXIT_USAGE, why)
+        })?;
         let wanted: Vec<String> = visible(conn, model)?.into_iter().map(|e| e.id).collect();
         let mut linked = 0;
         for id in &wanted {

@@ -348,6 +348,12 @@ fn install_shims_never_replaces_a_file_that_is_not_a_link() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stderr.contains("is a file, not a link"), "{}", out.stderr);
     assert_eq!(std::fs::read_to_string(bin.join("agentos-weather")).unwrap(), "a program of its own");
+    // A file given as the folder: refused, saying so (it was "cannot create …: File exists").
+    let file = bin.join("agentos-weather");
+    let out = run_as(&m, &m.token, Path::new(BIN), &["install-shims", "--dir", file.to_str().unwrap()], None);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("is not a folder; give --dir a folder"), "{}", out.stderr);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "a program of its own");
 }
 
 /// `agentos-weather` twice: a link to the small shim (installed), and one to the whole `agentos`
