@@ -14,7 +14,8 @@ pub struct ClientError {
     /// The master's HTTP status, when the master answered: shown by client commands, left off
     /// the one line a shim prints, where agents act on the message and the exit code.
     pub status: Option<u16>,
-    /// The master's error code (`error.code` of its answer), when it gave one.
+    /// The master's error code (`error.code` of its answer), when it gave one; `usage` for a
+    /// usage error found here, before anything was sent.
     pub error_code: Option<String>,
 }
 
@@ -27,7 +28,10 @@ pub const EXIT_TIMED_OUT_CALL: u8 = 6;
 pub const EXIT_UNREACHABLE: u8 = 7;
 
 pub(crate) fn fail(code: u8, message: impl Into<String>) -> ClientError {
-    ClientError { code, message: message.into(), status: None, error_code: None }
+    // A usage error found before anything was sent has the code the master gives its own
+    // (`usage`), so that a caller reading `--json` answers tells them apart by code alike.
+    let error_code = (code == EXIT_USAGE).then(|| "usage".to_string());
+    ClientError { code, message: message.into(), status: None, error_code }
 }
 
 /// Longest a client request waits for its whole answer.

@@ -48,7 +48,7 @@ fn model_query() -> Vec<(&'static str, String)> {
 }
 
 fn fail(code: u8, message: String) -> ClientError {
-    ClientError { code, message, status: None, error_code: None }
+    crate::call::fail(code, message)
 }
 
 /// Largest file `--x-file` sends; past it the master hears why instead.

@@ -97,6 +97,13 @@ fn a_shim_called_with_json_reports_a_failure_as_json_with_the_http_status() {
     // Without --json a failure leaves stdout empty.
     let out = run(&m, &weather, &["forecast", "--days", "2"], None);
     assert_eq!((out.code, out.stdout.as_str()), (2, ""), "{}", out.stderr);
+    // A usage error found before anything is sent has the master's code for one, `usage`, and
+    // no status (it had `"code": null`, unlike the same mistake found by the master).
+    let missing = dir.path().join("no-such-input.json");
+    let out = run(&m, &weather, &["forecast", "--json-file", missing.to_str().unwrap()], None);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    let v: Value = serde_json::from_str(out.stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", out.stdout));
+    assert_eq!((v["error"]["code"].as_str(), v["error"]["status"].as_u64()), (Some("usage"), None), "{v}");
 }
 
 #[test]
