@@ -308,13 +308,31 @@ pub struct ServeArgs {
 pub struct UpArgs {
     #[command(flatten)]
     pub serve: ServeArgs,
-    /// Jobs the local executor runs at once.
-    #[arg(long, env = "AGENTOS_EXECUTOR_CONCURRENCY", default_value_t = 2)]
+    /// Jobs the local executor runs at once (1 to 1024).
+    #[arg(long, env = "AGENTOS_EXECUTOR_CONCURRENCY", default_value_t = 2, value_parser = slots())]
     pub executor_concurrency: usize,
     /// The user the local executor runs scripts as: `nobody` (the default, when agentos runs as
     /// root), UID:GID, or `current`, which lets scripts read the data folder and must be asked for.
     #[arg(long)]
     pub run_as: Option<String>,
+}
+
+/// A count or duration of which zero would make the option useless (every job timed out at
+/// once, or no output kept).
+fn at_least_one<T: std::str::FromStr<Err = std::num::ParseIntError> + Default + PartialEq>(
+    v: &str,
+) -> Result<T, String> {
+    match v.parse::<T>() {
+        Ok(n) if n == T::default() => Err("use 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Jobs an executor runs at once: at least one, and at most 1024, each slot being a request
+/// held open at the master (a mistyped `--concurrency 1000000` took gigabytes before it polled).
+fn slots() -> clap::builder::RangedU64ValueParser<usize> {
+    clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1024)
 }
 
 #[derive(Args, Clone)]
@@ -336,17 +354,17 @@ pub struct ExecutorArgs {
     /// Name shown in `agentos executors` (defaults to the credential's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// Jobs run at once.
-    #[arg(long, default_value_t = 1)]
+    /// Jobs run at once (1 to 1024).
+    #[arg(long, default_value_t = 1, value_parser = slots())]
     pub concurrency: usize,
-    /// Timeout of a job that names none, in ms.
-    #[arg(long, default_value_t = 120_000)]
+    /// Timeout of a job that names none, in ms (at most --max-timeout-ms).
+    #[arg(long, default_value_t = 120_000, value_parser = at_least_one::<u64>)]
     pub default_timeout_ms: u64,
     /// Largest timeout a job may ask for, in ms.
-    #[arg(long, default_value_t = 600_000)]
+    #[arg(long, default_value_t = 600_000, value_parser = at_least_one::<u64>)]
     pub max_timeout_ms: u64,
-    /// Bytes of stdout and of stderr kept per job.
-    #[arg(long, default_value_t = 16 * 1024 * 1024)]
+    /// Bytes of stdout and of stderr kept per job (at least 1).
+    #[arg(long, default_value_t = 16 * 1024 * 1024, value_parser = at_least_one::<usize>)]
     pub max_output_bytes: usize,
     /// PATH given to scripts, also where runtimes are found.
     #[arg(long, default_value = "/usr/local/bin:/usr/bin:/bin")]

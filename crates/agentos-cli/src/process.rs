@@ -45,6 +45,12 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// An option that can never work, refused before anything starts: exit 2, as clap's own.
+fn usage(e: impl std::fmt::Display) -> ExitCode {
+    errln!("error: {e}");
+    ExitCode::from(crate::call::EXIT_USAGE)
+}
+
 /// `agentos export`: the data folder of a stopped master to one file.
 pub fn export(data: &Path, out: Option<PathBuf>) -> ExitCode {
     let out = out.unwrap_or_else(|| agentos_server::migrate::default_export_file(data));
@@ -446,13 +452,19 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
         errln!("error: --master (or AGENTOS_URL) names no master; set it like http://127.0.0.1:7420");
         return ExitCode::from(crate::call::EXIT_USAGE);
     }
+    if args.default_timeout_ms > args.max_timeout_ms {
+        return usage(format!(
+            "--default-timeout-ms {} is above --max-timeout-ms {}: a job that names no timeout could never run its default",
+            args.default_timeout_ms, args.max_timeout_ms
+        ));
+    }
     let run_as = match run_as(args.run_as.as_deref()) {
         Ok(r) => r,
-        Err(e) => return fail(e),
+        Err(e) => return usage(e),
     };
     let sealed = match sealed_policy(args.sealed_uids.as_deref(), args.run_as.as_deref()) {
         Ok(s) => s,
-        Err(e) => return fail(e),
+        Err(e) => return usage(e),
     };
     let token = match (args.token, &args.token_file) {
         (Some(t), _) => t,

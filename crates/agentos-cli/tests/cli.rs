@@ -434,32 +434,78 @@ fn an_executor_refuses_at_start_a_master_address_that_names_no_master() {
         (" , ", "names no master"),
     ];
     for (master, why) in cases {
-        let mut child = Command::new(BIN)
-            .args(["executor", "--master", master, "--token", "aos_anything", "--workspace"])
-            .arg(dir.path().join("ws"))
-            .env_remove("AGENTOS_URL")
-            .env("AGENTOS_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break Some(s);
-            }
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                break None;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-        let _ = child.wait();
-        assert_eq!(status.and_then(|s| s.code()), Some(2), "{master:?} still running or wrong code: {stderr}");
+        let (code, stderr) = exit_within(
+            Command::new(BIN)
+                .args(["executor", "--master", master, "--token", "aos_anything", "--workspace"])
+                .arg(dir.path().join("ws"))
+                .env_remove("AGENTOS_URL")
+                .env("AGENTOS_LOG", "warn"),
+        );
+        assert_eq!(code, Some(2), "{master:?} still running or wrong code: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "{master:?}: {stderr}");
         assert!(stderr.starts_with("error: --master (or AGENTOS_URL) "), "{master:?}: {stderr}");
         assert!(stderr.contains(why), "{master:?}: {stderr}");
     }
+}
+
+/// Regression: an executor took options that could never work and started anyway:
+/// `--concurrency 1000000` held gigabytes before it first polled (a slot each, each a request
+/// held open at the master), `--default-timeout-ms 0` timed every job out at once, a default
+/// above the largest timeout could never be given, and `--max-output-bytes 0` kept no result.
+/// Each is now refused at start in one line, exit 2, before anything is made or polled.
+#[test]
+fn an_executor_refuses_at_start_options_that_could_never_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], &str); 7] = [
+        (&["--concurrency", "0"], "0 is not in 1..=1024"),
+        (&["--concurrency", "1000000"], "1000000 is not in 1..=1024"),
+        (&["--default-timeout-ms", "0"], "use 1 or more"),
+        (&["--max-timeout-ms", "0"], "use 1 or more"),
+        (&["--default-timeout-ms", "60000", "--max-timeout-ms", "1000"], "is above --max-timeout-ms 1000"),
+        (&["--max-output-bytes", "0"], "use 1 or more"),
+        (&["--run-as", "no-such-user"], "use nobody, current, or UID:GID"),
+    ];
+    for (options, why) in cases {
+        let workspace = dir.path().join("ws");
+        let (code, stderr) = exit_within(
+            Command::new(BIN)
+                .args(["executor", "--master", "http://127.0.0.1:9", "--token", "aos_anything", "--workspace"])
+                .arg(&workspace)
+                .args(options)
+                .env("AGENTOS_LOG", "warn"),
+        );
+        assert_eq!(code, Some(2), "{options:?} still running or wrong code: {stderr}");
+        assert!(stderr.starts_with("error: "), "{options:?}: {stderr}");
+        assert!(stderr.contains(why), "{options:?}: {stderr}");
+        assert!(!workspace.exists(), "{options:?} made the workspace before refusing");
+    }
+    // `up`'s local executor likewise.
+    let data = dir.path().join("data");
+    let (code, stderr) = exit_within(
+        Command::new(BIN).args(["up", "--executor-concurrency", "0", "--listen", "127.0.0.1:0", "--data"]).arg(&data),
+    );
+    assert_eq!(code, Some(2), "still running or wrong code: {stderr}");
+    assert!(stderr.contains("0 is not in 1..=1024"), "{stderr}");
+    assert!(!data.exists(), "the data folder was made before refusing");
+}
+
+/// Runs a command that should end at once and kills it after 20 s if it does not: its exit code
+/// (`None` when it had to be killed) and its standard error.
+fn exit_within(cmd: &mut Command) -> (Option<i32>, String) {
+    let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let _ = child.wait();
+    (status.and_then(|s| s.code()), stderr)
 }
