@@ -131,6 +131,7 @@ pub async fn export(data: &Path, out: &Path) -> Result<Moved, MigrateError> {
     let urns = blobs.list()?;
     let last = log.last_seq().await?;
 
+    let out = &export_target(out)?;
     let dir = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let tmp = tempfile::Builder::new()
         .prefix(".agentos-export-")
@@ -440,8 +441,75 @@ async fn compare_with_stored(log: &PgEventLog, e: &EventLine) -> Result<(), Migr
     }
 }
 
+/// Where the export is written: it is written whole beside `out` and renamed onto it, which
+/// replaces whatever was there. A regular file is replaced (an earlier export); a link to one is
+/// followed, so that the link stays and its file gets the export; anything else (a folder, a
+/// device such as `/dev/null` or `/dev/full`, a pipe) is refused before anything is read, never
+/// replaced: the rename used to put a file in a device's place.
+fn export_target(out: &Path) -> Result<PathBuf, MigrateError> {
+    match std::fs::metadata(out) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(out.to_path_buf()),
+        Err(e) => Err(MigrateError::Io { context: format!("reading {}", out.display()), source: e }),
+        Ok(m) if m.is_file() => std::fs::canonicalize(out)
+            .map_err(|e| MigrateError::Io { context: format!("resolving {}", out.display()), source: e }),
+        Ok(_) => Err(MigrateError::Refused(format!(
+            "{} is not a regular file: the export is written to a file of its own; give --out a new file's path (or an earlier export's, which it replaces)",
+            out.display()
+        ))),
+    }
+}
+
 /// Where `agentos export` writes when no `--out` is given.
 pub fn default_export_file(data: &Path) -> PathBuf {
     let name = data.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "agentos".into());
     PathBuf::from(format!("{name}.agentos-export.jsonl"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stopped master's data folder: its LOCK file and an empty event log.
+    fn stopped_master(root: &Path) -> PathBuf {
+        let data = root.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("LOCK"), b"").unwrap();
+        SqliteEventLog::open(&data.join("events.db")).unwrap();
+        data
+    }
+
+    #[tokio::test]
+    async fn an_export_onto_a_folder_or_a_pipe_is_refused_and_a_link_keeps_its_place() {
+        let root = tempfile::tempdir().unwrap();
+        let data = stopped_master(root.path());
+        // A named pipe stands for any file that is not a regular one (a device such as
+        // /dev/full was replaced by a regular file holding the export).
+        let pipe = root.path().join("pipe");
+        let c = std::ffi::CString::new(pipe.to_str().unwrap()).unwrap();
+        // SAFETY: a valid, NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let folder = root.path().join("folder");
+        std::fs::create_dir(&folder).unwrap();
+        for out in [&pipe, &folder] {
+            let err = export(&data, out).await.unwrap_err();
+            assert!(err.to_string().contains("is not a regular file"), "{err}");
+        }
+        use std::os::unix::fs::FileTypeExt;
+        assert!(std::fs::symlink_metadata(&pipe).unwrap().file_type().is_fifo(), "the pipe was replaced");
+        assert!(folder.is_dir());
+        let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 3, "no file was left behind: {left:?}");
+
+        // A link to an earlier export: the file it leads to gets the new export.
+        let earlier = root.path().join("earlier.jsonl");
+        std::fs::write(&earlier, b"old").unwrap();
+        let link = root.path().join("latest.jsonl");
+        std::os::unix::fs::symlink(&earlier, &link).unwrap();
+        export(&data, &link).await.unwrap();
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the link was replaced");
+        assert!(std::fs::read_to_string(&earlier).unwrap().starts_with("{\"agentosExport\""));
+        // A new path and a regular file are written as before.
+        export(&data, &root.path().join("new.jsonl")).await.unwrap();
+        export(&data, &earlier).await.unwrap();
+    }
 }
