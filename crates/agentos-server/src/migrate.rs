@@ -9,7 +9,7 @@
 //! given the source's key file.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufWriter, Write};
+use std::io::{BufRead, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -221,6 +221,9 @@ mod erased {
     }
 }
 
+/// Longest header line read; an export's is about a hundred bytes and a path.
+const HEADER_MAX: u64 = 64 * 1024;
+
 /// Reads an export line by line, checking each: the header, each blob against its digest, the
 /// events numbered 1, 2, 3 …, and the end line's counts. A file without its end line, or with
 /// lines after it, ends in an error.
@@ -236,11 +239,28 @@ struct ExportReader {
 impl ExportReader {
     fn open(file: &Path) -> Result<ExportReader, MigrateError> {
         let f = std::fs::File::open(file).map_err(io(format!("opening {}", file.display())))?;
-        let mut lines = std::io::BufReader::new(f).lines();
-        let first = lines
-            .next()
-            .ok_or_else(|| bad(file, 1, "the file is empty".into()))?
-            .map_err(io(format!("reading {}", file.display())))?;
+        let mut reader = std::io::BufReader::new(f);
+        // The header is a short line; reading it is bounded, so that a file that is not an
+        // export (`/dev/zero`, a binary with no line break) is refused at once instead of read
+        // into memory whole.
+        let mut first = String::new();
+        let read = (&mut reader)
+            .take(HEADER_MAX + 1)
+            .read_line(&mut first)
+            .map_err(|e| bad(file, 1, format!("not an agentos export header ({e}); make one with `agentos export`")))?;
+        if read == 0 {
+            return Err(bad(file, 1, "the file is empty".into()));
+        }
+        if read as u64 > HEADER_MAX {
+            return Err(bad(
+                file,
+                1,
+                format!(
+                    "not an agentos export header (longer than {HEADER_MAX} bytes); make one with `agentos export`"
+                ),
+            ));
+        }
+        let lines = reader.lines();
         let header: Header = serde_json::from_str(&first)
             .map_err(|e| bad(file, 1, format!("not an agentos export header ({e}); make one with `agentos export`")))?;
         if header.agentos_export != VERSION {
@@ -478,6 +498,20 @@ mod tests {
         data
     }
 
+    #[test]
+    fn a_file_that_is_not_an_export_is_refused_at_its_first_line_without_reading_it_whole() {
+        let root = tempfile::tempdir().unwrap();
+        // No line break in 1 MiB (as `/dev/zero` never has one): read up to the header's bound,
+        // then refused.
+        let binary = root.path().join("binary");
+        std::fs::write(&binary, vec![0u8; 1 << 20]).unwrap();
+        let err = ExportReader::open(&binary).err().unwrap();
+        assert!(err.to_string().contains("longer than 65536 bytes"), "{err}");
+        let empty = root.path().join("empty");
+        std::fs::write(&empty, b"").unwrap();
+        assert!(ExportReader::open(&empty).err().unwrap().to_string().contains("the file is empty"));
+    }
+
     #[tokio::test]
     async fn an_export_onto_a_folder_or_a_pipe_is_refused_and_a_link_keeps_its_place() {
         let root = tempfile::tempdir().unwrap();
@@ -511,5 +545,8 @@ mod tests {
         // A new path and a regular file are written as before.
         export(&data, &root.path().join("new.jsonl")).await.unwrap();
         export(&data, &earlier).await.unwrap();
+        // And what was written reads back to its end line.
+        let mut reader = ExportReader::open(&earlier).unwrap();
+        while reader.next_line().unwrap().is_some() {}
     }
 }
