@@ -445,12 +445,10 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
     // ever, each poll logging "cannot reach the master: builder error".
     let masters = args.master.split(',').map(str::trim).filter(|m| !m.is_empty());
     if let Some(why) = masters.clone().find_map(|m| crate::call::not_a_master(m, "--master (or AGENTOS_URL)")) {
-        errln!("error: {why}");
-        return ExitCode::from(crate::call::EXIT_USAGE);
+        return usage(why);
     }
     if masters.count() == 0 {
-        errln!("error: --master (or AGENTOS_URL) names no master; set it like http://127.0.0.1:7420");
-        return ExitCode::from(crate::call::EXIT_USAGE);
+        return usage("--master (or AGENTOS_URL) names no master; set it like http://127.0.0.1:7420");
     }
     if args.default_timeout_ms > args.max_timeout_ms {
         return usage(format!(

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use agentos_core::entry::CatalogEntry;
 use agentos_core::{flagmap, toolhelp};
 
-use crate::call::{ClientError, EXIT_NOT_FOUND, EXIT_USAGE, Target};
+use crate::call::{ClientError, EXIT_NOT_FOUND, EXIT_USAGE, Target, fail};
 
 /// The toolkit this process stands for, when it was started as `agentos-{toolkit}`.
 pub fn toolkit_of_argv0() -> Option<String> {
@@ -45,10 +45,6 @@ impl Master {
 
 fn model_query() -> Vec<(&'static str, String)> {
     std::env::var("AGENTOS_MODEL").ok().filter(|m| !m.is_empty()).map(|m| vec![("model", m)]).unwrap_or_default()
-}
-
-fn fail(code: u8, message: String) -> ClientError {
-    crate::call::fail(code, message)
 }
 
 /// Largest file `--x-file` sends; past it the master hears why instead.
@@ -116,7 +112,7 @@ fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
             continue;
         }
         let path = if a == "--json-file" {
-            Some(it.next().ok_or_else(|| fail(EXIT_USAGE, "--json-file needs a path, or - for stdin".into()))?)
+            Some(it.next().ok_or_else(|| fail(EXIT_USAGE, "--json-file needs a path, or - for stdin"))?)
         } else {
             a.strip_prefix("--json-file=").map(str::to_string)
         };
