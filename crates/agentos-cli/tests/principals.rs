@@ -355,6 +355,39 @@ fn a_secret_with_json_syntax_echoed_back_is_redacted_in_every_form_and_the_data_
     assert_eq!(out[0]["kept"], json!([1, {"n": true}]), "{out:?}");
 }
 
+/// A script's output is scrubbed of every secret in the store, in any letter case, reversed or
+/// spelled out, and a secret changed or set later is scrubbed from the next answer on (the
+/// redactor is built once per change of the store, not per answer).
+#[test]
+fn a_script_echoing_a_secret_reversed_or_upper_cased_is_redacted_and_a_new_value_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let op = m.client();
+    let _e = common::Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    // The script prints its input's `v` as it is, upper-cased, reversed and one letter per space.
+    let script = r#"v=$(sed 's/.*"v":"\([^"]*\)".*/\1/'); echo "plain=$v upper=$(echo "$v" | tr a-z A-Z) rev=$(echo "$v" | rev) spaced=$(echo "$v" | sed 's/./& /g')""#;
+    assert_eq!(op.register("echo-v", "sh", script, None).0, 200);
+    let echo = |v: &str| {
+        let (status, r) = op.invoke("echo-v", json!({"input": {"v": v}}));
+        assert_eq!(status, 200, "{r}");
+        r["stdout"].as_str().unwrap().to_string()
+    };
+    assert_eq!(
+        echo("first-value-1"),
+        "plain=first-value-1 upper=FIRST-VALUE-1 rev=1-eulav-tsrif spaced=f i r s t - v a l u e - 1 \n"
+    );
+    assert_eq!(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": "first-value-1"}))).0, 200);
+    assert_eq!(echo("first-value-1"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted] \n");
+    // A new value: redacted from the next answer on, and the old one is ordinary text again.
+    assert_eq!(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": "second-value-2"}))).0, 200);
+    assert_eq!(echo("second-value-2"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted] \n");
+    assert!(echo("first-value-1").starts_with("plain=first-value-1 "));
+    // A second secret set later joins the first.
+    assert_eq!(op.request("PUT", "/api/secrets/OTHER_KEY", Some(json!({"value": "third-value-3"}))).0, 200);
+    assert!(echo("third-value-3").starts_with("plain=[redacted] "));
+    assert!(echo("second-value-2").starts_with("plain=[redacted] "));
+}
+
 #[test]
 fn a_secret_shorter_than_8_bytes_is_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -229,9 +229,7 @@ impl Dispatch<'_> {
             .map_err(|e| e.into_error(job_id))?;
         // Output may echo a credential the job carried or any secret: scrubbed before it is
         // stored, recorded or answered.
-        let mut secrets = finished.secrets.clone();
-        secrets.extend(self.principals().secret_values());
-        let redactor = crate::redact::Redactor::new(&secrets);
+        let redactor = self.principals().redactor(&finished.secrets);
         let (stdout, stderr) = (redactor.bytes(stdout), redactor.bytes(stderr));
         let error = result.error.map(|e| redactor.text(&e));
         let (stdout, stdout_blob) = self.shape_output(&finished.model, stdout).await?;

@@ -192,6 +192,8 @@ pub(crate) struct PrincipalState {
     /// `None`: secrets cannot be set.
     pub(crate) secret_key: Option<[u8; 32]>,
     pub(crate) slots: Arc<crate::slots::Slots>,
+    /// The redactor of the store's secrets, rebuilt when they change.
+    pub(crate) redactor: Mutex<Option<Arc<crate::admin::CachedRedactor>>>,
 }
 
 impl Engine {

@@ -47,6 +47,7 @@ impl Engine {
                 principals: PrincipalState {
                     secret_key: config.secret_key,
                     slots: Arc::new(crate::slots::Slots::new(config.max_concurrent_invocations)),
+                    redactor: Mutex::new(None),
                 },
                 host: Default::default(),
                 mcp: crate::bindings::mcp::McpServers::new(config.mcp),

@@ -1,6 +1,11 @@
 //! Redaction: every form a secret's value can take in what a tool, a server or a script answers
-//! (raw, JSON-escaped, URL-encoded, base64 at any alignment, hex) is replaced by `[redacted]`,
-//! in JSON values (walked, keys included), text and bytes, before anything is recorded.
+//! (raw, JSON-escaped, URL-encoded, base64 at any alignment, hex; in any ASCII letter case,
+//! reversed, or one character per separator) is replaced by `[redacted]`, in JSON values
+//! (walked, keys included), text and bytes, before anything is recorded.
+//!
+//! It catches a secret a tool echoes by accident or passes through a common encoding. It is no
+//! barrier to a script bent on leaking one (a cipher, a secret split over two answers): that is
+//! why a grant of a secret names the script's sha256, a script the operator read.
 
 use aho_corasick::{AhoCorasick, MatchKind};
 use base64::Engine as _;
@@ -34,9 +39,11 @@ impl Redactor {
             return Redactor { matcher: None };
         }
         // Leftmost-longest: where the padded base64 of a secret and its shorter core both start,
-        // the whole form goes, not the core with its tail left behind.
+        // the whole form goes, not the core with its tail left behind. ASCII case is ignored:
+        // `tr a-z A-Z` or `${S^^}` leaves a secret as readable as before.
         let matcher = AhoCorasick::builder()
             .match_kind(MatchKind::LeftmostLongest)
+            .ascii_case_insensitive(true)
             .build(&patterns)
             .expect("literal patterns of bounded size always build");
         Redactor { matcher: Some(matcher) }
@@ -99,8 +106,25 @@ impl Redactor {
     }
 }
 
-/// Every form of one secret that is matched.
+/// Separators a secret may be spelled out with, one character at a time (`sed 's/./& /g'`,
+/// `fold -w1`, a JSON string of the latter).
+const SPELLED: [&str; 8] = [" ", "\n", "\\n", "\t", ",", ".", "-", ":"];
+
+/// Every form of one secret that is matched: its encodings, those of the secret reversed
+/// (`rev`, by character), and the secret spelled out with each of [`SPELLED`].
 fn forms(secret: &str) -> Vec<Vec<u8>> {
+    let mut out = encodings(secret);
+    let reversed: String = secret.chars().rev().collect();
+    out.extend(encodings(&reversed));
+    let chars: Vec<String> = secret.chars().map(String::from).collect();
+    for sep in SPELLED {
+        out.push(chars.join(sep).into_bytes());
+    }
+    out
+}
+
+/// The encodings of one text that are matched.
+fn encodings(secret: &str) -> Vec<Vec<u8>> {
     let raw = secret.as_bytes();
     let mut out = vec![raw.to_vec()];
     // JSON escaping as serde_json writes it, and with non-ASCII as \u escapes as other
@@ -294,8 +318,21 @@ mod tests {
             ),
             // Non-ASCII, escaped as \u by other serializers.
             ("pässwörd-1", text(r#"{"p":"p\u00e4ssw\u00f6rd-1"}"#), text(r#"{"p":"[redacted]"}"#)),
-            // Nothing to redact: untouched.
+            // Any ASCII case, raw and encoded.
+            ("hunter2-Secret", text("TOKEN=HUNTER2-SECRET; ok"), text("TOKEN=[redacted]; ok")),
+            ("hunter2-Secret", text("t=hunter2-secret"), text("t=[redacted]")),
+            ("??>>secret<<??", text("x=3f3f3e3e7365637265743c3c3f3f."), text("x=[redacted].")),
+            // Reversed, by character (`rev`), and a reversed encoding.
+            ("hunter2-secret", text("out: terces-2retnuh\n"), text("out: [redacted]\n")),
+            ("pässwörd-1", text("1-dröwssäp"), text("[redacted]")),
+            ("hexsecret", text(&hex::encode("tercesxeh")), text("[redacted]")),
+            // Spelled out one character at a time.
+            ("hunter2-secret", text("h u n t e r 2 - s e c r e t "), text("[redacted] ")),
+            ("hunter2-secret", text("h\nu\nn\nt\ne\nr\n2\n-\ns\ne\nc\nr\ne\nt\n"), text("[redacted]\n")),
+            ("hunter2-secret", text("H,U,N,T,E,R,2,-,S,E,C,R,E,T"), text("[redacted]")),
+            // Nothing to redact: untouched, whatever the case.
             ("not-here-secret", text("plain text"), text("plain text")),
+            ("not-here-secret", text("NOT-HERE-SECRE"), text("NOT-HERE-SECRE")),
         ];
         for (secret, input, expected) in cases {
             check(secret, input, expected);

@@ -84,7 +84,7 @@ impl HostToolkits<'_> {
         // Its own task: a panic in the tool becomes an error, not a dead request.
         let task = tokio::spawn((t.call)(input, ctx));
         let abort = task.abort_handle();
-        let redactor = crate::redact::Redactor::new(&self.principals().secret_values());
+        let redactor = self.principals().redactor(&[]);
         match tokio::time::timeout(t.timeout, task).await {
             Ok(Ok(Ok(v))) => Ok(redactor.value(v)),
             Ok(Ok(Err(msg))) => {

@@ -21,7 +21,6 @@ use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
 use super::{Binder, Call, Outcome, ValueKind};
 use crate::outbound::{describe, origin_of};
-use crate::redact::Redactor;
 use crate::{Engine, EngineError, Principal};
 
 /// The blob namespace of OpenAPI documents.
@@ -165,8 +164,7 @@ impl Sent<'_> {
         };
         let mut url = reqwest::Url::parse(&request.url)
             .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("the request URL is not valid: {e}")))?;
-        let mut secrets = self.engine.principals().secret_values();
-        secrets.extend(self.secrets.iter().cloned());
+        let mut secrets = self.secrets.to_vec();
         let mut headers = request.headers;
         if let Some(auth) = self.auth {
             let value = self.credential(auth, &url)?;
@@ -174,7 +172,7 @@ impl Sent<'_> {
             place_credential(auth, &value, &mut url, &mut headers)
                 .map_err(|why| failed(ErrorKind::BadInput, "usage", why))?;
         }
-        let redactor = Redactor::new(&secrets);
+        let redactor = self.engine.principals().redactor(&secrets);
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("method {:?}: {e}", request.method)))?;
         let shown = format!("{method} {}", redactor.text(url.as_str()));

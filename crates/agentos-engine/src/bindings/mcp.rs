@@ -190,7 +190,7 @@ pub(crate) async fn call_operation(
         Ok(Ok(r)) => r,
     };
     server.answered();
-    let redactor = Redactor::new(&conn.secrets);
+    let redactor = engine.principals().redactor(&conn.secrets);
     if result.is_error == Some(true) {
         let text = redactor.text(&message_of(&result));
         return Err(failed(ErrorKind::ToolFailed, "tool_failed", text));

@@ -1362,7 +1362,7 @@ impl Nets<'_> {
             |reason: String| self.on_failure(model, &c, Some(fire), Self::consumed(t, &bound), &ctx, &by, reason);
         let ev = match action {
             Ok((result, response)) => {
-                let redactor = Redactor::new(&secrets);
+                let redactor = self.principals().redactor(&secrets);
                 let (result, response) = (redactor.value(result), redactor.value(response));
                 match Self::route(&self.inner.nets.expressions, &c, &result, &response, &ctx, &by) {
                     Ok(outputs) => {
