@@ -175,7 +175,7 @@ pub struct ServeArgs {
     #[arg(long, env = "AGENTOS_DATA", default_value = "./.agentos")]
     pub data: PathBuf,
     /// Address to listen on (port 0 picks a free port).
-    #[arg(long, env = "AGENTOS_LISTEN", default_value = "127.0.0.1:7420")]
+    #[arg(long, env = "AGENTOS_LISTEN", default_value = "127.0.0.1:7420", value_parser = listen_address)]
     pub listen: String,
     /// Largest script content accepted, in bytes.
     #[arg(long, env = "AGENTOS_MAX_SCRIPT_BYTES", default_value_t = 1024 * 1024)]
@@ -327,6 +327,23 @@ fn at_least_one<T: std::str::FromStr<Err = std::num::ParseIntError> + Default + 
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// `--listen`: HOST:PORT with a port that exists, checked before the data folder is touched
+/// (`127.0.0.1:99999` used to create the folder and its LOCK file, then fail to bind).
+fn listen_address(v: &str) -> Result<String, String> {
+    let usage = "use HOST:PORT, e.g. 127.0.0.1:7420, [::1]:7420 or localhost:7420 (port 0 picks a free one)";
+    let (host, port) = v.rsplit_once(':').ok_or_else(|| format!("no port; {usage}"))?;
+    port.parse::<u16>().map_err(|_| format!("port {port:?} is not a number from 0 to 65535; {usage}"))?;
+    let bracketed = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let ok = match bracketed {
+        Some(h) => h.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => !host.is_empty() && !host.contains([':', '[', ']', '/', ' ']),
+    };
+    if !ok {
+        return Err(format!("host {host:?} is not an address or a host name; {usage}"));
+    }
+    Ok(v.to_string())
 }
 
 /// Jobs an executor runs at once: at least one, and at most 1024, each slot being a request

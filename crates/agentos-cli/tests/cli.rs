@@ -489,6 +489,54 @@ fn an_executor_refuses_at_start_options_that_could_never_work() {
     assert!(!data.exists(), "the data folder was made before refusing");
 }
 
+/// Regression: `serve --listen 127.0.0.1:99999` created the data folder and its LOCK file, then
+/// failed to bind with exit 1. A `--listen` that names no port or host is now refused at once,
+/// exit 2, before the data folder is made.
+#[test]
+fn serve_and_up_refuse_a_listen_address_that_cannot_exist_before_making_the_data_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("127.0.0.1:99999", "port \"99999\" is not a number from 0 to 65535"),
+        ("127.0.0.1", "no port"),
+        (":7420", "host \"\" is not an address or a host name"),
+        ("[::1:7420", "host \"[::1\" is not an address or a host name"),
+        ("127.0.0.1:http", "port \"http\" is not a number"),
+    ];
+    for command in ["serve", "up"] {
+        for (listen, why) in cases {
+            let data = dir.path().join("data");
+            let (code, stderr) =
+                exit_within(Command::new(BIN).args([command, "--listen", listen, "--data"]).arg(&data));
+            assert_eq!(code, Some(2), "{command} --listen {listen}: {stderr}");
+            assert!(stderr.contains(why) && stderr.contains("use HOST:PORT"), "{command} --listen {listen}: {stderr}");
+            assert!(!data.exists(), "{command} --listen {listen} made the data folder");
+        }
+    }
+    // A host name still starts.
+    for listen in ["localhost:0"] {
+        let data = dir.path().join(format!("ok-{}", listen.len()));
+        let mut child = Command::new(BIN)
+            .args(["serve", "--listen", listen, "--data"])
+            .arg(&data)
+            .env("AGENTOS_LOG", "warn")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !data.join("operator.token").exists() && std::time::Instant::now() < deadline {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let started = data.join("operator.token").exists() && child.try_wait().unwrap().is_none();
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        assert!(started, "serve --listen {listen} did not start: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
 /// Runs a command that should end at once and kills it after 20 s if it does not: its exit code
 /// (`None` when it had to be killed) and its standard error.
 fn exit_within(cmd: &mut Command) -> (Option<i32>, String) {
