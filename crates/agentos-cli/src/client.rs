@@ -1179,7 +1179,10 @@ pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
                 .map_err(|e| fail(EXIT_USAGE, format!("reading stdin: {e}")))?;
             let value = value.strip_suffix('\n').unwrap_or(&value).to_string();
             if !agentos_core::net::valid_credential(&name) {
-                return Err(fail(EXIT_USAGE, format!("secret name {name:?}: use A-Z, a-z, 0-9, '_' and '-'")));
+                return Err(fail(
+                    EXIT_USAGE,
+                    format!("secret name {}: use A-Z, a-z, 0-9, '_' and '-'", agentos_core::name::shown(&name)),
+                ));
             }
             conn.request(reqwest::Method::PUT, &format!("/api/secrets/{name}"), &[], Some(json!({"value": value})))?;
             outln!("secret {name} set");
@@ -1194,7 +1197,10 @@ pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
         }
         SecretCmd::Grant { conn, name, tool, origin, model, json } => {
             if !agentos_core::net::valid_credential(&name) {
-                return Err(fail(EXIT_USAGE, format!("secret name {name:?}: use A-Z, a-z, 0-9, '_' and '-'")));
+                return Err(fail(
+                    EXIT_USAGE,
+                    format!("secret name {}: use A-Z, a-z, 0-9, '_' and '-'", agentos_core::name::shown(&name)),
+                ));
             }
             let v = conn.request(
                 reqwest::Method::POST,

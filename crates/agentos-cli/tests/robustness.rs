@@ -293,6 +293,30 @@ fn token_names_with_control_characters_or_past_200_characters_are_refused() {
     wait_for("the token", || api.token_data("m", "p-n").len() == 1);
 }
 
+/// Regression: an error about a name echoed the whole name, 5,000 characters of it in one
+/// line. It now shows the first 64 characters and the length.
+#[test]
+fn an_error_about_a_very_long_name_shows_its_start_and_length_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let long = "a".repeat(5000);
+    let cases = [
+        ("POST", format!("/api/tools/{long}/invoke"), Some(json!({})), 400, "invalid_id"),
+        ("GET", format!("/api/models/{long}/net"), None, 400, "invalid_model"),
+        ("PUT", format!("/api/secrets/{long}"), Some(json!({"value": "long-enough-value"})), 400, "invalid_name"),
+        ("GET", format!("/api/blobs/{long}"), None, 400, "invalid_urn"),
+        ("GET", format!("/api/jobs/{long}"), None, 404, "not_found"),
+    ];
+    for (method, path, body, status, code) in cases {
+        let r = api.request(method, &path, body);
+        assert_eq!(error_code(&r, status), code, "{method} {}", &path[..30]);
+        let message = r.1["error"]["message"].as_str().unwrap();
+        assert!(message.len() < 400, "{method} {}: {} bytes: {}", &path[..30], message.len(), &message[..200]);
+        assert!(message.contains(&format!("\"{}\"… (5000 characters)", "a".repeat(64))), "{method}: {message}");
+    }
+}
+
 #[test]
 fn a_watch_stream_outlives_the_header_timeout() {
     let dir = tempfile::tempdir().unwrap();

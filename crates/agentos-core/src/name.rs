@@ -2,6 +2,18 @@
 
 use crate::CoreError;
 
+/// How much of a name an error message shows.
+const SHOWN_CHARS: usize = 64;
+
+/// `s` quoted for an error message, cut after 64 characters with the length it had: an error
+/// line about a 5,000-character name stays one readable line.
+pub fn shown(s: &str) -> String {
+    match s.char_indices().nth(SHOWN_CHARS) {
+        None => format!("{s:?}"),
+        Some((cut, _)) => format!("{:?}… ({} characters)", &s[..cut], s.chars().count()),
+    }
+}
+
 /// `[a-z0-9][a-z0-9-]{0,63}`: tool ids and model names.
 pub fn is_valid_id(s: &str) -> bool {
     let b = s.as_bytes();
@@ -18,7 +30,8 @@ pub fn check_tool_id(s: &str) -> Result<(), CoreError> {
         Err(CoreError::bad_input(
             "invalid_id",
             format!(
-                "invalid tool id {s:?}: use 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit (e.g. \"forum-sentinel\")"
+                "invalid tool id {}: use 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit (e.g. \"forum-sentinel\")",
+                shown(s)
             ),
         ))
     }
@@ -31,7 +44,8 @@ pub fn check_model_name(s: &str) -> Result<(), CoreError> {
         Err(CoreError::bad_input(
             "invalid_model",
             format!(
-                "invalid model name {s:?}: use 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit"
+                "invalid model name {}: use 1 to 64 characters of a-z, 0-9 and '-', starting with a letter or digit",
+                shown(s)
             ),
         ))
     }
@@ -50,7 +64,8 @@ pub fn check_capability(s: &str) -> Result<(), CoreError> {
         Err(CoreError::bad_input(
             "invalid_capability",
             format!(
-                "invalid capability {s:?}: use 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
+                "invalid capability {}: use 1 to 64 characters of a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
+                shown(s)
             ),
         ))
     }
@@ -114,6 +129,15 @@ pub fn safe_filename(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_name_is_shown_cut_with_its_length() {
+        assert_eq!(shown("short"), "\"short\"");
+        assert_eq!(shown(&"a".repeat(64)), format!("{:?}", "a".repeat(64)));
+        assert_eq!(shown(&"a".repeat(65)), format!("{:?}… (65 characters)", "a".repeat(64)));
+        // Cut on a character, never inside one.
+        assert_eq!(shown(&"ü".repeat(100)), format!("{:?}… (100 characters)", "ü".repeat(64)));
+    }
 
     #[test]
     fn ids() {

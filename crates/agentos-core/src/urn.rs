@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::CoreError;
+use crate::name::shown;
 
 const PREFIX: &str = "urn:agentos:blob:";
 
@@ -40,15 +41,15 @@ fn valid_ext(s: &str) -> bool {
 impl BlobUrn {
     pub fn new(namespace: &str, sha256: &str, ext: Option<&str>) -> Result<Self, CoreError> {
         if !valid_namespace(namespace) {
-            return Err(bad(format!("namespace {namespace:?} is not valid")));
+            return Err(bad(format!("namespace {} is not valid", shown(namespace))));
         }
         if !valid_sha(sha256) {
-            return Err(bad(format!("{sha256:?} is not a lower-case hex sha256")));
+            return Err(bad(format!("{} is not a lower-case hex sha256", shown(sha256))));
         }
         if let Some(e) = ext
             && !valid_ext(e)
         {
-            return Err(bad(format!("extension {e:?} is not valid")));
+            return Err(bad(format!("extension {} is not valid", shown(e))));
         }
         Ok(BlobUrn { namespace: namespace.to_string(), sha256: sha256.to_string(), ext: ext.map(str::to_string) })
     }
@@ -75,8 +76,8 @@ fn bad(why: String) -> CoreError {
 impl FromStr for BlobUrn {
     type Err = CoreError;
     fn from_str(s: &str) -> Result<Self, CoreError> {
-        let rest = s.strip_prefix(PREFIX).ok_or_else(|| bad(format!("{s:?} does not start with {PREFIX}")))?;
-        let (namespace, last) = rest.rsplit_once('/').ok_or_else(|| bad(format!("{s:?} has no namespace")))?;
+        let rest = s.strip_prefix(PREFIX).ok_or_else(|| bad(format!("{} does not start with {PREFIX}", shown(s))))?;
+        let (namespace, last) = rest.rsplit_once('/').ok_or_else(|| bad(format!("{} has no namespace", shown(s))))?;
         let (sha, ext) = match last.split_once('.') {
             Some((sha, ext)) => (sha, Some(ext)),
             None => (last, None),

@@ -11,7 +11,7 @@ use agentos_core::event::{
     EventBody, EventView, GrantTarget, PrincipalKind, PrincipalRecord, SecretGrant, SecretRecord,
 };
 use agentos_core::flags::{Flag, Flags};
-use agentos_core::name::{check_model_name, check_tool_id, is_valid_id};
+use agentos_core::name::{check_model_name, check_tool_id, is_valid_id, shown};
 use agentos_core::net::valid_credential;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 
@@ -202,7 +202,7 @@ impl Principals<'_> {
         if !valid_credential(name) {
             return Err(CoreError::bad_input(
                 "invalid_name",
-                format!("secret name {name:?}: use A-Z, a-z, 0-9, '_' and '-'"),
+                format!("secret name {}: use A-Z, a-z, 0-9, '_' and '-'", shown(name)),
             )
             .into());
         }

@@ -11,6 +11,7 @@ use agentos_core::event::{EventBody, PrincipalKind, PrincipalRecord};
 use agentos_core::flags::{Flag, Flags};
 use agentos_core::job::{CommandToken, ExecutorResult, ExecutorView, JobResult, LeasedJob, OutputBlob};
 use agentos_core::name::is_valid_id;
+use agentos_core::name::shown;
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 use agentos_store::{BlobStore, JobStore};
@@ -41,7 +42,7 @@ impl LeaseError {
     fn into_error(self, job_id: &str) -> EngineError {
         match self {
             LeaseError::UnknownJob => {
-                CoreError::not_found(format!("no job {job_id:?} is open (it finished, failed, or was never queued)"))
+                CoreError::not_found(format!("no job {} is open (it finished, failed, or was never queued)", shown(job_id)))
                     .into()
             }
             LeaseError::LeaseLost => CoreError::conflict(format!(
@@ -387,7 +388,9 @@ impl Dispatch<'_> {
         let readable = own
             || (principal.flags.has(Flag::Logs) && crate::access::may_use_model(&self.read_state(), principal, &model));
         if state.is_empty() || !readable {
-            return Err(CoreError::not_found(format!("no job {job_id:?} (a job is recorded when it ends)")).into());
+            return Err(
+                CoreError::not_found(format!("no job {} (a job is recorded when it ends)", shown(job_id))).into()
+            );
         }
         Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
     }
