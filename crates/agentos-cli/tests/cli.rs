@@ -183,9 +183,14 @@ fn run_and_executors_from_the_command_line() {
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(v["exitCode"], 7);
     assert_eq!(v["executor"], "w1");
+    // A tool that is not there: 404 before any job is queued, exit 4 as for a shim (it was a
+    // job that failed at hand-out, answered 200, exit 1).
     let r = agentos(&m, &["run", "missing-tool"]);
-    assert_eq!(r.code, 1);
-    assert!(r.stderr.contains("not found"), "{}", r.stderr);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+    assert!(r.stderr.contains("no tool \"missing-tool\"") && r.stderr.contains("HTTP 404"), "{}", r.stderr);
+    let r = agentos(&m, &["run", "greet", "--env", "LD_PRELOAD=/x.so"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
+    assert!(r.stderr.contains("args.env.LD_PRELOAD may not be set") && r.stderr.contains("HTTP 400"), "{}", r.stderr);
     let r = agentos(&m, &["run", "greet", "--input", "{not json"]);
     assert_eq!(r.code, 2, "{}", r.stderr);
     // The tool's own output, which standard output cannot take: the run is reported as failed

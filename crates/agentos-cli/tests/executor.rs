@@ -157,6 +157,8 @@ fn a_job_whose_every_lease_expires_fails_with_the_cause() {
     assert!(err.contains("every lease expired") && err.contains("\"a\""), "{err}");
 }
 
+/// A direct invocation of a tool that is not there is answered 404 before a job is queued; a
+/// net's command naming one ships and fails at hand-out, that command only.
 #[test]
 fn an_unknown_tool_fails_that_command_only() {
     let (_d, m, _e) = setup();
@@ -168,12 +170,30 @@ fn an_unknown_tool_fails_that_command_only() {
     };
     assert_eq!(ok_result(&api.invoke("fine", json!({})))["stdout"], "fine\n");
     let (status, r) = bad.join().unwrap();
-    assert_eq!(status, 200);
-    let err = r["error"].as_str().unwrap();
-    assert!(err.contains("\"no-such-tool\"") && err.contains("\"default\"") && err.contains("not found"), "{err}");
-    let (status, r) = api.invoke("no-such-tool", json!({}));
-    assert_eq!(status, 200);
-    assert!(r["error"].as_str().unwrap().contains("not found"));
+    assert_eq!(status, 404, "{r}");
+    let err = r["error"]["message"].as_str().unwrap();
+    assert!(err.contains("\"no-such-tool\"") && err.contains("\"default\""), "{err}");
+    let (status, v) = api.put(
+        "/api/models/default/net",
+        json!({"places": ["p-cmd", "p-out"], "transitions": [{"id": "run", "kind": "command",
+            "presets": {"c": {"place": "p-cmd"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(api.post("/api/models/default/transitions/run/start", json!({})).0, 200);
+    for tool in ["no-such-tool", "fine"] {
+        let token = json!({"executor": "script", "command": "invoke", "args": {"toolId": tool}});
+        assert_eq!(api.post("/api/models/default/places/p-cmd/tokens", json!({"data": token})).0, 200);
+    }
+    let last_error = || {
+        let (_, net) = api.get("/api/models/default/net");
+        net["transitions"][0]["lastError"].as_str().map(str::to_string)
+    };
+    common::wait_for("the unknown tool's fire to fail", || last_error().is_some());
+    let err = last_error().unwrap();
+    assert!(err.contains("\"no-such-tool\"") && err.contains("not found"), "{err}");
+    common::wait_for("the other command's result", || api.token_data("default", "p-out").len() == 1);
+    // A command's output is its standard output.
+    assert_eq!(api.token_data("default", "p-out"), vec![json!("fine\n")]);
     assert_eq!(ok_result(&api.invoke("fine", json!({})))["stdout"], "fine\n");
 }
 

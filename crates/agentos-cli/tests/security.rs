@@ -858,6 +858,26 @@ fn a_secret_carrying_request_is_not_redirected_to_another_origin() {
     assert!(!other[0].contains(secret), "{other:?}");
 }
 
+/// An invocation of a tool that does not exist is answered 404 without queuing a job, but only
+/// to a caller who may invoke: one without `x` is refused 403 whether the tool exists or not,
+/// and learns nothing of the catalog from the difference.
+#[test]
+fn an_unknown_tool_is_404_to_an_invoker_and_403_to_a_caller_who_may_not_invoke() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    assert_eq!(op.register("real", "sh", "echo ok", Some("default")).0, 200);
+    let (status, v) = op.invoke("no-such-tool", json!({}));
+    assert_eq!((status, v["error"]["code"].as_str()), (404, Some("not_found")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("no tool \"no-such-tool\""), "{v}");
+    assert_eq!(op.get("/api/jobs").1, json!([]), "a job was queued for a tool that is not there");
+    let reader = op.agent("reader", "r");
+    for id in ["real", "no-such-tool"] {
+        let (status, v) = reader.invoke(id, json!({}));
+        assert_eq!(status, 403, "{id}: {v}");
+    }
+}
+
 /// A sealed run ignores a caller-set `BASH_ENV` and `LD_PRELOAD` (a hook that would copy the
 /// secret out never runs), and a script printing its secret base64- and URL-encoded has both
 /// redacted in what is stored.

@@ -210,3 +210,29 @@ pub struct ExecutorView {
     #[serde(default)]
     pub other_jobs: usize,
 }
+
+/// Names a caller's `env` may not set, exactly.
+pub const FORBIDDEN_ENV: [&str; 10] =
+    ["PATH", "HOME", "LANG", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "GLIBC_TUNABLES"];
+
+/// Prefixes of names a caller's `env` may not set.
+pub const FORBIDDEN_ENV_PREFIXES: [&str; 6] = ["LD_", "NODE_", "PYTHON", "BASH_FUNC_", "PERL5", "RUBY"];
+
+/// Refuses a caller's environment variable that would decide what runs rather than what the
+/// script reads: the loader (`LD_PRELOAD`, `GLIBC_TUNABLES`), a runtime's start-up code
+/// (`NODE_OPTIONS`, `PYTHONSTARTUP`, `PERL5OPT`, `RUBYOPT`, `BASH_ENV`, `ENV`, exported bash
+/// functions), the shell's parsing (`IFS`, `SHELLOPTS`, `PS4`), or what the executor itself sets
+/// (`PATH`, `HOME`, `LANG`). Such a job fails with the variable named rather than running with
+/// it dropped: a script that silently runs without what its caller asked for does something
+/// nobody asked for, and the caller learns of the refusal only from an error. The master checks
+/// a direct invocation's names with it before the job is queued; every executor checks again.
+pub fn check_env_name(name: &str) -> Result<(), String> {
+    if FORBIDDEN_ENV.contains(&name) || FORBIDDEN_ENV_PREFIXES.iter().any(|p| name.starts_with(p)) {
+        return Err(format!(
+            "args.env.{name} may not be set by a caller: it changes how the loader, the runtime or the shell starts, or is set by the executor (refused: {}, and names starting with {})",
+            FORBIDDEN_ENV.join(", "),
+            FORBIDDEN_ENV_PREFIXES.join(", ")
+        ));
+    }
+    Ok(())
+}

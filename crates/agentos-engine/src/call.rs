@@ -41,8 +41,8 @@ struct Resolved {
 
 impl Dispatch<'_> {
     /// Resolves `id` for `p` in `model` (its home model when absent), local first. An id that
-    /// resolves to nothing goes to the script binder, whose job fails at the executor with the
-    /// reason, like any fire.
+    /// resolves to nothing goes to the script binder, which checks the caller's flags first and
+    /// then answers 404, so that a caller who may not invoke learns nothing of what exists.
     fn resolve_call(&self, p: &Principal, id: &str, model: Option<&str>) -> Result<Resolved, EngineError> {
         check_tool_id(id)?;
         let model = model.map(str::to_string).unwrap_or_else(|| p.home_model.clone());

@@ -45,31 +45,6 @@ impl Default for JobLimits {
     }
 }
 
-/// Names a caller's `env` may not set, exactly.
-const FORBIDDEN_ENV: [&str; 10] =
-    ["PATH", "HOME", "LANG", "BASH_ENV", "ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS4", "GLIBC_TUNABLES"];
-
-/// Prefixes of names a caller's `env` may not set.
-const FORBIDDEN_ENV_PREFIXES: [&str; 6] = ["LD_", "NODE_", "PYTHON", "BASH_FUNC_", "PERL5", "RUBY"];
-
-/// Refuses a caller's environment variable that would decide what runs rather than what the
-/// script reads: the loader (`LD_PRELOAD`, `GLIBC_TUNABLES`), a runtime's start-up code
-/// (`NODE_OPTIONS`, `PYTHONSTARTUP`, `PERL5OPT`, `RUBYOPT`, `BASH_ENV`, `ENV`, exported bash
-/// functions), the shell's parsing (`IFS`, `SHELLOPTS`, `PS4`), or what the executor itself sets
-/// (`PATH`, `HOME`, `LANG`). Such a job fails with the variable named rather than running with
-/// it dropped: a script that silently runs without what its caller asked for does something
-/// nobody asked for, and the caller learns of the refusal only from an error.
-fn check_env_name(name: &str) -> Result<(), String> {
-    if FORBIDDEN_ENV.contains(&name) || FORBIDDEN_ENV_PREFIXES.iter().any(|p| name.starts_with(p)) {
-        return Err(format!(
-            "args.env.{name} may not be set by a caller: it changes how the loader, the runtime or the shell starts, or is set by the executor (refused: {}, and names starting with {})",
-            FORBIDDEN_ENV.join(", "),
-            FORBIDDEN_ENV_PREFIXES.join(", ")
-        ));
-    }
-    Ok(())
-}
-
 /// The line added to a job's stderr when a process the script left running held its output
 /// open past the drain (`runner::DRAIN_AFTER_EXIT`): its output is what was read until then.
 pub const PIPES_LEFT_OPEN: &str = "\nagentos: the script exited but a process it started still held stdout or stderr open; the output read until then is kept\n";
@@ -142,7 +117,7 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("args.env must be an object of strings".into()),
     };
-    env.keys().try_for_each(|k| check_env_name(k))?;
+    env.keys().try_for_each(|k| agentos_core::job::check_env_name(k))?;
     let input = match args.get("input") {
         None | Some(Value::Null) => None,
         Some(v) => Some(serde_json::to_vec(v).map_err(|e| e.to_string())?),

@@ -270,19 +270,29 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
     }
     for k in req.env.keys() {
         if k.is_empty() || k.contains('=') || k.contains('\0') {
-            return Err(
-                CoreError::bad_input("invalid_env", format!("environment variable name {k:?} is not valid")).into()
-            );
+            return Err(CoreError::bad_input(
+                "invalid_env",
+                format!("environment variable name {} is not valid", agentos_core::name::shown(k)),
+            )
+            .into());
         }
+        agentos_core::job::check_env_name(k).map_err(|why| CoreError::bad_input("invalid_env", why))?;
     }
-    // The caller must be able to see the tool. One it cannot resolve ships anyway and fails at
-    // the executor with the reason, like any fire.
-    if let Some(e) = &entry {
+    // The caller must be able to see the tool, and it must be there now: an invocation of a
+    // tool that is not is answered 404 before a job is queued (a net's command still ships and
+    // fails at hand-out with the reason, like any fire).
+    let unknown = || -> EngineError {
+        CoreError::not_found(format!(
+            "no tool {} in model {model:?} nor in the global catalog (see `agentos list-tools`)",
+            agentos_core::name::shown(id)
+        ))
+        .into()
+    };
+    let Some(e) = &entry else { return Err(unknown()) };
+    {
         let kind = e.entry.binding.kind();
         if !kind.visible_to(principal.flags) {
-            return Err(
-                CoreError::not_found(format!("no tool {id:?} in model {model:?} nor in the global catalog")).into()
-            );
+            return Err(unknown());
         }
         if kind != BindingKind::Script {
             return Err(CoreError::bad_input(
