@@ -346,6 +346,19 @@ fn listen_address(v: &str) -> Result<String, String> {
     Ok(v.to_string())
 }
 
+/// `--path`: absolute folders only. A relative entry (or an empty one, which means `.`) would be
+/// looked up in each job's own folder, where the job's files are, not where runtimes are.
+fn script_path(v: &str) -> Result<String, String> {
+    for entry in v.split(':') {
+        if !entry.starts_with('/') {
+            return Err(format!(
+                "{entry:?} is not an absolute folder; use absolute folders separated by ':', e.g. /usr/local/bin:/usr/bin:/bin"
+            ));
+        }
+    }
+    Ok(v.to_string())
+}
+
 /// Jobs an executor runs at once: at least one, and at most 1024, each slot being a request
 /// held open at the master (a mistyped `--concurrency 1000000` took gigabytes before it polled).
 fn slots() -> clap::builder::RangedU64ValueParser<usize> {
@@ -383,8 +396,8 @@ pub struct ExecutorArgs {
     /// Bytes of stdout and of stderr kept per job (at least 1).
     #[arg(long, default_value_t = 16 * 1024 * 1024, value_parser = at_least_one::<usize>)]
     pub max_output_bytes: usize,
-    /// PATH given to scripts, also where runtimes are found.
-    #[arg(long, default_value = "/usr/local/bin:/usr/bin:/bin")]
+    /// PATH given to scripts, also where runtimes are found: absolute folders, colon-separated.
+    #[arg(long, default_value = "/usr/local/bin:/usr/bin:/bin", value_parser = script_path)]
     pub path: String,
     /// On SIGTERM, how long running jobs may finish before they are killed and handed back, in ms.
     #[arg(long, default_value_t = 30_000)]

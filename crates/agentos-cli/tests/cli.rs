@@ -461,7 +461,7 @@ fn an_executor_refuses_at_start_a_master_address_that_names_no_master() {
 #[test]
 fn an_executor_refuses_at_start_options_that_could_never_work() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--concurrency", "0"], "0 is not in 1..=1024"),
         (&["--concurrency", "1000000"], "1000000 is not in 1..=1024"),
         (&["--default-timeout-ms", "0"], "use 1 or more"),
@@ -469,6 +469,8 @@ fn an_executor_refuses_at_start_options_that_could_never_work() {
         (&["--default-timeout-ms", "60000", "--max-timeout-ms", "1000"], "is above --max-timeout-ms 1000"),
         (&["--max-output-bytes", "0"], "use 1 or more"),
         (&["--run-as", "no-such-user"], "use nobody, current, or UID:GID"),
+        (&["--path", "/usr/bin:bin"], "\"bin\" is not an absolute folder"),
+        (&["--path", "/usr/bin::/bin"], "\"\" is not an absolute folder"),
     ];
     for (options, why) in cases {
         let workspace = dir.path().join("ws");
