@@ -263,16 +263,25 @@ impl Principals<'_> {
     /// may have been deleted from the store since). The store's part is built once per change of
     /// the store, not once per answer: with ten secrets a build costs about a millisecond.
     pub(crate) fn redactor(&self, extra: &[String]) -> Arc<Redactor> {
-        let key: Vec<(String, String)> =
-            self.read_state().secrets.iter().map(|(n, (rec, _))| (n.clone(), rec.nonce.clone())).collect();
         let cache = &self.inner.principals.redactor;
         let cached = {
+            let st = self.read_state();
             let held = cache.lock().unwrap_or_else(|e| e.into_inner());
-            held.as_ref().filter(|c| c.key == key).cloned()
+            held.as_ref()
+                .filter(|c| {
+                    c.key.len() == st.secrets.len()
+                        && c.key
+                            .iter()
+                            .zip(&st.secrets)
+                            .all(|((n, nonce), (name, (rec, _)))| n == name && *nonce == rec.nonce)
+                })
+                .cloned()
         };
         let store = match cached {
             Some(c) => c,
             None => {
+                let key: Vec<(String, String)> =
+                    self.read_state().secrets.iter().map(|(n, (rec, _))| (n.clone(), rec.nonce.clone())).collect();
                 let values = self.secret_values();
                 let built = Arc::new(CachedRedactor { redactor: Arc::new(Redactor::new(&values)), key, values });
                 *cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(built.clone());
