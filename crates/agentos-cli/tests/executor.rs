@@ -184,12 +184,13 @@ fn an_unknown_tool_fails_that_command_only() {
         let token = json!({"executor": "script", "command": "invoke", "args": {"toolId": tool}});
         assert_eq!(api.post("/api/models/default/places/p-cmd/tokens", json!({"data": token})).0, 200);
     }
-    let last_error = || {
-        let (_, net) = api.get("/api/models/default/net");
-        net["transitions"][0]["lastError"].as_str().map(str::to_string)
-    };
-    common::wait_for("the unknown tool's fire to fail", || last_error().is_some());
-    let err = last_error().unwrap();
+    // The failed fire parks its token with the reason; `lastError` would not do here, as the
+    // other command's fire clears it when it completes.
+    let parked = || api.get("/api/models/default/parked").1.as_array().cloned().unwrap_or_default();
+    common::wait_for("the unknown tool's token to park", || !parked().is_empty());
+    let parked = parked();
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    let err = parked[0]["reason"].as_str().unwrap();
     assert!(err.contains("\"no-such-tool\"") && err.contains("not found"), "{err}");
     common::wait_for("the other command's result", || api.token_data("default", "p-out").len() == 1);
     // A command's output is its standard output.
