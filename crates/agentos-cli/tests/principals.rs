@@ -364,8 +364,9 @@ fn a_script_echoing_a_secret_reversed_or_upper_cased_is_redacted_and_a_new_value
     let m = Master::start(&dir.path().join("master"));
     let op = m.client();
     let _e = common::Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
-    // The script prints its input's `v` as it is, upper-cased, reversed and one letter per space.
-    let script = r#"v=$(sed 's/.*"v":"\([^"]*\)".*/\1/'); echo "plain=$v upper=$(echo "$v" | tr a-z A-Z) rev=$(echo "$v" | rev) spaced=$(echo "$v" | sed 's/./& /g')""#;
+    // The script prints its input's `v` as it is, upper-cased, reversed, one letter per space
+    // and in base32 (the last character and the padding hold bits past the value's own).
+    let script = r#"v=$(sed 's/.*"v":"\([^"]*\)".*/\1/'); echo "plain=$v upper=$(echo "$v" | tr a-z A-Z) rev=$(echo "$v" | rev) spaced=$(echo "$v" | sed 's/./& /g') b32=$(printf %s "$v" | base32)""#;
     assert_eq!(op.register("echo-v", "sh", script, None).0, 200);
     let echo = |v: &str| {
         let (status, r) = op.invoke("echo-v", json!({"input": {"v": v}}));
@@ -374,13 +375,13 @@ fn a_script_echoing_a_secret_reversed_or_upper_cased_is_redacted_and_a_new_value
     };
     assert_eq!(
         echo("first-value-1"),
-        "plain=first-value-1 upper=FIRST-VALUE-1 rev=1-eulav-tsrif spaced=f i r s t - v a l u e - 1 \n"
+        "plain=first-value-1 upper=FIRST-VALUE-1 rev=1-eulav-tsrif spaced=f i r s t - v a l u e - 1  b32=MZUXE43UFV3GC3DVMUWTC===\n"
     );
     assert_eq!(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": "first-value-1"}))).0, 200);
-    assert_eq!(echo("first-value-1"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted] \n");
+    assert_eq!(echo("first-value-1"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted]  b32=[redacted]C===\n");
     // A new value: redacted from the next answer on, and the old one is ordinary text again.
     assert_eq!(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": "second-value-2"}))).0, 200);
-    assert_eq!(echo("second-value-2"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted] \n");
+    assert_eq!(echo("second-value-2"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted]  b32=[redacted]Q=\n");
     assert!(echo("first-value-1").starts_with("plain=first-value-1 "));
     // A second secret set later joins the first.
     assert_eq!(op.request("PUT", "/api/secrets/OTHER_KEY", Some(json!({"value": "third-value-3"}))).0, 200);

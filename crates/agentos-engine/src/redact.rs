@@ -1,5 +1,5 @@
 //! Redaction: every form a secret's value can take in what a tool, a server or a script answers
-//! (raw, JSON-escaped, URL-encoded, base64 at any alignment, hex; in any ASCII letter case,
+//! (raw, JSON-escaped, URL-encoded, base64 and base32 at any alignment, hex; in any ASCII letter case,
 //! reversed, or one character per separator) is replaced by `[redacted]`, in JSON values
 //! (walked, keys included), text and bytes, before anything is recorded.
 //!
@@ -160,8 +160,40 @@ fn encodings(secret: &str) -> Vec<Vec<u8>> {
             out.push(url_safe(core).into_bytes());
         }
     }
+    // base32 (`base32`, TOTP keys), likewise: each of the five alignments, the characters
+    // that depend on the secret's bytes alone (letter case is ignored by the matcher).
+    for filler in 0..5usize {
+        let mut buf = vec![0u8; filler];
+        buf.extend_from_slice(raw);
+        let enc = base32(&buf);
+        let first = (8 * filler).div_ceil(5);
+        let end = (8 * buf.len()) / 5;
+        if end > first && end - first >= MIN_CORE {
+            out.push(enc[first..end].as_bytes().to_vec());
+        }
+    }
     out.push(hex::encode(raw).into_bytes());
     out.push(hex::encode_upper(raw).into_bytes());
+    out
+}
+
+/// RFC 4648 base32 without padding: character `i` holds bits `5i..5i+5` of `raw`.
+fn base32(raw: &[u8]) -> String {
+    const ALPHABET: &[u8; 32] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+    let mut out = String::with_capacity((raw.len() * 8).div_ceil(5));
+    let (mut acc, mut bits) = (0u16, 0u32);
+    for &b in raw {
+        acc = (acc << 8) | u16::from(b);
+        bits += 8;
+        while bits >= 5 {
+            bits -= 5;
+            out.push(char::from(ALPHABET[usize::from((acc >> bits) & 31)]));
+        }
+        acc &= (1 << bits) - 1;
+    }
+    if bits > 0 {
+        out.push(char::from(ALPHABET[usize::from((acc << (5 - bits)) & 31)]));
+    }
     out
 }
 
@@ -304,6 +336,12 @@ mod tests {
             // Hex, both cases.
             ("hexsecret", text("6865787365637265740a"), text("[redacted]0a")),
             ("??>>secret<<??", text("x=3F3F3E3E7365637265743C3C3F3F."), text("x=[redacted].")),
+            // base32, whole (`base32`, lower case too), and after a prefix of each length modulo 5.
+            ("Sup3r-s3cret/V4lue+x", text("KN2XAM3SFVZTGY3SMV2C6VRUNR2WKK3Y"), text("[redacted]")),
+            ("Sup3r-s3cret/V4lue+x", text("kn2xam3sfvztgy3smv2c6vrunr2wkk3y"), text("[redacted]")),
+            ("hunter2-secret", text("NB2W45DFOIZC243FMNZGK5AK"), text("[redacted]AK")),
+            ("hunter2-secret", text("PA5GQ5LOORSXEMRNONSWG4TFOQ======"), text("PA5G[redacted]Q======")),
+            ("hunter2-secret", text("OVZWK4R2NB2W45DFOIZC243FMNZGK5A="), text("OVZWK4R2[redacted]A=")),
             // Key names and nested arrays.
             (
                 "key-secret-99",
@@ -336,6 +374,21 @@ mod tests {
         ];
         for (secret, input, expected) in cases {
             check(secret, input, expected);
+        }
+    }
+
+    #[test]
+    fn base32_is_rfc_4648() {
+        for (raw, enc) in [
+            ("", ""),
+            ("f", "MY"),
+            ("fo", "MZXQ"),
+            ("foo", "MZXW6"),
+            ("foob", "MZXW6YQ"),
+            ("fooba", "MZXW6YTB"),
+            ("foobar", "MZXW6YTBOI"),
+        ] {
+            assert_eq!(base32(raw.as_bytes()), enc, "{raw:?}");
         }
     }
 
