@@ -378,10 +378,16 @@ fn a_script_echoing_a_secret_reversed_or_upper_cased_is_redacted_and_a_new_value
         "plain=first-value-1 upper=FIRST-VALUE-1 rev=1-eulav-tsrif spaced=f i r s t - v a l u e - 1  b32=MZUXE43UFV3GC3DVMUWTC===\n"
     );
     assert_eq!(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": "first-value-1"}))).0, 200);
-    assert_eq!(echo("first-value-1"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted]  b32=[redacted]C===\n");
+    assert_eq!(
+        echo("first-value-1"),
+        "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted]  b32=[redacted]C===\n"
+    );
     // A new value: redacted from the next answer on, and the old one is ordinary text again.
     assert_eq!(op.request("PUT", "/api/secrets/API_KEY", Some(json!({"value": "second-value-2"}))).0, 200);
-    assert_eq!(echo("second-value-2"), "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted]  b32=[redacted]Q=\n");
+    assert_eq!(
+        echo("second-value-2"),
+        "plain=[redacted] upper=[redacted] rev=[redacted] spaced=[redacted]  b32=[redacted]Q=\n"
+    );
     assert!(echo("first-value-1").starts_with("plain=first-value-1 "));
     // A second secret set later joins the first.
     assert_eq!(op.request("PUT", "/api/secrets/OTHER_KEY", Some(json!({"value": "third-value-3"}))).0, 200);

@@ -169,7 +169,7 @@ fn encodings(secret: &str) -> Vec<Vec<u8>> {
         let first = (8 * filler).div_ceil(5);
         let end = (8 * buf.len()) / 5;
         if end > first && end - first >= MIN_CORE {
-            out.push(enc[first..end].as_bytes().to_vec());
+            out.push(enc.as_bytes()[first..end].to_vec());
         }
     }
     out.push(hex::encode(raw).into_bytes());
