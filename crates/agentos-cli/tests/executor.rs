@@ -138,6 +138,32 @@ fn an_executor_killed_mid_job_loses_nothing_and_one_result_is_recorded() {
     assert_eq!(job["results"].as_array().unwrap().len(), 1, "{job}");
 }
 
+/// An executor killed mid-job and started again on its workspace hands the job back at once:
+/// the lease (a minute here) would otherwise hold it past the caller's wait.
+#[test]
+fn an_executor_restarted_on_its_workspace_hands_back_the_job_its_killed_predecessor_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "60000"]);
+    let api = m.client();
+    let workspace = dir.path().join("a");
+    let mut a = Executor::start(&m, &workspace, "a", &[]);
+    api.register("slow", "sh", "sleep 2; echo finished", None);
+    let caller = {
+        let api = api.clone();
+        // Waits 5 s plus the master's queue grace (30 s): less than the lease.
+        std::thread::spawn(move || api.invoke("slow", json!({"timeoutMs": 5000})))
+    };
+    wait_for("executor a to take the job", || api.get("/api/executors").1[0]["state"] == "busy");
+    a.kill9();
+    let _a = Executor::start(&m, &workspace, "a", &[]);
+    let (status, r) = caller.join().unwrap();
+    assert_eq!(status, 200, "{r}");
+    assert_eq!((r["stdout"].as_str(), r["attempt"].as_u64()), (Some("finished\n"), Some(2)), "{r}");
+    let (status, job) = api.get(&format!("/api/jobs/{}", r["jobId"].as_str().unwrap()));
+    assert_eq!(status, 200, "{job}");
+    assert_eq!(job["results"].as_array().unwrap().len(), 1, "{job}");
+}
+
 #[test]
 fn a_job_whose_every_lease_expires_fails_with_the_cause() {
     let dir = tempfile::tempdir().unwrap();

@@ -320,6 +320,16 @@ fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_anothe
     assert_eq!(status, 200, "{v}");
     let real = json!({"leaseId": lease, "exitCode": 0, "signal": null, "stdoutBase64": b64("from a\n"),
         "stderrBase64": "", "durationMs": 1});
+    // An instance id that is not 16 lower-case hex characters is refused before anything is
+    // taken: the result is still A's to post.
+    for (path, body) in [
+        (format!("/api/executor/jobs/{job_id}/result?next=true&instance=NOT-HEX"), real.clone()),
+        ("/api/executor/poll".to_string(), json!({"waitMs": 100, "instance": "0123456789ABCDEF"})),
+        ("/api/executor/poll".to_string(), json!({"waitMs": 100, "replaces": "0123"})),
+    ] {
+        let resp = a.post(&path, body);
+        assert_eq!(common::error_code(&resp, 400), "invalid_instance", "{path}: {resp:?}");
+    }
     let (status, v) = a.post(&format!("/api/executor/jobs/{job_id}/result"), real);
     assert_eq!(status, 200, "{v}");
     let (status, r) = invocation.join().unwrap();

@@ -401,6 +401,43 @@ fn a_job_queued_through_one_master_runs_through_another_and_an_executor_moves_to
     assert_eq!(finished, "1");
 }
 
+/// An executor killed mid-job and started again on its workspace, polling another master, has
+/// its predecessor's lease in the shared queue ended at once: the job runs again, through b,
+/// long before the lease (a minute) would have run out.
+#[test]
+fn a_restarted_executor_hands_back_its_killed_predecessors_job_in_the_shared_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let lease = ["--lease-ms", "60000"];
+    let a = shared.master_with(&dir.path().join("a"), None, &lease);
+    let b = shared.master_with(&dir.path().join("b"), Some(&a), &lease);
+    let (status, v, _) = register(&a, "slow", "sleep 2; echo finished");
+    assert_eq!(status, 200, "{v}");
+    let workspace = dir.path().join("executor");
+    let mut e = Executor::start_args(&a, &workspace, "e1", &[], &["--master", &a.url]);
+    let caller = {
+        let a_url = a.url.clone();
+        let token = a.token.clone();
+        std::thread::spawn(move || {
+            let resp = common::http()
+                .post(format!("{a_url}/api/tools/slow/invoke"))
+                .bearer_auth(token)
+                .json(&json!({"timeoutMs": 5000}))
+                .send()
+                .expect("request");
+            (resp.status().as_u16(), resp.json::<Value>().unwrap_or_default())
+        })
+    };
+    common::wait_for("e1 to take the job", || {
+        psql(&shared.storage.database, "SELECT count(*) FROM agentos_jobs WHERE executor = 'e1'") == "1"
+    });
+    e.kill9();
+    let _e = Executor::start_args(&a, &workspace, "e1", &[], &["--master", &b.url]);
+    let (status, r) = caller.join().unwrap();
+    assert_eq!(status, 200, "{r}");
+    assert_eq!((r["stdout"].as_str(), r["attempt"].as_u64()), (Some("finished\n"), Some(2)), "{r}");
+}
+
 /// What one load thread saw: the values whose request was acknowledged, and every answer of
 /// the survivor that was not.
 #[derive(Default)]

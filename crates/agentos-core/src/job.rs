@@ -95,6 +95,12 @@ pub struct PollRequest {
     /// How long the master may hold the request open waiting for work, at most 60 000.
     #[serde(default)]
     pub wait_ms: Option<u64>,
+    /// The executor process's id (16 lower-case hex characters): its lease ids start with it.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// The instance id of a process of this executor that died on the same workspace.
+    #[serde(default)]
+    pub replaces: Option<String>,
 }
 
 /// The lease an executor holds on a job, named to renew it or hand the job back.

@@ -77,6 +77,21 @@ fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, Engin
     }
 }
 
+/// An executor process's instance id as sent, checked: 16 lower-case hex characters.
+pub fn checked_instance<'a>(field: &str, id: Option<&'a str>) -> Result<Option<&'a str>, EngineError> {
+    match id {
+        Some(i) if !crate::jobs::is_valid_instance(i) => Err(CoreError::bad_input(
+            "invalid_instance",
+            format!(
+                "{field} {}: an executor's instance id is 16 lower-case hex characters",
+                agentos_core::name::shown(i)
+            ),
+        )
+        .into()),
+        other => Ok(other),
+    }
+}
+
 impl Dispatch<'_> {
     /// Creates (or rotates) an executor credential. Operator only. Returns the token.
     pub async fn create_executor_token(&self, principal: &Principal, name: &str) -> Result<String, EngineError> {
@@ -138,14 +153,35 @@ impl Dispatch<'_> {
     }
 
     /// Long poll for an executor: the next job, resolved and verified now, or `None` after `wait`.
+    /// Long poll of an executor. `instance` is the id of the executor's process (its lease ids
+    /// then start with it); `replaces`, that of a process of the same executor that died on the
+    /// same workspace: its leases end now, and their jobs go back to the queue (or fail after
+    /// their last attempt) at once rather than when the leases would have run out.
     pub async fn poll_job(
         &self,
         principal: &Principal,
         name: Option<&str>,
+        instance: Option<&str>,
+        replaces: Option<&str>,
         wait: Duration,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        match self.inner.dispatch.jobs.poll(&executor, wait).await? {
+        let instance = checked_instance("instance", instance)?;
+        if let Some(old) = checked_instance("replaces", replaces)? {
+            if Some(old) == instance {
+                return Err(CoreError::bad_input(
+                    "invalid_instance",
+                    "replaces names this process's own instance id: name the one of a process that died",
+                )
+                .into());
+            }
+            let ended = self.inner.dispatch.jobs.expire_instance(&executor, old).await?;
+            if ended > 0 {
+                tracing::warn!(executor = %executor, instance = %old, jobs = ended, "an executor process died holding jobs: their leases end now");
+                self.reap_jobs().await;
+            }
+        }
+        match self.inner.dispatch.jobs.poll(&executor, instance, wait).await? {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }
@@ -157,9 +193,11 @@ impl Dispatch<'_> {
         &self,
         principal: &Principal,
         name: Option<&str>,
+        instance: Option<&str>,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        match self.inner.dispatch.jobs.take_now(&executor).await? {
+        let instance = checked_instance("instance", instance)?;
+        match self.inner.dispatch.jobs.take_now(&executor, instance).await? {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }

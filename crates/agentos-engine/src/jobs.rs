@@ -130,11 +130,22 @@ pub enum LeaseError {
     Storage(String),
 }
 
-/// A fresh lease id: 128 random bits as 32 hex characters.
-pub(crate) fn new_lease_id() -> Result<String, getrandom::Error> {
+/// A fresh lease id: 128 random bits as 32 hex characters, after the taking executor process's
+/// instance id and a `-` when it sent one (so that its successor can have them expired at once,
+/// [`JobQueue::expire_instance`]).
+pub(crate) fn new_lease_id(instance: Option<&str>) -> Result<String, getrandom::Error> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)?;
-    Ok(hex::encode(bytes))
+    Ok(match instance {
+        Some(i) => format!("{i}-{}", hex::encode(bytes)),
+        None => hex::encode(bytes),
+    })
+}
+
+/// An executor process's instance id: 16 lower-case hex characters (64 random bits it draws
+/// at start). Lease ids carry it, and its successor on the same workspace names it.
+pub fn is_valid_instance(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 /// Whether `executor` holds `job` under `lease_id`. A wrong lease id is a lost lease (the holder
@@ -258,15 +269,15 @@ impl MemoryQueue {
     }
 
     /// A job if one is queued right now, without waiting.
-    pub fn take_now(&self, executor: &str) -> Option<Handout> {
+    pub fn take_now(&self, executor: &str, instance: Option<&str>) -> Option<Handout> {
         self.touch(executor, 0);
-        self.try_take(executor)
+        self.try_take(executor, instance)
     }
 
-    fn try_take(&self, executor: &str) -> Option<Handout> {
+    fn try_take(&self, executor: &str, instance: Option<&str>) -> Option<Handout> {
         // Drawn before the lock, so the critical section stays short. Without randomness no job is
         // handed out (a guessable lease would let any executor finish it); the job stays queued.
-        let lease_id = match new_lease_id() {
+        let lease_id = match new_lease_id(instance) {
             Ok(id) => id,
             Err(e) => {
                 tracing::error!(error = %e, "no randomness for a lease id: no job handed out");
@@ -318,7 +329,7 @@ impl MemoryQueue {
     }
 
     /// Long poll: a job as soon as one is queued, or `None` after `wait`.
-    pub async fn poll(&self, executor: &str, wait: Duration) -> Option<Handout> {
+    pub async fn poll(&self, executor: &str, instance: Option<&str>, wait: Duration) -> Option<Handout> {
         self.touch(executor, 1);
         let _done = PollGuard { queue: self, executor };
         let deadline = Instant::now() + wait;
@@ -327,7 +338,7 @@ impl MemoryQueue {
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(h) = self.try_take(executor) {
+            if let Some(h) = self.try_take(executor, instance) {
                 return Some(h);
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
@@ -381,6 +392,23 @@ impl MemoryQueue {
             secrets: std::mem::take(&mut job.secrets),
             invoker: job.invoker.take(),
         })
+    }
+
+    /// Ends now every lease `executor` took through its process `instance` (one that died: its
+    /// successor on the same workspace says so), so that the next [`MemoryQueue::reap`] deals
+    /// with those jobs as with any expired lease. Answers how many.
+    pub fn expire_instance(&self, executor: &str, instance: &str) -> usize {
+        let prefix = format!("{instance}-");
+        let now = Instant::now();
+        let mut q = self.lock();
+        let mut n = 0;
+        for l in q.jobs.values_mut().filter_map(|j| j.lease.as_mut()) {
+            if l.executor == executor && l.id.starts_with(&prefix) {
+                l.expires = now;
+                n += 1;
+            }
+        }
+        n
     }
 
     /// Puts jobs whose lease expired back in the queue, or fails them after the last attempt.
@@ -618,17 +646,37 @@ impl JobQueue {
         }
     }
 
-    pub async fn take_now(&self, executor: &str) -> Result<Option<Handout>, crate::EngineError> {
+    /// A job if one is queued right now; `instance` is the taking executor process's id.
+    pub async fn take_now(
+        &self,
+        executor: &str,
+        instance: Option<&str>,
+    ) -> Result<Option<Handout>, crate::EngineError> {
         match self {
-            JobQueue::Memory(q) => Ok(q.take_now(executor)),
-            JobQueue::Shared(q, _) => q.take_now(executor).await.map_err(store_lease_error),
+            JobQueue::Memory(q) => Ok(q.take_now(executor, instance)),
+            JobQueue::Shared(q, _) => q.take_now(executor, instance).await.map_err(store_lease_error),
         }
     }
 
-    pub async fn poll(&self, executor: &str, wait: Duration) -> Result<Option<Handout>, crate::EngineError> {
+    pub async fn poll(
+        &self,
+        executor: &str,
+        instance: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<Handout>, crate::EngineError> {
         match self {
-            JobQueue::Memory(q) => Ok(q.poll(executor, wait).await),
-            JobQueue::Shared(q, _) => q.poll(executor, wait).await.map_err(store_lease_error),
+            JobQueue::Memory(q) => Ok(q.poll(executor, instance, wait).await),
+            JobQueue::Shared(q, _) => q.poll(executor, instance, wait).await.map_err(store_lease_error),
+        }
+    }
+
+    /// Ends now the leases `executor` took through its process `instance`, which died (its
+    /// successor says so): the next reap requeues those jobs (or fails them after their last
+    /// attempt) instead of waiting out the lease. Answers how many.
+    pub async fn expire_instance(&self, executor: &str, instance: &str) -> Result<usize, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.expire_instance(executor, instance)),
+            JobQueue::Shared(q, _) => q.expire_instance(executor, instance).await.map_err(store_lease_error),
         }
     }
 
@@ -765,28 +813,28 @@ mod tests {
     async fn a_waiting_poll_is_answered_the_moment_a_job_is_queued() {
         let q = std::sync::Arc::new(queue());
         let q2 = q.clone();
-        let poller = tokio::spawn(async move { q2.poll("e1", Duration::from_secs(30)).await });
+        let poller = tokio::spawn(async move { q2.poll("e1", None, Duration::from_secs(30)).await });
         tokio::task::yield_now().await;
         let start = Instant::now();
         let (id, _rx) = q.enqueue("default".into(), token());
         let h = poller.await.unwrap().expect("a job");
         assert_eq!(h.job_id, id);
         assert_eq!(start.elapsed(), Duration::ZERO, "no time passed: nobody slept");
-        assert!(q.poll("e1", Duration::from_secs(5)).await.is_none());
+        assert!(q.poll("e1", None, Duration::from_secs(5)).await.is_none());
     }
 
     #[tokio::test(start_paused = true)]
     async fn an_expired_lease_requeues_then_fails_after_the_last_attempt() {
         let q = queue();
         let (id, rx) = q.enqueue("default".into(), token());
-        let first = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        let first = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
         tokio::time::advance(Duration::from_secs(5)).await;
         assert_eq!(q.heartbeat("e1", &id, &first.lease_id), Ok(Duration::from_secs(10)));
         tokio::time::advance(Duration::from_secs(9)).await;
         assert!(q.reap().is_empty(), "the heartbeat renewed the lease");
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(q.reap().is_empty());
-        let second = q.poll("e2", Duration::from_secs(1)).await.unwrap();
+        let second = q.poll("e2", None, Duration::from_secs(1)).await.unwrap();
         assert_eq!(second.attempt, 2);
         // The first holder's result is refused: exactly one result per job.
         assert_eq!(q.complete("e1", &id, &first.lease_id).unwrap_err(), LeaseError::LeaseLost);
@@ -799,14 +847,40 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn the_leases_of_a_dead_instance_end_at_once_and_only_those() {
+        let q = queue();
+        let (a, _ra) = q.enqueue("default".into(), token());
+        let (b, _rb) = q.enqueue("default".into(), token());
+        let (c, _rc) = q.enqueue("default".into(), token());
+        let dead = q.poll("e1", Some("00000000000000aa"), Duration::from_secs(1)).await.unwrap();
+        assert!(dead.lease_id.starts_with("00000000000000aa-") && dead.lease_id.len() == 17 + 32, "{}", dead.lease_id);
+        let live = q.poll("e1", Some("00000000000000bb"), Duration::from_secs(1)).await.unwrap();
+        // Another executor's process that happens to carry the same instance id keeps its lease.
+        let other = q.poll("e2", Some("00000000000000aa"), Duration::from_secs(1)).await.unwrap();
+        assert_eq!(
+            (dead.job_id.as_str(), live.job_id.as_str(), other.job_id.as_str()),
+            (a.as_str(), b.as_str(), c.as_str())
+        );
+        assert_eq!(q.expire_instance("e1", "00000000000000aa"), 1);
+        // No time passed: the ended lease is reaped now, and its job handed out again.
+        assert!(q.reap().is_empty());
+        let again = q.poll("e1", Some("00000000000000cc"), Duration::from_secs(1)).await.unwrap();
+        assert_eq!((again.job_id.as_str(), again.attempt), (a.as_str(), 2));
+        assert_eq!(q.complete("e1", &a, &dead.lease_id).unwrap_err(), LeaseError::LeaseLost);
+        assert!(q.heartbeat("e1", &b, &live.lease_id).is_ok());
+        assert!(q.heartbeat("e2", &c, &other.lease_id).is_ok());
+        assert_eq!(q.expire_instance("e1", "00000000000000aa"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn released_jobs_go_first_and_executors_are_visible() {
         let q = queue();
         let (a, _ra) = q.enqueue("default".into(), token());
         let (_b, _rb) = q.enqueue("default".into(), token());
-        let h = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        let h = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
         assert_eq!(q.executors()[0].state, "busy");
         q.release("e1", &a, &h.lease_id).unwrap();
-        let again = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        let again = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
         assert_eq!((again.job_id.as_str(), again.attempt), (a.as_str(), 1));
         assert!(q.complete("e1", &a, &again.lease_id).is_ok());
         tokio::time::advance(Duration::from_secs(61)).await;
@@ -817,7 +891,7 @@ mod tests {
     async fn another_executor_cannot_heartbeat_release_or_finish_a_job_even_with_its_lease_id() {
         let q = queue();
         let (id, mut rx) = q.enqueue("default".into(), token());
-        let a = q.poll("exec-a", Duration::from_secs(1)).await.unwrap();
+        let a = q.poll("exec-a", None, Duration::from_secs(1)).await.unwrap();
         for wrong in [a.lease_id.as_str(), "00000000000000000000000000000000"] {
             let expected = if wrong == a.lease_id { LeaseError::NotHolder } else { LeaseError::LeaseLost };
             assert_eq!(q.heartbeat("exec-b", &id, wrong), Err(expected.clone()));
@@ -842,7 +916,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for _ in 0..50 {
             let (_id, _rx) = q.enqueue("default".into(), token());
-            let h = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+            let h = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
             assert_eq!(h.lease_id.len(), 32, "{}", h.lease_id);
             assert!(h.lease_id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()), "{}", h.lease_id);
             assert!(!h.lease_id.contains(&h.job_id) && !h.job_id.contains(&h.lease_id));
@@ -855,8 +929,8 @@ mod tests {
         let q = queue();
         q.enqueue_for("default".into(), token(), None, vec!["s3cret".into()]);
         q.enqueue("default".into(), token());
-        let first = q.poll("e1", Duration::from_secs(1)).await.unwrap();
-        let second = q.poll("e1", Duration::from_secs(1)).await.unwrap();
+        let first = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+        let second = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
         assert_eq!((first.sealed, second.sealed), (true, false));
     }
 }

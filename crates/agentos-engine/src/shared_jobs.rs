@@ -203,8 +203,8 @@ impl SharedQueue {
         }
     }
 
-    async fn try_take(&self, executor: &str) -> Result<Option<Handout>, StoreError> {
-        let lease_id = match crate::jobs::new_lease_id() {
+    async fn try_take(&self, executor: &str, instance: Option<&str>) -> Result<Option<Handout>, StoreError> {
+        let lease_id = match crate::jobs::new_lease_id(instance) {
             Ok(id) => id,
             Err(e) => {
                 tracing::error!(error = %e, "no randomness for a lease id: no job handed out");
@@ -237,12 +237,23 @@ impl SharedQueue {
         }))
     }
 
-    pub async fn take_now(&self, executor: &str) -> Result<Option<Handout>, StoreError> {
+    pub async fn take_now(&self, executor: &str, instance: Option<&str>) -> Result<Option<Handout>, StoreError> {
         self.seen(executor, None).await;
-        self.try_take(executor).await
+        self.try_take(executor, instance).await
     }
 
-    pub async fn poll(&self, executor: &str, wait: Duration) -> Result<Option<Handout>, StoreError> {
+    /// Ends now the leases `executor` took through its process `instance` (see
+    /// [`crate::jobs::JobQueue::expire_instance`]).
+    pub async fn expire_instance(&self, executor: &str, instance: &str) -> Result<usize, StoreError> {
+        self.rows.expire_leases(executor, &format!("{instance}-")).await
+    }
+
+    pub async fn poll(
+        &self,
+        executor: &str,
+        instance: Option<&str>,
+        wait: Duration,
+    ) -> Result<Option<Handout>, StoreError> {
         lock(&self.polls).entry(executor.to_string()).or_default().0 += 1;
         let _open = PollGuard { queue: self, executor };
         self.seen(executor, Some(wait)).await;
@@ -251,7 +262,7 @@ impl SharedQueue {
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(h) = self.try_take(executor).await? {
+            if let Some(h) = self.try_take(executor, instance).await? {
                 return Ok(Some(h));
             }
             let until = deadline.min(Instant::now() + RECHECK);

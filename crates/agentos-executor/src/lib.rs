@@ -4,6 +4,7 @@
 pub mod cache;
 pub mod cgroup;
 pub mod folders;
+mod instance;
 pub mod job;
 pub mod protocol;
 pub mod runner;

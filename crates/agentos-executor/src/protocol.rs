@@ -34,6 +34,10 @@ pub struct Master {
     current: Arc<AtomicUsize>,
     token: String,
     name: Option<String>,
+    /// This process's instance id: the lease ids the master hands it start with it.
+    instance: Option<String>,
+    /// A predecessor's instance id, named in polls until a master has answered one.
+    replaces: Arc<std::sync::Mutex<Option<String>>>,
     http: reqwest::Client,
 }
 
@@ -47,7 +51,27 @@ impl Master {
             .expect("http client");
         let urls: Vec<String> =
             urls.split(',').map(|u| u.trim().trim_end_matches('/').to_string()).filter(|u| !u.is_empty()).collect();
-        Master { urls: Arc::new(urls), current: Arc::default(), token: token.to_string(), name, http }
+        Master {
+            urls: Arc::new(urls),
+            current: Arc::default(),
+            token: token.to_string(),
+            name,
+            instance: None,
+            replaces: Arc::default(),
+            http,
+        }
+    }
+
+    /// Sends this process's instance id with its polls and results, and `replaces` (a dead
+    /// predecessor's) with its polls until one is answered.
+    pub fn with_instance(mut self, instance: String, replaces: Option<String>) -> Self {
+        self.instance = Some(instance);
+        self.replaces = Arc::new(std::sync::Mutex::new(replaces));
+        self
+    }
+
+    fn replaces(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+        self.replaces.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The URL requests go to now.
@@ -118,8 +142,14 @@ impl Master {
 
     /// Long poll: the next job, or `None` when the master had no work within `wait`.
     pub async fn poll(&self, wait: Duration) -> Result<Option<LeasedJob>, ProtocolError> {
-        let body = json!({"name": self.name, "waitMs": wait.as_millis() as u64});
-        self.post("/api/executor/poll", &body, wait + Duration::from_secs(10)).await
+        let replaces = self.replaces().clone();
+        let body = json!({"name": self.name, "waitMs": wait.as_millis() as u64, "instance": self.instance, "replaces": replaces});
+        let answer = self.post("/api/executor/poll", &body, wait + Duration::from_secs(10)).await;
+        if replaces.is_some() && answer.is_ok() {
+            // A master took it: the predecessor's leases are ended.
+            *self.replaces() = None;
+        }
+        answer
     }
 
     pub async fn heartbeat(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
@@ -150,7 +180,11 @@ impl Master {
         take_next: bool,
     ) -> Result<Option<LeasedJob>, ProtocolError> {
         let body = serde_json::to_value(result).expect("results serialize");
-        let path = format!("/api/executor/jobs/{job_id}/result{}", if take_next { "?next=true" } else { "" });
+        let path = match (take_next, &self.instance) {
+            (false, _) => format!("/api/executor/jobs/{job_id}/result"),
+            (true, None) => format!("/api/executor/jobs/{job_id}/result?next=true"),
+            (true, Some(i)) => format!("/api/executor/jobs/{job_id}/result?next=true&instance={i}"),
+        };
         let answer: Option<Value> = self.post(&path, &body, Duration::from_secs(120)).await?;
         let next = answer.and_then(|mut a| a.get_mut("next").map(Value::take)).filter(|n| !n.is_null());
         next.map(|n| {

@@ -178,8 +178,13 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
             None
         }
     };
+    // Jobs a predecessor killed on this workspace still held go back to the queue at once.
+    let (instance, replaces) = crate::instance::claim(&workspace).map_err(ws_err)?;
+    if let Some(old) = &replaces {
+        tracing::info!(predecessor = %old, "the last executor on this workspace died: its jobs are handed back");
+    }
     let shared = Arc::new(Shared {
-        master: Master::new(&config.master, &config.token, config.name.clone()),
+        master: Master::new(&config.master, &config.token, config.name.clone()).with_instance(instance, replaces),
         cache: ScriptCache::new(&workspace),
         folders: {
             let folders = Folders::new(&jobs_dir, config.limits.run_as);

@@ -378,7 +378,8 @@ pub async fn executor_poll(
 ) -> Result<Response, ApiError> {
     let req: wire::PollRequest = typed(body)?;
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
-    match app.engine.dispatch().poll_job(&p, req.name.as_deref(), wait).await? {
+    let dispatch = app.engine.dispatch();
+    match dispatch.poll_job(&p, req.name.as_deref(), req.instance.as_deref(), req.replaces.as_deref(), wait).await? {
         Some(job) => Ok(Json(wire::LeasedJob::from(job)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
@@ -430,9 +431,17 @@ pub async fn executor_result(
 ) -> Result<Json<Value>, ApiError> {
     let req = typed::<wire::ExecutorResult>(body)?.into();
     let name = executor_name(&headers);
+    // Checked before the result is taken: a refusal after it would leave the executor posting
+    // again a result that is already recorded.
+    agentos_engine::dispatch::checked_instance("instance", q.instance.as_deref())?;
     app.engine.dispatch().complete_job(&p, name.as_deref(), &id, req).await?;
     let next = match q.next {
-        Some(true) => app.engine.dispatch().next_job_now(&p, name.as_deref()).await?.map(wire::LeasedJob::from),
+        Some(true) => app
+            .engine
+            .dispatch()
+            .next_job_now(&p, name.as_deref(), q.instance.as_deref())
+            .await?
+            .map(wire::LeasedJob::from),
         _ => None,
     };
     Ok(Json(json!({"recorded": true, "next": next})))

@@ -152,6 +152,10 @@ pub trait SharedJobs: Send + Sync + 'static {
         master: &str,
         lease_ms: u64,
     ) -> Result<Result<JobRow, LeaseRefusal>, StoreError>;
+    /// Ends now every lease `executor` holds whose id starts with `lease_prefix` (an executor
+    /// process that died: its lease ids start with its instance id), so that the next reap
+    /// deals with those jobs. A result being recorded is left alone. Answers how many.
+    async fn expire_leases(&self, executor: &str, lease_prefix: &str) -> Result<usize, StoreError>;
     /// Removes a job whose result is recorded.
     async fn forget(&self, job_id: &str) -> Result<(), StoreError>;
     /// Removes a job not handed out yet; answers whether it was.
@@ -300,6 +304,20 @@ impl SharedJobs for PgJobQueue {
             )
             .await?;
         if n == 1 { Ok(Ok(())) } else { Ok(Err(self.refusal(executor, job_id, lease_id).await?)) }
+    }
+
+    async fn expire_leases(&self, executor: &str, lease_prefix: &str) -> Result<usize, StoreError> {
+        // The prefix is matched as text, not as a LIKE pattern: `%` and `_` in it mean themselves.
+        let n = self
+            .conn
+            .execute(
+                "ending the leases of an executor process that died",
+                "UPDATE agentos_jobs SET expires = clock_timestamp() \
+                 WHERE executor = $1 AND left(lease_id, length($2)) = $2 AND completing IS NULL",
+                &[&executor, &lease_prefix],
+            )
+            .await?;
+        Ok(n as usize)
     }
 
     async fn release(

@@ -68,6 +68,14 @@ pub struct PollRequest {
     /// How long the master may hold the request open waiting for work, at most 60 000.
     #[serde(default)]
     pub wait_ms: Option<u64>,
+    /// The executor process's id, 16 lower-case hex characters drawn at its start: the lease
+    /// ids it is handed start with it.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// The instance id of a process of this executor that died on the same workspace: the
+    /// leases it held end now, and their jobs go back to the queue at once.
+    #[serde(default)]
+    pub replaces: Option<String>,
 }
 
 /// `POST /api/executor/jobs/{id}/heartbeat` and `/release`.

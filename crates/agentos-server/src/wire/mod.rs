@@ -285,7 +285,9 @@ mod tests {
             serde_json::to_value(agentos_engine::call::CallRequest::from(wire)).unwrap(),
             serde_json::to_value(domain).unwrap()
         );
-        check_same_shape::<job::PollRequest, super::PollRequest>(json!({"name": "e1", "waitMs": 100}));
+        check_same_shape::<job::PollRequest, super::PollRequest>(
+            json!({"name": "e1", "waitMs": 100, "instance": "0123456789abcdef", "replaces": "fedcba9876543210"}),
+        );
         check_same_shape::<job::LeaseRef, super::LeaseRef>(json!({"leaseId": "l1"}));
     }
 

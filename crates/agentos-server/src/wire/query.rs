@@ -45,6 +45,8 @@ pub struct InvokeParams {
 pub struct ResultParams {
     /// Also hand out the next job, when one is queued right now (`next`: a LeasedJob or null).
     pub next: Option<bool>,
+    /// The executor process's instance id, as in its polls: the next job's lease id starts with it.
+    pub instance: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
