@@ -85,6 +85,12 @@ pub struct LeasedJob {
     pub resolution_error: Option<String>,
 }
 
+/// An executor process's instance id: 16 lower-case hex characters (64 random bits it draws
+/// at start). Lease ids carry it, and its successor on the same workspace names it.
+pub fn is_valid_instance(s: &str) -> bool {
+    s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
 /// An executor asking for work.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

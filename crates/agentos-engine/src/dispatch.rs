@@ -80,7 +80,7 @@ fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, Engin
 /// An executor process's instance id as sent, checked: 16 lower-case hex characters.
 pub fn checked_instance<'a>(field: &str, id: Option<&'a str>) -> Result<Option<&'a str>, EngineError> {
     match id {
-        Some(i) if !crate::jobs::is_valid_instance(i) => Err(CoreError::bad_input(
+        Some(i) if !agentos_core::job::is_valid_instance(i) => Err(CoreError::bad_input(
             "invalid_instance",
             format!(
                 "{field} {}: an executor's instance id is 16 lower-case hex characters",

@@ -142,12 +142,6 @@ pub(crate) fn new_lease_id(instance: Option<&str>) -> Result<String, getrandom::
     })
 }
 
-/// An executor process's instance id: 16 lower-case hex characters (64 random bits it draws
-/// at start). Lease ids carry it, and its successor on the same workspace names it.
-pub fn is_valid_instance(s: &str) -> bool {
-    s.len() == 16 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-}
-
 /// Whether `executor` holds `job` under `lease_id`. A wrong lease id is a lost lease (the holder
 /// of an expired lease hears the same), the right id from another executor is refused as such.
 fn check_holder(lease: Option<&Lease>, executor: &str, lease_id: &str) -> Result<(), LeaseError> {

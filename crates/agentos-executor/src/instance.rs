@@ -29,8 +29,8 @@ pub fn claim(workspace: &Path) -> std::io::Result<(String, Option<String>)> {
 fn dead_predecessor(text: &str, me: u32) -> Option<String> {
     let (pid, id) = text.trim().split_once(' ')?;
     let pid: u32 = pid.parse().ok()?;
-    let valid = id.len() == 16 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    (valid && pid != me && !Path::new(&format!("/proc/{pid}")).exists()).then(|| id.to_string())
+    (agentos_core::job::is_valid_instance(id) && pid != me && !Path::new(&format!("/proc/{pid}")).exists())
+        .then(|| id.to_string())
 }
 
 #[cfg(test)]
