@@ -153,8 +153,7 @@ impl Dispatch<'_> {
     }
 
     /// Long poll for an executor: the next job, resolved and verified now, or `None` after `wait`.
-    /// Long poll of an executor. `instance` is the id of the executor's process (its lease ids
-    /// then start with it); `replaces`, that of a process of the same executor that died on the
+    /// `instance` is the id of the executor's process (its lease ids then start with it); `replaces`, that of a process of the same executor that died on the
     /// same workspace: its leases end now, and their jobs go back to the queue (or fail after
     /// their last attempt) at once rather than when the leases would have run out.
     pub async fn poll_job(
