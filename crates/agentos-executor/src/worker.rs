@@ -179,7 +179,7 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         }
     };
     // Jobs a predecessor killed on this workspace still held go back to the queue at once.
-    let (instance, replaces) = crate::instance::claim(&workspace).map_err(ws_err)?;
+    let (instance, replaces) = crate::instance::claim(&workspace, config.name.as_deref()).map_err(ws_err)?;
     if let Some(old) = &replaces {
         tracing::info!(predecessor = %old, "the last executor on this workspace died: its jobs are handed back");
     }
