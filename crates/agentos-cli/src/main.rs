@@ -57,7 +57,8 @@ enum Cmd {
         /// The data folder of the master, which must be stopped.
         #[arg(long, default_value = ".agentos")]
         data: PathBuf,
-        /// The file to write (default: `<folder name>.agentos-export.jsonl` here).
+        /// The file to write (default: `<folder name>.agentos-export.jsonl` here). An existing file
+        /// is replaced whole, and only once the export is complete.
         #[arg(long)]
         out: Option<PathBuf>,
     },
