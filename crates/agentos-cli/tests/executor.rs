@@ -139,7 +139,8 @@ fn an_executor_killed_mid_job_loses_nothing_and_one_result_is_recorded() {
 }
 
 /// An executor killed mid-job and started again on its workspace hands the job back at once:
-/// the lease (a minute here) would otherwise hold it past the caller's wait.
+/// the lease (a minute here) would otherwise hold it past the caller's wait. Another executor
+/// started on the same workspace meanwhile does not hide the killed one from its successor.
 #[test]
 fn an_executor_restarted_on_its_workspace_hands_back_the_job_its_killed_predecessor_held() {
     let dir = tempfile::tempdir().unwrap();
@@ -154,6 +155,7 @@ fn an_executor_restarted_on_its_workspace_hands_back_the_job_its_killed_predeces
         std::thread::spawn(move || api.invoke("slow", json!({"timeoutMs": 5000})))
     };
     wait_for("executor a to take the job", || api.get("/api/executors").1[0]["state"] == "busy");
+    let _b = Executor::start(&m, &workspace, "b", &[]);
     a.kill9();
     let _a = Executor::start(&m, &workspace, "a", &[]);
     let (status, r) = caller.join().unwrap();

@@ -326,6 +326,12 @@ fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_anothe
         (format!("/api/executor/jobs/{job_id}/result?next=true&instance=NOT-HEX"), real.clone()),
         ("/api/executor/poll".to_string(), json!({"waitMs": 100, "instance": "0123456789ABCDEF"})),
         ("/api/executor/poll".to_string(), json!({"waitMs": 100, "replaces": "0123"})),
+        ("/api/executor/poll".to_string(), json!({"waitMs": 100, "replaces": ["00000000000000aa", "0123"]})),
+        ("/api/executor/poll".to_string(), json!({"waitMs": 100, "replaces": vec!["00000000000000aa"; 65]})),
+        (
+            "/api/executor/poll".to_string(),
+            json!({"waitMs": 100, "instance": "00000000000000aa", "replaces": ["00000000000000bb", "00000000000000aa"]}),
+        ),
     ] {
         let resp = a.post(&path, body);
         assert_eq!(common::error_code(&resp, 400), "invalid_instance", "{path}: {resp:?}");

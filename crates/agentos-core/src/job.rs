@@ -104,9 +104,28 @@ pub struct PollRequest {
     /// The executor process's id (16 lower-case hex characters): its lease ids start with it.
     #[serde(default)]
     pub instance: Option<String>,
-    /// The instance id of a process of this executor that died on the same workspace.
-    #[serde(default)]
-    pub replaces: Option<String>,
+    /// The instance ids of processes that died on the same workspace (one string is read as a
+    /// list of one, as executors before the list sent it).
+    #[serde(default, deserialize_with = "one_or_many", skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
+}
+
+/// The most instance ids one poll may name as dead predecessors.
+pub const MAX_REPLACES: usize = 64;
+
+/// A list of strings, or one string read as a list of one.
+pub fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => Vec::new(),
+        Some(OneOrMany::One(s)) => vec![s],
+        Some(OneOrMany::Many(v)) => v,
+    })
 }
 
 /// The lease an executor holds on a job, named to renew it or hand the job back.

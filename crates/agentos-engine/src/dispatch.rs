@@ -153,32 +153,51 @@ impl Dispatch<'_> {
     }
 
     /// Long poll for an executor: the next job, resolved and verified now, or `None` after `wait`.
-    /// `instance` is the id of the executor's process (its lease ids then start with it); `replaces`, that of a process of the same executor that died on the
-    /// same workspace: its leases end now, and their jobs go back to the queue (or fail after
-    /// their last attempt) at once rather than when the leases would have run out.
+    /// `instance` is the id of the executor's process (its lease ids then start with it);
+    /// `replaces`, those of processes that died on the same workspace: the leases this executor
+    /// handed to them end now, and their jobs go back to the queue (or fail after their last
+    /// attempt) at once rather than when the leases would have run out. A process of another
+    /// executor named there loses nothing: its leases are not this executor's.
     pub async fn poll_job(
         &self,
         principal: &Principal,
         name: Option<&str>,
         instance: Option<&str>,
-        replaces: Option<&str>,
+        replaces: &[String],
         wait: Duration,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
         let instance = checked_instance("instance", instance)?;
-        if let Some(old) = checked_instance("replaces", replaces)? {
+        if replaces.len() > agentos_core::job::MAX_REPLACES {
+            return Err(CoreError::bad_input(
+                "invalid_instance",
+                format!(
+                    "replaces names {} instance ids: at most {} may be named in one poll",
+                    replaces.len(),
+                    agentos_core::job::MAX_REPLACES
+                ),
+            )
+            .into());
+        }
+        let mut dead = Vec::with_capacity(replaces.len());
+        for old in replaces {
+            let old = checked_instance("replaces", Some(old))?.expect("given");
             if Some(old) == instance {
                 return Err(CoreError::bad_input(
                     "invalid_instance",
-                    "replaces names this process's own instance id: name the one of a process that died",
+                    "replaces names this process's own instance id: name the ones of processes that died",
                 )
                 .into());
             }
-            let ended = self.inner.dispatch.jobs.expire_instance(&executor, old).await?;
-            if ended > 0 {
-                tracing::warn!(executor = %executor, instance = %old, jobs = ended, "an executor process died holding jobs: their leases end now");
-                self.reap_jobs().await;
-            }
+            dead.push(old);
+        }
+        let mut ended = 0;
+        for old in dead {
+            ended += self.inner.dispatch.jobs.expire_instance(&executor, old).await?;
+        }
+        if ended > 0 {
+            tracing::warn!(executor = %executor, instances = ?replaces, jobs = ended, "an executor process died holding jobs: their leases end now");
+            self.reap_jobs().await;
         }
         match self.inner.dispatch.jobs.poll(&executor, instance, wait).await? {
             Some(h) => Ok(Some(self.hand_out(h).await)),

@@ -54,7 +54,7 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     let open_job = e.dispatch().invoke_async(&op, "t", None, invoke()).await.unwrap();
     assert_eq!(store.all().await.unwrap().len(), 2, "both jobs are stored before they are answered");
     // An executor finishes the first; the second is still queued when the master dies.
-    let leased = e.dispatch().poll_job(&exec, None, None, None, Duration::from_secs(1)).await.unwrap().unwrap();
+    let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
     assert_eq!(leased.job_id, done);
     let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
     e.dispatch().complete_job(&exec, None, &done, result).await.unwrap();
@@ -77,10 +77,10 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     let ids: Vec<String> = store.all().await.unwrap().into_iter().map(|j| j.job_id).collect();
     assert_eq!(ids, std::slice::from_ref(&open_job));
     assert_eq!(e.dispatch().job(&op, &open_job).await.unwrap().state, "queued");
-    let leased = e.dispatch().poll_job(&exec, None, None, None, Duration::from_secs(1)).await.unwrap().unwrap();
+    let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
     assert_eq!((leased.job_id.as_str(), leased.attempt), (open_job.as_str(), 1));
     assert!(
-        e.dispatch().poll_job(&exec, None, None, None, Duration::from_millis(50)).await.unwrap().is_none(),
+        e.dispatch().poll_job(&exec, None, None, &[], Duration::from_millis(50)).await.unwrap().is_none(),
         "a finished job ran again"
     );
 }
@@ -180,7 +180,7 @@ async fn waited_call(e: &Engine) -> String {
     let poller = {
         let (e, exec) = (e.clone(), exec.clone());
         tokio::spawn(
-            async move { e.dispatch().poll_job(&exec, None, None, None, Duration::from_secs(5)).await.unwrap() },
+            async move { e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap() },
         )
     };
     let caller = waiting_caller(e);
@@ -201,7 +201,7 @@ async fn a_waited_for_job_is_stored_once_it_has_run_store_after_and_forgotten_on
     let poller = {
         let (e, exec) = (e.clone(), exec.clone());
         tokio::spawn(async move {
-            e.dispatch().poll_job(&exec, None, None, None, Duration::from_secs(5)).await.unwrap().unwrap()
+            e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap().unwrap()
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -336,7 +336,7 @@ async fn a_stored_job_whose_caller_went_away_is_removed_once_its_result_is_recor
     let poller = {
         let (e, exec) = (e.clone(), exec.clone());
         tokio::spawn(async move {
-            e.dispatch().poll_job(&exec, None, None, None, Duration::from_secs(5)).await.unwrap().unwrap()
+            e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap().unwrap()
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;

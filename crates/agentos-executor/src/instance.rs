@@ -1,136 +1,153 @@
-//! This executor process's instance id, and the one of a predecessor that died on the same
+//! This executor process's instance id, and those of predecessors that died on the same
 //! workspace. The master's lease ids start with the instance id of the process they were
-//! handed to; a process that finds its predecessor dead names it in its first poll, and the
-//! master ends that process's leases at once instead of waiting for them to run out.
+//! handed to; a process that finds predecessors dead names them in its first poll, and the
+//! master ends the leases they held at once instead of waiting for them to run out.
 
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
-/// The file in the workspace that names the process running as executor `name` on it, and
-/// its instance id. One file per name: executors of different names may share a workspace,
-/// and each must find its own predecessor. The name goes in hashed, as it may hold any
-/// character and any length; no name (the executor token's own) keeps the plain file.
-fn file(name: Option<&str>) -> String {
-    match name {
-        None => "executor.instance".to_string(),
-        Some(n) => format!("executor.{}.instance", &agentos_core::sha256_hex(n.as_bytes())[..16]),
-    }
+/// A dead process's file of another executor is kept this long for that executor's own
+/// successor, then removed.
+const KEEP_OTHERS: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The file in which process `pid` names its instance id and the executor it runs as.
+fn file(pid: u32) -> String {
+    format!("executor.{pid}.instance")
 }
 
-/// This process's instance id (16 lower-case hex characters, 64 random bits) and, when the
-/// workspace names another process of executor `name` that is no longer alive, that
-/// process's instance id.
-pub fn claim(workspace: &Path, name: Option<&str>) -> std::io::Result<(String, Option<String>)> {
+/// What makes an executor one executor to the master, hashed (the credential is secret): its
+/// credential and its display name.
+pub fn identity(token: &str, name: Option<&str>) -> String {
+    agentos_core::sha256_hex(format!("{token}\n{}", name.unwrap_or("")).as_bytes())[..16].to_string()
+}
+
+/// This process's instance id (16 lower-case hex characters, 64 random bits), and the instance
+/// ids of every process that ran an executor on this workspace and is no longer alive: the
+/// master ends only the leases its own executor handed them, so naming another executor's
+/// dead process takes nothing from anyone. The files of dead processes of this executor
+/// (`identity`) are removed: this process now names them until a master has heard it.
+/// Those of other executors are left for their own successors (or for `KEEP_OTHERS`).
+pub fn claim(workspace: &Path, identity: &str) -> std::io::Result<(String, Vec<String>)> {
     let mut bytes = [0u8; 8];
     getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("no randomness for an instance id: {e}")))?;
     let mine = hex::encode(bytes);
-    let file = file(name);
-    let path = workspace.join(&file);
     let me = std::process::id();
-    let replaces = std::fs::read_to_string(&path).ok().and_then(|text| dead_predecessor(&text, me));
-    sweep_unfinished(workspace);
-    // Written whole or not at all: a process killed while writing leaves the old file.
-    let tmp = workspace.join(format!("{file}.tmp-{me}"));
-    std::fs::write(&tmp, format!("{me} {mine}\n"))?;
-    std::fs::rename(&tmp, &path)?;
-    Ok((mine, replaces))
-}
-
-/// Removes the temporary files of processes killed between writing and renaming them.
-fn sweep_unfinished(workspace: &Path) {
-    let Ok(entries) = std::fs::read_dir(workspace) else { return };
-    for entry in entries.flatten() {
+    let mut dead: Vec<(SystemTime, String)> = Vec::new();
+    for entry in std::fs::read_dir(workspace)?.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .filter(|n| n.starts_with("executor."))
-            .and_then(|n| n.rsplit_once(".instance.tmp-"))
-            .and_then(|(_, pid)| pid.parse::<u32>().ok())
-        else {
+        let Some((pid, unfinished)) = name.to_str().and_then(parse_name) else { continue };
+        if pid == me || alive(pid) {
             continue;
-        };
-        if !alive(pid) {
+        }
+        if unfinished {
+            // Killed between writing and renaming its file: nothing was claimed by it.
+            let _ = std::fs::remove_file(entry.path());
+            continue;
+        }
+        let Ok(text) = std::fs::read_to_string(entry.path()) else { continue };
+        let Some((instance, of)) = text.trim().split_once(' ') else { continue };
+        let written = entry.metadata().and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+        if agentos_core::job::is_valid_instance(instance) {
+            dead.push((written, instance.to_string()));
+        }
+        let stale = written.elapsed().is_ok_and(|age| age > KEEP_OTHERS);
+        if of == identity || stale {
             let _ = std::fs::remove_file(entry.path());
         }
     }
+    // The newest first, as many as one poll may name.
+    dead.sort_by_key(|d| std::cmp::Reverse(d.0));
+    dead.truncate(agentos_core::job::MAX_REPLACES);
+    // Written whole or not at all: a process killed while writing leaves only the temporary file.
+    let tmp = workspace.join(format!("{}.tmp", file(me)));
+    std::fs::write(&tmp, format!("{mine} {identity}\n"))?;
+    std::fs::rename(&tmp, workspace.join(file(me)))?;
+    Ok((mine, dead.into_iter().map(|(_, id)| id).collect()))
+}
+
+/// `executor.<pid>.instance` → (pid, false); `executor.<pid>.instance.tmp` → (pid, true).
+fn parse_name(name: &str) -> Option<(u32, bool)> {
+    let rest = name.strip_prefix("executor.")?;
+    let (pid, unfinished) = match rest.strip_suffix(".instance.tmp") {
+        Some(pid) => (pid, true),
+        None => (rest.strip_suffix(".instance")?, false),
+    };
+    Some((pid.parse().ok()?, unfinished))
 }
 
 fn alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
-/// The instance id the file names, when its process is another one and is not alive. A pid
-/// taken since by an unrelated process reads as alive: the leases then run out as before.
-fn dead_predecessor(text: &str, me: u32) -> Option<String> {
-    let (pid, id) = text.trim().split_once(' ')?;
-    let pid: u32 = pid.parse().ok()?;
-    (agentos_core::job::is_valid_instance(id) && pid != me && !alive(pid)).then(|| id.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_dead_predecessor_is_named_and_a_live_one_or_a_damaged_file_is_not() {
-        let ws = tempfile::tempdir().unwrap();
-        let (first, none) = claim(ws.path(), None).unwrap();
-        assert_eq!((first.len(), none), (16, None));
-        // The file names this (live) process: nothing to replace.
-        let (second, none) = claim(ws.path(), None).unwrap();
-        assert_ne!(first, second);
-        assert_eq!(none, None);
-        // A process that ended: a child, waited for.
+    /// The pid of a process that has ended (a child, waited for).
+    fn dead_pid() -> u32 {
         let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
+        let pid = child.id();
         child.wait().unwrap();
-        std::fs::write(ws.path().join(file(None)), format!("{dead} 0123456789abcdef\n")).unwrap();
-        let (third, replaces) = claim(ws.path(), None).unwrap();
-        assert_eq!(replaces.as_deref(), Some("0123456789abcdef"));
+        pid
+    }
+
+    #[test]
+    fn dead_predecessors_are_named_and_live_ones_or_damaged_files_are_not() {
+        let ws = tempfile::tempdir().unwrap();
+        let me = identity("t", None);
+        let (first, none) = claim(ws.path(), &me).unwrap();
+        assert_eq!((first.len(), none), (16, vec![]));
         assert_eq!(
-            std::fs::read_to_string(ws.path().join(file(None))).unwrap(),
-            format!("{} {third}\n", std::process::id())
+            std::fs::read_to_string(ws.path().join(file(std::process::id()))).unwrap(),
+            format!("{first} {me}\n")
         );
+        // This process's own file names nothing to replace, and is written again.
+        let (second, none) = claim(ws.path(), &me).unwrap();
+        assert_ne!(first, second);
+        assert_eq!(none, Vec::<String>::new());
+        // A process that ended, of this executor: named, and its file removed.
+        let dead = dead_pid();
+        std::fs::write(ws.path().join(file(dead)), format!("0123456789abcdef {me}\n")).unwrap();
+        assert_eq!(claim(ws.path(), &me).unwrap().1, vec!["0123456789abcdef".to_string()]);
+        assert!(!ws.path().join(file(dead)).exists());
         // A live process other than this one (pid 1), and files that do not read.
-        for text in
-            ["1 0123456789abcdef\n".to_string(), format!("{dead} NOT-HEX-AT-ALL!!\n"), "garbage".into(), String::new()]
-        {
-            std::fs::write(ws.path().join(file(None)), text.as_bytes()).unwrap();
-            assert_eq!(claim(ws.path(), None).unwrap().1, None, "{text:?}");
+        std::fs::write(ws.path().join(file(1)), format!("0123456789abcdef {me}\n")).unwrap();
+        for text in ["NOT-HEX-AT-ALL!! x\n".to_string(), "garbage".into(), String::new()] {
+            std::fs::write(ws.path().join(file(dead)), text.as_bytes()).unwrap();
+            assert_eq!(claim(ws.path(), &me).unwrap().1, Vec::<String>::new(), "{text:?}");
         }
     }
+
     #[test]
-    fn executors_of_different_names_on_one_workspace_each_find_their_own_predecessor() {
+    fn executors_sharing_a_workspace_each_find_their_own_predecessor() {
         let ws = tempfile::tempdir().unwrap();
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
-        // `a` died; `b`, started after it on the same workspace, lives (this process).
-        std::fs::write(ws.path().join(file(Some("a"))), format!("{dead} 0123456789abcdef\n")).unwrap();
-        let (b, none) = claim(ws.path(), Some("b")).unwrap();
-        assert_eq!(none, None);
-        // `a` restarted still finds its own predecessor, not `b`'s live process.
-        assert_eq!(claim(ws.path(), Some("a")).unwrap().1.as_deref(), Some("0123456789abcdef"));
-        assert_eq!(
-            std::fs::read_to_string(ws.path().join(file(Some("b")))).unwrap(),
-            format!("{} {b}\n", std::process::id())
-        );
-        // Names that are not file names are hashed into one.
-        assert_eq!(file(Some("../../etc/passwd")).len(), "executor.0123456789abcdef.instance".len());
+        let (a, b) = (identity("token-a", None), identity("token-b", Some("b")));
+        let (dead_a, dead_b) = (dead_pid(), dead_pid());
+        std::fs::write(ws.path().join(file(dead_a)), format!("00000000000000aa {a}\n")).unwrap();
+        std::fs::write(ws.path().join(file(dead_b)), format!("00000000000000bb {b}\n")).unwrap();
+        // `a` restarted names both (the master ends only a's leases), and keeps b's file.
+        let mut named = claim(ws.path(), &a).unwrap().1;
+        named.sort();
+        assert_eq!(named, ["00000000000000aa", "00000000000000bb"]);
+        assert!(!ws.path().join(file(dead_a)).exists());
+        // So `b`, restarted after it, still finds its own.
+        assert_eq!(claim(ws.path(), &b).unwrap().1, ["00000000000000bb"]);
+        assert!(!ws.path().join(file(dead_b)).exists());
+        // The credential is not in any file.
+        assert!(!a.contains("token") && a.len() == 16);
+        assert_ne!(identity("t", Some("a")), identity("t", Some("b")));
     }
 
     #[test]
     fn a_temporary_file_left_by_a_killed_process_is_removed_and_a_live_ones_is_not() {
         let ws = tempfile::tempdir().unwrap();
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead = child.id();
-        child.wait().unwrap();
-        let left = ws.path().join(format!("{}.tmp-{dead}", file(Some("a"))));
-        let writing = ws.path().join(format!("{}.tmp-1", file(None)));
-        let other = ws.path().join(format!("notes.instance.tmp-{dead}"));
+        let left = ws.path().join(format!("{}.tmp", file(dead_pid())));
+        let writing = ws.path().join(format!("{}.tmp", file(1)));
+        let other = ws.path().join(format!("notes.{}.instance.tmp", dead_pid()));
         for f in [&left, &writing, &other] {
-            std::fs::write(f, "1 0123456789abcdef\n").unwrap();
+            std::fs::write(f, "0123456789abcdef x\n").unwrap();
         }
-        claim(ws.path(), Some("b")).unwrap();
+        assert_eq!(claim(ws.path(), "x").unwrap().1, Vec::<String>::new());
         assert!(!left.exists());
         assert!(writing.exists(), "pid 1 is alive: its file may be mid-write");
         assert!(other.exists(), "not one of ours");

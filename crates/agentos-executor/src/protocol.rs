@@ -36,8 +36,8 @@ pub struct Master {
     name: Option<String>,
     /// This process's instance id: the lease ids the master hands it start with it.
     instance: Option<String>,
-    /// A predecessor's instance id, named in polls until a master has answered one.
-    replaces: Arc<std::sync::Mutex<Option<String>>>,
+    /// Dead predecessors' instance ids, named in polls until a master has answered one.
+    replaces: Arc<std::sync::Mutex<Vec<String>>>,
     http: reqwest::Client,
 }
 
@@ -62,15 +62,15 @@ impl Master {
         }
     }
 
-    /// Sends this process's instance id with its polls and results, and `replaces` (a dead
-    /// predecessor's) with its polls until one is answered.
-    pub fn with_instance(mut self, instance: String, replaces: Option<String>) -> Self {
+    /// Sends this process's instance id with its polls and results, and `replaces` (dead
+    /// predecessors') with its polls until one is answered.
+    pub fn with_instance(mut self, instance: String, replaces: Vec<String>) -> Self {
         self.instance = Some(instance);
         self.replaces = Arc::new(std::sync::Mutex::new(replaces));
         self
     }
 
-    fn replaces(&self) -> std::sync::MutexGuard<'_, Option<String>> {
+    fn replaces(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
         self.replaces.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -143,11 +143,14 @@ impl Master {
     /// Long poll: the next job, or `None` when the master had no work within `wait`.
     pub async fn poll(&self, wait: Duration) -> Result<Option<LeasedJob>, ProtocolError> {
         let replaces = self.replaces().clone();
-        let body = json!({"name": self.name, "waitMs": wait.as_millis() as u64, "instance": self.instance, "replaces": replaces});
+        let mut body = json!({"name": self.name, "waitMs": wait.as_millis() as u64, "instance": self.instance});
+        if !replaces.is_empty() {
+            body["replaces"] = json!(replaces);
+        }
         let answer = self.post("/api/executor/poll", &body, wait + Duration::from_secs(10)).await;
-        if replaces.is_some() && answer.is_ok() {
-            // A master took it: the predecessor's leases are ended.
-            *self.replaces() = None;
+        if !replaces.is_empty() && answer.is_ok() {
+            // A master took it: the predecessors' leases are ended.
+            self.replaces().clear();
         }
         answer
     }

@@ -179,9 +179,11 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         }
     };
     // Jobs a predecessor killed on this workspace still held go back to the queue at once.
-    let (instance, replaces) = crate::instance::claim(&workspace, config.name.as_deref()).map_err(ws_err)?;
-    if let Some(old) = &replaces {
-        tracing::info!(predecessor = %old, "the last executor on this workspace died: its jobs are handed back");
+    let (instance, replaces) =
+        crate::instance::claim(&workspace, &crate::instance::identity(&config.token, config.name.as_deref()))
+            .map_err(ws_err)?;
+    if !replaces.is_empty() {
+        tracing::info!(predecessors = ?replaces, "executors died on this workspace: the jobs they held are handed back");
     }
     let shared = Arc::new(Shared {
         master: Master::new(&config.master, &config.token, config.name.clone()).with_instance(instance, replaces),

@@ -378,8 +378,8 @@ pub async fn executor_poll(
 ) -> Result<Response, ApiError> {
     let req: wire::PollRequest = typed(body)?;
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
-    let (name, instance, replaces) = (req.name.as_deref(), req.instance.as_deref(), req.replaces.as_deref());
-    match app.engine.dispatch().poll_job(&p, name, instance, replaces, wait).await? {
+    let (name, instance) = (req.name.as_deref(), req.instance.as_deref());
+    match app.engine.dispatch().poll_job(&p, name, instance, &req.replaces, wait).await? {
         Some(job) => Ok(Json(wire::LeasedJob::from(job)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }

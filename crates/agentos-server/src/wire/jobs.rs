@@ -72,10 +72,11 @@ pub struct PollRequest {
     /// ids it is handed start with it.
     #[serde(default)]
     pub instance: Option<String>,
-    /// The instance id of a process of this executor that died on the same workspace: the
-    /// leases it held end now, and their jobs go back to the queue at once.
-    #[serde(default)]
-    pub replaces: Option<String>,
+    /// The instance ids of processes that died on the same workspace, at most 64 (one string
+    /// is read as a list of one). The leases this executor handed to them end now, and their
+    /// jobs go back to the queue at once; another executor's leases are left alone.
+    #[serde(default, deserialize_with = "agentos_core::job::one_or_many", skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
 }
 
 /// `POST /api/executor/jobs/{id}/heartbeat` and `/release`.

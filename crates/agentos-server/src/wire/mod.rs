@@ -288,6 +288,10 @@ mod tests {
         check_same_shape::<job::PollRequest, super::PollRequest>(
             json!({"name": "e1", "waitMs": 100, "instance": "0123456789abcdef", "replaces": "fedcba9876543210"}),
         );
+        check_same_shape::<job::PollRequest, super::PollRequest>(
+            json!({"instance": "0123456789abcdef", "replaces": ["fedcba9876543210", "00000000000000ff"]}),
+        );
+        check_same_shape::<job::PollRequest, super::PollRequest>(json!({"replaces": null}));
         check_same_shape::<job::LeaseRef, super::LeaseRef>(json!({"leaseId": "l1"}));
     }
 
