@@ -10,6 +10,9 @@ use std::time::{Duration, SystemTime};
 /// successor, then removed.
 const KEEP_OTHERS: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// `<pid> <instance>`: what executors wrote before the file per process, one per workspace.
+const LEGACY: &str = "executor.instance";
+
 /// The file in which process `pid` names its instance id and the executor it runs as.
 fn file(pid: u32) -> String {
     format!("executor.{pid}.instance")
@@ -54,6 +57,20 @@ pub fn claim(workspace: &Path, identity: &str) -> std::io::Result<(String, Vec<S
         if of == identity || stale {
             let _ = std::fs::remove_file(entry.path());
         }
+    }
+    // The one file per workspace that executors before the file per process wrote.
+    let legacy = workspace.join(LEGACY);
+    if let Ok(text) = std::fs::read_to_string(&legacy)
+        && let Some((pid, instance)) = text.trim().split_once(' ')
+        && let Ok(pid) = pid.parse::<u32>()
+        && pid != me
+        && !alive(pid)
+    {
+        if agentos_core::job::is_valid_instance(instance) {
+            let written = std::fs::metadata(&legacy).and_then(|m| m.modified()).unwrap_or(SystemTime::UNIX_EPOCH);
+            dead.push((written, instance.to_string()));
+        }
+        let _ = std::fs::remove_file(&legacy);
     }
     // The newest first, as many as one poll may name.
     dead.sort_by_key(|d| std::cmp::Reverse(d.0));
@@ -136,6 +153,18 @@ mod tests {
         // The credential is not in any file.
         assert!(!a.contains("token") && a.len() == 16);
         assert_ne!(identity("t", Some("a")), identity("t", Some("b")));
+    }
+
+    #[test]
+    fn the_file_of_an_executor_before_the_file_per_process_is_read_once() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join(LEGACY), format!("{} 00000000000000aa\n", dead_pid())).unwrap();
+        assert_eq!(claim(ws.path(), "x").unwrap().1, ["00000000000000aa"]);
+        assert!(!ws.path().join(LEGACY).exists());
+        // One that names a live process (an executor of the earlier version still running) stays.
+        std::fs::write(ws.path().join(LEGACY), "1 00000000000000aa\n").unwrap();
+        assert_eq!(claim(ws.path(), "x").unwrap().1, Vec::<String>::new());
+        assert!(ws.path().join(LEGACY).exists());
     }
 
     #[test]
