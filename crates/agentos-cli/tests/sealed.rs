@@ -280,7 +280,9 @@ fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_anothe
     // A polls (so the queue is served), then the job is queued by an invocation that waits.
     let poller = {
         let a = a.clone();
-        std::thread::spawn(move || a.post("/api/executor/poll", json!({"waitMs": 20000})))
+        std::thread::spawn(move || {
+            a.post("/api/executor/poll", json!({"waitMs": 20000, "instance": "00000000000000aa"}))
+        })
     };
     wait_for("exec-a polling", || {
         let (_, list) = op.get("/api/executors");
@@ -293,8 +295,7 @@ fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_anothe
     let (status, job) = poller.join().unwrap();
     assert_eq!(status, 200, "{job}");
     let (job_id, lease) = (job["jobId"].as_str().unwrap().to_string(), job["leaseId"].as_str().unwrap().to_string());
-    assert_eq!(lease.len(), 32, "{lease}");
-    assert!(lease.bytes().all(|c| c.is_ascii_hexdigit()), "{lease}");
+    assert!(lease.len() == 17 + 32 && lease.starts_with("00000000000000aa-"), "{lease}");
 
     let forged = json!({"leaseId": lease, "exitCode": 0, "signal": null, "stdoutBase64": b64("forged by b\n"),
         "stderrBase64": "", "durationMs": 1});
@@ -316,6 +317,10 @@ fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_anothe
     let held = |name: &str| list.as_array().unwrap().iter().find(|e| e["name"] == name).map(|e| e["jobs"].clone());
     assert_eq!(held("exec-a"), Some(json!([job_id])), "{list}");
     assert_eq!(b.post("/api/executor/poll", json!({"waitMs": 100})).0, 204, "the job went back to the queue");
+    // B naming A's process as its own dead predecessor ends nothing of A's.
+    let named =
+        json!({"waitMs": 100, "instance": "00000000000000bb", "replaces": ["00000000000000aa", "00000000000000cc"]});
+    assert_eq!(b.post("/api/executor/poll", named).0, 204, "the job is still A's");
     let (status, v) = a.post(&format!("/api/executor/jobs/{job_id}/heartbeat"), json!({"leaseId": lease}));
     assert_eq!(status, 200, "{v}");
     let real = json!({"leaseId": lease, "exitCode": 0, "signal": null, "stdoutBase64": b64("from a\n"),

@@ -113,19 +113,35 @@ pub struct PollRequest {
 /// The most instance ids one poll may name as dead predecessors.
 pub const MAX_REPLACES: usize = 64;
 
-/// A list of strings, or one string read as a list of one.
+/// A list of strings, or one string read as a list of one; `null` is an empty list.
 pub fn one_or_many<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum OneOrMany {
-        One(String),
-        Many(Vec<String>),
+    struct OneOrMany;
+    impl<'de> serde::de::Visitor<'de> for OneOrMany {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of instance ids (or one id as a string)")
+        }
+        fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(s) = seq.next_element::<String>()? {
+                out.push(s);
+            }
+            Ok(out)
+        }
     }
-    Ok(match Option::<OneOrMany>::deserialize(d)? {
-        None => Vec::new(),
-        Some(OneOrMany::One(s)) => vec![s],
-        Some(OneOrMany::Many(v)) => v,
-    })
+    d.deserialize_option(OneOrMany)
 }
 
 /// The lease an executor holds on a job, named to renew it or hand the job back.

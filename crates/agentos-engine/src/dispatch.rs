@@ -179,7 +179,7 @@ impl Dispatch<'_> {
             )
             .into());
         }
-        let mut dead = Vec::with_capacity(replaces.len());
+        let mut dead: Vec<&str> = Vec::with_capacity(replaces.len());
         for old in replaces {
             let old = checked_instance("replaces", Some(old))?.expect("given");
             if Some(old) == instance {
@@ -191,10 +191,10 @@ impl Dispatch<'_> {
             }
             dead.push(old);
         }
-        let mut ended = 0;
-        for old in dead {
-            ended += self.inner.dispatch.jobs.expire_instance(&executor, old).await?;
-        }
+        dead.sort_unstable();
+        dead.dedup();
+        let ended =
+            if dead.is_empty() { 0 } else { self.inner.dispatch.jobs.expire_instances(&executor, &dead).await? };
         if ended > 0 {
             tracing::warn!(executor = %executor, instances = ?replaces, jobs = ended, "an executor process died holding jobs: their leases end now");
             self.reap_jobs().await;

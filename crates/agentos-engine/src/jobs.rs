@@ -388,16 +388,16 @@ impl MemoryQueue {
         })
     }
 
-    /// Ends now every lease `executor` took through its process `instance` (one that died: its
-    /// successor on the same workspace says so), so that the next [`MemoryQueue::reap`] deals
-    /// with those jobs as with any expired lease. Answers how many.
-    pub fn expire_instance(&self, executor: &str, instance: &str) -> usize {
-        let prefix = format!("{instance}-");
+    /// Ends now every lease `executor` took through one of its processes `instances` (ones that
+    /// died: their successor on the same workspace says so), so that the next
+    /// [`MemoryQueue::reap`] deals with those jobs as with any expired lease. Answers how many.
+    pub fn expire_instances(&self, executor: &str, instances: &[&str]) -> usize {
+        let prefixes: Vec<String> = instances.iter().map(|i| format!("{i}-")).collect();
         let now = Instant::now();
         let mut q = self.lock();
         let mut n = 0;
         for l in q.jobs.values_mut().filter_map(|j| j.lease.as_mut()) {
-            if l.executor == executor && l.id.starts_with(&prefix) {
+            if l.executor == executor && prefixes.iter().any(|p| l.id.starts_with(p.as_str())) {
                 l.expires = now;
                 n += 1;
             }
@@ -664,13 +664,13 @@ impl JobQueue {
         }
     }
 
-    /// Ends now the leases `executor` took through its process `instance`, which died (its
+    /// Ends now the leases `executor` took through its processes `instances`, which died (their
     /// successor says so): the next reap requeues those jobs (or fails them after their last
     /// attempt) instead of waiting out the lease. Answers how many.
-    pub async fn expire_instance(&self, executor: &str, instance: &str) -> Result<usize, crate::EngineError> {
+    pub async fn expire_instances(&self, executor: &str, instances: &[&str]) -> Result<usize, crate::EngineError> {
         match self {
-            JobQueue::Memory(q) => Ok(q.expire_instance(executor, instance)),
-            JobQueue::Shared(q, _) => q.expire_instance(executor, instance).await.map_err(store_lease_error),
+            JobQueue::Memory(q) => Ok(q.expire_instances(executor, instances)),
+            JobQueue::Shared(q, _) => q.expire_instances(executor, instances).await.map_err(store_lease_error),
         }
     }
 
@@ -855,7 +855,7 @@ mod tests {
             (dead.job_id.as_str(), live.job_id.as_str(), other.job_id.as_str()),
             (a.as_str(), b.as_str(), c.as_str())
         );
-        assert_eq!(q.expire_instance("e1", "00000000000000aa"), 1);
+        assert_eq!(q.expire_instances("e1", &["00000000000000aa", "00000000000000dd"]), 1);
         // No time passed: the ended lease is reaped now, and its job handed out again.
         assert!(q.reap().is_empty());
         let again = q.poll("e1", Some("00000000000000cc"), Duration::from_secs(1)).await.unwrap();
@@ -863,7 +863,7 @@ mod tests {
         assert_eq!(q.complete("e1", &a, &dead.lease_id).unwrap_err(), LeaseError::LeaseLost);
         assert!(q.heartbeat("e1", &b, &live.lease_id).is_ok());
         assert!(q.heartbeat("e2", &c, &other.lease_id).is_ok());
-        assert_eq!(q.expire_instance("e1", "00000000000000aa"), 0);
+        assert_eq!(q.expire_instances("e1", &["00000000000000aa"]), 0);
     }
 
     #[tokio::test(start_paused = true)]

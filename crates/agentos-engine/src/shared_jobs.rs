@@ -242,10 +242,11 @@ impl SharedQueue {
         self.try_take(executor, instance).await
     }
 
-    /// Ends now the leases `executor` took through its process `instance` (see
-    /// [`crate::jobs::JobQueue::expire_instance`]).
-    pub async fn expire_instance(&self, executor: &str, instance: &str) -> Result<usize, StoreError> {
-        self.rows.expire_leases(executor, &format!("{instance}-")).await
+    /// Ends now the leases `executor` took through its processes `instances` (see
+    /// [`crate::jobs::JobQueue::expire_instances`]).
+    pub async fn expire_instances(&self, executor: &str, instances: &[&str]) -> Result<usize, StoreError> {
+        let prefixes: Vec<String> = instances.iter().map(|i| format!("{i}-")).collect();
+        self.rows.expire_leases(executor, &prefixes).await
     }
 
     pub async fn poll(

@@ -36,8 +36,9 @@ pub struct Master {
     name: Option<String>,
     /// This process's instance id: the lease ids the master hands it start with it.
     instance: Option<String>,
-    /// Dead predecessors' instance ids, named in polls until a master has answered one.
-    replaces: Arc<std::sync::Mutex<Vec<String>>>,
+    /// Dead predecessors' instance ids, named in polls until a master has answered one, and
+    /// the files that name them, removed then.
+    replaces: Arc<std::sync::Mutex<(Vec<String>, Vec<std::path::PathBuf>)>>,
     http: reqwest::Client,
 }
 
@@ -63,14 +64,14 @@ impl Master {
     }
 
     /// Sends this process's instance id with its polls and results, and `replaces` (dead
-    /// predecessors') with its polls until one is answered.
-    pub fn with_instance(mut self, instance: String, replaces: Vec<String>) -> Self {
+    /// predecessors') with its polls until one is answered; then removes the files `heard`.
+    pub fn with_instance(mut self, instance: String, replaces: Vec<String>, heard: Vec<std::path::PathBuf>) -> Self {
         self.instance = Some(instance);
-        self.replaces = Arc::new(std::sync::Mutex::new(replaces));
+        self.replaces = Arc::new(std::sync::Mutex::new((replaces, heard)));
         self
     }
 
-    fn replaces(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+    fn replaces(&self) -> std::sync::MutexGuard<'_, (Vec<String>, Vec<std::path::PathBuf>)> {
         self.replaces.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -142,15 +143,22 @@ impl Master {
 
     /// Long poll: the next job, or `None` when the master had no work within `wait`.
     pub async fn poll(&self, wait: Duration) -> Result<Option<LeasedJob>, ProtocolError> {
-        let replaces = self.replaces().clone();
+        let replaces = self.replaces().0.clone();
         let mut body = json!({"name": self.name, "waitMs": wait.as_millis() as u64, "instance": self.instance});
-        if !replaces.is_empty() {
-            body["replaces"] = json!(replaces);
+        match replaces.as_slice() {
+            [] => {}
+            // One as a plain string, which masters before the list read too.
+            [one] => body["replaces"] = json!(one),
+            many => body["replaces"] = json!(many),
         }
         let answer = self.post("/api/executor/poll", &body, wait + Duration::from_secs(10)).await;
         if !replaces.is_empty() && answer.is_ok() {
-            // A master took it: the predecessors' leases are ended.
-            self.replaces().clear();
+            // A master took it: the predecessors' leases are ended, and their files may go.
+            let (ids, heard) = &mut *self.replaces();
+            ids.clear();
+            for f in heard.drain(..) {
+                let _ = std::fs::remove_file(f);
+            }
         }
         answer
     }

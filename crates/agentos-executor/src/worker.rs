@@ -179,14 +179,17 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         }
     };
     // Jobs a predecessor killed on this workspace still held go back to the queue at once.
-    let (instance, replaces) =
-        crate::instance::claim(&workspace, &crate::instance::identity(&config.token, config.name.as_deref()))
-            .map_err(ws_err)?;
-    if !replaces.is_empty() {
-        tracing::info!(predecessors = ?replaces, "executors died on this workspace: the jobs they held are handed back");
+    let claim = crate::instance::claim(&workspace, &crate::instance::identity(&config.token, config.name.as_deref()))
+        .map_err(ws_err)?;
+    if !claim.replaces.is_empty() {
+        tracing::info!(predecessors = ?claim.replaces, "executors died on this workspace: the jobs they held are handed back");
     }
     let shared = Arc::new(Shared {
-        master: Master::new(&config.master, &config.token, config.name.clone()).with_instance(instance, replaces),
+        master: Master::new(&config.master, &config.token, config.name.clone()).with_instance(
+            claim.instance.clone(),
+            claim.replaces.clone(),
+            claim.heard.clone(),
+        ),
         cache: ScriptCache::new(&workspace),
         folders: {
             let folders = Folders::new(&jobs_dir, config.limits.run_as);
@@ -232,6 +235,8 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     if let Some(cgroups) = Arc::into_inner(shared).and_then(|s| s.cgroups) {
         tokio::task::spawn_blocking(move || cgroups.close()).await.ok();
     }
+    // Every job was finished or handed back: nothing for a successor to name.
+    claim.release();
     match fatal {
         Some(why) => Err(ExecutorError::Credential(why)),
         None => Ok(()),

@@ -152,10 +152,11 @@ pub trait SharedJobs: Send + Sync + 'static {
         master: &str,
         lease_ms: u64,
     ) -> Result<Result<JobRow, LeaseRefusal>, StoreError>;
-    /// Ends now every lease `executor` holds whose id starts with `lease_prefix` (an executor
-    /// process that died: its lease ids start with its instance id), so that the next reap
-    /// deals with those jobs. A result being recorded is left alone. Answers how many.
-    async fn expire_leases(&self, executor: &str, lease_prefix: &str) -> Result<usize, StoreError>;
+    /// Ends now every lease `executor` holds whose id starts with one of `lease_prefixes`
+    /// (executor processes that died: their lease ids start with their instance ids), so that
+    /// the next reap deals with those jobs. A result being recorded is left alone. Answers how
+    /// many.
+    async fn expire_leases(&self, executor: &str, lease_prefixes: &[String]) -> Result<usize, StoreError>;
     /// Removes a job whose result is recorded.
     async fn forget(&self, job_id: &str) -> Result<(), StoreError>;
     /// Removes a job not handed out yet; answers whether it was.
@@ -306,15 +307,17 @@ impl SharedJobs for PgJobQueue {
         if n == 1 { Ok(Ok(())) } else { Ok(Err(self.refusal(executor, job_id, lease_id).await?)) }
     }
 
-    async fn expire_leases(&self, executor: &str, lease_prefix: &str) -> Result<usize, StoreError> {
-        // The prefix is matched as text, not as a LIKE pattern: `%` and `_` in it mean themselves.
+    async fn expire_leases(&self, executor: &str, lease_prefixes: &[String]) -> Result<usize, StoreError> {
+        // One statement for every prefix. Each is matched as text, not as a LIKE pattern: `%`
+        // and `_` in it mean themselves.
         let n = self
             .conn
             .execute(
-                "ending the leases of an executor process that died",
+                "ending the leases of executor processes that died",
                 "UPDATE agentos_jobs SET expires = clock_timestamp() \
-                 WHERE executor = $1 AND left(lease_id, length($2)) = $2 AND completing IS NULL",
-                &[&executor, &lease_prefix],
+                 WHERE executor = $1 AND completing IS NULL \
+                 AND EXISTS (SELECT 1 FROM unnest($2::text[]) AS p WHERE left(lease_id, length(p)) = p)",
+                &[&executor, &lease_prefixes],
             )
             .await?;
         Ok(n as usize)

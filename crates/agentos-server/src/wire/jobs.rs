@@ -76,6 +76,7 @@ pub struct PollRequest {
     /// is read as a list of one). The leases this executor handed to them end now, and their
     /// jobs go back to the queue at once; another executor's leases are left alone.
     #[serde(default, deserialize_with = "agentos_core::job::one_or_many", skip_serializing_if = "Vec::is_empty")]
+    #[schema(max_items = 64)]
     pub replaces: Vec<String>,
 }
 

@@ -292,6 +292,10 @@ mod tests {
             json!({"instance": "0123456789abcdef", "replaces": ["fedcba9876543210", "00000000000000ff"]}),
         );
         check_same_shape::<job::PollRequest, super::PollRequest>(json!({"replaces": null}));
+        for wrong in [json!({"replaces": 5}), json!({"replaces": {"a": 1}}), json!({"replaces": [5]})] {
+            let e = serde_json::from_value::<super::PollRequest>(wrong.clone()).unwrap_err().to_string();
+            assert!(e.contains("a list of instance ids") || e.contains("expected a string"), "{wrong}: {e}");
+        }
         check_same_shape::<job::LeaseRef, super::LeaseRef>(json!({"leaseId": "l1"}));
     }
 
