@@ -71,17 +71,15 @@ pub fn claim(workspace: &Path, identity: &str) -> std::io::Result<Claim> {
     std::fs::rename(&tmp, &path)?;
 
     let now = SystemTime::now();
-    // (this executor's, when it died or was found dead, id)
-    let mut dead: Vec<(bool, SystemTime, String)> = Vec::new();
-    let mut heard = Vec::new();
+    let mut dead: Vec<Dead> = Vec::new();
     for entry in std::fs::read_dir(workspace)?.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let entry_path = entry.path();
         if name == LEGACY {
             if let Some(id) = legacy(&entry_path) {
-                dead.push((true, entry.metadata().and_then(|m| m.modified()).unwrap_or(now), id));
-                heard.push(entry_path);
+                let when = entry.metadata().and_then(|m| m.modified()).unwrap_or(now);
+                dead.push(Dead { own: true, when, id, file: Some(entry_path) });
             }
             continue;
         }
@@ -95,38 +93,46 @@ pub fn claim(workspace: &Path, identity: &str) -> std::io::Result<Claim> {
             let Some(mut f) = open_unlocked(&entry_path) else { continue };
             let Some((id, of)) = read_claim(&mut f) else { continue };
             if of == identity {
-                dead.push((true, now, id));
-                heard.push(entry_path);
+                dead.push(Dead { own: true, when: now, id, file: Some(entry_path) });
             } else {
                 // Another executor's: kept for its successor, named as found dead now.
                 let kept = workspace.join(format!("executor.{id}.dead"));
                 if std::fs::rename(&entry_path, &kept).is_ok() {
                     let _ = f.set_modified(now);
                 }
-                dead.push((false, now, id));
+                dead.push(Dead { own: false, when: now, id, file: None });
             }
         } else if rest.ends_with(".dead") {
             let Some(mut f) = open_unlocked(&entry_path) else { continue };
             let Some((id, of)) = read_claim(&mut f) else { continue };
             let found = f.metadata().and_then(|m| m.modified()).unwrap_or(now);
             if of == identity {
-                dead.push((true, found, id));
-                heard.push(entry_path);
+                dead.push(Dead { own: true, when: found, id, file: Some(entry_path) });
             } else if now.duration_since(found).is_ok_and(|age| age > KEEP_OTHERS) {
                 let _ = std::fs::remove_file(&entry_path);
             } else {
-                dead.push((false, found, id));
+                dead.push(Dead { own: false, when: found, id, file: None });
             }
         }
     }
     // This executor's own first, then the newest, as many as one poll may name.
-    dead.sort_by(|a, b| b.0.cmp(&a.0).then(b.1.cmp(&a.1)));
-    dead.dedup_by(|a, b| a.2 == b.2);
+    dead.sort_by(|a, b| b.own.cmp(&a.own).then(b.when.cmp(&a.when)));
+    dead.dedup_by(|a, b| a.id == b.id);
     dead.truncate(agentos_core::job::MAX_REPLACES);
-    let replaces: Vec<String> = dead.into_iter().map(|(_, _, id)| id).collect();
-    // A file is removed only once the id it names has gone out with the others.
-    heard.retain(|p| file_names_one_of(p, &replaces));
-    Ok(Claim { instance, replaces, heard, path, _file: file })
+    // A file is removed only once the id it names has gone out: those cut above stay.
+    let (replaces, heard) = dead.into_iter().map(|d| (d.id, d.file)).unzip::<_, _, Vec<_>, Vec<_>>();
+    Ok(Claim { instance, replaces, heard: heard.into_iter().flatten().collect(), path, _file: file })
+}
+
+/// A process that died on the workspace.
+struct Dead {
+    /// It ran as this executor.
+    own: bool,
+    /// When it was found dead (now, for a file first found so at this start), or its file's time.
+    when: SystemTime,
+    id: String,
+    /// Its file, to remove once a master has heard `id` (this executor's only).
+    file: Option<PathBuf>,
 }
 
 /// Opens a regular file (never through a link, never blocking on a pipe) and locks it: `Some`
@@ -159,11 +165,6 @@ fn legacy(path: &Path) -> Option<String> {
     let pid: u32 = pid.parse().ok()?;
     let gone = pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists();
     (gone && agentos_core::job::is_valid_instance(id)).then(|| id.to_string())
-}
-
-fn file_names_one_of(path: &Path, ids: &[String]) -> bool {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-    name == LEGACY || ids.iter().any(|id| name.contains(id.as_str()))
 }
 
 #[cfg(test)]

@@ -179,16 +179,17 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         }
     };
     // Jobs a predecessor killed on this workspace still held go back to the queue at once.
-    let claim = crate::instance::claim(&workspace, &crate::instance::identity(&config.token, config.name.as_deref()))
-        .map_err(ws_err)?;
+    let mut claim =
+        crate::instance::claim(&workspace, &crate::instance::identity(&config.token, config.name.as_deref()))
+            .map_err(ws_err)?;
     if !claim.replaces.is_empty() {
         tracing::info!(predecessors = ?claim.replaces, "executors died on this workspace: the jobs they held are handed back");
     }
     let shared = Arc::new(Shared {
         master: Master::new(&config.master, &config.token, config.name.clone()).with_instance(
             claim.instance.clone(),
-            claim.replaces.clone(),
-            claim.heard.clone(),
+            std::mem::take(&mut claim.replaces),
+            std::mem::take(&mut claim.heard),
         ),
         cache: ScriptCache::new(&workspace),
         folders: {
