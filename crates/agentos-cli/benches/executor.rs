@@ -96,6 +96,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// Best of five rounds of `n` sequential calls, and of `n` bare `sh -c 'exit 0'` spawns taken in
+/// turns with them, in ms per task: a stray hiccup of the machine does not decide the figure.
+fn sequential(caller: &mut Caller, n: usize) -> (f64, f64) {
+    let (mut best_through, mut best_bare) = (f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n {
+            caller.invoke();
+        }
+        best_through = best_through.min(ms(t.elapsed()) / n as f64);
+        let t = Instant::now();
+        for _ in 0..n {
+            assert!(Command::new("sh").args(["-c", "exit 0"]).status().unwrap().success());
+        }
+        best_bare = best_bare.min(ms(t.elapsed()) / n as f64);
+    }
+    (best_through, best_bare)
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     let (_master, api) = start_master(&dir.path().join("master"));
@@ -111,22 +130,7 @@ fn main() {
         caller.invoke();
     }
     let n = 40;
-    let mut best_master = f64::MAX;
-    let mut best_bare = f64::MAX;
-    // Best of five rounds of 40, so that a stray hiccup of the machine does not decide the figure.
-    for _ in 0..5 {
-        let t = Instant::now();
-        for _ in 0..n {
-            caller.invoke();
-        }
-        best_master = best_master.min(ms(t.elapsed()) / n as f64);
-        let t = Instant::now();
-        for _ in 0..n {
-            let s = Command::new("sh").args(["-c", "exit 0"]).status().unwrap();
-            assert!(s.success());
-        }
-        best_bare = best_bare.min(ms(t.elapsed()) / n as f64);
-    }
+    let (best_master, best_bare) = sequential(&mut caller, n);
     println!();
     println!("(a) {n} sequential `exit 0` sh jobs (best of 5 rounds)");
     println!("    through master + executor : {best_master:>7.3} ms per task");
@@ -218,20 +222,7 @@ fn main() {
     for _ in 0..10 {
         caller.invoke();
     }
-    let mut best_secrets = f64::MAX;
-    let mut best_bare = f64::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
-        for _ in 0..n {
-            caller.invoke();
-        }
-        best_secrets = best_secrets.min(ms(t.elapsed()) / n as f64);
-        let t = Instant::now();
-        for _ in 0..n {
-            assert!(Command::new("sh").args(["-c", "exit 0"]).status().unwrap().success());
-        }
-        best_bare = best_bare.min(ms(t.elapsed()) / n as f64);
-    }
+    let (best_secrets, best_bare) = sequential(&mut caller, n);
     println!();
     println!("(a2) (a) with 10 secrets in the store, each scrubbed from every result (best of 5 rounds)");
     println!("    through master + executor : {best_secrets:>7.3} ms per task");
@@ -242,6 +233,30 @@ fn main() {
         (best_secrets - best_bare) - (best_master - best_master_bare)
     );
     drop(e1);
+
+    // (a3) (a) through `agentos up`, whose own executor runs in the master's process.
+    let up_data = dir.path().join("up");
+    let (up, up_api) =
+        common::start_program(&common::BIN, &["up", "--run-as", "current", "--executor-concurrency", "1"], &up_data);
+    up_api.register_script("exit0", "sh", "exit 0");
+    common::wait_until("the local executor polling", std::time::Duration::from_secs(10), || {
+        up_api.get("/api/executors").as_array().unwrap().iter().any(|e| e["name"] == "local" && e["state"] == "polling")
+    });
+    let mut up_caller = Caller::new(&up_api.url, &up_api.token, "exit0");
+    for _ in 0..10 {
+        up_caller.invoke();
+    }
+    let (best_up, best_bare) = sequential(&mut up_caller, n);
+    println!();
+    println!("(a3) (a) through `agentos up`'s own executor, in the master's process (best of 5 rounds)");
+    println!("    through agentos up        : {best_up:>7.3} ms per task");
+    println!("    bare sh -c 'exit 0' spawn : {best_bare:>7.3} ms per task");
+    println!(
+        "    overhead per task         : {:>7.3} ms   ({:+.3} ms against (a)'s overhead)",
+        best_up - best_bare,
+        (best_up - best_bare) - (best_master - best_master_bare)
+    );
+    drop(up);
 
     // (c) sha256 verification of a 1 MiB script against openssl.
     let mut script = vec![0u8; 1024 * 1024];

@@ -25,6 +25,7 @@ mod errln;
 mod call;
 mod client;
 mod lean_http;
+mod local_link;
 mod mcp;
 mod output;
 mod process;

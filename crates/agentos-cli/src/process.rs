@@ -370,7 +370,7 @@ async fn local_executor_config(
     let token = ready.engine.dispatch().create_executor_token(&operator, "local").await?;
     Ok(ExecutorConfig {
         master: ready.url.clone(),
-        token,
+        token: token.clone(),
         workspace: local.workspace,
         name: None,
         concurrency: local.concurrency,
@@ -385,6 +385,12 @@ async fn local_executor_config(
         },
         grace: Duration::from_secs(30),
         poll_wait: Duration::from_secs(25),
+        // It runs in the master's own process: direct calls, not HTTP to itself.
+        direct: Some(agentos_executor::protocol::Direct(std::sync::Arc::new(crate::local_link::LocalLink::new(
+            ready.engine.clone(),
+            token,
+            args.max_result_bytes,
+        )))),
     })
 }
 
@@ -492,6 +498,7 @@ pub fn executor(args: ExecutorArgs) -> ExitCode {
         },
         grace: Duration::from_millis(args.grace_ms),
         poll_wait: Duration::from_secs(25),
+        direct: None,
     };
     match rt.block_on(agentos_executor::run(config, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,

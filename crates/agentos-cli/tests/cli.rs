@@ -225,13 +225,19 @@ fn up_runs_a_master_with_a_local_executor() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir.path().join("data");
+    // A lease of 600 ms: the 1.5 s job below finishes only if its heartbeats reach the master.
     let mut up = Command::new(BIN)
-        .args(["up", "--listen", "127.0.0.1:0", "--data"])
+        .args(["up", "--listen", "127.0.0.1:0", "--lease-ms", "600", "--data"])
         .arg(&data)
-        .env("AGENTOS_LOG", "error")
+        .env("AGENTOS_LOG", "info")
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    let log = {
+        let stderr = up.stderr.take().unwrap();
+        std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default())
+    };
     use std::io::BufRead;
     let mut lines = std::io::BufReader::new(up.stdout.take().unwrap()).lines();
     let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
@@ -248,10 +254,19 @@ fn up_runs_a_master_with_a_local_executor() {
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["stdout"], "hello, world\n");
     assert_eq!(r["executor"], "local");
+    assert_eq!(api.register("slow", "sh", "sleep 1.5; echo done", None).0, 200);
+    let (status, r) = api.invoke("slow", serde_json::json!({}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!((r["stdout"].as_str(), r["attempt"].as_u64()), (Some("done\n"), Some(1)), "{r}");
+    // The executor sits in the master's process and calls it directly, not over HTTP.
+    let executors = api.get("/api/executors");
+    assert!(executors.1.to_string().contains("\"local\""), "{executors:?}");
     unsafe {
         libc::kill(up.id() as i32, libc::SIGTERM);
     }
     assert!(up.wait().unwrap().success());
+    let log = log.join().unwrap();
+    assert!(log.contains("executor polling") && log.contains("the master in this process"), "{log}");
 }
 
 #[test]

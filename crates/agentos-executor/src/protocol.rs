@@ -25,42 +25,60 @@ impl ProtocolError {
     }
 }
 
-/// The masters an executor talks to: several when they share one database (any of them hands
-/// out, renews and finishes any job). Every request goes to the current one; one that cannot be
-/// reached hands the request to the next, which becomes the current one.
+/// How an executor reaches its master. [`Http`] is the protocol every executor speaks; a master
+/// that runs an executor in its own process (`agentos up`) may hand it a link that calls the
+/// master directly, which saves each job two HTTP exchanges and their JSON. Either way the master
+/// decides the same way: a link carries requests, it checks nothing itself.
+#[async_trait::async_trait]
+pub trait Link: Send + Sync {
+    /// Where the master is, for the log.
+    fn describe(&self) -> String;
+    async fn poll(&self, call: PollCall<'_>) -> Result<Option<LeasedJob>, ProtocolError>;
+    async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError>;
+    async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError>;
+    /// Posts a result; with `take_next`, also takes the next job if one is queued right now.
+    async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError>;
+}
+
+/// One long poll, as [`Link::poll`] receives it.
+pub struct PollCall<'a> {
+    pub name: Option<&'a str>,
+    pub instance: Option<&'a str>,
+    pub replaces: &'a [String],
+    pub wait: Duration,
+}
+
+/// One result, as [`Link::result`] receives it.
+pub struct ResultCall<'a> {
+    pub name: Option<&'a str>,
+    pub instance: Option<&'a str>,
+    pub job_id: &'a str,
+    pub result: &'a ExecutorResult,
+    pub take_next: bool,
+}
+
+/// The master as the executor's workers see it: a [`Link`] plus what this process says about
+/// itself in every request (its name and instance id, and its dead predecessors until heard).
 #[derive(Clone)]
 pub struct Master {
-    urls: Arc<Vec<String>>,
-    current: Arc<AtomicUsize>,
-    token: String,
+    link: Arc<dyn Link>,
     name: Option<String>,
     /// This process's instance id: the lease ids the master hands it start with it.
     instance: Option<String>,
     /// Dead predecessors' instance ids, named in polls until a master has answered one, and
     /// the files that name them, removed then.
     replaces: Arc<std::sync::Mutex<(Vec<String>, Vec<std::path::PathBuf>)>>,
-    http: reqwest::Client,
 }
 
 impl Master {
     /// `urls`: one master's URL, or several separated by commas.
     pub fn new(urls: &str, token: &str, name: Option<String>) -> Self {
-        let http = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()
-            .expect("http client");
-        let urls: Vec<String> =
-            urls.split(',').map(|u| u.trim().trim_end_matches('/').to_string()).filter(|u| !u.is_empty()).collect();
-        Master {
-            urls: Arc::new(urls),
-            current: Arc::default(),
-            token: token.to_string(),
-            name,
-            instance: None,
-            replaces: Arc::default(),
-            http,
-        }
+        Master::over(Arc::new(Http::new(urls, token)), name)
+    }
+
+    /// A master reached through `link`.
+    pub fn over(link: Arc<dyn Link>, name: Option<String>) -> Self {
+        Master { link, name, instance: None, replaces: Arc::default() }
     }
 
     /// Sends this process's instance id with its polls and results, and `replaces` (dead
@@ -75,6 +93,72 @@ impl Master {
         self.replaces.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Where the master is, for the log.
+    pub fn describe(&self) -> String {
+        self.link.describe()
+    }
+
+    /// Long poll: the next job, or `None` when the master had no work within `wait`.
+    pub async fn poll(&self, wait: Duration) -> Result<Option<LeasedJob>, ProtocolError> {
+        let replaces = self.replaces().0.clone();
+        let call =
+            PollCall { name: self.name.as_deref(), instance: self.instance.as_deref(), replaces: &replaces, wait };
+        let answer = self.link.poll(call).await;
+        if !replaces.is_empty() && answer.is_ok() {
+            // A master took it: the predecessors' leases are ended, and their files may go.
+            let (ids, heard) = &mut *self.replaces();
+            ids.clear();
+            for f in heard.drain(..) {
+                let _ = std::fs::remove_file(f);
+            }
+        }
+        answer
+    }
+
+    pub async fn heartbeat(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        self.link.heartbeat(self.name.as_deref(), job_id, lease_id).await
+    }
+
+    pub async fn release(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        self.link.release(self.name.as_deref(), job_id, lease_id).await
+    }
+
+    /// Posts a result; with `take_next`, also takes the next job if one is queued right now.
+    pub async fn result(
+        &self,
+        job_id: &str,
+        result: &ExecutorResult,
+        take_next: bool,
+    ) -> Result<Option<LeasedJob>, ProtocolError> {
+        let call =
+            ResultCall { name: self.name.as_deref(), instance: self.instance.as_deref(), job_id, result, take_next };
+        self.link.result(call).await
+    }
+}
+
+/// The executor protocol over HTTP, to one master or several that share one database (any of
+/// them hands out, renews and finishes any job). Every request goes to the current one; one
+/// that cannot be reached hands the request to the next, which becomes the current one.
+pub struct Http {
+    urls: Vec<String>,
+    current: AtomicUsize,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl Http {
+    /// `urls`: one master's URL, or several separated by commas.
+    pub fn new(urls: &str, token: &str) -> Self {
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .expect("http client");
+        let urls: Vec<String> =
+            urls.split(',').map(|u| u.trim().trim_end_matches('/').to_string()).filter(|u| !u.is_empty()).collect();
+        Http { urls, current: AtomicUsize::new(0), token: token.to_string(), http }
+    }
+
     /// The URL requests go to now.
     pub fn url(&self) -> &str {
         let i = self.current.load(Ordering::Relaxed) % self.urls.len().max(1);
@@ -83,6 +167,7 @@ impl Master {
 
     async fn post<T: DeserializeOwned>(
         &self,
+        name: Option<&str>,
         path: &str,
         body: &Value,
         timeout: Duration,
@@ -95,7 +180,7 @@ impl Master {
         let mut last = None;
         for i in 0..n {
             let at = (start + i) % n;
-            match self.post_to(&self.urls[at], path, body, timeout).await {
+            match self.post_to(&self.urls[at], name, path, body, timeout).await {
                 Err(e @ ProtocolError::Unreachable(_)) => {
                     if n > 1 {
                         tracing::warn!(master = %self.urls[at], error = %e, "master unreachable; trying the next");
@@ -117,12 +202,13 @@ impl Master {
     async fn post_to<T: DeserializeOwned>(
         &self,
         url: &str,
+        name: Option<&str>,
         path: &str,
         body: &Value,
         timeout: Duration,
     ) -> Result<Option<T>, ProtocolError> {
         let mut req = self.http.post(format!("{url}{path}")).bearer_auth(&self.token).json(body).timeout(timeout);
-        if let Some(n) = &self.name {
+        if let Some(n) = name {
             req = req.header("x-agentos-executor-name", n);
         }
         let resp = req.send().await.map_err(|e| ProtocolError::Unreachable(e.to_string()))?;
@@ -140,68 +226,60 @@ impl Master {
             .map(Some)
             .map_err(|e| ProtocolError::Refused { status, message: format!("unreadable answer: {e}") })
     }
+}
 
-    /// Long poll: the next job, or `None` when the master had no work within `wait`.
-    pub async fn poll(&self, wait: Duration) -> Result<Option<LeasedJob>, ProtocolError> {
-        let replaces = self.replaces().0.clone();
-        let mut body = json!({"name": self.name, "waitMs": wait.as_millis() as u64, "instance": self.instance});
-        match replaces.as_slice() {
+#[async_trait::async_trait]
+impl Link for Http {
+    fn describe(&self) -> String {
+        self.urls.join(",")
+    }
+
+    async fn poll(&self, call: PollCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
+        let mut body = json!({"name": call.name, "waitMs": call.wait.as_millis() as u64, "instance": call.instance});
+        match call.replaces {
             [] => {}
             // One as a plain string, which masters before the list read too.
             [one] => body["replaces"] = json!(one),
             many => body["replaces"] = json!(many),
         }
-        let answer = self.post("/api/executor/poll", &body, wait + Duration::from_secs(10)).await;
-        if !replaces.is_empty() && answer.is_ok() {
-            // A master took it: the predecessors' leases are ended, and their files may go.
-            let (ids, heard) = &mut *self.replaces();
-            ids.clear();
-            for f in heard.drain(..) {
-                let _ = std::fs::remove_file(f);
-            }
-        }
-        answer
+        self.post(call.name, "/api/executor/poll", &body, call.wait + Duration::from_secs(10)).await
     }
 
-    pub async fn heartbeat(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
-        self.post::<Value>(
-            &format!("/api/executor/jobs/{job_id}/heartbeat"),
-            &json!({"leaseId": lease_id}),
-            Duration::from_secs(10),
-        )
-        .await
-        .map(|_| ())
+    async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        let path = format!("/api/executor/jobs/{job_id}/heartbeat");
+        self.post::<Value>(name, &path, &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
     }
 
-    pub async fn release(&self, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
-        self.post::<Value>(
-            &format!("/api/executor/jobs/{job_id}/release"),
-            &json!({"leaseId": lease_id}),
-            Duration::from_secs(10),
-        )
-        .await
-        .map(|_| ())
+    async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        let path = format!("/api/executor/jobs/{job_id}/release");
+        self.post::<Value>(name, &path, &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
     }
 
-    /// Posts a result; with `take_next`, also takes the next job if one is queued right now.
-    pub async fn result(
-        &self,
-        job_id: &str,
-        result: &ExecutorResult,
-        take_next: bool,
-    ) -> Result<Option<LeasedJob>, ProtocolError> {
-        let body = serde_json::to_value(result).expect("results serialize");
-        let path = match (take_next, &self.instance) {
+    async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
+        let body = serde_json::to_value(call.result).expect("results serialize");
+        let job_id = call.job_id;
+        let path = match (call.take_next, call.instance) {
             (false, _) => format!("/api/executor/jobs/{job_id}/result"),
             (true, None) => format!("/api/executor/jobs/{job_id}/result?next=true"),
             (true, Some(i)) => format!("/api/executor/jobs/{job_id}/result?next=true&instance={i}"),
         };
-        let answer: Option<Value> = self.post(&path, &body, Duration::from_secs(120)).await?;
+        let answer: Option<Value> = self.post(call.name, &path, &body, Duration::from_secs(120)).await?;
         let next = answer.and_then(|mut a| a.get_mut("next").map(Value::take)).filter(|n| !n.is_null());
         next.map(|n| {
             serde_json::from_value(n)
                 .map_err(|e| ProtocolError::Refused { status: 200, message: format!("unreadable next job: {e}") })
         })
         .transpose()
+    }
+}
+
+/// A [`Link`] to a master in this same process, which an [`crate::ExecutorConfig`] uses in place
+/// of HTTP to its `master` URL.
+#[derive(Clone)]
+pub struct Direct(pub Arc<dyn Link>);
+
+impl std::fmt::Debug for Direct {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Direct({})", self.0.describe())
     }
 }

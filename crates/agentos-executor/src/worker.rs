@@ -29,6 +29,8 @@ pub struct ExecutorConfig {
     pub grace: Duration,
     /// How long one poll may be held by the master.
     pub poll_wait: Duration,
+    /// Reach a master in this same process directly rather than over HTTP to `master`.
+    pub direct: Option<crate::protocol::Direct>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -186,7 +188,11 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         tracing::info!(predecessors = ?claim.replaces, "executors died on this workspace: the jobs they held are handed back");
     }
     let shared = Arc::new(Shared {
-        master: Master::new(&config.master, &config.token, config.name.clone()).with_instance(
+        master: match &config.direct {
+            Some(direct) => Master::over(direct.0.clone(), config.name.clone()),
+            None => Master::new(&config.master, &config.token, config.name.clone()),
+        }
+        .with_instance(
             claim.instance.clone(),
             std::mem::take(&mut claim.replaces),
             std::mem::take(&mut claim.heard),
@@ -213,7 +219,7 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         workers.spawn(async move { worker(shared, stop, kill, fatal, wait).await });
     }
     drop(fatal_tx);
-    tracing::info!(master = %config.master, concurrency = config.concurrency, "executor polling");
+    tracing::info!(master = %shared.master.describe(), concurrency = config.concurrency, "executor polling");
     let fatal = tokio::select! {
         _ = shutdown => None,
         Some(why) = fatal_rx.recv() => Some(why),

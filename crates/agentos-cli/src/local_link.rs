@@ -1,0 +1,90 @@
+//! How `agentos up`'s local executor reaches the master it runs beside: by calling the engine
+//! directly, with the same credential and the same checks as over HTTP, but without two HTTP
+//! exchanges and their JSON per job.
+
+use std::time::Duration;
+
+use agentos_core::job::LeasedJob;
+use agentos_engine::{Engine, EngineError, Principal};
+use agentos_executor::protocol::{Link, PollCall, ProtocolError, ResultCall};
+use agentos_server::ApiError;
+
+/// The longest poll the master holds over HTTP; a direct one is held no longer.
+const MAX_POLL: Duration = Duration::from_secs(60);
+
+pub struct LocalLink {
+    engine: Engine,
+    token: String,
+    /// The master's `--max-result-bytes`, which a result over HTTP may not exceed either.
+    max_result_bytes: usize,
+}
+
+impl LocalLink {
+    pub fn new(engine: Engine, token: String, max_result_bytes: usize) -> Self {
+        LocalLink { engine, token, max_result_bytes }
+    }
+
+    /// Who the executor is, looked up at every call as an HTTP request's bearer token is: a
+    /// credential rotated or revoked meanwhile stops the local executor the same way.
+    fn principal(&self) -> Result<Principal, ProtocolError> {
+        self.engine.authenticate(&self.token).ok_or_else(|| ProtocolError::Refused {
+            status: 401,
+            message: "the bearer token is not valid (revoked, mistyped, or from another data folder)".into(),
+        })
+    }
+}
+
+/// The status and message the same refusal has over HTTP.
+fn refused(e: EngineError) -> ProtocolError {
+    let e = ApiError::from(e);
+    ProtocolError::Refused { status: e.status.as_u16(), message: e.message }
+}
+
+#[async_trait::async_trait]
+impl Link for LocalLink {
+    fn describe(&self) -> String {
+        "the master in this process".into()
+    }
+
+    async fn poll(&self, call: PollCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
+        let p = self.principal()?;
+        let wait = call.wait.min(MAX_POLL);
+        self.engine.dispatch().poll_job(&p, call.name, call.instance, call.replaces, wait).await.map_err(refused)
+    }
+
+    async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        let p = self.principal()?;
+        self.engine.dispatch().heartbeat_job(&p, name, job_id, lease_id).await.map(|_| ()).map_err(refused)
+    }
+
+    async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+        let p = self.principal()?;
+        self.engine.dispatch().release_job(&p, name, job_id, lease_id).await.map_err(refused)
+    }
+
+    async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
+        let p = self.principal()?;
+        let r = call.result;
+        // What the post's body would carry: its output, in base64, and the error line.
+        let size = r.stdout_base64.len() + r.stderr_base64.len() + r.error.as_ref().map_or(0, String::len);
+        if size > self.max_result_bytes {
+            return Err(ProtocolError::Refused {
+                status: 413,
+                message: format!(
+                    "the request body is larger than {} bytes (the master's --max-result-bytes)",
+                    self.max_result_bytes
+                ),
+            });
+        }
+        let dispatch = self.engine.dispatch();
+        // As over HTTP: the instance is only sent, and checked, with a request for the next job,
+        // and checked before the result is taken.
+        let instance = if call.take_next { call.instance } else { None };
+        agentos_engine::dispatch::checked_instance("instance", instance).map_err(refused)?;
+        dispatch.complete_job(&p, call.name, call.job_id, r.clone()).await.map_err(refused)?;
+        if !call.take_next {
+            return Ok(None);
+        }
+        dispatch.next_job_now(&p, call.name, instance).await.map_err(refused)
+    }
+}
