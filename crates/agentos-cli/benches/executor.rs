@@ -115,6 +115,30 @@ fn sequential(caller: &mut Caller, n: usize) -> (f64, f64) {
     (best_through, best_bare)
 }
 
+/// `jobs` calls of `exit0` from `callers` threads, each on its own connection and waiting for its
+/// answer before it calls again.
+fn drive(url: &str, token: &str, callers: usize, jobs: usize) {
+    let handles: Vec<_> = (0..callers)
+        .map(|_| {
+            let mut caller = Caller::new(url, token, "exit0");
+            std::thread::spawn(move || {
+                for _ in 0..jobs / callers {
+                    caller.invoke();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+}
+
+/// `xargs -P2` spawning `jobs` bare `sh -c 'exit 0'`: the throughput baseline.
+fn xargs(jobs: usize) {
+    let script = format!("seq {jobs} | xargs -P2 -I{{}} sh -c 'exit 0'");
+    assert!(Command::new("sh").args(["-c", &script]).status().unwrap().success());
+}
+
 fn main() {
     let dir = tempfile::tempdir().unwrap();
     let (_master, api) = start_master(&dir.path().join("master"));
@@ -158,21 +182,7 @@ fn main() {
     // Rounds taken in turns, so that no side gets the quieter moments of the machine; medians
     // are reported, and each ratio is the median of the rounds' ratios.
     let rounds = 5;
-    let through_us = |callers: usize| {
-        let handles: Vec<_> = (0..callers)
-            .map(|_| {
-                let mut caller = Caller::new(url, token, "exit0");
-                std::thread::spawn(move || {
-                    for _ in 0..jobs / callers {
-                        caller.invoke();
-                    }
-                })
-            })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-    };
+    let through_us = |callers: usize| drive(url, token, callers, jobs);
     for _ in 0..rounds {
         for (i, callers) in [light, saturated].into_iter().enumerate() {
             let t = Instant::now();
@@ -180,10 +190,7 @@ fn main() {
             rates[i].push(jobs as f64 / t.elapsed().as_secs_f64());
         }
         let t = Instant::now();
-        busy[2] += machine_ms_per_job(jobs, || {
-            let script = format!("seq {jobs} | xargs -P2 -I{{}} sh -c 'exit 0'");
-            assert!(Command::new("sh").args(["-c", &script]).status().unwrap().success());
-        }) / rounds as f64;
+        busy[2] += machine_ms_per_job(jobs, || xargs(jobs)) / rounds as f64;
         rates[2].push(jobs as f64 / t.elapsed().as_secs_f64());
         let bare = rates[2][rates[2].len() - 1];
         ratios[0].push(rates[0][rates[0].len() - 1] / bare);
@@ -236,8 +243,7 @@ fn main() {
 
     // (a3) (a) through `agentos up`, whose own executor runs in the master's process.
     let up_data = dir.path().join("up");
-    let (up, up_api) =
-        common::start_program(&common::BIN, &["up", "--run-as", "current", "--executor-concurrency", "1"], &up_data);
+    let (up, up_api) = common::start_program(&common::BIN, &["up", "--run-as", "current"], &up_data);
     up_api.register_script("exit0", "sh", "exit 0");
     common::wait_until("the local executor polling", std::time::Duration::from_secs(10), || {
         up_api.get("/api/executors").as_array().unwrap().iter().any(|e| e["name"] == "local" && e["state"] == "polling")
@@ -256,6 +262,30 @@ fn main() {
         best_up - best_bare,
         (best_up - best_bare) - (best_master - best_master_bare)
     );
+
+    // (b3) (b) through `agentos up` on its defaults: one process, its executor's two slots.
+    let up_before = cpu_secs(up.0.id());
+    let (mut up_rates, mut bare_rates, mut up_ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        drive(&up_api.url, &up_api.token, saturated, jobs);
+        up_rates.push(jobs as f64 / t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        xargs(jobs);
+        bare_rates.push(jobs as f64 / t.elapsed().as_secs_f64());
+        up_ratios.push(up_rates[up_rates.len() - 1] / bare_rates[bare_rates.len() - 1]);
+    }
+    let up_cpu = (cpu_secs(up.0.id()) - up_before) * 1000.0 / (jobs * rounds) as f64;
+    println!();
+    println!(
+        "(b3) (b) through `agentos up` (its executor's 2 slots), {jobs} jobs per round, median of {rounds} rounds"
+    );
+    println!(
+        "    agentos up, {saturated} callers         : {:>6.0} jobs/s   CPU of its process {up_cpu:.2} ms per job",
+        median(up_rates)
+    );
+    println!("    xargs -P2 bare spawns          : {:>6.0} jobs/s", median(bare_rates));
+    println!("    ratio                          : {:>6.0} %", median(up_ratios) * 100.0);
     drop(up);
 
     // (c) sha256 verification of a 1 MiB script against openssl.

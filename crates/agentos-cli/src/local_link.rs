@@ -2,7 +2,11 @@
 //! directly, with the same credential and the same checks as over HTTP, but without two HTTP
 //! exchanges and their JSON per job.
 
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::time::Duration;
+
+use futures_util::FutureExt;
 
 use agentos_core::job::LeasedJob;
 use agentos_engine::{Engine, EngineError, Principal};
@@ -34,6 +38,15 @@ impl LocalLink {
     }
 }
 
+/// Runs one call. A panic in the master's code ends this call, not the executor's worker that
+/// made it: the worker sees the master unreachable and retries, as it does when a request over
+/// HTTP loses its connection.
+async fn guarded<T>(call: impl Future<Output = Result<T, ProtocolError>>) -> Result<T, ProtocolError> {
+    AssertUnwindSafe(call).catch_unwind().await.unwrap_or_else(|_| {
+        Err(ProtocolError::Unreachable("the master failed on this request; its log has the details".into()))
+    })
+}
+
 /// The status and message the same refusal has over HTTP.
 fn refused(e: EngineError) -> ProtocolError {
     let e = ApiError::from(e);
@@ -49,17 +62,23 @@ impl Link for LocalLink {
     async fn poll(&self, call: PollCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
         let p = self.principal()?;
         let wait = call.wait.min(MAX_POLL);
-        self.engine.dispatch().poll_job(&p, call.name, call.instance, call.replaces, wait).await.map_err(refused)
+        guarded(async {
+            self.engine.dispatch().poll_job(&p, call.name, call.instance, call.replaces, wait).await.map_err(refused)
+        })
+        .await
     }
 
     async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
         let p = self.principal()?;
-        self.engine.dispatch().heartbeat_job(&p, name, job_id, lease_id).await.map(|_| ()).map_err(refused)
+        guarded(async {
+            self.engine.dispatch().heartbeat_job(&p, name, job_id, lease_id).await.map(|_| ()).map_err(refused)
+        })
+        .await
     }
 
     async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
         let p = self.principal()?;
-        self.engine.dispatch().release_job(&p, name, job_id, lease_id).await.map_err(refused)
+        guarded(async { self.engine.dispatch().release_job(&p, name, job_id, lease_id).await.map_err(refused) }).await
     }
 
     async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
@@ -76,15 +95,18 @@ impl Link for LocalLink {
                 ),
             });
         }
-        let dispatch = self.engine.dispatch();
         // As over HTTP: the instance is only sent, and checked, with a request for the next job,
         // and checked before the result is taken.
         let instance = if call.take_next { call.instance } else { None };
         agentos_engine::dispatch::checked_instance("instance", instance).map_err(refused)?;
-        dispatch.complete_job(&p, call.name, call.job_id, r.clone()).await.map_err(refused)?;
-        if !call.take_next {
-            return Ok(None);
-        }
-        dispatch.next_job_now(&p, call.name, instance).await.map_err(refused)
+        guarded(async {
+            let dispatch = self.engine.dispatch();
+            dispatch.complete_job(&p, call.name, call.job_id, r.clone()).await.map_err(refused)?;
+            if !call.take_next {
+                return Ok(None);
+            }
+            dispatch.next_job_now(&p, call.name, instance).await.map_err(refused)
+        })
+        .await
     }
 }
