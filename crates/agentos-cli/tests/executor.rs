@@ -185,6 +185,29 @@ fn a_job_whose_every_lease_expires_fails_with_the_cause() {
     assert!(err.contains("every lease expired") && err.contains("\"a\""), "{err}");
 }
 
+/// Regression: a result larger than the master's `--max-result-bytes` was refused (413) at every
+/// post, and the job ended only when its leases ran out, as "stopped sending heartbeats". The
+/// executor now posts it without its output, saying why, and the caller hears that at once.
+#[test]
+fn a_result_too_large_for_the_master_comes_back_without_its_output_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-result-bytes", "2000", "--lease-ms", "2000"]);
+    let api = m.client();
+    let _e = Executor::start(&m, &dir.path().join("e"), "e", &[]);
+    api.register("big", "sh", "head -c 5000 /dev/zero | tr '\\0' x; exit 3", None);
+    let (status, r) = api.invoke("big", json!({}));
+    assert_eq!(status, 200, "{r}");
+    // Attempt 1: answered by the first post's refusal, not after three leases ran out.
+    assert_eq!(
+        (r["exitCode"].as_i64(), r["attempt"].as_u64(), r["stdout"].as_str()),
+        (Some(3), Some(1), Some("")),
+        "{r}"
+    );
+    assert_eq!(r["outputTruncated"], true, "{r}");
+    let err = r["error"].as_str().unwrap();
+    assert!(err.contains("--max-result-bytes") && err.contains("was dropped"), "{err}");
+}
+
 /// A direct invocation of a tool that is not there is answered 404 before a job is queued; a
 /// net's command naming one ships and fails at hand-out, that command only.
 #[test]

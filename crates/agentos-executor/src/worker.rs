@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use agentos_core::job::LeasedJob;
+use agentos_core::job::{ExecutorResult, LeasedJob};
 
 use crate::cache::ScriptCache;
 use crate::cgroup::JobCgroups;
@@ -356,6 +356,7 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         }
         return None;
     }
+    let (mut result, mut dropped) = (result, false);
     // The master may be restarting: retry the post a few times within the lease.
     for attempt in 0..5 {
         // Only the first try asks for the next job: a retry may follow a post the master took.
@@ -365,6 +366,13 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
                 tracing::warn!(job = %job.job_id, error = %e, "result refused: the job went to another executor");
                 return None;
             }
+            Err(ProtocolError::Refused { status: 413, message }) if !dropped => {
+                // Posted again it would be refused again, and the job would end only when its
+                // leases ran out, with a misleading reason: the caller hears this one instead.
+                tracing::warn!(job = %job.job_id, %message, "the result is larger than the master takes: posting it without its output");
+                result = without_output(result, &message);
+                dropped = true;
+            }
             Err(e) => {
                 tracing::warn!(job = %job.job_id, error = %e, attempt, "posting the result failed");
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
@@ -372,4 +380,23 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         }
     }
     None
+}
+
+/// A result whose output the master refused as too large, kept to what it can take: the exit
+/// status, and why the output is gone.
+fn without_output(result: ExecutorResult, refusal: &str) -> ExecutorResult {
+    let bytes = result.stdout_base64.len() + result.stderr_base64.len();
+    let why = format!(
+        "the job ran, but its output ({bytes} bytes in base64) was dropped: {refusal}; raise the master's --max-result-bytes or lower the executor's --max-output-bytes"
+    );
+    ExecutorResult {
+        stdout_base64: String::new(),
+        stderr_base64: String::new(),
+        output_truncated: true,
+        error: Some(match &result.error {
+            Some(earlier) => format!("{earlier}; {why}"),
+            None => why,
+        }),
+        ..result
+    }
 }
