@@ -218,6 +218,57 @@ fn run_and_executors_from_the_command_line() {
     assert!(executor.wait().unwrap().success());
 }
 
+/// Regression: `agentos up` gives its local executor a new credential at every start, and the
+/// executor's file on the workspace named it by that credential; after a kill -9 the next start
+/// took its predecessor for another executor's and kept its file as `.dead` for 30 days.
+#[test]
+fn up_killed_and_started_again_takes_its_own_executors_file_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let start = || {
+        let mut up = Command::new(BIN)
+            .args(["up", "--run-as", "current", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .env("AGENTOS_LOG", "error")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(up.stdout.take().unwrap()).lines();
+        let url = lines.next().unwrap().unwrap().rsplit(' ').next().unwrap().to_string();
+        std::thread::spawn(move || for _ in lines {});
+        let token = std::fs::read_to_string(data.join("operator.token")).unwrap().trim().to_string();
+        (up, common::Api { url, token: Some(token), http: common::http() })
+    };
+    let files = || {
+        let mut names: Vec<String> = std::fs::read_dir(dir.path().join("data.work"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("executor."))
+            .collect();
+        names.sort();
+        names
+    };
+    let (mut first, api) = start();
+    assert_eq!(api.register("hi", "sh", "echo hi", None).0, 200);
+    assert_eq!(api.invoke("hi", serde_json::json!({})).1["stdout"], "hi\n");
+    let before = files();
+    assert_eq!(before.len(), 1, "{before:?}");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let (mut second, api) = start();
+    // A job, so that the new executor's first poll is answered and its predecessor's file goes.
+    assert_eq!(api.invoke("hi", serde_json::json!({})).1["stdout"], "hi\n");
+    let after = files();
+    assert_eq!(after.len(), 1, "the predecessor's file is gone, not kept as another's: {after:?}");
+    assert!(after[0].ends_with(".instance") && after != before, "{before:?} → {after:?}");
+    unsafe {
+        libc::kill(second.id() as i32, libc::SIGTERM);
+    }
+    assert!(second.wait().unwrap().success());
+}
+
 #[test]
 fn up_runs_a_master_with_a_local_executor() {
     let dir = tempfile::tempdir().unwrap();

@@ -181,9 +181,12 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         }
     };
     // Jobs a predecessor killed on this workspace still held go back to the queue at once.
-    let mut claim =
-        crate::instance::claim(&workspace, &crate::instance::identity(&config.token, config.name.as_deref()))
-            .map_err(ws_err)?;
+    // A master's own executor (`agentos up`) gets a new credential at every start, so its
+    // identity is not the credential: it is the one executor of that master, whose workspace
+    // no other master shares.
+    let credential = if config.direct.is_some() { "" } else { config.token.as_str() };
+    let mut claim = crate::instance::claim(&workspace, &crate::instance::identity(credential, config.name.as_deref()))
+        .map_err(ws_err)?;
     if !claim.replaces.is_empty() {
         tracing::info!(predecessors = ?claim.replaces, "executors died on this workspace: the jobs they held are handed back");
     }
