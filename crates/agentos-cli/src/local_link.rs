@@ -28,6 +28,11 @@ impl LocalLink {
         LocalLink { engine, token, max_result_bytes }
     }
 
+    /// Says the master's `--max-result-bytes` with a job, as the HTTP answer does.
+    fn with_limit(&self, job: LeasedJob) -> LeasedJob {
+        LeasedJob { max_result_bytes: Some(self.max_result_bytes as u64), ..job }
+    }
+
     /// Who the executor is, looked up at every call as an HTTP request's bearer token is: a
     /// credential rotated or revoked meanwhile stops the local executor the same way.
     fn principal(&self) -> Result<Principal, ProtocolError> {
@@ -38,14 +43,25 @@ impl LocalLink {
     }
 }
 
-/// Runs one call. A panic in the master's code ends this call, not the executor's worker that
-/// made it: the worker sees the master unreachable and retries, as it does when a request over
-/// HTTP loses its connection.
-async fn guarded<T>(call: impl Future<Output = Result<T, ProtocolError>>) -> Result<T, ProtocolError> {
-    AssertUnwindSafe(call).catch_unwind().await.unwrap_or_else(|_| {
-        Err(ProtocolError::Unreachable("the master failed on this request; its log has the details".into()))
-    })
+/// Runs one call, for at most `limit` (the HTTP client's timeout for the same request). A panic
+/// in the master's code ends this call, not the executor's worker that made it: the worker sees
+/// the master unreachable and retries, as it does when a request over HTTP loses its connection
+/// or times out.
+async fn guarded<T>(limit: Duration, call: impl Future<Output = Result<T, ProtocolError>>) -> Result<T, ProtocolError> {
+    match tokio::time::timeout(limit, AssertUnwindSafe(call).catch_unwind()).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(_)) => Err(failed()),
+        Err(_) => Err(ProtocolError::Unreachable(format!("the master did not answer within {limit:?}"))),
+    }
 }
+
+fn failed() -> ProtocolError {
+    ProtocolError::Unreachable("the master failed on this request; its log has the details".into())
+}
+
+/// What the HTTP client allows a heartbeat or a release, and a result.
+const SHORT_CALL: Duration = Duration::from_secs(10);
+const RESULT_CALL: Duration = Duration::from_secs(120);
 
 /// The status and message the same refusal has over HTTP.
 fn refused(e: EngineError) -> ProtocolError {
@@ -62,15 +78,16 @@ impl Link for LocalLink {
     async fn poll(&self, call: PollCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
         let p = self.principal()?;
         let wait = call.wait.min(MAX_POLL);
-        guarded(async {
-            self.engine.dispatch().poll_job(&p, call.name, call.instance, call.replaces, wait).await.map_err(refused)
+        guarded(wait + SHORT_CALL, async {
+            let job = self.engine.dispatch().poll_job(&p, call.name, call.instance, call.replaces, wait).await;
+            job.map(|j| j.map(|j| self.with_limit(j))).map_err(refused)
         })
         .await
     }
 
     async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
         let p = self.principal()?;
-        guarded(async {
+        guarded(SHORT_CALL, async {
             self.engine.dispatch().heartbeat_job(&p, name, job_id, lease_id).await.map(|_| ()).map_err(refused)
         })
         .await
@@ -78,7 +95,10 @@ impl Link for LocalLink {
 
     async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
         let p = self.principal()?;
-        guarded(async { self.engine.dispatch().release_job(&p, name, job_id, lease_id).await.map_err(refused) }).await
+        guarded(SHORT_CALL, async {
+            self.engine.dispatch().release_job(&p, name, job_id, lease_id).await.map_err(refused)
+        })
+        .await
     }
 
     async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
@@ -99,14 +119,24 @@ impl Link for LocalLink {
         // and checked before the result is taken.
         let instance = if call.take_next { call.instance } else { None };
         agentos_engine::dispatch::checked_instance("instance", instance).map_err(refused)?;
-        guarded(async {
-            let dispatch = self.engine.dispatch();
-            dispatch.complete_job(&p, call.name, call.job_id, r.clone()).await.map_err(refused)?;
-            if !call.take_next {
+        // On a task of its own, as a request's handler is: a result taken is recorded even when
+        // the executor stops waiting for the answer.
+        let (engine, limited) = (self.engine.clone(), self.max_result_bytes as u64);
+        let (name, job_id, result) = (call.name.map(str::to_string), call.job_id.to_string(), r.clone());
+        let (instance, take_next) = (instance.map(str::to_string), call.take_next);
+        let task = tokio::spawn(async move {
+            let dispatch = engine.dispatch();
+            dispatch.complete_job(&p, name.as_deref(), &job_id, result).await.map_err(refused)?;
+            if !take_next {
                 return Ok(None);
             }
-            dispatch.next_job_now(&p, call.name, instance).await.map_err(refused)
-        })
-        .await
+            let job = dispatch.next_job_now(&p, name.as_deref(), instance.as_deref()).await.map_err(refused)?;
+            Ok(job.map(|j| LeasedJob { max_result_bytes: Some(limited), ..j }))
+        });
+        match tokio::time::timeout(RESULT_CALL, task).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(failed()),
+            Err(_) => Err(ProtocolError::Unreachable(format!("the master did not answer within {RESULT_CALL:?}"))),
+        }
     }
 }

@@ -276,9 +276,9 @@ fn up_runs_a_master_with_a_local_executor() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let data = dir.path().join("data");
-    // A lease of 600 ms: the 1.5 s job below finishes only if its heartbeats reach the master.
+    // A lease of 1 s: the 2.5 s job below finishes only if its heartbeats reach the master.
     let mut up = Command::new(BIN)
-        .args(["up", "--listen", "127.0.0.1:0", "--lease-ms", "600", "--data"])
+        .args(["up", "--listen", "127.0.0.1:0", "--lease-ms", "1000", "--data"])
         .arg(&data)
         .env("AGENTOS_LOG", "info")
         .stdout(std::process::Stdio::piped())
@@ -305,7 +305,7 @@ fn up_runs_a_master_with_a_local_executor() {
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["stdout"], "hello, world\n");
     assert_eq!(r["executor"], "local");
-    assert_eq!(api.register("slow", "sh", "sleep 1.5; echo done", None).0, 200);
+    assert_eq!(api.register("slow", "sh", "sleep 2.5; echo done", None).0, 200);
     let (status, r) = api.invoke("slow", serde_json::json!({}));
     assert_eq!(status, 200, "{r}");
     assert_eq!((r["stdout"].as_str(), r["attempt"].as_u64()), (Some("done\n"), Some(1)), "{r}");

@@ -191,21 +191,26 @@ fn a_job_whose_every_lease_expires_fails_with_the_cause() {
 #[test]
 fn a_result_too_large_for_the_master_comes_back_without_its_output_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(&dir.path().join("master"), &["--max-result-bytes", "2000", "--lease-ms", "2000"]);
+    let m = Master::start_with(&dir.path().join("master"), &["--max-result-bytes", "100000", "--lease-ms", "2000"]);
     let api = m.client();
     let _e = Executor::start(&m, &dir.path().join("e"), "e", &[]);
-    api.register("big", "sh", "head -c 5000 /dev/zero | tr '\\0' x; exit 3", None);
-    let (status, r) = api.invoke("big", json!({}));
-    assert_eq!(status, 200, "{r}");
-    // Attempt 1: answered by the first post's refusal, not after three leases ran out.
-    assert_eq!(
-        (r["exitCode"].as_i64(), r["attempt"].as_u64(), r["stdout"].as_str()),
-        (Some(3), Some(1), Some("")),
-        "{r}"
-    );
-    assert_eq!(r["outputTruncated"], true, "{r}");
-    let err = r["error"].as_str().unwrap();
-    assert!(err.contains("--max-result-bytes") && err.contains("was dropped"), "{err}");
+    // Output near the limit and far above it: a refusal of a post of megabytes arrived as a
+    // reset connection rather than a 413, so the executor reads the limit from the job.
+    for (id, bytes) in [("near", 80_000), ("far", 3_000_000)] {
+        api.register(id, "sh", &format!("head -c {bytes} /dev/zero | tr '\\0' x; exit 3"), None);
+        let (status, r) = api.invoke(id, json!({}));
+        assert_eq!(status, 200, "{r}");
+        // Attempt 1: answered at once, not after three leases ran out.
+        let got = (r["exitCode"].as_i64(), r["attempt"].as_u64(), r["stdout"].as_str());
+        assert_eq!(got, (Some(3), Some(1), Some("")), "{id}: {r}");
+        assert_eq!(r["outputTruncated"], true, "{r}");
+        let err = r["error"].as_str().unwrap();
+        assert!(err.contains("--max-result-bytes (100000)") && err.contains("was dropped"), "{err}");
+    }
+    // Within the limit, the output comes back whole.
+    api.register("fits", "sh", "head -c 60000 /dev/zero | tr '\\0' x", None);
+    let (status, r) = api.invoke("fits", json!({}));
+    assert_eq!((status, r["stdout"].as_str().map(str::len), r.get("error")), (200, Some(60000), None), "{r}");
 }
 
 /// A direct invocation of a tool that is not there is answered 404 before a job is queued; a

@@ -83,6 +83,10 @@ pub struct LeasedJob {
     /// Why the master could not resolve the tool, when it could not. The token then ships untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution_error: Option<String>,
+    /// The largest result post the master takes (its `--max-result-bytes`): a result above it
+    /// is posted without its output, saying why. Absent from masters before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_bytes: Option<u64>,
 }
 
 /// An executor process's instance id: 16 lower-case hex characters (64 random bits it draws

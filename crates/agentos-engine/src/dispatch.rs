@@ -235,6 +235,8 @@ impl Dispatch<'_> {
             token,
             sealed: h.sealed,
             resolution_error,
+            // The HTTP edge knows its body limit and says it.
+            max_result_bytes: None,
         }
     }
 

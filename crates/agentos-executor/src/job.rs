@@ -275,6 +275,7 @@ mod tests {
             token: CommandToken { executor: "script".into(), command: "invoke".into(), args },
             sealed: false,
             resolution_error: None,
+            max_result_bytes: None,
         }
     }
 

@@ -360,6 +360,16 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         return None;
     }
     let (mut result, mut dropped) = (result, false);
+    // A master that says its limit is spared a post it would refuse: a refusal of a body of
+    // megabytes often arrives as a reset connection rather than as its 413.
+    if let Some(max) = job.max_result_bytes
+        && let Some(size) = too_large(&result, max)
+    {
+        let why = format!("the result would be {size} bytes, above the master's --max-result-bytes ({max})");
+        tracing::warn!(job = %job.job_id, %why, "posting the result without its output");
+        result = without_output(result, &why);
+        dropped = true;
+    }
     // The master may be restarting: retry the post a few times within the lease.
     for attempt in 0..5 {
         // Only the first try asks for the next job: a retry may follow a post the master took.
@@ -383,6 +393,17 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         }
     }
     None
+}
+
+/// The size of the result's post when it is above `max`. Counted exactly (as JSON) only when
+/// the output alone comes near the limit.
+fn too_large(result: &ExecutorResult, max: u64) -> Option<u64> {
+    let output = (result.stdout_base64.len() + result.stderr_base64.len()) as u64;
+    if output + 64 * 1024 < max {
+        return None;
+    }
+    let size = serde_json::to_vec(result).map_or(output, |body| body.len() as u64);
+    (size > max).then_some(size)
 }
 
 /// A result whose output the master refused as too large, kept to what it can take: the exit

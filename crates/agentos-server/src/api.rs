@@ -380,7 +380,7 @@ pub async fn executor_poll(
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
     let (name, instance) = (req.name.as_deref(), req.instance.as_deref());
     match app.engine.dispatch().poll_job(&p, name, instance, &req.replaces, wait).await? {
-        Some(job) => Ok(Json(wire::LeasedJob::from(job)).into_response()),
+        Some(job) => Ok(Json(wire::LeasedJob::from(job).with_limit(app.max_result_bytes)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
 }
@@ -441,7 +441,7 @@ pub async fn executor_result(
             .dispatch()
             .next_job_now(&p, name.as_deref(), q.instance.as_deref())
             .await?
-            .map(wire::LeasedJob::from),
+            .map(|job| wire::LeasedJob::from(job).with_limit(app.max_result_bytes)),
         _ => None,
     };
     Ok(Json(json!({"recorded": true, "next": next})))

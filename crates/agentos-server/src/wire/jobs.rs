@@ -49,12 +49,44 @@ pub struct LeasedJob {
     /// Why the master could not resolve the tool, when it could not. The token then ships untouched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolution_error: Option<String>,
+    /// The largest result post the master takes (its `--max-result-bytes`): a result above it
+    /// is posted without its output, saying why. Absent from masters before it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_bytes: Option<u64>,
+}
+
+impl LeasedJob {
+    /// Says the master's `--max-result-bytes` to the executor.
+    pub fn with_limit(mut self, max_result_bytes: usize) -> Self {
+        self.max_result_bytes = Some(max_result_bytes as u64);
+        self
+    }
 }
 
 impl From<job::LeasedJob> for LeasedJob {
     fn from(j: job::LeasedJob) -> Self {
-        let job::LeasedJob { job_id, lease_id, lease_ms, attempt, model, token, sealed, resolution_error } = j;
-        LeasedJob { job_id, lease_id, lease_ms, attempt, model, token: token.into(), sealed, resolution_error }
+        let job::LeasedJob {
+            job_id,
+            lease_id,
+            lease_ms,
+            attempt,
+            model,
+            token,
+            sealed,
+            resolution_error,
+            max_result_bytes,
+        } = j;
+        LeasedJob {
+            job_id,
+            lease_id,
+            lease_ms,
+            attempt,
+            model,
+            token: token.into(),
+            sealed,
+            resolution_error,
+            max_result_bytes,
+        }
     }
 }
 

@@ -244,6 +244,7 @@ mod tests {
             token: token.clone(),
             sealed: true,
             resolution_error: Some("gone".into()),
+            max_result_bytes: Some(1 << 20),
         });
         check_answer::<_, super::LeasedJob>(job::LeasedJob {
             job_id: "j1".into(),
@@ -254,6 +255,7 @@ mod tests {
             token,
             sealed: false,
             resolution_error: None,
+            max_result_bytes: None,
         });
         check_answer::<_, super::ExecutorView>(job::ExecutorView {
             name: "e1".into(),
