@@ -28,11 +28,6 @@ impl LocalLink {
         LocalLink { engine, token, max_result_bytes }
     }
 
-    /// Says the master's `--max-result-bytes` with a job, as the HTTP answer does.
-    fn with_limit(&self, job: LeasedJob) -> LeasedJob {
-        LeasedJob { max_result_bytes: Some(self.max_result_bytes as u64), ..job }
-    }
-
     /// Who the executor is, looked up at every call as an HTTP request's bearer token is: a
     /// credential rotated or revoked meanwhile stops the local executor the same way.
     fn principal(&self) -> Result<Principal, ProtocolError> {
@@ -63,6 +58,11 @@ fn failed() -> ProtocolError {
 const SHORT_CALL: Duration = Duration::from_secs(10);
 const RESULT_CALL: Duration = Duration::from_secs(120);
 
+/// Says the master's `--max-result-bytes` with a job, as the HTTP answer does.
+fn with_limit(job: LeasedJob, max_result_bytes: usize) -> LeasedJob {
+    LeasedJob { max_result_bytes: Some(max_result_bytes as u64), ..job }
+}
+
 /// The status and message the same refusal has over HTTP.
 fn refused(e: EngineError) -> ProtocolError {
     let e = ApiError::from(e);
@@ -80,7 +80,7 @@ impl Link for LocalLink {
         let wait = call.wait.min(MAX_POLL);
         guarded(wait + SHORT_CALL, async {
             let job = self.engine.dispatch().poll_job(&p, call.name, call.instance, call.replaces, wait).await;
-            job.map(|j| j.map(|j| self.with_limit(j))).map_err(refused)
+            job.map(|j| j.map(|j| with_limit(j, self.max_result_bytes))).map_err(refused)
         })
         .await
     }
@@ -121,7 +121,7 @@ impl Link for LocalLink {
         agentos_engine::dispatch::checked_instance("instance", instance).map_err(refused)?;
         // On a task of its own, as a request's handler is: a result taken is recorded even when
         // the executor stops waiting for the answer.
-        let (engine, limited) = (self.engine.clone(), self.max_result_bytes as u64);
+        let (engine, limit) = (self.engine.clone(), self.max_result_bytes);
         let (name, job_id, result) = (call.name.map(str::to_string), call.job_id.to_string(), r.clone());
         let (instance, take_next) = (instance.map(str::to_string), call.take_next);
         let task = tokio::spawn(async move {
@@ -131,7 +131,7 @@ impl Link for LocalLink {
                 return Ok(None);
             }
             let job = dispatch.next_job_now(&p, name.as_deref(), instance.as_deref()).await.map_err(refused)?;
-            Ok(job.map(|j| LeasedJob { max_result_bytes: Some(limited), ..j }))
+            Ok(job.map(|j| with_limit(j, limit)))
         });
         match tokio::time::timeout(RESULT_CALL, task).await {
             Ok(Ok(answer)) => answer,
