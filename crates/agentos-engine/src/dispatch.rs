@@ -291,8 +291,17 @@ impl Dispatch<'_> {
         let redactor = self.principals().redactor(&finished.secrets);
         let (stdout, stderr) = (redactor.bytes(stdout), redactor.bytes(stderr));
         let error = result.error.map(|e| redactor.text(&e));
-        let (stdout, stdout_blob) = self.shape_output(&finished.model, stdout).await?;
-        let (stderr, stderr_blob) = self.shape_output(&finished.model, stderr).await?;
+        let shaped = async {
+            let stdout = self.shape_output(&finished.model, stdout).await?;
+            Ok::<_, EngineError>((stdout, self.shape_output(&finished.model, stderr).await?))
+        };
+        let ((stdout, stdout_blob), (stderr, stderr_blob)) = match shaped.await {
+            Ok(s) => s,
+            Err(e) => {
+                self.inner.dispatch.jobs.recorded_here(job_id);
+                return Err(e);
+            }
+        };
         let shaped = JobResult {
             job_id: job_id.to_string(),
             exit_code: result.exit_code,
@@ -342,7 +351,12 @@ impl Dispatch<'_> {
     async fn finish(&self, mut finished: Finished, result: JobResult) {
         let result = match finished.waiter.take() {
             Some(w) if finished.invoker.is_none() && !self.inner.dispatch.jobs.is_shared() => match w.send(result) {
-                Ok(()) => return,
+                // The fire records it; meanwhile the job reads as unknown, as its fire's
+                // other outcomes are not there yet either.
+                Ok(()) => {
+                    self.inner.dispatch.jobs.recorded_here(&finished.job_id);
+                    return;
+                }
                 Err(result) => result,
             },
             w => {
@@ -364,6 +378,7 @@ impl Dispatch<'_> {
         // The reply runs on the committer's thread: the row's removal goes back to the runtime.
         let shared = self.inner.dispatch.jobs.is_shared().then(tokio::runtime::Handle::current);
         let reply = Box::new(move |r: Result<_, EngineError>| {
+            engine.inner.dispatch.jobs.recorded_here(&job_id);
             match r {
                 // Recorded: the shared queue's row goes. Until then a crash leaves it, and the
                 // reaper finds the result in the log.
@@ -418,6 +433,34 @@ impl Dispatch<'_> {
     /// that it is queued or running. Readable with `l` in the job's model, or by the principal
     /// that invoked it directly.
     pub async fn job(&self, principal: &Principal, job_id: &str) -> Result<JobRecord, EngineError> {
+        let (mut model, mut invoker, mut results) = self.recorded_results(job_id).await?;
+        let mut state = if !results.is_empty() { "finished" } else { "" };
+        if state.is_empty() {
+            if let Some(open) = self.inner.dispatch.jobs.open_job(job_id).await? {
+                (model, invoker) = (open.model, open.invoker);
+                state = if open.running { "running" } else { "queued" };
+            } else {
+                // Its result may have been committed between the two reads above: a job
+                // leaves the queue only once its result is in the log.
+                (model, invoker, results) = self.recorded_results(job_id).await?;
+                state = if !results.is_empty() { "finished" } else { "" };
+            }
+        }
+        // Absent, like one never run, unless the caller invoked it or may read logs in its
+        // model: whether a job exists says something about another principal's work.
+        let own = invoker.as_deref() == Some(principal.id.as_str());
+        let readable = own
+            || (principal.flags.has(Flag::Logs) && crate::access::may_use_model(&self.read_state(), principal, &model));
+        if state.is_empty() || !readable {
+            return Err(
+                CoreError::not_found(format!("no job {} (a job is recorded when it ends)", shown(job_id))).into()
+            );
+        }
+        Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
+    }
+
+    /// A job's results in the log, with its model and invoker.
+    async fn recorded_results(&self, job_id: &str) -> Result<(String, Option<String>, Vec<JobResult>), EngineError> {
         let recs = self.inner.ledger.log.read_key_any_model(&format!("job:{job_id}")).await?;
         let mut model = String::new();
         let mut invoker = None;
@@ -431,26 +474,7 @@ impl Dispatch<'_> {
                 results.push(result);
             }
         }
-        let state = if !results.is_empty() {
-            "finished"
-        } else if let Some(open) = self.inner.dispatch.jobs.open_job(job_id).await? {
-            model = open.model;
-            invoker = open.invoker;
-            if open.running { "running" } else { "queued" }
-        } else {
-            ""
-        };
-        // Absent, like one never run, unless the caller invoked it or may read logs in its
-        // model: whether a job exists says something about another principal's work.
-        let own = invoker.as_deref() == Some(principal.id.as_str());
-        let readable = own
-            || (principal.flags.has(Flag::Logs) && crate::access::may_use_model(&self.read_state(), principal, &model));
-        if state.is_empty() || !readable {
-            return Err(
-                CoreError::not_found(format!("no job {} (a job is recorded when it ends)", shown(job_id))).into()
-            );
-        }
-        Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
+        Ok((model, invoker, results))
     }
 
     /// Makes direct invocations' jobs durable in `store`, and queues again those a previous

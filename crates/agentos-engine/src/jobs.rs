@@ -107,6 +107,9 @@ struct QueueState {
     jobs: HashMap<String, Job>,
     executors: HashMap<String, Seen>,
     next: u64,
+    /// Jobs taken off the queue (a result came, or every lease expired) whose result is not yet
+    /// committed: still running as a reader of the job sees it, never unknown.
+    recording: HashMap<String, OpenJob>,
 }
 
 /// The job queue of a master that is alone on its log: in memory.
@@ -243,11 +246,18 @@ impl MemoryQueue {
     /// An open job: queued, or handed out and not finished.
     pub fn open_job(&self, job_id: &str) -> Option<OpenJob> {
         let q = self.lock();
-        q.jobs.get(job_id).map(|j| OpenJob {
+        let open = q.jobs.get(job_id).map(|j| OpenJob {
             model: j.model.clone(),
             invoker: j.invoker.clone(),
             running: j.lease.is_some(),
-        })
+        });
+        open.or_else(|| q.recording.get(job_id).cloned())
+    }
+
+    /// The result of a job taken off the queue is committed, or will not be: readers find it
+    /// in the log from now on, or nowhere.
+    pub fn recorded(&self, job_id: &str) {
+        self.lock().recording.remove(job_id);
     }
 
     /// Drops a job whose caller stopped waiting. A job already handed out finishes unobserved.
@@ -377,6 +387,8 @@ impl MemoryQueue {
         let job = q.jobs.get(job_id).ok_or(LeaseError::UnknownJob)?;
         check_holder(job.lease.as_ref(), executor, lease_id)?;
         let mut job = q.jobs.remove(job_id).expect("checked above");
+        let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running: true };
+        q.recording.insert(job_id.to_string(), open);
         Ok(Finished {
             job_id: job_id.to_string(),
             model: job.model,
@@ -429,6 +441,8 @@ impl MemoryQueue {
                         job.attempt, lease.executor
                     );
                     let waiter = job.waiter.take();
+                    let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running: true };
+                    q.recording.insert(id.clone(), open);
                     failed.push((
                         Finished {
                             job_id: id,
@@ -522,7 +536,7 @@ pub fn shared_row_body(token: CommandToken) -> Result<Vec<u8>, agentos_core::Cor
 /// The job queue: in memory for a master alone on its log, or shared with other masters on
 /// PostgreSQL. Who waits for a job waits on the master that queued it.
 pub enum JobQueue {
-    Memory(MemoryQueue),
+    Memory(Box<MemoryQueue>),
     Shared(Box<crate::shared_jobs::SharedQueue>, SharedIds),
 }
 
@@ -539,7 +553,7 @@ fn store_lease_error(e: agentos_store::StoreError) -> crate::EngineError {
 
 impl JobQueue {
     pub fn memory(config: JobConfig) -> Self {
-        JobQueue::Memory(MemoryQueue::new(config))
+        JobQueue::Memory(Box::new(MemoryQueue::new(config)))
     }
 
     pub fn shared(
@@ -695,10 +709,19 @@ impl JobQueue {
         }
     }
 
-    /// A job's result is in the log: a shared queue lets its row go.
+    /// A job's result is in the log: a shared queue lets its row go. (The memory queue's mark
+    /// goes with [`JobQueue::recorded_here`], on the committer's thread.)
     pub async fn recorded(&self, job_id: &str) {
         if let JobQueue::Shared(q, _) = self {
             q.recorded(job_id).await
+        }
+    }
+
+    /// A job taken off the memory queue has its result committed, or it will not be: readers
+    /// stop seeing it as running. A shared queue keeps its row until [`JobQueue::recorded`].
+    pub fn recorded_here(&self, job_id: &str) {
+        if let JobQueue::Memory(q) = self {
+            q.recorded(job_id)
         }
     }
 
@@ -838,6 +861,27 @@ mod tests {
         assert!(failed[0].1.contains("handed out 2 times"), "{}", failed[0].1);
         drop(rx);
         assert_eq!(q.heartbeat("e2", &id, &second.lease_id), Err(LeaseError::UnknownJob));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_job_taken_off_the_queue_reads_as_running_until_its_result_is_recorded() {
+        let q = queue();
+        let running = |id: &str| q.open_job(id).map(|o| o.running);
+        let (done, _rd) = q.enqueue("default".into(), token());
+        let (failing, _rf) = q.enqueue("default".into(), token());
+        let a = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+        q.complete("e1", &done, &a.lease_id).unwrap();
+        assert_eq!(running(&done), Some(true), "its result is not committed yet");
+        q.recorded(&done);
+        assert_eq!(running(&done), None);
+        for _ in 0..2 {
+            q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+            tokio::time::advance(Duration::from_secs(11)).await;
+            q.reap();
+        }
+        assert_eq!(running(&failing), Some(true), "a job failed by the reaper is recorded like any result");
+        q.recorded(&failing);
+        assert_eq!(running(&failing), None);
     }
 
     #[tokio::test(start_paused = true)]

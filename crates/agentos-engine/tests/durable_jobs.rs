@@ -86,6 +86,36 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_result_is_being_committed_reads_as_running_never_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
+    let (e, _store, _) = open(dir.path()).await;
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    for _ in 0..20 {
+        let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+        let id = e.dispatch().invoke_async(&op, "t", None, req).await.unwrap();
+        let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
+        let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
+        e.dispatch().complete_job(&exec, None, &id, result).await.unwrap();
+        // The result is taken and its commit is under way: a reader polling for it must not be
+        // told the job does not exist.
+        let mut states = Vec::new();
+        loop {
+            let state = e.dispatch().job(&op, &id).await.map(|j| j.state).unwrap_or_else(|err| err.to_string());
+            let done = state == "finished";
+            states.push(state);
+            if done {
+                break;
+            }
+            assert!(states.len() < 10_000, "never finished: {states:?}");
+        }
+        states.dedup();
+        assert!(states == ["finished"] || states == ["running", "finished"], "{states:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asynchronous_invocations_count_against_the_invocation_limit_while_their_jobs_are_open() {
     let dir = tempfile::tempdir().unwrap();
     let op = principal("operator", PrincipalKind::Operator);
