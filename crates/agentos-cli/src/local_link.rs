@@ -140,3 +140,181 @@ impl Link for LocalLink {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The direct link on its own, against a real engine on a temporary data folder: the same
+    //! answers an executor gets over HTTP for the same calls.
+
+    use std::sync::Arc;
+
+    use agentos_core::job::{ExecutorResult, InvokeRequest};
+    use agentos_engine::{EngineConfig, Principal};
+    use agentos_store::{FsBlobStore, SqliteEventLog};
+
+    use super::*;
+
+    const LIMIT: usize = 1000;
+
+    struct Master {
+        engine: Engine,
+        operator: Principal,
+        _dir: tempfile::TempDir,
+    }
+
+    async fn master() -> Master {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(SqliteEventLog::open(&dir.path().join("events.db")).unwrap());
+        let blobs = Arc::new(FsBlobStore::open(dir.path().join("blobs")).unwrap());
+        let engine = Engine::open(EngineConfig::default(), log, blobs).await.unwrap();
+        engine.principals().ensure_operator(&dir.path().join("operator.token")).await.unwrap();
+        let operator = engine.operator().unwrap();
+        let script =
+            serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+        engine.catalog().register(&operator, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+        Master { engine, operator, _dir: dir }
+    }
+
+    impl Master {
+        async fn link(&self) -> LocalLink {
+            let token = self.engine.dispatch().create_executor_token(&self.operator, "local").await.unwrap();
+            LocalLink::new(self.engine.clone(), token, LIMIT)
+        }
+
+        async fn queue(&self) -> String {
+            let req = InvokeRequest { timeout_ms: Some(30_000), ..Default::default() };
+            self.engine.dispatch().invoke_async(&self.operator, "t", None, req).await.unwrap()
+        }
+
+        async fn state(&self, job_id: &str) -> String {
+            self.engine.dispatch().job(&self.operator, job_id).await.unwrap().state
+        }
+
+        /// The job's state once its result is committed (recording it does not hold up the
+        /// executor's answer).
+        async fn settled(&self, job_id: &str) -> String {
+            for _ in 0..200 {
+                let state = self.state(job_id).await;
+                if state != "running" {
+                    return state;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            self.state(job_id).await
+        }
+    }
+
+    fn poll_call() -> PollCall<'static> {
+        PollCall { name: None, instance: None, replaces: &[], wait: Duration::from_millis(200) }
+    }
+
+    fn result_of(job: &LeasedJob, stdout_base64: &str) -> ExecutorResult {
+        ExecutorResult {
+            lease_id: job.lease_id.clone(),
+            exit_code: Some(0),
+            stdout_base64: stdout_base64.into(),
+            ..Default::default()
+        }
+    }
+
+    fn status(e: ProtocolError) -> u16 {
+        match e {
+            ProtocolError::Refused { status, .. } => status,
+            other => panic!("expected a refusal, got {other}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_is_handed_out_with_the_limit_and_its_result_brings_the_next() {
+        let m = master().await;
+        let link = m.link().await;
+        assert!(link.poll(poll_call()).await.unwrap().is_none(), "an empty queue answers nothing after the wait");
+        let (first, second) = (m.queue().await, m.queue().await);
+        let job = link.poll(poll_call()).await.unwrap().expect("a queued job");
+        assert_eq!((job.job_id.as_str(), job.max_result_bytes), (first.as_str(), Some(LIMIT as u64)));
+        assert_eq!(m.state(&first).await, "running");
+        let call = ResultCall {
+            name: None,
+            instance: None,
+            job_id: &first,
+            result: &result_of(&job, "aGkK"),
+            take_next: true,
+        };
+        let next = link.result(call).await.unwrap().expect("the next job comes with the answer");
+        assert_eq!((next.job_id.as_str(), next.max_result_bytes), (second.as_str(), Some(LIMIT as u64)));
+        assert_eq!(m.settled(&first).await, "finished");
+        let call =
+            ResultCall { name: None, instance: None, job_id: &second, result: &result_of(&next, ""), take_next: false };
+        assert!(link.result(call).await.unwrap().is_none(), "no next job is taken unless asked for");
+        assert_eq!(m.settled(&second).await, "finished");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_result_over_the_limit_gets_413_and_leaves_the_job_running() {
+        let m = master().await;
+        let link = m.link().await;
+        let id = m.queue().await;
+        let job = link.poll(poll_call()).await.unwrap().unwrap();
+        let big = "A".repeat(LIMIT + 1);
+        let call =
+            ResultCall { name: None, instance: None, job_id: &id, result: &result_of(&job, &big), take_next: true };
+        let e = link.result(call).await.unwrap_err();
+        assert!(e.to_string().contains("--max-result-bytes"), "{e}");
+        assert_eq!(status(e), 413);
+        assert_eq!(m.state(&id).await, "running", "nothing of a refused result is recorded");
+        let call =
+            ResultCall { name: None, instance: None, job_id: &id, result: &result_of(&job, ""), take_next: false };
+        link.result(call).await.unwrap();
+        assert_eq!(m.settled(&id).await, "finished");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rotated_credential_is_refused_at_the_next_call_with_401() {
+        let m = master().await;
+        let link = m.link().await;
+        let id = m.queue().await;
+        let job = link.poll(poll_call()).await.unwrap().unwrap();
+        let _rotated = m.link().await;
+        assert_eq!(status(link.poll(poll_call()).await.unwrap_err()), 401);
+        assert_eq!(status(link.heartbeat(None, &id, &job.lease_id).await.unwrap_err()), 401);
+        assert_eq!(status(link.release(None, &id, &job.lease_id).await.unwrap_err()), 401);
+        let call =
+            ResultCall { name: None, instance: None, job_id: &id, result: &result_of(&job, ""), take_next: false };
+        assert_eq!(status(link.result(call).await.unwrap_err()), 401);
+        assert_eq!(m.state(&id).await, "running");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stale_lease_gets_409_and_a_bad_instance_400_as_over_http() {
+        let m = master().await;
+        let link = m.link().await;
+        let id = m.queue().await;
+        let job = link.poll(poll_call()).await.unwrap().unwrap();
+        let e = link.heartbeat(None, &id, "not-this-lease").await.unwrap_err();
+        assert!(e.lease_lost(), "{e}");
+        let e = link.heartbeat(None, "no-such-job", &job.lease_id).await.unwrap_err();
+        assert!(e.lease_lost(), "{e}");
+        let bad = ResultCall {
+            name: None,
+            instance: Some("../x"),
+            job_id: &id,
+            result: &result_of(&job, ""),
+            take_next: true,
+        };
+        let e = link.result(bad).await.unwrap_err();
+        assert!(e.to_string().contains("16 lower-case hex"), "{e}");
+        assert_eq!(status(e), 400);
+        assert_eq!(m.state(&id).await, "running", "the instance is checked before the result is taken");
+        link.heartbeat(None, &id, &job.lease_id).await.unwrap();
+        link.release(None, &id, &job.lease_id).await.unwrap();
+        assert_eq!(m.state(&id).await, "queued", "a released job is handed out again");
+    }
+
+    #[tokio::test]
+    async fn a_panic_or_a_call_that_never_ends_is_an_unreachable_master() {
+        let panicked = guarded::<()>(Duration::from_secs(1), async { panic!("a defect in the master") }).await;
+        assert!(matches!(&panicked, Err(ProtocolError::Unreachable(m)) if m.contains("failed")), "{panicked:?}");
+        let stuck = guarded::<()>(Duration::from_millis(50), std::future::pending()).await;
+        assert!(matches!(&stuck, Err(ProtocolError::Unreachable(m)) if m.contains("did not answer")), "{stuck:?}");
+    }
+}
