@@ -291,15 +291,23 @@ impl Dispatch<'_> {
         let redactor = self.principals().redactor(&finished.secrets);
         let (stdout, stderr) = (redactor.bytes(stdout), redactor.bytes(stderr));
         let error = result.error.map(|e| redactor.text(&e));
+        let sizes = (stdout.len(), stderr.len());
         let shaped = async {
             let stdout = self.shape_output(&finished.model, stdout).await?;
             Ok::<_, EngineError>((stdout, self.shape_output(&finished.model, stderr).await?))
         };
-        let ((stdout, stdout_blob), (stderr, stderr_blob)) = match shaped.await {
-            Ok(s) => s,
+        // Output that cannot be kept (the blob store refused it) does not lose the run: its
+        // result is recorded without the output, saying why, and the exit status stands.
+        let (((stdout, stdout_blob), (stderr, stderr_blob)), error, dropped) = match shaped.await {
+            Ok(s) => (s, error, false),
             Err(e) => {
-                self.inner.dispatch.jobs.recorded_here(job_id);
-                return Err(e);
+                tracing::error!(job = %job_id, error = %e, "storing a job's output failed; its result is recorded without it");
+                let why = format!(
+                    "the job ran, but its output ({} bytes of stdout, {} of stderr) could not be stored by the master (its log says why)",
+                    sizes.0, sizes.1
+                );
+                let error = Some(error.map_or(why.clone(), |earlier| format!("{earlier}; {why}")));
+                (((String::new(), None), (String::new(), None)), error, true)
             }
         };
         let shaped = JobResult {
@@ -312,7 +320,7 @@ impl Dispatch<'_> {
             timed_out: result.timed_out,
             stdout_blob,
             stderr_blob,
-            output_truncated: result.output_truncated,
+            output_truncated: result.output_truncated || dropped,
             error,
             attempt: finished.attempt,
             executor,

@@ -116,6 +116,38 @@ async fn a_job_whose_result_is_being_committed_reads_as_running_never_as_unknown
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_the_blob_store_cannot_keep_leaves_a_result_that_says_so_and_keeps_the_exit_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));
+    let (e, _store, _) = open(dir.path()).await;
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    // Large output goes to the blob store under job-output/; a file in that folder's place makes
+    // every such write fail, as a full or broken disk would.
+    std::fs::write(dir.path().join("blobs").join("job-output"), b"not a folder").unwrap();
+    let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
+    let id = e.dispatch().invoke_async(&op, "t", None, req).await.unwrap();
+    let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
+    use base64::Engine as _;
+    let big = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 1 << 20]);
+    let result =
+        ExecutorResult { lease_id: leased.lease_id, exit_code: Some(3), stdout_base64: big, ..Default::default() };
+    e.dispatch().complete_job(&exec, None, &id, result).await.expect("the result is taken, without its output");
+    let mut job = None;
+    for _ in 0..200 {
+        job = e.dispatch().job(&op, &id).await.ok().filter(|j| j.state == "finished");
+        if job.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let r = &job.expect("the result was recorded").results[0];
+    assert_eq!((r.exit_code, r.stdout.as_str(), r.output_truncated), (Some(3), "", true));
+    let why = r.error.as_deref().unwrap_or_default();
+    assert!(why.contains("1048576 bytes of stdout") && why.contains("could not be stored"), "{why}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asynchronous_invocations_count_against_the_invocation_limit_while_their_jobs_are_open() {
     let dir = tempfile::tempdir().unwrap();
     let op = principal("operator", PrincipalKind::Operator);
