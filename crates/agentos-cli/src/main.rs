@@ -185,8 +185,9 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "AGENTOS_MAX_BODY_BYTES", default_value_t = 8 * 1024 * 1024)]
     pub max_body_bytes: usize,
-    /// Largest executor result post, in bytes (it carries captured output).
-    #[arg(long, env = "AGENTOS_MAX_RESULT_BYTES", default_value_t = 64 * 1024 * 1024)]
+    /// Largest executor result post, in bytes (it carries captured output). At least 16384: a
+    /// result whose output is dropped to fit must still fit.
+    #[arg(long, env = "AGENTOS_MAX_RESULT_BYTES", default_value_t = 64 * 1024 * 1024, value_parser = result_limit)]
     pub max_result_bytes: usize,
     /// Events between two snapshots of the state.
     #[arg(long, env = "AGENTOS_SNAPSHOT_EVERY", default_value_t = 10_000)]
@@ -326,6 +327,21 @@ fn at_least_one<T: std::str::FromStr<Err = std::num::ParseIntError> + Default + 
 ) -> Result<T, String> {
     match v.parse::<T>() {
         Ok(n) if n == T::default() => Err("use 1 or more".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The smallest `--max-result-bytes`: a result without its output (the exit status, the error
+/// line that says the output was dropped) must still fit, or no result of a large run is ever
+/// taken.
+const MIN_RESULT_BYTES: usize = 16 * 1024;
+
+fn result_limit(v: &str) -> Result<usize, String> {
+    match v.parse::<usize>() {
+        Ok(n) if n < MIN_RESULT_BYTES => {
+            Err(format!("use {MIN_RESULT_BYTES} or more: a result whose output is dropped to fit must still fit"))
+        }
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }

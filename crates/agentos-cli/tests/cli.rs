@@ -564,7 +564,8 @@ fn an_executor_refuses_at_start_options_that_could_never_work() {
 
 /// Regression: `serve --listen 127.0.0.1:99999` created the data folder and its LOCK file, then
 /// failed to bind with exit 1. A `--listen` that names no port or host is now refused at once,
-/// exit 2, before the data folder is made.
+/// exit 2, before the data folder is made; so is a `--max-result-bytes` below 16384, with which
+/// a result stripped of its output could still be refused.
 #[test]
 fn serve_and_up_refuse_a_listen_address_that_cannot_exist_before_making_the_data_folder() {
     let dir = tempfile::tempdir().unwrap();
@@ -576,6 +577,16 @@ fn serve_and_up_refuse_a_listen_address_that_cannot_exist_before_making_the_data
         ("127.0.0.1:http", "port \"http\" is not a number"),
     ];
     for command in ["serve", "up"] {
+        // A result limit no result could meet once its output is dropped.
+        let data = dir.path().join("data");
+        let (code, stderr) = exit_within(
+            Command::new(BIN)
+                .args([command, "--max-result-bytes", "100", "--listen", "127.0.0.1:0", "--data"])
+                .arg(&data),
+        );
+        assert_eq!(code, Some(2), "{command} --max-result-bytes 100: {stderr}");
+        assert!(stderr.contains("use 16384 or more"), "{command} --max-result-bytes 100: {stderr}");
+        assert!(!data.exists(), "{command} --max-result-bytes 100 made the data folder");
         for (listen, why) in cases {
             let data = dir.path().join("data");
             let (code, stderr) =
