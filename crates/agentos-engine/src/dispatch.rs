@@ -359,12 +359,9 @@ impl Dispatch<'_> {
     async fn finish(&self, mut finished: Finished, result: JobResult) {
         let result = match finished.waiter.take() {
             Some(w) if finished.invoker.is_none() && !self.inner.dispatch.jobs.is_shared() => match w.send(result) {
-                // The fire records it; meanwhile the job reads as unknown, as its fire's
-                // other outcomes are not there yet either.
-                Ok(()) => {
-                    self.inner.dispatch.jobs.recorded_here(&finished.job_id);
-                    return;
-                }
+                // The fire records it with its outcome; the job reads as running until then
+                // (the fire's commit takes the mark off).
+                Ok(()) => return,
                 Err(result) => result,
             },
             w => {

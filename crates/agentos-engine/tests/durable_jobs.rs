@@ -116,6 +116,54 @@ async fn a_job_whose_result_is_being_committed_reads_as_running_never_as_unknown
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_net_jobs_result_reads_as_running_until_its_fire_records_it_never_as_unknown() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let (e, _store, _) = open(dir.path()).await;
+    e.principals().ensure_operator(&dir.path().join("operator.token")).await.unwrap();
+    let op = e.operator().unwrap();
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    let doc: agentos_core::net::NetDoc = serde_json::from_value(serde_json::json!({
+        "places": ["p-in", "p-out"],
+        "transitions": [{"id": "run", "kind": "command", "presets": {"c": {"place": "p-in"}},
+                         "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]
+    }))
+    .unwrap();
+    e.nets().apply_net(&op, "default", doc).await.unwrap();
+    e.nets().set_started(&op, "default", "run", true).await.unwrap();
+    for n in 0..10 {
+        let command = serde_json::json!({"executor": "script", "command": "invoke", "args": {"toolId": "t"}});
+        e.nets().put_token(&op, "default", "p-in", command, None).await.unwrap();
+        let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap().unwrap();
+        let result = ExecutorResult {
+            lease_id: leased.lease_id,
+            exit_code: Some(0),
+            stdout_base64: "e30K".into(),
+            ..Default::default()
+        };
+        e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
+        // The fire has the result and records it with its outcome, in a commit of its own.
+        let mut states = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let state =
+                e.dispatch().job(&op, &leased.job_id).await.map(|j| j.state).unwrap_or_else(|err| err.to_string());
+            let done = state == "finished";
+            if states.last() != Some(&state) {
+                states.push(state);
+            }
+            if done {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "never finished: {states:?}");
+            tokio::task::yield_now().await;
+        }
+        assert!(states == ["finished"] || states == ["running", "finished"], "job {n}: {states:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_the_blob_store_cannot_keep_leaves_a_result_that_says_so_and_keeps_the_exit_status() {
     let dir = tempfile::tempdir().unwrap();
     let (op, exec) = (principal("operator", PrincipalKind::Operator), principal("e1", PrincipalKind::Executor));

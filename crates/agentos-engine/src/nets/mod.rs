@@ -1424,6 +1424,21 @@ impl Nets<'_> {
         let Some(job) = job else {
             return self.submit("system", decide).await;
         };
+        let job_id = match &job.1 {
+            EventBody::JobFinished { job_id, .. } => job_id.clone(),
+            _ => String::new(),
+        };
+        let committed = self.commit_job_with(decide, job).await;
+        // Committed, or it will not be: the job no longer reads as running.
+        self.inner.dispatch.jobs.recorded_here(&job_id);
+        committed
+    }
+
+    async fn commit_job_with(
+        &self,
+        decide: crate::committer::Decide,
+        job: (String, EventBody),
+    ) -> Result<Vec<Event>, EngineError> {
         let first = job.clone();
         let both: crate::committer::Decide = Box::new(move |st| {
             let mut events = vec![first.clone()];
