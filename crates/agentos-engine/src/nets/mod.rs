@@ -1434,6 +1434,8 @@ impl Nets<'_> {
         committed
     }
 
+    /// The commit itself: the result and the outcome in one, or the result alone when the log
+    /// refuses the outcome.
     async fn commit_job_with(
         &self,
         decide: crate::committer::Decide,
