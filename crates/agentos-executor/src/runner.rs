@@ -89,7 +89,7 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         args: &spec.args,
         env: &spec.env,
         cwd: &spec.cwd,
-        stdin: spec.stdin.is_some(),
+        stdin: spec.stdin.as_deref(),
         cgroup_procs: spec.cgroup.as_ref().map(JobCgroup::procs_fd),
         run_as: spec.run_as,
     });
@@ -103,10 +103,11 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         }
     };
     let pgid = child.pid;
-    if let (Some(mut w), Some(input)) = (child.stdin.take(), spec.stdin) {
-        // Fed from a task so a script that does not read its stdin cannot stall us.
+    if let (Some((mut w, written)), Some(input)) = (child.stdin.take(), spec.stdin) {
+        // What did not fit in the pipe is fed from a task, so a script that does not read its
+        // stdin cannot stall us.
         tokio::spawn(async move {
-            let _ = w.write_all(&input).await;
+            let _ = w.write_all(&input[written..]).await;
             drop(w);
         });
     }
@@ -240,6 +241,27 @@ pub(crate) mod tests {
         );
         let o = run(spec("cat", 5000), &never).await.unwrap();
         assert_eq!(o.exit_code, Some(0), "stdin is closed: cat sees end of file at once");
+    }
+
+    #[tokio::test]
+    async fn input_reaches_the_process_whole_whether_or_not_it_fits_in_the_pipe() {
+        let never = CancellationToken::new();
+        // The digest of what the process read, against the input's own: nothing lost, doubled
+        // or reordered where the part written before the start meets the part fed after it.
+        // Empty, small, exactly a pipe's default 64 KiB, and far past it (fed by the task).
+        for len in [0usize, 3, 65536, 65537, 3_000_000] {
+            let input: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let mut s = spec("sha256sum | cut -d' ' -f1", 20_000);
+            s.stdin = Some(input.clone());
+            let o = run(s, &never).await.unwrap();
+            assert_eq!(o.exit_code, Some(0), "{len} bytes: {}", String::from_utf8_lossy(&o.stderr));
+            assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), agentos_core::sha256_hex(&input), "{len} bytes");
+        }
+        // A process that never reads a large input still ends, and its result comes back.
+        let mut s = spec("echo done", 5000);
+        s.stdin = Some(vec![b'x'; 3_000_000]);
+        let o = run(s, &never).await.unwrap();
+        assert_eq!((o.exit_code, o.stdout.as_slice(), o.timed_out), (Some(0), &b"done\n"[..], false));
     }
 
     #[tokio::test]

@@ -31,8 +31,8 @@ pub struct Spawn<'a> {
     /// The whole environment of the process.
     pub env: &'a BTreeMap<String, String>,
     pub cwd: &'a Path,
-    /// Whether stdin is a pipe (`Spawned::stdin`); otherwise it reads from /dev/null.
-    pub stdin: bool,
+    /// What the process reads on stdin, through a pipe; `None`: it reads from /dev/null.
+    pub stdin: Option<&'a [u8]>,
     /// Written "0" to (`cgroup.procs` of the job's cgroup) first: the child joins it.
     pub cgroup_procs: Option<RawFd>,
     /// Run as this user and group instead of the executor's own.
@@ -42,7 +42,10 @@ pub struct Spawn<'a> {
 /// A started process in a process group of its own (its pid is the group's id).
 pub struct Spawned {
     pub pid: i32,
-    pub stdin: Option<pipe::Sender>,
+    /// The pipe to write the rest of the input to, and how many bytes of it are written.
+    /// `None` when the whole input fitted in the pipe before the process started (the pipe is
+    /// closed then, and the process reads the input, then end of file), or when there was none.
+    pub stdin: Option<(pipe::Sender, usize)>,
     pub stdout: Option<pipe::Receiver>,
     pub stderr: Option<pipe::Receiver>,
     pidfd: Option<AsyncFd<OwnedFd>>,
@@ -75,6 +78,31 @@ fn pipe_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both descriptors were just made and are owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Writes as much of `input` as `w` takes without waiting, and returns how much that was. `w`
+/// is left non-blocking (the process reads the other end, which stays blocking).
+fn fill(w: &OwnedFd, input: &[u8]) -> io::Result<usize> {
+    // SAFETY: fcntl on a descriptor we own.
+    if unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut written = 0;
+    while written < input.len() {
+        let rest = &input[written..];
+        // SAFETY: writes from a live slice of `rest.len()` bytes.
+        let n = unsafe { libc::write(w.as_raw_fd(), rest.as_ptr().cast(), rest.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => break,
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        written += n as usize;
+    }
+    Ok(written)
 }
 
 /// The child, between the clone and `execve`. Only system calls, on the plan's values.
@@ -156,9 +184,13 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
     let argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).chain([std::ptr::null()]).collect();
     let envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).chain([std::ptr::null()]).collect();
 
-    let (stdin_child, stdin_parent) = if s.stdin {
+    let (stdin_child, stdin_parent) = if let Some(input) = s.stdin {
         let (r, w) = pipe_pair()?;
-        (r, Some(w))
+        // As much of the input as the pipe holds goes in now: a pipe holds 64 KiB unless the
+        // system's limits shrank it, and most inputs are far smaller. Then the pipe is closed
+        // here, and no task is started to feed it.
+        let written = fill(&w, input)?;
+        (r, (written < input.len()).then_some((w, written)))
     } else {
         let null = std::fs::File::open("/dev/null")?;
         (OwnedFd::from(null), None)
@@ -224,9 +256,8 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
         // SAFETY: the AsyncFd owns the descriptor and nothing replaces or closes it meanwhile.
         spawned.pidfd = Some(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE)? });
     }
-    // Made non-blocking by tokio.
-    if let Some(w) = stdin_parent {
-        spawned.stdin = Some(pipe::Sender::from_owned_fd(w)?);
+    if let Some((w, written)) = stdin_parent {
+        spawned.stdin = Some((pipe::Sender::from_owned_fd(w)?, written));
     }
     spawned.stdout = Some(pipe::Receiver::from_owned_fd(stdout_parent)?);
     spawned.stderr = Some(pipe::Receiver::from_owned_fd(stderr_parent)?);
@@ -309,7 +340,7 @@ mod tests {
     }
 
     fn run<'a>(program: &'a Path, args: &'a [String], env: &'a BTreeMap<String, String>, cwd: &'a Path) -> Spawn<'a> {
-        Spawn { program, args, env, cwd, stdin: false, cgroup_procs: None, run_as: None }
+        Spawn { program, args, env, cwd, stdin: None, cgroup_procs: None, run_as: None }
     }
 
     #[tokio::test]
