@@ -465,3 +465,34 @@ async fn a_stored_job_whose_caller_went_away_is_removed_once_its_result_is_recor
     let id = &leased.job_id;
     assert_eq!(store.seen(), [vec![format!("put {id}")], vec![format!("forget {id}")]]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_callers_job_no_executor_took_goes_with_the_caller_from_the_queue_and_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let (e, store) = open_counting(dir.path(), Duration::from_millis(50)).await;
+    // No executor yet: the call waits, and is stored once it has waited `store_after`.
+    let caller = waiting_caller(&e);
+    let mut stored = None;
+    for _ in 0..300 {
+        stored = store.all().await.unwrap().first().map(|j| j.job_id.clone());
+        if stored.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let id = stored.expect("a waiting job is stored after store_after");
+    // The caller goes (its connection closed, say) before any executor came.
+    caller.abort();
+    let _ = caller.await;
+    assert_eq!(left_after_waiting(store.as_ref()).await, 0, "the job stays in the store, to run after a restart");
+    assert_eq!(store.seen(), [vec![format!("put {id}")], vec![format!("forget {id}")]]);
+    // An executor that comes now finds nothing to run for nobody.
+    let found = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_millis(300)).await.unwrap();
+    assert_eq!(found.map(|j| j.job_id), None, "the job of a caller that went away still ran");
+    let op = principal("operator", PrincipalKind::Operator);
+    assert!(e.dispatch().job(&op, &id).await.is_err(), "a dropped job is no job");
+    drop((e, store));
+    let (_e, _store, requeued) = open(dir.path()).await;
+    assert_eq!(requeued, 0, "the job was queued again after a restart");
+}

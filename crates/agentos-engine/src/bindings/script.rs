@@ -383,12 +383,33 @@ async fn result_storing_late(
     rx.await
 }
 
+/// Drops the job of a caller that went away while it waited (its connection closed, so the
+/// future answering it was dropped), as its timeout would: a job no executor took yet is not
+/// run for nobody, nor run again from the job store after a restart. One already running
+/// finishes, and its result is recorded as always.
+struct CallerGone<'a> {
+    /// `None` once the caller is answered, or its job dealt with.
+    engine: Option<Engine>,
+    job_id: &'a str,
+}
+
+impl Drop for CallerGone<'_> {
+    fn drop(&mut self) {
+        let Some(engine) = self.engine.take() else { return };
+        let job_id = self.job_id.to_string();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { engine.dispatch().cancel_direct(&job_id).await });
+        }
+    }
+}
+
 async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, EngineError> {
     let (principal, id) = (call.principal, call.id.to_string());
     let cfg = engine.inner.dispatch.config;
     let job = script_job(engine, call)?;
     let timeout_ms = job.timeout_ms;
     let (job_id, later, rx) = queue_storing(engine, principal, job, false).await?;
+    let mut gone = CallerGone { engine: Some(engine.clone()), job_id: &job_id };
     let mut result = std::pin::pin!(result_storing_late(engine, &job_id, later, rx));
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
@@ -399,6 +420,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         let grace = cfg.no_executor_grace.min(wait);
         early = tokio::time::timeout(grace, result.as_mut()).await.ok();
         if early.is_none() && !engine.inner.dispatch.jobs.serving().await {
+            gone.engine = None;
             engine.dispatch().cancel_direct(&job_id).await;
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
@@ -415,6 +437,8 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         Some(r) => Ok(r),
         None => tokio::time::timeout_at(deadline, result).await,
     };
+    // From here every way out answers the caller, who is still there.
+    gone.engine = None;
     match outcome {
         Ok(Ok(result)) => Ok(result),
         Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
