@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use agentos_core::job::LeasedJob;
+use agentos_engine::dispatch::Worker;
 use agentos_engine::{Engine, EngineError, Principal};
 use agentos_executor::protocol::{Link, PollCall, ProtocolError, ResultCall};
 use agentos_server::ApiError;
@@ -79,7 +80,8 @@ impl Link for LocalLink {
         let p = self.principal()?;
         let wait = call.wait.min(MAX_POLL);
         guarded(wait + SHORT_CALL, async {
-            let job = self.engine.dispatch().poll_job(&p, call.name, call.instance, call.replaces, wait).await;
+            let worker = Worker { instance: call.instance, slot: call.slot, reclaim: call.reclaim };
+            let job = self.engine.dispatch().poll_job(&p, call.name, worker, call.replaces, wait).await;
             job.map(|j| j.map(|j| with_limit(j, self.max_result_bytes))).map_err(refused)
         })
         .await
@@ -123,14 +125,15 @@ impl Link for LocalLink {
         // the executor stops waiting for the answer.
         let (engine, limit) = (self.engine.clone(), self.max_result_bytes);
         let (name, job_id, result) = (call.name.map(str::to_string), call.job_id.to_string(), r.clone());
-        let (instance, take_next) = (instance.map(str::to_string), call.take_next);
+        let (instance, slot, take_next) = (instance.map(str::to_string), call.slot, call.take_next);
         let task = tokio::spawn(async move {
             let dispatch = engine.dispatch();
             dispatch.complete_job(&p, name.as_deref(), &job_id, result).await.map_err(refused)?;
             if !take_next {
                 return Ok(None);
             }
-            let job = dispatch.next_job_now(&p, name.as_deref(), instance.as_deref()).await.map_err(refused)?;
+            let worker = Worker { instance: instance.as_deref(), slot, reclaim: false };
+            let job = dispatch.next_job_now(&p, name.as_deref(), worker).await.map_err(refused)?;
             Ok(job.map(|j| with_limit(j, limit)))
         });
         match tokio::time::timeout(RESULT_CALL, task).await {
@@ -205,7 +208,14 @@ mod tests {
     }
 
     fn poll_call() -> PollCall<'static> {
-        PollCall { name: None, instance: None, replaces: &[], wait: Duration::from_millis(200) }
+        PollCall {
+            name: None,
+            instance: None,
+            slot: None,
+            reclaim: false,
+            replaces: &[],
+            wait: Duration::from_millis(200),
+        }
     }
 
     fn result_of(job: &LeasedJob, stdout_base64: &str) -> ExecutorResult {
@@ -236,6 +246,7 @@ mod tests {
         let call = ResultCall {
             name: None,
             instance: None,
+            slot: None,
             job_id: &first,
             result: &result_of(&job, "aGkK"),
             take_next: true,
@@ -243,8 +254,14 @@ mod tests {
         let next = link.result(call).await.unwrap().expect("the next job comes with the answer");
         assert_eq!((next.job_id.as_str(), next.max_result_bytes), (second.as_str(), Some(LIMIT as u64)));
         assert_eq!(m.settled(&first).await, "finished");
-        let call =
-            ResultCall { name: None, instance: None, job_id: &second, result: &result_of(&next, ""), take_next: false };
+        let call = ResultCall {
+            name: None,
+            instance: None,
+            slot: None,
+            job_id: &second,
+            result: &result_of(&next, ""),
+            take_next: false,
+        };
         assert!(link.result(call).await.unwrap().is_none(), "no next job is taken unless asked for");
         assert_eq!(m.settled(&second).await, "finished");
     }
@@ -256,14 +273,26 @@ mod tests {
         let id = m.queue().await;
         let job = link.poll(poll_call()).await.unwrap().unwrap();
         let big = "A".repeat(LIMIT + 1);
-        let call =
-            ResultCall { name: None, instance: None, job_id: &id, result: &result_of(&job, &big), take_next: true };
+        let call = ResultCall {
+            name: None,
+            instance: None,
+            slot: None,
+            job_id: &id,
+            result: &result_of(&job, &big),
+            take_next: true,
+        };
         let e = link.result(call).await.unwrap_err();
         assert!(e.to_string().contains("--max-result-bytes"), "{e}");
         assert_eq!(status(e), 413);
         assert_eq!(m.state(&id).await, "running", "nothing of a refused result is recorded");
-        let call =
-            ResultCall { name: None, instance: None, job_id: &id, result: &result_of(&job, ""), take_next: false };
+        let call = ResultCall {
+            name: None,
+            instance: None,
+            slot: None,
+            job_id: &id,
+            result: &result_of(&job, ""),
+            take_next: false,
+        };
         link.result(call).await.unwrap();
         assert_eq!(m.settled(&id).await, "finished");
     }
@@ -278,8 +307,14 @@ mod tests {
         assert_eq!(status(link.poll(poll_call()).await.unwrap_err()), 401);
         assert_eq!(status(link.heartbeat(None, &id, &job.lease_id).await.unwrap_err()), 401);
         assert_eq!(status(link.release(None, &id, &job.lease_id).await.unwrap_err()), 401);
-        let call =
-            ResultCall { name: None, instance: None, job_id: &id, result: &result_of(&job, ""), take_next: false };
+        let call = ResultCall {
+            name: None,
+            instance: None,
+            slot: None,
+            job_id: &id,
+            result: &result_of(&job, ""),
+            take_next: false,
+        };
         assert_eq!(status(link.result(call).await.unwrap_err()), 401);
         assert_eq!(m.state(&id).await, "running");
     }
@@ -297,6 +332,7 @@ mod tests {
         let bad = ResultCall {
             name: None,
             instance: Some("../x"),
+            slot: None,
             job_id: &id,
             result: &result_of(&job, ""),
             take_next: true,

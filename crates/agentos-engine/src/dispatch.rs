@@ -92,6 +92,37 @@ pub fn checked_instance<'a>(field: &str, id: Option<&'a str>) -> Result<Option<&
     }
 }
 
+/// Which worker of which executor process asks for a job.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Worker<'a> {
+    /// The process's instance id (16 lower-case hex characters): its lease ids start with it.
+    pub instance: Option<&'a str>,
+    /// Which of the process's workers asks: its lease ids start with `{instance}-{slot}-`.
+    pub slot: Option<u16>,
+    /// The worker holds no job, and an earlier request of its that could have brought one got
+    /// no answer: the leases it still has end now (a poll needs `instance` and `slot` for this),
+    /// and their jobs go back to the queue, or fail after their last attempt.
+    pub reclaim: bool,
+}
+
+impl Worker<'_> {
+    /// What its lease ids start with, before their random part: `None` without an instance.
+    fn taker(&self) -> Result<Option<String>, EngineError> {
+        let instance = checked_instance("instance", self.instance)?;
+        if self.reclaim && (instance.is_none() || self.slot.is_none()) {
+            return Err(CoreError::bad_input(
+                "invalid_slot",
+                "a reclaiming poll names the worker whose jobs go back: send its instance and its slot",
+            )
+            .into());
+        }
+        Ok(instance.map(|i| match self.slot {
+            Some(s) => format!("{i}-{s}"),
+            None => i.to_string(),
+        }))
+    }
+}
+
 impl Dispatch<'_> {
     /// Creates (or rotates) an executor credential. Operator only. Returns the token.
     pub async fn create_executor_token(&self, principal: &Principal, name: &str) -> Result<String, EngineError> {
@@ -153,8 +184,8 @@ impl Dispatch<'_> {
     }
 
     /// Long poll for an executor: the next job, resolved and verified now, or `None` after `wait`.
-    /// `instance` is the id of the executor's process (its lease ids then start with it);
-    /// `replaces`, those of processes that died on the same workspace: the leases this executor
+    /// `worker` says which worker of which process asks (see [`Worker`]); `replaces` names the
+    /// instance ids of processes that died on the same workspace: the leases this executor
     /// handed to them end now, and their jobs go back to the queue (or fail after their last
     /// attempt) at once rather than when the leases would have run out. A process of another
     /// executor named there loses nothing: its leases are not this executor's.
@@ -162,12 +193,13 @@ impl Dispatch<'_> {
         &self,
         principal: &Principal,
         name: Option<&str>,
-        instance: Option<&str>,
+        worker: Worker<'_>,
         replaces: &[String],
         wait: Duration,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        let instance = checked_instance("instance", instance)?;
+        let instance = checked_instance("instance", worker.instance)?;
+        let taker = worker.taker()?;
         if replaces.len() > agentos_core::job::MAX_REPLACES {
             return Err(CoreError::bad_input(
                 "invalid_instance",
@@ -199,7 +231,20 @@ impl Dispatch<'_> {
             tracing::warn!(executor = %executor, instances = ?replaces, jobs = ended, "an executor process died holding jobs: their leases end now");
             self.reap_jobs().await;
         }
-        match self.inner.dispatch.jobs.poll(&executor, instance, wait).await? {
+        if worker.reclaim
+            && let Some(taker) = &taker
+        {
+            // This worker holds no job when it polls: one leased to it is one whose hand-out it
+            // never received (an answer lost on the way). Its lease ends now rather than when it
+            // would have run out. The attempt counts, so that a job whose hand-outs never
+            // arrive fails after the last one rather than going round for ever.
+            let lost = self.inner.dispatch.jobs.expire_instances(&executor, &[taker.as_str()]).await?;
+            if lost > 0 {
+                tracing::warn!(executor = %executor, worker = %taker, jobs = lost, "jobs handed to an executor in answers it never received go back to the queue");
+                self.reap_jobs().await;
+            }
+        }
+        match self.inner.dispatch.jobs.poll(&executor, taker.as_deref(), wait).await? {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }
@@ -211,11 +256,11 @@ impl Dispatch<'_> {
         &self,
         principal: &Principal,
         name: Option<&str>,
-        instance: Option<&str>,
+        worker: Worker<'_>,
     ) -> Result<Option<LeasedJob>, EngineError> {
         let executor = executor_name(principal, name)?;
-        let instance = checked_instance("instance", instance)?;
-        match self.inner.dispatch.jobs.take_now(&executor, instance).await? {
+        let taker = worker.taker()?;
+        match self.inner.dispatch.jobs.take_now(&executor, taker.as_deref()).await? {
             Some(h) => Ok(Some(self.hand_out(h).await)),
             None => Ok(None),
         }

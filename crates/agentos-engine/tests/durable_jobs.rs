@@ -7,6 +7,7 @@ use std::time::Duration;
 use agentos_core::event::PrincipalKind;
 use agentos_core::flags::Flags;
 use agentos_core::job::{ExecutorResult, InvokeRequest};
+use agentos_engine::dispatch::Worker;
 use agentos_engine::{Engine, EngineConfig, Principal};
 use agentos_store::{FsBlobStore, JobStore, SqliteEventLog, SqliteJobStore};
 
@@ -54,7 +55,8 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     let open_job = e.dispatch().invoke_async(&op, "t", None, invoke()).await.unwrap();
     assert_eq!(store.all().await.unwrap().len(), 2, "both jobs are stored before they are answered");
     // An executor finishes the first; the second is still queued when the master dies.
-    let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
+    let leased =
+        e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
     assert_eq!(leased.job_id, done);
     let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
     e.dispatch().complete_job(&exec, None, &done, result).await.unwrap();
@@ -77,10 +79,11 @@ async fn a_stored_job_is_queued_again_after_a_restart_unless_its_result_is_in_th
     let ids: Vec<String> = store.all().await.unwrap().into_iter().map(|j| j.job_id).collect();
     assert_eq!(ids, std::slice::from_ref(&open_job));
     assert_eq!(e.dispatch().job(&op, &open_job).await.unwrap().state, "queued");
-    let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
+    let leased =
+        e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
     assert_eq!((leased.job_id.as_str(), leased.attempt), (open_job.as_str(), 1));
     assert!(
-        e.dispatch().poll_job(&exec, None, None, &[], Duration::from_millis(50)).await.unwrap().is_none(),
+        e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_millis(50)).await.unwrap().is_none(),
         "a finished job ran again"
     );
 }
@@ -114,7 +117,8 @@ async fn a_job_whose_result_is_being_committed_reads_as_running_never_as_unknown
     for _ in 0..20 {
         let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
         let id = e.dispatch().invoke_async(&op, "t", None, req).await.unwrap();
-        let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
+        let leased =
+            e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
         let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
         e.dispatch().complete_job(&exec, None, &id, result).await.unwrap();
         // The result is taken and its commit is under way: a reader polling for it must not be
@@ -144,7 +148,8 @@ async fn a_net_jobs_result_reads_as_running_until_its_fire_records_it_never_as_u
     for n in 0..10 {
         let command = serde_json::json!({"executor": "script", "command": "invoke", "args": {"toolId": "t"}});
         e.nets().put_token(&op, "default", "p-in", command, None).await.unwrap();
-        let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap().unwrap();
+        let leased =
+            e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(5)).await.unwrap().unwrap();
         let result = ExecutorResult {
             lease_id: leased.lease_id,
             exit_code: Some(0),
@@ -170,7 +175,8 @@ async fn output_the_blob_store_cannot_keep_leaves_a_result_that_says_so_and_keep
     std::fs::write(dir.path().join("blobs").join("job-output"), b"not a folder").unwrap();
     let req = InvokeRequest { timeout_ms: Some(5000), ..Default::default() };
     let id = e.dispatch().invoke_async(&op, "t", None, req).await.unwrap();
-    let leased = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(1)).await.unwrap().unwrap();
+    let leased =
+        e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
     use base64::Engine as _;
     let big = base64::engine::general_purpose::STANDARD.encode(vec![b'x'; 1 << 20]);
     let result =
@@ -284,9 +290,9 @@ async fn waited_call(e: &Engine) -> String {
     let exec = principal("e1", PrincipalKind::Executor);
     let poller = {
         let (e, exec) = (e.clone(), exec.clone());
-        tokio::spawn(
-            async move { e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap() },
-        )
+        tokio::spawn(async move {
+            e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(5)).await.unwrap()
+        })
     };
     let caller = waiting_caller(e);
     let leased = poller.await.unwrap().unwrap();
@@ -306,7 +312,7 @@ async fn a_waited_for_job_is_stored_once_it_has_run_store_after_and_forgotten_on
     let poller = {
         let (e, exec) = (e.clone(), exec.clone());
         tokio::spawn(async move {
-            e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap().unwrap()
+            e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(5)).await.unwrap().unwrap()
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -441,7 +447,7 @@ async fn a_stored_job_whose_caller_went_away_is_removed_once_its_result_is_recor
     let poller = {
         let (e, exec) = (e.clone(), exec.clone());
         tokio::spawn(async move {
-            e.dispatch().poll_job(&exec, None, None, &[], Duration::from_secs(5)).await.unwrap().unwrap()
+            e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(5)).await.unwrap().unwrap()
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -488,7 +494,7 @@ async fn a_waiting_callers_job_no_executor_took_goes_with_the_caller_from_the_qu
     assert_eq!(left_after_waiting(store.as_ref()).await, 0, "the job stays in the store, to run after a restart");
     assert_eq!(store.seen(), [vec![format!("put {id}")], vec![format!("forget {id}")]]);
     // An executor that comes now finds nothing to run for nobody.
-    let found = e.dispatch().poll_job(&exec, None, None, &[], Duration::from_millis(300)).await.unwrap();
+    let found = e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_millis(300)).await.unwrap();
     assert_eq!(found.map(|j| j.job_id), None, "the job of a caller that went away still ran");
     let op = principal("operator", PrincipalKind::Operator);
     assert!(e.dispatch().job(&op, &id).await.is_err(), "a dropped job is no job");

@@ -44,6 +44,11 @@ pub trait Link: Send + Sync {
 pub struct PollCall<'a> {
     pub name: Option<&'a str>,
     pub instance: Option<&'a str>,
+    /// Which of this process's workers polls.
+    pub slot: Option<u16>,
+    /// The worker's last request that could have brought a job got no answer: a job the master
+    /// handed it there goes back to the queue.
+    pub reclaim: bool,
     pub replaces: &'a [String],
     pub wait: Duration,
 }
@@ -52,6 +57,8 @@ pub struct PollCall<'a> {
 pub struct ResultCall<'a> {
     pub name: Option<&'a str>,
     pub instance: Option<&'a str>,
+    /// Which of this process's workers posts.
+    pub slot: Option<u16>,
     pub job_id: &'a str,
     pub result: &'a ExecutorResult,
     pub take_next: bool,
@@ -98,11 +105,19 @@ impl Master {
         self.link.describe()
     }
 
-    /// Long poll: the next job, or `None` when the master had no work within `wait`.
-    pub async fn poll(&self, wait: Duration) -> Result<Option<LeasedJob>, ProtocolError> {
+    /// Long poll for worker `slot`: the next job, or `None` when the master had no work within
+    /// `wait`. `reclaim`: the worker's last request that could have brought a job got no
+    /// answer (see [`PollCall::reclaim`]).
+    pub async fn poll(&self, wait: Duration, slot: u16, reclaim: bool) -> Result<Option<LeasedJob>, ProtocolError> {
         let replaces = self.replaces().0.clone();
-        let call =
-            PollCall { name: self.name.as_deref(), instance: self.instance.as_deref(), replaces: &replaces, wait };
+        let call = PollCall {
+            name: self.name.as_deref(),
+            instance: self.instance.as_deref(),
+            slot: Some(slot),
+            reclaim,
+            replaces: &replaces,
+            wait,
+        };
         let answer = self.link.poll(call).await;
         if !replaces.is_empty() && answer.is_ok() {
             // A master took it: the predecessors' leases are ended, and their files may go.
@@ -123,16 +138,38 @@ impl Master {
         self.link.release(self.name.as_deref(), job_id, lease_id).await
     }
 
-    /// Posts a result; with `take_next`, also takes the next job if one is queued right now.
+    /// Posts a result from worker `slot`; with `take_next`, also takes the next job if one is
+    /// queued right now.
     pub async fn result(
         &self,
         job_id: &str,
         result: &ExecutorResult,
         take_next: bool,
+        slot: u16,
     ) -> Result<Option<LeasedJob>, ProtocolError> {
-        let call =
-            ResultCall { name: self.name.as_deref(), instance: self.instance.as_deref(), job_id, result, take_next };
+        let call = ResultCall {
+            name: self.name.as_deref(),
+            instance: self.instance.as_deref(),
+            slot: Some(slot),
+            job_id,
+            result,
+            take_next,
+        };
         self.link.result(call).await
+    }
+}
+
+/// What an executor says of itself in the headers of a request.
+#[derive(Clone, Copy)]
+struct Head<'a> {
+    name: Option<&'a str>,
+    slot: Option<u16>,
+    reclaim: bool,
+}
+
+impl<'a> Head<'a> {
+    fn named(name: Option<&'a str>) -> Self {
+        Head { name, slot: None, reclaim: false }
     }
 }
 
@@ -167,7 +204,7 @@ impl Http {
 
     async fn post<T: DeserializeOwned>(
         &self,
-        name: Option<&str>,
+        head: Head<'_>,
         path: &str,
         body: &Value,
         timeout: Duration,
@@ -180,7 +217,7 @@ impl Http {
         let mut last = None;
         for i in 0..n {
             let at = (start + i) % n;
-            match self.post_to(&self.urls[at], name, path, body, timeout).await {
+            match self.post_to(&self.urls[at], head, path, body, timeout).await {
                 Err(e @ ProtocolError::Unreachable(_)) => {
                     if n > 1 {
                         tracing::warn!(master = %self.urls[at], error = %e, "master unreachable; trying the next");
@@ -202,14 +239,20 @@ impl Http {
     async fn post_to<T: DeserializeOwned>(
         &self,
         url: &str,
-        name: Option<&str>,
+        head: Head<'_>,
         path: &str,
         body: &Value,
         timeout: Duration,
     ) -> Result<Option<T>, ProtocolError> {
         let mut req = self.http.post(format!("{url}{path}")).bearer_auth(&self.token).json(body).timeout(timeout);
-        if let Some(n) = name {
+        if let Some(n) = head.name {
             req = req.header("x-agentos-executor-name", n);
+        }
+        if let Some(s) = head.slot {
+            req = req.header("x-agentos-executor-slot", s);
+        }
+        if head.reclaim {
+            req = req.header("x-agentos-executor-reclaim", "true");
         }
         let resp = req.send().await.map_err(|e| ProtocolError::Unreachable(e.to_string()))?;
         let status = resp.status().as_u16();
@@ -242,17 +285,22 @@ impl Link for Http {
             [one] => body["replaces"] = json!(one),
             many => body["replaces"] = json!(many),
         }
-        self.post(call.name, "/api/executor/poll", &body, call.wait + Duration::from_secs(10)).await
+        let head = Head { name: call.name, slot: call.slot, reclaim: call.reclaim };
+        self.post(head, "/api/executor/poll", &body, call.wait + Duration::from_secs(10)).await
     }
 
     async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
         let path = format!("/api/executor/jobs/{job_id}/heartbeat");
-        self.post::<Value>(name, &path, &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
+        self.post::<Value>(Head::named(name), &path, &json!({"leaseId": lease_id}), Duration::from_secs(10))
+            .await
+            .map(|_| ())
     }
 
     async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
         let path = format!("/api/executor/jobs/{job_id}/release");
-        self.post::<Value>(name, &path, &json!({"leaseId": lease_id}), Duration::from_secs(10)).await.map(|_| ())
+        self.post::<Value>(Head::named(name), &path, &json!({"leaseId": lease_id}), Duration::from_secs(10))
+            .await
+            .map(|_| ())
     }
 
     async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
@@ -263,7 +311,8 @@ impl Link for Http {
             (true, None) => format!("/api/executor/jobs/{job_id}/result?next=true"),
             (true, Some(i)) => format!("/api/executor/jobs/{job_id}/result?next=true&instance={i}"),
         };
-        let answer: Option<Value> = self.post(call.name, &path, &body, Duration::from_secs(120)).await?;
+        let head = Head { name: call.name, slot: call.slot, reclaim: false };
+        let answer: Option<Value> = self.post(head, &path, &body, Duration::from_secs(120)).await?;
         let next = answer.and_then(|mut a| a.get_mut("next").map(Value::take)).filter(|n| !n.is_null());
         next.map(|n| {
             serde_json::from_value(n)

@@ -215,11 +215,12 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     let kill_running = CancellationToken::new();
     let (fatal_tx, mut fatal_rx) = tokio::sync::mpsc::channel::<String>(1);
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..config.concurrency.max(1) {
+    for slot in 0..config.concurrency.clamp(1, usize::from(u16::MAX) + 1) {
         let (shared, stop, kill, fatal) =
             (shared.clone(), stop_polling.clone(), kill_running.clone(), fatal_tx.clone());
         let wait = config.poll_wait;
-        workers.spawn(async move { worker(shared, stop, kill, fatal, wait).await });
+        let slot = slot as u16;
+        workers.spawn(async move { worker(shared, stop, kill, fatal, wait, slot).await });
     }
     drop(fatal_tx);
     tracing::info!(master = %shared.master.describe(), concurrency = config.concurrency, "executor polling");
@@ -262,10 +263,14 @@ async fn worker(
     kill: CancellationToken,
     fatal: tokio::sync::mpsc::Sender<String>,
     wait: Duration,
+    slot: u16,
 ) {
     let mut backoff = Duration::from_millis(100);
     // A job handed over together with the previous result, if any.
     let mut next: Option<LeasedJob> = None;
+    // The last request that could have brought a job got no answer: the master may have handed
+    // one out in it, leased to this worker, which the next poll hands back.
+    let mut reclaim = false;
     loop {
         if next.is_none() && stop.is_cancelled() {
             // Stopping: no new work is taken. (A poll under way when the stop came is let finish
@@ -281,10 +286,10 @@ async fn worker(
                 }
                 return;
             }
-            next = run_one(&shared, job, &kill, true).await;
+            (next, reclaim) = run_one(&shared, job, &kill, true, slot).await;
             continue;
         }
-        let poll = shared.master.poll(wait);
+        let poll = shared.master.poll(wait, slot, reclaim);
         tokio::pin!(poll);
         let polled = tokio::select! {
             r = &mut poll => r,
@@ -299,10 +304,13 @@ async fn worker(
                 }
             }
         };
+        if polled.is_ok() {
+            reclaim = false;
+        }
         match polled {
             Ok(Some(job)) => {
                 backoff = Duration::from_millis(100);
-                next = run_one(&shared, job, &kill, !stop.is_cancelled()).await;
+                (next, reclaim) = run_one(&shared, job, &kill, !stop.is_cancelled(), slot).await;
             }
             Ok(None) => backoff = Duration::from_millis(100),
             Err(ProtocolError::Refused { status: 401 | 403, message }) => {
@@ -310,7 +318,9 @@ async fn worker(
                 return;
             }
             Err(e) => {
-                // The master is away (restarting, say): retry with a bounded backoff, never a busy loop.
+                // The master is away (restarting, say): retry with a bounded backoff, never a busy
+                // loop. A poll that reached it may have been handed a job on the way back.
+                reclaim |= matches!(e, ProtocolError::Unreachable(_));
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "poll failed");
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -323,8 +333,15 @@ async fn worker(
 }
 
 /// Runs one job and reports it. Returns the next job when the master handed one over with the
-/// answer (only asked for when `take_next`).
-async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take_next: bool) -> Option<LeasedJob> {
+/// answer (only asked for when `take_next`), and whether a post that asked for one got no
+/// answer (the next poll then hands back a job the master may have handed out in it).
+async fn run_one(
+    shared: &Shared,
+    job: LeasedJob,
+    kill: &CancellationToken,
+    take_next: bool,
+    slot: u16,
+) -> (Option<LeasedJob>, bool) {
     let lease_lost = CancellationToken::new();
     // Stopped by the executor's kill, or by a lost lease.
     let cancel = kill.child_token();
@@ -351,13 +368,13 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         _ = heartbeat => unreachable!("the heartbeat never ends"),
     };
     if lease_lost.is_cancelled() {
-        return None;
+        return (None, false);
     }
     if kill.is_cancelled() && result.error.as_deref().is_some_and(|e| e.starts_with("the executor stopped")) {
         if let Err(e) = shared.master.release(&job.job_id, &job.lease_id).await {
             tracing::warn!(job = %job.job_id, error = %e, "handing the job back failed; its lease will expire");
         }
-        return None;
+        return (None, false);
     }
     let (mut result, mut dropped) = (result, false);
     // A master that says its limit is spared a post it would refuse: a refusal of a body of
@@ -371,13 +388,20 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
         dropped = true;
     }
     // The master may be restarting: retry the post a few times within the lease.
+    let mut unanswered = false;
     for attempt in 0..5 {
         // Only the first try asks for the next job: a retry may follow a post the master took.
-        match shared.master.result(&job.job_id, &result, take_next && attempt == 0).await {
-            Ok(next) => return next,
+        let asks = take_next && attempt == 0;
+        match shared.master.result(&job.job_id, &result, asks, slot).await {
+            Ok(next) => return (next, false),
+            Err(e) if e.lease_lost() && unanswered => {
+                // Most likely the post whose answer was lost: the master took the result then.
+                tracing::warn!(job = %job.job_id, error = %e, "the result was taken by an earlier post whose answer was lost, or the job went to another executor");
+                return (None, take_next);
+            }
             Err(e) if e.lease_lost() => {
                 tracing::warn!(job = %job.job_id, error = %e, "result refused: the job went to another executor");
-                return None;
+                return (None, false);
             }
             Err(ProtocolError::Refused { status: 413, message }) if !dropped => {
                 // Posted again it would be refused again, and the job would end only when its
@@ -387,12 +411,13 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, take
                 dropped = true;
             }
             Err(e) => {
+                unanswered |= matches!(e, ProtocolError::Unreachable(_));
                 tracing::warn!(job = %job.job_id, error = %e, attempt, "posting the result failed");
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }
         }
     }
-    None
+    (None, take_next && unanswered)
 }
 
 /// The size of the result's post when it is above `max`. Counted exactly (as JSON) only when

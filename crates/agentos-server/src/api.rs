@@ -10,10 +10,12 @@ use serde_json::{Value, json};
 
 use agentos_core::command::{GetArgs, SearchArgs};
 use agentos_core::entry::BindingKind;
+use agentos_core::name::shown;
 use agentos_core::search::{DEFAULT_LIMIT, MAX_LIMIT, SearchQuery};
 use agentos_core::urn::BlobUrn;
 use agentos_engine::Principal;
 use agentos_engine::commands::Command;
+use agentos_engine::dispatch::Worker;
 
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonValue, QueryParams, ResultBody, typed};
@@ -368,18 +370,51 @@ pub async fn create_executor_token(
     Ok(Json(json!({"name": req.name, "token": token})))
 }
 
+/// The worker that asks, from `x-agentos-executor-slot` (which of the process's workers: the
+/// lease ids it is handed start with `{instance}-{slot}-`) and `x-agentos-executor-reclaim`.
+/// Headers, not fields, so that masters from before them take the requests of executors that
+/// send them.
+fn worker<'a>(headers: &HeaderMap, instance: Option<&'a str>) -> Result<Worker<'a>, ApiError> {
+    let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}").trim());
+    let slot = match header("x-agentos-executor-slot") {
+        None => None,
+        Some(v) => Some(v.parse::<u16>().ok().filter(|_| v.bytes().all(|b| b.is_ascii_digit())).ok_or_else(|| {
+            ApiError::bad_request(
+                "invalid_slot",
+                format!("x-agentos-executor-slot {}: a worker's slot is a number from 0 to 65535", shown(v)),
+            )
+        })?),
+    };
+    let reclaim = match header("x-agentos-executor-reclaim") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => {
+            return Err(ApiError::bad_request(
+                "invalid_slot",
+                format!("x-agentos-executor-reclaim {}: send true or false", shown(v)),
+            ));
+        }
+    };
+    Ok(Worker { instance, slot, reclaim })
+}
+
 /// Long poll for work: answered the moment a job is queued (200), or 204 after `waitMs`.
 #[utoipa::path(post, path = "/api/executor/poll", tag = "executor protocol", request_body = wire::PollRequest,
-    responses((status = 200, body = wire::LeasedJob), (status = 204, description = "No work within waitMs"), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    params(
+        ("x-agentos-executor-slot" = Option<u16>, Header, description = "Which of the executor process's workers polls: the lease ids it is handed start with `{instance}-{slot}-`"),
+        ("x-agentos-executor-reclaim" = Option<bool>, Header, description = "true: the worker holds no job, and an earlier request of its that could have brought one got no answer; the leases it still has end now and their jobs go back to the queue, or fail after their last attempt (needs instance and slot)"),
+    ),
+    responses((status = 200, body = wire::LeasedJob), (status = 204, description = "No work within waitMs"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn executor_poll(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
+    headers: HeaderMap,
     JsonValue(body): JsonValue,
 ) -> Result<Response, ApiError> {
     let req: wire::PollRequest = typed(body)?;
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
-    let (name, instance) = (req.name.as_deref(), req.instance.as_deref());
-    match app.engine.dispatch().poll_job(&p, name, instance, &req.replaces, wait).await? {
+    let worker = worker(&headers, req.instance.as_deref())?;
+    match app.engine.dispatch().poll_job(&p, req.name.as_deref(), worker, &req.replaces, wait).await? {
         Some(job) => Ok(Json(wire::LeasedJob::from(job).with_limit(app.max_result_bytes)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
@@ -419,7 +454,9 @@ pub async fn executor_release(
 /// Post a job's result. Only the current lease holder's result is taken (its lease id, from the
 /// executor that took it: 403 from any other), once. With
 /// `?next=true` the answer carries the next queued job, saving the executor a round trip.
-#[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id"), wire::ResultParams), request_body = wire::ExecutorResult,
+#[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id"), wire::ResultParams,
+        ("x-agentos-executor-slot" = Option<u16>, Header, description = "Which of the executor process's workers posts: the next job's lease id starts with `{instance}-{slot}-`")),
+    request_body = wire::ExecutorResult,
     responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn executor_result(
     State(app): State<AppState>,
@@ -434,12 +471,19 @@ pub async fn executor_result(
     // Checked before the result is taken: a refusal after it would leave the executor posting
     // again a result that is already recorded.
     agentos_engine::dispatch::checked_instance("instance", q.instance.as_deref())?;
+    let worker = worker(&headers, q.instance.as_deref())?;
+    if worker.reclaim {
+        return Err(ApiError::bad_request(
+            "invalid_slot",
+            "x-agentos-executor-reclaim goes with a poll: a worker posting a result holds that job",
+        ));
+    }
     app.engine.dispatch().complete_job(&p, name.as_deref(), &id, req).await?;
     let next = match q.next {
         Some(true) => app
             .engine
             .dispatch()
-            .next_job_now(&p, name.as_deref(), q.instance.as_deref())
+            .next_job_now(&p, name.as_deref(), worker)
             .await?
             .map(|job| wire::LeasedJob::from(job).with_limit(app.max_result_bytes)),
         _ => None,
