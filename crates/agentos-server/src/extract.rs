@@ -15,7 +15,17 @@ pub struct JsonValue(pub serde_json::Value);
 /// An executor's result post: JSON bounded by the larger result limit (it carries captured output).
 pub struct ResultBody(pub serde_json::Value);
 
-async fn read_json(req: Request, limit: usize, flag: &str) -> Result<serde_json::Value, ApiError> {
+/// Reads a request's body whole: at most `limit` bytes (413 past it, naming `flag`), within the
+/// connection's header timeout plus a second for every 256 KiB it may hold (408 past it). A
+/// body that stalls half way would otherwise hold its connection, and one of the master's
+/// `--max-connections`, for as long as its sender liked.
+pub async fn read_body(
+    body: axum::body::Body,
+    declared: Option<usize>,
+    limit: usize,
+    flag: &str,
+    timeout: std::time::Duration,
+) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -23,15 +33,37 @@ async fn read_json(req: Request, limit: usize, flag: &str) -> Result<serde_json:
             format!("the request body is larger than {limit} bytes (the master's {flag})"),
         )
     };
-    let declared = req
-        .headers()
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len > limit) {
         return Err(too_large());
     }
-    let bytes: Bytes = axum::body::to_bytes(req.into_body(), limit).await.map_err(|_| too_large())?;
+    let share = std::time::Duration::from_secs((declared.unwrap_or(limit) / (256 * 1024)) as u64);
+    let deadline = timeout + share;
+    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(read) => read.map_err(|_| too_large()),
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "body_timeout",
+            format!(
+                "the request body did not arrive within {} ms; send it whole, at once, after its headers",
+                deadline.as_millis()
+            ),
+        )),
+    }
+}
+
+/// The `Content-Length` a request declares, if any.
+pub fn declared_length(headers: &axum::http::HeaderMap) -> Option<usize> {
+    headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok())
+}
+
+async fn read_json(
+    req: Request,
+    limit: usize,
+    flag: &str,
+    timeout: std::time::Duration,
+) -> Result<serde_json::Value, ApiError> {
+    let declared = declared_length(req.headers());
+    let bytes = read_body(req.into_body(), declared, limit, flag, timeout).await?;
     if bytes.is_empty() {
         return Err(ApiError::bad_request("malformed_json", "the request body is empty; send a JSON object"));
     }
@@ -43,7 +75,7 @@ impl FromRequest<AppState> for JsonValue {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        read_json(req, state.max_body_bytes, "--max-body-bytes").await.map(JsonValue)
+        read_json(req, state.max_body_bytes, "--max-body-bytes", state.body_timeout).await.map(JsonValue)
     }
 }
 
@@ -51,7 +83,7 @@ impl FromRequest<AppState> for ResultBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        read_json(req, state.max_result_bytes, "--max-result-bytes").await.map(ResultBody)
+        read_json(req, state.max_result_bytes, "--max-result-bytes", state.body_timeout).await.map(ResultBody)
     }
 }
 

@@ -688,13 +688,9 @@ pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: N
     req.extensions_mut().insert(principal);
     // A message is a JSON-RPC request of modest size: bounded like every body of the API.
     let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, app.max_body_bytes).await.map_err(|_| {
-        ApiError::new(
-            axum::http::StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("an MCP message may hold at most {} bytes", app.max_body_bytes),
-        )
-    })?;
+    let declared = crate::extract::declared_length(&parts.headers);
+    let bytes =
+        crate::extract::read_body(body, declared, app.max_body_bytes, "--max-body-bytes", app.body_timeout).await?;
     Ok(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await)
 }
 

@@ -14,8 +14,9 @@ pub fn router(
     max_body_bytes: usize,
     max_result_bytes: usize,
     mcp_list_limit: usize,
+    body_timeout: std::time::Duration,
 ) -> Router {
-    let state = AppState { engine, max_body_bytes, max_result_bytes };
+    let state = AppState { engine, max_body_bytes, max_result_bytes, body_timeout };
     Router::new()
         .route("/healthz", get(api::healthz))
         .route("/api/openapi.json", get(openapi::openapi_json))

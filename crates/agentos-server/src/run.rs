@@ -282,8 +282,13 @@ pub async fn run(
     };
     on_ready(&ready);
 
-    let app =
-        crate::router::router(engine.clone(), config.max_body_bytes, config.max_result_bytes, config.mcp_list_limit);
+    let app = crate::router::router(
+        engine.clone(),
+        config.max_body_bytes,
+        config.max_result_bytes,
+        config.mcp_list_limit,
+        config.connections.header_timeout,
+    );
     crate::connections::serve(listener, app, config.connections, shutdown).await;
     engine.shutdown().await;
     for f in [follower, queue_follower].into_iter().flatten() {
