@@ -751,3 +751,40 @@ fn a_bad_worker_slot_or_reclaim_is_refused_with_what_to_send() {
         post("/api/executor/poll", &[("x-agentos-executor-slot", "3"), ("x-agentos-executor-reclaim", "true")], poll);
     assert_eq!(ok.0, 204, "{ok:?}");
 }
+
+/// What no job could carry is refused before a job is queued, 400 naming it: a NUL byte in an
+/// argument or a variable's value (no process can be given one), and input nested deeper than
+/// the job's envelopes let every reader read back. Input as deep as allowed runs whole.
+#[test]
+fn an_argument_or_value_with_a_nul_byte_or_input_nested_too_deep_is_refused_before_a_job_is_queued() {
+    let (_d, m, _e) = setup();
+    let api = m.client();
+    assert_eq!(api.register("echo", "sh", "cat", None).0, 200);
+    let nested = |depth: usize| (0..depth).fold(json!(1), |v, _| json!([v]));
+    let (_, before) = api.get("/api/jobs");
+    let cases = [
+        (json!({"argv": ["fine", "a\u{0}b"]}), "invalid_argv", "argv[1]"),
+        (json!({"env": {"GREETING": "hi\u{0}"}}), "invalid_env", "GREETING"),
+        (json!({"input": nested(101)}), "too_deep", "101 levels"),
+    ];
+    for (body, code, named) in cases {
+        for prefer in [None, Some("respond-async")] {
+            let mut req = common::http()
+                .post(format!("{}/api/tools/echo/invoke", m.url))
+                .bearer_auth(&m.token)
+                .json(&body);
+            if let Some(p) = prefer {
+                req = req.header("prefer", p);
+            }
+            let resp = req.send().unwrap();
+            let r = (resp.status().as_u16(), resp.json::<Value>().unwrap());
+            assert_eq!(common::error_code(&r, 400), code, "{prefer:?} {body}: {r:?}");
+            assert!(r.1["error"]["message"].as_str().unwrap().contains(named), "{r:?}");
+        }
+    }
+    assert_eq!(api.get("/api/jobs").1, before, "a refused invocation left a job behind");
+    let deepest = nested(100);
+    let r = api.invoke("echo", json!({"input": deepest}));
+    let out: Value = serde_json::from_str(ok_result(&r)["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(out, deepest);
+}

@@ -278,6 +278,40 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
         }
         agentos_core::job::check_env_name(k).map_err(|why| CoreError::bad_input("invalid_env", why))?;
     }
+    // No process can be given a NUL byte in an argument or a variable's value: refused here,
+    // before a job is queued, rather than failing on the executor with a misleading reason.
+    if let Some(i) = req.argv.iter().position(|a| a.contains('\0')) {
+        return Err(CoreError::bad_input(
+            "invalid_argv",
+            format!("argv[{i}] holds a NUL byte, which no process can be given"),
+        )
+        .into());
+    }
+    if let Some(k) = req.env.iter().find_map(|(k, v)| v.contains('\0').then_some(k)) {
+        return Err(CoreError::bad_input(
+            "invalid_env",
+            format!(
+                "the value of environment variable {} holds a NUL byte, which no process can be given",
+                agentos_core::name::shown(k)
+            ),
+        )
+        .into());
+    }
+    // The input travels inside the job's token, stored and handed out in envelopes of their
+    // own: as deep as a net's token may be, so that every reader of those reads it back.
+    if let Some(input) = &req.input {
+        let depth = agentos_core::depth::value_depth(input);
+        if depth > agentos_core::depth::MAX_TOKEN_DEPTH {
+            return Err(CoreError::bad_input(
+                "too_deep",
+                format!(
+                    "input nests {depth} levels deep; at most {} are allowed",
+                    agentos_core::depth::MAX_TOKEN_DEPTH
+                ),
+            )
+            .into());
+        }
+    }
     // The caller must be able to see the tool, and it must be there now: an invocation of a
     // tool that is not is answered 404 before a job is queued (a net's command still ships and
     // fails at hand-out with the reason, like any fire).
