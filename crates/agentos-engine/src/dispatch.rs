@@ -92,6 +92,23 @@ pub fn checked_instance<'a>(field: &str, id: Option<&'a str>) -> Result<Option<&
     }
 }
 
+/// The most of a result's `error` that is kept: it is a reason, recorded in the log and kept in
+/// the list of recent jobs, not output (which goes to the blob store past 128 KiB).
+pub const MAX_ERROR_BYTES: usize = 8 * 1024;
+
+/// `error` cut to [`MAX_ERROR_BYTES`], at a character's edge, saying how much went. Cut after
+/// the secrets were scrubbed, so that no cut leaves part of one that the scrub would not know.
+fn cut_error(error: String) -> String {
+    if error.len() <= MAX_ERROR_BYTES {
+        return error;
+    }
+    let mut end = MAX_ERROR_BYTES;
+    while !error.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} more bytes of this error were dropped)", &error[..end], error.len() - end)
+}
+
 /// Which worker of which executor process asks for a job.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Worker<'a> {
@@ -335,7 +352,7 @@ impl Dispatch<'_> {
         // stored, recorded or answered.
         let redactor = self.principals().redactor(&finished.secrets);
         let (stdout, stderr) = (redactor.bytes(stdout), redactor.bytes(stderr));
-        let error = result.error.map(|e| redactor.text(&e));
+        let error = result.error.map(|e| cut_error(redactor.text(&e)));
         let sizes = (stdout.len(), stderr.len());
         let shaped = async {
             let stdout = self.shape_output(&finished.model, stdout).await?;

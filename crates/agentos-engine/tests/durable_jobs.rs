@@ -502,3 +502,34 @@ async fn a_waiting_callers_job_no_executor_took_goes_with_the_caller_from_the_qu
     let (_e, _store, requeued) = open(dir.path()).await;
     assert_eq!(requeued, 0, "the job was queued again after a restart");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_results_error_is_kept_to_eight_kib_cut_at_a_character_and_saying_how_much_went() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let (e, _store) = open_counting(dir.path(), Duration::from_secs(30)).await;
+    let poller = {
+        let (e, exec) = (e.clone(), exec.clone());
+        tokio::spawn(async move {
+            e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(5)).await.unwrap().unwrap()
+        })
+    };
+    let caller = waiting_caller(&e);
+    let leased = poller.await.unwrap();
+    // Three bytes a character, so that 8 KiB falls inside one.
+    let huge = "€".repeat(1_000_000);
+    let result =
+        ExecutorResult { lease_id: leased.lease_id, exit_code: Some(1), error: Some(huge), ..Default::default() };
+    e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
+    let answer = caller.await.unwrap().unwrap();
+    let op = principal("operator", PrincipalKind::Operator);
+    let job = e.dispatch().job(&op, &leased.job_id).await.unwrap();
+    let recorded = serde_json::to_value(&job).unwrap();
+    for error in [&answer["error"], &recorded["results"][0]["error"]] {
+        let error = error.as_str().unwrap_or_else(|| panic!("no error in {answer}"));
+        let kept = error.split('…').next().unwrap();
+        assert_eq!((kept.len(), kept.chars().all(|c| c == '€')), (8190, true), "{}", &error[8000..]);
+        assert!(error.ends_with(&format!("… ({} more bytes of this error were dropped)", 3_000_000 - 8190)), "{}", &error[8000..]);
+    }
+    assert_eq!(answer["exitCode"], 1);
+}
