@@ -156,6 +156,32 @@ fn check_holder(lease: Option<&Lease>, executor: &str, lease_id: &str) -> Result
     }
 }
 
+/// Notes that `executor` was heard from now (and how its open polls changed).
+fn mark_seen(q: &mut QueueState, executor: &str, poll_delta: i32) {
+    let seen = q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
+        last: Instant::now(),
+        last_wall: wall_ms(),
+        polls: 0,
+    });
+    seen.last = Instant::now();
+    seen.last_wall = wall_ms();
+    seen.polls = (seen.polls as i32 + poll_delta).max(0) as u32;
+}
+
+/// [`check_holder`] for `job_id`, noting the executor as seen when its lease checked out or
+/// when it is known already: a refused call (an unknown job, a made-up name) makes no executor
+/// known, or every name sent with one would be listed as serving the queue.
+fn checked_holder(q: &mut QueueState, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
+    let checked = match q.jobs.get(job_id) {
+        Some(job) => check_holder(job.lease.as_ref(), executor, lease_id),
+        None => Err(LeaseError::UnknownJob),
+    };
+    if checked.is_ok() || q.executors.contains_key(executor) {
+        mark_seen(q, executor, 0);
+    }
+    checked
+}
+
 fn wall_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
@@ -321,15 +347,7 @@ impl MemoryQueue {
     }
 
     fn touch(&self, executor: &str, poll_delta: i32) {
-        let mut q = self.lock();
-        let seen = q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
-            last: Instant::now(),
-            last_wall: wall_ms(),
-            polls: 0,
-        });
-        seen.last = Instant::now();
-        seen.last_wall = wall_ms();
-        seen.polls = (seen.polls as i32 + poll_delta).max(0) as u32;
+        mark_seen(&mut self.lock(), executor, poll_delta);
     }
 
     /// Long poll: a job as soon as one is queued, or `None` after `wait`.
@@ -353,10 +371,9 @@ impl MemoryQueue {
 
     /// Renews a lease; only its holder may.
     pub fn heartbeat(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Duration, LeaseError> {
-        self.touch(executor, 0);
         let mut q = self.lock();
-        let job = q.jobs.get_mut(job_id).ok_or(LeaseError::UnknownJob)?;
-        check_holder(job.lease.as_ref(), executor, lease_id)?;
+        checked_holder(&mut q, executor, job_id, lease_id)?;
+        let job = q.jobs.get_mut(job_id).expect("checked above");
         if let Some(l) = &mut job.lease {
             l.expires = Instant::now() + self.config.lease;
         }
@@ -366,11 +383,10 @@ impl MemoryQueue {
     /// Hands a job back to the queue (an executor stopping); only its holder may. The attempt is
     /// not counted.
     pub fn release(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
-        self.touch(executor, 0);
         {
             let mut q = self.lock();
-            let job = q.jobs.get_mut(job_id).ok_or(LeaseError::UnknownJob)?;
-            check_holder(job.lease.as_ref(), executor, lease_id)?;
+            checked_holder(&mut q, executor, job_id, lease_id)?;
+            let job = q.jobs.get_mut(job_id).expect("checked above");
             job.lease = None;
             job.attempt = job.attempt.saturating_sub(1);
             q.queued.push_front(job_id.to_string());
@@ -382,10 +398,8 @@ impl MemoryQueue {
     /// Takes the result of a job from its current lease holder (that lease, that executor); any
     /// other result is refused and changes nothing, so exactly one result is recorded per job.
     pub fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
-        self.touch(executor, 0);
         let mut q = self.lock();
-        let job = q.jobs.get(job_id).ok_or(LeaseError::UnknownJob)?;
-        check_holder(job.lease.as_ref(), executor, lease_id)?;
+        checked_holder(&mut q, executor, job_id, lease_id)?;
         let mut job = q.jobs.remove(job_id).expect("checked above");
         let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running: true };
         q.recording.insert(job_id.to_string(), open);
@@ -861,6 +875,29 @@ mod tests {
         assert!(failed[0].1.contains("handed out 2 times"), "{}", failed[0].1);
         drop(rx);
         assert_eq!(q.heartbeat("e2", &id, &second.lease_id), Err(LeaseError::UnknownJob));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_call_makes_no_executor_known_and_a_known_one_is_seen_alive() {
+        let q = queue();
+        let names = |q: &MemoryQueue| q.executors().into_iter().map(|e| e.name).collect::<Vec<_>>();
+        // Calls about jobs that are not theirs, under names nobody polled with.
+        for n in 0..50 {
+            let ghost = format!("ghost-{n}");
+            assert_eq!(q.heartbeat(&ghost, "nope", "x"), Err(LeaseError::UnknownJob));
+            assert_eq!(q.release(&ghost, "nope", "x"), Err(LeaseError::UnknownJob));
+            assert!(q.complete(&ghost, "nope", "x").is_err());
+        }
+        assert_eq!(names(&q), Vec::<String>::new(), "refused calls listed executors");
+        let (id, _rx) = q.enqueue("default".into(), token());
+        let h = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(q.heartbeat("ghost", &id, &h.lease_id), Err(LeaseError::NotHolder));
+        assert_eq!(names(&q), ["e1"], "a name that does not hold the lease was listed");
+        // A known executor's refused call is still a sign of life.
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert_eq!(q.executors()[0].state, "gone");
+        assert_eq!(q.heartbeat("e1", "nope", "x"), Err(LeaseError::UnknownJob));
+        assert_ne!(q.executors()[0].state, "gone");
     }
 
     #[tokio::test(start_paused = true)]

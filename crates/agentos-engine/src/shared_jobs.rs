@@ -275,15 +275,16 @@ impl SharedQueue {
     }
 
     pub async fn heartbeat(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Duration, LeaseError> {
-        self.seen(executor, None).await;
         let lease_ms = self.config.lease.as_millis() as u64;
         self.rows.heartbeat(executor, job_id, lease_id, lease_ms).await.map_err(storage)??;
+        // Seen once the lease checked out: a refused call makes no executor known.
+        self.seen(executor, None).await;
         Ok(self.config.lease)
     }
 
     pub async fn release(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
-        self.seen(executor, None).await;
         self.rows.release(executor, job_id, lease_id).await.map_err(storage)??;
+        self.seen(executor, None).await;
         self.work.notify_waiters();
         Ok(())
     }
@@ -306,9 +307,9 @@ impl SharedQueue {
     }
 
     pub async fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
-        self.seen(executor, None).await;
         let lease_ms = self.config.lease.as_millis() as u64;
         let row = self.rows.complete(executor, job_id, lease_id, &self.master, lease_ms).await.map_err(storage)??;
+        self.seen(executor, None).await;
         Ok(self.finished(row))
     }
 
