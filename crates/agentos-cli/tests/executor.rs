@@ -769,10 +769,8 @@ fn an_argument_or_value_with_a_nul_byte_or_input_nested_too_deep_is_refused_befo
     ];
     for (body, code, named) in cases {
         for prefer in [None, Some("respond-async")] {
-            let mut req = common::http()
-                .post(format!("{}/api/tools/echo/invoke", m.url))
-                .bearer_auth(&m.token)
-                .json(&body);
+            let mut req =
+                common::http().post(format!("{}/api/tools/echo/invoke", m.url)).bearer_auth(&m.token).json(&body);
             if let Some(p) = prefer {
                 req = req.header("prefer", p);
             }

@@ -345,6 +345,24 @@ fn an_error_about_a_very_long_name_shows_its_start_and_length_only() {
     }
 }
 
+/// A path segment that is not UTF-8 once decoded gets the API's JSON error, not plain text.
+#[test]
+fn a_path_segment_that_is_not_utf8_gets_the_json_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    for (method, path, body) in [
+        ("GET", "/api/jobs/%FF", None),
+        ("POST", "/api/tools/%FF/invoke", Some(json!({}))),
+        ("GET", "/api/models/%FF/net", None),
+        ("DELETE", "/api/agents/%FF", None),
+    ] {
+        let r = api.request(method, path, body);
+        assert_eq!(error_code(&r, 400), "invalid_path", "{method} {path}: {r:?}");
+        assert!(r.1["error"]["message"].as_str().unwrap().contains("UTF-8"), "{r:?}");
+    }
+}
+
 #[test]
 fn a_watch_stream_outlives_the_header_timeout() {
     let dir = tempfile::tempdir().unwrap();

@@ -529,7 +529,11 @@ async fn a_results_error_is_kept_to_eight_kib_cut_at_a_character_and_saying_how_
         let error = error.as_str().unwrap_or_else(|| panic!("no error in {answer}"));
         let kept = error.split('…').next().unwrap();
         assert_eq!((kept.len(), kept.chars().all(|c| c == '€')), (8190, true), "{}", &error[8000..]);
-        assert!(error.ends_with(&format!("… ({} more bytes of this error were dropped)", 3_000_000 - 8190)), "{}", &error[8000..]);
+        assert!(
+            error.ends_with(&format!("… ({} more bytes of this error were dropped)", 3_000_000 - 8190)),
+            "{}",
+            &error[8000..]
+        );
     }
     assert_eq!(answer["exitCode"], 1);
 }

@@ -1,6 +1,8 @@
 //! Principals, secrets and the audit trail over HTTP (operator only, but the audit needs `l`).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::extract::Path;
 use axum::{Extension, Json};
 use serde_json::{Value, json};
 

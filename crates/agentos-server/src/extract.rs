@@ -96,6 +96,21 @@ pub fn typed<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
     })
 }
 
+/// Path parameters, refused as the API's JSON error (`invalid_path`) rather than axum's plain
+/// text when they do not read (a segment that is not UTF-8 once decoded, say).
+pub struct Path<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(Path(v)),
+            Err(rejection) => Err(ApiError::new(rejection.status(), "invalid_path", rejection.body_text())),
+        }
+    }
+}
+
 /// Query parameters; unknown ones are refused so a typo never silently widens a search.
 pub struct QueryParams<T>(pub T);
 

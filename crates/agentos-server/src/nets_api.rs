@@ -2,7 +2,9 @@
 
 use std::convert::Infallible;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
+
+use crate::extract::Path;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::{Extension, Json};
 use futures_util::Stream;
