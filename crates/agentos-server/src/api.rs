@@ -251,10 +251,12 @@ fn executor_name(headers: &HeaderMap) -> Option<String> {
 /// Run a script tool once and wait for its result: `{exitCode, signal, stdout, stderr, durationMs, timedOut}`.
 /// With `Prefer: respond-async`, a script's job is queued durably and answered at once: 202
 /// `{jobId, location}`; the invoker reads the result with `GET /api/jobs/{id}`.
-#[utoipa::path(post, path = "/api/tools/{id}/invoke", tag = "tools", params(("id" = String, Path, description = "Tool id"), wire::InvokeParams),
+#[utoipa::path(post, path = "/api/tools/{id}/invoke", tag = "tools", params(("id" = String, Path, description = "Tool id"), wire::InvokeParams,
+        ("prefer" = Option<String>, Header, description = "respond-async: a script's job is queued durably and answered at once, 202")),
     request_body = wire::InvokeRequest,
     responses((status = 200, description = "A script's job result, or {toolnet, output} for a tool net", body = wire::JobResult), (status = 202, description = "Prefer: respond-async: the job is queued; {jobId, location}", body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 504, description = "No executor finished the job in time", body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 408, description = "The body did not arrive in time", body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 429, description = "Too many asynchronous invocations of this caller are open", body = ErrorBody), (status = 504, description = "No executor serves the queue, or none finished the job in time", body = ErrorBody)))]
 pub async fn invoke_tool(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -340,7 +342,7 @@ pub async fn recent_jobs(
 /// A job: queued, running, or finished with its recorded result. Readable with `l` in its
 /// model, or by the principal that invoked it.
 #[utoipa::path(get, path = "/api/jobs/{id}", tag = "tools", params(("id" = String, Path, description = "Job id")),
-    responses((status = 200, body = wire::JobRecord), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = wire::JobRecord), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_job(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -406,7 +408,7 @@ fn worker<'a>(headers: &HeaderMap, instance: Option<&'a str>) -> Result<Worker<'
         ("x-agentos-executor-slot" = Option<u16>, Header, description = "Which of the executor process's workers polls: the lease ids it is handed start with `{instance}-{slot}-`"),
         ("x-agentos-executor-reclaim" = Option<bool>, Header, description = "true: the worker holds no job, and an earlier request of its that could have brought one got no answer; the leases it still has end now and their jobs go back to the queue, or fail after their last attempt (needs instance and slot)"),
     ),
-    responses((status = 200, body = wire::LeasedJob), (status = 204, description = "No work within waitMs"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 200, body = wire::LeasedJob), (status = 204, description = "No work within waitMs"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn executor_poll(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -425,7 +427,7 @@ pub async fn executor_poll(
 /// Renew a lease. 409 when the lease was lost (the job went to another executor); 403 when
 /// another executor holds it (a lease is bound to the executor that took it).
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/heartbeat", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = wire::LeaseRef,
-    responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, description = "{\"leaseMs\"}", body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn executor_heartbeat(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -440,7 +442,7 @@ pub async fn executor_heartbeat(
 
 /// Hand a job back to the queue (an executor stopping before it could run it). Only its holder may.
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/release", tag = "executor protocol", params(("id" = String, Path, description = "Job id")), request_body = wire::LeaseRef,
-    responses((status = 200, body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn executor_release(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
