@@ -750,6 +750,15 @@ fn a_bad_worker_slot_or_reclaim_is_refused_with_what_to_send() {
     let ok =
         post("/api/executor/poll", &[("x-agentos-executor-slot", "3"), ("x-agentos-executor-reclaim", "true")], poll);
     assert_eq!(ok.0, 204, "{ok:?}");
+    // The name in the header alone, as the other executor calls send it, is the poll's name;
+    // two different names are one too many.
+    let named = post("/api/executor/poll", &[("x-agentos-executor-name", "box-1")], json!({"waitMs": 50}));
+    assert_eq!(named.0, 204, "{named:?}");
+    let (_, list) = m.client().get("/api/executors");
+    assert!(list.as_array().unwrap().iter().any(|e| e["name"] == "e1/box-1"), "{list}");
+    let both =
+        post("/api/executor/poll", &[("x-agentos-executor-name", "box-1")], json!({"waitMs": 50, "name": "box-2"}));
+    assert_eq!(common::error_code(&both, 400), "invalid_name", "{both:?}");
 }
 
 /// What no job could carry is refused before a job is queued, 400 naming it: a NUL byte in an

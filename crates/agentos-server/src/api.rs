@@ -418,7 +418,23 @@ pub async fn executor_poll(
     let req: wire::PollRequest = typed(body)?;
     let wait = Duration::from_millis(req.wait_ms.unwrap_or(25_000).min(60_000));
     let worker = worker(&headers, req.instance.as_deref())?;
-    match app.engine.dispatch().poll_job(&p, req.name.as_deref(), worker, &req.replaces, wait).await? {
+    // The name as every other executor call sends it, in its header, when the body has none:
+    // a client that sends the header alone holds its jobs under that name on every call.
+    let header_name = executor_name(&headers);
+    let name = match (req.name.as_deref(), header_name.as_deref()) {
+        (Some(body), Some(header)) if body != header => {
+            return Err(ApiError::bad_request(
+                "invalid_name",
+                format!(
+                    "the body names this executor {} and x-agentos-executor-name {}: send one name",
+                    shown(body),
+                    shown(header)
+                ),
+            ));
+        }
+        (body, header) => body.or(header),
+    };
+    match app.engine.dispatch().poll_job(&p, name, worker, &req.replaces, wait).await? {
         Some(job) => Ok(Json(wire::LeasedJob::from(job).with_limit(app.max_result_bytes)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
