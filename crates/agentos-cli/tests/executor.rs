@@ -592,113 +592,63 @@ fn finished_jobs_are_listed_newest_first_to_whom_may_see_them_and_outlive_a_rest
     drop(dir);
 }
 
-/// Forwards HTTP/1.1 connections from a port of its own to `upstream`, one exchange at a time,
-/// and drops the first 200 answer to a request whose target contains `lose`: the master handles
-/// that request in full, and the connection closes before its answer reaches the executor. A
-/// connection lost on the way back, which nothing else on one machine produces on demand.
-fn proxy_losing_one_answer(upstream: &str, lose: &'static str) -> String {
-    use std::io::{BufRead, BufReader, Read, Write};
-    use std::net::{TcpListener, TcpStream};
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    /// One message's head and body: the head up to its empty line, the body by its length.
-    fn message(r: &mut BufReader<TcpStream>, no_body: bool) -> Option<(String, Vec<u8>)> {
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            if r.read_line(&mut line).ok()? == 0 {
-                return None;
-            }
-            head.push_str(&line);
-            if line == "\r\n" {
-                break;
-            }
-        }
-        let length = head
-            .lines()
-            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
-            .unwrap_or(0);
-        let mut body = vec![0; if no_body { 0 } else { length }];
-        r.read_exact(&mut body).ok()?;
-        Some((head, body))
-    }
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let upstream = upstream.trim_start_matches("http://").to_string();
-    let lost = Arc::new(AtomicBool::new(false));
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let (Ok(client), upstream, lost) = (client, upstream.clone(), lost.clone()) else { continue };
-            std::thread::spawn(move || {
-                let master = TcpStream::connect(&upstream).unwrap();
-                let (mut to_client, mut to_master) = (client.try_clone().unwrap(), master.try_clone().unwrap());
-                let (mut from_client, mut from_master) = (BufReader::new(client), BufReader::new(master));
-                while let Some((head, body)) = message(&mut from_client, false) {
-                    to_master.write_all(head.as_bytes()).and_then(|_| to_master.write_all(&body)).unwrap();
-                    let Some((answer, answer_body)) = message(&mut from_master, head.starts_with("HEAD")) else {
-                        return;
-                    };
-                    let target = head.split_whitespace().nth(1).unwrap_or_default();
-                    if target.contains(lose) && answer.starts_with("HTTP/1.1 200") && !lost.swap(true, Ordering::SeqCst)
-                    {
-                        let _ = to_client.shutdown(std::net::Shutdown::Both);
-                        return;
-                    }
-                    if to_client.write_all(answer.as_bytes()).and_then(|_| to_client.write_all(&answer_body)).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    url
-}
-
 /// The answer that hands an executor its next job (here with the previous job's result) is
-/// lost on the way: the master recorded the result and leased the next job to the executor,
-/// which never heard of it. Its next poll says so, and the job runs at once rather than when its
-/// lease (a minute here) would have run out.
+/// lost on the way, with its connection or replaced by a proxy's 502: the master recorded the
+/// result and leased the next job to the executor, which never heard of it. Its next poll says
+/// so, and the job runs at once rather than when its lease (a minute here) would have run out.
 #[test]
 fn a_job_handed_out_in_an_answer_that_never_arrived_runs_at_once_not_when_its_lease_runs_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "60000"]);
-    let api = m.client();
-    let proxy = proxy_losing_one_answer(&m.url, "result?next=true");
-    let _e = Executor::start_args(&m, &dir.path().join("e"), "e1", &[], &["--master", &proxy, "--concurrency", "1"]);
-    api.register("first", "sh", "sleep 1; echo first", None);
-    api.register("second", "sh", "echo second", None);
-    let call = |tool: &'static str| {
-        let api = api.clone();
-        std::thread::spawn(move || (std::time::Instant::now(), api.invoke(tool, json!({"timeoutMs": 20000}))))
-    };
-    let first = call("first");
-    wait_for("the executor to take the first job", || api.get("/api/executors").1[0]["state"] == "busy");
-    // Queued behind the first: handed out with the first's result, in the answer that is lost.
-    let second = call("second");
-    let (_, r) = first.join().unwrap();
-    assert_eq!(ok_result(&r)["stdout"], "first\n", "{r:?}");
-    let (asked, r) = second.join().unwrap();
-    let took = asked.elapsed();
-    assert_eq!((ok_result(&r)["stdout"].as_str(), r.1["attempt"].as_u64()), (Some("second\n"), Some(2)), "{r:?}");
-    assert!(took < std::time::Duration::from_secs(15), "the second job waited {took:?}, its lease's time");
-    let (status, job) = api.get(&format!("/api/jobs/{}", r.1["jobId"].as_str().unwrap()));
-    assert_eq!((status, job["results"].as_array().map(Vec::len)), (200, Some(1)), "{job}");
+    for lose in [common::Lose::Connection, common::Lose::BadGateway] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "60000"]);
+        let api = m.client();
+        let proxy = common::proxy_losing_one_answer(&m.url, "result?next=true", lose);
+        let _e =
+            Executor::start_args(&m, &dir.path().join("e"), "e1", &[], &["--master", &proxy, "--concurrency", "1"]);
+        api.register("first", "sh", "sleep 1; echo first", None);
+        api.register("second", "sh", "echo second", None);
+        let call = |tool: &'static str| {
+            let api = api.clone();
+            std::thread::spawn(move || (std::time::Instant::now(), api.invoke(tool, json!({"timeoutMs": 20000}))))
+        };
+        let first = call("first");
+        wait_for("the executor to take the first job", || api.get("/api/executors").1[0]["state"] == "busy");
+        // Queued behind the first: handed out with the first's result, in the answer that is lost.
+        let second = call("second");
+        let (_, r) = first.join().unwrap();
+        assert_eq!(ok_result(&r)["stdout"], "first\n", "{lose:?}: {r:?}");
+        let (asked, r) = second.join().unwrap();
+        let took = asked.elapsed();
+        let ran = (ok_result(&r)["stdout"].as_str(), r.1["attempt"].as_u64());
+        assert_eq!(ran, (Some("second\n"), Some(2)), "{lose:?}: {r:?}");
+        assert!(
+            took < std::time::Duration::from_secs(15),
+            "{lose:?}: the second job waited {took:?}, its lease's time"
+        );
+        let (status, job) = api.get(&format!("/api/jobs/{}", r.1["jobId"].as_str().unwrap()));
+        assert_eq!((status, job["results"].as_array().map(Vec::len)), (200, Some(1)), "{lose:?}: {job}");
+    }
 }
 
-/// The same for a poll's answer: the job it carried runs at once, on the executor's next poll.
+/// The same for a poll's answer: the job it carried runs at once, on the executor's next poll,
+/// whether the answer was lost with its connection or replaced by a proxy's 502.
 #[test]
 fn a_job_handed_out_in_a_poll_answer_that_never_arrived_runs_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "60000"]);
-    let api = m.client();
-    let proxy = proxy_losing_one_answer(&m.url, "/api/executor/poll");
-    let _e = Executor::start_args(&m, &dir.path().join("e"), "e1", &[], &["--master", &proxy, "--concurrency", "1"]);
-    api.register("only", "sh", "echo only", None);
-    let asked = std::time::Instant::now();
-    let r = api.invoke("only", json!({"timeoutMs": 20000}));
-    let took = asked.elapsed();
-    assert_eq!((ok_result(&r)["stdout"].as_str(), r.1["attempt"].as_u64()), (Some("only\n"), Some(2)), "{r:?}");
-    assert!(took < std::time::Duration::from_secs(15), "the job waited {took:?}, its lease's time");
+    for lose in [common::Lose::Connection, common::Lose::BadGateway] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "60000"]);
+        let api = m.client();
+        let proxy = common::proxy_losing_one_answer(&m.url, "/api/executor/poll", lose);
+        let _e =
+            Executor::start_args(&m, &dir.path().join("e"), "e1", &[], &["--master", &proxy, "--concurrency", "1"]);
+        api.register("only", "sh", "echo only", None);
+        let asked = std::time::Instant::now();
+        let r = api.invoke("only", json!({"timeoutMs": 20000}));
+        let took = asked.elapsed();
+        let ran = (ok_result(&r)["stdout"].as_str(), r.1["attempt"].as_u64());
+        assert_eq!(ran, (Some("only\n"), Some(2)), "{lose:?}: {r:?}");
+        assert!(took < std::time::Duration::from_secs(15), "{lose:?}: the job waited {took:?}, its lease's time");
+    }
 }
 
 /// The worker headers of the executor protocol: a bad value is refused before anything is

@@ -438,6 +438,28 @@ fn a_restarted_executor_hands_back_its_killed_predecessors_job_in_the_shared_que
     assert_eq!((r["stdout"].as_str(), r["attempt"].as_u64()), (Some("finished\n"), Some(2)), "{r}");
 }
 
+/// The executor polls a through a proxy that loses the answer carrying a job; it moves to b,
+/// and its poll there takes that job back from the shared queue: the job runs at once, not
+/// when its lease (a minute) would have run out.
+#[test]
+fn a_job_handed_out_by_a_master_whose_answer_was_lost_runs_at_once_through_the_next_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let lease = ["--lease-ms", "60000"];
+    let a = shared.master_with(&dir.path().join("a"), None, &lease);
+    let b = shared.master_with(&dir.path().join("b"), Some(&a), &lease);
+    let (status, v, _) = register(&a, "only", "echo only");
+    assert_eq!(status, 200, "{v}");
+    let lossy_a = common::proxy_losing_one_answer(&a.url, "/api/executor/poll", common::Lose::Connection);
+    let urls = format!("{lossy_a},{}", b.url);
+    let _e = Executor::start_args(&a, &dir.path().join("executor"), "e1", &[], &["--master", &urls]);
+    let asked = std::time::Instant::now();
+    let (status, r, _) = send(&b, "POST", "/api/tools/only/invoke", Some(json!({"timeoutMs": 20000})), None);
+    let took = asked.elapsed();
+    assert_eq!((status, r["stdout"].as_str(), r["attempt"].as_u64()), (200, Some("only\n"), Some(2)), "{r}");
+    assert!(took < Duration::from_secs(15), "the job waited {took:?}, its lease's time");
+}
+
 /// What one load thread saw: the values whose request was acknowledged, and every answer of
 /// the survivor that was not.
 #[derive(Default)]

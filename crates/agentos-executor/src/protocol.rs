@@ -23,6 +23,13 @@ impl ProtocolError {
     pub fn lease_lost(&self) -> bool {
         matches!(self, ProtocolError::Refused { status: 404 | 409, .. })
     }
+
+    /// The master may have carried the request out without its answer arriving: no answer came,
+    /// or one the master's own code did not give (a proxy's 502 or 504, a 5xx), or one that
+    /// cannot be read. Only a 4xx is the master saying it did not.
+    pub fn answer_lost(&self) -> bool {
+        !matches!(self, ProtocolError::Refused { status: 400..=499, .. })
+    }
 }
 
 /// How an executor reaches its master. [`Http`] is the protocol every executor speaks; a master
@@ -114,7 +121,9 @@ impl Master {
             name: self.name.as_deref(),
             instance: self.instance.as_deref(),
             slot: Some(slot),
-            reclaim,
+            // A reclaim names the worker by its instance and slot: without an instance there is
+            // nothing to name (and the master would refuse it).
+            reclaim: reclaim && self.instance.is_some(),
             replaces: &replaces,
             wait,
         };
@@ -165,11 +174,14 @@ struct Head<'a> {
     name: Option<&'a str>,
     slot: Option<u16>,
     reclaim: bool,
+    /// A poll that may reclaim (it names its instance and slot): tried at the next master after
+    /// one that did not answer, it reclaims there, since that master shares the queue.
+    may_reclaim: bool,
 }
 
 impl<'a> Head<'a> {
     fn named(name: Option<&'a str>) -> Self {
-        Head { name, slot: None, reclaim: false }
+        Head { name, slot: None, reclaim: false, may_reclaim: false }
     }
 }
 
@@ -209,19 +221,37 @@ impl Http {
         body: &Value,
         timeout: Duration,
     ) -> Result<Option<T>, ProtocolError> {
+        self.post_noting(head, path, body, timeout).await.0
+    }
+
+    /// Posts to the current master, or the next ones when it does not answer. Also returns
+    /// what became of the first master tried when another answered: it may have carried the
+    /// request out, its answer lost.
+    async fn post_noting<T: DeserializeOwned>(
+        &self,
+        head: Head<'_>,
+        path: &str,
+        body: &Value,
+        timeout: Duration,
+    ) -> (Result<Option<T>, ProtocolError>, Option<ProtocolError>) {
         let n = self.urls.len();
         if n == 0 {
-            return Err(ProtocolError::Unreachable("no master URL is configured".into()));
+            return (Err(ProtocolError::Unreachable("no master URL is configured".into())), None);
         }
         let start = self.current.load(Ordering::Relaxed);
-        let mut last = None;
+        let (mut head, mut last) = (head, None);
         for i in 0..n {
             let at = (start + i) % n;
             match self.post_to(&self.urls[at], head, path, body, timeout).await {
-                Err(e @ ProtocolError::Unreachable(_)) => {
+                // No answer, or one from a proxy in front of it: the next master may answer.
+                // (An answer that cannot be read came from a master: it is not tried again.)
+                Err(e) if e.answer_lost() && !matches!(e, ProtocolError::Refused { status: 200, .. }) => {
                     if n > 1 {
                         tracing::warn!(master = %self.urls[at], error = %e, "master unreachable; trying the next");
                     }
+                    // The request may have been carried out there: a poll may have been handed
+                    // a job, which the next master, sharing the queue, takes back.
+                    head.reclaim |= head.may_reclaim;
                     last = Some(e);
                 }
                 answer => {
@@ -229,11 +259,11 @@ impl Http {
                         tracing::info!(master = %self.urls[at], "moved to this master");
                         self.current.store(at, Ordering::Relaxed);
                     }
-                    return answer;
+                    return (answer, last);
                 }
             }
         }
-        Err(last.expect("at least one master was tried"))
+        (Err(last.unwrap_or_else(|| ProtocolError::Unreachable("no master answered".into()))), None)
     }
 
     async fn post_to<T: DeserializeOwned>(
@@ -285,7 +315,8 @@ impl Link for Http {
             [one] => body["replaces"] = json!(one),
             many => body["replaces"] = json!(many),
         }
-        let head = Head { name: call.name, slot: call.slot, reclaim: call.reclaim };
+        let may_reclaim = call.instance.is_some() && call.slot.is_some();
+        let head = Head { name: call.name, slot: call.slot, reclaim: call.reclaim, may_reclaim };
         self.post(head, "/api/executor/poll", &body, call.wait + Duration::from_secs(10)).await
     }
 
@@ -311,8 +342,18 @@ impl Link for Http {
             (true, None) => format!("/api/executor/jobs/{job_id}/result?next=true"),
             (true, Some(i)) => format!("/api/executor/jobs/{job_id}/result?next=true&instance={i}"),
         };
-        let head = Head { name: call.name, slot: call.slot, reclaim: false };
-        let answer: Option<Value> = self.post(head, &path, &body, Duration::from_secs(120)).await?;
+        let head = Head { name: call.name, slot: call.slot, reclaim: false, may_reclaim: false };
+        let (answer, earlier) = self.post_noting::<Value>(head, &path, &body, Duration::from_secs(120)).await;
+        let answer = match (answer, earlier) {
+            // The lease is gone at this master, most likely because the earlier one that did
+            // not answer took this very post (they share the queue): the answer carrying the
+            // result's receipt, and perhaps a next job, was lost. Said as such, so that the
+            // worker takes back a job handed out with it.
+            (Err(e), Some(lost)) if e.lease_lost() => {
+                return Err(ProtocolError::Unreachable(format!("{lost}; then the next master answered: {e}")));
+            }
+            (answer, _) => answer?,
+        };
         let next = answer.and_then(|mut a| a.get_mut("next").map(Value::take)).filter(|n| !n.is_null());
         next.map(|n| {
             serde_json::from_value(n)

@@ -319,8 +319,9 @@ async fn worker(
             }
             Err(e) => {
                 // The master is away (restarting, say): retry with a bounded backoff, never a busy
-                // loop. A poll that reached it may have been handed a job on the way back.
-                reclaim |= matches!(e, ProtocolError::Unreachable(_));
+                // loop. A poll that reached it may have been handed a job whose answer was lost
+                // (no answer, a proxy's 502 or 504, or one that cannot be read).
+                reclaim |= e.answer_lost();
                 tracing::warn!(error = %e, retry_in_ms = backoff.as_millis() as u64, "poll failed");
                 tokio::select! {
                     _ = stop.cancelled() => return,
@@ -411,7 +412,7 @@ async fn run_one(
                 dropped = true;
             }
             Err(e) => {
-                unanswered |= matches!(e, ProtocolError::Unreachable(_));
+                unanswered |= e.answer_lost();
                 tracing::warn!(job = %job.job_id, error = %e, attempt, "posting the result failed");
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }

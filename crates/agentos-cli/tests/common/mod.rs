@@ -558,3 +558,79 @@ impl SharedStorage {
         SharedStorage { database, blobs: format!("s3://{bucket}/blobs"), bucket_dir }
     }
 }
+
+/// How [`proxy_losing_one_answer`] loses the answer.
+#[derive(Clone, Copy, Debug)]
+pub enum Lose {
+    /// The connection closes before the answer reaches the client.
+    Connection,
+    /// The client gets a gateway's 502 in its place, as from a proxy whose upstream dropped.
+    BadGateway,
+}
+
+/// Forwards HTTP/1.1 connections from a port of its own to `upstream`, one exchange at a time,
+/// and loses the first 200 answer to a request whose target contains `lose`, as `how` says: the
+/// master handles that request in full, and its answer never reaches the executor. A fake
+/// proxy, for an answer lost on the way back, which nothing else on one machine produces on
+/// demand.
+pub fn proxy_losing_one_answer(upstream: &str, lose: &'static str, how: Lose) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    /// One message's head and body: the head up to its empty line, the body by its length.
+    fn message(r: &mut BufReader<TcpStream>, no_body: bool) -> Option<(String, Vec<u8>)> {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let length = head
+            .lines()
+            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().unwrap()))
+            .unwrap_or(0);
+        let mut body = vec![0; if no_body { 0 } else { length }];
+        r.read_exact(&mut body).ok()?;
+        Some((head, body))
+    }
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let lost = Arc::new(AtomicBool::new(false));
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let (Ok(client), upstream, lost) = (client, upstream.clone(), lost.clone()) else { continue };
+            std::thread::spawn(move || {
+                let master = TcpStream::connect(&upstream).unwrap();
+                let (mut to_client, mut to_master) = (client.try_clone().unwrap(), master.try_clone().unwrap());
+                let (mut from_client, mut from_master) = (BufReader::new(client), BufReader::new(master));
+                while let Some((head, body)) = message(&mut from_client, false) {
+                    to_master.write_all(head.as_bytes()).and_then(|_| to_master.write_all(&body)).unwrap();
+                    let Some((answer, answer_body)) = message(&mut from_master, head.starts_with("HEAD")) else {
+                        return;
+                    };
+                    let target = head.split_whitespace().nth(1).unwrap_or_default();
+                    if target.contains(lose) && answer.starts_with("HTTP/1.1 200") && !lost.swap(true, Ordering::SeqCst)
+                    {
+                        if let Lose::BadGateway = how {
+                            let gateway = "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
+                            let _ = to_client.write_all(gateway.as_bytes());
+                        }
+                        let _ = to_client.shutdown(std::net::Shutdown::Both);
+                        return;
+                    }
+                    if to_client.write_all(answer.as_bytes()).and_then(|_| to_client.write_all(&answer_body)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
