@@ -122,25 +122,32 @@ impl Link for LocalLink {
         let instance = if call.take_next { call.instance } else { None };
         agentos_engine::dispatch::checked_instance("instance", instance).map_err(refused)?;
         // On a task of its own, as a request's handler is: a result taken is recorded even when
-        // the executor stops waiting for the answer.
-        let (engine, limit) = (self.engine.clone(), self.max_result_bytes);
+        // the executor stops waiting for the answer. The next job is taken here, not on that
+        // task: a worker that gave up waiting is handed nothing afterwards.
+        let (engine, started) = (self.engine.clone(), tokio::time::Instant::now());
         let (name, job_id, result) = (call.name.map(str::to_string), call.job_id.to_string(), r.clone());
-        let (instance, slot, take_next) = (instance.map(str::to_string), call.slot, call.take_next);
-        let task = tokio::spawn(async move {
-            let dispatch = engine.dispatch();
-            dispatch.complete_job(&p, name.as_deref(), &job_id, result).await.map_err(refused)?;
-            if !take_next {
-                return Ok(None);
-            }
-            let worker = Worker { instance: instance.as_deref(), slot, reclaim: false };
-            let job = dispatch.next_job_now(&p, name.as_deref(), worker).await.map_err(refused)?;
-            Ok(job.map(|j| with_limit(j, limit)))
-        });
+        let task = {
+            let p = p.clone();
+            tokio::spawn(async move {
+                engine.dispatch().complete_job(&p, name.as_deref(), &job_id, result).await.map_err(refused)
+            })
+        };
         match tokio::time::timeout(RESULT_CALL, task).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(failed()),
-            Err(_) => Err(ProtocolError::Unreachable(format!("the master did not answer within {RESULT_CALL:?}"))),
+            Ok(Ok(taken)) => taken?,
+            Ok(Err(_)) => return Err(failed()),
+            Err(_) => {
+                return Err(ProtocolError::Unreachable(format!("the master did not answer within {RESULT_CALL:?}")));
+            }
         }
+        if !call.take_next {
+            return Ok(None);
+        }
+        guarded(RESULT_CALL.saturating_sub(started.elapsed()), async {
+            let worker = Worker { instance, slot: call.slot, reclaim: false };
+            let job = self.engine.dispatch().next_job_now(&p, call.name, worker).await.map_err(refused)?;
+            Ok(job.map(|j| with_limit(j, self.max_result_bytes)))
+        })
+        .await
     }
 }
 
@@ -344,6 +351,32 @@ mod tests {
         link.heartbeat(None, &id, &job.lease_id).await.unwrap();
         link.release(None, &id, &job.lease_id).await.unwrap();
         assert_eq!(m.state(&id).await, "queued", "a released job is handed out again");
+    }
+
+    /// A worker that stops waiting for its result's answer (its call dropped, as its timeout
+    /// does) still has the result recorded, but is handed no next job it would never hear of.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_result_whose_caller_gave_up_is_recorded_and_hands_out_no_next_job() {
+        let m = master().await;
+        let link = m.link().await;
+        let (first, second) = (m.queue().await, m.queue().await);
+        let job = link.poll(poll_call()).await.unwrap().expect("a queued job");
+        let call = ResultCall {
+            name: None,
+            instance: None,
+            slot: None,
+            job_id: &first,
+            result: &result_of(&job, "aGkK"),
+            take_next: true,
+        };
+        // Polled once, so that the result is on its way, then dropped.
+        let gave_up = link.result(call).now_or_never();
+        assert!(gave_up.is_none(), "the answer cannot be there at the first poll: {gave_up:?}");
+        assert_eq!(m.settled(&first).await, "finished");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(m.state(&second).await, "queued", "the next job stays queued for a worker that asks");
+        let next = link.poll(poll_call()).await.unwrap().expect("the next job");
+        assert_eq!(next.job_id, second);
     }
 
     #[tokio::test]
