@@ -89,7 +89,9 @@ impl Binder for Script {
             )
             .into());
         }
-        Ok(queue_storing(engine, principal, job, true).await?.0)
+        let job_id = engine.inner.dispatch.jobs.new_id();
+        queue_storing(engine, principal, job_id.clone(), job, true).await?;
+        Ok(job_id)
     }
 }
 
@@ -352,10 +354,10 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
 async fn queue_storing(
     engine: &Engine,
     principal: &Principal,
+    job_id: String,
     job: ScriptJob,
     store_first: bool,
-) -> Result<(String, Option<StoredJob>, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
-    let job_id = engine.inner.dispatch.jobs.new_id();
+) -> Result<(Option<StoredJob>, tokio::sync::oneshot::Receiver<JobResult>), EngineError> {
     let mut later = None;
     if let Some(d) = engine.inner.dispatch.durable.get() {
         let token = serde_json::to_string(&job.token).map_err(|e| CoreError::internal(e.to_string()))?;
@@ -379,9 +381,8 @@ async fn queue_storing(
             later = Some(stored);
         }
     }
-    let rx =
-        engine.inner.dispatch.jobs.enqueue_direct(job_id.clone(), job.model, job.token, principal.id.clone()).await?;
-    Ok((job_id, later, rx))
+    let rx = engine.inner.dispatch.jobs.enqueue_direct(job_id, job.model, job.token, principal.id.clone()).await?;
+    Ok((later, rx))
 }
 
 /// The result of a job whose caller waits for it. A job without one after `store_after` is
@@ -418,19 +419,31 @@ async fn result_storing_late(
 }
 
 /// Drops the job of a caller that went away while it waited (its connection closed, so the
-/// future answering it was dropped), as its timeout would: a job no executor took yet is not
-/// run for nobody, nor run again from the job store after a restart. One already running
-/// finishes, and its result is recorded as always.
-struct CallerGone<'a> {
+/// future answering it was dropped), as its timeout would: a job no executor holds is not run
+/// for nobody, nor run again from the job store after a restart. One an executor holds
+/// finishes, and its result is recorded as always. Armed before the job is queued, so that a
+/// caller gone while it is being queued takes it along too.
+struct CallerGone {
     /// `None` once the caller is answered, or its job dealt with.
     engine: Option<Engine>,
-    job_id: &'a str,
+    job_id: String,
 }
 
-impl Drop for CallerGone<'_> {
+impl CallerGone {
+    /// The caller is still there and the job goes: dropped on a task of its own, which a
+    /// caller that goes away meanwhile does not stop half way.
+    async fn cancel(mut self) {
+        if let Some(engine) = self.engine.take() {
+            let job_id = std::mem::take(&mut self.job_id);
+            let _ = tokio::spawn(async move { engine.dispatch().cancel_direct(&job_id).await }).await;
+        }
+    }
+}
+
+impl Drop for CallerGone {
     fn drop(&mut self) {
         let Some(engine) = self.engine.take() else { return };
-        let job_id = self.job_id.to_string();
+        let job_id = std::mem::take(&mut self.job_id);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move { engine.dispatch().cancel_direct(&job_id).await });
         }
@@ -442,8 +455,16 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     let cfg = engine.inner.dispatch.config;
     let job = script_job(engine, call)?;
     let timeout_ms = job.timeout_ms;
-    let (job_id, later, rx) = queue_storing(engine, principal, job, false).await?;
-    let mut gone = CallerGone { engine: Some(engine.clone()), job_id: &job_id };
+    let job_id = engine.inner.dispatch.jobs.new_id();
+    let mut gone = CallerGone { engine: Some(engine.clone()), job_id: job_id.clone() };
+    let (later, rx) = match queue_storing(engine, principal, job_id.clone(), job, false).await {
+        Ok(queued) => queued,
+        Err(e) => {
+            // Not queued: there is nothing to drop.
+            gone.engine = None;
+            return Err(e);
+        }
+    };
     let mut result = std::pin::pin!(result_storing_late(engine, &job_id, later, rx));
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
@@ -454,8 +475,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         let grace = cfg.no_executor_grace.min(wait);
         early = tokio::time::timeout(grace, result.as_mut()).await.ok();
         if early.is_none() && !engine.inner.dispatch.jobs.serving().await {
-            gone.engine = None;
-            engine.dispatch().cancel_direct(&job_id).await;
+            gone.cancel().await;
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
                 "no_executor",
@@ -472,12 +492,17 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         None => tokio::time::timeout_at(deadline, result).await,
     };
     // From here every way out answers the caller, who is still there.
-    gone.engine = None;
     match outcome {
-        Ok(Ok(result)) => Ok(result),
-        Ok(Err(_)) => Err(CoreError::internal("the job ended without a result").into()),
+        Ok(Ok(result)) => {
+            gone.engine = None;
+            Ok(result)
+        }
+        Ok(Err(_)) => {
+            gone.engine = None;
+            Err(CoreError::internal("the job ended without a result").into())
+        }
         Err(_) => {
-            engine.dispatch().cancel_direct(&job_id).await;
+            gone.cancel().await;
             let serving = engine
                 .inner
                 .dispatch
