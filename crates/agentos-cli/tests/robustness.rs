@@ -247,28 +247,31 @@ fn connections_that_never_finish_their_headers_are_closed_and_healthz_still_answ
 
 /// A request whose headers came but whose body stalls half way is answered 408 and closed, as
 /// stalled headers are: any holder of a token could otherwise hold every connection the master
-/// allows for as long as it liked.
+/// allows for as long as it liked. A body that says it is large is given time to arrive, but
+/// not a pause longer than the header timeout: these say 4 MiB (16 s more to arrive) and are
+/// let go once nothing came for 2 s.
 #[test]
 fn a_body_that_stalls_half_way_is_answered_408_and_its_connection_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(dir.path(), &["--max-connections", "4", "--header-timeout-ms", "1000"]);
+    let m = Master::start_with(dir.path(), &["--max-connections", "4", "--header-timeout-ms", "2000"]);
     let start = |path: &str| {
         let mut s = TcpStream::connect(m.url.trim_start_matches("http://")).unwrap();
         let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"type\":",
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 4194304\r\n\r\n{{\"type\":",
             m.token
         );
         s.write_all(head.as_bytes()).unwrap();
-        s
+        (s, std::time::Instant::now())
     };
-    let mut held: Vec<TcpStream> = ["/api/commands", "/api/tools/t/invoke", "/mcp", "/api/commands"].map(start).into();
-    for s in &mut held {
-        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut held: Vec<_> = ["/api/commands", "/api/tools/t/invoke", "/mcp", "/api/commands"].map(start).into();
+    for (s, sent) in &mut held {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         let mut answer = Vec::new();
         let _ = s.read_to_end(&mut answer);
-        let answer = String::from_utf8_lossy(&answer);
+        let (answer, took) = (String::from_utf8_lossy(&answer), sent.elapsed());
         assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
-        assert!(answer.contains("\"body_timeout\""), "{answer}");
+        assert!(answer.contains("\"body_timeout\"") && answer.contains("nothing came for 2000 ms"), "{answer}");
+        assert!(took < Duration::from_secs(12), "held {took:?}, past the pause allowed");
     }
     assert_eq!(m.client().with_token(None).get("/healthz").0, 200);
 }

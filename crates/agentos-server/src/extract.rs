@@ -1,6 +1,7 @@
 //! Extractors that fail with an `ApiError` instead of axum's plain-text rejections.
 
 use axum::body::Bytes;
+use futures_util::StreamExt;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -15,9 +16,14 @@ pub struct JsonValue(pub serde_json::Value);
 /// An executor's result post: JSON bounded by the larger result limit (it carries captured output).
 pub struct ResultBody(pub serde_json::Value);
 
+/// The longest a body may go without a byte arriving, whatever its size: a sender that stops
+/// is let go after this rather than at the whole body's deadline.
+const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Reads a request's body whole: at most `limit` bytes (413 past it, naming `flag`), within the
-/// connection's header timeout plus a second for every 256 KiB it may hold (408 past it). A
-/// body that stalls half way would otherwise hold its connection, and one of the master's
+/// connection's header timeout plus a second for every 256 KiB it may hold, and with no pause
+/// longer than the header timeout or [`BODY_IDLE`], the shorter (408 past either). A body that
+/// stalls half way would otherwise hold its connection, and one of the master's
 /// `--max-connections`, for as long as its sender liked.
 pub async fn read_body(
     body: axum::body::Body,
@@ -37,17 +43,50 @@ pub async fn read_body(
         return Err(too_large());
     }
     let share = std::time::Duration::from_secs((declared.unwrap_or(limit) / (256 * 1024)) as u64);
-    let deadline = timeout + share;
-    match tokio::time::timeout(deadline, axum::body::to_bytes(body, limit)).await {
-        Ok(read) => read.map_err(|_| too_large()),
-        Err(_) => Err(ApiError::new(
+    let (deadline, idle) = (timeout + share, timeout.min(BODY_IDLE));
+    let stalled = |why: String| {
+        ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
             "body_timeout",
-            format!(
-                "the request body did not arrive within {} ms; send it whole, at once, after its headers",
-                deadline.as_millis()
-            ),
-        )),
+            format!("the request body {why}; send it whole, at once, after its headers"),
+        )
+    };
+    let read = async {
+        let mut chunks = body.into_data_stream();
+        // One chunk is handed on as it came; several are joined.
+        let (mut first, mut joined) = (None::<Bytes>, None::<Vec<u8>>);
+        let mut length = 0usize;
+        loop {
+            let chunk = match tokio::time::timeout(idle, chunks.next()).await {
+                Err(_) => {
+                    let why = format!("stopped arriving: nothing came for {} ms after {length} bytes", idle.as_millis());
+                    return Err(stalled(why));
+                }
+                Ok(None) => break,
+                // The connection broke, or the body was refused on the way.
+                Ok(Some(Err(_))) => return Err(too_large()),
+                Ok(Some(Ok(chunk))) => chunk,
+            };
+            length += chunk.len();
+            if length > limit {
+                return Err(too_large());
+            }
+            match (&mut first, &mut joined) {
+                (_, Some(all)) => all.extend_from_slice(&chunk),
+                (Some(one), None) => {
+                    let mut all = Vec::with_capacity(declared.unwrap_or(0).clamp(length, limit));
+                    all.extend_from_slice(one);
+                    all.extend_from_slice(&chunk);
+                    joined = Some(all);
+                }
+                (None, None) => first = Some(chunk),
+            }
+        }
+        Ok(joined.map(Bytes::from).or(first).unwrap_or_default())
+    };
+    match tokio::time::timeout(deadline, read).await {
+        Ok(read) => read,
+        Err(_) => Err(stalled(format!("did not arrive within {} ms", deadline.as_millis()))),
     }
 }
 
