@@ -69,11 +69,17 @@ pub fn text_depth(text: &str) -> usize {
 
 /// Refuses token data deeper than [`MAX_TOKEN_DEPTH`] (400 `too_deep`).
 pub fn check_token_depth(data: &Value) -> Result<(), CoreError> {
+    check_depth("token data", data)
+}
+
+/// Refuses `data` (named `what` in the error) nested deeper than a token may be: what travels
+/// inside a token (a job's input, say) is held to the same limit.
+pub fn check_depth(what: &str, data: &Value) -> Result<(), CoreError> {
     let depth = value_depth(data);
     if depth > MAX_TOKEN_DEPTH {
         return Err(CoreError::bad_input(
             "too_deep",
-            format!("token data nests {depth} levels deep; at most {MAX_TOKEN_DEPTH} are allowed"),
+            format!("{what} nests {depth} levels deep; at most {MAX_TOKEN_DEPTH} are allowed"),
         ));
     }
     Ok(())

@@ -477,7 +477,7 @@ pub async fn executor_release(
 #[utoipa::path(post, path = "/api/executor/jobs/{id}/result", tag = "executor protocol", params(("id" = String, Path, description = "Job id"), wire::ResultParams,
         ("x-agentos-executor-slot" = Option<u16>, Header, description = "Which of the executor process's workers posts: the next job's lease id starts with `{instance}-{slot}-`")),
     request_body = wire::ExecutorResult,
-    responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+    responses((status = 200, description = "{\"recorded\": true, \"next\": LeasedJob or null}", body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 408, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub async fn executor_result(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,

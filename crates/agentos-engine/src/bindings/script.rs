@@ -302,17 +302,7 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
     // The input travels inside the job's token, stored and handed out in envelopes of their
     // own: as deep as a net's token may be, so that every reader of those reads it back.
     if let Some(input) = &req.input {
-        let depth = agentos_core::depth::value_depth(input);
-        if depth > agentos_core::depth::MAX_TOKEN_DEPTH {
-            return Err(CoreError::bad_input(
-                "too_deep",
-                format!(
-                    "input nests {depth} levels deep; at most {} are allowed",
-                    agentos_core::depth::MAX_TOKEN_DEPTH
-                ),
-            )
-            .into());
-        }
+        agentos_core::depth::check_depth("input", input)?;
     }
     // The caller must be able to see the tool, and it must be there now: an invocation of a
     // tool that is not is answered 404 before a job is queued (a net's command still ships and
