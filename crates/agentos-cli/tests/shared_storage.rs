@@ -460,6 +460,40 @@ fn a_job_handed_out_by_a_master_whose_answer_was_lost_runs_at_once_through_the_n
     assert!(took < Duration::from_secs(15), "the job waited {took:?}, its lease's time");
 }
 
+/// Calls about jobs that are not theirs, under names nobody polled with, are refused and make
+/// no executor known in the shared queue: a caller with no executor is told so at once rather
+/// than waiting for made-up names to serve it.
+#[test]
+fn refused_executor_calls_make_no_executor_known_in_the_shared_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let a = shared.master(&dir.path().join("a"), None);
+    let (status, v, _) = send(&a, "POST", "/api/executor-tokens", Some(json!({"name": "e1"})), None);
+    assert_eq!(status, 200, "{v}");
+    let token = v["token"].as_str().unwrap().to_string();
+    for n in 0..20 {
+        for call in ["heartbeat", "release", "result"] {
+            let body = match call {
+                "result" => {
+                    json!({"leaseId": "x", "exitCode": 0, "stdoutBase64": "", "stderrBase64": "", "durationMs": 1})
+                }
+                _ => json!({"leaseId": "x"}),
+            };
+            let resp = common::http()
+                .post(format!("{}/api/executor/jobs/nope/{call}", a.url))
+                .bearer_auth(&token)
+                .header("x-agentos-executor-name", format!("ghost-{n}"))
+                .json(&body)
+                .send()
+                .unwrap();
+            assert_eq!(resp.status().as_u16(), 404, "{call}");
+        }
+    }
+    let (status, listed, _) = send(&a, "GET", "/api/executors", None, None);
+    assert_eq!((status, listed.as_array().map(Vec::len)), (200, Some(0)), "{listed}");
+    assert_eq!(psql(&shared.storage.database, "SELECT count(*) FROM agentos_executors"), "0");
+}
+
 /// What one load thread saw: the values whose request was acknowledged, and every answer of
 /// the survivor that was not.
 #[derive(Default)]

@@ -274,17 +274,28 @@ impl SharedQueue {
         }
     }
 
+    /// Notes `executor` as seen after a call about a lease: when the lease checked out, or when
+    /// this master knows the executor already (its refused call is still a sign of life). A
+    /// refused call makes no executor known, or every name sent with one would be listed as
+    /// serving the queue.
+    async fn seen_after<T>(&self, executor: &str, outcome: &Result<T, LeaseError>) {
+        if outcome.is_ok() || lock(&self.seen).contains_key(executor) {
+            self.seen(executor, None).await;
+        }
+    }
+
     pub async fn heartbeat(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Duration, LeaseError> {
         let lease_ms = self.config.lease.as_millis() as u64;
-        self.rows.heartbeat(executor, job_id, lease_id, lease_ms).await.map_err(storage)??;
-        // Seen once the lease checked out: a refused call makes no executor known.
-        self.seen(executor, None).await;
-        Ok(self.config.lease)
+        let outcome =
+            self.rows.heartbeat(executor, job_id, lease_id, lease_ms).await.map_err(storage).and_then(|r| Ok(r?));
+        self.seen_after(executor, &outcome).await;
+        outcome.map(|()| self.config.lease)
     }
 
     pub async fn release(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<(), LeaseError> {
-        self.rows.release(executor, job_id, lease_id).await.map_err(storage)??;
-        self.seen(executor, None).await;
+        let outcome = self.rows.release(executor, job_id, lease_id).await.map_err(storage).and_then(|r| Ok(r?));
+        self.seen_after(executor, &outcome).await;
+        outcome?;
         self.work.notify_waiters();
         Ok(())
     }
@@ -308,9 +319,10 @@ impl SharedQueue {
 
     pub async fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
         let lease_ms = self.config.lease.as_millis() as u64;
-        let row = self.rows.complete(executor, job_id, lease_id, &self.master, lease_ms).await.map_err(storage)??;
-        self.seen(executor, None).await;
-        Ok(self.finished(row))
+        let outcome = self.rows.complete(executor, job_id, lease_id, &self.master, lease_ms).await;
+        let outcome = outcome.map_err(storage).and_then(|r| Ok(r?));
+        self.seen_after(executor, &outcome).await;
+        Ok(self.finished(outcome?))
     }
 
     /// The job's result is in the log: its row goes.

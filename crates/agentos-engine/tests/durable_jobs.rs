@@ -537,3 +537,39 @@ async fn a_results_error_is_kept_to_eight_kib_cut_at_a_character_and_saying_how_
     }
     assert_eq!(answer["exitCode"], 1);
 }
+
+/// A reclaiming poll ends the leases of its own worker only: slot 1 of a process takes back the
+/// job handed to it, while slot 10 of the same process (whose lease ids start with the same
+/// characters) and slot 1 of another process keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaim_takes_back_its_own_workers_job_and_leaves_every_other_worker_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let (e, _store) = open_counting(dir.path(), Duration::from_secs(30)).await;
+    let op = principal("operator", PrincipalKind::Operator);
+    for _ in 0..3 {
+        e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
+    }
+    let (this, other) = ("00000000000000aa", "00000000000000bb");
+    let worker = |instance, slot, reclaim| Worker { instance: Some(instance), slot: Some(slot), reclaim };
+    let take = |w: Worker<'static>| {
+        let (e, exec) = (e.clone(), exec.clone());
+        async move { e.dispatch().poll_job(&exec, None, w, &[], Duration::from_secs(1)).await.unwrap() }
+    };
+    let lost = take(worker(this, 1, false)).await.expect("a job for slot 1");
+    let ten = take(worker(this, 10, false)).await.expect("a job for slot 10");
+    let elsewhere = take(worker(other, 1, false)).await.expect("a job for the other process's slot 1");
+    assert!(lost.lease_id.starts_with("00000000000000aa-1-"), "{}", lost.lease_id);
+    assert!(ten.lease_id.starts_with("00000000000000aa-10-"), "{}", ten.lease_id);
+    // Slot 1 never got its answer: its next poll says so, and takes its job again.
+    let again = take(worker(this, 1, true)).await.expect("the job handed out in the lost answer");
+    assert_eq!((again.job_id.as_str(), again.attempt), (lost.job_id.as_str(), 2));
+    let heartbeat = |job: &agentos_core::job::LeasedJob| {
+        let (e, exec, id, lease) = (e.clone(), exec.clone(), job.job_id.clone(), job.lease_id.clone());
+        async move { e.dispatch().heartbeat_job(&exec, None, &id, &lease).await.is_ok() }
+    };
+    assert!(!heartbeat(&lost).await, "the lost hand-out's lease still holds");
+    assert!(heartbeat(&ten).await, "slot 10 lost its lease to slot 1's reclaim");
+    assert!(heartbeat(&elsewhere).await, "another process's slot 1 lost its lease");
+    assert!(heartbeat(&again).await);
+}

@@ -1,10 +1,10 @@
 //! Extractors that fail with an `ApiError` instead of axum's plain-text rejections.
 
 use axum::body::Bytes;
-use futures_util::StreamExt;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
+use futures_util::StreamExt;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
@@ -59,7 +59,8 @@ pub async fn read_body(
         loop {
             let chunk = match tokio::time::timeout(idle, chunks.next()).await {
                 Err(_) => {
-                    let why = format!("stopped arriving: nothing came for {} ms after {length} bytes", idle.as_millis());
+                    let why =
+                        format!("stopped arriving: nothing came for {} ms after {length} bytes", idle.as_millis());
                     return Err(stalled(why));
                 }
                 Ok(None) => break,
