@@ -109,6 +109,29 @@ fn cut_error(error: String) -> String {
     format!("{}… ({} more bytes of this error were dropped)", &error[..end], error.len() - end)
 }
 
+/// The longest a job may be said to have run: a year. A result claiming more is not one an
+/// executor measured.
+const MAX_DURATION_MS: u64 = 366 * 24 * 3600 * 1000;
+
+/// Refuses a result no process could have produced, before it is taken: an exit status
+/// outside 0–255, a signal outside 1–64, or a duration past [`MAX_DURATION_MS`].
+fn check_result(result: &ExecutorResult) -> Result<(), EngineError> {
+    let wrong = |what: String| CoreError::bad_input("invalid_result", what).into();
+    if let Some(code) = result.exit_code.filter(|c| !(0..=255).contains(c)) {
+        return Err(wrong(format!("exitCode {code}: a process exits with 0 to 255 (null when a signal ended it)")));
+    }
+    if let Some(signal) = result.signal.filter(|s| !(1..=64).contains(s)) {
+        return Err(wrong(format!("signal {signal}: a signal is a number from 1 to 64 (null when the process exited)")));
+    }
+    if result.duration_ms > MAX_DURATION_MS {
+        return Err(wrong(format!(
+            "durationMs {}: more than a year ({MAX_DURATION_MS} ms); send the run's measured time",
+            result.duration_ms
+        )));
+    }
+    Ok(())
+}
+
 /// Which worker of which executor process asks for a job.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Worker<'a> {
@@ -334,6 +357,7 @@ impl Dispatch<'_> {
         result: ExecutorResult,
     ) -> Result<(), EngineError> {
         let executor = executor_name(principal, name)?;
+        check_result(&result)?;
         let b64 = base64::engine::general_purpose::STANDARD;
         let stdout = b64
             .decode(&result.stdout_base64)

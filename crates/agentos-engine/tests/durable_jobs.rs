@@ -573,3 +573,36 @@ async fn a_reclaim_takes_back_its_own_workers_job_and_leaves_every_other_worker_
     assert!(heartbeat(&elsewhere).await, "another process's slot 1 lost its lease");
     assert!(heartbeat(&again).await);
 }
+
+/// A result no process could have produced (a negative exit status, a signal past 64, a run
+/// longer than a year) is refused before it is taken: the job stays its holder's, whose
+/// correct result is then recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_no_process_could_produce_is_refused_and_leaves_the_job_to_its_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let (e, _store) = open_counting(dir.path(), Duration::from_secs(30)).await;
+    let op = principal("operator", PrincipalKind::Operator);
+    let id = e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
+    let job = e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
+    let result = |exit_code, signal, duration_ms| ExecutorResult {
+        lease_id: job.lease_id.clone(),
+        exit_code,
+        signal,
+        duration_ms,
+        ..Default::default()
+    };
+    for (bad, says) in [
+        (result(Some(-1), None, 1), "exitCode -1"),
+        (result(Some(256), None, 1), "exitCode 256"),
+        (result(None, Some(0), 1), "signal 0"),
+        (result(None, Some(65), 1), "signal 65"),
+        (result(Some(0), None, u64::MAX), "durationMs 18446744073709551615"),
+    ] {
+        let err = e.dispatch().complete_job(&exec, None, &id, bad).await.unwrap_err();
+        assert_eq!(err.code(), "invalid_result", "{err}");
+        assert!(err.to_string().contains(says), "{err}");
+        assert_eq!(e.dispatch().job(&op, &id).await.unwrap().state, "running");
+    }
+    e.dispatch().complete_job(&exec, None, &id, result(None, Some(9), 12)).await.unwrap();
+}
