@@ -462,9 +462,9 @@ fn a_job_handed_out_by_a_master_whose_answer_was_lost_runs_at_once_through_the_n
 
 /// Calls about jobs that are not theirs, under names nobody polled with, are refused and make
 /// no executor known in the shared queue: a caller with no executor is told so at once rather
-/// than waiting for made-up names to serve it.
+/// than waiting for made-up names to serve it. An executor gone for a day leaves the list.
 #[test]
-fn refused_executor_calls_make_no_executor_known_in_the_shared_queue() {
+fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_shared_list() {
     let dir = tempfile::tempdir().unwrap();
     let shared = Shared::new(dir.path());
     let a = shared.master(&dir.path().join("a"), None);
@@ -492,6 +492,16 @@ fn refused_executor_calls_make_no_executor_known_in_the_shared_queue() {
     let (status, listed, _) = send(&a, "GET", "/api/executors", None, None);
     assert_eq!((status, listed.as_array().map(Vec::len)), (200, Some(0)), "{listed}");
     assert_eq!(psql(&shared.storage.database, "SELECT count(*) FROM agentos_executors"), "0");
+    // An executor gone for more than a day leaves the list; one gone for less stays.
+    psql(
+        &shared.storage.database,
+        "INSERT INTO agentos_executors VALUES ('e1/long-gone', 0, 0), ('e1/recent', \
+         (extract(epoch from clock_timestamp()) * 1000)::bigint - 3600000, 0)",
+    );
+    let _b = shared.master(&dir.path().join("b"), Some(&a));
+    common::wait_for("b to forget the executor gone for a day", || {
+        psql(&shared.storage.database, "SELECT string_agg(name, ',') FROM agentos_executors") == "e1/recent"
+    });
 }
 
 /// What one load thread saw: the values whose request was acknowledged, and every answer of

@@ -121,7 +121,9 @@ fn check_result(result: &ExecutorResult) -> Result<(), EngineError> {
         return Err(wrong(format!("exitCode {code}: a process exits with 0 to 255 (null when a signal ended it)")));
     }
     if let Some(signal) = result.signal.filter(|s| !(1..=64).contains(s)) {
-        return Err(wrong(format!("signal {signal}: a signal is a number from 1 to 64 (null when the process exited)")));
+        return Err(wrong(format!(
+            "signal {signal}: a signal is a number from 1 to 64 (null when the process exited)"
+        )));
     }
     if result.duration_ms > MAX_DURATION_MS {
         return Err(wrong(format!(

@@ -20,6 +20,9 @@ pub struct JobConfig {
     pub gone_after: Duration,
 }
 
+/// An executor gone this long is no longer listed: one that comes back is listed anew.
+pub const FORGET_EXECUTOR_AFTER: Duration = Duration::from_secs(24 * 3600);
+
 impl Default for JobConfig {
     fn default() -> Self {
         JobConfig { lease: Duration::from_secs(30), max_attempts: 3, gone_after: Duration::from_secs(90) }
@@ -478,6 +481,9 @@ impl MemoryQueue {
         for _ in 0..requeued {
             self.work.notify_one();
         }
+        // Executors gone for a day leave the list, which would otherwise keep every name that
+        // ever served (one per process for executors named by their host, say).
+        self.lock().executors.retain(|_, seen| !seen.gone(now, FORGET_EXECUTOR_AFTER));
         failed
     }
 
@@ -898,6 +904,21 @@ mod tests {
         assert_eq!(q.executors()[0].state, "gone");
         assert_eq!(q.heartbeat("e1", "nope", "x"), Err(LeaseError::UnknownJob));
         assert_ne!(q.executors()[0].state, "gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_executor_gone_for_a_day_leaves_the_list() {
+        let q = queue();
+        assert!(q.poll("e1", None, Duration::from_millis(10)).await.is_none());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        assert!(q.poll("e2", None, Duration::from_millis(10)).await.is_none());
+        tokio::time::advance(FORGET_EXECUTOR_AFTER - Duration::from_secs(3600 + 60)).await;
+        q.reap();
+        let names = |q: &MemoryQueue| q.executors().into_iter().map(|e| (e.name, e.state)).collect::<Vec<_>>();
+        assert_eq!(names(&q), [("e1".to_string(), "gone".to_string()), ("e2".into(), "gone".into())]);
+        tokio::time::advance(Duration::from_secs(120)).await;
+        q.reap();
+        assert_eq!(names(&q), [("e2".to_string(), "gone".to_string())], "e1 was gone for a day");
     }
 
     #[tokio::test(start_paused = true)]

@@ -54,7 +54,12 @@ pub struct SharedQueue {
     polls: Arc<Mutex<HashMap<String, (u32, u64)>>>,
     /// Until when "an executor serves the queue" holds without asking again.
     serving_until: Mutex<Option<Instant>>,
+    /// When this master last removed the executors gone for a day.
+    pruned: Mutex<Option<Instant>>,
 }
+
+/// How often a master removes the executors gone for a day from the shared list.
+const PRUNE_EVERY: Duration = Duration::from_secs(600);
 
 /// The token of a job whose row does not read (sealed with another key, say).
 fn unreadable_token() -> CommandToken {
@@ -87,6 +92,7 @@ impl SharedQueue {
             seen: Arc::new(Mutex::new(HashMap::new())),
             polls: Arc::default(),
             serving_until: Mutex::new(None),
+            pruned: Mutex::new(None),
         }
     }
 
@@ -341,6 +347,20 @@ impl SharedQueue {
     }
 
     pub async fn reap(&self) -> Vec<(Finished, String)> {
+        let due = {
+            let mut pruned = lock(&self.pruned);
+            let due = pruned.is_none_or(|at| at.elapsed() >= PRUNE_EVERY);
+            if due {
+                *pruned = Some(Instant::now());
+            }
+            due
+        };
+        if due {
+            let gone = crate::jobs::FORGET_EXECUTOR_AFTER.as_millis() as u64;
+            if let Err(e) = self.rows.forget_executors(gone).await {
+                tracing::debug!(error = %e, "forgetting executors long gone failed");
+            }
+        }
         let lease_ms = self.config.lease.as_millis() as u64;
         let reaped = match self.rows.reap(self.config.max_attempts, &self.master, lease_ms).await {
             Ok(r) => r,

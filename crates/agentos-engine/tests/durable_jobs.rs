@@ -584,7 +584,8 @@ async fn a_result_no_process_could_produce_is_refused_and_leaves_the_job_to_its_
     let (e, _store) = open_counting(dir.path(), Duration::from_secs(30)).await;
     let op = principal("operator", PrincipalKind::Operator);
     let id = e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap();
-    let job = e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
+    let job =
+        e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
     let result = |exit_code, signal, duration_ms| ExecutorResult {
         lease_id: job.lease_id.clone(),
         exit_code,

@@ -178,6 +178,8 @@ pub trait SharedJobs: Send + Sync + 'static {
     async fn stopped_polling(&self, executor: &str) -> Result<(), StoreError>;
     /// Every executor, and the database's clock now.
     async fn executors(&self) -> Result<(Vec<ExecutorRow>, i64), StoreError>;
+    /// Forgets the executors neither seen nor polling for `older_than_ms`; answers how many.
+    async fn forget_executors(&self, older_than_ms: u64) -> Result<u64, StoreError>;
 }
 
 /// Two connections: queueing a job commits to disk before it is acknowledged (a caller told
@@ -516,6 +518,17 @@ impl SharedJobs for PgJobQueue {
             }
         }
         Ok((out, now))
+    }
+
+    async fn forget_executors(&self, older_than_ms: u64) -> Result<u64, StoreError> {
+        let older = older_than_ms.min(i64::MAX as u64) as i64;
+        self.conn
+            .execute(
+                "forgetting executors long gone",
+                &format!("DELETE FROM agentos_executors WHERE greatest(last_seen, polling_until) < {NOW_MS} - $1"),
+                &[&older],
+            )
+            .await
     }
 }
 
