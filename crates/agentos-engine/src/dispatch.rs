@@ -590,8 +590,28 @@ impl Dispatch<'_> {
             let token: CommandToken = match serde_json::from_str(&job.token) {
                 Ok(t) => t,
                 Err(e) => {
-                    tracing::error!(job = %job.job_id, error = %e, "a stored job's token does not parse; dropped");
-                    store.forget(&job.job_id).await?;
+                    // Recorded as failed, so that its caller, reading the job by its id, learns
+                    // why it never ran. Its stored form goes at the next start, when its result
+                    // is found in the log.
+                    tracing::error!(job = %job.job_id, error = %e, "a stored job's token does not parse; recorded as failed");
+                    let why = format!(
+                        "the job was stored by an earlier run of the master and does not read back ({e}); it was not run: invoke the tool again"
+                    );
+                    let result = JobResult::failed(&job.job_id, 0, why);
+                    let finished = crate::jobs::Finished {
+                        job_id: job.job_id,
+                        model: job.model,
+                        token: CommandToken {
+                            executor: "unreadable".into(),
+                            command: "invoke".into(),
+                            args: serde_json::json!({}),
+                        },
+                        attempt: 0,
+                        waiter: None,
+                        secrets: Vec::new(),
+                        invoker: Some(job.invoker),
+                    };
+                    self.finish(finished, result).await;
                     continue;
                 }
             };

@@ -607,3 +607,39 @@ async fn a_result_no_process_could_produce_is_refused_and_leaves_the_job_to_its_
     }
     e.dispatch().complete_job(&exec, None, &id, result(None, Some(9), 12)).await.unwrap();
 }
+
+/// A stored job that does not read back at the next start (written by an older version, or
+/// damaged) is not dropped in silence: it is recorded as failed, saying why, so that its caller
+/// reading it by id learns it never ran; at the start after, its stored form goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_job_that_does_not_read_back_is_recorded_as_failed_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let op = principal("operator", PrincipalKind::Operator);
+    {
+        let store = SqliteJobStore::open(&dir.path().join("jobs.db")).unwrap();
+        let job = agentos_store::StoredJob {
+            job_id: "job-unreadable-1".into(),
+            model: "default".into(),
+            invoker: "operator".into(),
+            token: "{\"executor\": \"script\", \"comm".into(),
+            queued_at: 1,
+        };
+        store.put(job).await.unwrap();
+    }
+    let (e, store, requeued) = open(dir.path()).await;
+    assert_eq!(requeued, 0);
+    let mut job = None;
+    for _ in 0..200 {
+        job = e.dispatch().job(&op, "job-unreadable-1").await.ok().filter(|j| j.state == "finished");
+        if job.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let job = serde_json::to_value(job.expect("the unreadable job is recorded")).unwrap();
+    let error = job["results"][0]["error"].as_str().unwrap_or_default();
+    assert!(error.contains("does not read back") && error.contains("invoke the tool again"), "{job}");
+    drop((e, store));
+    let (_e, store, requeued) = open(dir.path()).await;
+    assert_eq!((requeued, store.all().await.unwrap().len()), (0, 0));
+}
