@@ -209,6 +209,13 @@ async fn asynchronous_invocations_count_against_the_invocation_limit_while_their
     }
     let err = e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap_err();
     assert_eq!(err.code(), "too_many_invocations", "{err}");
+    // No executor serves the queue: waiting would not help, and the error says what would.
+    assert!(err.to_string().contains("no executor serves the queue"), "{err}");
+    // With one polling, waiting for a job to finish is the advice.
+    let exec = principal("e1", PrincipalKind::Executor);
+    e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(1)).await.unwrap().unwrap();
+    let err = e.dispatch().invoke_async(&op, "t", None, InvokeRequest::default()).await.unwrap_err();
+    assert!(err.to_string().ends_with("wait for one to finish"), "{err}");
 }
 
 /// The SQLite job store, with each transaction's changes written down as they are made.

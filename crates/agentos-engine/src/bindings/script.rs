@@ -82,10 +82,20 @@ impl Binder for Script {
         // open jobs instead: a caller cannot flood the durable queue either.
         let max = engine.inner.principals.slots.max();
         if engine.inner.dispatch.jobs.open_jobs_of(&principal.id).await? >= max {
+            // Waiting helps only while an executor serves the queue: with none, the open jobs
+            // stay queued until one comes.
+            let advice = if engine.inner.dispatch.jobs.serving().await {
+                "wait for one to finish".to_string()
+            } else {
+                format!(
+                    "no executor serves the queue (none has polled the master in the last {} s), so none will finish until one starts: start one with `agentos executor`",
+                    engine.inner.dispatch.jobs.config().gone_after.as_secs()
+                )
+            };
             return Err(CoreError::new(
                 ErrorKind::TooMany,
                 "too_many_invocations",
-                format!("{} has {max} jobs open, the limit; wait for one to finish", principal.name),
+                format!("{} has {max} jobs open, the limit; {advice}", principal.name),
             )
             .into());
         }
