@@ -421,8 +421,8 @@ async fn result_storing_late(
 /// Drops the job of a caller that went away while it waited (its connection closed, so the
 /// future answering it was dropped), as its timeout would: a job no executor holds is not run
 /// for nobody, nor run again from the job store after a restart. One an executor holds
-/// finishes, and its result is recorded as always. Armed before the job is queued, so that a
-/// caller gone while it is being queued takes it along too.
+/// finishes, and its result is recorded as always. (A caller gone while its job is being
+/// queued is dealt with where it is queued.)
 struct CallerGone {
     /// `None` once the caller is answered, or its job dealt with.
     engine: Option<Engine>,
@@ -456,15 +456,25 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     let job = script_job(engine, call)?;
     let timeout_ms = job.timeout_ms;
     let job_id = engine.inner.dispatch.jobs.new_id();
-    let mut gone = CallerGone { engine: Some(engine.clone()), job_id: job_id.clone() };
-    let (later, rx) = match queue_storing(engine, principal, job_id.clone(), job, false).await {
-        Ok(queued) => queued,
-        Err(e) => {
-            // Not queued: there is nothing to drop.
-            gone.engine = None;
-            return Err(e);
-        }
+    let (later, rx) = if engine.inner.dispatch.jobs.is_shared() {
+        // The shared queue's insert goes to the database: a caller dropped while it is in
+        // flight would leave a row that a cancel sent then does not find yet. So it is queued
+        // on a task of its own, which drops the job itself when its caller is gone by then.
+        let (queued, answer) = tokio::sync::oneshot::channel();
+        let (e, p, id) = (engine.clone(), principal.clone(), job_id.clone());
+        tokio::spawn(async move {
+            let outcome = queue_storing(&e, &p, id.clone(), job, false).await;
+            if let Err(Ok(_)) = queued.send(outcome) {
+                e.dispatch().cancel_direct(&id).await;
+            }
+        });
+        answer.await.map_err(|_| CoreError::internal("queueing the job stopped"))??
+    } else {
+        // This master's own queue takes the job without waiting on anything: nothing can stop
+        // it half way.
+        queue_storing(engine, principal, job_id.clone(), job, false).await?
     };
+    let mut gone = CallerGone { engine: Some(engine.clone()), job_id: job_id.clone() };
     let mut result = std::pin::pin!(result_storing_late(engine, &job_id, later, rx));
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
