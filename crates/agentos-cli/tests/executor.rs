@@ -651,6 +651,28 @@ fn a_job_handed_out_in_a_poll_answer_that_never_arrived_runs_at_once() {
     }
 }
 
+/// A result the master refuses as malformed (here an exit status of -1, spoiled on the way) is
+/// not posted again until its lease runs out and the job runs again: the executor posts in its
+/// place a result saying the master refused it, and the caller hears that at once.
+#[test]
+fn a_result_the_master_refuses_as_malformed_ends_the_job_saying_so_not_a_second_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "60000"]);
+    let api = m.client();
+    let proxy = common::proxy_losing_one_answer(&m.url, "/result", common::Lose::SpoiledRequest);
+    let _e = Executor::start_args(&m, &dir.path().join("e"), "e1", &[], &["--master", &proxy, "--concurrency", "1"]);
+    api.register("once", "sh", "echo once", None);
+    let asked = std::time::Instant::now();
+    let r = api.invoke("once", json!({"timeoutMs": 20000}));
+    let took = asked.elapsed();
+    assert_eq!(r.0, 200, "{r:?}");
+    let error = r.1["error"].as_str().unwrap_or_default();
+    assert!(error.contains("the master refused its result") && error.contains("exitCode -1"), "{r:?}");
+    assert_eq!((r.1["attempt"].as_u64(), r.1["exitCode"].as_i64()), (Some(1), None), "{r:?}");
+    // A second run would have waited for the first's lease (a minute), and been attempt 2.
+    assert!(took < std::time::Duration::from_secs(15), "the job waited {took:?}, its lease's time");
+}
+
 /// The worker headers of the executor protocol: a bad value is refused before anything is
 /// taken, with what to send instead.
 #[test]

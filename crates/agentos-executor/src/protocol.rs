@@ -224,9 +224,9 @@ impl Http {
         self.post_noting(head, path, body, timeout).await.0
     }
 
-    /// Posts to the current master, or the next ones when it does not answer. Also returns
-    /// what became of the first master tried when another answered: it may have carried the
-    /// request out, its answer lost.
+    /// Posts to the current master, or the next ones when it does not answer (or answers with
+    /// a 5xx, its own or a proxy's). Also returns, when a later master answered, the error of
+    /// the last one that did not: it may have carried the request out, its answer lost.
     async fn post_noting<T: DeserializeOwned>(
         &self,
         head: Head<'_>,
@@ -247,7 +247,7 @@ impl Http {
                 // (An answer that cannot be read came from a master: it is not tried again.)
                 Err(e) if e.answer_lost() && !matches!(e, ProtocolError::Refused { status: 200, .. }) => {
                     if n > 1 {
-                        tracing::warn!(master = %self.urls[at], error = %e, "master unreachable; trying the next");
+                        tracing::warn!(master = %self.urls[at], error = %e, "no answer from this master, or a 5xx; trying the next");
                     }
                     // The request may have been carried out there: a poll may have been handed
                     // a job, which the next master, sharing the queue, takes back.

@@ -389,7 +389,7 @@ async fn run_one(
         dropped = true;
     }
     // The master may be restarting: retry the post a few times within the lease.
-    let mut unanswered = false;
+    let (mut unanswered, mut refused) = (false, false);
     for attempt in 0..5 {
         // Only the first try asks for the next job: a retry may follow a post the master took.
         let asks = take_next && attempt == 0;
@@ -403,6 +403,14 @@ async fn run_one(
             Err(e) if e.lease_lost() => {
                 tracing::warn!(job = %job.job_id, error = %e, "result refused: the job went to another executor");
                 return (None, false);
+            }
+            Err(ProtocolError::Refused { status: 400, message }) if !refused => {
+                // The master found the result malformed (a status no process has, say): posted
+                // again it would be refused again, and the job would run again once its lease
+                // ran out. The caller hears why instead, with nothing of what was refused.
+                tracing::warn!(job = %job.job_id, %message, "the master refused the result: posting why in its place");
+                result = refused_result(&result, &message);
+                refused = true;
             }
             Err(ProtocolError::Refused { status: 413, message }) if !dropped => {
                 // Posted again it would be refused again, and the job would end only when its
@@ -448,5 +456,15 @@ fn without_output(result: ExecutorResult, refusal: &str) -> ExecutorResult {
             None => why,
         }),
         ..result
+    }
+}
+
+/// What is posted in place of a result the master refused as malformed (400): that the job ran,
+/// and why its result was not taken.
+fn refused_result(result: &ExecutorResult, refusal: &str) -> ExecutorResult {
+    ExecutorResult {
+        lease_id: result.lease_id.clone(),
+        error: Some(format!("the job ran, but the master refused its result: {refusal}")),
+        ..Default::default()
     }
 }

@@ -566,6 +566,9 @@ pub enum Lose {
     Connection,
     /// The client gets a gateway's 502 in its place, as from a proxy whose upstream dropped.
     BadGateway,
+    /// Not an answer: the request itself reaches the master with `"exitCode":0` in its body
+    /// made `-1`, a status no process has, which the master refuses.
+    SpoiledRequest,
 }
 
 /// Forwards HTTP/1.1 connections from a port of its own to `upstream`, one exchange at a time,
@@ -610,13 +613,31 @@ pub fn proxy_losing_one_answer(upstream: &str, lose: &'static str, how: Lose) ->
                 let master = TcpStream::connect(&upstream).unwrap();
                 let (mut to_client, mut to_master) = (client.try_clone().unwrap(), master.try_clone().unwrap());
                 let (mut from_client, mut from_master) = (BufReader::new(client), BufReader::new(master));
-                while let Some((head, body)) = message(&mut from_client, false) {
+                while let Some((mut head, mut body)) = message(&mut from_client, false) {
+                    let target = head.split_whitespace().nth(1).unwrap_or_default().to_string();
+                    let spoiled = String::from_utf8_lossy(&body).replacen("\"exitCode\":0", "\"exitCode\":-1", 1);
+                    if matches!(how, Lose::SpoiledRequest)
+                        && target.contains(lose)
+                        && spoiled.len() != body.len()
+                        && !lost.swap(true, Ordering::SeqCst)
+                    {
+                        let length = format!("content-length: {}", spoiled.len());
+                        head = head
+                            .lines()
+                            .map(|l| if l.to_ascii_lowercase().starts_with("content-length:") { &length } else { l })
+                            .collect::<Vec<_>>()
+                            .join("\r\n")
+                            + "\r\n";
+                        body = spoiled.into_bytes();
+                    }
                     to_master.write_all(head.as_bytes()).and_then(|_| to_master.write_all(&body)).unwrap();
                     let Some((answer, answer_body)) = message(&mut from_master, head.starts_with("HEAD")) else {
                         return;
                     };
-                    let target = head.split_whitespace().nth(1).unwrap_or_default();
-                    if target.contains(lose) && answer.starts_with("HTTP/1.1 200") && !lost.swap(true, Ordering::SeqCst)
+                    if !matches!(how, Lose::SpoiledRequest)
+                        && target.contains(lose)
+                        && answer.starts_with("HTTP/1.1 200")
+                        && !lost.swap(true, Ordering::SeqCst)
                     {
                         if let Lose::BadGateway = how {
                             let gateway = "HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n";
