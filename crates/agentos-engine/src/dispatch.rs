@@ -591,8 +591,8 @@ impl Dispatch<'_> {
                 Ok(t) => t,
                 Err(e) => {
                     // Recorded as failed, so that its caller, reading the job by its id, learns
-                    // why it never ran. Its stored form goes at the next start, when its result
-                    // is found in the log.
+                    // why it never ran. Its stored form goes once that is recorded, or at the
+                    // next start, when its result is found in the log.
                     tracing::error!(job = %job.job_id, error = %e, "a stored job's token does not parse; recorded as failed");
                     let why = format!(
                         "the job was stored by an earlier run of the master and does not read back ({e}); it was not run: invoke the tool again"

@@ -356,6 +356,8 @@ impl SharedQueue {
             due
         };
         if due {
+            // This master's own notes of when it last wrote each executor down go too.
+            lock(&self.seen).retain(|_, (at, _)| at.elapsed() < crate::jobs::FORGET_EXECUTOR_AFTER);
             let gone = crate::jobs::FORGET_EXECUTOR_AFTER.as_millis() as u64;
             if let Err(e) = self.rows.forget_executors(gone).await {
                 tracing::debug!(error = %e, "forgetting executors long gone failed");

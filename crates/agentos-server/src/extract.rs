@@ -20,9 +20,18 @@ pub struct ResultBody(pub serde_json::Value);
 /// is let go after this rather than at the whole body's deadline.
 const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The shortest pause allowed, however short the header timeout: a result of megabytes on a
+/// link that stalls for a second or two is not cut.
+const BODY_IDLE_FLOOR: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The most a body's buffer reserves ahead of what arrived: a sender that declares the limit
+/// and sends little reserves little.
+const RESERVE_AHEAD: usize = 1024 * 1024;
+
 /// Reads a request's body whole: at most `limit` bytes (413 past it, naming `flag`), within the
 /// connection's header timeout plus a second for every 256 KiB it may hold, and with no pause
-/// longer than the header timeout or [`BODY_IDLE`], the shorter (408 past either). A body that
+/// longer than the header timeout, kept between [`BODY_IDLE_FLOOR`] and [`BODY_IDLE`] (408
+/// past either). A body that
 /// stalls half way would otherwise hold its connection, and one of the master's
 /// `--max-connections`, for as long as its sender liked.
 pub async fn read_body(
@@ -43,7 +52,7 @@ pub async fn read_body(
         return Err(too_large());
     }
     let share = std::time::Duration::from_secs((declared.unwrap_or(limit) / (256 * 1024)) as u64);
-    let (deadline, idle) = (timeout + share, timeout.min(BODY_IDLE));
+    let (deadline, idle) = (timeout + share, timeout.clamp(BODY_IDLE_FLOOR, BODY_IDLE));
     let stalled = |why: String| {
         ApiError::new(
             StatusCode::REQUEST_TIMEOUT,
@@ -75,7 +84,7 @@ pub async fn read_body(
             match (&mut first, &mut joined) {
                 (_, Some(all)) => all.extend_from_slice(&chunk),
                 (Some(one), None) => {
-                    let mut all = Vec::with_capacity(declared.unwrap_or(0).clamp(length, limit));
+                    let mut all = Vec::with_capacity(declared.unwrap_or(0).clamp(length, length + RESERVE_AHEAD));
                     all.extend_from_slice(one);
                     all.extend_from_slice(&chunk);
                     joined = Some(all);
