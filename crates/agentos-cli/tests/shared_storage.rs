@@ -450,14 +450,23 @@ fn a_job_handed_out_by_a_master_whose_answer_was_lost_runs_at_once_through_the_n
     let b = shared.master_with(&dir.path().join("b"), Some(&a), &lease);
     let (status, v, _) = register(&a, "only", "echo only");
     assert_eq!(status, 200, "{v}");
-    let lossy_a = common::proxy_losing_one_answer(&a.url, "/api/executor/poll", common::Lose::Connection);
-    let urls = format!("{lossy_a},{}", b.url);
-    let _e = Executor::start_args(&a, &dir.path().join("executor"), "e1", &[], &["--master", &urls]);
-    let asked = std::time::Instant::now();
-    let (status, r, _) = send(&b, "POST", "/api/tools/only/invoke", Some(json!({"timeoutMs": 20000})), None);
-    let took = asked.elapsed();
-    assert_eq!((status, r["stdout"].as_str(), r["attempt"].as_u64()), (200, Some("only\n"), Some(2)), "{r}");
-    assert!(took < Duration::from_secs(15), "the job waited {took:?}, its lease's time");
+    // The answer dropped with its connection, and replaced by a proxy's 502.
+    for (n, lose) in [common::Lose::Connection, common::Lose::BadGateway].into_iter().enumerate() {
+        let lossy_a = common::proxy_losing_one_answer(&a.url, "/api/executor/poll", lose);
+        let urls = format!("{lossy_a},{}", b.url);
+        let name = format!("e{n}");
+        let e = Executor::start_args(&a, &dir.path().join(&name), &name, &[], &["--master", &urls]);
+        let asked = std::time::Instant::now();
+        let (status, r, _) = send(&b, "POST", "/api/tools/only/invoke", Some(json!({"timeoutMs": 20000})), None);
+        let took = asked.elapsed();
+        assert_eq!(
+            (status, r["stdout"].as_str(), r["attempt"].as_u64()),
+            (200, Some("only\n"), Some(2)),
+            "{lose:?}: {r}"
+        );
+        assert!(took < Duration::from_secs(15), "{lose:?}: the job waited {took:?}, its lease's time");
+        drop(e);
+    }
 }
 
 /// Calls about jobs that are not theirs, under names nobody polled with, are refused and make
