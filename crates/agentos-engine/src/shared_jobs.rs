@@ -49,9 +49,9 @@ pub struct SharedQueue {
     waiters: Mutex<HashMap<String, Waiter>>,
     /// When this master last wrote down each executor, and whether as polling.
     seen: Arc<Mutex<HashMap<String, (Instant, bool)>>>,
-    /// Polls each executor has open through this master, and a count of the times the number
-    /// dropped to none (a stop is written down only when no poll followed within a second).
-    polls: Arc<Mutex<HashMap<String, (u32, u64)>>>,
+    /// Polls each executor has open through this master (a stop is written down only when no
+    /// poll followed within a second).
+    polls: Arc<Mutex<OpenPolls>>,
     /// Until when "an executor serves the queue" holds without asking again.
     serving_until: Mutex<Option<Instant>>,
     /// When this master last removed the executors gone for a day.
@@ -261,7 +261,7 @@ impl SharedQueue {
         instance: Option<&str>,
         wait: Duration,
     ) -> Result<Option<Handout>, StoreError> {
-        lock(&self.polls).entry(executor.to_string()).or_default().0 += 1;
+        lock(&self.polls).open(executor);
         let _open = PollGuard { queue: self, executor };
         self.seen(executor, Some(wait)).await;
         let deadline = Instant::now() + wait;
@@ -464,22 +464,13 @@ struct PollGuard<'a> {
 
 impl Drop for PollGuard<'_> {
     fn drop(&mut self) {
-        let generation = {
-            let mut polls = lock(&self.queue.polls);
-            let Some(open) = polls.get_mut(self.executor) else { return };
-            open.0 = open.0.saturating_sub(1);
-            if open.0 > 0 {
-                return;
-            }
-            open.1 += 1;
-            open.1
-        };
+        let Some(generation) = lock(&self.queue.polls).close(self.executor) else { return };
         let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (rows, polls, seen) = (self.queue.rows.clone(), self.queue.polls.clone(), self.queue.seen.clone());
         let executor = self.executor.to_string();
         rt.spawn(async move {
             tokio::time::sleep(SEEN_EVERY).await;
-            if lock(&polls).get(&executor) != Some(&(0, generation)) {
+            if !lock(&polls).settle(&executor, generation) {
                 return;
             }
             lock(&seen).remove(&executor);
@@ -487,5 +478,83 @@ impl Drop for PollGuard<'_> {
                 tracing::debug!(executor, error = %e, "noting an executor failed");
             }
         });
+    }
+}
+
+/// The polls each executor has open through this master. An executor whose last poll ended
+/// gets a generation; if it is still the executor's a second later, no poll followed, and the
+/// executor leaves the map: names that stopped polling (an executor per restarted container,
+/// say) are not kept for the master's life.
+#[derive(Default)]
+struct OpenPolls {
+    open: HashMap<String, (u32, u64)>,
+    /// Never reused, even for a name that left and came back, so a late check of a generation
+    /// that ended cannot match a newer one.
+    generations: u64,
+}
+
+impl OpenPolls {
+    fn open(&mut self, executor: &str) {
+        match self.open.get_mut(executor) {
+            Some(e) => e.0 += 1,
+            None => {
+                self.open.insert(executor.to_string(), (1, 0));
+            }
+        }
+    }
+
+    /// A poll ended; the generation to settle a second later when it was the executor's last.
+    fn close(&mut self, executor: &str) -> Option<u64> {
+        let e = self.open.get_mut(executor)?;
+        e.0 = e.0.saturating_sub(1);
+        if e.0 > 0 {
+            return None;
+        }
+        self.generations += 1;
+        e.1 = self.generations;
+        Some(e.1)
+    }
+
+    /// True, and the executor forgotten, when no poll came since `generation` ended.
+    fn settle(&mut self, executor: &str, generation: u64) -> bool {
+        if self.open.get(executor) != Some(&(0, generation)) {
+            return false;
+        }
+        self.open.remove(executor);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpenPolls;
+
+    #[test]
+    fn an_executor_whose_last_poll_ended_leaves_once_settled() {
+        let mut p = OpenPolls::default();
+        p.open("e1");
+        p.open("e1");
+        assert_eq!(p.close("e1"), None, "one poll still open");
+        let g = p.close("e1").expect("the last poll ended");
+        assert!(p.settle("e1", g));
+        assert!(p.open.is_empty(), "a stopped executor is not kept");
+        assert!(!p.settle("e1", g), "settled once");
+    }
+
+    #[test]
+    fn a_poll_after_the_last_one_ended_keeps_the_executor() {
+        let mut p = OpenPolls::default();
+        p.open("e1");
+        let first = p.close("e1").unwrap();
+        p.open("e1");
+        assert!(!p.settle("e1", first), "polling again");
+        let second = p.close("e1").unwrap();
+        assert!(!p.settle("e1", first), "a late check of the first end");
+        assert!(p.settle("e1", second));
+        // Back after leaving: the generation of its first life never matches its second.
+        p.open("e1");
+        let third = p.close("e1").unwrap();
+        assert!(!p.settle("e1", first) && !p.settle("e1", second));
+        assert!(third > second && p.settle("e1", third));
     }
 }
