@@ -243,11 +243,8 @@ fn main() {
 
     // (a3) (a) through `agentos up`, whose own executor runs in the master's process.
     let up_data = dir.path().join("up");
-    let (up, up_api) = common::start_program(&common::BIN, &["up", "--run-as", "current"], &up_data);
+    let (up, up_api) = common::start_up(&up_data);
     up_api.register_script("exit0", "sh", "exit 0");
-    common::wait_until("the local executor polling", std::time::Duration::from_secs(10), || {
-        up_api.get("/api/executors").as_array().unwrap().iter().any(|e| e["name"] == "local" && e["state"] == "polling")
-    });
     let mut up_caller = Caller::new(&up_api.url, &up_api.token, "exit0");
     for _ in 0..10 {
         up_caller.invoke();

@@ -1,7 +1,8 @@
 //! Net engine benchmark: fires per second of a `pass` transition with every fire a durable
-//! event, the end-to-end latency of a three-step net with script steps, and a commit into a
-//! large place watched by a filtered transition against the same commit on an empty one. Prints figures;
-//! asserts nothing. Run: `cargo bench -p agentos-cli --bench nets`.
+//! event, the end-to-end latency of a three-step net with script steps (run by a separate
+//! executor, and by `agentos up`'s own), and a commit into a large place watched by a filtered
+//! transition against the same commit on an empty one. Prints figures; asserts nothing. Run:
+//! `cargo bench -p agentos-cli --bench nets`.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -20,6 +21,94 @@ impl Api {
 
 fn wait_until(what: &str, cond: impl FnMut() -> bool) {
     common::wait_until(what, Duration::from_secs(120), cond)
+}
+
+/// The three-step chain `p0 → c1 → r1 → c2 → r2 → c3 → r3` of map and command transitions,
+/// each command running the script tool `noop` (`cat`), in the model `chain` of one master; the
+/// time a token reaches r3 is when the watch stream tells of the fire that put it there (no
+/// polling, which added up to 2 ms and load of its own).
+struct Chain<'a> {
+    api: &'a Api,
+    arrivals: std::sync::mpsc::Receiver<Instant>,
+    in_r3: usize,
+}
+
+impl<'a> Chain<'a> {
+    fn new(api: &'a Api) -> Self {
+        api.call(reqwest::Method::POST, "/api/commands", Some(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "noop", "name": "noop", "runtime": "sh", "content": "cat"})));
+        let cmd = |from: &str| json!({"executor": "script", "command": "invoke", "args": {"toolId": "noop", "input": format!("${{.{from}.data}}")}});
+        let mut transitions = Vec::new();
+        let places = ["p0", "c1", "r1", "c2", "r2", "c3", "r3"];
+        for step in 1..=3 {
+            let (input, cmd_place, result) = (places[(step - 1) * 2], places[step * 2 - 1], places[step * 2]);
+            transitions.push(json!({"id": format!("build{step}"), "kind": "map", "presets": {"i": {"place": input}},
+                "postsets": {"o": {"place": cmd_place}}, "action": {"template": cmd("i")}, "emit": [{"to": "o"}]}));
+            transitions
+                .push(json!({"id": format!("run{step}"), "kind": "command", "presets": {"c": {"place": cmd_place}},
+                "postsets": {"o": {"place": result}}, "emit": [{"to": "o"}]}));
+        }
+        let ids: Vec<String> = transitions.iter().map(|t| t["id"].as_str().unwrap().to_string()).collect();
+        api.call(
+            reqwest::Method::PUT,
+            "/api/models/chain/net",
+            Some(json!({"places": places, "transitions": transitions})),
+        );
+        for id in &ids {
+            api.call(reqwest::Method::POST, &format!("/api/models/chain/transitions/{id}/start"), Some(json!({})));
+        }
+        let arrivals = {
+            use std::io::BufRead;
+            let (tx, rx) = std::sync::mpsc::channel();
+            let watch = reqwest::blocking::Client::builder()
+                .timeout(None)
+                .build()
+                .unwrap()
+                .get(format!("{}/api/models/chain/watch", api.url))
+                .bearer_auth(&api.token)
+                .send()
+                .unwrap();
+            std::thread::spawn(move || {
+                for line in std::io::BufReader::new(watch).lines().map_while(Result::ok) {
+                    if line.starts_with("data:") && line.contains("fireCompleted") && line.contains("\"place\":\"r3\"")
+                    {
+                        let _ = tx.send(Instant::now());
+                    }
+                }
+            });
+            rx
+        };
+        Chain { api, arrivals, in_r3: 0 }
+    }
+
+    /// One token at a time through the chain, after five to warm up; the sorted latencies from
+    /// the put to the last fire, in ms.
+    fn through(&mut self, tokens: usize) -> Vec<f64> {
+        let mut lat = Vec::new();
+        for i in 0..tokens + 5 {
+            let t = Instant::now();
+            self.api.call(reqwest::Method::POST, "/api/models/chain/places/p0/tokens", Some(json!({"data": {"i": i}})));
+            let done = self.arrivals.recv_timeout(Duration::from_secs(60)).expect("the chain's output");
+            self.in_r3 += 1;
+            assert_eq!(self.api.count("chain", "r3"), self.in_r3);
+            if i >= 5 {
+                lat.push(done.duration_since(t).as_secs_f64() * 1000.0);
+            }
+        }
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        lat
+    }
+
+    /// Puts tokens into r3, which nothing reads, until it holds `n`.
+    fn pile(&mut self, n: usize) {
+        for i in self.in_r3..n {
+            self.api.call(
+                reqwest::Method::POST,
+                "/api/models/chain/places/r3/tokens",
+                Some(json!({"data": {"old": i}})),
+            );
+        }
+        self.in_r3 = self.in_r3.max(n);
+    }
 }
 
 fn main() {
@@ -57,75 +146,17 @@ fn main() {
 
     // 2. three-step net with script steps, end to end, one token at a time.
     let _e = start_executor(&api, &dir.path().join("executor"), "bench", 2);
-    api.call(reqwest::Method::POST, "/api/commands", Some(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "noop", "name": "noop", "runtime": "sh", "content": "cat"})));
-    let cmd = |from: &str| json!({"executor": "script", "command": "invoke", "args": {"toolId": "noop", "input": format!("${{.{from}.data}}")}});
-    let mut transitions = Vec::new();
-    let places = ["p0", "c1", "r1", "c2", "r2", "c3", "r3"];
-    for step in 1..=3 {
-        let (input, cmd_place, result) = (places[(step - 1) * 2], places[step * 2 - 1], places[step * 2]);
-        transitions.push(json!({"id": format!("build{step}"), "kind": "map", "presets": {"i": {"place": input}},
-            "postsets": {"o": {"place": cmd_place}}, "action": {"template": cmd("i")}, "emit": [{"to": "o"}]}));
-        transitions.push(json!({"id": format!("run{step}"), "kind": "command", "presets": {"c": {"place": cmd_place}},
-            "postsets": {"o": {"place": result}}, "emit": [{"to": "o"}]}));
-    }
-    let ids: Vec<String> = transitions.iter().map(|t| t["id"].as_str().unwrap().to_string()).collect();
-    api.call(
-        reqwest::Method::PUT,
-        "/api/models/chain/net",
-        Some(json!({"places": places, "transitions": transitions})),
-    );
-    for id in &ids {
-        api.call(reqwest::Method::POST, &format!("/api/models/chain/transitions/{id}/start"), Some(json!({})));
-    }
-    // The time a token reaches r3 is when the watch stream tells of the fire that put it there:
-    // no polling, which added up to 2 ms and load of its own.
-    let arrivals = {
-        use std::io::BufRead;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let watch = reqwest::blocking::Client::builder()
-            .timeout(None)
-            .build()
-            .unwrap()
-            .get(format!("{}/api/models/chain/watch", api.url))
-            .bearer_auth(&api.token)
-            .send()
-            .unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(watch).lines().map_while(Result::ok) {
-                if line.starts_with("data:") && line.contains("fireCompleted") && line.contains("\"place\":\"r3\"") {
-                    let _ = tx.send(Instant::now());
-                }
-            }
-        });
-        rx
-    };
-    // One token at a time through the chain; the latencies from the put to the last fire.
-    let mut in_r3 = 0;
-    let through = |tokens: usize, in_r3: &mut usize| {
-        let mut lat = Vec::new();
-        for i in 0..tokens + 5 {
-            let t = Instant::now();
-            api.call(reqwest::Method::POST, "/api/models/chain/places/p0/tokens", Some(json!({"data": {"i": i}})));
-            let done = arrivals.recv_timeout(Duration::from_secs(60)).expect("the chain's output");
-            *in_r3 += 1;
-            assert_eq!(api.count("chain", "r3"), *in_r3);
-            if i >= 5 {
-                lat.push(done.duration_since(t).as_secs_f64() * 1000.0);
-            }
-        }
-        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
-        lat
-    };
+    let mut chain = Chain::new(&api);
     // 100 tokens: enough for a p50 that one hiccup does not move.
     let rounds = 100;
-    let lat = through(rounds, &mut in_r3);
+    let lat = chain.through(rounds);
     // The same net after it has run a while: 300 results piled up in r3, which nothing reads
     // (a chain used to stop at 128 tokens anywhere in the model).
-    for i in in_r3..300 {
-        api.call(reqwest::Method::POST, "/api/models/chain/places/r3/tokens", Some(json!({"data": {"old": i}})));
-    }
-    in_r3 = in_r3.max(300);
-    let piled = through(rounds, &mut in_r3);
+    chain.pile(300);
+    let piled = chain.through(rounds);
+    // The same net on `agentos up`, whose executor runs in the master's process.
+    let (_up, up_api) = common::start_up(&dir.path().join("up"));
+    let up_lat = Chain::new(&up_api).through(rounds);
     let bare = {
         let t = Instant::now();
         for _ in 0..30 {
@@ -180,6 +211,12 @@ fn main() {
     println!(
         "    the step's own process alone (sh running `cat`, stdin and stdout piped, LANG=C.UTF-8): {own:.2} ms → master and executor ≈ {:.2} ms per step",
         p50 / 3.0 - own
+    );
+    let up50 = pct(&up_lat, 0.5);
+    println!(
+        "    through `agentos up` (its executor in the master's process): per script step {:.2} ms (p50 {up50:.2} ms end to end) → master and executor ≈ {:.2} ms per step",
+        up50 / 3.0,
+        up50 / 3.0 - own
     );
     println!(
         "    published per-task overheads: Windmill default 86 ms, dedicated 9.8 ms; tuned Temporal ~19 ms; reference executors poll every 2 s"

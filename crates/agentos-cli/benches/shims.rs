@@ -1,7 +1,9 @@
-//! Shim benchmark: a shim call to a trivial host tool and to a trivial script tool, beside a
-//! Node.js client making the same request; a shim call of an HTTP operation beside `curl` making
-//! the operation's request itself; and the system prompt's size per tool on a 50-tool catalog. Prints figures; asserts nothing. Run: `cargo bench -p agentos-cli --bench shims`
-//! (`-- prompt` for the prompt's size alone).
+//! Shim benchmark: a shim call to a trivial host tool and to a trivial script tool (run by a
+//! separate executor, and by `agentos up`'s own), beside a Node.js client making the same
+//! request; a shim call of an HTTP operation beside `curl` making the operation's request
+//! itself; and the system prompt's size per tool on a 50-tool catalog. Prints figures; asserts
+//! nothing. Run: `cargo bench -p agentos-cli --bench shims` (`-- prompt` for the prompt's size
+//! alone).
 
 use std::process::Command;
 use std::time::Instant;
@@ -10,7 +12,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{Api, BIN, start_executor, start_master_with, start_program};
+use common::{Api, BIN, start_executor, start_master_with, start_program, start_up};
 
 const EXAMPLE: &str = env!("CARGO_BIN_EXE_host-tools-example");
 
@@ -47,22 +49,37 @@ fn main() {
     prompt_size(&api);
 }
 
+/// `agentos install-shims` of `api`'s catalog into `bin`.
+fn install_shims(api: &Api, bin: &std::path::Path) {
+    let out = Command::new(&*BIN)
+        .args(["install-shims", "--dir"])
+        .arg(bin)
+        .env("AGENTOS_URL", &api.url)
+        .env("AGENTOS_TOKEN", &api.token)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 fn time_calls(api: &Api, dir: &std::path::Path) {
     let Api { url, token, .. } = api;
     let _executor = start_executor(api, &dir.join("executor"), "bench", 1);
     let bin = dir.join("bin");
-    let out = Command::new(&*BIN)
-        .args(["install-shims", "--dir"])
-        .arg(&bin)
-        .env("AGENTOS_URL", url)
-        .env("AGENTOS_TOKEN", token)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    install_shims(api, &bin);
+    // The same script tool on `agentos up`, whose executor runs in the master's process.
+    let (_up, up_api) = start_up(&dir.join("up"));
+    up_api.register_script("nothing", "sh", "echo '{}'");
+    let up_bin = dir.join("up-bin");
+    install_shims(&up_api, &up_bin);
 
     let shim = |name: &str, args: &[&str]| {
         let mut c = Command::new(bin.join(name));
         c.args(args).env("AGENTOS_URL", url).env("AGENTOS_TOKEN", token);
+        c
+    };
+    let up_shim = || {
+        let mut c = Command::new(up_bin.join("agentos-nothing"));
+        c.arg("run").env("AGENTOS_URL", &up_api.url).env("AGENTOS_TOKEN", &up_api.token);
         c
     };
     let node = |toolkit: &str, tool: &str| {
@@ -99,6 +116,7 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     println!();
     println!("{:<44} {:>9} {:>9}", "call", "p50 ms", "p95 ms");
     let (mut host, mut host_c, mut script, mut spawn) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut script_up = Vec::new();
     for _ in 0..10 {
         host.extend(time_runs(20, || shim("agentos-weather", &["ping"])));
         if has_client {
@@ -106,6 +124,7 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
         }
         script.extend(time_runs(10, || shim("agentos-nothing", &["run"])));
         spawn.extend(time_runs(10, bare));
+        script_up.extend(time_runs(10, up_shim));
     }
     let has_node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
     let (hp50, hp95) = (pct(&mut host, 0.5), pct(&mut host, 0.95));
@@ -125,6 +144,12 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     println!("{:<44} {:>9.2} {:>9.2}", "shim → script tool (agentos-nothing run)", sp50, pct(&mut script, 0.95));
     println!("{:<44} {:>9.2} {:>9.2}", "sh -c 'echo {}' (bare spawn)", bp50, pct(&mut spawn, 0.95));
     println!("script tool: {:.2} ms above a bare spawn at p50 (goal < 2 ms)", sp50 - bp50);
+    let up50 = pct(&mut script_up, 0.5);
+    println!("{:<44} {:>9.2} {:>9.2}", "shim → script tool through `agentos up`", up50, pct(&mut script_up, 0.95));
+    println!(
+        "script tool through `agentos up` (its executor in the master's process): {:.2} ms above a bare spawn at p50",
+        up50 - bp50
+    );
     if has_node {
         let mut nh = time_runs(40, || node("weather", "ping"));
         let mut ns = time_runs(40, || node("nothing", "run"));

@@ -75,6 +75,16 @@ pub fn start_master_with(args: &[&str], data: &Path) -> (Proc, Api) {
     start_program(&BIN, &all, data)
 }
 
+/// `agentos up --run-as current` on a free port with its data in `data`: a master with its own
+/// executor in its process, on the direct link. Ready once that executor polls.
+pub fn start_up(data: &Path) -> (Proc, Api) {
+    let (up, api) = start_program(&BIN, &["up", "--run-as", "current"], data);
+    wait_until("the local executor polling", Duration::from_secs(10), || {
+        api.get("/api/executors").as_array().unwrap().iter().any(|e| e["name"] == "local" && e["state"] == "polling")
+    });
+    (up, api)
+}
+
 /// A loopback HTTP/1.1 server answering every request with the same JSON body, keeping
 /// connections alive: the far side of an HTTP tool, as cheap as it can be.
 pub struct StaticServer {
