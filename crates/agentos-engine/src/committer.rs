@@ -4,7 +4,7 @@
 //! the committed events to watchers in sequence order, then answers each command.
 
 use std::collections::{HashSet, VecDeque};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use std::sync::mpsc;
 
@@ -73,10 +73,36 @@ struct Staged {
     bodies: Vec<EventBody>,
 }
 
+/// Called on the committer's thread with each committed event, in sequence order, after it is
+/// folded and before its command is answered. It must be quick and must not block: every
+/// commit waits for it.
+pub(crate) type Listener = Box<dyn Fn(&Event) + Send + Sync>;
+
+/// Who hears of committed events: the listener, set once the engine is up, and the broadcast
+/// for watchers, written to only while one listens.
+pub(crate) struct Publish {
+    pub events: broadcast::Sender<Arc<Event>>,
+    pub listener: Arc<OnceLock<Listener>>,
+}
+
+impl Publish {
+    fn publish<'a>(&self, committed: impl Iterator<Item = &'a Event> + Clone) {
+        if let Some(listen) = self.listener.get() {
+            for e in committed.clone() {
+                listen(e);
+            }
+        }
+        if self.events.receiver_count() > 0 {
+            for e in committed {
+                let _ = self.events.send(Arc::new(e.clone()));
+            }
+        }
+    }
+}
+
 /// Where committed events go, besides the log and the state.
 pub(crate) struct Outlets<F: Fn(u64)> {
-    /// Every committed event, in sequence order, for the fire loop and for watchers.
-    pub events: broadcast::Sender<Arc<Event>>,
+    pub publish: Publish,
     /// Called with the last sequence number after each batch.
     pub after_commit: F,
 }
@@ -101,13 +127,13 @@ pub(crate) fn run<F: Fn(u64)>(
         }
         // Other masters may have appended to a shared log: their events are folded first, so
         // the batch is decided on the log as it is.
-        let caught_up = if log.shared() { catch_up(&state, &log, &out.events) } else { Ok(()) };
+        let caught_up = if log.shared() { catch_up(&state, &log, &out.publish) } else { Ok(()) };
         match caught_up {
             Ok(()) => {
                 if std::mem::take(&mut out_of_reach) {
                     tracing::info!("the shared log is reachable again");
                 }
-                commit_batch(batch, &state, &log, &out.events)
+                commit_batch(batch, &state, &log, &out.publish)
             }
             Err(e) => {
                 if !std::mem::replace(&mut out_of_reach, true) {
@@ -128,12 +154,7 @@ pub(crate) fn run<F: Fn(u64)>(
 
 /// Decides and commits the commands of one batch, in order, as few transactions as the
 /// commands allow.
-fn commit_batch(
-    batch: Vec<Pending>,
-    state: &RwLock<State>,
-    log: &Arc<dyn EventLog>,
-    events: &broadcast::Sender<Arc<Event>>,
-) {
+fn commit_batch(batch: Vec<Pending>, state: &RwLock<State>, log: &Arc<dyn EventLog>, publish: &Publish) {
     let mut queue: VecDeque<Pending> = batch.into();
     let mut conflicts = 0;
     while !queue.is_empty() {
@@ -167,12 +188,12 @@ fn commit_batch(
                 },
             }
         }
-        let Err(lost) = flush(staged, state, log, events) else {
+        let Err(lost) = flush(staged, state, log, publish) else {
             continue;
         };
         // Another master appended first: fold what it wrote, then decide these again.
         conflicts += 1;
-        let refolded = catch_up(state, log, events);
+        let refolded = catch_up(state, log, publish);
         if conflicts > MAX_CONFLICTS || refolded.is_err() {
             let err: EngineError = match refolded {
                 Err(e) => e.into(),
@@ -196,11 +217,7 @@ fn commit_batch(
 
 /// Folds the events other masters appended to a shared log since this one's last, and
 /// publishes them as its own would be.
-fn catch_up(
-    state: &RwLock<State>,
-    log: &Arc<dyn EventLog>,
-    events: &broadcast::Sender<Arc<Event>>,
-) -> Result<(), StoreError> {
+fn catch_up(state: &RwLock<State>, log: &Arc<dyn EventLog>, publish: &Publish) -> Result<(), StoreError> {
     loop {
         let after = state.read().map(|s| s.last_seq).unwrap_or(0);
         let page = log.read_after_blocking(after, 1000)?;
@@ -222,11 +239,7 @@ fn catch_up(
                 folded.push(ev);
             }
         }
-        if events.receiver_count() > 0 {
-            for e in folded {
-                let _ = events.send(Arc::new(e));
-            }
-        }
+        publish.publish(folded.iter());
     }
 }
 
@@ -270,7 +283,7 @@ fn flush(
     staged: Vec<Staged>,
     state: &RwLock<State>,
     log: &Arc<dyn EventLog>,
-    events: &broadcast::Sender<Arc<Event>>,
+    publish: &Publish,
 ) -> Result<(), Vec<Pending>> {
     if staged.is_empty() {
         return Ok(());
@@ -313,11 +326,7 @@ fn flush(
                     replies.push((s.pending.reply, committed));
                 }
             }
-            if events.receiver_count() > 0 {
-                for e in replies.iter().flat_map(|(_, c)| c) {
-                    let _ = events.send(Arc::new(e.clone()));
-                }
-            }
+            publish.publish(replies.iter().flat_map(|(_, c)| c));
             for (reply, committed) in replies {
                 reply(Ok(committed));
             }

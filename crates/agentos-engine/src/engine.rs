@@ -166,7 +166,7 @@ pub(crate) struct Inner {
     pub(crate) mcp: crate::bindings::mcp::McpServers,
     pub(crate) docker: crate::bindings::docker::Containers,
     /// The jobs that finished lately, for `GET /api/jobs`.
-    pub(crate) recent: crate::recent::RecentJobs,
+    pub(crate) recent: Arc<crate::recent::RecentJobs>,
 }
 
 /// The catalog's state beside the ledger's: the blob store of pinned content and the limits of

@@ -15,7 +15,7 @@ use agentos_core::state::{STATE_SCHEMA_VERSION, State};
 use agentos_store::{EventLog, Snapshot};
 
 use crate::EngineError;
-use crate::committer::{self, Decide, Outlets, Pending, Reply};
+use crate::committer::{self, Decide, Listener, Outlets, Pending, Publish, Reply};
 pub(crate) use crate::records::{now_ms, to_event};
 
 pub(crate) struct Ledger {
@@ -25,8 +25,11 @@ pub(crate) struct Ledger {
     committer: Mutex<Option<std::thread::JoinHandle<()>>>,
     snapshots: Arc<SnapshotControl>,
     pub(crate) restored: Restored,
-    /// Every committed event, for the fire loop and for watchers.
+    /// Every committed event, for watchers.
     pub(crate) events: tokio::sync::broadcast::Sender<Arc<Event>>,
+    /// Hears every committed event on the committer's thread, before its command is answered
+    /// (the list of recent jobs, the fire loop's wake-up): set once by the engine.
+    pub(crate) listener: Arc<std::sync::OnceLock<Listener>>,
     /// Sequence numbers of the events skipped by `--skip-event`, left out of every read.
     pub(crate) skipped: BTreeSet<u64>,
     /// The last sequence number folded, after each batch.
@@ -186,6 +189,7 @@ impl Ledger {
             task: Mutex::new(None),
         });
         let events = tokio::sync::broadcast::channel(4096).0;
+        let listener = Arc::new(std::sync::OnceLock::new());
         let (folded_tx, folded) = tokio::sync::watch::channel(snapshot_seq + replayed);
         let committer = {
             let (state, log, snapshots) = (state.clone(), log.clone(), snapshots.clone());
@@ -204,7 +208,7 @@ impl Ledger {
                     }
                 }
             };
-            let out = Outlets { events: events.clone(), after_commit };
+            let out = Outlets { publish: Publish { events: events.clone(), listener: listener.clone() }, after_commit };
             std::thread::Builder::new()
                 .name("agentos-committer".into())
                 .spawn(move || committer::run(rx, state, log, out))
@@ -218,6 +222,7 @@ impl Ledger {
             snapshots,
             restored: Restored { snapshot_seq, replayed },
             events,
+            listener,
             skipped,
             folded,
         })

@@ -55,6 +55,19 @@ impl Engine {
                 recent: Default::default(),
             }),
         };
+        // From here on every committed event is heard on the committer's thread, before its
+        // command is answered: a job's result is listed by the time its caller has it, and the
+        // fire loop wakes without a task of its own following the broadcast.
+        let (recent, wake) = (engine.inner.recent.clone(), engine.inner.nets.wake.clone());
+        let listen: crate::committer::Listener = Box::new(move |ev| {
+            recent.note(ev);
+            if crate::nets::may_enable_a_fire(ev) {
+                wake.notify_one();
+            }
+        });
+        if engine.inner.ledger.listener.set(listen).is_err() {
+            return Err(CoreError::internal("the ledger's listener was set twice").into());
+        }
         // Containers an earlier run left (killed mid-import, say) go, off the start's path.
         {
             let engine = engine.clone();
@@ -80,7 +93,7 @@ impl Engine {
             }
         });
         *engine.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);
-        crate::recent::follow(&engine).await;
+        crate::recent::fill(&engine).await;
         if engine.inner.dispatch.jobs.is_shared() {
             tokio::spawn(hear_results(engine.inner.ledger.events.subscribe(), Arc::downgrade(&engine.inner)));
         }

@@ -2,7 +2,7 @@
 //! [`KEPT`] results folded from the log, this master's and (on a shared log) every other's.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use serde::Serialize;
 
@@ -79,14 +79,16 @@ pub(crate) struct RecentJobs {
 }
 
 impl RecentJobs {
-    /// Notes `ev` if it is a job's result.
+    /// Notes `ev` if it is a job's result, in sequence order: the listener may note a result
+    /// committed at start before the list is filled from the log behind it.
     pub(crate) fn note(&self, ev: &Event) {
         if let EventBody::JobFinished { job_id, tool_id, result, invoker } = &ev.body {
             let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
-            if ring.back().is_some_and(|last| last.seq >= ev.seq) {
+            let at = ring.partition_point(|j| j.seq < ev.seq);
+            if ring.get(at).is_some_and(|j| j.seq == ev.seq) || (at == 0 && ring.len() >= KEPT) {
                 return;
             }
-            ring.push_back(RecentJob::of(ev, job_id, tool_id, result, invoker));
+            ring.insert(at, RecentJob::of(ev, job_id, tool_id, result, invoker));
             while ring.len() > KEPT {
                 ring.pop_front();
             }
@@ -94,10 +96,11 @@ impl RecentJobs {
     }
 }
 
-/// Fills the list from the end of the log, then follows what is committed and folded.
-pub(crate) async fn follow(engine: &Engine) {
+/// Fills the list from the end of the log. What is committed from then on the ledger's
+/// listener notes (see `Engine::open`), which is set before this runs: a result committed
+/// meanwhile is in the log, the listener's, or both.
+pub(crate) async fn fill(engine: &Engine) {
     let inner = &engine.inner;
-    let mut events = inner.ledger.events.subscribe();
     let last = inner.ledger.last_seq();
     let mut after = last.saturating_sub(5_000);
     while after < last {
@@ -113,21 +116,6 @@ pub(crate) async fn follow(engine: &Engine) {
         }
         after = end;
     }
-    let weak = Arc::downgrade(&engine.inner);
-    tokio::spawn(async move {
-        use tokio::sync::broadcast::error::RecvError;
-        loop {
-            match events.recv().await {
-                Ok(ev) => match weak.upgrade() {
-                    Some(inner) => inner.recent.note(&ev),
-                    None => return,
-                },
-                // Missed results are missed from this list only; each is in the log.
-                Err(RecvError::Lagged(_)) => {}
-                Err(RecvError::Closed) => return,
-            }
-        }
-    });
 }
 
 impl crate::Dispatch<'_> {
@@ -154,5 +142,57 @@ impl crate::Dispatch<'_> {
             .take(limit)
             .cloned()
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(seq: u64) -> Event {
+        let job_id = format!("job-{seq}");
+        Event {
+            seq,
+            model: "default".into(),
+            body: EventBody::JobFinished {
+                result: JobResult::failed(&job_id, 1, "x".into()),
+                job_id,
+                tool_id: None,
+                invoker: Some("operator".into()),
+            },
+            principal: "system".into(),
+            time: 0,
+            schema: agentos_core::event::EVENT_SCHEMA_VERSION,
+        }
+    }
+
+    fn seqs(r: &RecentJobs) -> Vec<u64> {
+        r.ring.lock().unwrap().iter().map(|j| j.seq).collect()
+    }
+
+    /// A result noted as it is committed at start, then the list filled from the log behind
+    /// it: every result once, in the log's order.
+    #[test]
+    fn results_noted_live_and_from_the_log_are_listed_once_in_order() {
+        let r = RecentJobs::default();
+        r.note(&finished(7));
+        for seq in [3, 5, 7] {
+            r.note(&finished(seq));
+        }
+        r.note(&finished(9));
+        assert_eq!(seqs(&r), [3, 5, 7, 9]);
+    }
+
+    #[test]
+    fn a_full_list_keeps_the_newest() {
+        let r = RecentJobs::default();
+        for seq in 1..=(KEPT as u64 + 10) {
+            r.note(&finished(seq + 100));
+        }
+        r.note(&finished(50));
+        let kept = seqs(&r);
+        assert_eq!((kept.len(), kept[0], kept[KEPT - 1]), (KEPT, 111, KEPT as u64 + 110));
+        r.note(&finished(105));
+        assert_eq!(seqs(&r)[0], 111, "older than all kept: not listed");
     }
 }

@@ -2083,14 +2083,23 @@ impl Nets<'_> {
 /// How often a master of a shared log tries to take the models nobody runs.
 const CLAIM_EVERY: Duration = Duration::from_secs(1);
 
-/// The fire loop: woken by every commit, by start and stop, and by schedules. It holds the
-/// engine only while it works, so dropping every `Engine` ends it.
+/// Whether a committed event may enable a transition, so that the fire loop looks again. Only
+/// the result of a job a caller invoked directly, never a net's, cannot: it is the one event
+/// most commits of a master that runs tools hold, and waking the loop for it cost a task switch
+/// per call.
+pub(crate) fn may_enable_a_fire(ev: &Event) -> bool {
+    !matches!(&ev.body, EventBody::JobFinished { invoker: Some(_), .. })
+}
+
+/// The fire loop: woken by every commit that may enable a fire (see [`may_enable_a_fire`]), by
+/// start and stop, and by schedules. It holds the engine only while it works, so dropping every
+/// `Engine` ends it.
 pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
-    let (mut events, wake) = match weak.upgrade() {
+    let wake = match weak.upgrade() {
         Some(inner) => {
             let engine = Engine { inner };
             engine.nets().resume_fires(None);
-            (engine.nets().subscribe(), engine.inner.clone())
+            engine.inner.clone()
         }
         None => return,
     };
@@ -2112,12 +2121,9 @@ pub(crate) async fn net_loop(weak: std::sync::Weak<crate::engine::Inner>) {
             nets.next_retry().map_or(wait, |r| wait.min(r))
         };
         let Some(w) = wake.upgrade() else { return };
+        // A wake while the loop worked is kept (one permit), so no commit goes unseen; several
+        // are one pass.
         tokio::select! {
-            r = events.recv() => {
-                if let Err(broadcast::error::RecvError::Closed) = r { return; }
-                // Take everything already there: one pass serves them all.
-                while events.try_recv().is_ok() {}
-            }
             _ = w.nets.wake.notified() => {}
             _ = tokio::time::sleep(wait) => {}
         }

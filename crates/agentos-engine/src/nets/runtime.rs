@@ -305,7 +305,9 @@ pub(crate) struct NetRuntime {
     pub(crate) compiled: Mutex<HashMap<(String, String), Arc<Compiled>>>,
     /// When each scheduled transition fires next.
     pub(crate) due: Mutex<HashMap<(String, String), tokio::time::Instant>>,
-    pub(crate) wake: tokio::sync::Notify,
+    /// Wakes the fire loop: start and stop, and every committed event that may enable a
+    /// transition (the ledger's listener, on the committer's thread).
+    pub(crate) wake: Arc<tokio::sync::Notify>,
     pub(crate) next_instance: std::sync::atomic::AtomicU64,
     pub(crate) limits: NetLimits,
     pub(crate) marker: Arc<FiringMarker>,
