@@ -211,14 +211,7 @@ fn time_http_operation(dir: &std::path::Path) {
     );
     assert_eq!(r["entry"]["status"].as_str().or(r["status"].as_str()), Some("registered"), "{r}");
     let bin = dir.join("http-bin");
-    let out = Command::new(&*BIN)
-        .args(["install-shims", "--dir"])
-        .arg(&bin)
-        .env("AGENTOS_URL", &api.url)
-        .env("AGENTOS_TOKEN", &api.token)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    install_shims(&api, &bin);
     let has_curl = Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success());
     if !has_curl {
         println!("curl is not installed: no baseline for the HTTP operation");

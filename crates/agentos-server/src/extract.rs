@@ -31,9 +31,8 @@ const RESERVE_AHEAD: usize = 1024 * 1024;
 /// Reads a request's body whole: at most `limit` bytes (413 past it, naming `flag`), within the
 /// connection's header timeout plus a second for every 256 KiB it may hold, and with no pause
 /// longer than the header timeout, kept between [`BODY_IDLE_FLOOR`] and [`BODY_IDLE`] (408
-/// past either). A body that
-/// stalls half way would otherwise hold its connection, and one of the master's
-/// `--max-connections`, for as long as its sender liked.
+/// past either). A body that stalls half way would otherwise hold its connection, and one of
+/// the master's `--max-connections`, for as long as its sender liked.
 pub async fn read_body(
     body: axum::body::Body,
     declared: Option<usize>,

@@ -615,10 +615,10 @@ pub fn proxy_losing_one_answer(upstream: &str, lose: &'static str, how: Lose) ->
                 let (mut from_client, mut from_master) = (BufReader::new(client), BufReader::new(master));
                 while let Some((mut head, mut body)) = message(&mut from_client, false) {
                     let target = head.split_whitespace().nth(1).unwrap_or_default().to_string();
-                    let spoiled = String::from_utf8_lossy(&body).replacen("\"exitCode\":0", "\"exitCode\":-1", 1);
-                    if matches!(how, Lose::SpoiledRequest)
-                        && target.contains(lose)
-                        && spoiled.len() != body.len()
+                    let spoiled = matches!(how, Lose::SpoiledRequest)
+                        .then(|| String::from_utf8_lossy(&body).replacen("\"exitCode\":0", "\"exitCode\":-1", 1))
+                        .filter(|s| s.len() != body.len() && target.contains(lose));
+                    if let Some(spoiled) = spoiled
                         && !lost.swap(true, Ordering::SeqCst)
                     {
                         let length = format!("content-length: {}", spoiled.len());
