@@ -761,18 +761,13 @@ impl JobQueue {
         }
     }
 
-    /// A job's result folded from the log: on a shared queue, whoever waits here hears it.
-    pub fn resolve(&self, job_id: &str, result: &JobResult) {
-        if let JobQueue::Shared(q, _) = self {
-            q.resolve(job_id, result)
-        }
-    }
-
-    /// The jobs someone waits for on this master, when the queue is shared.
-    pub fn waiting(&self) -> Vec<String> {
+    /// On a shared queue, who waits on this master for a job's result (answered as results
+    /// are folded from the log); none on a queue of this master alone, which answers its
+    /// waiters as it records each result.
+    pub fn result_waiters(&self) -> Option<crate::shared_jobs::ResultWaiters> {
         match self {
-            JobQueue::Memory(_) => Vec::new(),
-            JobQueue::Shared(q, _) => q.waiting(),
+            JobQueue::Memory(_) => None,
+            JobQueue::Shared(q, _) => Some(q.result_waiters()),
         }
     }
 

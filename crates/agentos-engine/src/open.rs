@@ -56,11 +56,18 @@ impl Engine {
             }),
         };
         // From here on every committed event is heard on the committer's thread, before its
-        // command is answered: a job's result is listed by the time its caller has it, and the
-        // fire loop wakes without a task of its own following the broadcast.
+        // command is answered: a job's result is listed by the time its caller has it, a caller
+        // waiting on this master for a job of a shared queue hears its result whichever master
+        // recorded it, and the fire loop wakes; no task follows the broadcast for any of them.
         let (recent, wake) = (engine.inner.recent.clone(), engine.inner.nets.wake.clone());
+        let waiters = engine.inner.dispatch.jobs.result_waiters();
         let listen: crate::committer::Listener = Box::new(move |ev| {
             recent.note(ev);
+            if let (Some(waiters), agentos_core::event::EventBody::JobFinished { job_id, result, .. }) =
+                (&waiters, &ev.body)
+            {
+                waiters.resolve(job_id, result);
+            }
             if crate::nets::may_enable_a_fire(ev) {
                 wake.notify_one();
             }
@@ -94,9 +101,6 @@ impl Engine {
         });
         *engine.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);
         crate::recent::fill(&engine).await;
-        if engine.inner.dispatch.jobs.is_shared() {
-            tokio::spawn(hear_results(engine.inner.ledger.events.subscribe(), Arc::downgrade(&engine.inner)));
-        }
         Ok(engine)
     }
 
@@ -110,42 +114,5 @@ impl Engine {
         self.inner.mcp.stop_all();
         self.inner.docker.stop_all().await;
         self.inner.ledger.close().await;
-    }
-}
-
-/// On a shared queue, whoever waits on this master for a job hears its result when the result is
-/// folded from the log, whichever master recorded it. Ends with the engine.
-async fn hear_results(
-    mut events: tokio::sync::broadcast::Receiver<Arc<agentos_core::event::Event>>,
-    engine: std::sync::Weak<Inner>,
-) {
-    use agentos_core::event::EventBody;
-    use tokio::sync::broadcast::error::RecvError;
-    loop {
-        match events.recv().await {
-            Ok(ev) => {
-                if let EventBody::JobFinished { job_id, result, .. } = &ev.body {
-                    let Some(inner) = engine.upgrade() else { return };
-                    inner.dispatch.jobs.resolve(job_id, result);
-                }
-            }
-            Err(RecvError::Lagged(_)) => {
-                // Results went by unseen: each job still waited for is looked up in the log.
-                let Some(inner) = engine.upgrade() else { return };
-                for job_id in inner.dispatch.jobs.waiting() {
-                    let Ok(recs) = inner.ledger.log.read_key_any_model(&format!("job:{job_id}")).await else {
-                        continue;
-                    };
-                    for rec in recs {
-                        if let Ok(EventBody::JobFinished { result, .. }) =
-                            EventBody::from_parts(&rec.event.kind, &rec.event.payload)
-                        {
-                            inner.dispatch.jobs.resolve(&job_id, &result);
-                        }
-                    }
-                }
-            }
-            Err(RecvError::Closed) => return,
-        }
     }
 }

@@ -39,6 +39,26 @@ pub fn plain_body(token: CommandToken) -> Result<Vec<u8>, CoreError> {
     serde_json::to_vec(&Body { token, secrets: Vec::new() }).map_err(|e| CoreError::internal(e.to_string()))
 }
 
+/// The callers waiting on this master for their jobs' results, by job id. Shared with the
+/// ledger's listener, which answers each on the committer's thread as the job's result is folded
+/// from the log, whichever master recorded it: in sequence order, and none missed.
+#[derive(Clone, Default)]
+pub struct ResultWaiters(Arc<Mutex<HashMap<String, Waiter>>>);
+
+impl ResultWaiters {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A job's result was folded from the log: whoever waits for it here hears it. Quick and
+    /// never blocks (a map removal and a send), as the listener must be.
+    pub fn resolve(&self, job_id: &str, result: &JobResult) {
+        if let Some(w) = self.lock().remove(job_id) {
+            let _ = w.send(result.clone());
+        }
+    }
+}
+
 pub struct SharedQueue {
     rows: Arc<dyn SharedJobs>,
     /// This run of the master in the queue (who queued a job, who records a result).
@@ -46,7 +66,7 @@ pub struct SharedQueue {
     key: Option<[u8; 32]>,
     config: JobConfig,
     work: Notify,
-    waiters: Mutex<HashMap<String, Waiter>>,
+    waiters: ResultWaiters,
     /// When this master last wrote down each executor, and whether as polling.
     seen: Arc<Mutex<HashMap<String, (Instant, bool)>>>,
     /// Polls each executor has open through this master (a stop is written down only when no
@@ -88,7 +108,7 @@ impl SharedQueue {
             key,
             config,
             work: Notify::new(),
-            waiters: Mutex::new(HashMap::new()),
+            waiters: ResultWaiters::default(),
             seen: Arc::new(Mutex::new(HashMap::new())),
             polls: Arc::default(),
             serving_until: Mutex::new(None),
@@ -101,7 +121,13 @@ impl SharedQueue {
     }
 
     fn waiters(&self) -> std::sync::MutexGuard<'_, HashMap<String, Waiter>> {
-        self.waiters.lock().unwrap_or_else(|p| p.into_inner())
+        self.waiters.lock()
+    }
+
+    /// Who waits here for a job's result, for the ledger's listener to answer as results are
+    /// folded from the log.
+    pub fn result_waiters(&self) -> ResultWaiters {
+        self.waiters.clone()
     }
 
     fn encode(&self, job_id: &str, token: CommandToken, secrets: Vec<String>) -> Result<(Vec<u8>, bool), CoreError> {
@@ -154,18 +180,6 @@ impl SharedQueue {
     /// Another master (or this one) queued or returned a job: pollers look again.
     pub fn announced(&self) {
         self.work.notify_waiters();
-    }
-
-    /// The jobs someone waits for here.
-    pub fn waiting(&self) -> Vec<String> {
-        self.waiters().keys().cloned().collect()
-    }
-
-    /// A job's result was folded from the log: whoever waits for it here hears it.
-    pub fn resolve(&self, job_id: &str, result: &JobResult) {
-        if let Some(w) = self.waiters().remove(job_id) {
-            let _ = w.send(result.clone());
-        }
     }
 
     pub async fn open_jobs_of(&self, invoker: &str) -> Result<usize, StoreError> {
