@@ -438,6 +438,30 @@ fn a_restarted_executor_hands_back_its_killed_predecessors_job_in_the_shared_que
     assert_eq!((r["stdout"].as_str(), r["attempt"].as_u64()), (Some("finished\n"), Some(2)), "{r}");
 }
 
+/// Whether an executor serves a shared queue is read from the database. When that read fails,
+/// the caller is refused with the failure (not told that no executor serves the queue, which may
+/// be false), and the queue keeps no job for them. The failure is a real one: the table of
+/// executors is renamed away under the master, then back, after which calls run again.
+#[test]
+fn a_failed_read_of_who_serves_the_queue_is_said_as_such_and_keeps_no_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let a = shared.master(&dir.path().join("a"), None);
+    let (status, v, _) = register(&a, "echo-in", "cat");
+    assert_eq!(status, 200, "{v}");
+    let database = &shared.storage.database;
+    psql(database, "ALTER TABLE agentos_executors RENAME TO agentos_executors_away");
+    let (status, r, _) = send(&a, "POST", "/api/tools/echo-in/invoke", Some(json!({"input": {"n": 1}})), None);
+    assert_eq!((status, r["error"]["code"].as_str()), (500, Some("storage_fault")), "{r}");
+    assert_eq!(psql(database, "SELECT count(*) FROM agentos_jobs"), "0", "the refused caller's job is not kept");
+
+    psql(database, "ALTER TABLE agentos_executors_away RENAME TO agentos_executors");
+    let _e = Executor::start(&a, &dir.path().join("executor"), "e1", &[]);
+    let (status, r, _) = send(&a, "POST", "/api/tools/echo-in/invoke", Some(json!({"input": {"n": 2}})), None);
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "{\"n\":2}", "{r}");
+}
+
 /// The executor polls a through a proxy that loses the answer carrying a job; it moves to b,
 /// and its poll there takes that job back from the shared queue: the job runs at once, not
 /// when its lease (a minute) would have run out.

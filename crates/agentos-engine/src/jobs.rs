@@ -786,11 +786,20 @@ impl JobQueue {
         }
     }
 
-    /// Whether any executor serves the queue (through any master, when shared).
-    pub async fn serving(&self) -> bool {
+    /// Whether any executor serves the queue (through any master, when shared). A shared
+    /// queue whose database cannot tell answers why, in words a caller can act on.
+    pub async fn serving(&self) -> Result<bool, crate::EngineError> {
         match self {
-            JobQueue::Memory(q) => q.serving(),
-            JobQueue::Shared(q, _) => q.serving().await,
+            JobQueue::Memory(q) => Ok(q.serving()),
+            JobQueue::Shared(q, _) => q.serving().await.map_err(|e| {
+                let e = crate::EngineError::from(e);
+                agentos_core::CoreError::new(
+                    e.kind(),
+                    e.code(),
+                    format!("cannot tell whether an executor serves the queue: {e}; try again"),
+                )
+                .into()
+            }),
         }
     }
 

@@ -410,20 +410,20 @@ impl SharedQueue {
         }
     }
 
-    /// Whether any executor serves the queue, through any master.
-    pub async fn serving(&self) -> bool {
+    /// Whether any executor serves the queue, through any master; an error when the database
+    /// cannot tell (which must not read as "none": a caller would be told to start an executor
+    /// that may well be running).
+    pub async fn serving(&self) -> Result<bool, StoreError> {
         if self.serving_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t) {
-            return true;
+            return Ok(true);
         }
         let gone_after = self.config.gone_after.as_millis() as i64;
-        let serving = match self.rows.executors().await {
-            Ok((rows, now)) => rows.iter().any(|e| e.polling_until > now || now - e.last_seen <= gone_after),
-            Err(_) => false,
-        };
+        let (rows, now) = self.rows.executors().await?;
+        let serving = rows.iter().any(|e| e.polling_until > now || now - e.last_seen <= gone_after);
         if serving {
             *self.serving_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + SEEN_EVERY);
         }
-        serving
+        Ok(serving)
     }
 
     pub async fn executors_shown(&self, shown: impl Fn(&OpenJob) -> bool) -> Result<Vec<ExecutorView>, StoreError> {

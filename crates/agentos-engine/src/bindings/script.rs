@@ -84,13 +84,16 @@ impl Binder for Script {
         if engine.inner.dispatch.jobs.open_jobs_of(&principal.id).await? >= max {
             // Waiting helps only while an executor serves the queue: with none, the open jobs
             // stay queued until one comes.
-            let advice = if engine.inner.dispatch.jobs.serving().await {
-                "wait for one to finish".to_string()
-            } else {
-                format!(
+            let advice = match engine.inner.dispatch.jobs.serving().await {
+                Ok(true) => "wait for one to finish".to_string(),
+                Ok(false) => format!(
                     "no executor serves the queue (none has polled the master in the last {} s), so none will finish until one starts: start one with `agentos executor`",
                     engine.inner.dispatch.jobs.config().gone_after.as_secs()
-                )
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading who serves the queue failed");
+                    "wait for one to finish (whether an executor serves the queue could not be read; the master's log says why)".to_string()
+                }
             };
             return Err(CoreError::new(
                 ErrorKind::TooMany,
@@ -479,12 +482,20 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     let wait = Duration::from_millis(timeout_ms) + cfg.queue_grace;
     let deadline = tokio::time::Instant::now() + wait;
     let mut early = None;
-    if !engine.inner.dispatch.jobs.serving().await {
+    // Whether an executor serves the queue decides how long the caller waits. A queue that
+    // cannot tell refuses the caller with why, rather than say "none", and keeps no job for them.
+    let mut serving = engine.inner.dispatch.jobs.serving().await;
+    if serving.as_ref().is_ok_and(|s| !s) {
         // Nobody serves the queue: wait a little for an executor (one reconnecting after a
         // master restart, say), then say so rather than hold the caller for the whole wait.
         let grace = cfg.no_executor_grace.min(wait);
         early = tokio::time::timeout(grace, result.as_mut()).await.ok();
-        if early.is_none() && !engine.inner.dispatch.jobs.serving().await {
+        if early.is_none() {
+            serving = engine.inner.dispatch.jobs.serving().await;
+        }
+    }
+    match serving {
+        Ok(false) if early.is_none() => {
             gone.cancel().await;
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
@@ -496,6 +507,11 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
             )
             .into());
         }
+        Err(e) if early.is_none() => {
+            gone.cancel().await;
+            return Err(e);
+        }
+        _ => {}
     }
     let outcome = match early {
         Some(r) => Ok(r),
