@@ -490,12 +490,14 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         // master restart, say), then say so rather than hold the caller for the whole wait.
         let grace = cfg.no_executor_grace.min(wait);
         early = tokio::time::timeout(grace, result.as_mut()).await.ok();
-        if early.is_none() {
-            serving = engine.inner.dispatch.jobs.serving().await;
-        }
+        serving = match early {
+            Some(_) => Ok(true),
+            None => engine.inner.dispatch.jobs.serving().await,
+        };
     }
     match serving {
-        Ok(false) if early.is_none() => {
+        Ok(true) => {}
+        Ok(false) => {
             gone.cancel().await;
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
@@ -507,11 +509,10 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
             )
             .into());
         }
-        Err(e) if early.is_none() => {
+        Err(e) => {
             gone.cancel().await;
             return Err(e);
         }
-        _ => {}
     }
     let outcome = match early {
         Some(r) => Ok(r),
