@@ -168,32 +168,17 @@ impl Target {
         query: &[(&str, String)],
         body: Option<&Value>,
     ) -> Option<Result<Value, ClientError>> {
-        let mut url = url::Url::parse(&format!("{}{}", self.url.trim_end_matches('/'), path)).ok()?;
+        let url = url::Url::parse(&format!("{}{}", self.url.trim_end_matches('/'), path)).ok()?;
         if !crate::lean_http::usable(&url) {
             return None;
         }
         Some((|| {
-            let token = self.token()?;
-            let seen = SeenSeq::of(&token);
-            if !query.is_empty() {
-                url.query_pairs_mut().extend_pairs(query);
-            }
-            let mut headers = vec![("Authorization", format!("Bearer {token}")), ("Accept", "*/*".into())];
-            if let Some(n) = seen.seen {
-                headers.push(("Agentos-Min-Seq", n.to_string()));
-            }
-            let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
-            let answer = crate::lean_http::exchange(
-                &url,
-                method,
-                &headers,
-                bytes.as_deref().map(|b| ("application/json", b)),
-                REQUEST_TIMEOUT,
-            )
-            .map_err(|e| self.unreachable(&e))?;
-            if let Some(seq) = answer.header("agentos-seq").and_then(|v| v.parse::<u64>().ok()) {
-                seen.note_seq(seq);
-            }
+            // A call the lean `agentos-shim` already made: its answer, as it got it.
+            let answer = match handed_over(method, path) {
+                Some(Ok(answer)) => answer,
+                Some(Err(lost)) => return Err(self.unreachable(&lost)),
+                None => self.exchange(url, method, query, body)?,
+            };
             let text = String::from_utf8_lossy(&answer.body);
             let value: Value = serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text.into_owned()));
             if (200..300).contains(&answer.status) {
@@ -202,6 +187,92 @@ impl Target {
             Err(refusal(answer.status, &value))
         })())
     }
+
+    /// One exchange with the master, its sequence noted.
+    fn exchange(
+        &self,
+        mut url: url::Url,
+        method: &str,
+        query: &[(&str, String)],
+        body: Option<&Value>,
+    ) -> Result<crate::lean_http::Answer, ClientError> {
+        let token = self.token()?;
+        let seen = SeenSeq::of(&token);
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let mut headers = vec![("Authorization", format!("Bearer {token}")), ("Accept", "*/*".into())];
+        if let Some(n) = seen.seen {
+            headers.push(("Agentos-Min-Seq", n.to_string()));
+        }
+        let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default());
+        let answer = crate::lean_http::exchange(
+            &url,
+            method,
+            &headers,
+            bytes.as_deref().map(|b| ("application/json", b)),
+            REQUEST_TIMEOUT,
+        )
+        .map_err(|e| self.unreachable(&e))?;
+        if let Some(seq) = answer.header("agentos-seq").and_then(|v| v.parse::<u64>().ok()) {
+            seen.note_seq(seq);
+        }
+        Ok(answer)
+    }
+}
+
+/// The environment variable through which the lean `agentos-shim` (`lean/shim.rs`) hands a
+/// call it already sent to this program: a descriptor of a memory file holding `A <status>`, a
+/// line break and the answer's body; `O <errno>` (no whole answer: an OS error); or
+/// `S <reason>` (no whole answer, for that reason). The lean shim noted the answer's sequence.
+pub(crate) const HANDED_OVER: &str = "AGENTOS_SHIM_ANSWER_FD";
+
+/// What the lean shim handed over, until the call's request takes it.
+static HANDED: std::sync::Mutex<Option<std::io::Result<crate::lean_http::Answer>>> = std::sync::Mutex::new(None);
+
+/// Reads what [`HANDED_OVER`] names, once, first thing in a toolkit's run (before any thread),
+/// and removes the variable. A value that is not the lean shim's is refused: the call it stands
+/// for may have run, so it is not sent again.
+pub(crate) fn take_handed_over() -> Result<(), ClientError> {
+    let Some(value) = std::env::var_os(HANDED_OVER) else { return Ok(()) };
+    // SAFETY: called at the start of the process, before any other thread exists.
+    unsafe { std::env::remove_var(HANDED_OVER) };
+    let refused = || {
+        fail(
+            EXIT_FAILURE,
+            format!(
+                "{HANDED_OVER}={value:?} names no answer agentos-shim left; the call may have run (see `agentos jobs`)"
+            ),
+        )
+    };
+    let fd: i32 = value.to_str().and_then(|v| v.parse().ok()).filter(|fd| *fd > 2).ok_or_else(refused)?;
+    let mut text = Vec::new();
+    // SAFETY: the descriptor was opened for this process by the lean shim and is read once here.
+    let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    std::io::Read::read_to_end(&mut file, &mut text).map_err(|_| refused())?;
+    let handed = match text.split_first_chunk::<2>() {
+        Some((b"A ", rest)) => {
+            let (status, body) = rest.split_at(rest.iter().position(|b| *b == b'\n').ok_or_else(refused)?);
+            let status = std::str::from_utf8(status).ok().and_then(|s| s.parse().ok()).ok_or_else(refused)?;
+            Ok(crate::lean_http::Answer { status, headers: Vec::new(), body: body[1..].to_vec() })
+        }
+        Some((b"O ", errno)) => {
+            let errno = std::str::from_utf8(errno).ok().and_then(|s| s.parse().ok()).ok_or_else(refused)?;
+            Err(std::io::Error::from_raw_os_error(errno))
+        }
+        Some((b"S ", reason)) => Err(std::io::Error::other(String::from_utf8_lossy(reason).into_owned())),
+        _ => return Err(refused()),
+    };
+    *HANDED.lock().unwrap_or_else(|p| p.into_inner()) = Some(handed);
+    Ok(())
+}
+
+/// The handed-over answer, for the call it stands for (a tool call's `POST`).
+fn handed_over(method: &str, path: &str) -> Option<std::io::Result<crate::lean_http::Answer>> {
+    if method != "POST" || !path.ends_with("/call") {
+        return None;
+    }
+    HANDED.lock().unwrap_or_else(|p| p.into_inner()).take()
 }
 
 #[cfg(test)]

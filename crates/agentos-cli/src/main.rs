@@ -592,6 +592,17 @@ fn run_catalog(c: CatalogCmd) -> Result<(), client::ClientError> {
     }
 }
 
+// The lean `agentos-shim`'s rules (`lean/logic.rs`, built into that program by build.rs), here
+// for their tests; and the program itself, never compiled here, so that `cargo fmt` keeps it.
+#[cfg(test)]
+#[path = "../lean/logic.rs"]
+mod lean_logic;
+#[cfg(test)]
+mod lean_logic_tests;
+#[cfg(any())]
+#[path = "../lean/shim.rs"]
+mod lean_shim;
+
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;

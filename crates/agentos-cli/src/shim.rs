@@ -104,11 +104,13 @@ pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_
 pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
     exit((|| {
         let me = std::env::current_exe().map_err(|e| fail(1, format!("cannot find this program: {e}")))?;
-        // Links go to the small `agentos-shim` beside this program when it is there (it starts
-        // in a fraction of the time), else to this program, which is a toolkit too.
-        let small = me.parent().map(|d| d.join("agentos-shim")).filter(|p| p.is_file());
-        let target = small.clone().unwrap_or_else(|| me.clone());
-        let ours = |t: &Path| t == me || small.as_deref() == Some(t);
+        // Links go to the lean `agentos-shim` beside this program when it is there with the
+        // `agentos-shim-full` it hands calls to; else to `agentos-shim-full` (both start in a
+        // fraction of this program's time); else to this program, which is a toolkit too.
+        let beside = |name: &str| me.parent().map(|d| d.join(name)).filter(|p| p.is_file());
+        let (lean, full) = (beside("agentos-shim"), beside("agentos-shim-full"));
+        let target = full.as_ref().and(lean.clone()).or_else(|| full.clone()).unwrap_or_else(|| me.clone());
+        let ours = |t: &Path| t == me || lean.as_deref() == Some(t) || full.as_deref() == Some(t);
         std::fs::create_dir_all(dir).map_err(|e| {
             let why = if dir.exists() && !dir.is_dir() {
                 format!("{} is not a folder; give --dir a folder for the links (made if missing)", dir.display())

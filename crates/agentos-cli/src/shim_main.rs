@@ -1,9 +1,11 @@
-//! `agentos-shim`: what `agentos install-shims` links `agentos-{toolkit}` to. A toolkit's call
-//! is one HTTP exchange, and this program is small so that starting it costs little next to
-//! that: no async runtime, no TLS, no HTTP library, a few hundred relocations instead of the
-//! tens of thousands of the whole `agentos` binary, and none of the Rust runtime's own start
-//! (see [`main`]). A master at an `https://` URL, or one behind a proxy, is reached by the
-//! `agentos` binary beside this one, run in its place under the same name (it is a toolkit too).
+//! `agentos-shim-full`: a toolkit's call as a small program. The lean `agentos-shim` (see
+//! `lean/shim.rs`), which shims link to on x86-64 Linux, hands it every call it does not make
+//! itself, and elsewhere `agentos install-shims` links to this program. A toolkit's call is one
+//! HTTP exchange, and this program is small so that starting it costs little next to that: no
+//! async runtime, no TLS, no HTTP library, a few hundred relocations instead of the tens of
+//! thousands of the whole `agentos` binary, and none of the Rust runtime's own start (see
+//! [`main`]). A master at an `https://` URL, or one behind a proxy, is reached by the `agentos`
+//! binary beside this one, run in its place under the same name (it is a toolkit too).
 
 // The C library calls `main` below directly: the Rust runtime's start-up is skipped. (A test
 // build keeps the harness's own `main`, which runs the modules' tests.)

@@ -149,7 +149,9 @@ pub fn run(toolkit: String, args: Vec<std::ffi::OsString>, fallback: Fallback) -
         _ => format!("agentos-{toolkit}"),
     };
     let json_in = lossy.iter().any(|a| a == "--json" || a.starts_with("--json=") || a.starts_with("--json-file"));
-    let outcome = utf8_args(args).and_then(|args| run_inner(&toolkit, args, fallback));
+    let outcome = crate::call::take_handed_over()
+        .and_then(|()| utf8_args(args))
+        .and_then(|args| run_inner(&toolkit, args, fallback));
     match outcome {
         Ok(()) => 0,
         Err(e) => {

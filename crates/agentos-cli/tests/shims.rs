@@ -317,8 +317,8 @@ fn shims_link_to_the_small_shim_which_hands_https_and_proxied_masters_to_the_who
     assert!(err.starts_with("agentos-weather ping: cannot reach the master at https://"), "{err}");
     assert!(!err.contains("plain HTTP"), "the small shim answered instead of the whole agentos: {err}");
 
-    // A shim copied rather than linked has no agentos beside it: it takes the first on PATH,
-    // and says where it looked when there is none.
+    // A shim copied rather than linked has neither agentos-shim-full nor agentos beside it: it
+    // takes the first on PATH, and says where it looked when there is none.
     let copied = dir.path().join("copied");
     std::fs::create_dir(&copied).unwrap();
     std::fs::copy(&target, copied.join("agentos-weather")).unwrap();
@@ -327,7 +327,11 @@ fn shims_link_to_the_small_shim_which_hands_https_and_proxied_masters_to_the_who
     std::os::unix::fs::symlink(BIN, on_path.join("agentos")).unwrap();
     for (path, code, words) in [
         (&on_path, 7, "agentos-weather ping: cannot reach the master at https://"),
-        (&copied, 7, "needs the agentos binary, and it is neither beside this one nor on PATH"),
+        (
+            &copied,
+            7,
+            "agentos-shim: this call needs agentos-shim-full or the agentos binary, and neither is beside this one nor on PATH",
+        ),
     ] {
         let out = Command::new(copied.join("agentos-weather"))
             .arg("ping")
@@ -450,33 +454,211 @@ fn an_agentos_url_that_names_no_master_is_refused_in_one_line_before_anything_is
     }
 }
 
-/// On x86_64 Linux with glibc the small shim is linked as a static PIE (`scripts/linker`): no
-/// program interpreter, so no dynamic loader runs at each call. A build that lost the link
-/// rule (a moved `.cargo/config.toml`, a renamed binary) would still work, only slower: this
-/// says so. The other tests here run this shim, so it also answers as the dynamic one did.
-#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
-#[test]
-fn the_small_shim_is_a_static_pie_with_no_program_interpreter() {
-    let shim = Path::new(BIN).with_file_name("agentos-shim");
-    let elf = std::fs::read(&shim).unwrap();
+/// The program headers' types of the ELF file at `path`, and its type (2 `ET_EXEC`, 3 `ET_DYN`).
+fn elf_kinds(path: &Path) -> (u16, Vec<u32>) {
+    let elf = std::fs::read(path).unwrap();
     let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap());
     let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap());
     let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
-    assert_eq!(&elf[..5], b"\x7fELF\x02", "a 64-bit ELF file");
-    // ET_DYN: position independent, as a static PIE is (a plain static binary is ET_EXEC).
-    assert_eq!(u16_at(16), 3, "the shim is position independent");
+    assert_eq!(&elf[..5], b"\x7fELF\x02", "{} is a 64-bit ELF file", path.display());
     let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36) as usize, u16_at(0x38) as usize);
-    let types: Vec<u32> = (0..phnum).map(|i| u32_at(phoff + i * phentsize)).collect();
-    const PT_INTERP: u32 = 3;
-    const PT_DYNAMIC: u32 = 2;
+    (u16_at(16), (0..phnum).map(|i| u32_at(phoff + i * phentsize)).collect())
+}
+
+const PT_INTERP: u32 = 3;
+const PT_DYNAMIC: u32 = 2;
+
+/// On x86_64 Linux with glibc `agentos-shim-full` is linked as a static PIE (`scripts/linker`):
+/// no program interpreter, so no dynamic loader runs at each call. A build that lost the link
+/// rule (a moved `.cargo/config.toml`, a renamed binary) would still work, only slower: this
+/// says so. The lean `agentos-shim` (build.rs) is a plain static program: no interpreter, no
+/// dynamic section, no C library.
+#[cfg(all(target_arch = "x86_64", target_os = "linux", target_env = "gnu"))]
+#[test]
+fn the_shims_are_static_programs_with_no_program_interpreter() {
+    let full = Path::new(BIN).with_file_name("agentos-shim-full");
+    let (kind, types) = elf_kinds(&full);
+    // ET_DYN: position independent, as a static PIE is (a plain static binary is ET_EXEC).
+    assert_eq!(kind, 3, "{} is position independent", full.display());
     assert!(
         !types.contains(&PT_INTERP),
         "{} names a program interpreter: it is linked dynamically (does the C library have its static archive, libc.a?)",
-        shim.display()
+        full.display()
     );
     // A static PIE relocates itself, from its own dynamic section, and needs no library.
-    assert!(types.contains(&PT_DYNAMIC), "{}", shim.display());
+    assert!(types.contains(&PT_DYNAMIC), "{}", full.display());
+    let lean = Path::new(BIN).with_file_name("agentos-shim");
+    let (kind, types) = elf_kinds(&lean);
+    assert_eq!(kind, 2, "{} is a plain static program", lean.display());
+    assert!(!types.contains(&PT_INTERP) && !types.contains(&PT_DYNAMIC), "{}: {types:?}", lean.display());
+    let size = std::fs::metadata(&lean).unwrap().len();
+    assert!(size < 256 << 10, "{} is {size} bytes: it carries more than its own code", lean.display());
     let whole = std::fs::read(BIN).unwrap();
     let interp = |e: &[u8]| e.windows(b"ld-linux-x86-64".len()).any(|w| w == b"ld-linux-x86-64");
     assert!(interp(&whole), "the whole agentos stays dynamically linked");
+}
+
+/// The lean `agentos-shim` makes a plain call itself and hands every other to
+/// `agentos-shim-full`: before sending, as if that had been called; after, with the answer it
+/// got. Whichever does it, a caller sees the same output, line and exit code, and a call that
+/// was sent is never sent again (a failing tool that counts its runs ran once).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn the_lean_shim_makes_plain_calls_itself_and_hands_the_rest_over_without_sending_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let api = m.client();
+    greet_script(&api);
+    // Where the job's user may write, whoever the executor runs jobs as.
+    let runs_dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(runs_dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let runs = runs_dir.path().join("runs");
+    let (status, e) = api.command(json!({
+        "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "counted", "name": "Counted", "runtime": "sh",
+        "content": format!("echo ran >> {}\necho 'no luck' >&2\nexit 3", runs.display()),
+    }));
+    assert_eq!(status, 200, "{e}");
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    assert_eq!(std::fs::read_link(bin.join("agentos-greet")).unwrap(), Path::new(BIN).with_file_name("agentos-shim"));
+    let full = dir.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    for t in ["greet", "weather", "counted"] {
+        std::os::unix::fs::symlink(
+            Path::new(BIN).with_file_name("agentos-shim-full"),
+            full.join(format!("agentos-{t}")),
+        )
+        .unwrap();
+    }
+    let file = dir.path().join("name.txt");
+    std::fs::write(&file, "from a file").unwrap();
+    let file = file.to_str().unwrap();
+    let cases: Vec<(&str, Vec<&str>, &str)> = vec![
+        ("greet", vec!["run", "--name", "Zoë \"the\" \\ one\n"], m.token.as_str()),
+        ("greet", vec!["run", "--name", "x", "--excited"], &m.token),
+        ("greet", vec!["run", "--json", r#"{"name": "json"}"#], &m.token),
+        ("greet", vec!["run", "--name-file", file], &m.token),
+        ("greet", vec!["run", "--name", "fail"], &m.token),
+        ("greet", vec!["run", "--name", "fail", "--json"], &m.token),
+        ("greet", vec!["run"], &m.token),
+        ("greet", vec!["nope", "--json"], &m.token),
+        ("greet", vec!["--help"], &m.token),
+        ("greet", vec!["run", "--help"], &m.token),
+        ("greet", vec!["run", "--name", "x"], "not-a-token"),
+        ("weather", vec!["ping"], &m.token),
+        ("weather", vec!["slow", "--seconds", "30"], &m.token),
+    ];
+    for (toolkit, args, token) in &cases {
+        let name = format!("agentos-{toolkit}");
+        let lean = run_as(&m, token, &bin.join(&name), args, None);
+        let whole = run_as(&m, token, &full.join(&name), args, None);
+        let shown = format!("{toolkit} {args:?}");
+        assert_eq!((lean.code, &lean.stdout, &lean.stderr), (whole.code, &whole.stdout, &whole.stderr), "{shown}");
+    }
+    // Sent once, failed, handed over with its answer: the tool ran once.
+    let out = run(&m, &bin.join("agentos-counted"), &["run"], None);
+    assert_eq!(out.code, 5, "{}", out.stderr);
+    assert_eq!(out.stderr, "agentos-counted run: counted run failed with exit code 3: no luck\n");
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "ran\n", "the call ran once");
+
+    // The last sequence seen is kept where the whole shim keeps it (`HOME`, `XDG_RUNTIME_DIR`,
+    // `AGENTOS_SEQ_FILE`), and sent as `Agentos-Min-Seq` from there.
+    let homes = tempfile::tempdir().unwrap();
+    let seq_call = |program: &Path, var: &str, value: &Path| {
+        let out = Command::new(program)
+            .args(["run", "--name", "seq"])
+            .env_clear()
+            .env("AGENTOS_URL", &m.url)
+            .env("AGENTOS_TOKEN", &m.token)
+            .env(var, value)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let name = format!("seq-{}", &agentos_core::sha256_hex(m.token.as_bytes())[..16]);
+    let seen = |file: &Path| -> u64 {
+        std::fs::read_to_string(file).unwrap_or_else(|e| panic!("{}: {e}", file.display())).trim().parse().unwrap()
+    };
+    let (lean_home, full_home) = (homes.path().join("lean"), homes.path().join("full"));
+    assert_eq!(seq_call(&bin.join("agentos-greet"), "HOME", &lean_home).0, Some(0));
+    assert_eq!(seq_call(&full.join("agentos-greet"), "HOME", &full_home).0, Some(0));
+    let (lean_seen, full_seen) =
+        (seen(&lean_home.join(".cache/agentos").join(&name)), seen(&full_home.join(".cache/agentos").join(&name)));
+    assert!(lean_seen > 0 && lean_seen <= full_seen, "{lean_seen} {full_seen}");
+    let xdg = homes.path().join("xdg");
+    assert_eq!(seq_call(&bin.join("agentos-greet"), "XDG_RUNTIME_DIR", &xdg).0, Some(0));
+    assert!(seen(&xdg.join("agentos").join(&name)) >= full_seen);
+    let ahead = homes.path().join("ahead");
+    std::fs::write(&ahead, format!("{}\n", full_seen + 1000)).unwrap();
+    let lean = seq_call(&bin.join("agentos-greet"), "AGENTOS_SEQ_FILE", &ahead);
+    let whole = seq_call(&full.join("agentos-greet"), "AGENTOS_SEQ_FILE", &ahead);
+    assert_ne!(lean.0, Some(0), "the sequence ahead of the master was sent: {lean:?}");
+    assert_eq!(lean, whole);
+    assert_eq!(seen(&ahead), full_seen + 1000, "a sequence behind what was seen leaves the file alone");
+
+    // Alone, without agentos-shim-full or agentos beside it or on PATH: a plain call succeeds
+    // (it never needed them); a failure, which it hands over, says what is missing.
+    let alone = dir.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(Path::new(BIN).with_file_name("agentos-shim"), alone.join("agentos-shim")).unwrap();
+    std::os::unix::fs::symlink(alone.join("agentos-shim"), alone.join("agentos-greet")).unwrap();
+    let call = |args: &[&str]| {
+        Command::new(alone.join("agentos-greet"))
+            .args(args)
+            .env_clear()
+            .env("AGENTOS_URL", &m.url)
+            .env("AGENTOS_TOKEN", &m.token)
+            .output()
+            .unwrap()
+    };
+    let out = call(&["run", "--name", "alone"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "{\"ok\":true,\"result\":{\"greeting\":\"Hello, alone.\"}}\n");
+    let out = call(&["nope"]);
+    assert_eq!(
+        (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
+        (
+            Some(1),
+            "agentos-shim: the call was sent and answered with HTTP 404, but this call needs agentos-shim-full or the agentos binary, and neither is beside this one nor on PATH\n"
+        )
+    );
+    let out = call(&["--help"]);
+    assert_eq!(out.status.code(), Some(7), "nothing was sent: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// `AGENTOS_SHIM_ANSWER_FD` set by anyone but the lean shim names no answer it left: the call
+/// it stands for may have run, so it is refused rather than sent.
+#[test]
+fn a_handed_answer_that_is_not_the_lean_shims_is_refused_and_nothing_is_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_example(&dir.path().join("master"));
+    let full = dir.path().join("agentos-weather");
+    std::os::unix::fs::symlink(Path::new(BIN).with_file_name("agentos-shim-full"), &full).unwrap();
+    let bogus = dir.path().join("bogus");
+    std::fs::write(&bogus, "not an answer").unwrap();
+    for (value, stdin) in [("0", None), ("x", None), ("3", Some(&bogus))] {
+        let mut cmd = Command::new(&full);
+        cmd.arg("ping").env_clear().env("AGENTOS_URL", &m.url).env("AGENTOS_TOKEN", &m.token);
+        cmd.env("AGENTOS_SHIM_ANSWER_FD", value);
+        if let Some(f) = stdin {
+            // The file as descriptor 3 of the child, as the lean shim's memory file would be.
+            let f = std::fs::File::open(f).unwrap();
+            use std::os::fd::IntoRawFd;
+            let fd = f.into_raw_fd();
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(move || if libc::dup2(fd, 3) < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+            }
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{value}: {err}");
+        assert!(err.starts_with("agentos-weather ping: AGENTOS_SHIM_ANSWER_FD="), "{value}: {err}");
+        assert!(err.contains("names no answer agentos-shim left; the call may have run"), "{value}: {err}");
+    }
 }

@@ -1,0 +1,176 @@
+//! The lean `agentos-shim`'s rules against the whole shim's: what it sends and reads must be
+//! what `toolkit`, `call` and `lean_http` would.
+
+use serde_json::json;
+
+use crate::lean_logic::{self as lean, Call, Master, Out};
+
+fn written(f: impl FnOnce(&mut Out)) -> Vec<u8> {
+    let mut buf = vec![0u8; 1 << 16];
+    let mut out = Out::new(&mut buf);
+    f(&mut out);
+    out.written().expect("fits").to_vec()
+}
+
+#[test]
+fn strings_are_escaped_as_serde_json_writes_them() {
+    let mut samples: Vec<String> = (0u8..128).map(|b| format!("a{}b", b as char)).collect();
+    samples.extend(["", "plain", "ünïcödé ✓ 🦀", "\"quoted\" \\ back", "line\nbreak\ttab\r\u{7f}"].map(String::from));
+    for s in samples {
+        assert_eq!(written(|o| lean::json_str(o, s.as_bytes())), serde_json::to_vec(&s).unwrap(), "{s:?}");
+    }
+}
+
+#[test]
+fn a_model_is_form_encoded_as_the_url_crate_does() {
+    for m in ["plain", "with space", "a/b?c=d&e", "ünï", "*-._~!'()", ""] {
+        let want: String = url::form_urlencoded::byte_serialize(m.as_bytes()).collect();
+        assert_eq!(written(|o| lean::form_value(o, m.as_bytes())), want.as_bytes(), "{m:?}");
+    }
+}
+
+#[test]
+fn the_request_is_the_one_the_whole_shim_sends() {
+    let master = Master { ip: [127, 0, 0, 1], port: 7420 };
+    let args: [&[u8]; 3] = [b"--city", "Zürich \"x\"\n".as_bytes(), b"--n=3"];
+    let call = Call {
+        master: &master,
+        toolkit: b"weather",
+        tool: b"forecast",
+        args: &args,
+        model: Some(b"team a"),
+        token: b"tok",
+        min_seq: Some(41),
+    };
+    let mut buf = vec![0u8; lean::request_room(&call)];
+    let mut out = Out::new(&mut buf);
+    lean::request(&mut out, &call);
+    let sent = String::from_utf8(out.written().unwrap().to_vec()).unwrap();
+    let body = serde_json::to_vec(&json!({"tool": "forecast", "args": ["--city", "Zürich \"x\"\n", "--n=3"]})).unwrap();
+    let body = String::from_utf8(body).unwrap();
+    let want = format!(
+        "POST /api/tools/weather/call?model=team+a HTTP/1.1\r\nHost: 127.0.0.1:7420\r\nAuthorization: Bearer tok\r\n\
+         Accept: */*\r\nAgentos-Min-Seq: 41\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    );
+    assert_eq!(sent, want);
+    // Port 80 is left out of the host, as the URL crate leaves a scheme's own port out.
+    let m80 = Master { ip: [10, 1, 2, 3], port: 80 };
+    let plain = Call { master: &m80, model: None, min_seq: None, args: &[], ..call };
+    let mut buf = vec![0u8; lean::request_room(&plain)];
+    let mut out = Out::new(&mut buf);
+    lean::request(&mut out, &plain);
+    let sent = String::from_utf8(out.written().unwrap().to_vec()).unwrap();
+    assert!(sent.starts_with("POST /api/tools/weather/call HTTP/1.1\r\nHost: 10.1.2.3\r\n"), "{sent}");
+    assert!(
+        sent.ends_with("Content-Length: 29\r\nConnection: close\r\n\r\n{\"args\":[],\"tool\":\"forecast\"}"),
+        "{sent}"
+    );
+    // A buffer too small says so rather than sending half.
+    let mut small = [0u8; 40];
+    let mut out = Out::new(&mut small);
+    lean::request(&mut out, &plain);
+    assert!(out.written().is_none());
+}
+
+#[test]
+fn only_plain_masters_plain_calls_and_valid_toolkits_go_the_lean_way() {
+    assert_eq!(lean::master_of(b"http://127.0.0.1:7420"), Some(Master { ip: [127, 0, 0, 1], port: 7420 }));
+    assert_eq!(lean::master_of(b"http://10.0.0.255//"), Some(Master { ip: [10, 0, 0, 255], port: 80 }));
+    for url in [
+        "https://127.0.0.1:7420",
+        "http://localhost:7420",
+        "http://127.0.0.1:7420/base",
+        "http://127.0.0.01:7420",
+        "http://127.0.0.1:",
+        "http://127.0.0.1:70000",
+        "http://256.0.0.1",
+        "http://1.2.3",
+        "http://1.2.3.4.5",
+        "http://[::1]:7420",
+        "http://user@127.0.0.1",
+        "HTTP://127.0.0.1",
+        "http://127.0.0.1:7420?x",
+    ] {
+        assert_eq!(lean::master_of(url.as_bytes()), None, "{url}");
+    }
+    assert_eq!(lean::toolkit_of(b"/usr/local/bin/agentos-weather"), Some(&b"weather"[..]));
+    for name in ["agentos-", "agentos-Weather", "agentos-a_b", "agentos", "weather", "agentos--x"] {
+        assert_eq!(lean::toolkit_of(name.as_bytes()), None, "{name}");
+    }
+    let plain = |args: &[&[u8]]| lean::plain_call(args);
+    assert!(plain(&[b"forecast", b"--city", b"Paris", b"--json", b"{}"]));
+    assert!(plain(&[b"forecast", b"--", b"-x"]));
+    assert!(!plain(&[]));
+    assert!(!plain(&[b"--help"]));
+    assert!(!plain(&[b"forecast", b"-h"]));
+    assert!(!plain(&[b"forecast", b"--photo-file", b"a.png"]));
+    assert!(!plain(&[b"forecast", b"--json-file=in.json"]));
+    assert!(!plain(&[b"forecast", b"--city", b"\xff"]));
+}
+
+#[test]
+fn numbers_text_and_paths_are_read_as_rust_reads_them() {
+    for s in ["0", "+7", "18446744073709551615", "18446744073709551616", "", "+", "-1", "1 2", "x"] {
+        assert_eq!(lean::parse_u64(s.as_bytes()), s.parse::<u64>().ok(), "{s:?}");
+    }
+    for s in ["  tok \n", "\t\x0b\x0ctok\r", "", "   ", "a b"] {
+        assert_eq!(lean::trim(s.as_bytes()), s.trim().as_bytes(), "{s:?}");
+    }
+    assert!(lean::token_ok(b"sk-abc_123") && !lean::token_ok(b"a\x7fb") && !lean::token_ok(b"a\x1bb"));
+    for p in ["/tmp/seq", "rel/seq", "seq"] {
+        assert!(lean::plain_path(p.as_bytes()), "{p}");
+    }
+    for p in ["", "/tmp/", "/tmp//seq", "/tmp/./seq", "../seq", "./seq", "/a/../seq"] {
+        assert!(!lean::plain_path(p.as_bytes()), "{p}");
+    }
+    for (dir, name, want) in [("/a", "b", "/a/b"), ("/a/", "b", "/a/b"), ("", "b", "b")] {
+        let joined = written(|o| lean::join(o, dir.as_bytes(), name.as_bytes()));
+        assert_eq!(joined, std::path::Path::new(dir).join(name).as_os_str().as_encoded_bytes(), "{dir} {name}");
+        assert_eq!(joined, want.as_bytes());
+    }
+}
+
+#[test]
+fn the_digest_and_the_sequence_file_name_are_the_whole_shims() {
+    let data: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
+    for len in [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 300] {
+        let hex: String = lean::sha256(&data[..len]).iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex, agentos_core::sha256_hex(&data[..len]), "length {len}");
+    }
+    let token = "sk-agent-token";
+    let want = format!("seq-{}", &agentos_core::sha256_hex(token.as_bytes())[..16]);
+    assert_eq!(lean::seq_name(token.as_bytes()), want.as_bytes());
+}
+
+#[test]
+fn answers_are_read_as_lean_http_reads_them() {
+    let read = |raw: &[u8], eof: bool| {
+        let mut raw = raw.to_vec();
+        lean::complete(&mut raw, eof).map(|a| a.map(|a| (a.status, a.seq, raw[a.body].to_vec())))
+    };
+    let a = read(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nAgentos-Seq: 7\r\n\r\nhello", false).unwrap().unwrap();
+    assert_eq!(a, (200, Some(7), b"hello".to_vec()));
+    assert_eq!(read(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nhel", false), Ok(None));
+    assert_eq!(read(b"HTTP/1.1 200 OK\r\ncontent-len", false), Ok(None));
+    let c = b"HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\n";
+    assert_eq!(read(c, false).unwrap().unwrap(), (403, None, b"abcde".to_vec()));
+    // An incomplete chunked body is left as it came, to be read again with more.
+    let mut partial = c[..c.len() - 7].to_vec();
+    let before = partial.clone();
+    assert_eq!(lean::complete(&mut partial, false), Ok(None));
+    assert_eq!(partial, before);
+    assert_eq!(read(b"HTTP/1.1 204 No Content\r\n\r\n", false).unwrap().unwrap(), (204, None, vec![]));
+    assert!(read(b"SSH-2.0-OpenSSH\r\n\r\n", false).is_err());
+    assert!(read(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n", false).is_err());
+    assert!(read(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", false).is_err());
+    assert!(read(&vec![b'a'; lean::MAX_HEAD + 1], false).is_err());
+    assert_eq!(read(b"HTTP/1.1 200 OK\r\n\r\nall of it", false), Ok(None));
+    assert_eq!(read(b"HTTP/1.1 200 OK\r\n\r\nall of it", true).unwrap().unwrap(), (200, None, b"all of it".to_vec()));
+    let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nab";
+    assert!(read(huge, false).is_err());
+    // A sequence that is not a number is no sequence, as `parse::<u64>` leaves it.
+    let a = read(b"HTTP/1.1 200 OK\r\nagentos-seq: x\r\ncontent-length: 0\r\n\r\n", false).unwrap().unwrap();
+    assert_eq!(a.1, None);
+}
