@@ -166,7 +166,16 @@ fn main() {
     let best_master_bare = best_bare;
 
     // (b) throughput with two executors against xargs -P2.
-    let e2 = start_executor(&api, &dir.path().join("e2"), "e2", 1);
+    // AGENTOS_BENCH_SLOTS runs each executor with that many slots from here on (1 by default, as
+    // `xargs -P2` runs two at a time).
+    let slots: usize = std::env::var("AGENTOS_BENCH_SLOTS").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+    let e1 = if slots == 1 {
+        e1
+    } else {
+        drop(e1);
+        start_executor(&api, &dir.path().join("e1b"), "e1b", slots)
+    };
+    let e2 = start_executor(&api, &dir.path().join("e2"), "e2", slots);
     // AGENTOS_BENCH_JOBS lengthens the run, for profiling.
     let jobs: usize = std::env::var("AGENTOS_BENCH_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(400);
     // xargs always has its next spawn ready; the like for the executors is a queue that is never

@@ -72,6 +72,22 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     let up_bin = dir.join("up-bin");
     install_shims(&up_api, &up_bin);
 
+    // The same toolkits linked to `agentos-shim-full`, the `std` program the lean shim hands
+    // the calls it does not make itself (when this build has one).
+    let full_bin = dir.join("full-bin");
+    let full = std::path::Path::new(&*BIN).with_file_name("agentos-shim-full");
+    let has_full = full.is_file() && std::fs::read_link(bin.join("agentos-nothing")).is_ok_and(|t| t != full);
+    if has_full {
+        std::fs::create_dir_all(&full_bin).unwrap();
+        for name in ["agentos-weather", "agentos-nothing"] {
+            std::os::unix::fs::symlink(&full, full_bin.join(name)).unwrap();
+        }
+    }
+    let full_shim = |name: &str, args: &[&str]| {
+        let mut c = Command::new(full_bin.join(name));
+        c.args(args).env("AGENTOS_URL", url).env("AGENTOS_TOKEN", token);
+        c
+    };
     let shim = |name: &str, args: &[&str]| {
         let mut c = Command::new(bin.join(name));
         c.args(args).env("AGENTOS_URL", url).env("AGENTOS_TOKEN", token);
@@ -116,7 +132,7 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     println!();
     println!("{:<44} {:>9} {:>9}", "call", "p50 ms", "p95 ms");
     let (mut host, mut host_c, mut script, mut spawn) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut script_up = Vec::new();
+    let (mut script_up, mut host_full, mut script_full) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..10 {
         host.extend(time_runs(20, || shim("agentos-weather", &["ping"])));
         if has_client {
@@ -125,6 +141,10 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
         script.extend(time_runs(10, || shim("agentos-nothing", &["run"])));
         spawn.extend(time_runs(10, bare));
         script_up.extend(time_runs(10, up_shim));
+        if has_full {
+            host_full.extend(time_runs(20, || full_shim("agentos-weather", &["ping"])));
+            script_full.extend(time_runs(10, || full_shim("agentos-nothing", &["run"])));
+        }
     }
     let has_node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
     let (hp50, hp95) = (pct(&mut host, 0.5), pct(&mut host, 0.95));
@@ -150,6 +170,17 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
         "script tool through `agentos up` (its executor in the master's process): {:.2} ms above a bare spawn at p50",
         up50 - bp50
     );
+    if has_full {
+        let (fh50, fs50) = (pct(&mut host_full, 0.5), pct(&mut script_full, 0.5));
+        println!("{:<44} {:>9.2} {:>9.2}", "agentos-shim-full → host tool", fh50, pct(&mut host_full, 0.95));
+        println!("{:<44} {:>9.2} {:>9.2}", "agentos-shim-full → script tool", fs50, pct(&mut script_full, 0.95));
+        println!(
+            "lean shim against agentos-shim-full: host tool {:.2}×, script tool {:.2}× ({:.2} ms above a bare spawn)",
+            hp50 / fh50,
+            sp50 / fs50,
+            fs50 - bp50
+        );
+    }
     if has_node {
         let mut nh = time_runs(40, || node("weather", "ping"));
         let mut ns = time_runs(40, || node("nothing", "run"));
