@@ -116,6 +116,7 @@ mod sys {
     pub const SENDTO: usize = 44;
     pub const SETSOCKOPT: usize = 54;
     pub const EXECVE: usize = 59;
+    pub const FCNTL: usize = 72;
     pub const CLOCK_GETTIME: usize = 228;
     pub const EXIT_GROUP: usize = 231;
     pub const OPENAT: usize = 257;
@@ -680,6 +681,18 @@ fn answer_file(handed: &Handed) -> Option<isize> {
     if fd < 0 {
         return None;
     }
+    // With standard input, output or error closed the file would take its number, and be
+    // taken for that stream: it is moved past them (F_DUPFD from 3), and the number given back.
+    let fd = if fd < 3 {
+        let moved = sys::call3(sys::FCNTL, fd as usize, 0, 3);
+        sys::call3(sys::CLOSE, fd as usize, 0, 0);
+        if moved < 0 {
+            return None;
+        }
+        moved
+    } else {
+        fd
+    };
     let mut head = [0u8; 256];
     let mut out = Out::new(&mut head);
     let body: &[u8] = match handed {

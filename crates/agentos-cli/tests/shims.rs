@@ -556,6 +556,28 @@ fn the_lean_shim_makes_plain_calls_itself_and_hands_the_rest_over_without_sendin
         let shown = format!("{toolkit} {args:?}");
         assert_eq!((lean.code, &lean.stdout, &lean.stderr), (whole.code, &whole.stdout, &whole.stderr), "{shown}");
     }
+    // Standard output closed: the memory file the answer is handed over in must not take its
+    // number (and be read as standard output, or refused).
+    for args in [&["nope"][..], &["run", "--name", "x"]] {
+        let closed = |program: &Path| {
+            let mut cmd = Command::new(program);
+            cmd.args(args).env_clear().env("AGENTOS_URL", &m.url).env("AGENTOS_TOKEN", &m.token);
+            // SAFETY: only closes a descriptor in the child before it runs the program.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                cmd.pre_exec(|| {
+                    libc::close(1);
+                    Ok(())
+                });
+            }
+            let out = cmd.output().unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let lean = closed(&bin.join("agentos-greet"));
+        assert_eq!(lean, closed(&full.join("agentos-greet")), "{args:?}");
+        assert!(!lean.1.contains("AGENTOS_SHIM_ANSWER_FD"), "{lean:?}");
+    }
+
     // Sent once, failed, handed over with its answer: the tool ran once.
     let out = run(&m, &bin.join("agentos-counted"), &["run"], None);
     assert_eq!(out.code, 5, "{}", out.stderr);
