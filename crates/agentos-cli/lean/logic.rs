@@ -312,6 +312,12 @@ fn body_length(call: &Call) -> usize {
     b"{\"args\":[".len() + args + b"],\"tool\":".len() + escaped(call.tool) + 1
 }
 
+/// `lean_http::is_chunked`: whether the head that came so far says the body is chunked.
+pub fn is_chunked(raw: &[u8]) -> bool {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len().min(MAX_HEAD));
+    raw[..end].windows(26).any(|w| w.eq_ignore_ascii_case(b"transfer-encoding: chunked"))
+}
+
 /// Largest answer head read (`lean_http::MAX_HEAD`).
 pub const MAX_HEAD: usize = 64 << 10;
 
@@ -468,4 +474,157 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
         out[4 * i..4 * i + 4].copy_from_slice(&word.to_be_bytes());
     }
     out
+}
+
+/// Whether `body` is already what the whole shim prints for it: the compact text `serde_json`
+/// writes of the value it reads back (keys sorted and unique, no space between tokens, its own
+/// escapes, valid UTF-8). The master's answers are; anything else (another server at that
+/// address, a float, whose shortest form is not checked here) is handed over to be read back.
+pub fn printed_as_is(body: &[u8]) -> bool {
+    if core::str::from_utf8(body).is_err() || body.first() != Some(&b'{') {
+        return false;
+    }
+    // The open containers: whether each is an object, and the last key seen in it. Past 100
+    // (`serde_json` reads 128 deep at most, and the whole shim prints what it cannot read as a
+    // string) the answer is handed over.
+    const DEPTH: usize = 100;
+    let mut objects = [false; DEPTH];
+    let mut last_key: [&[u8]; DEPTH] = [&[]; DEPTH];
+    let mut has_key = [false; DEPTH];
+    let mut depth = 0;
+    let mut i = 0;
+    // What may come next: a value, or (after one) a `,` or the container's end.
+    let mut want_value = true;
+    loop {
+        let Some(&c) = body.get(i) else { return false };
+        if want_value {
+            match c {
+                b'{' | b'[' => {
+                    let close = if c == b'{' { b'}' } else { b']' };
+                    i += 1;
+                    if body.get(i) == Some(&close) {
+                        i += 1;
+                        want_value = false;
+                    } else {
+                        if depth == DEPTH {
+                            return false;
+                        }
+                        (objects[depth], has_key[depth]) = (c == b'{', false);
+                        depth += 1;
+                        if c == b'{' && !key(body, &mut i, &mut last_key[depth - 1], &mut has_key[depth - 1]) {
+                            return false;
+                        }
+                        continue;
+                    }
+                }
+                b'"' => {
+                    let Some(end) = string(body, i) else { return false };
+                    i = end;
+                    want_value = false;
+                }
+                b't' | b'f' | b'n' => {
+                    let word: &[u8] = match c {
+                        b't' => b"true",
+                        b'f' => b"false",
+                        _ => b"null",
+                    };
+                    if !body[i..].starts_with(word) {
+                        return false;
+                    }
+                    i += word.len();
+                    want_value = false;
+                }
+                b'-' | b'0'..=b'9' => {
+                    i += usize::from(c == b'-');
+                    let digits_start = i;
+                    while body.get(i).is_some_and(u8::is_ascii_digit) {
+                        i += 1;
+                    }
+                    let d = &body[digits_start..i];
+                    if d.is_empty() || (d.len() > 1 && d[0] == b'0') || matches!(body.get(i), Some(b'.' | b'e' | b'E'))
+                    {
+                        return false;
+                    }
+                    // Integers within what `serde_json` keeps as one (`u64`, or `i64` below 0).
+                    let Some(n) = parse_u64(d) else { return false };
+                    if c == b'-' && (n == 0 || n > 1 << 63) {
+                        return false;
+                    }
+                    want_value = false;
+                }
+                _ => return false,
+            }
+            if depth == 0 {
+                return i == body.len();
+            }
+            continue;
+        }
+        // After a value: the next member or element, or the end of the container.
+        let object = objects[depth - 1];
+        match c {
+            b',' => {
+                i += 1;
+                if object && !key(body, &mut i, &mut last_key[depth - 1], &mut has_key[depth - 1]) {
+                    return false;
+                }
+                want_value = true;
+            }
+            b'}' if object => {
+                i += 1;
+                depth -= 1;
+            }
+            b']' if !object => {
+                i += 1;
+                depth -= 1;
+            }
+            _ => return false,
+        }
+        if depth == 0 {
+            return i == body.len();
+        }
+    }
+}
+
+/// A key and its `:` at `*i`, after the last one in byte order (so sorted and unique) and with
+/// no escape in it (whose order would be the escaped text's).
+fn key<'a>(body: &'a [u8], i: &mut usize, last: &mut &'a [u8], has: &mut bool) -> bool {
+    if body.get(*i) != Some(&b'"') {
+        return false;
+    }
+    let Some(end) = string(body, *i) else { return false };
+    let text = &body[*i + 1..end - 1];
+    if text.contains(&b'\\') || (*has && text <= *last) || body.get(end) != Some(&b':') {
+        return false;
+    }
+    (*last, *has, *i) = (text, true, end + 1);
+    true
+}
+
+/// The end (past the closing quote) of the string at `start`, when it has only the escapes
+/// `serde_json` writes and no raw control character.
+fn string(body: &[u8], start: usize) -> Option<usize> {
+    let mut i = start + 1;
+    loop {
+        match *body.get(i)? {
+            b'"' => return Some(i + 1),
+            b'\\' => {
+                match *body.get(i + 1)? {
+                    b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => i += 2,
+                    b'u' => {
+                        let hex = body.get(i + 2..i + 6)?;
+                        let lower = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+                        // Only a control character that has no short escape is written so.
+                        let short = [b"0008", b"000c", b"000a", b"000d", b"0009"].iter().any(|s| hex == &s[..]);
+                        if !hex.starts_with(b"00") || !matches!(hex[2], b'0' | b'1') || !lower(&hex[3]) || short {
+                            return None;
+                        }
+                        i += 6;
+                    }
+                    _ => return None,
+                }
+            }
+            0..=0x1f => return None,
+            _ => i += 1,
+        }
+    }
 }

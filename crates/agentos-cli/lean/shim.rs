@@ -225,6 +225,9 @@ enum Handed<'a> {
     Os(isize),
     /// No whole answer came, for this reason.
     Said(&'static str),
+    /// The answer (status and body) was printed in part, and printing it failed with this OS
+    /// error: the whole shim words that, and prints none of it again.
+    Printed(isize, u16, &'a [u8]),
 }
 
 #[panic_handler]
@@ -258,12 +261,14 @@ fn prepare(p: &Process) -> Option<Prepared> {
     }
     let toolkit = logic::toolkit_of(p.arg(0))?;
     let args_mem = sys::alloc((p.argc - 1) * core::mem::size_of::<&[u8]>())?;
-    // SAFETY: fresh memory, aligned to a page, as many slices as arguments.
-    let args: &mut [&[u8]] =
-        unsafe { core::slice::from_raw_parts_mut(args_mem.as_mut_ptr() as *mut &[u8], p.argc - 1) };
-    for (i, a) in args.iter_mut().enumerate() {
-        *a = p.arg(i + 1);
+    let slots = args_mem.as_mut_ptr() as *mut &[u8];
+    for i in 0..p.argc - 1 {
+        // SAFETY: fresh memory, aligned to a page, room for as many slices as arguments; each
+        // is written before the slice below is made.
+        unsafe { slots.add(i).write(p.arg(i + 1)) };
     }
+    // SAFETY: every element was written above.
+    let args: &[&[u8]] = unsafe { core::slice::from_raw_parts(slots, p.argc - 1) };
     if !logic::plain_call(args) {
         return None;
     }
@@ -307,7 +312,10 @@ fn token(p: &Process) -> Option<&'static [u8]> {
             let mut out = Out::new(&mut path);
             logic::join(&mut out, data, b"operator.token\0");
             let len = out.written()?.len();
-            read_small(&path[..len])?
+            match read_small(&path[..len]) {
+                Small::Text(t) => t,
+                Small::Missing | Small::TooBig => return None,
+            }
         }
     };
     let t = logic::trim(raw);
@@ -342,37 +350,48 @@ fn seq_file(p: &Process, token: &[u8]) -> Option<Option<(&'static [u8], Option<u
     out.written()?;
     let mem: &'static [u8] = mem;
     let seen = match read_small(&mem[..len + 1]) {
-        None => None,
-        Some(text) if text.is_ascii() => logic::parse_u64(logic::trim(text)),
-        Some(_) => return None,
+        Small::Missing => None,
+        Small::Text(text) if text.is_ascii() => logic::parse_u64(logic::trim(text)),
+        Small::Text(_) | Small::TooBig => return None,
     };
     Some(Some((&mem[..len], seen)))
 }
 
-/// A small file's whole text (`path` ends with NUL): `None` when it cannot be read, or when it
-/// is 4 KiB or more (left to the whole shim).
-fn read_small(path: &[u8]) -> Option<&'static [u8]> {
+/// A small file's whole text, as the whole shim reads it with `read_to_string`.
+enum Small {
+    /// It cannot be read.
+    Missing,
+    /// 4 KiB or more: left to the whole shim.
+    TooBig,
+    Text(&'static [u8]),
+}
+
+/// The file at `path` (which ends with NUL).
+fn read_small(path: &[u8]) -> Small {
     // O_RDONLY | O_CLOEXEC.
     let fd = sys::call3(sys::OPENAT, sys::AT_FDCWD, path.as_ptr() as usize, 0o2000000);
     if fd < 0 {
-        return None;
+        return Small::Missing;
     }
-    let mem = sys::alloc(4096)?;
+    let Some(mem) = sys::alloc(4096) else {
+        sys::call3(sys::CLOSE, fd as usize, 0, 0);
+        return Small::TooBig;
+    };
     let mut len = 0;
-    let whole = loop {
+    let read = loop {
         let n = sys::call3(sys::READ, fd as usize, mem[len..].as_mut_ptr() as usize, mem.len() - len);
         match n {
-            0 => break true,
+            0 => break Small::Text(&mem[..len]),
             n if n == -sys::EINTR => continue,
-            n if n < 0 => break false,
+            n if n < 0 => break Small::Missing,
             n => len += n as usize,
         }
         if len == mem.len() {
-            break false;
+            break Small::TooBig;
         }
     };
     sys::call3(sys::CLOSE, fd as usize, 0, 0);
-    whole.then(|| &mem[..len])
+    read
 }
 
 /// How long the whole exchange may take (`call::REQUEST_TIMEOUT`), and a connection to open
@@ -402,12 +421,13 @@ fn call(prep: Prepared) -> Option<Handed<'static>> {
     addr[2..4].copy_from_slice(&prep.master.port.to_be_bytes());
     addr[4..8].copy_from_slice(&prep.master.ip);
     timeout(fd, SO_SNDTIMEO, CONNECT_MS);
-    let c = loop {
-        let c = sys::call3(sys::CONNECT, fd, addr.as_ptr() as usize, 16);
-        if c != -sys::EINTR {
-            break c;
-        }
-    };
+    let c = sys::call3(sys::CONNECT, fd, addr.as_ptr() as usize, 16);
+    if c == -sys::EINTR {
+        // A connect stopped by a signal goes on in the kernel, and cannot be asked again: nothing
+        // was sent, so the whole shim makes the call afresh.
+        sys::call3(sys::CLOSE, fd, 0, 0);
+        return None;
+    }
     if c == -sys::EINPROGRESS || c == -sys::EAGAIN {
         return Some(Handed::Said("connection timed out"));
     }
@@ -438,16 +458,18 @@ fn call(prep: Prepared) -> Option<Handed<'static>> {
         rest = &rest[n as usize..];
     }
 
-    let mut buf = sys::alloc(64 << 10)?;
+    // The call was sent: from here on every failure is handed over as one, never as a call
+    // still to make.
+    const NO_MEMORY: Handed = Handed::Said("no memory left to read the answer");
+    let Some(mut buf) = sys::alloc(64 << 10) else { return Some(NO_MEMORY) };
     let mut len = 0;
     let answer = loop {
-        let Some(ms) = left() else {
-            return Some(written.err().map_or(Handed::Said("no whole answer in time"), Handed::Os));
-        };
+        let Some(ms) = left() else { return Some(Handed::Said("no whole answer in time")) };
         timeout(fd, SO_RCVTIMEO, ms);
         if len == buf.len() {
             let bigger = buf.len() * 2;
-            buf = sys::grow(buf, bigger)?;
+            let Some(grown) = sys::grow(buf, bigger) else { return Some(NO_MEMORY) };
+            buf = grown;
         }
         let n = sys::call3(sys::READ, fd, buf[len..].as_mut_ptr() as usize, buf.len() - len);
         if n == -sys::EINTR {
@@ -461,6 +483,10 @@ fn call(prep: Prepared) -> Option<Handed<'static>> {
         }
         let eof = n == 0;
         len += n as usize;
+        // A chunked body is looked at once its last chunk may be there (`lean_http::exchange`).
+        if !eof && logic::is_chunked(&buf[..len]) && !buf[..len].ends_with(b"\r\n\r\n") {
+            continue;
+        }
         match logic::complete(&mut buf[..len], eof) {
             Ok(Some(answer)) => break answer,
             Ok(None) if eof => {
@@ -479,21 +505,40 @@ fn call(prep: Prepared) -> Option<Handed<'static>> {
     if let (Some(seq), Some((file, seen))) = (seq, prep.seq) {
         note_seq(file, seen, seq);
     }
-    let buf: &'static mut [u8] = buf;
-    let body_text = &buf[body.clone()];
-    // A successful answer is printed as the master wrote it: `serde_json`'s own compact text of
-    // a value, which is what the whole shim prints after reading it back.
-    let printable = (200..300).contains(&status) && body_text.first() == Some(&b'{') && body_text.last() == Some(&b'}');
-    if printable {
-        let buf = if body.end == buf.len() { sys::grow(buf, body.end + 1)? } else { buf };
-        buf[body.end] = b'\n';
-        if sys::write_all(1, &buf[body.start..body.end + 1]).is_ok() {
-            sys::exit(0);
+    let buf: &'static [u8] = buf;
+    let body = &buf[body];
+    // A successful answer is printed as it came when that is what the whole shim prints after
+    // reading it back: `serde_json`'s own compact text of a value, as the master writes it.
+    if (200..300).contains(&status) && logic::printed_as_is(body) {
+        match print(body) {
+            Ok(()) => sys::exit(0),
+            // Nothing printed: the whole shim prints it, or words the failure.
+            Err((0, _)) => {}
+            Err((_, errno)) => return Some(Handed::Printed(errno, status, body)),
         }
-        let buf: &'static [u8] = buf;
-        return Some(Handed::Answer(status, &buf[body]));
     }
-    Some(Handed::Answer(status, &buf[body]))
+    Some(Handed::Answer(status, body))
+}
+
+/// Writes `body` and a line break to standard output; on failure, how much of it went out and
+/// the OS error.
+fn print(body: &[u8]) -> Result<(), (usize, isize)> {
+    let mut done = 0;
+    for part in [body, b"\n"] {
+        let mut rest = part;
+        while !rest.is_empty() {
+            let n = sys::call3(sys::WRITE, 1, rest.as_ptr() as usize, rest.len());
+            if n == -sys::EINTR {
+                continue;
+            }
+            if n <= 0 {
+                return Err((done, if n == 0 { 5 } else { -n }));
+            }
+            rest = &rest[n as usize..];
+            done += n as usize;
+        }
+    }
+    Ok(())
 }
 
 /// `SeenSeq::note_seq`: keeps `seq` in `file` when it is past what was there, through a
@@ -506,7 +551,7 @@ fn note_seq(file: &[u8], seen: Option<u64>, seq: u64) {
         write_seq(b"", file, seq);
         return;
     };
-    let dir = &file[..slash];
+    let dir = if slash == 0 { &file[..1] } else { &file[..slash] };
     let mut path = [0u8; 8192];
     let mut out = Out::new(&mut path);
     out.put(dir);
@@ -617,7 +662,7 @@ fn hand_over(p: &Process, handed: Option<Handed>) -> ! {
     // The environment, with this program's note first and any other note of that name left
     // out (so that a call handed over before it was sent is never taken for one that was).
     let count = p.env_entries().count();
-    let Some(mem) = sys::alloc((count + 2) * 8) else { sys::exit(1) };
+    let Some(mem) = sys::alloc((count + 2) * 8) else { fail(&handed, b"no memory was left to hand it over") };
     let envp = mem.as_mut_ptr() as *mut *const u8;
     let mut i = 0;
     if handed.is_some() {
@@ -641,7 +686,10 @@ fn hand_over(p: &Process, handed: Option<Handed>) -> ! {
             sys::call3(sys::EXECVE, path.as_ptr() as usize, p.argv as usize, envp as usize);
         }
     };
-    let path_dirs = p.env(b"PATH").unwrap_or_default().split(|b| *b == b':').filter(|d| !d.is_empty());
+    // A call already sent goes only to the program beside this one: another found on `PATH` may
+    // be of a version that does not read what is handed to it, and would send the call again.
+    let path = if handed.is_some() { None } else { p.env(b"PATH") };
+    let path_dirs = path.unwrap_or_default().split(|b| *b == b':').filter(|d| !d.is_empty());
     for (i, dir) in core::iter::once(dir).chain(path_dirs).enumerate() {
         if i > 0 || n > 0 {
             exec(dir, b"agentos-shim-full");
@@ -667,6 +715,7 @@ fn fail(handed: &Option<Handed>, why: &[u8]) -> ! {
             out.num(u64::from(*status));
             out.put(b", but ");
         }
+        Some(Handed::Printed(..)) => out.put(b"the call was answered and its answer printed in part, but "),
         Some(_) => out.put(b"the call was sent and no whole answer came, but "),
     }
     out.put(why);
@@ -675,7 +724,8 @@ fn fail(handed: &Option<Handed>, why: &[u8]) -> ! {
     sys::exit(if handed.is_none() { 7 } else { 1 })
 }
 
-/// The memory file that carries `handed`: `A <status>\n<body>`, `O <errno>` or `S <reason>`.
+/// The memory file that carries `handed`: `A <status>\n<body>`, `P <errno> <status>\n<body>`,
+/// `O <errno>` or `S <reason>`.
 fn answer_file(handed: &Handed) -> Option<isize> {
     let fd = sys::call3(sys::MEMFD_CREATE, c"agentos-answer".as_ptr() as usize, 0, 0);
     if fd < 0 {
@@ -698,6 +748,14 @@ fn answer_file(handed: &Handed) -> Option<isize> {
     let body: &[u8] = match handed {
         Handed::Answer(status, body) => {
             out.put(b"A ");
+            out.num(u64::from(*status));
+            out.put(b"\n");
+            body
+        }
+        Handed::Printed(errno, status, body) => {
+            out.put(b"P ");
+            out.num(*errno as u64);
+            out.put(b" ");
             out.num(u64::from(*status));
             out.put(b"\n");
             body

@@ -223,9 +223,21 @@ impl Target {
 
 /// The environment variable through which the lean `agentos-shim` (`lean/shim.rs`) hands a
 /// call it already sent to this program: a descriptor of a memory file holding `A <status>`, a
-/// line break and the answer's body; `O <errno>` (no whole answer: an OS error); or
-/// `S <reason>` (no whole answer, for that reason). The lean shim noted the answer's sequence.
+/// line break and the answer's body; `P <errno> <status>`, a line break and the body (printed in
+/// part before standard output failed with that error); `O <errno>` (no whole answer: an OS
+/// error); or `S <reason>` (no whole answer, for that reason). The lean shim noted the answer's
+/// sequence.
 pub(crate) const HANDED_OVER: &str = "AGENTOS_SHIM_ANSWER_FD";
+
+/// The OS error with which the lean shim's printing of the answer failed, after part of it went
+/// out (0: none). Nothing is printed again; the failure is reported.
+static STDOUT_FAILED: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// Why standard output cannot take the answer, when the lean shim found so while printing it.
+pub(crate) fn stdout_failed() -> Option<std::io::Error> {
+    let errno = STDOUT_FAILED.load(std::sync::atomic::Ordering::Relaxed);
+    (errno != 0).then(|| std::io::Error::from_raw_os_error(errno))
+}
 
 /// What the lean shim handed over, until the call's request takes it.
 static HANDED: std::sync::Mutex<Option<std::io::Result<crate::lean_http::Answer>>> = std::sync::Mutex::new(None);
@@ -254,6 +266,15 @@ pub(crate) fn take_handed_over() -> Result<(), ClientError> {
         Some((b"A ", rest)) => {
             let (status, body) = rest.split_at(rest.iter().position(|b| *b == b'\n').ok_or_else(refused)?);
             let status = std::str::from_utf8(status).ok().and_then(|s| s.parse().ok()).ok_or_else(refused)?;
+            Ok(crate::lean_http::Answer { status, headers: Vec::new(), body: body[1..].to_vec() })
+        }
+        Some((b"P ", rest)) => {
+            // Printed in part before standard output failed: that failure is this call's.
+            let (head, body) = rest.split_at(rest.iter().position(|b| *b == b'\n').ok_or_else(refused)?);
+            let (errno, status) = std::str::from_utf8(head).ok().and_then(|h| h.split_once(' ')).ok_or_else(refused)?;
+            let errno: i32 = errno.parse().ok().filter(|e| *e > 0).ok_or_else(refused)?;
+            let status = status.parse().ok().ok_or_else(refused)?;
+            STDOUT_FAILED.store(errno, std::sync::atomic::Ordering::Relaxed);
             Ok(crate::lean_http::Answer { status, headers: Vec::new(), body: body[1..].to_vec() })
         }
         Some((b"O ", errno)) => {

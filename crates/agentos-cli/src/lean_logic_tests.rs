@@ -170,7 +170,62 @@ fn answers_are_read_as_lean_http_reads_them() {
     assert_eq!(read(b"HTTP/1.1 200 OK\r\n\r\nall of it", true).unwrap().unwrap(), (200, None, b"all of it".to_vec()));
     let huge = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nffffffffffffffff\r\nab";
     assert!(read(huge, false).is_err());
+    assert!(lean::is_chunked(b"HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: Chunked\r\n\r\n3\r\n"));
+    assert!(lean::is_chunked(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked"));
+    assert!(!lean::is_chunked(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntransfer-encoding: chunked"));
     // A sequence that is not a number is no sequence, as `parse::<u64>` leaves it.
     let a = read(b"HTTP/1.1 200 OK\r\nagentos-seq: x\r\ncontent-length: 0\r\n\r\n", false).unwrap().unwrap();
     assert_eq!(a.1, None);
+}
+
+#[test]
+fn an_answer_is_printed_as_it_came_only_when_reading_it_back_would_not_change_it() {
+    let canonical = |s: &str| {
+        serde_json::from_str::<serde_json::Value>(s).is_ok_and(|v| serde_json::to_string(&v).is_ok_and(|t| t == s))
+    };
+    let samples = [
+        r#"{"ok":true,"result":{}}"#,
+        r#"{"ok":true,"result":{"a":[1,-2,null,true,false,"x"],"b":{"c":[]},"d":"\"q\" \\ \n\t\u0001é"}}"#,
+        r#"{"a":18446744073709551615,"b":-9223372036854775808}"#,
+        r#"{"a":18446744073709551616}"#,
+        r#"{"a":-9223372036854775809}"#,
+        r#"{"a":-0}"#,
+        r#"{"a":1.5}"#,
+        r#"{"a":1e3}"#,
+        r#"{"a":01}"#,
+        r#"{ "b":1 }"#,
+        r#"{"b":1,"a":2}"#,
+        r#"{"a":1,"a":2}"#,
+        r#"{"a":"\u00e9"}"#,
+        r#"{"a":"\/"}"#,
+        r#"{"a":"\u000a"}"#,
+        r#"{"a":"\u001F"}"#,
+        r#"{"a":"\u001f"}"#,
+        "{\"a\":\"\x01\"}",
+        r#"{bad}"#,
+        r#"{"a":1}x"#,
+        r#"{"a":1"#,
+        r#"{"a":[1,]}"#,
+        r#"{"a":[,1]}"#,
+        r#"{"a\"b":1}"#,
+        r#"["not an object"]"#,
+        r#"{"a":tru}"#,
+        r#"{"a":{"b":{"c":[[[[{}]]]]}},"b":[{"x":1,"y":[2]}]}"#,
+    ];
+    for s in samples {
+        // Never printed as it came unless reading it back gives the same text; the master's own
+        // kinds of answer are printed as they came.
+        let ours = lean::printed_as_is(s.as_bytes());
+        assert!(!ours || canonical(s), "{s}");
+        if s.starts_with('{') && canonical(s) && !s.contains('.') && !s.contains("e3") && !s.contains("\\\"b") {
+            assert!(ours, "{s}");
+        }
+    }
+    assert!(!lean::printed_as_is(b"{\"a\":\"\xff\"}"));
+    for depth in [1, 50, 98, 99, 100, 127, 128, 129, 300] {
+        let deep = format!("{{\"a\":{}1{}}}", "[".repeat(depth), "]".repeat(depth));
+        let ours = lean::printed_as_is(deep.as_bytes());
+        assert!(!ours || canonical(&deep), "{depth} deep");
+        assert_eq!(ours, depth < 100, "{depth} deep");
+    }
 }

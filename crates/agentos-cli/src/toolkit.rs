@@ -185,6 +185,9 @@ fn utf8_args(args: Vec<std::ffi::OsString>) -> Result<Vec<String>, ClientError> 
 /// panic. A reader that went away ends the process by `SIGPIPE` first, as for other tools.
 fn write_out(text: &str) -> Result<(), ClientError> {
     use std::io::Write;
+    if let Some(e) = crate::call::stdout_failed() {
+        return Err(fail(crate::call::EXIT_FAILURE, format!("cannot write to standard output: {e}")));
+    }
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())
         .and_then(|()| out.flush())

@@ -684,3 +684,85 @@ fn a_handed_answer_that_is_not_the_lean_shims_is_refused_and_nothing_is_sent() {
         assert!(err.contains("names no answer agentos-shim left; the call may have run"), "{value}: {err}");
     }
 }
+
+/// A server at an `http://` IPv4 address that answers every request with `answer`, and the
+/// requests it got (head and body).
+fn answering(answer: &'static str) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let text = String::from_utf8_lossy(&got).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .map_or(0, |n| n.parse::<usize>().unwrap());
+                    if body.len() >= len {
+                        break;
+                    }
+                }
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            log.lock().unwrap().push(String::from_utf8_lossy(&got).into_owned());
+            let _ = s.write_all(
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{answer}",
+                    answer.len()
+                )
+                .as_bytes(),
+            );
+        }
+    });
+    (url, seen)
+}
+
+/// An answer the lean shim would print otherwise than the whole shim (not `serde_json`'s own
+/// text: spaces, keys out of order, an escape it does not write) is handed over, and printed as
+/// the whole shim prints it; a sequence file of 4 KiB or more is left to the whole shim to read.
+/// Either way the request is sent once.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn the_lean_shim_hands_over_an_answer_it_would_print_otherwise_and_a_sequence_file_it_does_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let lean = dir.path().join("lean").join("agentos-greet");
+    let full = dir.path().join("full").join("agentos-greet");
+    for (link, to) in [(&lean, "agentos-shim"), (&full, "agentos-shim-full")] {
+        std::fs::create_dir(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(Path::new(BIN).with_file_name(to), link).unwrap();
+    }
+    let (url, seen) = answering(r#"{ "ok": true, "result": {"b": 1.50, "a": "\u00e9"} }"#);
+    let padded = dir.path().join("seq");
+    std::fs::write(&padded, format!("{}42\n", " ".repeat(5000))).unwrap();
+    let call = |program: &Path| {
+        let out = Command::new(program)
+            .args(["run", "--name", "x"])
+            .env_clear()
+            .env("AGENTOS_URL", &url)
+            .env("AGENTOS_TOKEN", "t")
+            .env("AGENTOS_SEQ_FILE", &padded)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let from_lean = call(&lean);
+    assert_eq!(from_lean, call(&full));
+    assert_eq!(from_lean.1, "{\"ok\":true,\"result\":{\"a\":\"é\",\"b\":1.5}}\n");
+    let requests = seen.lock().unwrap().clone();
+    assert_eq!(requests.len(), 2, "one request from each shim: {requests:?}");
+    assert!(requests.iter().all(|r| r.contains("\r\nAgentos-Min-Seq: 42\r\n")), "{requests:?}");
+}
