@@ -4,19 +4,22 @@
 //! them is handed to `agentos-shim-full`, so this file only has to be exact for what it takes.
 //! It is compiled into the lean program and, for its tests, into the `agentos` crate.
 
-/// A writer into a fixed buffer that notes when something did not fit.
+/// A writer into a fixed buffer that notes when something did not fit, and counts what was put
+/// either way (so an empty buffer measures).
 pub struct Out<'a> {
     buf: &'a mut [u8],
     len: usize,
     fits: bool,
+    put: usize,
 }
 
 impl<'a> Out<'a> {
     pub fn new(buf: &'a mut [u8]) -> Self {
-        Out { buf, len: 0, fits: true }
+        Out { buf, len: 0, fits: true, put: 0 }
     }
 
     pub fn put(&mut self, bytes: &[u8]) {
+        self.put += bytes.len();
         match self.buf.get_mut(self.len..self.len + bytes.len()) {
             Some(room) if self.fits => {
                 room.copy_from_slice(bytes);
@@ -38,6 +41,11 @@ impl<'a> Out<'a> {
             }
         }
         self.put(&digits[i..]);
+    }
+
+    /// How many bytes were put, whether they fit or not.
+    pub fn put_len(&self) -> usize {
+        self.put
     }
 
     /// What was written, or `None` when some of it did not fit.
@@ -296,20 +304,11 @@ fn body(out: &mut Out, call: &Call) {
     out.put(b"}");
 }
 
-/// The body's length, counted as it is escaped.
+/// The body's length, measured by writing it into no room.
 fn body_length(call: &Call) -> usize {
-    let escaped = |s: &[u8]| -> usize {
-        2 + s
-            .iter()
-            .map(|b| match b {
-                b'"' | b'\\' | 0x08 | 0x0c | b'\n' | b'\r' | b'\t' => 2,
-                0..=0x1f => 6,
-                _ => 1,
-            })
-            .sum::<usize>()
-    };
-    let args: usize = call.args.iter().map(|a| escaped(a)).sum::<usize>() + call.args.len().saturating_sub(1);
-    b"{\"args\":[".len() + args + b"],\"tool\":".len() + escaped(call.tool) + 1
+    let mut counted = Out::new(&mut []);
+    body(&mut counted, call);
+    counted.put_len()
 }
 
 /// `lean_http::is_chunked`: whether the head that came so far says the body is chunked.

@@ -161,16 +161,18 @@ mod sys {
         ts[0] as u64 * 1000 + ts[1] as u64 / 1_000_000
     }
 
-    pub fn write_all(fd: usize, mut bytes: &[u8]) -> Result<(), isize> {
-        while !bytes.is_empty() {
-            let n = call3(WRITE, fd, bytes.as_ptr() as usize, bytes.len());
+    /// Writes all of `bytes`; on failure, how many went out and the OS error's number.
+    pub fn write_all(fd: usize, bytes: &[u8]) -> Result<(), (usize, isize)> {
+        let mut done = 0;
+        while done < bytes.len() {
+            let n = call3(WRITE, fd, bytes[done..].as_ptr() as usize, bytes.len() - done);
             if n == -EINTR {
                 continue;
             }
             if n <= 0 {
-                return Err(if n == 0 { -5 } else { n });
+                return Err((done, if n == 0 { 5 } else { -n }));
             }
-            bytes = &bytes[n as usize..];
+            done += n as usize;
         }
         Ok(())
     }
@@ -523,22 +525,8 @@ fn call(prep: Prepared) -> Option<Handed<'static>> {
 /// Writes `body` and a line break to standard output; on failure, how much of it went out and
 /// the OS error.
 fn print(body: &[u8]) -> Result<(), (usize, isize)> {
-    let mut done = 0;
-    for part in [body, b"\n"] {
-        let mut rest = part;
-        while !rest.is_empty() {
-            let n = sys::call3(sys::WRITE, 1, rest.as_ptr() as usize, rest.len());
-            if n == -sys::EINTR {
-                continue;
-            }
-            if n <= 0 {
-                return Err((done, if n == 0 { 5 } else { -n }));
-            }
-            rest = &rest[n as usize..];
-            done += n as usize;
-        }
-    }
-    Ok(())
+    sys::write_all(1, body)?;
+    sys::write_all(1, b"\n").map_err(|(done, errno)| (body.len() + done, errno))
 }
 
 /// `SeenSeq::note_seq`: keeps `seq` in `file` when it is past what was there, through a
