@@ -357,21 +357,30 @@ mod tests {
     /// does) still has the result recorded, but is handed no next job it would never hear of.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_result_whose_caller_gave_up_is_recorded_and_hands_out_no_next_job() {
-        let m = master().await;
-        let link = m.link().await;
-        let (first, second) = (m.queue().await, m.queue().await);
-        let job = link.poll(poll_call()).await.unwrap().expect("a queued job");
-        let call = ResultCall {
-            name: None,
-            instance: None,
-            slot: None,
-            job_id: &first,
-            result: &result_of(&job, "aGkK"),
-            take_next: true,
+        // Polled once, so that the result is on its way, then dropped. The committer runs on a
+        // thread of its own and may, on a busy machine, have answered by that first poll: such
+        // a try is not the case under test, and another is made.
+        let (m, first, second) = 'tries: {
+            for _ in 0..20 {
+                let m = master().await;
+                let link = m.link().await;
+                let (first, second) = (m.queue().await, m.queue().await);
+                let job = link.poll(poll_call()).await.unwrap().expect("a queued job");
+                let call = ResultCall {
+                    name: None,
+                    instance: None,
+                    slot: None,
+                    job_id: &first,
+                    result: &result_of(&job, "aGkK"),
+                    take_next: true,
+                };
+                if link.result(call).now_or_never().is_none() {
+                    break 'tries (m, first, second);
+                }
+            }
+            panic!("the answer was there at the first poll in 20 tries");
         };
-        // Polled once, so that the result is on its way, then dropped.
-        let gave_up = link.result(call).now_or_never();
-        assert!(gave_up.is_none(), "the answer cannot be there at the first poll: {gave_up:?}");
+        let link = m.link().await;
         assert_eq!(m.settled(&first).await, "finished");
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert_eq!(m.state(&second).await, "queued", "the next job stays queued for a worker that asks");
