@@ -477,8 +477,9 @@ pub fn sha256(data: &[u8]) -> [u8; 32] {
 
 /// Whether `body` is already what the whole shim prints for it: the compact text `serde_json`
 /// writes of the value it reads back (keys sorted and unique, no space between tokens, its own
-/// escapes, valid UTF-8). The master's answers are; anything else (another server at that
-/// address, a float, whose shortest form is not checked here) is handed over to be read back.
+/// escapes, valid UTF-8, floats in their shortest form). The master's answers are; anything else
+/// (another server at that address, a float whose digits are not checked here) is handed over to
+/// be read back.
 pub fn printed_as_is(body: &[u8]) -> bool {
     if core::str::from_utf8(body).is_err() || body.first() != Some(&b'{') {
         return false;
@@ -534,20 +535,31 @@ pub fn printed_as_is(body: &[u8]) -> bool {
                     want_value = false;
                 }
                 b'-' | b'0'..=b'9' => {
+                    let start = i;
                     i += usize::from(c == b'-');
                     let digits_start = i;
                     while body.get(i).is_some_and(u8::is_ascii_digit) {
                         i += 1;
                     }
                     let d = &body[digits_start..i];
-                    if d.is_empty() || (d.len() > 1 && d[0] == b'0') || matches!(body.get(i), Some(b'.' | b'e' | b'E'))
-                    {
-                        return false;
-                    }
-                    // Integers within what `serde_json` keeps as one (`u64`, or `i64` below 0).
-                    let Some(n) = parse_u64(d) else { return false };
-                    if c == b'-' && (n == 0 || n > 1 << 63) {
-                        return false;
+                    if matches!(body.get(i), Some(b'.' | b'e' | b'E')) {
+                        // A float: its whole text, up to the next `,`, `]` or `}`.
+                        while body.get(i).is_some_and(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'))
+                        {
+                            i += 1;
+                        }
+                        if !float_as_written(&body[start..i]) {
+                            return false;
+                        }
+                    } else {
+                        if d.is_empty() || (d.len() > 1 && d[0] == b'0') {
+                            return false;
+                        }
+                        // Integers within what `serde_json` keeps as one (`u64`, or `i64` below 0).
+                        let Some(n) = parse_u64(d) else { return false };
+                        if c == b'-' && (n == 0 || n > 1 << 63) {
+                            return false;
+                        }
                     }
                     want_value = false;
                 }
@@ -581,6 +593,168 @@ pub fn printed_as_is(body: &[u8]) -> bool {
         if depth == 0 {
             return i == body.len();
         }
+    }
+}
+
+/// The powers of ten an `f64` holds exactly.
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
+    1e21, 1e22,
+];
+
+/// Whether `t`, a number with a fraction or an exponent, is the text `serde_json` writes of the
+/// `f64` it reads back: the shortest digits that read back as that `f64` (`core` finds them as
+/// `serde_json`'s formatter does), laid out as that formatter lays them out. Only numbers that read back exactly however
+/// `serde_json` was built are taken: at most 2^53 as digits, times or over a power of ten up to
+/// 10^22, which is one rounding of two exact values. Anything else is handed over.
+pub fn float_as_written(t: &[u8]) -> bool {
+    let (negative, rest) = match t.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, t),
+    };
+    let int_len = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    let (int, rest) = rest.split_at(int_len);
+    let (frac, rest) = match rest.split_first() {
+        Some((b'.', r)) => r.split_at(r.iter().take_while(|b| b.is_ascii_digit()).count()),
+        _ => (&[][..], rest),
+    };
+    let exp: i64 = match rest.split_first() {
+        None => 0,
+        Some((b'e', e)) => {
+            let (minus, e) = match e.split_first() {
+                Some((b'-', e)) => (true, e),
+                Some((b'+', e)) => (false, e),
+                _ => return false,
+            };
+            match digits(e) {
+                Some(n) if n < 1000 && !e.starts_with(b"0") => {
+                    if minus {
+                        -(n as i64)
+                    } else {
+                        n as i64
+                    }
+                }
+                _ => return false,
+            }
+        }
+        _ => return false,
+    };
+    // The digits as one integer `m` and the power of ten `k` it is multiplied by, with no zero
+    // at either end.
+    let all = || int.iter().chain(frac.iter());
+    let lead = all().take_while(|b| **b == b'0').count();
+    let trail = all().rev().take_while(|b| **b == b'0').count();
+    let total = int.len() + frac.len();
+    if int.is_empty() {
+        return false;
+    }
+    if lead == total {
+        return t == b"0.0" || t == b"-0.0";
+    }
+    let significant = total - lead - trail;
+    if significant > 16 {
+        return false;
+    }
+    let m = all().skip(lead).take(significant).fold(0u64, |n, b| n * 10 + u64::from(b - b'0'));
+    let k = exp - frac.len() as i64 + trail as i64;
+    if m > 1 << 53 || !(-22..=22).contains(&k) {
+        return false;
+    }
+    let x = if k >= 0 { m as f64 * POW10[k as usize] } else { m as f64 / POW10[(-k) as usize] };
+    // `core`'s shortest digits of `x`, as `d.ddde-n`: they must be `m`'s.
+    let mut buf = [0u8; 40];
+    let mut shortest = Out::new(&mut buf);
+    if core::fmt::write(&mut shortest, format_args!("{x:e}")).is_err() {
+        return false;
+    }
+    let Some(shortest) = shortest.written() else { return false };
+    let Some(e_at) = shortest.iter().position(|b| *b == b'e') else { return false };
+    let (mantissa, e) = (&shortest[..e_at], &shortest[e_at + 1..]);
+    let mut ours = [0u8; 40];
+    let mut mine = Out::new(&mut ours);
+    mine.num(m);
+    let Some(ours) = mine.written() else { return false };
+    if !mantissa.iter().filter(|b| **b != b'.').eq(ours.iter()) {
+        return false;
+    }
+    // Halfway between two numbers of as many digits, `core` rounds the last digit up and
+    // `serde_json` to even: such a number is handed over.
+    if is_decimal(x, m * 10 + 5, k - 1) || is_decimal(x, m * 10 - 5, k - 1) {
+        return false;
+    }
+    let kk = significant as i64 + k;
+    let printed_exp = kk - 1;
+    let e_ok = match e.split_first() {
+        Some((b'-', n)) => digits(n).is_some_and(|n| -(n as i64) == printed_exp),
+        _ => digits(e).is_some_and(|n| n as i64 == printed_exp),
+    };
+    if !e_ok {
+        return false;
+    }
+    // And laid out as `serde_json` lays them out (the `zmij` crate's `format_finite`): in full
+    // from 10^-5 to below 10^16, with `.0` for a whole number; otherwise `d.ddde+n` or `de-n`.
+    let mut laid = [0u8; 64];
+    let mut out = Out::new(&mut laid);
+    if negative {
+        out.put(b"-");
+    }
+    let len = significant as i64;
+    if k >= 0 && kk <= 16 {
+        out.put(ours);
+        for _ in 0..k {
+            out.put(b"0");
+        }
+        out.put(b".0");
+    } else if 0 < kk && kk <= 16 {
+        out.put(&ours[..kk as usize]);
+        out.put(b".");
+        out.put(&ours[kk as usize..]);
+    } else if -5 < kk && kk <= 0 {
+        out.put(b"0.");
+        for _ in 0..-kk {
+            out.put(b"0");
+        }
+        out.put(ours);
+    } else {
+        out.put(&ours[..1]);
+        if len > 1 {
+            out.put(b".");
+            out.put(&ours[1..]);
+        }
+        out.put(if printed_exp < 0 { b"e-" } else { b"e+" });
+        out.num(printed_exp.unsigned_abs());
+    }
+    out.written() == Some(t)
+}
+
+/// Whether `x` is exactly `d` times 10^`j`, for `d` below 2^60 and `j` from -23 to 22.
+fn is_decimal(x: f64, d: u64, j: i64) -> bool {
+    let bits = x.to_bits() & !(1 << 63);
+    let (exp_bits, fraction) = ((bits >> 52) as i64, bits & ((1 << 52) - 1));
+    // `x` is `mant` times 2^`e2`.
+    let (mant, e2) =
+        if exp_bits == 0 { (fraction as u128, -1074) } else { ((fraction | 1 << 52) as u128, exp_bits - 1075) };
+    if !(-23..=22).contains(&j) || d >= 1 << 60 || mant == 0 {
+        return false;
+    }
+    let five = |n: i64| (0..n).fold(1u128, |p, _| p * 5);
+    // Both sides as integers times a power of two: x·10^-j = mant·5^-j·2^(e2-j) against d when
+    // j < 0, and x = mant·2^e2 against d·5^j·2^j when j >= 0.
+    let (left, right, shift) =
+        if j < 0 { (mant * five(-j), d as u128, e2 - j) } else { (mant, d as u128 * five(j), e2 - j) };
+    // left·2^shift == right
+    if shift >= 0 {
+        shift < 128 && left.checked_shl(shift as u32).is_some_and(|l| l >> shift == left && l == right)
+    } else {
+        let s = (-shift) as u32;
+        s < 128 && left.trailing_zeros() >= s && left >> s == right
+    }
+}
+
+impl core::fmt::Write for Out<'_> {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        self.put(s.as_bytes());
+        if self.fits { Ok(()) } else { Err(core::fmt::Error) }
     }
 }
 

@@ -229,3 +229,125 @@ fn an_answer_is_printed_as_it_came_only_when_reading_it_back_would_not_change_it
         assert_eq!(ours, depth < 100, "{depth} deep");
     }
 }
+
+/// `serde_json`'s text of the value it reads from `s`, if it reads one.
+fn rewritten(s: &str) -> Option<String> {
+    serde_json::from_str::<serde_json::Value>(s).ok().and_then(|v| serde_json::to_string(&v).ok())
+}
+
+/// The digits (no zero at either end) and the power of ten of a number's text.
+fn digits_and_power(t: &str) -> (String, i64) {
+    let t = t.trim_start_matches('-');
+    let (mantissa, exp) = t.split_once('e').map_or((t, 0), |(m, e)| (m, e.parse().unwrap()));
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{int}{frac}");
+    let trimmed = all.trim_start_matches('0');
+    let trail = trimmed.len() - trimmed.trim_end_matches('0').len();
+    (trimmed.trim_end_matches('0').to_string(), exp - frac.len() as i64 + trail as i64)
+}
+
+#[test]
+fn floats_are_printed_as_they_came_only_in_serde_jsons_shortest_form() {
+    // A small generator, so that every run tries the same numbers.
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let (mut taken, mut tried, mut ties) = (0, 0, 0);
+    for round in 0..200_000 {
+        // Numbers an agent's tool gives (a few digits, a modest power of ten), and any `f64` at all.
+        let x = match round % 3 {
+            0 => f64::from_bits(next()),
+            1 => (next() % 1_000_000) as f64 / 10f64.powi((next() % 8) as i32),
+            _ => {
+                let m = next() % (1 << 53);
+                let k = (next() % 45) as i32 - 22;
+                format!("{m}e{k}").parse().unwrap()
+            }
+        };
+        if !x.is_finite() {
+            continue;
+        }
+        let x = if next() % 2 == 0 { -x } else { x };
+        let text = serde_json::to_string(&x).unwrap();
+        if !text.contains(['.', 'e']) {
+            continue;
+        }
+        tried += 1;
+        let ours = lean::float_as_written(text.as_bytes());
+        // Every text `serde_json` writes whose digits read back exactly is taken.
+        let (digits, power) = digits_and_power(&text);
+        let exact = digits.len() <= 16 && digits.parse::<u64>().is_ok_and(|m| m <= 1 << 53) && power.abs() <= 22;
+        // Halfway between two numbers of as many digits: `x`'s exact digits are those and a 5.
+        let (all, _) =
+            format!("{:.800e}", x.abs()).split_once('e').map(|(m, e)| (m.replace('.', ""), e.to_string())).unwrap();
+        let halfway = all.trim_end_matches('0').len() == digits.len() + 1 && all.trim_end_matches('0').ends_with('5');
+        assert_eq!(ours, (exact && !halfway) || digits.is_empty(), "{text}");
+        ties += usize::from(exact && halfway);
+        taken += usize::from(ours);
+        // Another text of a number near it is taken only when it is the one `serde_json` writes.
+        let last = text.rfind(|c: char| c.is_ascii_digit()).unwrap();
+        let mut other = text.clone().into_bytes();
+        other[last] = b'0' + (other[last] - b'0' + 1 + (next() % 9) as u8) % 10;
+        let other = String::from_utf8(other).unwrap();
+        let doc = format!("{{\"a\":{other}}}");
+        assert!(!lean::printed_as_is(doc.as_bytes()) || rewritten(&doc).as_deref() == Some(doc.as_str()), "{doc}");
+    }
+    assert!(taken * 3 > tried, "the short way takes most numbers a tool gives: {taken} of {tried}");
+    assert!(ties > 0, "some numbers were halfway between two of as many digits");
+    let samples = [
+        ("1.5", true),
+        ("-1.5", true),
+        ("0.0", true),
+        ("-0.0", true),
+        ("100.0", true),
+        ("0.001", true),
+        ("0.0001", true),
+        ("1e-5", false),
+        ("0.00001", true),
+        ("1e-6", true),
+        ("1.5e-7", true),
+        ("1e+16", true),
+        ("1.2345e+20", true),
+        ("1e+22", true),
+        ("1e16", false),
+        ("1.2345e20", false),
+        ("9007199254740992.0", true),
+        ("1e+23", false),
+        ("0.30000000000000004", false),
+        // 767892885155262.25 exactly: `serde_json` writes .2, `core` .3.
+        ("767892885155262.2", false),
+        ("767892885155262.3", false),
+        ("1.50", false),
+        ("1.5e0", false),
+        ("15e-1", false),
+        ("1E-5", false),
+        ("1e016", false),
+        ("1e+016", false),
+        ("10000000000000000.0", false),
+        ("0.000001", false),
+        ("1e+15", false),
+        ("01.5", false),
+        (".5", false),
+        ("1.", false),
+        ("-", false),
+        ("0e0", false),
+        ("0.00", false),
+        ("1.0e", false),
+        ("1.5x", false),
+        ("1.5e-", false),
+        ("1e99999999999999999999", false),
+    ];
+    for (text, taken) in samples {
+        assert_eq!(lean::float_as_written(text.as_bytes()), taken, "{text}");
+        let doc = format!("{{\"a\":[{text}]}}");
+        assert_eq!(lean::printed_as_is(doc.as_bytes()), taken, "{doc}");
+        if taken {
+            assert_eq!(rewritten(&doc).as_deref(), Some(doc.as_str()));
+        }
+    }
+    assert!(lean::printed_as_is(br#"{"ok":true,"result":{"celsius":21.5,"lat":51.5074,"lon":-0.1278,"n":3}}"#));
+}

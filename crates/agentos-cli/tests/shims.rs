@@ -641,6 +641,25 @@ fn the_lean_shim_makes_plain_calls_itself_and_hands_the_rest_over_without_sendin
     let out = call(&["run", "--name", "alone"]);
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "{\"ok\":true,\"result\":{\"greeting\":\"Hello, alone.\"}}\n");
+    // An answer with floats in it is printed by the lean shim too, as the whole shim prints it.
+    std::os::unix::fs::symlink(alone.join("agentos-shim"), alone.join("agentos-weather")).unwrap();
+    let forecast = |program: &Path| {
+        Command::new(program)
+            .args(["forecast", "--city", "Paris", "--days", "4", "--fahrenheit"])
+            .env_clear()
+            .env("AGENTOS_URL", &m.url)
+            .env("AGENTOS_TOKEN", &m.token)
+            .output()
+            .unwrap()
+    };
+    let (lean, whole) = (forecast(&alone.join("agentos-weather")), forecast(&full.join("agentos-weather")));
+    assert_eq!(lean.status.code(), Some(0), "{}", String::from_utf8_lossy(&lean.stderr));
+    assert_eq!((&lean.stdout, &lean.stderr), (&whole.stdout, &whole.stderr));
+    assert!(
+        String::from_utf8_lossy(&lean.stdout).contains("\"temperature\":68.0"),
+        "{}",
+        String::from_utf8_lossy(&lean.stdout)
+    );
     let out = call(&["nope"]);
     assert_eq!(
         (out.status.code(), String::from_utf8_lossy(&out.stderr).as_ref()),
