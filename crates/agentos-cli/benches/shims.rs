@@ -133,6 +133,9 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
     println!("{:<44} {:>9} {:>9}", "call", "p50 ms", "p95 ms");
     let (mut host, mut host_c, mut script, mut spawn) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let (mut script_up, mut host_full, mut script_full) = (Vec::new(), Vec::new(), Vec::new());
+    // An answer with floats in it (four days of temperatures).
+    let forecast = ["forecast", "--city", "Paris", "--days", "4", "--fahrenheit"];
+    let (mut floats, mut floats_full) = (Vec::new(), Vec::new());
     for _ in 0..10 {
         host.extend(time_runs(20, || shim("agentos-weather", &["ping"])));
         if has_client {
@@ -141,9 +144,11 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
         script.extend(time_runs(10, || shim("agentos-nothing", &["run"])));
         spawn.extend(time_runs(10, bare));
         script_up.extend(time_runs(10, up_shim));
+        floats.extend(time_runs(10, || shim("agentos-weather", &forecast)));
         if has_full {
             host_full.extend(time_runs(20, || full_shim("agentos-weather", &["ping"])));
             script_full.extend(time_runs(10, || full_shim("agentos-nothing", &["run"])));
+            floats_full.extend(time_runs(10, || full_shim("agentos-weather", &forecast)));
         }
     }
     let has_node = Command::new("node").arg("--version").output().is_ok_and(|o| o.status.success());
@@ -180,6 +185,13 @@ fn time_calls(api: &Api, dir: &std::path::Path) {
             sp50 / fs50,
             fs50 - bp50
         );
+    }
+    let fl50 = pct(&mut floats, 0.5);
+    println!("{:<44} {:>9.2} {:>9.2}", "shim → host tool, floats in the answer", fl50, pct(&mut floats, 0.95));
+    if has_full {
+        let ff50 = pct(&mut floats_full, 0.5);
+        println!("{:<44} {:>9.2} {:>9.2}", "agentos-shim-full → the same", ff50, pct(&mut floats_full, 0.95));
+        println!("answer with floats: lean shim {:.2}× agentos-shim-full", fl50 / ff50);
     }
     if has_node {
         let mut nh = time_runs(40, || node("weather", "ping"));
