@@ -78,11 +78,15 @@ impl SeenSeq {
 
 /// A refused request as the exit code and line it gives: the status decides the code.
 pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
-    let message = value
-        .pointer("/error/message")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-        .unwrap_or_else(|| value.to_string());
+    let message = match value {
+        // Not the master's JSON (a proxy's page, an empty body): said as what came, on one line.
+        Value::String(text) => not_json(status, text),
+        _ => value
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| value.to_string()),
+    };
     let code = match status {
         400 | 413 => EXIT_USAGE,
         401 | 403 => EXIT_DENIED,
@@ -93,6 +97,22 @@ pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
     };
     let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
     ClientError { code, message, status: Some(status), error_code }
+}
+
+/// The line for an answer whose body is not JSON: its first line of text, cut at 200 characters,
+/// with control characters dropped, or that it was empty.
+fn not_json(status: u16, text: &str) -> String {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty());
+    match line {
+        None => format!("the master's address answered HTTP {status} with an empty body"),
+        Some(line) => {
+            let mut shown: String = line.chars().filter(|c| !c.is_control()).take(200).collect();
+            if line.chars().filter(|c| !c.is_control()).nth(200).is_some() {
+                shown.push('…');
+            }
+            format!("the master's address answered HTTP {status}, not in JSON: {shown}")
+        }
+    }
 }
 
 /// The master and who we are, as a shim finds them in the environment.
@@ -310,5 +330,26 @@ mod tests {
         assert_eq!(e.code, EXIT_USAGE, "{}", e.message);
         let ok = Target { token: Some("  aos_abc \n".into()), ..t };
         assert_eq!(ok.token().unwrap(), "aos_abc", "surrounding white space is trimmed");
+    }
+
+    #[test]
+    fn an_answer_that_is_not_json_is_said_on_one_line_as_it_came() {
+        let said = |status, body: &str| refusal(status, &Value::String(body.into())).message;
+        assert_eq!(said(500, ""), "the master's address answered HTTP 500 with an empty body");
+        assert_eq!(said(502, " \r\n\t"), "the master's address answered HTTP 502 with an empty body");
+        assert_eq!(
+            said(502, "\n<html>\r\n<h1>502 Bad\u{1b}[31m Gateway</h1>\n</html>"),
+            "the master's address answered HTTP 502, not in JSON: <html>"
+        );
+        assert_eq!(said(503, "Bad\u{7}Gateway"), "the master's address answered HTTP 503, not in JSON: BadGateway");
+        let long = said(500, &"é".repeat(300));
+        assert!(long.ends_with(&format!("{}…", "é".repeat(200))) && !long.contains('\n'), "{long}");
+        assert_eq!(
+            said(500, &"x".repeat(200)),
+            format!("the master's address answered HTTP 500, not in JSON: {}", "x".repeat(200))
+        );
+        // The master's own JSON keeps its message, and its exit code by status.
+        let e = refusal(422, &serde_json::json!({"ok": false, "error": {"code": "tool_failed", "message": "no luck"}}));
+        assert_eq!((e.message.as_str(), e.code), ("no luck", EXIT_TOOL_FAILED));
     }
 }

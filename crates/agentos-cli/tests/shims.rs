@@ -785,3 +785,150 @@ fn the_lean_shim_hands_over_an_answer_it_would_print_otherwise_and_a_sequence_fi
     assert_eq!(requests.len(), 2, "one request from each shim: {requests:?}");
     assert!(requests.iter().all(|r| r.contains("\r\nAgentos-Min-Seq: 42\r\n")), "{requests:?}");
 }
+
+/// Answers as they come off the wire (chunks, pieces with pauses between them, a body that ends
+/// with the connection, one cut short, trailers, a server that is not HTTP): the lean shim,
+/// whether it prints the answer itself or hands it over, says what the whole shim says, with the
+/// same exit code, and leaves the same sequence file.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[test]
+fn the_lean_shim_reads_answers_off_the_wire_as_the_whole_shim_does() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let lean = dir.path().join("lean").join("agentos-greet");
+    let full = dir.path().join("full").join("agentos-greet");
+    for (link, to) in [(&lean, "agentos-shim"), (&full, "agentos-shim-full")] {
+        std::fs::create_dir(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(Path::new(BIN).with_file_name(to), link).unwrap();
+    }
+    // What the server writes for each connection: pieces, with a pause after each but the last.
+    let pieces: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let serving = pieces.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") || !got.ends_with(b"}") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            for piece in serving.lock().unwrap().clone() {
+                if s.write_all(&piece).is_err() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(15));
+            }
+        }
+    });
+    let chunked = |parts: &[&str]| {
+        let mut raw =
+            String::from("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+        for p in parts {
+            raw.push_str(&format!("{:X}\r\n{p}\r\n", p.len()));
+        }
+        raw + "0\r\n\r\n"
+    };
+    let ok = r#"{"ok":true,"result":{"celsius":21.5,"list":[1,2,3],"name":"Zoë"}}"#;
+    let with_length = |status: &str, body: &str| {
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/json\r\nagentos-seq: 9\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let cases: Vec<(&str, Vec<String>)> = vec![
+        ("chunks, upper-case sizes", vec![chunked(&[&ok[..10], &ok[10..40], &ok[40..]])]),
+        (
+            "chunks with an extension and a trailer",
+            vec![{
+                let raw = chunked(&[ok]);
+                let at = raw.find("\r\n\r\n").unwrap() + 4;
+                let size_end = at + raw[at..].find("\r\n").unwrap();
+                format!("{};x=y{}", &raw[..size_end], &raw[size_end..raw.len() - 2]) + "x-trailer: 1\r\n\r\n"
+            }],
+        ),
+        ("a head and body in pieces", {
+            let raw = with_length("200 OK", ok);
+            vec![
+                raw[..7].to_string(),
+                raw[7..60].to_string(),
+                raw[60..raw.len() - 5].to_string(),
+                raw[raw.len() - 5..].to_string(),
+            ]
+        }),
+        ("a chunked answer split inside a size", {
+            let raw = chunked(&[ok]);
+            let at = raw.find("\r\n\r\n").unwrap() + 5;
+            vec![raw[..at].to_string(), raw[at..].to_string()]
+        }),
+        (
+            "a body that ends with the connection",
+            vec![format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\r\n{ok}")],
+        ),
+        ("a body cut short", vec![format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{}", ok.len() + 10, ok)]),
+        ("a chunked body cut short", vec![chunked(&[ok])[..90].to_string()]),
+        ("a float not in its shortest form", vec![with_length("200 OK", r#"{"ok":true,"result":{"x":1.50}}"#)]),
+        ("a float halfway between two", vec![with_length("200 OK", r#"{"ok":true,"result":{"x":767892885155262.2}}"#)]),
+        (
+            "a tool's failure",
+            vec![with_length(
+                "422 Unprocessable Entity",
+                r#"{"ok":false,"error":{"code":"tool_failed","message":"no luck"}}"#,
+            )],
+        ),
+        ("a server error with no body", vec!["HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n".into()]),
+        ("not HTTP", vec!["SSH-2.0-OpenSSH_9.2\r\n\r\n".into()]),
+        (
+            "a size that is not hex",
+            vec!["HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n".into()],
+        ),
+        ("nothing at all", vec![String::new()]),
+    ];
+    let seq_dir = dir.path().join("seqs");
+    std::fs::create_dir(&seq_dir).unwrap();
+    for (what, raw) in cases {
+        *pieces.lock().unwrap() = raw.into_iter().map(String::into_bytes).collect();
+        let call = |program: &Path, seq: &Path| {
+            let out = Command::new(program)
+                .args(["run", "--name", "x"])
+                .env_clear()
+                .env("AGENTOS_URL", &url)
+                .env("AGENTOS_TOKEN", "t")
+                .env("AGENTOS_SEQ_FILE", seq)
+                .output()
+                .unwrap();
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+                std::fs::read_to_string(seq).ok(),
+            )
+        };
+        let from_lean = call(&lean, &seq_dir.join(format!("{what}.lean")));
+        let from_full = call(&full, &seq_dir.join(format!("{what}.full")));
+        assert_eq!(from_lean, from_full, "{what}");
+        assert!(from_lean.0.is_some(), "{what}: {from_lean:?}");
+        if what == "a server error with no body" {
+            assert_eq!(from_lean.2, "agentos-greet run: the master's address answered HTTP 500 with an empty body\n");
+        }
+    }
+    // A sequence file that is a folder: the same either way.
+    *pieces.lock().unwrap() = vec![with_length("200 OK", ok).into_bytes()];
+    let at_root = |program: &Path| {
+        let out = Command::new(program)
+            .args(["run", "--name", "x"])
+            .env_clear()
+            .env("AGENTOS_URL", &url)
+            .env("AGENTOS_TOKEN", "t")
+            .env("AGENTOS_SEQ_FILE", "/")
+            .output()
+            .unwrap();
+        (out.status.code(), out.stdout, out.stderr)
+    };
+    assert_eq!(at_root(&lean), at_root(&full));
+}
