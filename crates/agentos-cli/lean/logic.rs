@@ -596,17 +596,11 @@ pub fn printed_as_is(body: &[u8]) -> bool {
     }
 }
 
-/// The powers of ten an `f64` holds exactly.
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20,
-    1e21, 1e22,
-];
-
 /// Whether `t`, a number with a fraction or an exponent, is the text `serde_json` writes of the
 /// `f64` it reads back: the shortest digits that read back as that `f64` (`core` finds them as
-/// `serde_json`'s formatter does), laid out as that formatter lays them out. Only numbers that read back exactly however
-/// `serde_json` was built are taken: at most 2^53 as digits, times or over a power of ten up to
-/// 10^22, which is one rounding of two exact values. Anything else is handed over.
+/// `serde_json`'s formatter does), laid out as that formatter lays them out. `core` reads `t` as
+/// `serde_json` does: both round the exact value to the nearest `f64` (the workspace builds
+/// `serde_json` with `float_roundtrip`). Anything else is handed over.
 pub fn float_as_written(t: &[u8]) -> bool {
     let (negative, rest) = match t.split_first() {
         Some((b'-', rest)) => (true, rest),
@@ -651,16 +645,19 @@ pub fn float_as_written(t: &[u8]) -> bool {
     if lead == total {
         return t == b"0.0" || t == b"-0.0";
     }
+    // An `f64`'s shortest digits are 17 at most.
     let significant = total - lead - trail;
-    if significant > 16 {
+    if significant > 17 {
         return false;
     }
     let m = all().skip(lead).take(significant).fold(0u64, |n, b| n * 10 + u64::from(b - b'0'));
     let k = exp - frac.len() as i64 + trail as i64;
-    if m > 1 << 53 || !(-22..=22).contains(&k) {
+    let Ok(text) = core::str::from_utf8(t) else { return false };
+    let Ok(x) = text.parse::<f64>() else { return false };
+    let x = x.abs();
+    if !x.is_finite() || x == 0.0 {
         return false;
     }
-    let x = if k >= 0 { m as f64 * POW10[k as usize] } else { m as f64 / POW10[(-k) as usize] };
     // `core`'s shortest digits of `x`, as `d.ddde-n`: they must be `m`'s.
     let mut buf = [0u8; 40];
     let mut shortest = Out::new(&mut buf);
@@ -727,14 +724,16 @@ pub fn float_as_written(t: &[u8]) -> bool {
     out.written() == Some(t)
 }
 
-/// Whether `x` is exactly `d` times 10^`j`, for `d` below 2^60 and `j` from -23 to 22.
+/// Whether `x` is exactly `d` times 10^`j`, for `d` below 2^60. Outside `j` from -27 to 22 no
+/// such `d` is exact: above, `d`·5^`j` has an odd part beyond any `f64`'s 2^53; below, `x` would
+/// need 5^26 (more than 2^60) to divide `d`.
 fn is_decimal(x: f64, d: u64, j: i64) -> bool {
     let bits = x.to_bits() & !(1 << 63);
     let (exp_bits, fraction) = ((bits >> 52) as i64, bits & ((1 << 52) - 1));
     // `x` is `mant` times 2^`e2`.
     let (mant, e2) =
         if exp_bits == 0 { (fraction as u128, -1074) } else { ((fraction | 1 << 52) as u128, exp_bits - 1075) };
-    if !(-23..=22).contains(&j) || d >= 1 << 60 || mant == 0 {
+    if !(-27..=22).contains(&j) || d >= 1 << 60 || mant == 0 {
         return false;
     }
     let five = |n: i64| (0..n).fold(1u128, |p, _| p * 5);

@@ -874,6 +874,15 @@ fn the_lean_shim_reads_answers_off_the_wire_as_the_whole_shim_does() {
         ("a chunked body cut short", vec![chunked(&[ok])[..90].to_string()]),
         ("a float not in its shortest form", vec![with_length("200 OK", r#"{"ok":true,"result":{"x":1.50}}"#)]),
         ("a float halfway between two", vec![with_length("200 OK", r#"{"ok":true,"result":{"x":767892885155262.2}}"#)]),
+        ("floats of 17 digits", vec![with_length("200 OK", SEVENTEEN)]),
+        (
+            "a float of 17 digits halfway between two",
+            vec![with_length("200 OK", r#"{"ok":true,"result":{"x":1125899906842624.3}}"#)],
+        ),
+        (
+            "17 digits that no float is written as",
+            vec![with_length("200 OK", r#"{"ok":true,"result":{"x":3.0000000000000004e+17}}"#)],
+        ),
         (
             "a tool's failure",
             vec![with_length(
@@ -931,4 +940,33 @@ fn the_lean_shim_reads_answers_off_the_wire_as_the_whole_shim_does() {
         (out.status.code(), out.stdout, out.stderr)
     };
     assert_eq!(at_root(&lean), at_root(&full));
+
+    // Floats of 17 digits are printed by the lean shim itself: a copy with nothing beside it
+    // prints them as the whole shim does.
+    let alone = dir.path().join("alone");
+    std::fs::create_dir(&alone).unwrap();
+    std::fs::copy(Path::new(BIN).with_file_name("agentos-shim"), alone.join("agentos-greet")).unwrap();
+    *pieces.lock().unwrap() = vec![with_length("200 OK", SEVENTEEN).into_bytes()];
+    let seventeen = |program: &Path| {
+        let out = Command::new(program)
+            .args(["run", "--name", "x"])
+            .env_clear()
+            .env("AGENTOS_URL", &url)
+            .env("AGENTOS_TOKEN", "t")
+            .env("AGENTOS_SEQ_FILE", dir.path().join("seventeen"))
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let from_alone = seventeen(&alone.join("agentos-greet"));
+    assert_eq!(from_alone, seventeen(&full));
+    assert_eq!(from_alone.0, Some(0), "{from_alone:?}");
+    assert!(from_alone.1.contains("0.30000000000000004"), "{from_alone:?}");
 }
+
+/// An answer whose floats take 17 digits, as a tool's computed values often do.
+const SEVENTEEN: &str = r#"{"ok":true,"result":{"a":0.30000000000000004,"b":-2.2250738585072014e-308,"c":1.7976931348623157e+308,"d":5e-324,"e":123.45678901234568}}"#;
