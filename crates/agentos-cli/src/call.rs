@@ -99,20 +99,46 @@ pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
     ClientError { code, message, status: Some(status), error_code }
 }
 
-/// The line for an answer whose body is not JSON: its first line of text, cut at 200 characters,
-/// with control characters dropped, or that it was empty.
+/// The line for an answer whose body is not JSON: its first line with something to show, cut at
+/// 200 characters, or that it was empty.
 fn not_json(status: u16, text: &str) -> String {
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty());
+    let line = text.split(['\n', '\r', '\u{2028}', '\u{2029}']).map(shown).find(|l| !l.is_empty());
     match line {
         None => format!("the master's address answered HTTP {status} with an empty body"),
         Some(line) => {
-            let mut shown: String = line.chars().filter(|c| !c.is_control()).take(200).collect();
-            if line.chars().filter(|c| !c.is_control()).nth(200).is_some() {
-                shown.push('…');
+            let mut cut: String = line.chars().take(200).collect();
+            if line.chars().nth(200).is_some() {
+                cut.push('…');
             }
-            format!("the master's address answered HTTP {status}, not in JSON: {shown}")
+            format!("the master's address answered HTTP {status}, not in JSON: {cut}")
         }
     }
+}
+
+/// One line of text as a terminal can show it: colour and cursor codes (`ESC [ … letter`) and
+/// invisible characters dropped, other control characters and runs of spaces made one space.
+fn shown(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                if chars.clone().next() == Some('[') {
+                    // Parameters and intermediates up to the final byte, `@` to `~`.
+                    chars.by_ref().skip(1).find(|c| ('@'..='~').contains(c));
+                }
+            }
+            '\u{feff}' | '\u{200b}'..='\u{200f}' | '\u{2060}' => {}
+            c if c.is_control() || c.is_whitespace() => {
+                if !out.is_empty() && !out.ends_with(' ') {
+                    out.push(' ');
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.truncate(out.trim_end().len());
+    out
 }
 
 /// The master and who we are, as a shim finds them in the environment.
@@ -341,7 +367,22 @@ mod tests {
             said(502, "\n<html>\r\n<h1>502 Bad\u{1b}[31m Gateway</h1>\n</html>"),
             "the master's address answered HTTP 502, not in JSON: <html>"
         );
-        assert_eq!(said(503, "Bad\u{7}Gateway"), "the master's address answered HTTP 503, not in JSON: BadGateway");
+        assert_eq!(said(503, "Bad\u{7}Gateway"), "the master's address answered HTTP 503, not in JSON: Bad Gateway");
+        // A first line with nothing to show is passed over; codes and invisible characters go.
+        for (body, shown) in [
+            ("\u{0}\nBad Gateway", "Bad Gateway"),
+            ("\u{1}  hi", "hi"),
+            ("x\ry", "x"),
+            ("\u{1b}[1;31mError\u{1b}[0m: no upstream", "Error: no upstream"),
+            ("\u{feff}\u{200b}\u{2028}Busy\ttry\u{b}later ", "Busy try later"),
+        ] {
+            assert_eq!(
+                said(502, body),
+                format!("the master's address answered HTTP 502, not in JSON: {shown}"),
+                "{body:?}"
+            );
+        }
+        assert_eq!(said(502, "\u{feff}\u{1b}[0m\u{7}"), "the master's address answered HTTP 502 with an empty body");
         let long = said(500, &"é".repeat(300));
         assert!(long.ends_with(&format!("{}…", "é".repeat(200))) && !long.contains('\n'), "{long}");
         assert_eq!(
