@@ -62,7 +62,7 @@ fn a_host_tool_runs_through_its_shim_and_times_out_cleanly() {
         (vec!["forecast", "--city", "Rome", "--dayz", "2"], 2, "did you mean --days?"),
         (vec!["forecast", "--city", "Rome", "--days", "three"], 2, "--days: expected an integer, got \"three\""),
         (vec!["forecast", "Rome"], 2, "unexpected argument"),
-        (vec!["nowcast"], 4, "no tool \"nowcast\""),
+        (vec!["nowcast"], 4, "no tool \"nowcast\" in weather; its tools: forecast, ping, slow"),
     ] {
         let out = run(&m, &weather, &args, None);
         assert_eq!(out.code, code, "{args:?}: {}", out.stderr);

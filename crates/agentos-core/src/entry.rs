@@ -578,6 +578,7 @@ impl<'de> Deserialize<'de> for StoredEntry {
             status,
             contract: own.intern_contract(contract),
             binding,
+            operations: Default::default(),
         };
         Ok(StoredEntry {
             entry,
@@ -608,6 +609,15 @@ pub struct CompactEntry {
     /// The [`Contract`] serialized by serde_json, written out as it is when the entry is answered.
     contract: Arc<RawValue>,
     pub binding: Binding,
+    /// Where each operation is in `contract`'s text, found at the first call that needs one.
+    operations: std::sync::OnceLock<Option<Arc<[OperationSpan]>>>,
+}
+
+/// An operation's name and where its value is in a contract's text.
+#[derive(Debug)]
+struct OperationSpan {
+    name: Box<str>,
+    at: std::ops::Range<usize>,
 }
 
 impl CompactEntry {
@@ -622,6 +632,7 @@ impl CompactEntry {
             status: e.status,
             contract: strings.intern_contract(contract),
             binding: e.binding,
+            operations: Default::default(),
         }
     }
 
@@ -637,6 +648,37 @@ impl CompactEntry {
     pub fn contract(&self) -> Contract {
         // Any depth: the text is what a contract of any depth serialized to.
         crate::depth::from_str_any_depth(self.contract.get()).expect("a serialized contract parses back")
+    }
+
+    /// One operation of the contract, read from its own part of the text: a call of one tool of
+    /// a toolkit with hundreds (an OpenAPI document's) reads that tool's schemas, not all of them.
+    pub fn operation(&self, name: &str) -> Option<Operation> {
+        let Some(spans) = self.spans() else { return self.contract().operations.remove(name) };
+        let i = spans.binary_search_by(|s| (*s.name).cmp(name)).ok()?;
+        let text = &self.contract.get()[spans[i].at.clone()];
+        Some(crate::depth::from_str_any_depth(text).expect("a serialized operation parses back"))
+    }
+
+    /// The names of the contract's operations, in order, without reading their schemas.
+    pub fn operation_names(&self) -> Vec<String> {
+        match self.spans() {
+            Some(spans) => spans.iter().map(|s| s.name.to_string()).collect(),
+            None => self.contract().operations.into_keys().collect(),
+        }
+    }
+
+    /// Whether the contract has an operation of that name, without reading its schemas.
+    pub fn has_operation(&self, name: &str) -> bool {
+        match self.spans() {
+            Some(spans) => spans.binary_search_by(|s| (*s.name).cmp(name)).is_ok(),
+            None => self.contract().operations.contains_key(name),
+        }
+    }
+
+    /// Where each operation is in the contract's text, sorted by name; `None` when the text is
+    /// not laid out as expected (then the whole contract is read instead).
+    fn spans(&self) -> Option<&[OperationSpan]> {
+        self.operations.get_or_init(|| operation_spans(self.contract.get()).map(Arc::from)).as_deref()
     }
 
     /// The contract as its JSON text, which an answer writes out without parsing it.
@@ -678,6 +720,100 @@ impl CompactEntry {
         let caps: usize = self.capabilities.iter().map(|c| c.len() + 1).sum();
         self.id.len() + self.name.len() + self.description.len() + 2 + caps
     }
+}
+
+/// Each operation's name and the bytes of its value in a contract's JSON text, sorted by name: one
+/// scan of the text, brackets matched outside strings, no value built. `None` for text that is not
+/// an object whose `operations` member is an object with distinct names.
+fn operation_spans(text: &str) -> Option<Vec<OperationSpan>> {
+    let b = text.as_bytes();
+    let space = |mut i: usize| {
+        while b.get(i).is_some_and(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r')) {
+            i += 1;
+        }
+        i
+    };
+    // The index just past a string that opens at `i`.
+    let string_end = |mut i: usize| {
+        i += 1;
+        loop {
+            match b.get(i)? {
+                b'\\' => i += 2,
+                b'"' => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+    };
+    // The index just past the value that starts at `i`.
+    let value_end = |mut i: usize| match b.get(i)? {
+        b'"' => string_end(i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            loop {
+                match b.get(i)? {
+                    b'"' => {
+                        i = string_end(i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            while b.get(i).is_some_and(|c| !matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')) {
+                i += 1;
+            }
+            Some(i)
+        }
+    };
+    // The members of the object that opens at `i`: each key, decoded, and its value's bytes.
+    let members = |i: usize| -> Option<Vec<(String, std::ops::Range<usize>)>> {
+        let mut out = Vec::new();
+        if b.get(i) != Some(&b'{') {
+            return None;
+        }
+        let mut i = space(i + 1);
+        if b.get(i) == Some(&b'}') {
+            return Some(out);
+        }
+        loop {
+            if b.get(i) != Some(&b'"') {
+                return None;
+            }
+            let key_end = string_end(i)?;
+            let key: String = serde_json::from_str(&text[i..key_end]).ok()?;
+            i = space(key_end);
+            if b.get(i) != Some(&b':') {
+                return None;
+            }
+            let start = space(i + 1);
+            let end = value_end(start)?;
+            out.push((key, start..end));
+            i = space(end);
+            match b.get(i)? {
+                b',' => i = space(i + 1),
+                b'}' => return Some(out),
+                _ => return None,
+            }
+        }
+    };
+    let top = members(space(0))?;
+    let (_, at) = top.into_iter().find(|(k, _)| k == "operations")?;
+    let mut spans: Vec<OperationSpan> =
+        members(at.start)?.into_iter().map(|(name, at)| OperationSpan { name: name.into(), at }).collect();
+    spans.sort_by(|a, b| a.name.cmp(&b.name));
+    if spans.windows(2).any(|w| w[0].name == w[1].name) {
+        return None;
+    }
+    Some(spans)
 }
 
 /// The same definition as `other`; the contract is compared as values, as [`CatalogEntry`] compares it.
@@ -921,6 +1057,54 @@ mod tests {
             let mut other = entry.clone();
             other.capabilities.pop();
             assert!(compact != other, "a changed capability list compares unequal");
+        }
+    }
+
+    /// One operation read from its own part of the contract's text is the one the whole contract
+    /// holds, however the text is laid out; text that is not laid out as a contract's is read whole.
+    #[test]
+    fn an_operation_read_alone_is_the_one_the_whole_contract_holds() {
+        let deep = (0..300).fold(json!({"type": "object"}), |v, _| json!({"not": v}));
+        let contract = json!({"type": "x", "operations": {
+            "b": {"description": "brackets } ] { [ and \"quotes\" \\", "input": {"type": "object", "properties": {"n": {"type": "number", "maximum": 1.5e300}}},
+                  "output": {"type": "array"}, "examples": [{"description": "e", "input": {"n": -0.25, "s": "}\\"}}]},
+            "a": {"description": "d", "input": null},
+            "é \" \\ ünïcode": {"description": "", "input": true},
+            "deep": {"description": "", "input": deep},
+            "z": {"description": "", "input": {"type": "object"}}
+        }});
+        let whole: Contract = serde_json::from_value(contract.clone()).unwrap();
+        let pretty = serde_json::to_string_pretty(&contract).unwrap();
+        // The same contract as texts a snapshot may hold: compact, spaced out, keys in another order.
+        let texts = [
+            serde_json::to_string(&whole).unwrap(),
+            pretty.clone(),
+            pretty.replace("\n", "\r\n\t "),
+            format!(r#"{{ "operations" : {} , "type":"x" }}"#, serde_json::to_string(&contract["operations"]).unwrap()),
+        ];
+        for text in texts {
+            let spans = operation_spans(&text).unwrap_or_else(|| panic!("{text}"));
+            assert_eq!(spans.len(), whole.operations.len());
+            let mut entry =
+                CompactEntry::new(script("t", json!({"type": "x", "operations": {}})), &mut Interner::default());
+            entry.contract = RawValue::from_string(text.clone()).unwrap().into();
+            assert_eq!(entry.operation_names(), whole.operations.keys().cloned().collect::<Vec<_>>());
+            for (name, op) in &whole.operations {
+                assert_eq!(entry.operation(name).as_ref(), Some(op), "{name}");
+                assert!(entry.has_operation(name));
+            }
+            assert_eq!(entry.operation("nope"), None);
+            assert!(!entry.has_operation("nope") && !entry.has_operation("b "));
+        }
+        for (text, spans) in [
+            (r#"{"type":"x","operations":{}}"#, Some(0)),
+            (r#"{"type":"x"}"#, None),
+            (r#"{"type":"x","operations":[]}"#, None),
+            (r#"{"type":"x","operations":{"a":{},"a":{}}}"#, None),
+            (r#"{"type":"x","operations":{"a":{"input":"unterminated}}"#, None),
+            (r#"[]"#, None),
+        ] {
+            assert_eq!(operation_spans(text).map(|s| s.len()), spans, "{text}");
         }
     }
 

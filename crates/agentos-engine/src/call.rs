@@ -111,13 +111,11 @@ impl Dispatch<'_> {
         let Some(entry) = entry.filter(|e| e.entry.binding.kind().visible_to(p.flags)) else {
             return Err(CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into());
         };
-        let contract = entry.entry.contract();
-        let op = contract.operations.get(&req.tool).ok_or_else(|| {
-            let tools: Vec<&str> = contract.operations.keys().map(String::as_str).collect();
+        let op = entry.entry.operation(&req.tool).ok_or_else(|| {
             EngineError::from(CoreError::not_found(format!(
                 "no tool {:?} in {toolkit}; its tools: {}",
                 req.tool,
-                tools.join(", ")
+                entry.entry.operation_names().join(", ")
             )))
         })?;
         let table = flag_table(&op.input);

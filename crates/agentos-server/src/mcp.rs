@@ -354,7 +354,7 @@ impl McpServer {
     fn listed(&self, p: &Principal) -> Vec<Tool> {
         let operations: usize = (self.shared.engine.catalog().visible(p).iter())
             .filter(|v| v.stored.entry.binding.kind().callable_by(p.flags))
-            .map(|v| v.stored.entry.contract().operations.len())
+            .map(|v| v.stored.entry.operation_names().len())
             .sum();
         if operations <= self.shared.list_limit {
             return tools_of(&self.shared.engine, p).into_values().map(|(t, _)| t).collect();
@@ -381,8 +381,7 @@ impl McpServer {
         {
             let view = self.shared.engine.catalog().get(p, toolkit, None).ok()?;
             let entry = &view.stored.entry;
-            let callable =
-                entry.binding.kind().callable_by(p.flags) && entry.contract().operations.contains_key(operation);
+            let callable = entry.binding.kind().callable_by(p.flags) && entry.has_operation(operation);
             return callable
                 .then(|| Target::Operation { toolkit: toolkit.to_string(), operation: operation.to_string() });
         }
@@ -449,7 +448,7 @@ impl McpServer {
                             json!({
                                 "id": entry.id, "name": entry.name, "kind": entry.binding.kind().as_str(),
                                 "description": entry.description, "scope": e.scope, "shadowed": e.shadowed,
-                                "tools": entry.contract().operations.keys()
+                                "tools": entry.operation_names().iter()
                                     .map(|op| tool_name(&entry.id, op)).collect::<Vec<_>>(),
                             })
                         }).collect::<Vec<_>>(),

@@ -481,7 +481,7 @@ pub(crate) async fn call_operation(
         .await
         .map_err(|why| failed(ErrorKind::Unavailable, "container_unavailable", why))?;
     let _busy = warm.busy();
-    let schema = entry.entry.contract().operations.get(tool).map(|o| o.input.clone()).unwrap_or(Value::Null);
+    let schema = entry.entry.operation(tool).map(|o| o.input).unwrap_or(Value::Null);
     let base = format!("http://127.0.0.1:{}", warm.port);
     let request = agentos_openapi::build_request(&base, &op.to_openapi(schema), input)
         .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;

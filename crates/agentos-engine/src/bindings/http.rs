@@ -109,7 +109,7 @@ pub(crate) async fn call_operation(
         .iter()
         .find(|o| o.name == tool)
         .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
-    let schema = entry.entry.contract().operations.get(tool).map(|o| o.input.clone()).unwrap_or(Value::Null);
+    let schema = entry.entry.operation(tool).map(|o| o.input).unwrap_or(Value::Null);
     let request = agentos_openapi::build_request(&b.base_url, &op.to_openapi(schema), input)
         .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
     let cfg = engine.inner.dispatch.config;
