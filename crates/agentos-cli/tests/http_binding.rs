@@ -625,10 +625,28 @@ fn re_registering_replaces_the_entry_and_history_keeps_the_earlier_documents() {
     };
     let (status, first) = register(DOCUMENT);
     assert_eq!(status, 200, "{first}");
-    let second_doc = DOCUMENT.replace("Read one item", "Read one item, again");
+    let call = |args: &[&str]| api.post("/api/tools/items/call", json!({"tool": "get-item", "args": args}));
+    let (status, v) = call(&["--id", "7", "--verbose"]);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["body"]["rawQuery"], "verbose=true");
+    // The second document renames a parameter: the call after it follows that document, its
+    // flags, its schema and its request, whatever the master kept from the calls before.
+    let second_doc = DOCUMENT.replace("Read one item", "Read one item, again").replace(
+        "{name: verbose, in: query, schema: {type: boolean}}",
+        "{name: detail, in: query, schema: {type: integer, maximum: 3}}",
+    );
     let (status, second) = register(&second_doc);
     assert_eq!(status, 200, "{second}");
     assert_eq!(second["contract"]["operations"]["get-item"]["description"], "Read one item, again");
+    let (status, v) = call(&["--id", "7", "--verbose"]);
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("--verbose"), "{v}");
+    let (status, v) = call(&["--id", "7", "--detail", "4"]);
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("--detail: 4 is greater than the maximum of 3"), "{v}");
+    let (status, v) = call(&["--id", "7", "--detail", "2"]);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["body"]["rawQuery"], "detail=2");
     let (status, h) = api.get("/api/tool-catalog/items/history");
     assert_eq!(status, 200, "{h}");
     let pins: Vec<&str> = h["events"]

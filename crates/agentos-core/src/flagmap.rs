@@ -4,6 +4,7 @@
 use serde_json::{Map, Value};
 
 pub use agentos_openapi::dataurl::{DataUrl, FILE_MARK, mark_file, unmark_file};
+pub use jsonschema::Validator;
 
 /// What a flag takes.
 #[derive(Debug, Clone, PartialEq)]
@@ -480,12 +481,19 @@ fn insert(input: &mut Map<String, Value>, path: &[String], value: Value, append:
 
 /// Validates `input` against the whole schema; errors name the flag when one maps to the path.
 pub fn validate(schema: &Value, table: &FlagTable, input: &Value) -> Result<(), UsageError> {
-    let validator = match jsonschema::validator_for(schema) {
-        Ok(v) => v,
-        // A schema the validator cannot read is the tool's fault, not the caller's: the
-        // flag-level checks above already ran.
-        Err(_) => return Ok(()),
-    };
+    validate_with(compile(schema).as_ref(), table, input)
+}
+
+/// The validator of a whole input schema, for [`validate_with`]; `None` for a schema the
+/// validator cannot read, which is the tool's fault, not the caller's: the flag-level checks
+/// still run, and nothing else is checked.
+pub fn compile(schema: &Value) -> Option<Validator> {
+    jsonschema::validator_for(schema).ok()
+}
+
+/// [`validate`] with the schema's validator compiled already (`None`: nothing to check).
+pub fn validate_with(validator: Option<&Validator>, table: &FlagTable, input: &Value) -> Result<(), UsageError> {
+    let Some(validator) = validator else { return Ok(()) };
     let Some(error) = validator.iter_errors(input).next() else { return Ok(()) };
     let mut pointer = error.instance_path().to_string();
     // A missing property is reported at its parent object (`/near`); the flag to name is the

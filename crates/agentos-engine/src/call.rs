@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use agentos_core::CoreError;
 use agentos_core::entry::{BindingKind, StoredEntry};
-use agentos_core::flagmap::{flag_table, validate};
 use agentos_core::job::InvokeRequest;
 use agentos_core::name::{check_model_name, check_tool_id};
 
@@ -111,19 +110,18 @@ impl Dispatch<'_> {
         let Some(entry) = entry.filter(|e| e.entry.binding.kind().visible_to(p.flags)) else {
             return Err(CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into());
         };
-        let op = entry.entry.operation(&req.tool).ok_or_else(|| {
+        let op = self.inner.catalog.prepared.get(&entry, &req.tool).ok_or_else(|| {
             EngineError::from(CoreError::not_found(format!(
                 "no tool {:?} in {toolkit}; its tools: {}",
                 req.tool,
                 entry.entry.operation_names().join(", ")
             )))
         })?;
-        let table = flag_table(&op.input);
         let input = match req.args {
-            CallArgs::Flags(args) => table.parse(&args).map_err(|e| usage(e.0))?,
+            CallArgs::Flags(args) => op.table.parse(&args).map_err(|e| usage(e.0))?,
             CallArgs::Input(input) => input,
         };
-        validate(&op.input, &table, &input).map_err(|e| usage(e.0))?;
+        op.validate(&input).map_err(|e| usage(e.0))?;
         let call = Call {
             principal: p,
             id: toolkit,

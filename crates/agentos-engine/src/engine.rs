@@ -174,6 +174,8 @@ pub(crate) struct Inner {
 pub(crate) struct CatalogState {
     pub(crate) blobs: VerifyBlobStore,
     pub(crate) limits: Limits,
+    /// The operations called lately, ready to call again.
+    pub(crate) prepared: crate::prepared::PreparedOps,
 }
 
 /// Dispatch: the job queue, its limits, where direct jobs are kept while open, and the reaper

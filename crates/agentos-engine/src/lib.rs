@@ -20,6 +20,7 @@ pub use ledger::limit_allocator_arenas;
 pub mod nets;
 mod open;
 pub mod outbound;
+mod prepared;
 pub mod principal;
 pub mod progress;
 pub mod recent;

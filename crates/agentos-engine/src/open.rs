@@ -31,7 +31,11 @@ impl Engine {
         let engine = Engine {
             inner: Arc::new(Inner {
                 ledger,
-                catalog: CatalogState { blobs: VerifyBlobStore::new(blobs), limits: config.limits },
+                catalog: CatalogState {
+                    blobs: VerifyBlobStore::new(blobs),
+                    limits: config.limits,
+                    prepared: Default::default(),
+                },
                 dispatch: DispatchState {
                     jobs: Arc::new(match &config.sharing.jobs {
                         None => JobQueue::memory(config.jobs),

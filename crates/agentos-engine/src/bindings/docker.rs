@@ -32,6 +32,7 @@ use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
 use super::http::OPENAPI_NAMESPACE;
 use super::{Binder, Call, Outcome, ValueKind};
+use crate::prepared::PreparedOp;
 use crate::{Engine, EngineError, Principal};
 
 /// The command that imports an image.
@@ -426,7 +427,7 @@ pub(crate) async fn call_operation(
     engine: &Engine,
     id: &str,
     model: &str,
-    entry: &StoredEntry,
+    entry: &Arc<StoredEntry>,
     tool: &str,
     input: &Value,
     timeout_ms: Option<u64>,
@@ -434,10 +435,10 @@ pub(crate) async fn call_operation(
     let Binding::Docker(b) = &entry.entry.binding else {
         return Err(CoreError::bad_input("not_docker", format!("{id:?} is not a container")).into());
     };
-    let op = b
-        .operations
-        .iter()
-        .find(|o| o.name == tool)
+    let op = engine.inner.catalog.prepared.get(entry, tool);
+    let op = op
+        .as_deref()
+        .and_then(PreparedOp::request)
         .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
     let docker = &engine.inner.docker;
     let failed =
@@ -481,10 +482,9 @@ pub(crate) async fn call_operation(
         .await
         .map_err(|why| failed(ErrorKind::Unavailable, "container_unavailable", why))?;
     let _busy = warm.busy();
-    let schema = entry.entry.operation(tool).map(|o| o.input).unwrap_or(Value::Null);
     let base = format!("http://127.0.0.1:{}", warm.port);
-    let request = agentos_openapi::build_request(&base, &op.to_openapi(schema), input)
-        .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
+    let request =
+        agentos_openapi::build_request(&base, op, input).map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
     let cfg = engine.inner.dispatch.config;
     let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
     let values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();

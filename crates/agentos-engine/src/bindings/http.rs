@@ -3,6 +3,7 @@
 //! a call builds the request with `agentos_openapi::build_request`, adds the credential from
 //! the secret store at that moment, and sends it through the outbound policy's client.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -21,6 +22,7 @@ use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
 use super::{Binder, Call, Outcome, ValueKind};
 use crate::outbound::{describe, origin_of};
+use crate::prepared::PreparedOp;
 use crate::{Engine, EngineError, Principal};
 
 /// The blob namespace of OpenAPI documents.
@@ -96,7 +98,7 @@ pub(crate) async fn call_operation(
     engine: &Engine,
     id: &str,
     model: &str,
-    entry: &StoredEntry,
+    entry: &Arc<StoredEntry>,
     tool: &str,
     input: &Value,
     timeout_ms: Option<u64>,
@@ -104,13 +106,12 @@ pub(crate) async fn call_operation(
     let Binding::Http(b) = &entry.entry.binding else {
         return Err(CoreError::bad_input("not_http", format!("{id:?} is not an http service")).into());
     };
-    let op = b
-        .operations
-        .iter()
-        .find(|o| o.name == tool)
+    let op = engine.inner.catalog.prepared.get(entry, tool);
+    let op = op
+        .as_deref()
+        .and_then(PreparedOp::request)
         .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
-    let schema = entry.entry.operation(tool).map(|o| o.input).unwrap_or(Value::Null);
-    let request = agentos_openapi::build_request(&b.base_url, &op.to_openapi(schema), input)
+    let request = agentos_openapi::build_request(&b.base_url, op, input)
         .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
     let cfg = engine.inner.dispatch.config;
     let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
