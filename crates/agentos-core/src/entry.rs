@@ -667,6 +667,14 @@ impl CompactEntry {
         }
     }
 
+    /// How many operations the contract has, without reading their schemas.
+    pub fn operation_count(&self) -> usize {
+        match self.spans() {
+            Some(spans) => spans.len(),
+            None => self.contract().operations.len(),
+        }
+    }
+
     /// Whether the contract has an operation of that name, without reading its schemas.
     pub fn has_operation(&self, name: &str) -> bool {
         match self.spans() {
@@ -1089,6 +1097,7 @@ mod tests {
                 CompactEntry::new(script("t", json!({"type": "x", "operations": {}})), &mut Interner::default());
             entry.contract = RawValue::from_string(text.clone()).unwrap().into();
             assert_eq!(entry.operation_names(), whole.operations.keys().cloned().collect::<Vec<_>>());
+            assert_eq!(entry.operation_count(), whole.operations.len());
             for (name, op) in &whole.operations {
                 assert_eq!(entry.operation(name).as_ref(), Some(op), "{name}");
                 assert!(entry.has_operation(name));

@@ -354,7 +354,7 @@ impl McpServer {
     fn listed(&self, p: &Principal) -> Vec<Tool> {
         let operations: usize = (self.shared.engine.catalog().visible(p).iter())
             .filter(|v| v.stored.entry.binding.kind().callable_by(p.flags))
-            .map(|v| v.stored.entry.operation_names().len())
+            .map(|v| v.stored.entry.operation_count())
             .sum();
         if operations <= self.shared.list_limit {
             return tools_of(&self.shared.engine, p).into_values().map(|(t, _)| t).collect();
