@@ -1,9 +1,10 @@
 //! Operations made ready to call, kept for the ones called lately.
 //!
-//! The catalog keeps each contract as text (`CompactEntry`). A call of one operation parses
-//! that operation's input schema, draws its flag table and compiles its validator; an http
-//! service's call also needs the operation's request description. For a large schema
-//! (`create-call` of Twilio's API, 11 KB) that is most of the master's own work on the call.
+//! The catalog keeps each contract as text (`CompactEntry`). A call of one operation needs
+//! that operation's input schema parsed, its flag table drawn and its validator compiled; an
+//! http service's call also needs the operation's request description. Done at every call,
+//! for a large schema (`create-call` of Twilio's API, 11 KB) that was half the master's own
+//! work on the call.
 //! [`PreparedOps`] keeps that work for the operations called most lately, within a budget of
 //! schema size, so that memory stays bounded whatever the catalog holds.
 //!
