@@ -225,7 +225,7 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
                 let e = entry(&conn, toolkit)?;
                 let op = e.contract.operations.get(tool).ok_or_else(|| {
                     let tools: Vec<&str> = e.contract.operations.keys().map(String::as_str).collect();
-                    fail(EXIT_NOT_FOUND, format!("no tool {tool:?} in {toolkit}; its tools: {}", tools.join(", ")))
+                    fail(EXIT_NOT_FOUND, toolhelp::unknown_tool(toolkit, tool, &tools))
                 })?;
                 return if json_out {
                     write_out(&format!("{}\n", serde_json::to_string_pretty(op).unwrap_or_default()))

@@ -792,6 +792,18 @@ fn every_shared_fixture_registers_through_the_master_or_is_refused_with_the_reas
     let (status, v) = m.client().get("/api/tool-catalog?type=http&limit=100");
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["total"], 15, "{v}");
+    // A tool Twilio's 197 lack is refused in one short line, naming the nearest and where the
+    // rest are listed.
+    let twilio = expected.iter().position(|(n, _)| n.starts_with("twilio")).unwrap();
+    let (status, v) =
+        m.client().post(&format!("/api/tools/doc-{twilio}/call"), json!({"tool": "list-calls", "args": []}));
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        format!(
+            "no tool \"list-calls\" in doc-{twilio}; did you mean list-call? its 197 tools: agentos-doc-{twilio} --help"
+        )
+    );
 }
 
 #[test]

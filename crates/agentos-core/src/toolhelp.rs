@@ -7,6 +7,44 @@ use serde_json::Value;
 use crate::entry::{CatalogEntry, Operation};
 use crate::flagmap::{FlagSpec, FlagTable, FlagType, flag_table};
 
+/// Tools a toolkit lists whole in an error that names a tool it lacks; above that, the line
+/// names the nearest few and points to `--help`, so that the line stays short.
+const LISTED_WHOLE: usize = 12;
+
+/// How many near names that line gives at most.
+const NEAREST: usize = 3;
+
+/// The end of the error line for a tool `asked` that `toolkit` lacks: its tools when they are
+/// few (`its tools: a, b, c`); else the nearest names, if any are near, and where the whole
+/// list is (`did you mean list-call or list-calls? its 197 tools: agentos-twilio --help`).
+pub fn unknown_tool(toolkit: &str, asked: &str, names: &[&str]) -> String {
+    if names.len() <= LISTED_WHOLE {
+        return format!("no tool {asked:?} in {toolkit}; its tools: {}", names.join(", "));
+    }
+    // Distances cost the product of the lengths: a name far longer than any tool's is near none.
+    let lower = if asked.len() <= 128 { asked.to_lowercase() } else { String::new() };
+    let mut near: Vec<(usize, &str)> = names
+        .iter()
+        .filter(|_| !lower.is_empty())
+        .filter_map(|n| {
+            let d = crate::flagmap::levenshtein(&lower, n);
+            // A name that holds what was asked (`call` in `list-call`) is near whatever its length.
+            let holds = !lower.is_empty() && n.contains(lower.as_str());
+            (d <= 3.max(n.len() / 3) || holds).then_some((if holds { d.min(n.len() - lower.len()) } else { d }, *n))
+        })
+        .collect();
+    near.sort();
+    let near: Vec<&str> = near.into_iter().take(NEAREST).map(|(_, n)| n).collect();
+    let all = format!("its {} tools: agentos-{toolkit} --help", names.len());
+    match near.as_slice() {
+        [] => format!("no tool {asked:?} in {toolkit}; {all}"),
+        [one] => format!("no tool {asked:?} in {toolkit}; did you mean {one}? {all}"),
+        [first @ .., last] => {
+            format!("no tool {asked:?} in {toolkit}; did you mean {} or {last}? {all}", first.join(", "))
+        }
+    }
+}
+
 fn shell_quote(s: &str) -> String {
     if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:@,+=".contains(c)) {
         s.to_string()
@@ -403,6 +441,43 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+
+    #[test]
+    fn a_tool_a_toolkit_lacks_is_named_with_its_few_tools_or_the_nearest_of_many() {
+        assert_eq!(
+            unknown_tool("weather", "nowcast", &["forecast", "ping", "slow"]),
+            "no tool \"nowcast\" in weather; its tools: forecast, ping, slow"
+        );
+        let many: Vec<String> = ["create-call", "fetch-call", "list-call", "list-call-event", "update-call"]
+            .into_iter()
+            .map(str::to_string)
+            .chain((0..200).map(|i| format!("other-thing-{i}")))
+            .collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            unknown_tool("twilio", "list-calls", &many),
+            "no tool \"list-calls\" in twilio; did you mean list-call? its 205 tools: agentos-twilio --help"
+        );
+        assert_eq!(
+            unknown_tool("twilio", "call", &many),
+            "no tool \"call\" in twilio; did you mean list-call, fetch-call or create-call? its 205 tools: agentos-twilio --help"
+        );
+        // A word the names hold is near them, the shortest first; case does not matter.
+        let line = unknown_tool("twilio", "Event", &many);
+        assert_eq!(
+            line,
+            "no tool \"Event\" in twilio; did you mean list-call-event? its 205 tools: agentos-twilio --help"
+        );
+        assert_eq!(
+            unknown_tool("twilio", "zzzzzzzzzzzzzzzzzzzz", &many),
+            "no tool \"zzzzzzzzzzzzzzzzzzzz\" in twilio; its 205 tools: agentos-twilio --help"
+        );
+        // A name far longer than any tool's is compared with none.
+        let long = "call".repeat(100_000);
+        assert!(unknown_tool("twilio", &long, &many).ends_with("\" in twilio; its 205 tools: agentos-twilio --help"));
+        // The line stays short however many tools there are.
+        assert!(unknown_tool("twilio", "other-thing", &many).len() < 160);
+    }
 
     #[test]
     fn the_prompt_shows_the_first_sentence_of_a_description_in_one_short_line() {

@@ -111,11 +111,9 @@ impl Dispatch<'_> {
             return Err(CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into());
         };
         let op = self.inner.catalog.prepared.get(&entry, &req.tool).ok_or_else(|| {
-            EngineError::from(CoreError::not_found(format!(
-                "no tool {:?} in {toolkit}; its tools: {}",
-                req.tool,
-                entry.entry.operation_names().join(", ")
-            )))
+            let names = entry.entry.operation_names();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            EngineError::from(CoreError::not_found(agentos_core::toolhelp::unknown_tool(toolkit, &req.tool, &names)))
         })?;
         let input = match req.args {
             CallArgs::Flags(args) => op.table.parse(&args).map_err(|e| usage(e.0))?,

@@ -158,7 +158,7 @@ pub(crate) async fn call_operation(
     };
     let server_tool = b.tools.iter().find(|t| t.name == tool).map(|t| t.tool.clone()).ok_or_else(|| {
         let names: Vec<&str> = b.tools.iter().map(|t| t.name.as_str()).collect();
-        CoreError::not_found(format!("no tool {tool:?} in {id}; its tools: {}", names.join(", ")))
+        CoreError::not_found(agentos_core::toolhelp::unknown_tool(id, tool, &names))
     })?;
     let arguments = match input {
         Value::Object(m) => m.clone(),
