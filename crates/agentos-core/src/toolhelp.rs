@@ -14,34 +14,41 @@ const LISTED_WHOLE: usize = 12;
 /// How many near names that line gives at most.
 const NEAREST: usize = 3;
 
-/// The end of the error line for a tool `asked` that `toolkit` lacks: its tools when they are
-/// few (`its tools: a, b, c`); else the nearest names, if any are near, and where the whole
-/// list is (`did you mean list-call or list-calls? its 197 tools: agentos-twilio --help`).
+/// The error line for a tool `asked` that `toolkit` lacks: its tools when they are few
+/// (`its tools: a, b, c`); else the nearest names, if any are near, and where the whole list is
+/// (`did you mean list-call? its 197 tools: agentos-twilio --help`). A long name asked is shown
+/// cut short.
 pub fn unknown_tool(toolkit: &str, asked: &str, names: &[&str]) -> String {
+    let head = format!("no tool {} in {toolkit}", crate::name::shown(asked));
     if names.len() <= LISTED_WHOLE {
-        return format!("no tool {asked:?} in {toolkit}; its tools: {}", names.join(", "));
+        return format!("{head}; its tools: {}", names.join(", "));
     }
     // Distances cost the product of the lengths: a name far longer than any tool's is near none.
-    let lower = if asked.len() <= 128 { asked.to_lowercase() } else { String::new() };
+    let asked = if asked.len() <= 128 { asked.to_lowercase() } else { String::new() };
     let mut near: Vec<(usize, &str)> = names
         .iter()
-        .filter(|_| !lower.is_empty())
+        .filter(|_| !asked.is_empty())
         .filter_map(|n| {
-            let d = crate::flagmap::levenshtein(&lower, n);
-            // A name that holds what was asked (`call` in `list-call`) is near whatever its length.
-            let holds = !lower.is_empty() && n.contains(lower.as_str());
-            (d <= 3.max(n.len() / 3) || holds).then_some((if holds { d.min(n.len() - lower.len()) } else { d }, *n))
+            let name = n.to_lowercase();
+            let d = crate::flagmap::levenshtein(&asked, &name);
+            // A name that holds what was asked (`call` in `list-call`) is near whatever its
+            // length, for a word of three characters or more.
+            let holds = asked.chars().count() >= 3 && name.contains(asked.as_str());
+            let far = d > 3.max(name.chars().count() / 3);
+            match (holds, far) {
+                (true, _) => Some((d.min(name.len() - asked.len()), *n)),
+                (false, false) => Some((d, *n)),
+                (false, true) => None,
+            }
         })
         .collect();
     near.sort();
     let near: Vec<&str> = near.into_iter().take(NEAREST).map(|(_, n)| n).collect();
     let all = format!("its {} tools: agentos-{toolkit} --help", names.len());
     match near.as_slice() {
-        [] => format!("no tool {asked:?} in {toolkit}; {all}"),
-        [one] => format!("no tool {asked:?} in {toolkit}; did you mean {one}? {all}"),
-        [first @ .., last] => {
-            format!("no tool {asked:?} in {toolkit}; did you mean {} or {last}? {all}", first.join(", "))
-        }
+        [] => format!("{head}; {all}"),
+        [one] => format!("{head}; did you mean {one}? {all}"),
+        [first @ .., last] => format!("{head}; did you mean {} or {last}? {all}", first.join(", ")),
     }
 }
 
@@ -472,9 +479,20 @@ mod tests {
             unknown_tool("twilio", "zzzzzzzzzzzzzzzzzzzz", &many),
             "no tool \"zzzzzzzzzzzzzzzzzzzz\" in twilio; its 205 tools: agentos-twilio --help"
         );
-        // A name far longer than any tool's is compared with none.
+        // A name far longer than any tool's is compared with none, and shown cut short.
         let long = "call".repeat(100_000);
-        assert!(unknown_tool("twilio", &long, &many).ends_with("\" in twilio; its 205 tools: agentos-twilio --help"));
+        let line = unknown_tool("twilio", &long, &many);
+        assert!(line.ends_with("… (400000 characters) in twilio; its 205 tools: agentos-twilio --help"), "{line}");
+        assert!(line.len() < 200, "{line}");
+        // A letter or two is near only names a few edits away.
+        assert_eq!(unknown_tool("twilio", "x", &many), "no tool \"x\" in twilio; its 205 tools: agentos-twilio --help");
+        // Names of any case and script, and empty ones, are compared without a panic.
+        let odd = ["İstanbul-Çağrı", "", "ǅ", "LIST-CALL"].into_iter().chain(many.iter().copied()).collect::<Vec<_>>();
+        assert_eq!(
+            unknown_tool("twilio", "list-calls", &odd),
+            "no tool \"list-calls\" in twilio; did you mean LIST-CALL or list-call? its 209 tools: agentos-twilio --help"
+        );
+        assert!(unknown_tool("twilio", "i̇stanbul", &odd).contains("did you mean İstanbul-Çağrı?"));
         // The line stays short however many tools there are.
         assert!(unknown_tool("twilio", "other-thing", &many).len() < 160);
     }

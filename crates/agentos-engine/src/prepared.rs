@@ -6,7 +6,8 @@
 //! for a large schema (`create-call` of Twilio's API, 11 KB) that was half the master's own
 //! work on the call.
 //! [`PreparedOps`] keeps that work for the operations called most lately, within a budget of
-//! schema size, so that memory stays bounded whatever the catalog holds.
+//! schema size and a number of operations, so that what it holds does not grow with the
+//! catalog. The operations of an entry gone from the catalog are dropped first.
 //!
 //! An entry is only ever replaced, never changed in place, and the replacement is a new `Arc`:
 //! what is kept is found by the entry's address, and a `Weak` of it is kept beside, so that
@@ -21,9 +22,16 @@ use agentos_core::entry::{Binding, StoredEntry};
 use agentos_core::flagmap::{FlagTable, UsageError, Validator, compile, flag_table, validate_with};
 
 /// Schema size kept at most, summed over the operations kept (see [`weight`]). What is kept of
-/// an operation, its parsed schema and its validator, takes about fourteen times its weight
-/// (Twilio's 197 operations: 0.4 MB of weight, 5.7 MB kept): at most about 30 MB.
+/// an operation, its parsed schema and its validator, takes up to about fifteen times its
+/// weight for a schema without patterns, less with them (Twilio's 197 operations, their 425
+/// patterns compiled: 2.1 MB of weight, 6.0 MB kept): some 30 MB at most, unless patterns
+/// compile far beyond their usual size.
 const BUDGET: usize = 2 << 20;
+
+/// What a `pattern` adds to its schema's weight: a regex compiled, about 0.7 KB for Twilio's,
+/// counted generously. One may compile to far more (the `regex` crate allows 10 MB), as it did
+/// for the time of each call before operations were kept.
+const PATTERN_WEIGHT: usize = 4 << 10;
 
 /// Operations kept at most, whatever their size.
 const MOST: usize = 1024;
@@ -85,12 +93,22 @@ impl PreparedOp {
 }
 
 /// What an operation's schema costs to keep, in about the bytes of its text: each value and
-/// key counts 8, plus the length of each string.
+/// key counts 8, plus the length of each string, plus [`PATTERN_WEIGHT`] for each regex.
 fn weight(v: &Value) -> usize {
     8 + match v {
         Value::String(s) => s.len(),
         Value::Array(a) => a.iter().map(weight).sum(),
-        Value::Object(o) => o.iter().map(|(k, v)| 8 + k.len() + weight(v)).sum(),
+        Value::Object(o) => o
+            .iter()
+            .map(|(k, v)| {
+                let regexes = match (k.as_str(), v) {
+                    ("pattern", Value::String(_)) => 1,
+                    ("patternProperties", Value::Object(p)) => p.len(),
+                    _ => 0,
+                };
+                8 + k.len() + weight(v) + regexes * PATTERN_WEIGHT
+            })
+            .sum(),
         _ => 0,
     }
 }
@@ -113,8 +131,8 @@ struct Kept {
 }
 
 struct KeptEntry {
-    /// Holds the address (see the module's note).
-    _entry: Weak<StoredEntry>,
+    /// Holds the address (see the module's note), and tells whether the entry is still in use.
+    entry: Weak<StoredEntry>,
     ops: Vec<KeptOp>,
 }
 
@@ -158,7 +176,7 @@ impl PreparedOps {
         let mut kept = self.lock();
         let kept = &mut *kept;
         let now = kept.clock;
-        let e = kept.entries.entry(key).or_insert_with(|| KeptEntry { _entry: Arc::downgrade(entry), ops: Vec::new() });
+        let e = kept.entries.entry(key).or_insert_with(|| KeptEntry { entry: Arc::downgrade(entry), ops: Vec::new() });
         // Another call may have prepared it meanwhile.
         if let Some(o) = e.ops.iter().find(|o| &*o.name == name) {
             return Some(o.op.clone());
@@ -166,9 +184,7 @@ impl PreparedOps {
         e.ops.push(KeptOp { name: name.into(), op: op.clone(), weight, used: now });
         kept.weight += weight;
         kept.count += 1;
-        while kept.weight > self.budget || kept.count > MOST {
-            kept.evict_oldest();
-        }
+        while (kept.weight > self.budget || kept.count > MOST) && kept.evict_one() {}
         Some(op)
     }
 
@@ -186,21 +202,26 @@ impl PreparedOps {
 }
 
 impl Kept {
-    /// Drops the operation looked up least lately, and its entry's place once it has none.
-    fn evict_oldest(&mut self) {
-        let oldest = self
+    /// Drops one operation: of an entry gone from the catalog first, else the one looked up
+    /// least lately; and its entry's place once it has none. `false` when nothing was left.
+    fn evict_one(&mut self) -> bool {
+        let first = self
             .entries
             .iter()
-            .flat_map(|(key, e)| e.ops.iter().enumerate().map(move |(i, o)| (o.used, *key, i)))
+            .flat_map(|(key, e)| {
+                let alive = e.entry.strong_count() > 0;
+                e.ops.iter().enumerate().map(move |(i, o)| (alive, o.used, *key, i))
+            })
             .min();
-        let Some((_, key, i)) = oldest else { return };
-        let Some(e) = self.entries.get_mut(&key) else { return };
+        let Some((_, _, key, i)) = first else { return false };
+        let Some(e) = self.entries.get_mut(&key) else { return false };
         let gone = e.ops.swap_remove(i);
         self.weight -= gone.weight;
         self.count -= 1;
         if e.ops.is_empty() {
             self.entries.remove(&key);
         }
+        true
     }
 }
 
@@ -273,9 +294,9 @@ mod tests {
         let names = ["a", "b", "c", "d", "e"];
         let e = entry("m", &names.map(|n| (n, schema("x"))));
         let a = ops.get(&e, "a").expect("a");
-        for n in ["b", "c", "d"] {
-            ops.get(&e, n).expect("op");
-        }
+        ops.get(&e, "b").expect("b");
+        ops.get(&e, "c").expect("c");
+        let d = ops.get(&e, "d").expect("d");
         assert_eq!(ops.counts(), (1, 4, small * 4));
         // `a` used again: `b` is now the one used least lately, and goes for `e`.
         assert!(Arc::ptr_eq(&a, &ops.get(&e, "a").expect("a")));
@@ -288,6 +309,7 @@ mod tests {
         let b = ops.get(&e, "b").expect("b");
         assert!(Arc::ptr_eq(&b, &ops.get(&e, "b").expect("b")), "b kept now");
         assert_eq!(ops.counts(), (1, 4, small * 4));
+        assert!(!Arc::ptr_eq(&d, &ops.get(&e, "d").expect("d")), "d was dropped");
         // An operation above a quarter of the budget is prepared for its call and not kept.
         let big = entry("m", &[("big", json!({"type": "object", "description": "x".repeat(small * 2)}))]);
         let first = ops.get(&big, "big").expect("big");
@@ -299,6 +321,32 @@ mod tests {
             ops.get(&other, n).expect("op");
         }
         assert_eq!(ops.counts(), (1, 4, small * 4), "only the other entry's four are left");
+    }
+
+    #[test]
+    fn an_entry_gone_from_the_catalog_is_dropped_first_and_patterns_weigh_more() {
+        let small = weight(&schema("x"));
+        let ops = PreparedOps::with_budget(small * 4 + small / 2);
+        let kept = entry("m", &[("a", schema("x")), ("b", schema("x"))]);
+        let gone = entry("n", &[("a", schema("x")), ("b", schema("x"))]);
+        let kept_a = ops.get(&kept, "a").expect("a");
+        ops.get(&kept, "b").expect("b");
+        ops.get(&gone, "a").expect("a");
+        ops.get(&gone, "b").expect("b");
+        assert_eq!(ops.counts(), (2, 4, small * 4));
+        // The second entry replaced: its operations go before those looked up less lately.
+        drop(gone);
+        let other = entry("o", &[("a", schema("x")), ("b", schema("x"))]);
+        ops.get(&other, "a").expect("a");
+        ops.get(&other, "b").expect("b");
+        assert_eq!(ops.counts(), (2, 4, small * 4));
+        assert!(Arc::ptr_eq(&kept_a, &ops.get(&kept, "a").expect("a")), "the live entry's kept");
+
+        let plain = json!({"type": "string"});
+        let one = json!({"type": "string", "pattern": "^a$"});
+        let two = json!({"type": "object", "patternProperties": {"^a": {}, "^b": {}}});
+        assert_eq!(weight(&one), weight(&plain) + 8 + "pattern".len() + 8 + 3 + PATTERN_WEIGHT);
+        assert!(weight(&two) > 2 * PATTERN_WEIGHT);
     }
 
     #[test]
