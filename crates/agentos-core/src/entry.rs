@@ -250,6 +250,17 @@ impl Binding {
             Binding::Docker(_) => BindingKind::Docker,
         }
     }
+
+    /// How operation `name` is sent as an HTTP request, for the bindings that call over HTTP
+    /// (an http service, a container); `None` for the others and for a name they lack.
+    pub fn http_operation(&self, name: &str) -> Option<&HttpOperation> {
+        let ops = match self {
+            Binding::Http(b) => &b.operations,
+            Binding::Docker(b) => &b.operations,
+            _ => return None,
+        };
+        ops.iter().find(|o| o.name == name)
+    }
 }
 
 /// The kinds of binding, as named in the `type` search filter.

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use serde_json::Value;
 
-use agentos_core::entry::{Binding, StoredEntry};
+use agentos_core::entry::StoredEntry;
 use agentos_core::flagmap::{FlagTable, UsageError, Validator, compile, flag_table, validate_with};
 
 /// Schema size kept at most, summed over the operations kept (see [`weight`]). What is kept of
@@ -57,12 +57,7 @@ impl PreparedOp {
     pub(crate) fn new(entry: &StoredEntry, name: &str) -> Option<PreparedOp> {
         let op = entry.entry.operation(name)?;
         let table = flag_table(&op.input);
-        let calls = match &entry.entry.binding {
-            Binding::Http(b) => Some(&b.operations),
-            Binding::Docker(b) => Some(&b.operations),
-            _ => None,
-        };
-        let form = match calls.and_then(|ops| ops.iter().find(|o| o.name == name)) {
+        let form = match entry.entry.binding.http_operation(name) {
             Some(call) => Form::Request(Box::new(call.to_openapi(op.input))),
             None => Form::Schema(op.input),
         };
