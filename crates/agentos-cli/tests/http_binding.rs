@@ -729,6 +729,17 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
     let reason = parked[0]["reason"].as_str().unwrap();
     assert!(reason.contains("needs the 'h' (http) flag") && reason.contains("clerk"), "{reason}");
     assert_eq!(service.requests().len(), before, "the service was not called");
+
+    // The rendered input is checked against the operation's whole schema before anything is
+    // sent, as a shell command's call is: an id that is not a string parks with the reason.
+    let (status, v) = api.post("/api/models/shop/places/p-req/tokens", json!({"data": {"id": 44}}));
+    assert_eq!(status, 200, "{v}");
+    let parked = || api.get("/api/models/shop/parked").1.as_array().unwrap().clone();
+    common::wait_for("the second token to park", || parked().len() == 2);
+    let reasons: Vec<String> = parked().iter().map(|p| p["reason"].as_str().unwrap().to_string()).collect();
+    let reason = reasons.iter().find(|r| r.contains("the input of items get-item")).expect("a reason naming the input");
+    assert!(reason.contains("--id: 44 is not of type \"string\""), "{reason}");
+    assert_eq!(service.requests().len(), before, "the service was not called");
     drop(m);
     for file in walk(&dir.path().join("master")) {
         let bytes = std::fs::read(&file).unwrap();

@@ -13,7 +13,7 @@ use agentos_core::entry::{BindingKind, StoredEntry};
 use agentos_core::job::InvokeRequest;
 use agentos_core::name::{check_model_name, check_tool_id};
 
-use crate::bindings::{Binder, Call, binder};
+use crate::bindings::{Binder, Call, Operation, binder};
 use crate::{Dispatch, EngineError, Principal};
 
 /// A call of one tool of a toolkit, with the flags typed after its name.
@@ -110,11 +110,7 @@ impl Dispatch<'_> {
         let Some(entry) = entry.filter(|e| e.entry.binding.kind().visible_to(p.flags)) else {
             return Err(CoreError::not_found(format!("no toolkit {toolkit:?} (see `agentos list-tools`)")).into());
         };
-        let op = self.inner.catalog.prepared.get(&entry, &req.tool).ok_or_else(|| {
-            let names = entry.entry.operation_names();
-            let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            EngineError::from(CoreError::not_found(agentos_core::toolhelp::unknown_tool(toolkit, &req.tool, &names)))
-        })?;
+        let op = self.inner.catalog.prepared.find(&entry, toolkit, &req.tool)?;
         let input = match req.args {
             CallArgs::Flags(args) => op.table.parse(&args).map_err(|e| usage(e.0))?,
             CallArgs::Input(input) => input,
@@ -125,7 +121,7 @@ impl Dispatch<'_> {
             id: toolkit,
             model: &model,
             entry: Some(entry.clone()),
-            operation: Some(&req.tool),
+            operation: Some(Operation { name: &req.tool, prepared: op }),
             req: InvokeRequest { input: Some(input), ..Default::default() },
         };
         binder.invoke(self, call).await?.into_output(toolkit, &req.tool)

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use serde_json::Value;
 
+use agentos_core::CoreError;
 use agentos_core::entry::StoredEntry;
 use agentos_core::flagmap::{FlagTable, UsageError, Validator, compile, flag_table, validate_with};
 
@@ -181,6 +182,21 @@ impl PreparedOps {
         kept.count += 1;
         while (kept.weight > self.budget || kept.count > MOST) && kept.evict_one() {}
         Some(op)
+    }
+
+    /// Operation `name` of `entry`, or the refusal that names the nearest tools of `toolkit`
+    /// (the id its caller used).
+    pub(crate) fn find(
+        &self,
+        entry: &Arc<StoredEntry>,
+        toolkit: &str,
+        name: &str,
+    ) -> Result<Arc<PreparedOp>, CoreError> {
+        self.get(entry, name).ok_or_else(|| {
+            let names = entry.entry.operation_names();
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            CoreError::not_found(agentos_core::toolhelp::unknown_tool(toolkit, name, &names))
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {

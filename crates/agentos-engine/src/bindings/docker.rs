@@ -24,15 +24,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use agentos_core::command::{HeaderFields, Plan, fields};
-use agentos_core::entry::{Binding, BindingKind, DockerBinding, Status, StoredEntry};
+use agentos_core::entry::{Binding, BindingKind, DockerBinding, Status};
 use agentos_core::event::GrantTarget;
 use agentos_core::flags::Flag;
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
 use super::http::OPENAPI_NAMESPACE;
-use super::{Binder, Call, Outcome, ValueKind};
-use crate::prepared::PreparedOp;
+use super::{Binder, Call, Outcome, ValueCall, ValueKind};
 use crate::{Engine, EngineError, Principal};
 
 /// The command that imports an image.
@@ -127,7 +126,7 @@ impl Binder for DockerKind {
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
         let c = KIND.call(call)?;
-        Ok(Outcome::Value(call_operation(engine, c.id, c.model, &c.entry, c.tool, &c.input, c.timeout_ms).await?))
+        Ok(Outcome::Value(call_operation(engine, &c).await?))
     }
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
@@ -423,23 +422,12 @@ fn docker_error(e: &bollard::errors::Error) -> String {
 
 /// Calls one operation of a container entry: the tag still at its pinned digest, a warm
 /// container of it (started when there is none), and the request sent as an http service's.
-pub(crate) async fn call_operation(
-    engine: &Engine,
-    id: &str,
-    model: &str,
-    entry: &Arc<StoredEntry>,
-    tool: &str,
-    input: &Value,
-    timeout_ms: Option<u64>,
-) -> Result<Value, EngineError> {
+pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result<Value, EngineError> {
+    let ValueCall { id, model, tool, ref input, timeout_ms, ref entry, .. } = *c;
     let Binding::Docker(b) = &entry.entry.binding else {
         return Err(CoreError::bad_input("not_docker", format!("{id:?} is not a container")).into());
     };
-    let op = engine.inner.catalog.prepared.get(entry, tool);
-    let op = op
-        .as_deref()
-        .and_then(PreparedOp::request)
-        .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
+    let op = c.op.request().ok_or_else(|| CoreError::internal(format!("{id} {tool}: no request description")))?;
     let docker = &engine.inner.docker;
     let failed =
         |kind, code, why: String| -> EngineError { CoreError::new(kind, code, format!("{id} {tool}: {why}")).into() };

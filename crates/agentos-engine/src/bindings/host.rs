@@ -37,7 +37,7 @@ impl Binder for Host {
         let Some(Binding::Host(h)) = call.entry.as_ref().map(|e| &e.entry.binding) else {
             return Err(CoreError::internal("a host tool call without its entry").into());
         };
-        let Some(tool) = call.operation else {
+        let Some(tool) = call.operation.map(|o| o.name) else {
             return Err(CoreError::bad_input(
                 "not_invocable",
                 format!(

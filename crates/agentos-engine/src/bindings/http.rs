@@ -3,7 +3,6 @@
 //! a call builds the request with `agentos_openapi::build_request`, adds the credential from
 //! the secret store at that moment, and sends it through the outbound policy's client.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,16 +12,15 @@ use serde_json::{Map, Value, json};
 
 use agentos_core::command::{HeaderFields, Plan, fields};
 use agentos_core::entry::{
-    Binding, BindingKind, Contract, HttpAuth, HttpAuthKind, HttpBinding, HttpOperation, Operation, Status, StoredEntry,
+    Binding, BindingKind, Contract, HttpAuth, HttpAuthKind, HttpBinding, HttpOperation, Operation, Status,
 };
 use agentos_core::event::GrantTarget;
 use agentos_core::flags::Flag;
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, ErrorKind, sha256_hex};
 
-use super::{Binder, Call, Outcome, ValueKind};
+use super::{Binder, Call, Outcome, ValueCall, ValueKind};
 use crate::outbound::{describe, origin_of};
-use crate::prepared::PreparedOp;
 use crate::{Engine, EngineError, Principal};
 
 /// The blob namespace of OpenAPI documents.
@@ -78,7 +76,7 @@ impl Binder for Http {
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
         let c = KIND.call(call)?;
-        Ok(Outcome::Value(call_operation(engine, c.id, c.model, &c.entry, c.tool, &c.input, c.timeout_ms).await?))
+        Ok(Outcome::Value(call_operation(engine, &c).await?))
     }
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
@@ -94,23 +92,12 @@ const KIND: ValueKind =
 /// `model`: the request built, the credential added if granted there, the answer
 /// `{status, contentType, headers, body}`; a status outside 2xx is an error. Flags are the
 /// caller's to check (a shell command's principal, a fire's authority).
-pub(crate) async fn call_operation(
-    engine: &Engine,
-    id: &str,
-    model: &str,
-    entry: &Arc<StoredEntry>,
-    tool: &str,
-    input: &Value,
-    timeout_ms: Option<u64>,
-) -> Result<Value, EngineError> {
-    let Binding::Http(b) = &entry.entry.binding else {
+pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result<Value, EngineError> {
+    let ValueCall { id, model, tool, ref input, timeout_ms, .. } = *c;
+    let Binding::Http(b) = &c.entry.entry.binding else {
         return Err(CoreError::bad_input("not_http", format!("{id:?} is not an http service")).into());
     };
-    let op = engine.inner.catalog.prepared.get(entry, tool);
-    let op = op
-        .as_deref()
-        .and_then(PreparedOp::request)
-        .ok_or_else(|| CoreError::not_found(format!("no tool {tool:?} in {id}; see `agentos-{id} --help`")))?;
+    let op = c.op.request().ok_or_else(|| CoreError::internal(format!("{id} {tool}: no request description")))?;
     let request = agentos_openapi::build_request(&b.base_url, op, input)
         .map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
     let cfg = engine.inner.dispatch.config;

@@ -31,13 +31,13 @@ use tokio::io::AsyncReadExt;
 use agentos_core::command::{HeaderFields, Plan, fields};
 use agentos_core::entry::{
     Binding, BindingKind, CatalogEntry, Contract, HttpAuth, HttpAuthKind, McpBinding, McpServer, McpTool, Operation,
-    Status, StoredEntry,
+    Status,
 };
 use agentos_core::flags::Flag;
 use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, ErrorKind, sha256_hex};
 
-use super::{Binder, Call, Outcome, ValueKind};
+use super::{Binder, Call, Outcome, ValueCall, ValueKind};
 use crate::engine::Inner;
 use crate::outbound::origin_of;
 use crate::redact::Redactor;
@@ -131,7 +131,7 @@ impl Binder for Mcp {
 
     async fn invoke(&self, engine: &Engine, call: Call<'_>) -> Result<Outcome, EngineError> {
         let c = KIND.call(call)?;
-        Ok(Outcome::Value(call_operation(engine, c.id, c.model, &c.entry, c.tool, &c.input, c.timeout_ms).await?))
+        Ok(Outcome::Value(call_operation(engine, &c).await?))
     }
 
     async fn queue(&self, _engine: &Engine, call: Call<'_>) -> Result<String, EngineError> {
@@ -144,15 +144,8 @@ const KIND: ValueKind = ValueKind { flag: Flag::Mcp, plural: "MCP servers", one:
 
 /// Calls one tool of an MCP entry with `input` (an object of its input schema). Flags are the
 /// caller's to check (a shell command's principal, a fire's authority).
-pub(crate) async fn call_operation(
-    engine: &Engine,
-    id: &str,
-    model: &str,
-    entry: &StoredEntry,
-    tool: &str,
-    input: &Value,
-    timeout_ms: Option<u64>,
-) -> Result<Value, EngineError> {
+pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result<Value, EngineError> {
+    let ValueCall { id, model, tool, ref input, timeout_ms, ref entry, .. } = *c;
     let Binding::Mcp(b) = &entry.entry.binding else {
         return Err(CoreError::bad_input("not_mcp", format!("{id:?} is not an MCP server")).into());
     };

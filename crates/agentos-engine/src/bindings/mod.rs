@@ -14,6 +14,7 @@ use agentos_core::flags::Flag;
 use agentos_core::job::{InvokeRequest, JobResult};
 use agentos_core::{CoreError, ErrorKind};
 
+use crate::prepared::PreparedOp;
 use crate::{Engine, EngineError, Principal};
 
 pub mod docker;
@@ -108,12 +109,14 @@ pub(crate) struct ValueKind {
     pub parts: &'static str,
 }
 
-/// One call of a [`ValueKind`], the caller's flags checked and the operation named.
+/// One call of a [`ValueKind`], the caller's flags checked, the operation found and its input
+/// checked against its schema.
 pub(crate) struct ValueCall<'a> {
     pub id: &'a str,
     pub model: &'a str,
     pub entry: Arc<StoredEntry>,
     pub tool: &'a str,
+    pub op: Arc<PreparedOp>,
     pub input: Value,
     pub timeout_ms: Option<u64>,
 }
@@ -144,7 +147,7 @@ impl ValueKind {
         let Some(entry) = entry else {
             return Err(CoreError::internal(format!("a call of {} without its entry", self.one)).into());
         };
-        let Some(tool) = operation else {
+        let Some(Operation { name: tool, prepared: op }) = operation else {
             let placeholder = self.parts.trim_end_matches('s').to_uppercase();
             return Err(CoreError::bad_input(
                 "not_invocable",
@@ -156,7 +159,7 @@ impl ValueKind {
             .into());
         };
         let input = req.input.unwrap_or_else(|| json!({}));
-        Ok(ValueCall { id, model, entry, tool, input, timeout_ms: req.timeout_ms })
+        Ok(ValueCall { id, model, entry, tool, op, input, timeout_ms: req.timeout_ms })
     }
 
     /// `Prefer: respond-async` refused, once the caller may call at all.
@@ -188,10 +191,18 @@ pub struct Call<'a> {
     /// What the id resolved to; `None` when nothing did (a script job then ships anyway and
     /// fails at the executor with the reason, like any fire).
     pub entry: Option<Arc<StoredEntry>>,
-    /// The operation, as the caller named it; `None` from `POST /api/tools/{id}/invoke`, which
-    /// runs a tool's one operation (`run`).
-    pub operation: Option<&'a str>,
+    /// The operation, as the caller named it, its input already checked against its schema;
+    /// `None` from `POST /api/tools/{id}/invoke`, which runs a tool's one operation (`run`).
+    pub operation: Option<Operation<'a>>,
     pub req: InvokeRequest,
+}
+
+/// An operation of the call's entry, found in its contract.
+pub struct Operation<'a> {
+    /// As the caller named it.
+    pub name: &'a str,
+    /// Its schema, flag table and, for a request sent over HTTP, the request's description.
+    pub(crate) prepared: Arc<PreparedOp>,
 }
 
 /// What one operation gave.

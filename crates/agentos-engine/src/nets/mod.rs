@@ -1755,19 +1755,31 @@ impl Nets<'_> {
                     run.resolve_model
                 ))
             })?;
-        let (tool, op, model, timeout) = (&action.tool, &action.operation, run.resolve_model, action.timeout_ms);
+        let (tool, name) = (action.tool.as_str(), action.operation.as_str());
+        // The rendered input is checked against the operation's whole schema, as a shell
+        // command's or an MCP client's call is, before anything is sent.
+        let op = self.inner.catalog.prepared.find(&entry, tool, name).map_err(|e| FireError::Failed(e.to_string()))?;
+        op.validate(&input).map_err(|e| FireError::Failed(format!("the input of {tool} {name}: {}", e.0)))?;
+        let call = crate::bindings::ValueCall {
+            id: tool,
+            model: run.resolve_model,
+            entry,
+            tool: name,
+            op,
+            input,
+            timeout_ms: action.timeout_ms,
+        };
+        let failed = |e: EngineError| FireError::Failed(e.to_string());
         if kind == BindingKind::Mcp {
-            let output = crate::bindings::mcp::call_operation(self, tool, model, &entry, op, &input, timeout)
-                .await
-                .map_err(|e| FireError::Failed(e.to_string()))?;
+            let output = crate::bindings::mcp::call_operation(self, &call).await.map_err(failed)?;
             return Ok((output.clone(), output));
         }
-        let answer = if entry.entry.binding.kind() == BindingKind::Docker {
-            crate::bindings::docker::call_operation(self, tool, model, &entry, op, &input, timeout).await
+        let answer = if call.entry.entry.binding.kind() == BindingKind::Docker {
+            crate::bindings::docker::call_operation(self, &call).await
         } else {
-            crate::bindings::http::call_operation(self, tool, model, &entry, op, &input, timeout).await
+            crate::bindings::http::call_operation(self, &call).await
         }
-        .map_err(|e| FireError::Failed(e.to_string()))?;
+        .map_err(failed)?;
         let body = answer.get("body").cloned().unwrap_or(Value::Null);
         Ok((body, answer))
     }
