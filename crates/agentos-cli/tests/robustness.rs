@@ -88,6 +88,16 @@ fn a_token_too_deep_to_read_back_is_refused_and_the_master_restarts() {
         let deep = put(&api, "m", "p-in", json!({"data": nested(levels)}));
         assert_eq!(error_code(&deep, 400), "too_deep", "{levels} levels");
     }
+    // Past the JSON reader's own limit the body is still refused as too deep, not as bad JSON.
+    let body = format!("{{\"data\": {}}}", nested_text(200)).into_bytes();
+    let (status, v) = api.post_raw("/api/models/m/places/p-in/tokens", body);
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("too_deep")), "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("the request body nests more than 128 levels deep"), "{message}");
+    assert_eq!(
+        error_code(&api.post_raw("/api/models/m/places/p-in/tokens", b"{\"data\": [1,}".to_vec()), 400),
+        "malformed_json"
+    );
     assert_eq!(put(&api, "m", "p-in", json!({"data": nested(100)})).0, 200);
     let (status, page) = events_page(&api);
     assert_eq!(status, 200, "{page}");
