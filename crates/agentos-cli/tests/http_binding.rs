@@ -563,6 +563,16 @@ fn documents_are_read_inline_or_fetched_and_refused_with_the_reason_when_they_ca
     let msg = v["error"]["message"].as_str().unwrap();
     assert!(msg.contains("/paths/~1a/get/parameters/0") && msg.contains("https://example.com/params.json"), "{msg}");
 
+    // A timeout no call could keep is refused at registration, not at every call.
+    let object = json!({"openapi": "3.1.0", "info": {"title": "T", "version": "1"}, "paths": {"/t": {"get": {
+        "operationId": "t", "responses": {"200": {"description": "ok"}}}}}});
+    for timeout in [json!(0), json!(99_999_999_999u64)] {
+        let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "bad", "name": "Bad",
+            "baseUrl": service.url, "openapi": object, "timeoutMs": timeout}));
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_timeout")), "{timeout}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().starts_with("timeoutMs must be between 1 and "), "{v}");
+    }
+
     // Neither left an entry behind.
     assert_eq!(api.get("/api/tool-catalog/bad").0, 404);
 

@@ -207,6 +207,7 @@ impl ImageRef {
 
 impl ImportImage {
     async fn plan(self, engine: &Engine) -> Result<Plan, EngineError> {
+        super::check_timeout(engine, self.timeout_ms)?;
         let header = HeaderFields {
             name: self.name.unwrap_or_else(|| self.id.clone()),
             id: self.id,

@@ -384,6 +384,7 @@ pub struct RegisterHttp {
 
 impl RegisterHttp {
     async fn plan(self, engine: &Engine) -> Result<Plan, EngineError> {
+        super::check_timeout(engine, self.timeout_ms)?;
         let header = HeaderFields {
             id: self.id,
             name: self.name,

@@ -248,6 +248,7 @@ pub struct RegisterMcp {
 
 impl RegisterMcp {
     async fn plan(self, engine: &Engine, p: &Principal) -> Result<Plan, EngineError> {
+        super::check_timeout(engine, self.timeout_ms)?;
         let header = HeaderFields {
             id: self.id,
             name: self.name,

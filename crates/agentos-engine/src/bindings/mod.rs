@@ -171,6 +171,17 @@ impl ValueKind {
     }
 }
 
+/// A registration's `timeoutMs`, when given: from 1 to the master's maximum, as an invocation's.
+pub(crate) fn check_timeout(engine: &Engine, timeout_ms: Option<u64>) -> Result<(), EngineError> {
+    let max = engine.inner.dispatch.config.max_timeout_ms;
+    match timeout_ms {
+        Some(t) if t == 0 || t > max => {
+            Err(CoreError::bad_input("invalid_timeout", format!("timeoutMs must be between 1 and {max}")).into())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The refusal of `Prefer: respond-async` by a kind that answers at once; `what` names it with
 /// its article ("a host tool", "an http service").
 pub(crate) fn answers_synchronously(id: &str, what: &str) -> EngineError {
