@@ -174,6 +174,10 @@ fn an_agent_acts_only_in_its_home_model_and_the_models_granted_to_it() {
     assert_eq!(a.get(&format!("/api/blobs/{urn}")).0, 200);
     assert_eq!(op.request("DELETE", "/api/agents/a/grants/mb", None).0, 200);
     assert_eq!(a.get("/api/models/mb/net").0, 403);
+    // Revoking a grant the agent does not hold (a mistyped model, or twice) is said as such.
+    let (status, v) = op.request("DELETE", "/api/agents/a/grants/mb", None);
+    assert_eq!(status, 404, "{v}");
+    assert_eq!(v["error"]["message"], "a has no grant in model \"mb\" to revoke (its grants: none)", "{v}");
     let (_, events) = op.get("/api/events?limit=1000");
     let kinds: Vec<&str> = events.as_array().unwrap().iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert!(kinds.contains(&"ModelGranted") && kinds.contains(&"ModelGrantRevoked"), "{kinds:?}");

@@ -49,7 +49,16 @@ pub fn decide_model_grant(st: &State, name: &str, model: &str, grant: bool) -> D
     Ok(match (grant, has) {
         (true, false) => vec![(DEFAULT_MODEL.to_string(), EventBody::ModelGranted(g))],
         (false, true) => vec![(DEFAULT_MODEL.to_string(), EventBody::ModelGrantRevoked(g))],
-        _ => Vec::new(),
+        // Revoking what was never granted is most often a mistyped model: said, not taken as done.
+        (false, false) => {
+            let held: Vec<&str> =
+                st.model_grants.get(&r.id).map(|m| m.iter().map(String::as_str).collect()).unwrap_or_default();
+            let held = if held.is_empty() { "none".to_string() } else { held.join(", ") };
+            return Err(CoreError::not_found(format!(
+                "{name} has no grant in model {model:?} to revoke (its grants: {held})"
+            )));
+        }
+        (true, true) => Vec::new(),
     })
 }
 
