@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 /// Answers every request with what it received (as JSON) and writes it to a log, one line a
 /// request. `/missing` is a 404, `/boom` a 500, `/redirect` a 302 to `other`, `/hop` a 302 to
 /// `/items/hopped` on the same origin, `/slow` answers after 3 s, `/big` answers about 200 KB,
-/// `/openapi.json` serves the document file.
+/// `/bytes` the 256 byte values, `/openapi.json` serves the document file.
 const SERVICE: &str = r#"
 import http.server, json, sys, time, urllib.parse
 log_path, other, doc = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -46,6 +46,8 @@ class H(http.server.BaseHTTPRequestHandler):
             status, extra, out = 302, {'Location': '/items/hopped'}, b''
         elif u.path == '/big':
             out = json.dumps({'rows': ['x' * 100] * 2000}).encode()
+        elif u.path == '/bytes':
+            ctype, out = 'application/octet-stream', bytes(range(256))
         self.send_response(status)
         self.send_header('content-type', ctype)
         for k, v in extra.items():
@@ -146,6 +148,8 @@ paths:
     get: {operationId: hop, responses: {"302": {description: here, elsewhere}}}
   /big:
     get: {operationId: big, responses: {"200": {description: many rows}}}
+  /bytes:
+    get: {operationId: bytes, responses: {"200": {description: every byte value}}}
 "#;
 
 /// A running service; killed when dropped.
@@ -224,6 +228,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
         [
             "big",
             "boom",
+            "bytes",
             "get-item",
             "hop",
             "missing",
@@ -390,6 +395,17 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert_eq!(status, 200);
     let whole: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(whole["rows"].as_array().unwrap().len(), 2000);
+
+    // Bytes that are not text go to a blob whatever their size, exactly; the body says so.
+    let out = run(&m, &m.token, &items, &["bytes"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let result = &out.json()["result"];
+    assert_eq!(
+        result["body"], "256 bytes of application/octet-stream, not text: the bytes are in bodyBlob",
+        "{result}"
+    );
+    let (status, bytes) = m.client().get_bytes(&format!("/api/blobs/{}", result["bodyBlob"]["urn"].as_str().unwrap()));
+    assert_eq!((status, bytes), (200, (0..=255u8).collect::<Vec<u8>>()));
 
     // An answer slower than the service's timeout is a timed-out call.
     let out = run(&m, &m.token, &items, &["slow"]);
@@ -750,6 +766,29 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
     let reason = reasons.iter().find(|r| r.contains("the input of items get-item")).expect("a reason naming the input");
     assert!(reason.contains("--id: 44 is not of type \"string\""), "{reason}");
     assert_eq!(service.requests().len(), before, "the service was not called");
+
+    // A body too large to show inline reaches a net whole, parsed; bytes that are not text
+    // arrive as their blob's reference, never as a mangled string.
+    let call = |id: &str, from: &str, to: &str| {
+        json!({"id": id, "kind": "http", "presets": {"i": {"place": from}}, "postsets": {"o": {"place": to}},
+            "action": {"tool": "items", "operation": id}, "emit": [{"to": "o"}]})
+    };
+    let net = json!({"places": ["p-a", "p-big", "p-b", "p-bytes"],
+        "transitions": [call("big", "p-a", "p-big"), call("bytes", "p-b", "p-bytes")]});
+    assert_eq!(api.put("/api/models/bulk/net", net).0, 200);
+    for (t, place) in [("big", "p-a"), ("bytes", "p-b")] {
+        assert_eq!(api.post(&format!("/api/models/bulk/transitions/{t}/start"), json!({})).0, 200);
+        assert_eq!(api.post(&format!("/api/models/bulk/places/{place}/tokens"), json!({"data": {}})).0, 200);
+    }
+    common::wait_for("both answers", || {
+        !api.token_data("bulk", "p-big").is_empty() && !api.token_data("bulk", "p-bytes").is_empty()
+    });
+    let big = api.token_data("bulk", "p-big").remove(0);
+    assert_eq!(big["rows"].as_array().map(Vec::len), Some(2000), "the whole body, parsed");
+    let bytes = api.token_data("bulk", "p-bytes").remove(0);
+    assert_eq!(bytes["sizeBytes"], 256, "{bytes}");
+    let (status, got) = api.get_bytes(&format!("/api/blobs/{}", bytes["urn"].as_str().unwrap()));
+    assert_eq!((status, got), (200, (0..=255u8).collect::<Vec<u8>>()));
     drop(m);
     for file in walk(&dir.path().join("master")) {
         let bytes = std::fs::read(&file).unwrap();

@@ -426,7 +426,17 @@ impl Dispatch<'_> {
         model: &str,
         bytes: Vec<u8>,
     ) -> Result<(String, Option<OutputBlob>), EngineError> {
-        if bytes.len() <= self.inner.dispatch.config.inline_output_bytes {
+        self.shape_output_kept(model, bytes, false).await
+    }
+
+    /// As [`Self::shape_output`], and with `keep`, stored as a blob whatever its size.
+    pub(crate) async fn shape_output_kept(
+        &self,
+        model: &str,
+        bytes: Vec<u8>,
+        keep: bool,
+    ) -> Result<(String, Option<OutputBlob>), EngineError> {
+        if !keep && bytes.len() <= self.inner.dispatch.config.inline_output_bytes {
             return Ok((String::from_utf8_lossy(&bytes).into_owned(), None));
         }
         let sha = sha256_hex(&bytes);

@@ -253,8 +253,16 @@ impl Sent<'_> {
         match parsed {
             Some(v) if size <= self.engine.inner.dispatch.config.inline_output_bytes => answer["body"] = v,
             _ => {
-                // Large answers go to the blob store like script output, readable in the caller's model.
-                let (text, blob) = self.engine.dispatch().shape_output(self.model, bytes).await?;
+                // Large answers go to the blob store like script output, readable in the caller's
+                // model; so do bytes that are not text (an image, a PDF), which a string would mangle.
+                let binary = std::str::from_utf8(&bytes).is_err();
+                let (text, blob) = self.engine.dispatch().shape_output_kept(self.model, bytes, binary).await?;
+                let text = if binary {
+                    let of = if content_type.is_empty() { String::new() } else { format!(" of {content_type}") };
+                    format!("{size} bytes{of}, not text: the bytes are in bodyBlob")
+                } else {
+                    text
+                };
                 answer["body"] = Value::String(text);
                 if let Some(blob) = blob {
                     answer["bodyBlob"] = serde_json::to_value(blob).map_err(|e| CoreError::internal(e.to_string()))?;

@@ -1780,8 +1780,37 @@ impl Nets<'_> {
             crate::bindings::http::call_operation(self, &call).await
         }
         .map_err(failed)?;
-        let body = answer.get("body").cloned().unwrap_or(Value::Null);
+        let body = self.whole_body(&answer).await?;
         Ok((body, answer))
+    }
+
+    /// An http answer's body as a fire's result. The answer shows a large body, or one that is
+    /// not text, as a preview beside its blob (`bodyBlob`); the result is what the blob holds
+    /// instead: its JSON parsed when the answer is JSON, its text when it is text, or the blob's
+    /// reference when the bytes are not text or are more than a token holds.
+    async fn whole_body(&self, answer: &Value) -> Result<Value, FireError> {
+        let Some(blob) = answer.get("bodyBlob") else {
+            return Ok(answer.get("body").cloned().unwrap_or(Value::Null));
+        };
+        let size = blob.get("sizeBytes").and_then(Value::as_u64).unwrap_or(u64::MAX);
+        if size > self.inner.nets.limits.max_token_bytes as u64 {
+            return Ok(blob.clone());
+        }
+        let urn = blob.get("urn").and_then(Value::as_str).unwrap_or_default();
+        let urn = urn.parse::<agentos_core::urn::BlobUrn>().map_err(|e| FireError::Failed(e.to_string()))?;
+        let bytes = self
+            .inner
+            .catalog
+            .blobs
+            .get_checked(&urn, Some(size))
+            .await
+            .map_err(|e| FireError::Failed(format!("reading the answer's body back: {e}")))?;
+        let json = answer.get("contentType").and_then(Value::as_str).is_some_and(|t| t.contains("json"));
+        Ok(match (json.then(|| serde_json::from_slice::<Value>(&bytes).ok()).flatten(), String::from_utf8(bytes)) {
+            (Some(v), _) => v,
+            (None, Ok(text)) => Value::String(text),
+            (None, Err(_)) => blob.clone(),
+        })
     }
 
     /// Whether an automatic transition is worth a try: each place it consumes from holds a
