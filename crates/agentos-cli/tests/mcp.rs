@@ -203,6 +203,8 @@ fn a_large_catalog_is_offered_as_search_and_the_platform_tools_follow_the_flags(
             ["agentos_list_tokens", {"place": "p-b"}],
             ["agentos_register_script", {"id": "mine", "name": "mine", "runtime": "sh", "content": "echo 1"}],
             ["agentos_put_token", {"data": 1}],
+            ["agentos_call_tool", {"name": "gamma_run", "args": {}}],
+            ["agentos_search_tools", {"q": "gamma", "limit": 0}],
         ],
     }));
     // Four operations are past the limit of three: the list offers search instead of them.
@@ -241,6 +243,17 @@ fn a_large_catalog_is_offered_as_search_and_the_platform_tools_follow_the_flags(
     assert_eq!(calls[9]["structured"]["id"], "mine", "{}", calls[9]);
     assert_eq!(calls[10]["isError"], true);
     assert!(calls[10]["text"][0].as_str().unwrap().starts_with("agentos_put_token: \"place\""), "{}", calls[10]);
+    // A misnamed or out-of-range argument of a platform tool is refused, not dropped or clamped.
+    assert_eq!(calls[11]["isError"], true, "{}", calls[11]);
+    assert_eq!(
+        calls[11]["text"][0],
+        "agentos_call_tool: Additional properties are not allowed ('args' was unexpected); its arguments: arguments, name"
+    );
+    assert_eq!(calls[12]["isError"], true, "{}", calls[12]);
+    assert_eq!(
+        calls[12]["text"][0],
+        "agentos_search_tools: 0 is less than the minimum of 1 (at /limit); its arguments: limit, q"
+    );
 
     // `r` alone: tokens can be listed, nothing else is offered; what it may not do is refused as unknown.
     let v = client(json!({

@@ -311,6 +311,21 @@ fn failed(message: String) -> CallToolResult {
 }
 
 /// A platform tool's field, or the one line that says it is missing or of the wrong type.
+/// A platform tool's arguments against its input schema: an unknown argument, a value of the
+/// wrong type or out of range is refused with the reason, never dropped or clamped in silence.
+fn check_arguments(tool: Platform, args: &JsonObject) -> Result<(), String> {
+    let schema = Value::Object((*tool.tool().input_schema).clone());
+    let Some(validator) = agentos_core::flagmap::compile(&schema) else { return Ok(()) };
+    let input = Value::Object(args.clone());
+    let Some(error) = validator.iter_errors(&input).next() else { return Ok(()) };
+    let at = error.instance_path().to_string();
+    let at = if at.is_empty() { String::new() } else { format!(" (at {at})") };
+    let known: Vec<&str> =
+        schema["properties"].as_object().map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
+    let message = format!("{}: {error}{at}; its arguments: {}", tool.name(), known.join(", "));
+    Err(message.replace('\n', "\\n").replace('\r', "\\r"))
+}
+
 fn field<T: serde::de::DeserializeOwned>(tool: Platform, args: &JsonObject, key: &str) -> Result<T, String> {
     let v = args.get(key).cloned().unwrap_or(Value::Null);
     serde_json::from_value(v).map_err(|e| format!("{}: \"{key}\": {e}", tool.name()))
@@ -390,6 +405,11 @@ impl McpServer {
 
     /// Calls `target` for `p`.
     async fn call(&self, p: &Principal, target: Target, args: JsonObject) -> CallToolResult {
+        if let Target::Platform(tool) = target
+            && let Err(usage) = check_arguments(tool, &args)
+        {
+            return failed(usage);
+        }
         let outcome = match target {
             Target::Operation { toolkit, operation } => {
                 self.shared.engine.dispatch().call_with_input(p, &toolkit, &operation, Value::Object(args)).await
