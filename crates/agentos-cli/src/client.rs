@@ -693,7 +693,7 @@ pub enum NetCmd {
         conn: Conn,
         /// The net document, JSON or YAML.
         file: PathBuf,
-        /// The model (default: the document's `model`).
+        /// The model (default: the document's `model`, else your home model).
         #[arg(long)]
         model: Option<String>,
         /// Print JSON.
@@ -704,9 +704,9 @@ pub enum NetCmd {
     Show {
         #[command(flatten)]
         conn: Conn,
-        /// The model whose net this is.
+        /// The model whose net this is (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -717,9 +717,9 @@ pub enum NetCmd {
         conn: Conn,
         /// The place, e.g. p-in.
         place: String,
-        /// The model whose net this is.
+        /// The model whose net this is (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -733,9 +733,9 @@ pub enum NetCmd {
         /// The token's data, as JSON.
         #[arg(value_name = "JSON")]
         token_data: String,
-        /// The model whose net this is.
+        /// The model whose net this is (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
         /// A name for the token.
         #[arg(long)]
         name: Option<String>,
@@ -749,9 +749,9 @@ pub enum NetCmd {
         conn: Conn,
         /// The transition's id.
         transition: String,
-        /// The model whose net this is.
+        /// The model whose net this is (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
     },
     /// Stop a transition.
     Stop {
@@ -759,9 +759,9 @@ pub enum NetCmd {
         conn: Conn,
         /// The transition's id.
         transition: String,
-        /// The model whose net this is.
+        /// The model whose net this is (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
     },
     /// Fire a transition once.
     Fire {
@@ -769,9 +769,9 @@ pub enum NetCmd {
         conn: Conn,
         /// The transition's id.
         transition: String,
-        /// The model whose net this is.
+        /// The model whose net this is (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -782,9 +782,9 @@ pub enum NetCmd {
         conn: Conn,
         /// Only the tokens this transition parked.
         transition: Option<String>,
-        /// The model.
+        /// The model (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -796,9 +796,9 @@ pub enum NetCmd {
         /// The token's id (from `agentos net parked`).
         #[arg(value_name = "TOKEN")]
         token_id: String,
-        /// The model.
+        /// The model (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
     },
     /// Remove a parked token from its place.
     Discard {
@@ -807,18 +807,31 @@ pub enum NetCmd {
         /// The token's id (from `agentos net parked`).
         #[arg(value_name = "TOKEN")]
         token_id: String,
-        /// The model.
+        /// The model (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
     },
     /// Print every change to the model's net as it happens (one JSON line each).
     Watch {
         #[command(flatten)]
         conn: Conn,
-        /// The model whose net this is.
+        /// The model whose net this is (default: your home model).
         #[arg(long)]
-        model: String,
+        model: Option<String>,
     },
+}
+
+/// The model named, else the caller's home model (`GET /api/me`), as every command resolves an
+/// absent one.
+fn model_or_home(conn: &Conn, model: Option<String>) -> Result<String, ClientError> {
+    if let Some(m) = model {
+        return Ok(m);
+    }
+    let me = conn.request(reqwest::Method::GET, "/api/me", &[], None)?;
+    me["model"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| fail(EXIT_FAILURE, "the master did not say which model is yours; name one with --model"))
 }
 
 fn model_path(model: &str) -> Result<&str, ClientError> {
@@ -839,9 +852,8 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 Err(_) => serde_yaml_ng::from_str(&text)
                     .map_err(|e| fail(EXIT_USAGE, format!("{} is neither JSON nor YAML: {e}", file.display())))?,
             };
-            let model = model
-                .or_else(|| doc.get("model").and_then(Value::as_str).map(str::to_string))
-                .ok_or_else(|| fail(EXIT_USAGE, "name the model: --model M or \"model\" in the document"))?;
+            let model =
+                model_or_home(&conn, model.or_else(|| doc.get("model").and_then(Value::as_str).map(str::to_string)))?;
             let view = conn.request(
                 reqwest::Method::PUT,
                 &format!("/api/models/{}/net", model_path(&model)?),
@@ -851,11 +863,13 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             output::print(&view, json, output::net);
         }
         NetCmd::Show { conn, model, json } => {
+            let model = model_or_home(&conn, model)?;
             let view =
                 conn.request(reqwest::Method::GET, &format!("/api/models/{}/net", model_path(&model)?), &[], None)?;
             output::print(&view, json, output::net);
         }
         NetCmd::Tokens { conn, place, model, json } => {
+            let model = model_or_home(&conn, model)?;
             let v = conn.request(
                 reqwest::Method::GET,
                 &format!("/api/models/{}/places/{place}/tokens", model_path(&model)?),
@@ -865,6 +879,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             output::print(&v, json, output::tokens);
         }
         NetCmd::Put { conn, place, token_data, model, name, json } => {
+            let model = model_or_home(&conn, model)?;
             let data: Value = serde_json::from_str(&token_data)
                 .map_err(|e| fail(EXIT_USAGE, format!("the data is not JSON: {e}")))?;
             let v = conn.request(
@@ -876,6 +891,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             output::print(&v, json, |t| format!("put {} into {place}", t["id"].as_str().unwrap_or("")));
         }
         NetCmd::Start { conn, transition, model } => {
+            let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
                 &format!("/api/models/{}/transitions/{transition}/start", model_path(&model)?),
@@ -885,6 +901,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             outln!("started {transition}");
         }
         NetCmd::Stop { conn, transition, model } => {
+            let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
                 &format!("/api/models/{}/transitions/{transition}/stop", model_path(&model)?),
@@ -894,6 +911,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             outln!("stopped {transition}");
         }
         NetCmd::Fire { conn, transition, model, json } => {
+            let model = model_or_home(&conn, model)?;
             let v = conn.request(
                 reqwest::Method::POST,
                 &format!("/api/models/{}/transitions/{transition}/fire", model_path(&model)?),
@@ -906,6 +924,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             });
         }
         NetCmd::Parked { conn, transition, model, json } => {
+            let model = model_or_home(&conn, model)?;
             let query: Vec<(&str, String)> = transition.map(|t| ("transition", t)).into_iter().collect();
             let v = conn.request(
                 reqwest::Method::GET,
@@ -933,6 +952,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             });
         }
         NetCmd::Retry { conn, token_id: token, model } => {
+            let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
                 &format!("/api/models/{}/parked/{}/retry", model_path(&model)?, model_path(&token)?),
@@ -942,6 +962,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             outln!("released {token}");
         }
         NetCmd::Discard { conn, token_id: token, model } => {
+            let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
                 &format!("/api/models/{}/parked/{}/discard", model_path(&model)?, model_path(&token)?),
@@ -951,6 +972,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             outln!("discarded {token}");
         }
         NetCmd::Watch { conn, model } => {
+            let model = model_or_home(&conn, model)?;
             let token = conn.token()?;
             let url = format!("{}/api/models/{}/watch", conn.url.trim_end_matches('/'), model_path(&model)?);
             let resp = reqwest::blocking::Client::builder()

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::{BIN, Master};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 struct Run {
     code: i32,
@@ -348,6 +348,18 @@ fn nets_from_the_command_line_with_a_yaml_document() {
     let r = agentos(&m, &["net", "apply", doc.to_str().unwrap()]);
     assert_eq!(r.code, 2);
     assert!(r.stderr.contains("/transitions/0/presets/a/place"), "{}", r.stderr);
+
+    // With no --model (and none in the document), the commands act in the caller's home model,
+    // the operator's `default`, as the README says of every command.
+    std::fs::write(&doc, "places: [p-home]\ntransitions: []\n").unwrap();
+    let r = agentos(&m, &["net", "apply", doc.to_str().unwrap()]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(agentos(&m, &["net", "put", "p-home", "{\"n\":1}"]).code, 0);
+    let r = agentos(&m, &["net", "tokens", "p-home", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let tokens: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(tokens[0]["data"], json!({"n": 1}));
+    assert_eq!(m.client().token_data("default", "p-home"), vec![json!({"n": 1})]);
 }
 
 /// Regression: log lines written to a file (`agentos up 2> log`) carried colour codes.
