@@ -92,7 +92,9 @@ pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
         401 | 403 => EXIT_DENIED,
         404 => EXIT_NOT_FOUND,
         422 => EXIT_TOOL_FAILED,
-        504 => EXIT_TIMED_OUT_CALL,
+        // Both pass with time: a call that ran out of it, and one refused while too many of the
+        // caller's are in flight.
+        504 | 429 => EXIT_TIMED_OUT_CALL,
         _ => EXIT_FAILURE,
     };
     let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
@@ -392,5 +394,9 @@ mod tests {
         // The master's own JSON keeps its message, and its exit code by status.
         let e = refusal(422, &serde_json::json!({"ok": false, "error": {"code": "tool_failed", "message": "no luck"}}));
         assert_eq!((e.message.as_str(), e.code), ("no luck", EXIT_TOOL_FAILED));
+        // Too many calls in flight passes with time, as a timed-out call does.
+        let busy =
+            serde_json::json!({"error": {"code": "too_many_invocations", "message": "a has 32 invocations in flight"}});
+        assert_eq!((refusal(429, &busy).code, refusal(504, &busy).code), (EXIT_TIMED_OUT_CALL, EXIT_TIMED_OUT_CALL));
     }
 }

@@ -257,6 +257,12 @@ impl FlagTable {
         while i < args.len() {
             let arg = &args[i];
             i += 1;
+            if arg == "--" {
+                return err(
+                    "`--` is not taken here: tools take flags only; a value that starts with `-` goes as --name=-value"
+                        .into(),
+                );
+            }
             let Some(body) = arg.strip_prefix("--") else {
                 return err(format!("unexpected argument {arg:?}: tools take flags only (see --help)"));
             };
@@ -424,7 +430,21 @@ fn convert(flag: &str, ty: &FlagType, raw: &str) -> Result<Value, UsageError> {
                 serde_json::Number::from_f64(n).map(Value::Number).ok_or_else(|| bad("a finite number"))?
             }
         },
-        FlagType::Integer => whole(raw.trim()).ok_or_else(|| bad("an integer"))?,
+        FlagType::Integer => match whole(raw.trim()) {
+            Some(n) => n,
+            // All digits, only too long for 64 bits: said as such, not as "not an integer".
+            None if raw.trim().strip_prefix('-').unwrap_or(raw.trim()).bytes().all(|b| b.is_ascii_digit())
+                && raw.trim().len() > 18 =>
+            {
+                return Err(UsageError(format!(
+                    "--{flag}: {} is out of range: integers go from {} to {}",
+                    raw.trim(),
+                    i64::MIN,
+                    u64::MAX
+                )));
+            }
+            None => return Err(bad("an integer")),
+        },
         FlagType::Boolean => match raw {
             "true" => Value::Bool(true),
             "false" => Value::Bool(false),

@@ -115,7 +115,15 @@ fn integers() {
             (&["--days=-3"], Ok(json!({"days": -3}))),
             (&["--days", "0"], Ok(json!({"days": 0}))),
             (&["--days", "18446744073709551615"], Ok(json!({"days": u64::MAX}))),
-            (&["--days", "18446744073709551616"], Err("^--days: expected an integer")),
+            (
+                &["--days", "18446744073709551616"],
+                Err(
+                    "^--days: 18446744073709551616 is out of range: integers go from -9223372036854775808 to 18446744073709551615",
+                ),
+            ),
+            (&["--days", "-99999999999999999999"], Err("^--days: -99999999999999999999 is out of range")),
+            (&["--days", "--99999999999999999999"], Err("^--days needs a value")),
+            (&["--days", "3", "--"], Err("^`--` is not taken here: tools take flags only")),
             (&["--days", "three"], Err(r#"^--days: expected an integer, got "three""#)),
             (&["--days", "1.5"], Err(r#"^--days: expected an integer, got "1.5""#)),
             (&["--days", "-1.5"], Err(r#"^--days: expected an integer, got "-1.5""#)),
