@@ -529,8 +529,20 @@ pub fn validate_with(validator: Option<&Validator>, table: &FlagTable, input: &V
         None if pointer.is_empty() => "input".to_string(),
         None => format!("input at {pointer}"),
     };
+    // A property misspelt, or spelt as a document spells it (`fullPageURL`) where the input
+    // takes another (`full-page-url`): name the one meant.
+    let hint = match error.kind() {
+        jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
+            if pointer.is_empty() && unexpected.len() == 1 && unexpected[0].len() <= 128 =>
+        {
+            let near = table.nearest(&unexpected[0]);
+            let spec = near.and_then(|n| table.flags.iter().find(|f| f.flag == n && f.path.len() == 1));
+            spec.map(|f| format!("; did you mean {:?}?", f.path[0]))
+        }
+        _ => None,
+    };
     // The validator quotes some of the input raw (property names in `additionalProperties`):
     // escape line breaks so the error stays one line.
-    let message = format!("{at}: {error}").replace('\n', "\\n").replace('\r', "\\r");
+    let message = format!("{at}: {error}{}", hint.unwrap_or_default()).replace('\n', "\\n").replace('\r', "\\r");
     Err(UsageError(message))
 }

@@ -577,6 +577,11 @@ fn schema_errors_name_the_flag() {
                 Err("^input: Additional properties are not allowed ('bogus' was unexpected)"),
             ),
             (&["--json", "{\"a\\nb\":1}"], Err("^input: Additional properties are not allowed")),
+            // A near name is named, as the input spells it.
+            (
+                &["--json", r#"{"Days":1}"#],
+                Err(r#"^input: Additional properties are not allowed ('Days' was unexpected); did you mean "days"?"#),
+            ),
             (&["--days", "3", "--city", "Rome"], Ok(json!({"days": 3, "city": "Rome"}))),
         ],
     );
