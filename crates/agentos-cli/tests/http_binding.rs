@@ -376,7 +376,11 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     // A redirect to another origin is not followed: its 302 is the answer.
     let out = run(&m, &m.token, &items, &["redirect"]);
     assert_eq!(out.code, 5, "{}", out.stderr);
-    assert!(out.stderr.contains("answered 302"), "{}", out.stderr);
+    let said = format!(
+        "answered 302 (a redirect to \"{}/stolen\", not followed: redirects are followed within the origin only)",
+        elsewhere.url
+    );
+    assert!(out.stderr.contains(&said), "{}", out.stderr);
     assert!(elsewhere.requests().is_empty(), "the other origin was reached: {:?}", elsewhere.requests());
 
     // A redirect within the origin is followed.

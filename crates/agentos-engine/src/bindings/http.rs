@@ -245,7 +245,22 @@ impl Sent<'_> {
             let excerpt: String =
                 text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(EXCERPT_CHARS).collect();
             let tail = if excerpt.is_empty() { String::new() } else { format!(": {excerpt}") };
-            return Err(failed(ErrorKind::ToolFailed, "http_status", format!("{shown} answered {status}{tail}")));
+            // A redirect within the origin was followed; one that is still the answer leads
+            // elsewhere, and saying where tells the caller why it stopped.
+            let moved = match shown_headers.get("location").and_then(Value::as_str) {
+                Some(to) if (300..400).contains(&status) => {
+                    format!(
+                        " (a redirect to {}, not followed: redirects are followed within the origin only)",
+                        agentos_core::name::shown(to)
+                    )
+                }
+                _ => String::new(),
+            };
+            return Err(failed(
+                ErrorKind::ToolFailed,
+                "http_status",
+                format!("{shown} answered {status}{moved}{tail}"),
+            ));
         }
         let parsed = if content_type.contains("json") { serde_json::from_slice::<Value>(&bytes).ok() } else { None };
         let mut answer = json!({"status": status, "contentType": content_type, "headers": shown_headers});
