@@ -1142,13 +1142,14 @@ pub enum SecretCmd {
         json: bool,
     },
     /// Grant a secret to one use: a pinned tool (a changed pin loses the grant) or an origin.
+    #[command(group = clap::ArgGroup::new("use").required(true).args(["tool", "origin"]))]
     Grant {
         #[command(flatten)]
         conn: Conn,
         /// The secret's name.
         name: String,
         /// A script tool, as it is pinned now (resolved in --model, else the global catalog).
-        #[arg(long, conflicts_with = "origin", required_unless_present = "origin")]
+        #[arg(long)]
         tool: Option<String>,
         /// Requests to this origin (scheme://host[:port]) may carry the secret in a header.
         #[arg(long)]
