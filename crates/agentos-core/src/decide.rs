@@ -31,8 +31,8 @@ pub fn decide_revoke_principal(st: &State, name: &str) -> Decided {
     }
 }
 
-/// Grants (or revokes) an agent's use of `model`. Granting what is granted, or revoking what is
-/// not, changes nothing.
+/// Grants (or revokes) an agent's use of `model`. Granting what is granted changes nothing;
+/// revoking what is not is refused as not found.
 pub fn decide_model_grant(st: &State, name: &str, model: &str, grant: bool) -> Decided {
     let r = match st.principals.get(name) {
         Some(r) if r.kind == PrincipalKind::Agent => r,

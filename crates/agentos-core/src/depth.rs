@@ -124,7 +124,11 @@ pub fn from_value_any_depth<T: DeserializeOwned + Send>(v: Value) -> Result<T, s
     on_big_stack(move || serde_json::from_value(v))
 }
 
-fn is_recursion_limit(e: &serde_json::Error) -> bool {
+/// Nesting serde_json's reader follows at most, by default.
+pub const READER_DEPTH: usize = 128;
+
+/// Whether `e` is serde_json's refusal of input nested past [`READER_DEPTH`].
+pub fn is_recursion_limit(e: &serde_json::Error) -> bool {
     e.to_string().starts_with("recursion limit exceeded")
 }
 

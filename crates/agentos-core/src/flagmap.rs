@@ -433,7 +433,8 @@ fn convert(flag: &str, ty: &FlagType, raw: &str) -> Result<Value, UsageError> {
         FlagType::Integer => match whole(raw.trim()) {
             Some(n) => n,
             // All digits, only too long for 64 bits: said as such, not as "not an integer".
-            None if raw.trim().strip_prefix('-').unwrap_or(raw.trim()).bytes().all(|b| b.is_ascii_digit())
+            None if raw.trim().trim_start_matches(['-', '+']).len() + 1 >= raw.trim().len()
+                && raw.trim().trim_start_matches(['-', '+']).bytes().all(|b| b.is_ascii_digit())
                 && raw.trim().len() > 18 =>
             {
                 return Err(UsageError(format!(
@@ -511,6 +512,26 @@ pub fn compile(schema: &Value) -> Option<Validator> {
     jsonschema::validator_for(schema).ok()
 }
 
+/// The top-level property of `table` nearest to `name`, among those `input` does not set: equal
+/// once kebab-cased or case-folded, or a third of its letters away at most (one for a short
+/// name, so that `url` is not taken for `id`).
+fn nearest_property<'a>(table: &'a FlagTable, name: &str, input: &Value) -> Option<&'a str> {
+    let (kebabbed, folded) = (kebab(name), name.to_lowercase());
+    table
+        .flags
+        .iter()
+        .filter(|f| f.path.len() == 1 && input.get(&f.path[0]).is_none())
+        .map(|f| {
+            let p = f.path[0].as_str();
+            let d =
+                levenshtein(name, p).min(levenshtein(&kebabbed, &f.flag)).min(levenshtein(&folded, &p.to_lowercase()));
+            (d, p)
+        })
+        .filter(|(d, p)| *d <= (p.len() / 3).max(1))
+        .min()
+        .map(|(_, p)| p)
+}
+
 /// [`validate`] with the schema's validator compiled already (`None`: nothing to check).
 pub fn validate_with(validator: Option<&Validator>, table: &FlagTable, input: &Value) -> Result<(), UsageError> {
     let Some(validator) = validator else { return Ok(()) };
@@ -535,9 +556,7 @@ pub fn validate_with(validator: Option<&Validator>, table: &FlagTable, input: &V
         jsonschema::error::ValidationErrorKind::AdditionalProperties { unexpected }
             if pointer.is_empty() && unexpected.len() == 1 && unexpected[0].len() <= 128 =>
         {
-            let near = table.nearest(&unexpected[0]);
-            let spec = near.and_then(|n| table.flags.iter().find(|f| f.flag == n && f.path.len() == 1));
-            spec.map(|f| format!("; did you mean {:?}?", f.path[0]))
+            nearest_property(table, &unexpected[0], input).map(|p| format!("; did you mean {p:?}?"))
         }
         _ => None,
     };

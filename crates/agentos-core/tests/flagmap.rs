@@ -18,7 +18,11 @@ fn check(schema: &Value, args: &[&str], expected: Result<Value, &str>) {
             assert!(!msg.contains('\n') && !msg.contains('\r'), "{ctx}\nerror is not one line: {msg:?}");
             match want.strip_prefix('^') {
                 Some(prefix) => assert!(msg.starts_with(prefix), "{ctx}\nerror {msg:?} does not start with {prefix:?}"),
-                None => assert!(msg.contains(want), "{ctx}\nerror {msg:?} does not contain {want:?}"),
+                // A trailing `$`: the error ends so.
+                None => match want.strip_suffix('$') {
+                    Some(end) => assert!(msg.ends_with(end), "{ctx}\nerror {msg:?} does not end with {end:?}"),
+                    None => assert!(msg.contains(want), "{ctx}\nerror {msg:?} does not contain {want:?}"),
+                },
             }
         }
         (Ok(got), Err(want)) => panic!("{ctx}\nexpected an error containing {want:?}, got Ok({got})"),
@@ -582,6 +586,9 @@ fn schema_errors_name_the_flag() {
                 &["--json", r#"{"Days":1}"#],
                 Err(r#"^input: Additional properties are not allowed ('Days' was unexpected); did you mean "days"?"#),
             ),
+            // None for a name far from every property, or for one the input sets already.
+            (&["--json", r#"{"url":1}"#], Err("was unexpected)$")),
+            (&["--json", r#"{"days":1,"Days":2}"#], Err("('Days' was unexpected)$")),
             (&["--days", "3", "--city", "Rome"], Ok(json!({"days": 3, "city": "Rome"}))),
         ],
     );

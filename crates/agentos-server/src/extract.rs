@@ -118,17 +118,15 @@ async fn read_json(
     serde_json::from_slice(&bytes).map_err(body_refused)
 }
 
-/// Nesting the JSON reader follows at most (`serde_json`'s own limit).
-const MAX_BODY_DEPTH: usize = 128;
-
 /// Why a body did not read. Nesting past the reader's limit is not a syntax error: it is said as
 /// such, with what may be stored.
 fn body_refused(e: serde_json::Error) -> ApiError {
-    if e.to_string().starts_with("recursion limit exceeded") {
+    if agentos_core::depth::is_recursion_limit(&e) {
         return ApiError::bad_request(
             "too_deep",
             format!(
-                "the request body nests more than {MAX_BODY_DEPTH} levels deep (at line {} column {}); token data may nest at most {} levels",
+                "the request body nests more than {} levels deep (at line {} column {}); token data may nest at most {} levels",
+                agentos_core::depth::READER_DEPTH,
                 e.line(),
                 e.column(),
                 agentos_core::depth::MAX_TOKEN_DEPTH

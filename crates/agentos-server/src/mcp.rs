@@ -156,10 +156,12 @@ impl Platform {
             ),
             Platform::RegisterScript => (
                 "Register a script tool (the body of TOOL_CATALOG_REGISTER_SCRIPT: id, name, runtime, content, and optionally description, input, model)",
-                json!({"type": "object", "required": ["id", "name", "runtime", "content"], "properties": {
+                json!({"type": "object", "required": ["id", "name", "runtime"],
+                    "oneOf": [{"required": ["content"]}, {"required": ["contentBase64"]}], "properties": {
                     "id": {"type": "string"}, "name": {"type": "string"},
                     "runtime": {"enum": ["sh", "bash", "python3", "node"]},
                     "content": {"type": "string", "description": "The script"},
+                    "contentBase64": {"type": "string", "description": "The script's bytes in base64, when they are not text"},
                     "description": {"type": "string"},
                     "input": {"type": "object", "description": "The input's JSON Schema"},
                     "model": model_field()
@@ -310,13 +312,23 @@ fn failed(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(line)])
 }
 
-/// A platform tool's field, or the one line that says it is missing or of the wrong type.
 /// A platform tool's arguments against its input schema: an unknown argument, a value of the
 /// wrong type or out of range is refused with the reason, never dropped or clamped in silence.
+/// An argument given as `null` and not required is taken as absent, as the handlers read it
+/// (clients that fill every field send `null` for the ones they leave out).
 fn check_arguments(tool: Platform, args: &JsonObject) -> Result<(), String> {
     let schema = Value::Object((*tool.tool().input_schema).clone());
-    let Some(validator) = agentos_core::flagmap::compile(&schema) else { return Ok(()) };
-    let input = Value::Object(args.clone());
+    let Some(validator) = agentos_core::flagmap::compile(&schema) else {
+        return Err(format!("{}: its input schema does not compile", tool.name()));
+    };
+    let required: Vec<&str> =
+        schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let input: JsonObject = args
+        .iter()
+        .filter(|(k, v)| !v.is_null() || required.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let input = Value::Object(input);
     let Some(error) = validator.iter_errors(&input).next() else { return Ok(()) };
     let at = error.instance_path().to_string();
     let at = if at.is_empty() { String::new() } else { format!(" (at {at})") };
@@ -326,6 +338,7 @@ fn check_arguments(tool: Platform, args: &JsonObject) -> Result<(), String> {
     Err(message.replace('\n', "\\n").replace('\r', "\\r"))
 }
 
+/// A platform tool's field, or the one line that says it is missing or of the wrong type.
 fn field<T: serde::de::DeserializeOwned>(tool: Platform, args: &JsonObject, key: &str) -> Result<T, String> {
     let v = args.get(key).cloned().unwrap_or(Value::Null);
     serde_json::from_value(v).map_err(|e| format!("{}: \"{key}\": {e}", tool.name()))
@@ -716,6 +729,24 @@ pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: N
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_platform_tool_checks_its_arguments_and_takes_null_for_absent() {
+        for tool in PLATFORM.iter().chain(SEARCH_MODE.iter()).copied() {
+            let input = &tool.tool().input_schema;
+            assert!(agentos_core::flagmap::compile(&Value::Object((**input).clone())).is_some(), "{}", tool.name());
+            let err = check_arguments(tool, &json!({"bogus": 1}).as_object().unwrap().clone()).unwrap_err();
+            // An unknown argument, or first a required one missing.
+            assert!(err.contains("'bogus' was unexpected") || err.contains("is a required property"), "{err}");
+        }
+        let args = |v: Value| v.as_object().unwrap().clone();
+        assert_eq!(check_arguments(Platform::SearchTools, &args(json!({"q": "x", "limit": null}))), Ok(()));
+        assert!(check_arguments(Platform::CallTool, &args(json!({"name": null}))).is_err(), "a required one stays");
+        let script = |v: Value| check_arguments(Platform::RegisterScript, &args(v));
+        assert_eq!(script(json!({"id": "a", "name": "a", "runtime": "sh", "contentBase64": "ZWNobyAx"})), Ok(()));
+        assert_eq!(script(json!({"id": "a", "name": "a", "runtime": "sh", "content": "echo 1"})), Ok(()));
+        assert!(script(json!({"id": "a", "name": "a", "runtime": "sh"})).is_err());
+    }
 
     #[test]
     fn a_tool_name_is_toolkit_and_operation_within_64_characters() {

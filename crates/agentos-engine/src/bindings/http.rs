@@ -199,6 +199,14 @@ impl Sent<'_> {
             }
         })?;
         let status = resp.status().as_u16();
+        // Where a redirect that is the answer leads, when that is another origin: the sealed
+        // client follows redirects within the origin only.
+        let elsewhere = match (&self.via, resp.headers().get("location").and_then(|v| v.to_str().ok())) {
+            (Via::Outbound, Some(to)) if (300..400).contains(&status) => {
+                resp.url().join(to).ok().filter(|t| origin_of(t) != origin_of(resp.url())).map(|t| t.to_string())
+            }
+            _ => None,
+        };
         let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let mut shown_headers = Map::new();
         for name in SHOWN_HEADERS {
@@ -247,14 +255,12 @@ impl Sent<'_> {
             let tail = if excerpt.is_empty() { String::new() } else { format!(": {excerpt}") };
             // A redirect within the origin was followed; one that is still the answer leads
             // elsewhere, and saying where tells the caller why it stopped.
-            let moved = match shown_headers.get("location").and_then(Value::as_str) {
-                Some(to) if (300..400).contains(&status) => {
-                    format!(
-                        " (a redirect to {}, not followed: redirects are followed within the origin only)",
-                        agentos_core::name::shown(to)
-                    )
-                }
-                _ => String::new(),
+            let moved = match &elsewhere {
+                Some(to) => format!(
+                    " (a redirect to {}, not followed: redirects are followed within the origin only)",
+                    agentos_core::name::shown(&redactor.text(to))
+                ),
+                None => String::new(),
             };
             return Err(failed(
                 ErrorKind::ToolFailed,

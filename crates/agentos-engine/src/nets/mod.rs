@@ -1756,6 +1756,12 @@ impl Nets<'_> {
                 ))
             })?;
         let (tool, name) = (action.tool.as_str(), action.operation.as_str());
+        // A template's hole over a field the token lacks renders `null`: taken as left out, as the
+        // request's build has always taken it, not as a value of the wrong type.
+        let input = match input {
+            Value::Object(o) => Value::Object(o.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+            other => other,
+        };
         // The rendered input is checked against the operation's whole schema, as a shell
         // command's or an MCP client's call is, before anything is sent.
         let op = self.inner.catalog.prepared.find(&entry, tool, name).map_err(|e| FireError::Failed(e.to_string()))?;
@@ -1793,7 +1799,10 @@ impl Nets<'_> {
             return Ok(answer.get("body").cloned().unwrap_or(Value::Null));
         };
         let size = blob.get("sizeBytes").and_then(Value::as_u64).unwrap_or(u64::MAX);
-        if size > self.inner.nets.limits.max_token_bytes as u64 {
+        // 0: no limit. The body's own size first, so a body far too large is not read at all.
+        let max = self.inner.nets.limits.max_token_bytes;
+        let fits = |n: u64| max == 0 || n <= max as u64;
+        if !fits(size) {
             return Ok(blob.clone());
         }
         let urn = blob.get("urn").and_then(Value::as_str).unwrap_or_default();
@@ -1806,11 +1815,15 @@ impl Nets<'_> {
             .await
             .map_err(|e| FireError::Failed(format!("reading the answer's body back: {e}")))?;
         let json = answer.get("contentType").and_then(Value::as_str).is_some_and(|t| t.contains("json"));
-        Ok(match (json.then(|| serde_json::from_slice::<Value>(&bytes).ok()).flatten(), String::from_utf8(bytes)) {
-            (Some(v), _) => v,
-            (None, Ok(text)) => Value::String(text),
-            (None, Err(_)) => blob.clone(),
-        })
+        let value =
+            match (json.then(|| serde_json::from_slice::<Value>(&bytes).ok()).flatten(), String::from_utf8(bytes)) {
+                (Some(v), _) => v,
+                (None, Ok(text)) => Value::String(text),
+                (None, Err(_)) => return Ok(blob.clone()),
+            };
+        // As a token stores it: escaping can make text longer than its bytes.
+        let stored = serde_json::to_vec(&value).map(|v| v.len() as u64).unwrap_or(u64::MAX);
+        Ok(if fits(stored) { value } else { blob.clone() })
     }
 
     /// Whether an automatic transition is worth a try: each place it consumes from holds a
