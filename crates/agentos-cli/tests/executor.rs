@@ -100,6 +100,11 @@ fn a_timeout_kills_the_whole_process_group_grandchildren_included() {
         pidfile.display()
     );
     api.register("sleeper", "sh", &script, None);
+    // A timeout no job could keep is refused before anything runs.
+    for bad in [json!(0), json!(86_400_001)] {
+        let (status, r) = api.invoke("sleeper", json!({"timeoutMs": bad}));
+        assert_eq!((status, r["error"]["code"].as_str()), (400, Some("invalid_timeout")), "{bad}: {r}");
+    }
     let (status, r) = api.invoke("sleeper", json!({"timeoutMs": 1500}));
     assert_eq!(status, 200);
     assert_eq!(r["timedOut"], true, "{r}");

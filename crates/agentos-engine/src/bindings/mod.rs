@@ -171,7 +171,7 @@ impl ValueKind {
     }
 }
 
-/// A registration's `timeoutMs`, when given: from 1 to the master's maximum, as an invocation's.
+/// A `timeoutMs`, when given (an invocation's, a registration's): from 1 to the master's maximum.
 pub(crate) fn check_timeout(engine: &Engine, timeout_ms: Option<u64>) -> Result<(), EngineError> {
     let max = engine.inner.dispatch.config.max_timeout_ms;
     match timeout_ms {

@@ -275,14 +275,8 @@ fn script_job(engine: &Engine, call: Call<'_>) -> Result<ScriptJob, EngineError>
         .into());
     }
     let cfg = engine.inner.dispatch.config;
+    super::check_timeout(engine, req.timeout_ms)?;
     let timeout_ms = req.timeout_ms.unwrap_or(cfg.default_timeout_ms);
-    if timeout_ms == 0 || timeout_ms > cfg.max_timeout_ms {
-        return Err(CoreError::bad_input(
-            "invalid_timeout",
-            format!("timeoutMs must be between 1 and {}", cfg.max_timeout_ms),
-        )
-        .into());
-    }
     for k in req.env.keys() {
         if k.is_empty() || k.contains('=') || k.contains('\0') {
             return Err(CoreError::bad_input(
