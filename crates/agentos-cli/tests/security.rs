@@ -1045,15 +1045,9 @@ fn secret_and_model_grants_are_listed_revoked_and_logged_from_the_cli() {
     let listed = cli(&m, &["secret", "grants"]);
     assert!(listed.contains(&id) && listed.contains("API_KEY"), "{listed}");
     // A grant with no use names both uses it could have.
-    let none = std::process::Command::new(common::BIN)
-        .args(["secret", "grant", "API_KEY"])
-        .env("AGENTOS_URL", &m.url)
-        .env("AGENTOS_TOKEN", &m.token)
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&none.stderr);
-    assert_eq!(none.status.code(), Some(2), "{said}");
-    assert!(said.contains("<--tool <TOOL>|--origin <ORIGIN>>"), "{said}");
+    let none = common::run(&m, &m.token, std::path::Path::new(common::BIN), &["secret", "grant", "API_KEY"]);
+    assert_eq!(none.code, 2, "{}", none.stderr);
+    assert!(none.stderr.contains("<--tool <TOOL>|--origin <ORIGIN>>"), "{}", none.stderr);
     let json_list: Value = serde_json::from_str(&cli(&m, &["secret", "grants", "--json"])).unwrap();
     assert_eq!(json_list[0]["id"], id.as_str(), "{json_list}");
     assert!(cli(&m, &["secret", "ungrant", &id]).contains(&format!("secret grant {id} revoked")));

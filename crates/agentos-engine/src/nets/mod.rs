@@ -1799,10 +1799,9 @@ impl Nets<'_> {
             return Ok(answer.get("body").cloned().unwrap_or(Value::Null));
         };
         let size = blob.get("sizeBytes").and_then(Value::as_u64).unwrap_or(u64::MAX);
-        // 0: no limit. The body's own size first, so a body far too large is not read at all.
+        // The body's own size first, so a body far too large is not read at all (0: no limit).
         let max = self.inner.nets.limits.max_token_bytes;
-        let fits = |n: u64| max == 0 || n <= max as u64;
-        if !fits(size) {
+        if max != 0 && size > max as u64 {
             return Ok(blob.clone());
         }
         let urn = blob.get("urn").and_then(Value::as_str).unwrap_or_default();
@@ -1821,9 +1820,8 @@ impl Nets<'_> {
                 (None, Ok(text)) => Value::String(text),
                 (None, Err(_)) => return Ok(blob.clone()),
             };
-        // As a token stores it: escaping can make text longer than its bytes.
-        let stored = serde_json::to_vec(&value).map(|v| v.len() as u64).unwrap_or(u64::MAX);
-        Ok(if fits(stored) { value } else { blob.clone() })
+        // Then as a token stores it: escaping can make text longer than its bytes.
+        Ok(if self.inner.nets.check_token_bytes(&value).is_ok() { value } else { blob.clone() })
     }
 
     /// Whether an automatic transition is worth a try: each place it consumes from holds a
