@@ -312,29 +312,61 @@ fn failed(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(line)])
 }
 
+/// A platform tool's input schema, compiled once: its validator, its required arguments and
+/// every argument it takes.
+struct ArgumentCheck {
+    validator: agentos_core::flagmap::Validator,
+    required: Vec<String>,
+    known: String,
+}
+
+/// The platform tools of both modes.
+fn every_platform_tool() -> impl Iterator<Item = Platform> {
+    PLATFORM.into_iter().chain(SEARCH_MODE)
+}
+
+/// The compiled check of `tool`; `None` when its schema does not compile (a defect the unit
+/// tests catch: every platform schema is a literal above).
+fn argument_check(tool: Platform) -> Option<&'static ArgumentCheck> {
+    static CHECKS: std::sync::OnceLock<Vec<Option<ArgumentCheck>>> = std::sync::OnceLock::new();
+    let checks = CHECKS.get_or_init(|| {
+        every_platform_tool()
+            .map(|t| {
+                let schema = Value::Object((*t.tool().input_schema).clone());
+                let validator = agentos_core::flagmap::compile(&schema)?;
+                let names = |key: &str| -> Vec<String> {
+                    match &schema[key] {
+                        Value::Array(a) => a.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+                        Value::Object(o) => o.keys().cloned().collect(),
+                        _ => Vec::new(),
+                    }
+                };
+                Some(ArgumentCheck { validator, required: names("required"), known: names("properties").join(", ") })
+            })
+            .collect()
+    });
+    let at = every_platform_tool().position(|t| t == tool)?;
+    checks[at].as_ref()
+}
+
 /// A platform tool's arguments against its input schema: an unknown argument, a value of the
 /// wrong type or out of range is refused with the reason, never dropped or clamped in silence.
 /// An argument given as `null` and not required is taken as absent, as the handlers read it
 /// (clients that fill every field send `null` for the ones they leave out).
 fn check_arguments(tool: Platform, args: &JsonObject) -> Result<(), String> {
-    let schema = Value::Object((*tool.tool().input_schema).clone());
-    let Some(validator) = agentos_core::flagmap::compile(&schema) else {
+    let Some(check) = argument_check(tool) else {
         return Err(format!("{}: its input schema does not compile", tool.name()));
     };
-    let required: Vec<&str> =
-        schema["required"].as_array().map(|r| r.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let input: JsonObject = args
         .iter()
-        .filter(|(k, v)| !v.is_null() || required.contains(&k.as_str()))
+        .filter(|(k, v)| !v.is_null() || check.required.iter().any(|r| r == *k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let input = Value::Object(input);
-    let Some(error) = validator.iter_errors(&input).next() else { return Ok(()) };
+    let Some(error) = check.validator.iter_errors(&input).next() else { return Ok(()) };
     let at = error.instance_path().to_string();
     let at = if at.is_empty() { String::new() } else { format!(" (at {at})") };
-    let known: Vec<&str> =
-        schema["properties"].as_object().map(|p| p.keys().map(String::as_str).collect()).unwrap_or_default();
-    let message = format!("{}: {error}{at}; its arguments: {}", tool.name(), known.join(", "));
+    let message = format!("{}: {error}{at}; its arguments: {}", tool.name(), check.known);
     Err(message.replace('\n', "\\n").replace('\r', "\\r"))
 }
 
@@ -470,7 +502,7 @@ impl McpServer {
                         .and_then(|k| agentos_core::entry::BindingKind::parse(&k)),
                     capability: optional(tool, args, "capability")?,
                     q: optional(tool, args, "q")?,
-                    limit: optional::<usize>(tool, args, "limit")?.unwrap_or(20).clamp(1, 100),
+                    limit: optional::<usize>(tool, args, "limit")?.unwrap_or(20),
                     offset: optional::<usize>(tool, args, "offset")?.unwrap_or(0),
                 };
                 engine.catalog().search(p, &query).map(|page| {
@@ -548,7 +580,7 @@ impl McpServer {
             }
             Platform::SearchTools => {
                 let q = optional::<String>(tool, args, "q")?.unwrap_or_default();
-                let limit = optional::<usize>(tool, args, "limit")?.unwrap_or(20).clamp(1, 100);
+                let limit = optional::<usize>(tool, args, "limit")?.unwrap_or(20);
                 let tools = self.offered(p);
                 let found: Vec<Value> = matching(&tools, &q)
                     .take(limit)
@@ -732,9 +764,8 @@ mod tests {
 
     #[test]
     fn every_platform_tool_checks_its_arguments_and_takes_null_for_absent() {
-        for tool in PLATFORM.iter().chain(SEARCH_MODE.iter()).copied() {
-            let input = &tool.tool().input_schema;
-            assert!(agentos_core::flagmap::compile(&Value::Object((**input).clone())).is_some(), "{}", tool.name());
+        for tool in every_platform_tool() {
+            assert!(argument_check(tool).is_some(), "{}: its schema compiles", tool.name());
             let err = check_arguments(tool, &json!({"bogus": 1}).as_object().unwrap().clone()).unwrap_err();
             // An unknown argument, or first a required one missing.
             assert!(err.contains("'bogus' was unexpected") || err.contains("is a required property"), "{err}");
@@ -742,6 +773,12 @@ mod tests {
         let args = |v: Value| v.as_object().unwrap().clone();
         assert_eq!(check_arguments(Platform::SearchTools, &args(json!({"q": "x", "limit": null}))), Ok(()));
         assert!(check_arguments(Platform::CallTool, &args(json!({"name": null}))).is_err(), "a required one stays");
+        // The handlers take `limit` as given: the schema's bounds are the only ones.
+        for limit in [0, 101] {
+            let err = check_arguments(Platform::SearchTools, &args(json!({"q": "x", "limit": limit}))).unwrap_err();
+            assert!(err.contains("limit") || err.contains(&limit.to_string()), "{err}");
+        }
+        assert_eq!(check_arguments(Platform::SearchCatalog, &args(json!({"limit": 100}))), Ok(()));
         let script = |v: Value| check_arguments(Platform::RegisterScript, &args(v));
         assert_eq!(script(json!({"id": "a", "name": "a", "runtime": "sh", "contentBase64": "ZWNobyAx"})), Ok(()));
         assert_eq!(script(json!({"id": "a", "name": "a", "runtime": "sh", "content": "echo 1"})), Ok(()));
