@@ -249,6 +249,18 @@ fn bad_input_gets_a_clear_4xx() {
     assert_eq!(error_code(&api.get("/api/tool-catalog/NOPE"), 400), "invalid_id");
     assert_eq!(error_code(&api.get("/api/blobs/urn:agentos:blob:../../etc/passwd"), 400), "invalid_urn");
     assert_eq!(error_code(&api.get("/api/no-such-route"), 404), "not_found");
+    // A timeout no call could keep is refused before a server is started or a registry asked,
+    // for an MCP server and an image as for an http service (tested in http_binding).
+    for timeout in [json!(0), json!(99_999_999_999u64)] {
+        let mcp = json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "m", "name": "M",
+            "server": {"command": "/bin/false"}, "timeoutMs": timeout});
+        let image = json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": "127.0.0.1:1/nothing:1", "id": "i",
+            "timeoutMs": timeout});
+        for command in [mcp, image] {
+            let (status, v) = api.command(command);
+            assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_timeout")), "{timeout}: {v}");
+        }
+    }
 
     // A filename with folders is reduced to its base name.
     let (s, e) = reg(json!({"filename":"/opt/tools/run me.sh"}));
