@@ -13,7 +13,7 @@ use agentos_core::entry::{BindingKind, StoredEntry};
 use agentos_core::job::InvokeRequest;
 use agentos_core::name::{check_model_name, check_tool_id};
 
-use crate::bindings::{Binder, Call, Operation, binder};
+use crate::bindings::{Binder, Call, FoundOperation, binder};
 use crate::{Dispatch, EngineError, Principal};
 
 /// A call of one tool of a toolkit, with the flags typed after its name.
@@ -121,7 +121,7 @@ impl Dispatch<'_> {
             id: toolkit,
             model: &model,
             entry: Some(entry.clone()),
-            operation: Some(Operation { name: &req.tool, prepared: op }),
+            operation: Some(FoundOperation { name: &req.tool, prepared: op }),
             req: InvokeRequest { input: Some(input), ..Default::default() },
         };
         binder.invoke(self, call).await?.into_output(toolkit, &req.tool)

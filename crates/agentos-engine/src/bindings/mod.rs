@@ -147,7 +147,7 @@ impl ValueKind {
         let Some(entry) = entry else {
             return Err(CoreError::internal(format!("a call of {} without its entry", self.one)).into());
         };
-        let Some(Operation { name: tool, prepared: op }) = operation else {
+        let Some(FoundOperation { name: tool, prepared: op }) = operation else {
             let placeholder = self.parts.trim_end_matches('s').to_uppercase();
             return Err(CoreError::bad_input(
                 "not_invocable",
@@ -204,12 +204,12 @@ pub struct Call<'a> {
     pub entry: Option<Arc<StoredEntry>>,
     /// The operation, as the caller named it, its input already checked against its schema;
     /// `None` from `POST /api/tools/{id}/invoke`, which runs a tool's one operation (`run`).
-    pub operation: Option<Operation<'a>>,
+    pub operation: Option<FoundOperation<'a>>,
     pub req: InvokeRequest,
 }
 
 /// An operation of the call's entry, found in its contract.
-pub struct Operation<'a> {
+pub struct FoundOperation<'a> {
     /// As the caller named it.
     pub name: &'a str,
     /// Its schema, flag table and, for a request sent over HTTP, the request's description.
