@@ -133,10 +133,12 @@ fn encodings(secret: &str) -> Vec<Vec<u8>> {
     let escaped = &quoted[1..quoted.len() - 1];
     out.push(escaped.as_bytes().to_vec());
     out.push(json_ascii(escaped).into_bytes());
-    // URL encoding: every byte outside the unreserved set, upper and lower case hex; and form
-    // encoding, with `+` for a space.
+    // URL encoding: every byte outside the unreserved set, upper and lower case hex, with `%20`
+    // or `+` for a space; and form encoding as browsers and the `url` crate write it (the http
+    // binding's query credential): `*` kept, `~` encoded.
     for (lower, plus) in [(false, false), (true, false), (false, true), (true, true)] {
-        out.push(percent(raw, lower, plus).into_bytes());
+        out.push(percent(raw, lower, plus, UNRESERVED).into_bytes());
+        out.push(percent(raw, lower, true, FORM_KEPT).into_bytes());
     }
     // base64, whole, in both alphabets, with and without padding.
     let std = base64::engine::general_purpose::STANDARD.encode(raw);
@@ -213,11 +215,16 @@ fn json_ascii(escaped: &str) -> String {
     out
 }
 
-/// Percent-encoding of every byte that is not unreserved (RFC 3986: `A-Z a-z 0-9 - . _ ~`).
-fn percent(raw: &[u8], lower: bool, plus_for_space: bool) -> String {
+/// The punctuation RFC 3986 leaves unencoded.
+const UNRESERVED: &[u8] = b"-._~";
+/// The punctuation `application/x-www-form-urlencoded` leaves unencoded (WHATWG URL).
+const FORM_KEPT: &[u8] = b"*-._";
+
+/// Percent-encoding of every byte that is neither alphanumeric nor in `kept`.
+fn percent(raw: &[u8], lower: bool, plus_for_space: bool, kept: &[u8]) -> String {
     let mut out = String::with_capacity(raw.len() * 3);
     for &b in raw {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+        if b.is_ascii_alphanumeric() || kept.contains(&b) {
             out.push(b as char);
         } else if b == b' ' && plus_for_space {
             out.push('+');
@@ -277,6 +284,19 @@ mod tests {
     fn around(plain: &[u8], from: usize, to: usize) -> Input {
         let e = b64(plain);
         Input::Text(format!("{}[redacted]{}", &e[..from], &e[to..]))
+    }
+
+    #[test]
+    fn a_query_credential_is_redacted_as_the_http_binding_encodes_it() {
+        // The binding places a query credential with `append_pair`, which form-encodes: `~` as
+        // `%7E`, `*` as it is, a space as `+`.
+        for secret in ["tok~en-SECRET-99", "a*b c~d/e", "plain-secret-value"] {
+            let mut url = reqwest::Url::parse("http://127.0.0.1:1/raw/x").unwrap();
+            url.query_pairs_mut().append_pair("k", secret);
+            let line = format!("GET {url} answered 500");
+            let redacted = Redactor::new(&[secret.to_string()]).text(&line);
+            assert_eq!(redacted, "GET http://127.0.0.1:1/raw/x?k=[redacted] answered 500", "{secret}: {url}");
+        }
     }
 
     #[test]
