@@ -249,6 +249,12 @@ fn bad_input_gets_a_clear_4xx() {
     assert_eq!(error_code(&api.get("/api/tool-catalog/NOPE"), 400), "invalid_id");
     assert_eq!(error_code(&api.get("/api/blobs/urn:agentos:blob:../../etc/passwd"), 400), "invalid_urn");
     assert_eq!(error_code(&api.get("/api/no-such-route"), 404), "not_found");
+    // An MCP server's URL with a password in it is refused, without repeating the password.
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "m", "name": "M",
+        "server": {"url": "http://me:hunter2-pw@127.0.0.1:1/mcp"}}));
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_server")), "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("holds a user name or password") && !msg.contains("hunter2"), "{msg}");
     // A timeout no call could keep is refused before a server is started or a registry asked,
     // for an MCP server and an image as for an http service (tested in http_binding).
     for timeout in [json!(0), json!(99_999_999_999u64)] {

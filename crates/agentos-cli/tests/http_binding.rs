@@ -593,7 +593,32 @@ fn documents_are_read_inline_or_fetched_and_refused_with_the_reason_when_they_ca
         assert!(v["error"]["message"].as_str().unwrap().starts_with("timeoutMs must be between 1 and "), "{v}");
     }
 
-    // Neither left an entry behind.
+    // A base URL holding a credential, or one no call could join a path to, is refused at
+    // registration, and the password is not repeated.
+    let with_password = service.url.replacen("http://", "http://apiuser:pa55word-XYZ@", 1);
+    let with_query = format!("{}/?x=1", service.url);
+    let with_fragment = format!("{}/#top", service.url);
+    let with_variable = format!("{}/{{version}}", service.url);
+    for (base, says) in [
+        (with_password.as_str(), "holds a user name or password: keep the credential in a secret"),
+        (with_query.as_str(), "has a query or fragment"),
+        (with_fragment.as_str(), "has a query or fragment"),
+        (with_variable.as_str(), "holds a server variable"),
+    ] {
+        let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "bad", "name": "Bad",
+            "baseUrl": base, "openapi": object}));
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_base_url")), "{base}: {v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(says) && !msg.contains("pa55word"), "{base}: {msg}");
+    }
+    // A header that routes or frames the request cannot carry the credential.
+    for name in ["Host", "content-length", "X-Forwarded-Host", "Transfer-Encoding"] {
+        let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": "bad", "name": "Bad",
+            "baseUrl": service.url, "openapi": object, "auth": {"type": "header", "name": name, "secret": "K"}}));
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_auth")), "{name}: {v}");
+    }
+
+    // None left an entry behind.
     assert_eq!(api.get("/api/tool-catalog/bad").0, 404);
 
     // One bad operation in a good document is skipped and listed, never silently: in the

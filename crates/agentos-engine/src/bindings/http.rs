@@ -357,6 +357,14 @@ fn redirecting_header(name: &str) -> bool {
     lower == "host" || lower == "forwarded" || lower.starts_with("x-forwarded-")
 }
 
+/// Headers that frame the request or its connection, which the client writes itself.
+fn framing_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    ["content-length", "transfer-encoding", "connection", "te", "upgrade", "keep-alive", "trailer"]
+        .contains(&lower.as_str())
+        || lower.starts_with("proxy-")
+}
+
 pub(crate) fn not_granted(secret: &str, origin: &str) -> CoreError {
     CoreError::new(
         ErrorKind::Forbidden,
@@ -424,14 +432,26 @@ impl RegisterHttp {
             capabilities: self.capabilities,
         }
         .check(DEFAULT_MODEL)?;
-        let base = reqwest::Url::parse(&self.base_url).ok().filter(|u| matches!(u.scheme(), "http" | "https"));
-        let Some(origin) = base.as_ref().and_then(origin_of) else {
+        let (_, origin) = super::service_url("baseUrl", &self.base_url, "invalid_base_url")?;
+        // What a call joins the operation's path to: no query or fragment to join after, and
+        // no server variable left to fill.
+        if self.base_url.contains(['?', '#']) {
             return Err(CoreError::bad_input(
                 "invalid_base_url",
-                format!("baseUrl {:?} is not an http or https URL with a host", self.base_url),
+                format!("baseUrl {:?} has a query or fragment: give scheme, host, port and path only", self.base_url),
             )
             .into());
-        };
+        }
+        if self.base_url.contains(['{', '}']) {
+            return Err(CoreError::bad_input(
+                "invalid_base_url",
+                format!(
+                    "baseUrl {:?} holds a server variable: give the URL with its variables filled in",
+                    self.base_url
+                ),
+            )
+            .into());
+        }
         if let Some(auth) = &self.auth {
             check_auth(auth)?;
             if !engine.principals().secret_granted_to_origin(&auth.secret, &origin, None) {
@@ -531,6 +551,14 @@ pub(crate) fn check_auth(auth: &HttpAuth) -> Result<(), CoreError> {
         (Some(_), false) => Err(CoreError::bad_input("invalid_auth", "auth of type bearer or basic takes no name")),
         (Some(n), true) if n.is_empty() || !n.bytes().all(|b| b.is_ascii_graphic()) => {
             Err(CoreError::bad_input("invalid_auth", format!("auth.name {n:?} is not a header or parameter name")))
+        }
+        (Some(n), true) if auth.kind == HttpAuthKind::Header && (redirecting_header(n) || framing_header(n)) => {
+            Err(CoreError::bad_input(
+                "invalid_auth",
+                format!(
+                    "auth.name {n:?} is a header that routes or frames the request, which cannot carry a credential; use bearer, basic or the header the service reads its key from"
+                ),
+            ))
         }
         _ => Ok(()),
     }

@@ -333,10 +333,7 @@ fn check_server(engine: &Engine, p: &Principal, s: &McpServer) -> Result<(), Eng
             if !s.args.is_empty() || !s.env.is_empty() {
                 return Err(bad("server.args and server.env belong to command servers".into()));
             }
-            let parsed = reqwest::Url::parse(url).ok().filter(|u| matches!(u.scheme(), "http" | "https"));
-            let Some(origin) = parsed.as_ref().and_then(origin_of) else {
-                return Err(bad(format!("server.url {url:?} is not an http or https URL with a host")));
-            };
+            let (_, origin) = super::service_url("server.url", url, "invalid_server")?;
             if let Some(auth) = &s.auth {
                 super::http::check_auth(auth)?;
                 if auth.kind == HttpAuthKind::Query {

@@ -182,6 +182,31 @@ pub(crate) fn check_timeout(engine: &Engine, timeout_ms: Option<u64>) -> Result<
     }
 }
 
+/// A service's URL as a registration names it (`field`: `baseUrl`, `server.url`): http or https
+/// with a host, and no user name or password. A credential in the URL would be stored and shown
+/// in plain text and sent with no grant; it belongs in a secret, named by `auth`. Returns the
+/// URL and its origin, as grants hold it.
+pub(crate) fn service_url(field: &str, url: &str, code: &'static str) -> Result<(reqwest::Url, String), CoreError> {
+    let parsed = reqwest::Url::parse(url).ok().filter(|u| matches!(u.scheme(), "http" | "https"));
+    let Some((parsed, origin)) = parsed.and_then(|u| crate::outbound::origin_of(&u).map(|o| (u, o))) else {
+        // Repeated unless it may hold a password, which nothing here can tell apart.
+        let shown = if url.contains('@') { String::new() } else { format!(" {url:?}") };
+        return Err(CoreError::bad_input(code, format!("{field}{shown} is not an http or https URL with a host")));
+    };
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        let mut shown = parsed.clone();
+        let _ = shown.set_username("");
+        let _ = shown.set_password(None);
+        return Err(CoreError::bad_input(
+            code,
+            format!(
+                "{field} {shown} holds a user name or password: keep the credential in a secret granted to {origin} and name it in auth (basic:SECRET for a user and password, sent as user:password)"
+            ),
+        ));
+    }
+    Ok((parsed, origin))
+}
+
 /// The refusal of `Prefer: respond-async` by a kind that answers at once; `what` names it with
 /// its article ("a host tool", "an http service").
 pub(crate) fn answers_synchronously(id: &str, what: &str) -> EngineError {
