@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 /// `/items/hopped` on the same origin, `/slow` answers after 3 s, `/big` answers about 200 KB,
 /// `/bytes` the 256 byte values, `/openapi.json` serves the document file.
 const SERVICE: &str = r#"
-import http.server, json, sys, time, urllib.parse
+import gzip, http.server, json, sys, time, urllib.parse
 log_path, other, doc = sys.argv[1], sys.argv[2], sys.argv[3]
 class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
@@ -48,6 +48,8 @@ class H(http.server.BaseHTTPRequestHandler):
             out = json.dumps({'rows': ['x' * 100] * 2000}).encode()
         elif u.path == '/bytes':
             ctype, out = 'application/octet-stream', bytes(range(256))
+        elif u.path == '/gzip':
+            extra, out = {'Content-Encoding': 'gzip'}, gzip.compress(out)
         self.send_response(status)
         self.send_header('content-type', ctype)
         for k, v in extra.items():
@@ -150,6 +152,8 @@ paths:
     get: {operationId: big, responses: {"200": {description: many rows}}}
   /bytes:
     get: {operationId: bytes, responses: {"200": {description: every byte value}}}
+  /gzip:
+    get: {operationId: gzip, responses: {"200": {description: the echo, gzip-encoded}}}
 "#;
 
 /// A running service; killed when dropped.
@@ -230,6 +234,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
             "boom",
             "bytes",
             "get-item",
+            "gzip",
             "hop",
             "missing",
             "post-form",
@@ -469,6 +474,14 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
         "{}",
         out.stdout
     );
+    // A gzip-encoded answer is decoded, so its echo is redacted like any other, and the caller
+    // reads JSON, not compressed bytes.
+    let out = run(&m, &m.token, &bin.join("agentos-items"), &["gzip"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stdout.contains(token), "{}", out.stdout);
+    let body = &out.json()["result"]["body"];
+    assert_eq!(body["path"], "/gzip", "{body}");
+    assert_eq!(body["headers"]["authorization"], "Bearer [redacted]", "{body}");
 
     // `auth: query` sends the credential as the named query parameter only.
     let out = register_items(&m, dir.path(), &service, &["--auth", "query:api_key:ITEMS_KEY"]);
