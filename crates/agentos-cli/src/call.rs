@@ -81,11 +81,7 @@ pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
     let message = match value {
         // Not the master's JSON (a proxy's page, an empty body): said as what came, on one line.
         Value::String(text) => not_json(status, text),
-        _ => value
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .map(str::to_string)
-            .unwrap_or_else(|| value.to_string()),
+        _ => value.pointer("/error/message").and_then(Value::as_str).map(inert).unwrap_or_else(|| value.to_string()),
     };
     let code = match status {
         400 | 413 => EXIT_USAGE,
@@ -99,6 +95,21 @@ pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
     };
     let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
     ClientError { code, message, status: Some(status), error_code }
+}
+
+/// A message as a terminal shows it without acting on it: a control character other than a
+/// line break or a tab (escape sequences, a bell, a backspace, which a service's words passed
+/// on in an error could hold) is written out as `\u{1b}`.
+fn inert(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    for c in message.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The line for an answer whose body is not JSON: its first line with something to show, cut at
@@ -358,6 +369,18 @@ mod tests {
         assert_eq!(e.code, EXIT_USAGE, "{}", e.message);
         let ok = Target { token: Some("  aos_abc \n".into()), ..t };
         assert_eq!(ok.token().unwrap(), "aos_abc", "surrounding white space is trimmed");
+    }
+
+    #[test]
+    fn control_characters_in_the_master_s_message_are_written_out_not_passed_to_the_terminal() {
+        let said = refusal(
+            422,
+            &serde_json::json!({"error": {"code": "http_status",
+                "message": "svc raw: answered 500: \u{1b}]0;title\u{7}\u{1b}[2J FAKE PROMPT$\u{8}\u{8}\tend"}}),
+        )
+        .message;
+        assert_eq!(said, "svc raw: answered 500: \\u{1b}]0;title\\u{7}\\u{1b}[2J FAKE PROMPT$\\u{8}\\u{8}\tend");
+        assert!(!said.chars().any(|c| c.is_control() && c != '\t'), "{said:?}");
     }
 
     #[test]

@@ -250,8 +250,16 @@ impl Sent<'_> {
         let bytes = redactor.bytes(bytes);
         if !(200..300).contains(&status) {
             let text = String::from_utf8_lossy(&bytes);
-            let excerpt: String =
-                text.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(EXCERPT_CHARS).collect();
+            // One line, and inert in a terminal: a control character (an escape sequence, a
+            // bell) is written out, not passed on.
+            let excerpt: String = text
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .chars()
+                .take(EXCERPT_CHARS)
+                .flat_map(|c| if c.is_control() { c.escape_unicode().collect() } else { vec![c] })
+                .collect();
             let tail = if excerpt.is_empty() { String::new() } else { format!(": {excerpt}") };
             // A redirect within the origin was followed; one that is still the answer leads
             // elsewhere, and saying where tells the caller why it stopped.
