@@ -842,6 +842,40 @@ fn model_path(model: &str) -> Result<&str, ClientError> {
     }
 }
 
+/// `net fire`'s answer. The master answers 200 with the outcome (the request was sound); here
+/// a fire that did not happen is an error, so a script can tell without reading the output:
+/// 5 the fire failed (inputs kept) or a limit stopped its transition, 6 nothing was enabled
+/// (try again later, or release what is parked: the reason says). With `--json` the answer is
+/// printed whatever it says, and the exit code and error line are the same.
+fn fire_outcome(v: &Value, json: bool) -> Result<(), ClientError> {
+    let transition = v["transition"].as_str().unwrap_or("");
+    let outcome = v["outcome"].as_str().unwrap_or("");
+    let reason = v["reason"].as_str().unwrap_or("no reason given");
+    let code = match outcome {
+        "fired" | "started" => None,
+        "not-enabled" => Some(crate::call::EXIT_TIMED_OUT_CALL),
+        // `failed`, `stopped`, and an outcome this client does not know: not a success.
+        _ => Some(crate::call::EXIT_TOOL_FAILED),
+    };
+    let Some(code) = code else {
+        output::print(v, json, |o| match o["fire"].as_str() {
+            Some(fire) => format!("{transition} {outcome} ({fire})"),
+            None => format!("{transition} {outcome}"),
+        });
+        return Ok(());
+    };
+    if json {
+        output::print(v, json, |_| String::new());
+    }
+    let what = match outcome {
+        "not-enabled" => "is not enabled".to_string(),
+        "failed" => "failed".to_string(),
+        "stopped" => "stopped at a limit".to_string(),
+        other => format!("answered {other:?}"),
+    };
+    Err(fail(code, format!("transition {transition} {what}: {reason}")))
+}
+
 pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
     match cmd {
         NetCmd::Apply { conn, file, model, json } => {
@@ -918,10 +952,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 &[],
                 Some(json!({})),
             )?;
-            output::print(&v, json, |o| {
-                let reason = o["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default();
-                format!("{} {}{reason}", o["transition"].as_str().unwrap_or(""), o["outcome"].as_str().unwrap_or(""))
-            });
+            fire_outcome(&v, json)?;
         }
         NetCmd::Parked { conn, transition, model, json } => {
             let model = model_or_home(&conn, model)?;

@@ -409,10 +409,10 @@ fn a_changed_inscription_stops_its_transition_and_watch_streams_changes() {
     let m = Master::start(dir.path());
     let api = m.client();
     let net = |tagged: bool| {
-        json!({"places": ["p-a", "p-b"], "transitions": [
+        json!({"places": ["p-a", "p-b", "p-c"], "transitions": [
         {"id": "t", "kind": "map", "presets": {"i": {"place": "p-a"}}, "postsets": {"o": {"place": "p-b"}},
          "action": {"template": {"tagged": tagged}}, "emit": [{"to": "o"}]},
-        {"id": "u", "kind": "pass", "mode": "manual", "presets": {"i": {"place": "p-b"}}, "postsets": {"o": {"place": "p-a"}}, "emit": [{"to": "o"}]}]})
+        {"id": "u", "kind": "pass", "presets": {"i": {"place": "p-b"}}, "postsets": {"o": {"place": "p-c"}}, "emit": [{"to": "o"}]}]})
     };
     apply(&api, "w", net(true));
     start_all(&api, "w", &["t", "u"]);
@@ -1138,6 +1138,72 @@ fn parked_tokens_are_retried_and_discarded_with_the_cli_each_an_event() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Hostile testing found a fire by hand binding a parked poison token again and again (its
+/// attempts 1, 2, 3) while the good token behind it never ran, `net fire` exiting 0 on a failed
+/// fire, and `net start` of a manual transition answering "started" for fires that never came.
+#[test]
+fn a_fire_by_hand_skips_a_parked_poison_token_and_net_fire_exits_by_its_outcome() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "poison",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "t", "kind": "map", "mode": "manual",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"template": "${if .i.data.bad then error(\"poison\") else .i.data end}"},
+            "emit": [{"to": "o"}]}]}),
+    );
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .arg("net")
+            .args(args)
+            .args(["--model", "poison", "--url", &m.url, "--token", &m.token])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (_, bad) = put(&api, "poison", "p-in", json!({"bad": true}));
+    let bad = bad["id"].as_str().unwrap().to_string();
+    // The fire failed: exit 5 (as a tool that failed), one error line with the reason.
+    let (code, _, err) = cli(&["fire", "t"]);
+    assert_eq!(code, Some(5), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: transition t failed: ") && err.contains("poison"), "{err}");
+
+    put(&api, "poison", "p-in", json!({"v": "good"}));
+    let (code, out, err) = cli(&["fire", "t"]);
+    assert_eq!((code, out.trim()), (Some(0), "t fired"), "{err}");
+    assert_eq!(api.token_data("poison", "p-out"), vec![json!({"v": "good"})]);
+
+    // Only the parked token is left: not enabled, exit 6, and the line says how to release it.
+    let (code, out, err) = cli(&["fire", "t", "--json"]);
+    assert_eq!(code, Some(6), "{err}");
+    let answer: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(answer["outcome"], "not-enabled", "{answer}");
+    assert!(err.starts_with("error: transition t is not enabled: ") && err.lines().count() == 1, "{err}");
+    assert!(err.contains(&format!("agentos net retry {bad} --model poison")), "{err}");
+    let (_, parked) = api.get("/api/models/poison/parked");
+    assert_eq!(parked.as_array().map(Vec::len), Some(1), "{parked}");
+    assert_eq!((parked[0]["token"]["id"].as_str(), parked[0]["attempts"].as_u64()), (Some(bad.as_str()), Some(1)));
+
+    // A manual transition is not started: a start would promise fires that never come.
+    let (code, _, err) = cli(&["start", "t"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("manual") && err.contains("agentos net fire t"), "{err}");
+    assert_eq!(error_code(&api.post("/api/models/poison/transitions/t/start", json!({})), 400), "manual_transition");
+    assert_eq!(transition(&api, "poison", "t")["started"], false);
+    assert_eq!(
+        api.get("/api/models/poison/parked").1.as_array().map(Vec::len),
+        Some(1),
+        "the refused start released it"
+    );
 }
 
 #[test]

@@ -67,8 +67,9 @@ pub struct PlaceState {
 #[serde(rename_all = "camelCase")]
 pub struct TransitionRun {
     pub started: bool,
-    /// Tokens this transition will not bind again until it is started anew or fired by hand:
-    /// a fire on them failed or matched no emit rule, and refiring would fail the same way.
+    /// Tokens this transition will not bind again, started or fired by hand, until they are
+    /// released (`Unparked`) or its inscription changes: a fire on them failed or matched no
+    /// emit rule, and refiring would fail the same way.
     pub parked: BTreeSet<TokenRef>,
     pub last_error: Option<String>,
     pub fires: u64,
@@ -271,6 +272,9 @@ pub enum NetEvent {
     TokensPut {
         tokens: Vec<NewToken>,
     },
+    /// A transition fires whenever enabled (or on its schedule). The tokens it parked stay
+    /// parked; events written before this rule released them, and replay now keeps them parked
+    /// (a person releases them; nothing refires on its own).
     Started {
         transition: String,
     },
@@ -468,9 +472,12 @@ impl NetState {
                 }
             }
             NetEvent::Started { transition } => {
+                // Parked tokens and their attempts outlive a start: releasing them is `Unparked`'s
+                // job, one token at a time. A start that released them refired every poison
+                // token at once, and fed a transition stopped for crashing the master the very
+                // inputs it crashed on.
                 let run = net.transitions.entry(transition.clone()).or_default();
                 run.started = true;
-                run.forget_failures();
                 run.last_error = None;
             }
             NetEvent::Stopped { transition, reason } => {
@@ -551,6 +558,39 @@ mod tests {
     use super::*;
     use crate::net::NetDoc;
     use serde_json::json;
+
+    #[test]
+    fn a_start_keeps_the_tokens_its_transition_parked_and_their_attempts() {
+        let doc: NetDoc = serde_json::from_value(json!({
+            "places": ["p"],
+            "transitions": [{"id": "t", "kind": "pass", "presets": {"i": {"place": "p"}}}]
+        }))
+        .unwrap();
+        let mut st = NetState::default();
+        st.apply("m", 1, 0, None, &NetEvent::Applied { doc, instance: None, author: None });
+        let poison = NewToken { place: "p".into(), name: None, data: json!({"bad": true}), by: Vec::new() };
+        st.apply("m", 2, 0, None, &NetEvent::TokensPut { tokens: vec![poison] });
+        let r = TokenRef { place: "p".into(), id: token_id(2, 0) };
+        let failed = NetEvent::FireFailed {
+            transition: "t".into(),
+            fire: None,
+            tokens: vec![r.clone()],
+            reason: "poison".into(),
+            retry_at: None,
+        };
+        st.apply("m", 3, 0, None, &failed);
+        st.apply("m", 4, 0, None, &NetEvent::Started { transition: "t".into() });
+        let net = &st.models["m"];
+        let run = &net.transitions["t"];
+        assert!(run.started);
+        assert!(run.parked.contains(&r), "a start released the parked token: {run:?}");
+        assert_eq!((run.failed(&r.id), run.parked_why.get(&r.id).map(String::as_str)), (1, Some("poison")));
+        assert!(!net.available(&r, "t"), "the started transition may bind its parked token again");
+        // Released by hand, it binds again, its attempts forgotten.
+        st.apply("m", 5, 0, None, &NetEvent::Unparked { tokens: vec![r.clone()] });
+        assert!(st.models["m"].available(&r, "t"));
+        assert_eq!(st.models["m"].transitions["t"].failed(&r.id), 0);
+    }
 
     #[test]
     fn a_start_beyond_its_transitions_concurrency_is_refused_as_a_conflict() {

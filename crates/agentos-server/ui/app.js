@@ -420,13 +420,28 @@ async function netView(model) {
   show(h('p', {}, h('a', { href: '#/nets' }, '← nets')), h('h1', {}, `Net of model ${model}`), status,
     h('div', { class: 'grid' }, h('div', {}, picture, extra), side));
 
-  const act = async (what, path, body, okText) => {
+  // `verdict` reads an answer that is a 200 yet not a success (a fire that failed) into
+  // [message, kind]; without one, any 200 is `okText`.
+  const act = async (what, path, body, okText, verdict) => {
     try {
-      await api('POST', path, body);
-      alertBox(okText, 'info');
+      const answer = await api('POST', path, body);
+      const [text, kind] = verdict ? verdict(answer) : [okText, 'info'];
+      alertBox(text, kind);
       await refresh();
     } catch (e) {
       alertBox(explain(e));
+    }
+  };
+  // A fire answers 200 with its outcome: only `fired` and `started` are a success; a failure,
+  // a stop at a limit, or nothing enabled is shown as an error, with the master's reason.
+  const fireVerdict = (id) => (o) => {
+    const why = (o && o.reason) || 'no reason given';
+    switch (o && o.outcome) {
+      case 'fired': return [`${id} fired`, 'info'];
+      case 'started': return [`${id} started its fire${o.fire ? ` ${o.fire}` : ''}`, 'info'];
+      case 'not-enabled': return [`${id} is not enabled: ${why}`, 'error'];
+      case 'stopped': return [`${id} stopped at a limit: ${why}`, 'error'];
+      default: return [`${id} failed: ${why}`, 'error'];
     }
   };
   const sideFor = async () => {
@@ -443,7 +458,7 @@ async function netView(model) {
         h('div', { class: 'row' },
           h('button', { id: 'start', onclick: () => act('start', `${base}/start`, {}, `${id} started`) }, 'Start'),
           h('button', { id: 'stop', onclick: () => act('stop', `${base}/stop`, {}, `${id} stopped`) }, 'Stop'),
-          h('button', { id: 'fire', class: 'primary', onclick: () => act('fire', `${base}/fire`, {}, `${id} fired`) }, 'Fire')),
+          h('button', { id: 'fire', class: 'primary', onclick: () => act('fire', `${base}/fire`, {}, `${id} fired`, fireVerdict(id)) }, 'Fire')),
         h('p', { class: 'muted', text: has('x') ? '' : 'Start, stop and fire need the x flag, which this token does not hold.' }),
         st.lastError ? h('p', { class: 'last-error' }, h('span', { class: 'badge bad' }, 'last error'), ' ', st.lastError) : null,
         parked.length ? h('div', {}, h('h3', {}, 'Parked tokens'), parked.map(parkedRow)) : null,

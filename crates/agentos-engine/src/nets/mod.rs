@@ -24,6 +24,8 @@ use agentos_core::{CoreError, ErrorKind};
 pub mod runtime;
 
 #[cfg(test)]
+mod by_hand_tests;
+#[cfg(test)]
 mod chain_tests;
 #[cfg(test)]
 mod instance_tests;
@@ -394,7 +396,11 @@ impl Nets<'_> {
         Ok(out)
     }
 
-    /// Starts (fires whenever enabled) or stops a transition. Needs `x`.
+    /// Starts (fires whenever enabled, or on its schedule) or stops a transition. Needs `x`.
+    ///
+    /// A manual transition without a schedule is refused a start (400 `manual_transition`): the
+    /// fire loop never fires it, so an answer "started" would promise fires that never come. A
+    /// start leaves the transition's parked tokens parked (see [`NetEvent::Started`]).
     pub async fn set_started(
         &self,
         p: &Principal,
@@ -404,6 +410,24 @@ impl Nets<'_> {
     ) -> Result<(), EngineError> {
         need(p, Flag::Execute, "start or stop transitions")?;
         self.check_model(p, model)?;
+        if started {
+            let st = self.read_state();
+            let manual = st
+                .nets
+                .models
+                .get(model)
+                .and_then(|n| n.inscription(transition))
+                .filter(|t| t.mode == Mode::Manual && t.schedule.is_none());
+            if manual.is_some() {
+                return Err(CoreError::bad_input(
+                    "manual_transition",
+                    format!(
+                        "transition {transition:?} is manual (mode: manual, no schedule): it fires only when fired by hand, with `agentos net fire {transition} --model {model}`; give it mode auto or a schedule to have a start run it"
+                    ),
+                )
+                .into());
+            }
+        }
         let t = transition.to_string();
         let ev = if started {
             NetEvent::Started { transition: t }
@@ -424,7 +448,9 @@ impl Nets<'_> {
         Ok(())
     }
 
-    /// Fires a transition once, started or not, parked tokens included. Needs `x`.
+    /// Fires a transition once, started or not. It binds as the fire loop does: tokens parked for
+    /// the transition are skipped (released by [`Nets::retry_parked`]); a retry backoff is not
+    /// waited out. Needs `x`.
     pub async fn fire_once(&self, p: &Principal, model: &str, transition: &str) -> Result<FireOutcome, EngineError> {
         need(p, Flag::Execute, "fire transitions")?;
         {
@@ -566,8 +592,10 @@ impl Nets<'_> {
                     break;
                 }
                 let r = TokenRef { place: preset.place.clone(), id: token.id.clone() };
-                let free = in_catalog
-                    || if manual { !place.reserved.contains_key(&token.id) } else { net.available(&r, &t.id) };
+                // A fire by hand binds as the loop does: a token parked for this transition
+                // stays out until someone releases it (`net retry`), or the fire would bind the
+                // same poison token each time and never reach the good ones behind it.
+                let free = in_catalog || net.available(&r, &t.id);
                 if !free || used.contains(&r) || (preset.consume && waiting(&token.id)) {
                     continue;
                 }
@@ -732,6 +760,27 @@ impl Nets<'_> {
     fn binds_nothing(t: &Inscription) -> String {
         let consuming: Vec<&str> = t.presets.iter().filter(|(_, p)| p.consume).map(|(n, _)| n.as_str()).collect();
         format!("a consuming preset binds no token (presets: {})", consuming.join(", "))
+    }
+
+    /// Why a fire by hand binds nothing, naming the tokens parked for the transition in the
+    /// places it consumes from and how to release them: a person who fires sees a full place
+    /// and needs to know why none of its tokens binds. Only for fires by hand; the fire loop
+    /// tries transitions that bind nothing on every commit and drops the reason.
+    fn binds_nothing_by_hand(model: &str, net: Option<&ModelNet>, t: &Inscription) -> String {
+        let why = Self::binds_nothing(t);
+        let Some(run) = net.and_then(|n| n.transitions.get(&t.id)) else { return why };
+        let consumed: std::collections::BTreeSet<&str> =
+            t.presets.values().filter(|p| p.consume).map(|p| p.place.as_str()).collect();
+        let parked: Vec<&str> =
+            run.parked.iter().filter(|r| consumed.contains(r.place.as_str())).map(|r| r.id.as_str()).collect();
+        let Some(first) = parked.first() else { return why };
+        const NAMED: usize = 3;
+        let more = if parked.len() > NAMED { format!(" and {} more", parked.len() - NAMED) } else { String::new() };
+        let (n, id) = (parked.len(), &t.id);
+        let named = parked.iter().take(NAMED).copied().collect::<Vec<_>>().join(", ");
+        format!(
+            "{why}: {n} token(s) there are parked for {id} after failed fires ({named}{more}); release one with `agentos net retry {first} --model {model}` or remove it with `agentos net discard {first} --model {model}` (`agentos net parked {id} --model {model}` lists them)"
+        )
     }
 
     /// The jq input of a fire: preset -> token (take first) or [tokens] (take all).
@@ -955,6 +1004,13 @@ impl Nets<'_> {
                 let catalog = Self::catalog_for(&st, model, net, t);
                 match Self::candidates(net, &c, manual, &catalog) {
                     Some(candidates) => Ok((c, candidates)),
+                    None if manual => {
+                        return Ok(outcome(
+                            "not-enabled",
+                            None,
+                            Some(Self::binds_nothing_by_hand(model, Some(net), t)),
+                        ));
+                    }
                     None => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(t)))),
                 }
             }
@@ -970,6 +1026,11 @@ impl Nets<'_> {
         // Filters run here, with no lock held; the commit checks that what they chose is still free.
         let bound = match Self::select(&self.inner.nets.expressions, &c, candidates) {
             Ok(Some(bound)) => bound,
+            Ok(None) if manual => {
+                let st = self.read_state();
+                let reason = Self::binds_nothing_by_hand(model, st.nets.models.get(model), &c.inscription);
+                return Ok(outcome("not-enabled", None, Some(reason)));
+            }
             Ok(None) => return Ok(outcome("not-enabled", None, Some(Self::binds_nothing(&c.inscription)))),
             Err(e) => return Ok(outcome("not-enabled", None, Some(e.to_string()))),
         };
