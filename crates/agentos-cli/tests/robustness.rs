@@ -1,6 +1,6 @@
 //! Poison inputs and recovery, against the real binary: values too deep to read back, a log
 //! holding what an older version wrote, a garbage snapshot file, stalled connections, query
-//! values that wrapped, and token names that broke readers.
+//! values that wrapped, token names that broke readers, and clients that hold a stopping master.
 
 mod common;
 
@@ -396,6 +396,114 @@ fn a_watch_stream_outlives_the_header_timeout() {
         assert!(n > 0, "the watch stream was closed: {}", String::from_utf8_lossy(&got));
         got.extend_from_slice(&buf[..n]);
     }
+}
+
+/// Sends `request` on a new connection and reads until the answer's headers are in.
+fn answered(url: &str, request: &str) -> (TcpStream, Vec<u8>) {
+    let mut s = TcpStream::connect(url.trim_start_matches("http://")).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains("\r\n\r\n") {
+        let n = s.read(&mut buf).expect("no answer");
+        assert!(n > 0, "closed before the answer's headers: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    (s, got)
+}
+
+/// Everything `s` sends until the server closes it; panics past 20 s (keep-alives included).
+fn read_until_closed(mut s: TcpStream, mut got: Vec<u8>) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut buf = [0u8; 4096];
+    loop {
+        assert!(std::time::Instant::now() < deadline, "still open: {}", String::from_utf8_lossy(&got));
+        match s.read(&mut buf) {
+            Ok(0) => return String::from_utf8_lossy(&got).into_owned(),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e) => panic!("{e}: {}", String::from_utf8_lossy(&got)),
+        }
+    }
+}
+
+/// The case: an MCP client holding its session's event stream (whose keep-alives never
+/// let it end) kept a stopped master, and its data folder's LOCK, alive for as long as it stayed.
+#[test]
+fn a_stopped_master_ends_its_event_streams_lets_a_poll_finish_and_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = Master::start(dir.path());
+    let api = m.client();
+    places(&api, "m", &["p-w"]);
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let mcp_post = |session: Option<&str>, body: Value| {
+        let mut req = common::http()
+            .post(format!("{}/mcp", m.url))
+            .bearer_auth(&m.token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(s) = session {
+            req = req.header("mcp-session-id", s);
+        }
+        let resp = req.send().unwrap();
+        let session = resp.headers().get("mcp-session-id").map(|v| v.to_str().unwrap().to_string());
+        (resp.status().as_u16(), session, resp.text().unwrap())
+    };
+    let (status, session, text) = mcp_post(None, init);
+    assert_eq!(status, 200, "{text}");
+    let session = session.expect("an Mcp-Session-Id");
+    let (status, _, text) = mcp_post(Some(&session), json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    assert_eq!(status, 202, "{text}");
+    let auth = format!("Authorization: Bearer {}\r\n", m.token);
+    let (mcp, mcp_head) = answered(
+        &m.url,
+        &format!(
+            "GET /mcp HTTP/1.1\r\nHost: x\r\n{auth}Mcp-Session-Id: {session}\r\nAccept: text/event-stream\r\n\r\n"
+        ),
+    );
+    let (watch, watch_head) = answered(&m.url, &format!("GET /api/models/m/watch HTTP/1.1\r\nHost: x\r\n{auth}\r\n"));
+    // Requests in hand at the stop: a long poll asked to wait 3 s gets its answer; one asked to
+    // wait a minute is dropped at the stop's deadline.
+    let poll = |name: &str, wait_ms: u64| {
+        let (_, exec) = api.post("/api/executor-tokens", json!({"name": name}));
+        let body = json!({"name": name, "waitMs": wait_ms}).to_string();
+        let mut s = TcpStream::connect(m.url.trim_start_matches("http://")).unwrap();
+        write!(
+            s,
+            "POST /api/executor/poll HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            exec["token"].as_str().unwrap(),
+            body.len()
+        )
+        .unwrap();
+        wait_for("the poll in hand", || {
+            let (_, list) = api.get("/api/executors");
+            list.as_array().is_some_and(|l| l.iter().any(|e| e["name"] == name && e["state"] == "polling"))
+        });
+        s
+    };
+    let short_poll = poll("e9", 3000);
+    let long_poll = poll("e10", 60_000);
+
+    unsafe {
+        libc::kill(m.child.id() as i32, libc::SIGTERM);
+    }
+    // Each stream ends with its last chunk, as a stream that ended by itself would, rather than
+    // being cut off.
+    for (what, s, head) in [("the MCP stream", mcp, mcp_head), ("the watch stream", watch, watch_head)] {
+        let all = read_until_closed(s, head);
+        assert!(all.starts_with("HTTP/1.1 200"), "{what}: {all}");
+        assert!(all.ends_with("\r\n0\r\n\r\n"), "{what} did not end cleanly: {all}");
+    }
+    let all = read_until_closed(short_poll, Vec::new());
+    assert!(all.starts_with("HTTP/1.1 204"), "the short poll: {all}");
+    assert_eq!(read_until_closed(long_poll, Vec::new()), "", "the long poll");
+    wait_for("the master to exit", || m.child.try_wait().unwrap().is_some());
+    // The LOCK is free: a new master starts on the same data folder.
+    let again = Master::start(dir.path());
+    assert_eq!(again.client().get("/healthz").0, 200);
 }
 
 /// The case: 300 stalled connections against a master allowed 256 file handles.

@@ -1,13 +1,25 @@
 //! Accepting connections: a cap on how many are open, a deadline for request headers (which
-//! also closes idle kept-alive connections), and a graceful stop.
+//! also closes idle kept-alive connections), and a graceful stop that ends event streams and
+//! gives the requests in hand a deadline.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{Method, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use futures_util::StreamExt;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
+
+/// How long, once the stop is asked, the requests in hand have to finish (an executor's long
+/// poll, a call still running) before their connections are dropped. Without a bound, one
+/// client that never leaves kept the master, and the data folder's LOCK, for as long as it liked.
+const STOP_DEADLINE: Duration = Duration::from_secs(5);
 
 /// How the master holds its connections.
 #[derive(Debug, Clone, Copy)]
@@ -44,8 +56,9 @@ impl ConnectionLimits {
     }
 }
 
-/// Serves `app` on `listener` until `shutdown` completes, then lets open connections finish
-/// their requests (as `axum::serve` did) and returns.
+/// Serves `app` on `listener` until `shutdown` completes, then stops in two steps: event streams
+/// end at once (see [`end_at_stop`]) and the other requests in hand may finish (as
+/// `axum::serve` let them) for [`STOP_DEADLINE`]; connections still open then are dropped.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
@@ -56,6 +69,8 @@ pub async fn serve(
     // The permits double as the count of open connections: the stop waits for all of them.
     let permits = Arc::new(Semaphore::new(cap));
     let (stop_tx, stop_rx) = watch::channel(false);
+    let streams_stop = stop_rx.clone();
+    let app = app.layer(axum::middleware::from_fn(move |req, next| end_at_stop(streams_stop.clone(), req, next)));
     tracing::debug!(max_connections = cap, header_timeout_ms = limits.header_timeout.as_millis() as u64, "serving");
     tokio::pin!(shutdown);
     loop {
@@ -97,7 +112,13 @@ pub async fn serve(
                 _ = stop.changed() => {
                     // Finish the request in hand, take no more.
                     conn.as_mut().graceful_shutdown();
-                    conn.as_mut().await
+                    match tokio::time::timeout(STOP_DEADLINE, conn.as_mut()).await {
+                        Ok(result) => result,
+                        Err(_) => {
+                            tracing::debug!(%remote, "connection dropped: its request did not finish by the stop deadline");
+                            Ok(())
+                        }
+                    }
                 }
             };
             if let Err(e) = result {
@@ -109,4 +130,31 @@ pub async fn serve(
     let _ = stop_tx.send(true);
     // Every connection holds a permit until it closes.
     let _ = permits.acquire_many(cap as u32).await;
+}
+
+/// Ends the body of an event stream when the stop is asked. A `GET` answered with
+/// `text/event-stream` (an MCP session's stream, a net's watch) never ends by itself: its
+/// keep-alives go on for as long as the client listens, and a graceful stop that waits for the
+/// answer in hand waited for ever. Ended here, its last chunk goes out and the client sees a
+/// clean end, as it does when a stream ends any other way, and may reconnect to the next master.
+/// An event stream answering a `POST` (an MCP call's answer) is a request in hand and ends by
+/// itself, so it is left to the deadline like any other.
+async fn end_at_stop(mut stop: watch::Receiver<bool>, req: Request, next: Next) -> Response {
+    let subscription = req.method() == Method::GET;
+    let resp = next.run(req).await;
+    let streams_events = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
+    if !(subscription && streams_events) {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    // `wait_for` also returns when the stop was asked before the stream began, or when the
+    // sender is gone.
+    let stopped = async move {
+        let _ = stop.wait_for(|asked| *asked).await;
+    };
+    Response::from_parts(parts, Body::from_stream(body.into_data_stream().take_until(stopped)))
 }
