@@ -536,7 +536,9 @@ fn main() -> ExitCode {
         // Before the runtime's threads make heaps of their own.
         Cmd::Serve(_) | Cmd::Up(_) => agentos_engine::limit_allocator_arenas(),
         // Processes that serve keep ignoring SIGPIPE: a peer that hangs up is an error to answer.
-        Cmd::Executor(_) | Cmd::ExprWorker => {}
+        // The MCP relay too: the master closing a request it refused (a body over its limit)
+        // while the relay still writes it is one call's error, not the end of the session.
+        Cmd::Executor(_) | Cmd::ExprWorker | Cmd::Mcp => {}
         _ => end_quietly_when_the_reader_leaves(),
     }
     match cli.command {

@@ -162,6 +162,60 @@ fn the_mcp_endpoint_refuses_missing_bad_and_executor_tokens() {
 }
 
 #[test]
+fn agentos_mcp_outlives_a_request_the_master_refuses_as_too_large() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-body-bytes", "65536"]);
+    let mut relay = Command::new(BIN)
+        .arg("mcp")
+        .env("AGENTOS_URL", &m.url)
+        .env("AGENTOS_TOKEN", &m.token)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = relay.stdin.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = relay.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let mut send = |v: Value| {
+        let mut line = v.to_string().into_bytes();
+        line.push(b'\n');
+        stdin.write_all(&line).unwrap();
+        stdin.flush().unwrap();
+    };
+    let answer = |id: u64| loop {
+        let line =
+            rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap_or_else(|e| panic!("no answer {id}: {e}"));
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["id"] == id {
+            return v;
+        }
+    };
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
+        "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}));
+    assert!(answer(1)["result"]["serverInfo"].is_object());
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // Far past the master's limit and the socket's buffers, and under the stdio line limit of
+    // 16 MiB: the master refuses it while the relay writes.
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "agentos_search_catalog", "arguments": {"q": "x".repeat(12 << 20)}}}));
+    let refused = answer(2);
+    assert!(refused.get("error").is_some() || refused["result"]["isError"] == true, "{refused}");
+    // The session goes on.
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let listed = answer(3);
+    assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+    drop(stdin);
+    let _ = relay.wait();
+}
+
+#[test]
 fn agentos_mcp_without_a_token_says_what_to_set() {
     let out = Command::new(BIN).arg("mcp").env_remove("AGENTOS_TOKEN").output().unwrap();
     assert_eq!(out.status.code(), Some(2));

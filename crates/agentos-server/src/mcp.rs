@@ -713,6 +713,10 @@ async fn watch(shared: std::sync::Weak<Shared>, mut events: broadcast::Receiver<
     }
 }
 
+/// An MCP request declared larger than the master's limit, up to this size, is read to its end
+/// (and dropped) before it is refused; a larger one is refused at once.
+const DRAIN_REFUSED_BYTES: usize = 64 << 20;
+
 /// The `/mcp` service over an engine.
 pub fn service(engine: Engine, list_limit: usize) -> StreamableHttpService<McpServer, LocalSessionManager> {
     let shared =
@@ -721,7 +725,9 @@ pub fn service(engine: Engine, list_limit: usize) -> StreamableHttpService<McpSe
     let config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(Duration::from_secs(15)))
         // The master answers on whatever name it is reached by; the bearer token is the gate.
-        .with_allowed_hosts(Vec::<String>::new());
+        .with_allowed_hosts(Vec::<String>::new())
+        // `authenticate` has bounded the body by the master's --max-body-bytes already.
+        .with_max_request_body_bytes(usize::MAX);
     StreamableHttpService::new(
         move || Ok(McpServer { shared: shared.clone() }),
         Arc::new(LocalSessionManager::default()),
@@ -753,6 +759,26 @@ pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: N
     // A message is a JSON-RPC request of modest size: bounded like every body of the API.
     let (parts, body) = req.into_parts();
     let declared = crate::extract::declared_length(&parts.headers);
+    if let Some(len) = declared.filter(|len| *len > app.max_body_bytes && *len <= DRAIN_REFUSED_BYTES) {
+        // Read to its end before the refusal: a client still writing when the master answers
+        // and closes gets a broken pipe instead of the 413, and an MCP client (the stdio relay)
+        // then never learns why its call went unanswered.
+        use futures_util::StreamExt as _;
+        let mut rest = body.into_data_stream();
+        let _ = tokio::time::timeout(app.body_timeout + std::time::Duration::from_secs((len >> 20) as u64), async {
+            while let Some(Ok(_)) = rest.next().await {}
+        })
+        .await;
+        return Err(crate::extract::read_body(
+            axum::body::Body::empty(),
+            Some(len),
+            app.max_body_bytes,
+            "--max-body-bytes",
+            app.body_timeout,
+        )
+        .await
+        .expect_err("a declared length over the limit is refused"));
+    }
     let bytes =
         crate::extract::read_body(body, declared, app.max_body_bytes, "--max-body-bytes", app.body_timeout).await?;
     Ok(next.run(Request::from_parts(parts, axum::body::Body::from(bytes))).await)
