@@ -276,6 +276,22 @@ fn a_mebibyte_of_stdout_is_offloaded_to_the_blob_store() {
     let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", blob["urn"].as_str().unwrap()));
     assert_eq!(status, 200);
     assert_eq!(bytes, expected);
+
+    // Called as an operation (a shell command, an MCP client), the output is the whole of it,
+    // read back from the blob, never the preview.
+    api.register("rows", "python3", "import json\nprint(json.dumps({'rows': ['x' * 100] * 2000}))", None);
+    let (status, v) = api.post("/api/tools/rows/call", json!({"tool": "run", "args": []}));
+    assert_eq!(status, 200, "{}", v.to_string().chars().take(300).collect::<String>());
+    assert_eq!(v["result"]["rows"].as_array().map(Vec::len), Some(2000));
+    let (status, v) = api.post("/api/tools/loud/call", json!({"tool": "run", "args": []}));
+    assert_eq!(status, 200);
+    assert_eq!(v["result"].as_str().map(str::len), Some(1048576));
+    // Bytes that are not text are not passed off as text: the error says where they are.
+    api.register("binary", "python3", "import sys\nsys.stdout.buffer.write(bytes(range(256)) * 1024)", None);
+    let (status, v) = api.post("/api/tools/binary/call", json!({"tool": "run", "args": []}));
+    assert_eq!(status, 422, "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("262144 bytes that are not text") && msg.contains("urn:agentos:blob:"), "{msg}");
 }
 
 #[test]

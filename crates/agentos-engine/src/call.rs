@@ -124,7 +124,42 @@ impl Dispatch<'_> {
             operation: Some(FoundOperation { name: &req.tool, prepared: op }),
             req: InvokeRequest { input: Some(input), ..Default::default() },
         };
-        binder.invoke(self, call).await?.into_output(toolkit, &req.tool)
+        let outcome = binder.invoke(self, call).await?;
+        self.with_whole_stdout(outcome, toolkit, &req.tool).await?.into_output(toolkit, &req.tool)
+    }
+
+    /// A job's outcome with its whole stdout: output past the size kept inline went to a blob,
+    /// and the job's `stdout` holds only its preview, which a caller given the operation's
+    /// output must never take for the output (a cut JSON document read as a string).
+    async fn with_whole_stdout(
+        &self,
+        outcome: crate::bindings::Outcome,
+        toolkit: &str,
+        tool: &str,
+    ) -> Result<crate::bindings::Outcome, EngineError> {
+        let crate::bindings::Outcome::Job(mut r) = outcome else { return Ok(outcome) };
+        let Some(blob) = r.stdout_blob.as_ref().filter(|_| r.exit_code == Some(0) && r.error.is_none()) else {
+            return Ok(crate::bindings::Outcome::Job(r));
+        };
+        let failed = |why: String| -> EngineError {
+            CoreError::new(agentos_core::ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {why}"))
+                .into()
+        };
+        let urn = blob.urn.parse::<agentos_core::urn::BlobUrn>().map_err(|e| failed(e.to_string()))?;
+        let bytes = self
+            .inner
+            .catalog
+            .blobs
+            .get_checked(&urn, Some(blob.size_bytes))
+            .await
+            .map_err(|e| failed(format!("reading its output back from {}: {e}", blob.urn)))?;
+        r.stdout = String::from_utf8(bytes).map_err(|_| {
+            failed(format!(
+                "its output is {} bytes that are not text; they are in {} (GET /api/blobs/{{urn}})",
+                blob.size_bytes, blob.urn
+            ))
+        })?;
+        Ok(crate::bindings::Outcome::Job(r))
     }
 
     /// One operation of a toolkit, called with its input as JSON (an MCP client's way).
