@@ -301,6 +301,21 @@ fn auth_is_required_everywhere_but_healthz() {
     assert_eq!(error_code(&wrong.register("x", "sh", "echo", None), 401), "unauthorized");
     assert_eq!(api.get("/api/tool-catalog").1["total"], 0, "a refused call wrote something");
 
+    // Answers, a new agent's token among them, are kept by no cache and sniffed by no browser.
+    let http = reqwest::blocking::Client::new();
+    let agents = http
+        .post(format!("{}/api/agents", m.url))
+        .bearer_auth(&m.token)
+        .json(&serde_json::json!({"name": "cached", "flags": "r"}))
+        .send()
+        .unwrap();
+    assert_eq!(agents.status(), 200);
+    let refused = http.get(format!("{}/api/models", m.url)).send().unwrap();
+    for res in [&agents, &refused] {
+        assert_eq!(res.headers()["cache-control"], "no-store", "{}", res.url());
+        assert_eq!(res.headers()["x-content-type-options"], "nosniff", "{}", res.url());
+    }
+
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(dir.path().join("operator.token")).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600);

@@ -76,7 +76,19 @@ pub fn router(
         // Bodies are bounded by JsonValue against max_body_bytes, which also gives the JSON 413.
         .layer(axum::extract::DefaultBodyLimit::disable())
         .layer(axum::middleware::from_fn_with_state(state.clone(), crate::consistency::seq_header))
+        .layer(axum::middleware::map_response(kept_private))
         .with_state(state)
+}
+
+/// Answers carry tokens, secrets' names and tool output: no cache keeps them (`no-store`) unless
+/// a route says otherwise (a blob, named by its digest; the page's files), and no browser reads
+/// them as another type than they say.
+async fn kept_private(mut res: axum::response::Response) -> axum::response::Response {
+    use axum::http::{HeaderValue, header};
+    let h = res.headers_mut();
+    h.entry(header::CACHE_CONTROL).or_insert(HeaderValue::from_static("no-store"));
+    h.entry(header::X_CONTENT_TYPE_OPTIONS).or_insert(HeaderValue::from_static("nosniff"));
+    res
 }
 
 async fn not_found() -> ApiError {
