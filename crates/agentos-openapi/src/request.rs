@@ -279,11 +279,12 @@ fn deep_object(prefix: &str, value: &Value, out: &mut Vec<String>) {
 
 fn header_value(b: &Binding, value: &Value) -> Result<String, CallError> {
     let text = if b.json { value.to_string() } else { joined(value, ",", b.explode) };
-    // A line break would end the header and start another one of the caller's choosing.
-    if text.bytes().any(|c| c == b'\r' || c == b'\n' || c == 0) {
+    // A line break would end the header and start another one of the caller's choosing; no
+    // other control character may stand in a header either (a tab may).
+    if text.bytes().any(|c| (c < 0x20 && c != b'\t') || c == 0x7f) {
         return Err(CallError::BadValue {
             flag: b.property.clone(),
-            reason: "a header value cannot hold a line break or NUL".into(),
+            reason: "a header value cannot hold a line break, NUL or other control character".into(),
         });
     }
     Ok(text)

@@ -95,6 +95,13 @@ fn headers_and_cookies() {
     let e =
         build_request("https://h", &op, &json!({"id": "1", "name": "n", "x-trace": "a\r\nInjected: yes"})).unwrap_err();
     assert!(matches!(e, CallError::BadValue { ref flag, .. } if flag == "x-trace"), "{e}");
+    // Any other control character is the caller's input to mend too, not a failure to send.
+    for bad in ["a\u{1}b", "a\u{7f}b", "a\u{1b}[2J"] {
+        let e = build_request("https://h", &op, &json!({"id": "1", "name": "n", "x-trace": bad})).unwrap_err();
+        assert!(matches!(e, CallError::BadValue { ref flag, .. } if flag == "x-trace"), "{bad:?}: {e}");
+    }
+    let tab = build_request("https://h", &op, &json!({"id": "1", "name": "n", "x-trace": "a\tb"})).unwrap();
+    assert!(tab.headers.iter().any(|(k, v)| k == "X-Trace" && v == "a\tb"));
 }
 
 #[test]
