@@ -143,6 +143,39 @@ fn an_executor_killed_mid_job_loses_nothing_and_one_result_is_recorded() {
     assert_eq!(job["results"].as_array().unwrap().len(), 1, "{job}");
 }
 
+/// A caller that goes away (an agent's Ctrl-C, a closed connection) does not leave its job
+/// holding the executor's slot: the job is dropped, the executor's next heartbeat is told so and
+/// kills the process, and the slot serves the next call.
+#[test]
+fn a_running_job_whose_caller_went_away_is_stopped_and_frees_its_slot() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "900"]);
+    let api = m.client();
+    let _e = Executor::start(&m, &dir.path().join("e"), "e", &[]);
+    api.register("hang", "sh", "sleep 60", None);
+    api.register("quick", "sh", "echo quick", None);
+    let addr = m.url.trim_start_matches("http://");
+    let mut caller = std::net::TcpStream::connect(addr).unwrap();
+    let body = r#"{"timeoutMs": 120000}"#;
+    write!(
+        caller,
+        "POST /api/tools/hang/invoke HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        m.token,
+        body.len()
+    )
+    .unwrap();
+    wait_for("the executor to take the job", || api.get("/api/executors").1[0]["state"] == "busy");
+    drop(caller);
+    let started = std::time::Instant::now();
+    wait_for("the executor to be free again", || api.get("/api/executors").1[0]["state"] != "busy");
+    let (status, r) = api.invoke("quick", json!({"timeoutMs": 10000}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdout"], "quick\n");
+    // Well before the sleep would have ended: the slot was free, not waited out.
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
+}
+
 /// An executor killed mid-job and started again on its workspace hands the job back at once:
 /// the lease (a minute here) would otherwise hold it past the caller's wait. Another executor
 /// started on the same workspace meanwhile does not hide the killed one from its successor.

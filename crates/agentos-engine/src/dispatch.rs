@@ -203,7 +203,8 @@ impl Dispatch<'_> {
         Ok(token)
     }
 
-    /// Drops a direct job nobody waits for any more, if no executor took it yet.
+    /// Drops a direct job nobody waits for any more; one running is stopped at its executor's
+    /// next heartbeat, freeing the slot it held.
     pub(crate) async fn cancel_direct(&self, job_id: &str) {
         if self.inner.dispatch.jobs.cancel(job_id).await
             && let Some(d) = self.inner.dispatch.durable.get()

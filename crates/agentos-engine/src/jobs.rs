@@ -289,16 +289,16 @@ impl MemoryQueue {
         self.lock().recording.remove(job_id);
     }
 
-    /// Drops a job whose caller stopped waiting. A job already handed out finishes unobserved.
-    /// Returns whether it was dropped.
+    /// Drops a job whose caller stopped waiting, queued or handed out: a job handed out holds an
+    /// executor's slot, and its executor's next heartbeat finds the job gone and stops it. A job
+    /// whose result is being recorded is no longer here. Returns whether it was dropped.
     pub fn cancel(&self, job_id: &str) -> bool {
         let mut q = self.lock();
-        if q.jobs.get(job_id).is_some_and(|j| j.lease.is_none()) {
-            q.jobs.remove(job_id);
+        let Some(job) = q.jobs.remove(job_id) else { return false };
+        if job.lease.is_none() {
             q.queued.retain(|j| j != job_id);
-            return true;
         }
-        false
+        true
     }
 
     /// A job if one is queued right now, without waiting.
@@ -666,7 +666,8 @@ impl JobQueue {
         }
     }
 
-    /// Drops a job whose caller stopped waiting, if no executor took it yet.
+    /// Drops a job whose caller stopped waiting; one handed out is stopped at its executor's
+    /// next heartbeat.
     pub async fn cancel(&self, job_id: &str) -> bool {
         match self {
             JobQueue::Memory(q) => q.cancel(job_id),

@@ -447,7 +447,7 @@ async fn a_removal_that_comes_with_its_jobs_put_is_written_after_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stored_job_whose_caller_went_away_is_removed_once_its_result_is_recorded() {
+async fn a_stored_running_job_whose_caller_went_away_is_stopped_and_removed() {
     let dir = tempfile::tempdir().unwrap();
     let exec = principal("e1", PrincipalKind::Executor);
     let (e, store) = open_counting(dir.path(), Duration::from_millis(50)).await;
@@ -469,14 +469,32 @@ async fn a_stored_job_whose_caller_went_away_is_removed_once_its_result_is_recor
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(stored, "a job running past store_after is stored");
-    // The caller goes (its connection dropped, say); the job runs on and its result is recorded.
+    // The caller goes (its connection dropped, an agent's Ctrl-C): the job holds an executor's
+    // slot for nobody, so its next heartbeat is told the lease is lost (the executor then stops
+    // it), and a result posted anyway is refused.
     caller.abort();
     let _ = caller.await;
+    let id = leased.job_id.clone();
+    let mut lost = None;
+    for _ in 0..300 {
+        match e.dispatch().heartbeat_job(&exec, None, &id, &leased.lease_id).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(err) => {
+                lost = Some(err);
+                break;
+            }
+        }
+    }
+    let lost = lost.expect("the heartbeat of a job whose caller went away still renewed its lease");
+    assert_eq!(lost.kind(), agentos_core::ErrorKind::NotFound, "{lost}");
     let result = ExecutorResult { lease_id: leased.lease_id, exit_code: Some(0), ..Default::default() };
-    e.dispatch().complete_job(&exec, None, &leased.job_id, result).await.unwrap();
-    assert_eq!(left_after_waiting(store.as_ref()).await, 0, "the job stays in the store with its result recorded");
-    let id = &leased.job_id;
+    assert!(e.dispatch().complete_job(&exec, None, &id, result).await.is_err(), "a result for nobody was taken");
+    assert_eq!(left_after_waiting(store.as_ref()).await, 0, "the stopped job stays in the store");
     assert_eq!(store.seen(), [vec![format!("put {id}")], vec![format!("forget {id}")]]);
+    // Nor does it come back after a restart.
+    drop((e, store));
+    let (_e, _store, requeued) = open(dir.path()).await;
+    assert_eq!(requeued, 0, "the stopped job was queued again after a restart");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -159,7 +159,8 @@ pub trait SharedJobs: Send + Sync + 'static {
     async fn expire_leases(&self, executor: &str, lease_prefixes: &[String]) -> Result<usize, StoreError>;
     /// Removes a job whose result is recorded.
     async fn forget(&self, job_id: &str) -> Result<(), StoreError>;
-    /// Removes a job not handed out yet; answers whether it was.
+    /// Removes a job whose result is not being recorded, queued or handed out (its executor's
+    /// next heartbeat finds it gone and stops it); answers whether it was there.
     async fn cancel(&self, job_id: &str) -> Result<bool, StoreError>;
     /// Jobs whose lease expired while their result was being recorded: the reaper asks the
     /// log whether it was.
@@ -381,8 +382,8 @@ impl SharedJobs for PgJobQueue {
         let n = self
             .conn
             .execute(
-                "dropping a queued job",
-                "DELETE FROM agentos_jobs WHERE job_id = $1 AND lease_id IS NULL",
+                "dropping a job nobody waits for",
+                "DELETE FROM agentos_jobs WHERE job_id = $1 AND completing IS NULL",
                 &[&job_id],
             )
             .await?;
