@@ -117,7 +117,16 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
         let beside = |name: &str| me.parent().map(|d| d.join(name)).filter(|p| p.is_file());
         let (lean, full) = (beside("agentos-shim"), beside("agentos-shim-full"));
         let target = full.as_ref().and(lean.clone()).or_else(|| full.clone()).unwrap_or_else(|| me.clone());
-        let ours = |t: &Path| t == me || lean.as_deref() == Some(t) || full.as_deref() == Some(t);
+        // A link is ours to replace or remove when it leads to this program or a shim, of this
+        // installation or an earlier one (by the program's name); any other link in the folder
+        // is someone else's.
+        let ours = |t: &Path| {
+            t == me
+                || lean.as_deref() == Some(t)
+                || full.as_deref() == Some(t)
+                || t.file_name()
+                    .is_some_and(|n| ["agentos", "agentos-shim", "agentos-shim-full"].contains(&&*n.to_string_lossy()))
+        };
         std::fs::create_dir_all(dir).map_err(|e| {
             let why = if dir.exists() && !dir.is_dir() {
                 format!("{} is not a folder; give --dir a folder for the links (made if missing)", dir.display())
@@ -127,16 +136,28 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
             fail(EXIT_USAGE, why)
         })?;
         let wanted: Vec<String> = visible(conn, model)?.into_iter().map(|e| e.id).collect();
-        let mut linked = 0;
+        let (mut linked, mut skipped) = (0, 0);
         for id in &wanted {
             let link = dir.join(format!("agentos-{id}"));
-            if std::fs::read_link(&link).is_ok_and(|t| t == target) {
+            let now = std::fs::read_link(&link);
+            if now.as_ref().is_ok_and(|t| *t == target) {
                 continue;
             }
-            // Only a link is replaced: a file of that name (`agentos-shim` itself, when the
-            // folder is the binaries' own and a toolkit is called `shim`) is left alone.
+            // Only a link of ours is replaced: a file of that name (`agentos-shim` itself, when
+            // the folder is the binaries' own and a toolkit is called `shim`), or a link someone
+            // made to another program, is left alone.
             if std::fs::symlink_metadata(&link).is_ok_and(|m| !m.file_type().is_symlink()) {
                 errln!("{} is a file, not a link: toolkit {id} is not linked there", link.display());
+                skipped += 1;
+                continue;
+            }
+            if let Some(other) = now.as_ref().ok().filter(|t| !ours(t)) {
+                errln!(
+                    "{} links to {}, not to agentos: toolkit {id} is not linked there (remove that link to link it)",
+                    link.display(),
+                    other.display()
+                );
+                skipped += 1;
                 continue;
             }
             let _ = std::fs::remove_file(&link);
@@ -154,7 +175,12 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
                 removed += 1;
             }
         }
-        outln!("{} toolkit(s) in {}: {linked} linked, {removed} stale link(s) removed", wanted.len(), dir.display());
+        let skipped = if skipped == 0 { String::new() } else { format!(", {skipped} not linked (see above)") };
+        outln!(
+            "{} toolkit(s) in {}: {linked} linked, {removed} stale link(s) removed{skipped}",
+            wanted.len(),
+            dir.display()
+        );
         Ok(())
     })())
 }

@@ -365,6 +365,21 @@ fn install_shims_never_replaces_a_file_that_is_not_a_link() {
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("is not a folder; give --dir a folder"), "{}", out.stderr);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "a program of its own");
+    // Nor a link someone made to another program; a link to an earlier installation's shim is
+    // ours, and replaced.
+    let other = dir.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    std::os::unix::fs::symlink("/bin/true", other.join("agentos-weather")).unwrap();
+    let out = run_as(&m, &m.token, Path::new(BIN), &["install-shims", "--dir", other.to_str().unwrap()], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stderr.contains("links to /bin/true, not to agentos"), "{}", out.stderr);
+    assert!(out.stdout.contains("1 not linked"), "{}", out.stdout);
+    assert_eq!(std::fs::read_link(other.join("agentos-weather")).unwrap(), Path::new("/bin/true"));
+    std::fs::remove_file(other.join("agentos-weather")).unwrap();
+    std::os::unix::fs::symlink("/opt/old/agentos-shim", other.join("agentos-weather")).unwrap();
+    let out = run_as(&m, &m.token, Path::new(BIN), &["install-shims", "--dir", other.to_str().unwrap()], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_ne!(std::fs::read_link(other.join("agentos-weather")).unwrap(), Path::new("/opt/old/agentos-shim"));
 }
 
 /// `agentos-weather` twice: a link to the small shim (installed), and one to the whole `agentos`
