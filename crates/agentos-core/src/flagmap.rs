@@ -134,7 +134,40 @@ fn is_binary(schema: &Value) -> bool {
 pub fn flag_table(schema: &Value) -> FlagTable {
     let mut table = FlagTable::default();
     collect(schema, &mut Vec::new(), &mut String::new(), true, &mut table);
+    distinct_flags(&mut table);
     table
+}
+
+/// Flags every tool has, which no property's flag may be spelled as.
+const OWN_FLAGS: [&str; 3] = ["json", "json-file", "help"];
+
+/// Gives every property a flag of its own. Properties spelled alike once kebab-cased (`fooBar`,
+/// `foo_bar`, `foo-bar`), one spelled as a tool's own flag (`help`, `json`), or as a boolean's
+/// false form (`no-x` beside a boolean `x`) would share a flag, and all but one could not be set:
+/// the first keeps the kebab-cased flag, each other one takes its property's own spelling
+/// (`--foo_bar`) when that is a flag nothing else has, else a number (`--help-2`).
+fn distinct_flags(table: &mut FlagTable) {
+    let negations: std::collections::HashSet<String> =
+        table.flags.iter().filter(|f| f.ty == FlagType::Boolean).map(|f| format!("no-{}", f.flag)).collect();
+    let mut taken: std::collections::HashSet<String> = OWN_FLAGS.iter().map(|f| f.to_string()).collect();
+    let free =
+        |name: &str, taken: &std::collections::HashSet<String>| !taken.contains(name) && !negations.contains(name);
+    for spec in &mut table.flags {
+        if !free(&spec.flag, &taken) {
+            let parent = spec.flag.rfind('.').map_or("", |i| &spec.flag[..=i]);
+            let own = spec.path.last().map(|p| format!("{parent}{p}")).filter(|own| {
+                let last = &own[parent.len()..];
+                !last.is_empty()
+                    && !last.starts_with('-')
+                    && !last.chars().any(|c| c.is_whitespace() || c.is_control() || c == '=' || c == '.')
+            });
+            spec.flag = match own.filter(|o| free(o, &taken)) {
+                Some(own) => own,
+                None => (2..).map(|n| format!("{}-{n}", spec.flag)).find(|f| free(f, &taken)).expect("a free number"),
+            };
+        }
+        taken.insert(spec.flag.clone());
+    }
 }
 
 fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_required: bool, table: &mut FlagTable) {

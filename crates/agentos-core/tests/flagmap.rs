@@ -333,6 +333,39 @@ fn camel_case_properties_become_kebab_flags() {
 }
 
 #[test]
+fn properties_spelled_alike_or_as_a_tool_s_own_flag_each_get_a_flag_they_can_be_set_by() {
+    let s = json!({
+        "type": "object",
+        "properties": {
+            "foo-bar": {"type": "string"},
+            "fooBar": {"type": "string"},
+            "foo_bar": {"type": "string"},
+            "help": {"type": "string"},
+            "json": {"type": "string"},
+            "b": {"type": "boolean"},
+            "noB": {"type": "string"},
+            "where": {"type": "object", "properties": {"a-b": {"type": "string"}, "aB": {"type": "string"}}}
+        }
+    });
+    let flags: Vec<String> = flag_table(&s).flags.iter().map(|f| f.flag.clone()).collect();
+    let unique: std::collections::BTreeSet<&String> = flags.iter().collect();
+    assert_eq!(unique.len(), flags.len(), "{flags:?}");
+    check_all(
+        &s,
+        &[
+            (&["--foo-bar", "1"], Ok(json!({"foo-bar": "1"}))),
+            (&["--fooBar", "2"], Ok(json!({"fooBar": "2"}))),
+            (&["--foo_bar", "3"], Ok(json!({"foo_bar": "3"}))),
+            (&["--help-2", "h"], Ok(json!({"help": "h"}))),
+            (&["--json-2", "j"], Ok(json!({"json": "j"}))),
+            (&["--no-b"], Ok(json!({"b": false}))),
+            (&["--noB", "x"], Ok(json!({"noB": "x"}))),
+            (&["--where.a-b", "1", "--where.aB", "2"], Ok(json!({"where": {"a-b": "1", "aB": "2"}}))),
+        ],
+    );
+}
+
+#[test]
 fn unknown_flags_and_positional_arguments() {
     let s = weather();
     check_all(
