@@ -249,6 +249,10 @@ fn bad_input_gets_a_clear_4xx() {
     assert_eq!(error_code(&api.get("/api/tool-catalog/NOPE"), 400), "invalid_id");
     assert_eq!(error_code(&api.get("/api/blobs/urn:agentos:blob:../../etc/passwd"), 400), "invalid_urn");
     assert_eq!(error_code(&api.get("/api/no-such-route"), 404), "not_found");
+    // A bad query parameter is named.
+    let (status, v) = api.get("/api/tool-catalog?limit=-1");
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_query")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("limit: "), "{v}");
     // An MCP server's URL with a password in it is refused, without repeating the password.
     let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "m", "name": "M",
         "server": {"url": "http://me:hunter2-pw@127.0.0.1:1/mcp"}}));

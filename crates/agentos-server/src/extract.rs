@@ -184,8 +184,13 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for QueryParams<T>
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         let q = parts.uri.query().unwrap_or("");
-        serde_urlencoded::from_str(q)
-            .map(QueryParams)
-            .map_err(|e| ApiError::bad_request("invalid_query", format!("invalid query parameters: {e}")))
+        // Through the path so that a refusal names the parameter (`limit=-1`: "limit: invalid
+        // digit found in string" rather than the bare reason).
+        let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(q.as_bytes()));
+        serde_path_to_error::deserialize(de).map(QueryParams).map_err(|e| {
+            let at = e.path().to_string();
+            let at = if at == "." { String::new() } else { format!("{at}: ") };
+            ApiError::bad_request("invalid_query", format!("invalid query parameters: {at}{}", e.inner()))
+        })
     }
 }
