@@ -1334,3 +1334,38 @@ fn a_command_fires_result_is_recorded_in_the_same_commit_as_the_fires_outcome_an
     let (_, jobs) = api.get("/api/jobs");
     assert_eq!(jobs.as_array().map(Vec::len).or(jobs["jobs"].as_array().map(Vec::len)), Some(2), "{jobs}");
 }
+
+/// A place read a page at a time: a place may hold far more tokens than one answer should carry.
+#[test]
+fn a_place_s_tokens_are_read_whole_or_a_page_at_a_time_with_their_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    apply(&api, "default", json!({"places": ["p"], "transitions": []}));
+    for i in 0..5 {
+        assert_eq!(put(&api, "default", "p", json!({"i": i})).0, 200);
+    }
+    let tokens = "/api/models/default/places/p/tokens";
+    assert_eq!(api.token_data("default", "p").len(), 5, "without a limit, every token");
+    let page = |query: &str| {
+        let res = reqwest::blocking::Client::new()
+            .get(format!("{}{tokens}?{query}", m.url))
+            .bearer_auth(&m.token)
+            .send()
+            .unwrap();
+        let status = res.status().as_u16();
+        let total = res.headers().get("x-total-count").map(|v| v.to_str().unwrap().to_string());
+        (status, total, res.json::<Value>().unwrap())
+    };
+    let (status, total, v) = page("limit=2");
+    assert_eq!((status, total.as_deref()), (200, Some("5")), "{v}");
+    let data: Vec<&Value> = v.as_array().unwrap().iter().map(|t| &t["data"]).collect();
+    assert_eq!(data, [&json!({"i": 0}), &json!({"i": 1})]);
+    let (_, _, v) = page("offset=4&limit=10");
+    assert_eq!(v.as_array().unwrap().iter().map(|t| &t["data"]).collect::<Vec<_>>(), [&json!({"i": 4})]);
+    for bad in ["limit=0", "limit=10001", "limit=-1", "lmit=2"] {
+        let (status, _, v) = page(bad);
+        assert_eq!(status, 400, "{bad}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("limit"), "{bad}: {v}");
+    }
+}

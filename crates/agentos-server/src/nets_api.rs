@@ -57,16 +57,31 @@ pub async fn get_net(
     Ok(Json(app.engine.nets().net_view(&p, &model)?.into()))
 }
 
-/// The tokens in a place.
-#[utoipa::path(get, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path)),
-    responses((status = 200, body = Vec<wire::Token>), (status = 404, body = ErrorBody)))]
+/// The tokens in a place, oldest first: all of them, or a page (`limit`, `offset`); the
+/// `X-Total-Count` header says how many the place holds.
+#[utoipa::path(get, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path), wire::TokensQuery),
+    responses((status = 200, body = Vec<wire::Token>), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list_tokens(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, place)): Path<(String, String)>,
-) -> Result<Json<Vec<wire::Token>>, ApiError> {
-    Ok(Json(app.engine.nets().tokens(&p, &model, &place)?.into_iter().map(wire::Token::from).collect()))
+    crate::extract::QueryParams(q): crate::extract::QueryParams<wire::TokensQuery>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::response::IntoResponse;
+    if q.limit.is_some_and(|l| l == 0 || l > MAX_TOKENS_PAGE) {
+        return Err(ApiError::bad_request(
+            "invalid_limit",
+            format!("limit must be between 1 and {MAX_TOKENS_PAGE}; leave it out for every token"),
+        ));
+    }
+    let (tokens, total) =
+        app.engine.nets().tokens_page(&p, &model, &place, q.offset.unwrap_or(0), q.limit.unwrap_or(usize::MAX))?;
+    let page: Vec<wire::Token> = tokens.into_iter().map(wire::Token::from).collect();
+    Ok(([("x-total-count", total.to_string())], Json(page)).into_response())
 }
+
+/// The largest page of tokens one request takes.
+const MAX_TOKENS_PAGE: usize = 10_000;
 
 /// Put a token into a place.
 #[utoipa::path(post, path = "/api/models/{model}/places/{place}/tokens", tag = "nets", params(("model" = String, Path), ("place" = String, Path)), request_body = wire::PutToken,

@@ -74,6 +74,9 @@ function explain(e) {
   return `${e.status} ${e.code || ''}: ${e.message}`;
 }
 
+// How many of a place's tokens the page shows at once.
+const TOKENS_SHOWN = 200;
+
 async function api(method, path, body) {
   const headers = { Authorization: `Bearer ${S.token}` };
   if (S.seq) headers['Agentos-Min-Seq'] = String(S.seq);
@@ -468,12 +471,14 @@ async function netView(model) {
       fill(side, h('h2', {}, `Place ${id}`), h('p', { class: 'muted', text: 'Loading tokens…' }));
       let tokens = [];
       try {
-        tokens = await get(`/api/models/${encodeURIComponent(model)}/places/${encodeURIComponent(id)}/tokens`);
+        // A page, not the place: a place may hold a hundred thousand tokens.
+        tokens = await get(`/api/models/${encodeURIComponent(model)}/places/${encodeURIComponent(id)}/tokens?limit=${TOKENS_SHOWN}`);
       } catch (e) {
         alertBox(explain(e));
       }
       const data = h('textarea', { id: 'token-data', 'aria-label': 'token data (JSON)' }, '{}');
       fill(side, h('h2', {}, `Place ${id}`), kv([['tokens', place.tokens], ['reserved', place.reserved]]),
+        place.tokens > tokens.length ? h('p', { class: 'muted', id: 'tokens-shown', text: `The first ${tokens.length} of ${place.tokens} tokens; GET …/tokens?offset=${tokens.length}&limit=${TOKENS_SHOWN} reads on.` }) : null,
         h('div', { id: 'tokens' }, tokens.map((t) => h('details', { class: 'token' }, h('summary', {}, h('code', {}, t.id), h('span', { class: 'muted' }, ` by ${(t.by || []).join(', ')}`)), h('pre', {}, JSON.stringify(t.data, null, 2))))),
         h('h3', {}, 'Put a token'), data,
         h('button', {

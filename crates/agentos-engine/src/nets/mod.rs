@@ -270,6 +270,19 @@ impl Nets<'_> {
     }
 
     pub fn tokens(&self, p: &Principal, model: &str, place: &str) -> Result<Vec<Token>, EngineError> {
+        Ok(self.tokens_page(p, model, place, 0, usize::MAX)?.0)
+    }
+
+    /// Up to `limit` of a place's tokens after the first `offset`, oldest first, and how many
+    /// it holds: only the page is copied out of the state.
+    pub fn tokens_page(
+        &self,
+        p: &Principal,
+        model: &str,
+        place: &str,
+        offset: usize,
+        limit: usize,
+    ) -> Result<(Vec<Token>, usize), EngineError> {
         need(p, Flag::Read, "read tokens")?;
         let st = self.read_state();
         check_model_in(&st, p, model)?;
@@ -277,7 +290,9 @@ impl Nets<'_> {
             if !st.model_exists(model) {
                 return Err(CoreError::not_found(format!("no model {model:?}")).into());
             }
-            return Ok(st.catalog_tokens(model, p.flags));
+            let all = st.catalog_tokens(model, p.flags);
+            let total = all.len();
+            return Ok((all.into_iter().skip(offset).take(limit).collect(), total));
         }
         let net =
             st.nets.models.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
@@ -285,7 +300,7 @@ impl Nets<'_> {
             .places
             .get(place)
             .ok_or_else(|| CoreError::not_found(format!("model {model:?} has no place {place:?}")))?;
-        Ok(place.tokens.values().cloned().collect())
+        Ok((place.tokens.values().skip(offset).take(limit).cloned().collect(), place.tokens.len()))
     }
 
     /// Puts a token into a place. Needs `w`.

@@ -75,6 +75,17 @@ pub struct RecentJobsParams {
     pub limit: Option<usize>,
 }
 
+/// A page of a place's tokens, oldest first; without `limit`, every token.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct TokensQuery {
+    /// At most this many tokens (1 to 10000); the answer's `X-Total-Count` says how many the
+    /// place holds.
+    pub limit: Option<usize>,
+    /// Skip this many first.
+    pub offset: Option<usize>,
+}
+
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 pub struct ParkedQuery {
