@@ -74,8 +74,9 @@ function explain(e) {
   return `${e.status} ${e.code || ''}: ${e.message}`;
 }
 
-// How many of a place's tokens the page shows at once.
+// How many of a place's tokens, and of the catalog's entries, the page shows at once.
 const TOKENS_SHOWN = 200;
+const CATALOG_SHOWN = 200;
 
 async function api(method, path, body) {
   const headers = { Authorization: `Bearer ${S.token}` };
@@ -180,16 +181,27 @@ async function catalogView() {
   show(h('h1', { text: 'Catalog' }), form, results);
   qInput.focus();
   try {
-    const page = await get(`/api/tool-catalog${q({ q: p.get('q'), type: p.get('type'), model: p.get('model'), capability: p.get('capability'), limit: 200 })}`);
+    const filters = { q: p.get('q'), type: p.get('type'), model: p.get('model'), capability: p.get('capability') };
+    const offset = Math.max(0, Number(p.get('offset')) || 0);
+    const page = await get(`/api/tool-catalog${q({ ...filters, limit: CATALOG_SHOWN, offset })}`);
     const rows = page.items.map((e) => h('tr', { 'data-id': e.id },
       h('td', {}, h('a', { href: `#/tool/${encodeURIComponent(e.id)}${q({ model: p.get('model') })}` }, e.id)),
       h('td', {}, e.name),
       h('td', {}, e.binding.type),
       h('td', {}, badges(e)),
       h('td', { class: 'muted' }, e.description)));
-    fill(results, 
-      h('p', { class: 'muted', text: `${page.total} entr${page.total === 1 ? 'y' : 'ies'}` }),
-      h('table', {}, h('thead', {}, h('tr', {}, ['id', 'name', 'type', 'scope', 'description'].map((c) => h('th', {}, c)))), h('tbody', {}, rows)));
+    // A page at a time, with the way to the others: a catalog may hold thousands of entries.
+    const shown = page.total > page.items.length
+      ? `${page.total} entries, ${offset + 1}–${offset + page.items.length} shown`
+      : `${page.total} entr${page.total === 1 ? 'y' : 'ies'}`;
+    const at = (o) => `#/catalog${q({ ...filters, offset: o || undefined })}`;
+    const pager = h('p', { class: 'row', id: 'pager' },
+      offset > 0 ? h('a', { href: at(Math.max(0, offset - CATALOG_SHOWN)), id: 'previous' }, '← previous') : null,
+      offset + page.items.length < page.total ? h('a', { href: at(offset + CATALOG_SHOWN), id: 'next' }, 'next →') : null);
+    fill(results,
+      h('p', { class: 'muted', id: 'shown', text: shown }),
+      h('table', {}, h('thead', {}, h('tr', {}, ['id', 'name', 'type', 'scope', 'description'].map((c) => h('th', {}, c)))), h('tbody', {}, rows)),
+      pager);
   } catch (e) {
     fill(results, h('p', { class: 'muted', text: explain(e) }));
   }

@@ -89,6 +89,16 @@ await page.click('#catalog-search button[type=submit]');
 await page.locator('#results', { hasText: '1 entry' }).waitFor();
 check((await page.locator('tr[data-id=greet] .badge.shadowed').count()) === 0, 'nothing shadowed from the global side');
 
+// A catalog larger than a page: the first 200, the count, and the way to the rest.
+await page.goto(`${BASE}/#/catalog?q=bulk`);
+await page.locator('#shown', { hasText: '205 entries, 1–200 shown' }).waitFor();
+check((await page.locator('tr[data-id^=bulk-]').count()) === 200, 'a page of 200 entries');
+check((await page.locator('#previous').count()) === 0, 'no previous page on the first');
+await page.click('#next');
+await page.locator('#shown', { hasText: '201–205 shown' }).waitFor();
+check((await page.locator('tr[data-id=bulk-204]').count()) === 1, 'the last entry is on the second page');
+await page.locator('#previous').waitFor();
+
 // Open the local entry: its contract as the shell takes it, binding and history.
 await page.goto(`${BASE}/#/tool/greet?model=team`);
 await page.locator('#contract pre.help').waitFor();
