@@ -561,7 +561,17 @@ async function showJob(id, into) {
     const job = await get(`/api/jobs/${encodeURIComponent(id)}`);
     const r = job.results[0] || {};
     const blob = async (urn) => {
-      const text = await fetch(`/api/blobs/${urn}`, { headers: { Authorization: `Bearer ${S.token}` } }).then((x) => x.text());
+      const x = await fetch(`/api/blobs/${urn}`, { headers: { Authorization: `Bearer ${S.token}` } });
+      const text = await x.text();
+      if (!x.ok) {
+        // The master's refusal (a token without r, say), not its JSON shown as the output.
+        let why = `HTTP ${x.status}`;
+        try {
+          why = JSON.parse(text).error.message || why;
+        } catch {}
+        alertBox(`The whole output could not be read: ${why}`);
+        return;
+      }
       into.append(h('h3', {}, 'Whole output'), h('pre', {}, text));
     };
     fill(into, h('h2', {}, `Job ${id}`), kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['error', r.error]]),
