@@ -357,6 +357,20 @@ fn unusable_path(path: &str) -> Option<String> {
         return Some(format!("the path {path:?} does not start with /"));
     }
     let template = path.split(['#', '?']).next().unwrap_or("");
+    // Every `{` closed by a `}` before the next `{`, and no `}` alone: `/k/{id` names no variable
+    // a call could fill, yet its parameter would be asked for.
+    let mut open = false;
+    for c in template.chars() {
+        match (c, open) {
+            ('{', false) => open = true,
+            ('}', true) => open = false,
+            ('{', true) | ('}', false) => return Some(format!("the path {path:?} has unbalanced braces")),
+            _ => {}
+        }
+    }
+    if open {
+        return Some(format!("the path {path:?} has unbalanced braces"));
+    }
     let dot = template.split('/').any(|segment| {
         let s = segment.to_ascii_lowercase().replace("%2e", ".");
         s == "." || s == ".."
@@ -485,6 +499,15 @@ fn request_body<'d>(
             Some((mut props, req)) => {
                 // By name: a collision's numbering must not hang on map order either.
                 props.sort_by(|a, b| a.0.cmp(&b.0));
+                // A multipart part's name is written in its quoted header: one that holds a quote
+                // or a line break cannot be sent, and would fail every call.
+                if encoding == BodyEncoding::Multipart
+                    && let Some((name, _)) = props.iter().find(|(n, _)| n.contains(['"', '\r', '\n']))
+                {
+                    return Err(OpError::Skip(format!(
+                        "the multipart body's field {name:?} holds a quote or line break, which a part's name cannot"
+                    )));
+                }
                 for (name, s) in props {
                     fields.push(Field {
                         required: required && req.contains(&name),

@@ -327,6 +327,19 @@ fn a_bad_operation_is_skipped_and_listed_with_its_pointer() {
 }
 
 #[test]
+fn a_multipart_field_whose_name_a_part_cannot_carry_is_skipped() {
+    let body = |name: &str| {
+        json!({"post": {"operationId": "up", "requestBody": {"content": {"multipart/form-data": {"schema": {
+            "type": "object", "properties": {name: {"type": "string"}, "file": {"type": "string", "format": "binary"}}}}}},
+            "responses": {}}})
+    };
+    let i = ok(&doc(json!({"/ok": body("purpose"), "/bad": body("we\"ird")})));
+    assert_eq!(i.operations.len(), 1);
+    assert_eq!(i.skipped[0].pointer, "/paths/~1bad/post");
+    assert!(i.skipped[0].reason.contains("holds a quote or line break"), "{}", i.skipped[0].reason);
+}
+
+#[test]
 fn refusals_say_what_was_found() {
     let cases: Vec<(Value, ImportError)> = vec![
         (json!({"swagger": "2.0", "paths": {}}), ImportError::Swagger2 { version: "2.0".into() }),
@@ -478,7 +491,8 @@ fn an_undeclared_path_variable_is_still_a_required_flag() {
 fn a_path_that_would_leave_the_base_url_is_skipped() {
     let r = json!({"responses": {}});
     let i = ok(&doc(
-        json!({"/ok": {"get": r}, "/a/../admin": {"get": r}, "/b/%2E%2e/x": {"get": r}, "relative": {"get": r}}),
+        json!({"/ok": {"get": r}, "/a/../admin": {"get": r}, "/b/%2E%2e/x": {"get": r}, "relative": {"get": r},
+            "/k/{id": {"get": r}, "/m/id}/x": {"get": r}}),
     ));
     let skipped: Vec<(&str, &str)> = i.skipped.iter().map(|s| (s.pointer.as_str(), s.reason.as_str())).collect();
     assert_eq!(
@@ -488,6 +502,8 @@ fn a_path_that_would_leave_the_base_url_is_skipped() {
             ("/paths/relative/get", "the path \"relative\" does not start with /"),
             ("/paths/~1a~1..~1admin/get", "the path \"/a/../admin\" has a `.` or `..` segment"),
             ("/paths/~1b~1%2E%2e~1x/get", "the path \"/b/%2E%2e/x\" has a `.` or `..` segment"),
+            ("/paths/~1k~1{id/get", "the path \"/k/{id\" has unbalanced braces"),
+            ("/paths/~1m~1id}~1x/get", "the path \"/m/id}/x\" has unbalanced braces"),
         ]
     );
     assert_eq!(i.operations.len(), 1);
