@@ -287,6 +287,13 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert_eq!(seen["headers"]["x-trace"], "t-1");
     assert!(v["result"]["headers"]["content-length"].is_string(), "{v}");
 
+    // A URL past what a request carries is the caller's to mend (exit 2), said in a short line.
+    let long = "x".repeat(70_000);
+    let out = run(&m, &m.token, &items, &["get-item", "--id", &long]);
+    assert_eq!(out.code, 2, "{}", &out.stderr[..out.stderr.len().min(500)]);
+    assert!(out.stderr.contains("past the 65534 a request carries"), "{}", &out.stderr[..out.stderr.len().min(500)]);
+    assert!(out.stderr.len() < 1000, "{} bytes of error", out.stderr.len());
+
     // A name in two locations: the path's id and the body's id are two flags.
     let out = run(&m, &m.token, &items, &["update-item", "--path-id", "7", "--body-id", "b-7", "--title", "New"]);
     assert_eq!(out.code, 0, "{}", out.stderr);

@@ -163,7 +163,8 @@ impl Sent<'_> {
         let redactor = self.engine.principals().redactor(&secrets);
         let method = reqwest::Method::from_bytes(request.method.as_bytes())
             .map_err(|e| failed(ErrorKind::BadInput, "usage", format!("method {:?}: {e}", request.method)))?;
-        let shown = format!("{method} {}", redactor.text(url.as_str()));
+        // A URL can be as long as the caller's values: an error line names it cut.
+        let shown = format!("{method} {}", cut_line(&redactor.text(url.as_str())));
         let client = match self.via {
             Via::Outbound => {
                 let policy = &self.engine.inner.nets.outbound;
@@ -176,6 +177,17 @@ impl Sent<'_> {
             }
             Via::Local(c) => c,
         };
+        // What `http::Uri` takes: past it the client fails the send with a line about a URI.
+        if url.as_str().len() > MAX_URL_BYTES {
+            return Err(failed(
+                ErrorKind::BadInput,
+                "usage",
+                format!(
+                    "{shown}: the URL is {} bytes, past the {MAX_URL_BYTES} a request carries; shorten the values that go in the path or query",
+                    url.as_str().len()
+                ),
+            ));
+        }
         let mut req = client.request(method, url).timeout(timeout);
         for (k, v) in &headers {
             req = req.header(k.as_str(), v.as_str());
@@ -187,8 +199,12 @@ impl Sent<'_> {
             req = req.body(request.body);
         }
         let mut resp = req.send().await.map_err(|e| {
-            let why = redactor.text(&describe(&e));
-            if e.is_timeout() {
+            let why = cut_line(&redactor.text(&describe(&e)));
+            if e.is_builder() {
+                // Nothing was sent: the request could not be made of the caller's values (a URL
+                // past what a request line carries, say). Theirs to mend.
+                failed(ErrorKind::BadInput, "usage", format!("{shown} could not be sent: {why}"))
+            } else if e.is_timeout() {
                 failed(
                     ErrorKind::Unavailable,
                     "timed_out",
@@ -358,6 +374,20 @@ fn place_credential(
     }
     Ok(())
 }
+
+/// At most [`SHOWN_URL_CHARS`] characters of `text`, saying how long it was when cut.
+fn cut_line(text: &str) -> String {
+    match text.char_indices().nth(SHOWN_URL_CHARS) {
+        None => text.to_string(),
+        Some((at, _)) => format!("{}… ({} characters)", &text[..at], text.chars().count()),
+    }
+}
+
+/// The longest URL a request is made with (`http::Uri`'s limit).
+const MAX_URL_BYTES: usize = 65_534;
+
+/// How much of a URL, or of an error quoting one, an error line shows.
+const SHOWN_URL_CHARS: usize = 300;
 
 /// Headers that say where a request goes or came from, which a proxy or the service may follow.
 fn redirecting_header(name: &str) -> bool {
