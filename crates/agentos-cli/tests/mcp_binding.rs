@@ -407,3 +407,60 @@ fn a_registration_the_caller_may_not_make_is_refused_before_the_server_is_contac
     assert!(message(&v).contains("it belongs to \"operator\""), "{v}");
     assert!(!watched.contacted(), "the master connected to the server of a refused registration");
 }
+
+/// A server whose list cannot all be offered: a name listed twice, an input schema that is no
+/// schema, one too large for an MCP client. The rest is registered; each left out says why.
+#[test]
+fn tools_a_server_lists_that_cannot_be_offered_are_skipped_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--mcp-run-as", "current"]);
+    let api = m.client();
+    // A plain stdio server: initialize, then tools/list and tools/call, one JSON line each.
+    let server = dir.path().join("listing.py");
+    std::fs::write(
+        &server,
+        r#"import json, sys
+big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 40} for i in range(2000)}}
+tools = [
+    {"name": "dup", "description": "first", "inputSchema": {"type": "object"}},
+    {"name": "dup", "description": "second", "inputSchema": {"type": "object"}},
+    {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": "no-such-type"}}}},
+    {"name": "huge", "inputSchema": big},
+    {"name": "fine", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+]
+for line in sys.stdin:
+    msg = json.loads(line)
+    if "id" not in msg:
+        continue
+    method, result = msg.get("method"), {}
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "listing", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": tools}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "called " + msg["params"]["name"]}]}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#,
+    )
+    .unwrap();
+    let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "listing", "name": "Listing",
+        "server": {"command": python(), "args": [server]}}));
+    assert_eq!(status, 200, "{v}");
+    let ops: Vec<&String> = v["contract"]["operations"].as_object().unwrap().keys().collect();
+    assert_eq!(ops, ["dup", "fine"], "{v}");
+    assert_eq!(v["contract"]["operations"]["dup"]["description"], "first", "the first of a name is kept");
+    let skipped: Vec<(&str, &str)> = v["binding"]["skipped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["pointer"].as_str().unwrap(), s["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    assert!(skipped[0].0 == "/tools/1" && skipped[0].1.contains("lists a tool named \"dup\" before it"), "{skipped:?}");
+    assert!(skipped[1].0 == "/tools/2" && skipped[1].1.contains("not a valid JSON Schema"), "{skipped:?}");
+    assert!(skipped[2].0 == "/tools/3" && skipped[2].1.contains("over the 65536"), "{skipped:?}");
+    let (status, v) = call(&api, "listing", "fine", &["--n", "1"]);
+    assert_eq!(status, 200, "{v}");
+}

@@ -123,6 +123,9 @@ pub struct McpBinding {
     /// How long one call may take, in milliseconds; the master's default when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Tools the server listed that were left out, each with why (`pointer`: `/tools/3`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<agentos_openapi::Skipped>,
 }
 
 /// Where an MCP server is: a program the master starts and talks to over stdio (`command`,

@@ -279,6 +279,7 @@ impl RegisterMcp {
             tools: drawn.tools,
             include: self.include,
             timeout_ms: self.timeout_ms,
+            skipped: drawn.skipped,
         });
         let (model, entry) = header.into_entry(Status::Registered, drawn.contract, binding);
         Ok(Plan { model, entry, blobs: vec![(drawn.urn, drawn.bytes)] })
@@ -355,6 +356,7 @@ fn check_server(engine: &Engine, p: &Principal, s: &McpServer) -> Result<(), Eng
 struct Drawn {
     contract: Contract,
     tools: Vec<McpTool>,
+    skipped: Vec<agentos_openapi::Skipped>,
     urn: BlobUrn,
     sha256: String,
     bytes: Vec<u8>,
@@ -365,18 +367,30 @@ impl Drawn {
         let bytes = serde_json::to_vec(listed).map_err(|e| CoreError::internal(e.to_string()))?;
         let sha256 = sha256_hex(&bytes);
         let urn = BlobUrn::new(MCP_NAMESPACE, &sha256, Some("json"))?;
-        let names = operation_names(listed.iter().map(|t| t.name.as_ref()));
+        // A name listed again names no tool a call could reach: the first keeps it.
+        let mut seen: HashSet<&str> = HashSet::new();
+        let repeated: Vec<bool> = listed.iter().map(|t| !seen.insert(t.name.as_ref())).collect();
+        let mut names =
+            operation_names(listed.iter().zip(&repeated).filter(|(_, again)| !**again).map(|(t, _)| t.name.as_ref()))
+                .into_iter();
         let mut operations = BTreeMap::new();
         let mut tools = Vec::new();
+        let mut skipped = Vec::new();
         let mut wanted: HashSet<&str> = include.unwrap_or_default().iter().map(String::as_str).collect();
-        for (t, name) in listed.iter().zip(names) {
+        for (i, (t, again)) in listed.iter().zip(&repeated).enumerate() {
+            let name = if *again { String::new() } else { names.next().unwrap_or_default() };
             if let Some(list) = include
-                && !list.iter().any(|i| i == t.name.as_ref() || *i == name)
+                && !list.iter().any(|i| i == t.name.as_ref() || (!again && *i == name))
             {
                 continue;
             }
             wanted.remove(t.name.as_ref());
             wanted.remove(name.as_str());
+            // A tool left out says why, beside the entry: never dropped or merged in silence.
+            if let Some(reason) = unusable_tool(t, *again) {
+                skipped.push(agentos_openapi::Skipped { pointer: format!("/tools/{i}"), reason });
+                continue;
+            }
             let description = [t.description.as_deref(), t.title.as_deref()]
                 .into_iter()
                 .flatten()
@@ -404,10 +418,44 @@ impl Drawn {
             .into());
         }
         if tools.is_empty() {
-            return Err(CoreError::bad_input("no_tools", "the MCP server lists no tools to register").into());
+            let why = skipped.iter().map(|s| format!("{}: {}", s.pointer, s.reason)).collect::<Vec<_>>().join("; ");
+            let message = if why.is_empty() {
+                "the MCP server lists no tools to register".to_string()
+            } else {
+                format!("the MCP server lists no tools that can be registered: {why}")
+            };
+            return Err(CoreError::bad_input("no_tools", message).into());
         }
-        Ok(Drawn { contract: Contract { kind: "mcp".into(), operations }, tools, urn, sha256, bytes })
+        Ok(Drawn { contract: Contract { kind: "mcp".into(), operations }, tools, skipped, urn, sha256, bytes })
     }
+}
+
+/// The largest input schema one MCP tool may have: its schema goes to every MCP client in
+/// `tools/list`, and clients cap what one message may hold (the Python SDK: 1 MiB in all).
+const MAX_TOOL_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// Why a listed tool cannot be offered: a name already listed (a call names one tool, so the
+/// second could never be reached), or an input schema too large or not a schema (its checks
+/// would not run).
+fn unusable_tool(t: &Tool, repeated: bool) -> Option<String> {
+    if repeated {
+        return Some(format!("the server lists a tool named {:?} before it; a call names one", t.name.as_ref()));
+    }
+    let schema = Value::Object((*t.input_schema).clone());
+    let size = serde_json::to_vec(&schema).map_or(usize::MAX, |b| b.len());
+    if size > MAX_TOOL_SCHEMA_BYTES {
+        return Some(format!(
+            "tool {:?}: its input schema is {size} bytes, over the {MAX_TOOL_SCHEMA_BYTES} an MCP client is offered",
+            t.name.as_ref()
+        ));
+    }
+    if agentos_core::flagmap::compile(&schema).is_none() {
+        return Some(format!(
+            "tool {:?}: its input schema is not a valid JSON Schema (an unknown type, a $ref to nothing, a pattern that is no regex), so its checks could not run",
+            t.name.as_ref()
+        ));
+    }
+    None
 }
 
 /// Operation names for the server's tool names, in order: kebab-case (`get_weather` →
@@ -903,6 +951,7 @@ async fn relist(engine: &Engine, key: &ServerKey) -> Result<(), EngineError> {
             sha256: drawn.sha256.clone(),
             size_bytes: drawn.bytes.len() as u64,
             tools: drawn.tools,
+            skipped: drawn.skipped,
             ..b.clone()
         }),
         contract: drawn.contract,

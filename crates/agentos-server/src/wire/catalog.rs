@@ -241,11 +241,16 @@ pub struct McpBinding {
     pub include: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+    /// Tools the server listed that were left out, each with its `pointer` (`/tools/3`) and
+    /// `reason`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<Object>)]
+    pub skipped: Vec<Value>,
 }
 
 impl From<entry::McpBinding> for McpBinding {
     fn from(m: entry::McpBinding) -> Self {
-        let entry::McpBinding { server, tools_urn, sha256, size_bytes, tools, include, timeout_ms } = m;
+        let entry::McpBinding { server, tools_urn, sha256, size_bytes, tools, include, timeout_ms, skipped } = m;
         McpBinding {
             server: server.into(),
             tools_urn,
@@ -254,6 +259,7 @@ impl From<entry::McpBinding> for McpBinding {
             tools: tools.into_iter().map(|t| McpTool { name: t.name, tool: t.tool }).collect(),
             include,
             timeout_ms,
+            skipped: skipped.into_iter().filter_map(|o| serde_json::to_value(o).ok()).collect(),
         }
     }
 }
