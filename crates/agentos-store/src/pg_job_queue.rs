@@ -619,7 +619,12 @@ mod tests {
         let r = q.reap(2, "m2", 30_000).await.unwrap();
         assert!(r.failed.is_empty(), "another master does not fail it again");
         assert_eq!(q.open_jobs_of("p1").await.unwrap(), 2);
-        assert!(!q.cancel("t").await.unwrap(), "handed out: not cancelled");
+        // A job handed out whose caller went away is dropped too: its executor's next heartbeat
+        // finds it gone (and stops it), and its result would be refused.
+        assert!(q.heartbeat("cred/gpu", "t", "l2", 30_000).await.unwrap().is_ok());
+        assert!(q.cancel("t").await.unwrap(), "handed out: dropped");
+        assert!(q.heartbeat("cred/gpu", "t", "l2", 30_000).await.unwrap().is_err(), "the lease outlived the job");
+        assert!(!q.cancel("t").await.unwrap(), "dropped once");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
