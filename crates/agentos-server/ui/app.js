@@ -625,7 +625,10 @@ async function auditView() {
   show(h('h1', { text: 'Audit' }), form, list);
   try {
     if (!S.seq) await get('/api/me');
-    const from = p.get('after') || Math.max(0, S.seq - 300);
+    // Unfiltered, the last 300 events; filtered, the whole log is searched (the master scans
+    // it from the start and answers the first 300 that match), not only its last 300 events.
+    const filtered = ['principal', 'model', 'type'].some((k) => p.get(k));
+    const from = p.get('after') || (filtered ? 0 : Math.max(0, S.seq - 300));
     const events = await get(`/api/events${q({ principal: p.get('principal'), model: p.get('model'), type: p.get('type'), after: from, limit: 300 })}`);
     events.reverse();
     fill(list, h('p', { class: 'muted', text: `${events.length} event(s) after #${from}, newest first` }),

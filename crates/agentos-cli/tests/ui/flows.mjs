@@ -91,12 +91,12 @@ check((await page.locator('tr[data-id=greet] .badge.shadowed').count()) === 0, '
 
 // A catalog larger than a page: the first 200, the count, and the way to the rest.
 await page.goto(`${BASE}/#/catalog?q=bulk`);
-await page.locator('#shown', { hasText: '205 entries, 1–200 shown' }).waitFor();
+await page.locator('#shown', { hasText: '300 entries, 1–200 shown' }).waitFor();
 check((await page.locator('tr[data-id^=bulk-]').count()) === 200, 'a page of 200 entries');
 check((await page.locator('#previous').count()) === 0, 'no previous page on the first');
 await page.click('#next');
-await page.locator('#shown', { hasText: '201–205 shown' }).waitFor();
-check((await page.locator('tr[data-id=bulk-204]').count()) === 1, 'the last entry is on the second page');
+await page.locator('#shown', { hasText: '201–300 shown' }).waitFor();
+check((await page.locator('tr[data-id=bulk-299]').count()) === 1, 'the last entry is on the second page');
 await page.locator('#previous').waitFor();
 
 // Open the local entry: its contract as the shell takes it, binding and history.
@@ -153,6 +153,10 @@ await page.locator('#events tr[data-seq]').first().waitFor();
 const types = await page.locator('#events tbody tr td:nth-child(5)').allTextContents();
 check(types.length > 0 && types.every((t) => t === 'Net'), `only Net events: ${types}`);
 await shot('audit');
+// Filtered, the whole log is searched, not only its last 300 events: the viewer's creation is
+// further back than that.
+await page.goto(`${BASE}/#/audit?type=PrincipalCreated`);
+await page.locator('#events tr[data-seq]', { hasText: 'viewer' }).first().waitFor();
 
 // Operator pages: agents with their flags, secrets by name only.
 await page.goto(`${BASE}/#/agents`);
