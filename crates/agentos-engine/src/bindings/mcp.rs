@@ -173,7 +173,13 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
             return Err(failed(
                 ErrorKind::Unavailable,
                 "timed_out",
-                format!("the MCP server did not answer within {timeout_ms} ms"),
+                // Over stdio, an answer past 16 MiB is dropped unread, and the call ends here.
+                match conn.pgid {
+                    Some(_) => format!(
+                        "the MCP server did not answer within {timeout_ms} ms (an answer over the 16 MiB a message may hold is dropped, and is not one)"
+                    ),
+                    None => format!("the MCP server did not answer within {timeout_ms} ms"),
+                },
             ));
         }
         Ok(Err(e)) => {
@@ -831,7 +837,9 @@ impl Conn {
         if self.pgid.is_some() {
             format!("the server process ended{tail}")
         } else {
-            format!("the server closed the connection{tail}")
+            // The client cannot tell a stream the server closed from one it gave up on: an
+            // answer over the 16 MiB an event of the stream may hold ends it too.
+            format!("the server's stream ended: it closed it, or sent an answer over the 16 MiB one may hold{tail}")
         }
     }
 
