@@ -52,6 +52,15 @@ struct Relay {
 fn relayed(e: rmcp::ServiceError) -> McpError {
     match e {
         rmcp::ServiceError::McpError(e) => e,
+        // The transport's own words and causes, without rmcp's type name for the transport: the
+        // master may have answered (a 413, a 401), which is not "did not answer".
+        rmcp::ServiceError::TransportSend(t) => McpError::internal_error(
+            format!("the request to the master failed: {}", agentos_engine::outbound::describe(t.error.as_ref())),
+            None,
+        ),
+        rmcp::ServiceError::TransportClosed => {
+            McpError::internal_error("the connection to the master closed; start agentos mcp again", None)
+        }
         other => McpError::internal_error(format!("the master did not answer: {other}"), None),
     }
 }
