@@ -54,6 +54,8 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         "presets": {"x": {"place": "p-in"}}, "postsets": {"big": {"place": "p-big"}},
         "emit": [{"to": "big", "when": ".v > 10"}], "onUnmatched": "keep"}]});
     assert_eq!(api.put("/api/models/park/net", park).0, 200);
+    let (status, v) = api.put("/api/models/empty/net", json!({"places": [], "transitions": []}));
+    assert_eq!(status, 200, "{v}");
     assert_eq!(api.post("/api/models/park/transitions/sort/start", json!({})).0, 200);
     assert_eq!(api.post("/api/models/park/places/p-in/tokens", json!({"data": {"v": 11}})).0, 200);
     common::wait_for("the token to park", || !api.get("/api/models/park/parked").1.as_array().unwrap().is_empty());

@@ -332,8 +332,9 @@ function layout(net) {
   for (const [k, c] of Object.entries(col)) (byCol[c] ||= []).push(k);
   const pos = {};
   for (const [c, keys] of Object.entries(byCol)) keys.forEach((k, i) => { pos[k] = { x: 70 + Number(c) * 150, y: 60 + i * 100 }; });
-  const width = 140 + Math.max(...Object.values(pos).map((p) => p.x));
-  const height = 60 + Math.max(...Object.values(pos).map((p) => p.y));
+  // An empty net still has a size (Math.max of nothing is -Infinity).
+  const width = 140 + Math.max(70, ...Object.values(pos).map((p) => p.x));
+  const height = 60 + Math.max(60, ...Object.values(pos).map((p) => p.y));
   return { pos, width, height };
 }
 

@@ -133,6 +133,12 @@ await page.locator('#tokens pre', { hasText: '"n"' }).first().waitFor();
 await shot('net');
 
 // A transition that parked a token shows it, with the reason.
+// A net with nothing in it is drawn with a size of its own, not an infinite one.
+await page.goto(`${BASE}/#/nets/empty`);
+await page.locator('svg.net').waitFor();
+const box = await page.locator('svg.net').getAttribute('viewBox');
+check(/^0 0 \d+ \d+$/.test(box), `the empty net's viewBox: ${box}`);
+
 await page.goto(`${BASE}/#/nets/park`);
 await page.locator('g.transition.parked[data-transition=sort]').waitFor();
 await page.locator('#parked', { hasText: 'Parked tokens (1)' }).waitFor();
