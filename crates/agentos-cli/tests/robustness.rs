@@ -506,6 +506,37 @@ fn a_stopped_master_ends_its_event_streams_lets_a_poll_finish_and_exits() {
     assert_eq!(again.client().get("/healthz").0, 200);
 }
 
+/// A call whose connection the stop drops did not go away: its job, stored as every job
+/// running past `--store-after-ms` is, runs again after the restart, as after a crash.
+#[test]
+fn a_call_in_hand_when_the_master_stops_runs_again_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let mut m = Master::start(&data);
+    let api = m.client();
+    let e1 = common::Executor::start(&m, &dir.path().join("e1"), "e1", &[]);
+    api.register("slowish", "sh", "sleep 6; echo finished", None);
+    let caller = {
+        let api = api.clone();
+        std::thread::spawn(move || api.invoke("slowish", json!({"timeoutMs": 60000})))
+    };
+    wait_for("the executor to take the job", || api.get("/api/executors").1[0]["state"] == "busy");
+    unsafe {
+        libc::kill(m.child.id() as i32, libc::SIGTERM);
+    }
+    wait_for("the master to exit", || m.child.try_wait().unwrap().is_some());
+    let _ = caller.join();
+    drop(e1);
+    let again = Master::start(&data);
+    let api = again.client();
+    let _e2 = common::Executor::start(&again, &dir.path().join("e2"), "e2", &[]);
+    wait_for("the job to run again and finish", || {
+        let (_, jobs) = api.get("/api/jobs");
+        jobs.as_array()
+            .is_some_and(|j| j.iter().any(|j| j["toolId"] == "slowish" && j["exitCode"] == 0 && j["executor"] == "e2"))
+    });
+}
+
 /// The case: 300 stalled connections against a master allowed 256 file handles.
 #[test]
 fn three_hundred_stalled_connections_under_ulimit_256_do_not_stop_healthz() {

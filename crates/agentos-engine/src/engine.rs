@@ -186,6 +186,9 @@ pub(crate) struct DispatchState {
     /// Unset: direct jobs live in memory only.
     pub(crate) durable: OnceLock<DurableJobs>,
     pub(crate) reaper: Mutex<Option<JoinHandle<()>>>,
+    /// Set when the master is asked to stop: callers dropped from then on are the stop's doing,
+    /// not theirs, and their running jobs are left to run again after the restart.
+    pub(crate) stopping: std::sync::atomic::AtomicBool,
 }
 
 /// Principals and secrets beyond the ledger's records: the key secrets are sealed with, and the

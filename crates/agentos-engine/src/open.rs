@@ -46,6 +46,7 @@ impl Engine {
                     config: config.dispatch,
                     durable: Default::default(),
                     reaper: Mutex::new(None),
+                    stopping: Default::default(),
                 },
                 nets,
                 principals: PrincipalState {
@@ -106,6 +107,12 @@ impl Engine {
         *engine.inner.dispatch.reaper.lock().unwrap_or_else(|p| p.into_inner()) = Some(reaper);
         crate::recent::fill(&engine).await;
         Ok(engine)
+    }
+
+    /// The master was asked to stop: its connections close from now on, and the calls they
+    /// carried are not their callers' to cancel (their stored jobs run again after a restart).
+    pub fn begin_stop(&self) {
+        self.inner.dispatch.stopping.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Stops the loops, lets the commands already queued commit, and writes a final snapshot.

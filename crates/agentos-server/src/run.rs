@@ -289,6 +289,13 @@ pub async fn run(
         config.mcp_list_limit,
         config.connections.header_timeout,
     );
+    // The stop is the engine's to know before any connection closes: a call dropped by it is
+    // not a caller that went away.
+    let stopping = engine.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stopping.begin_stop();
+    };
     crate::connections::serve(listener, app, config.connections, shutdown).await;
     engine.shutdown().await;
     for f in [follower, queue_follower].into_iter().flatten() {

@@ -416,10 +416,11 @@ async fn result_storing_late(
 }
 
 /// Drops the job of a caller that went away while it waited (its connection closed, so the
-/// future answering it was dropped), as its timeout would: a job no executor holds is not run
-/// for nobody, nor run again from the job store after a restart. One an executor holds
-/// finishes, and its result is recorded as always. (A caller gone while its job is being
-/// queued is dealt with where it is queued.)
+/// future answering it was dropped), as its timeout would: a job is not run for nobody, nor run
+/// again from the job store after a restart, and one an executor holds is stopped at its next
+/// heartbeat, freeing the slot. A caller dropped because the master is stopping did not go
+/// away: its job is left, to run again after the restart like any job open at a crash. (A
+/// caller gone while its job is being queued is dealt with where it is queued.)
 struct CallerGone {
     /// `None` once the caller is answered, or its job dealt with.
     engine: Option<Engine>,
@@ -440,6 +441,9 @@ impl CallerGone {
 impl Drop for CallerGone {
     fn drop(&mut self) {
         let Some(engine) = self.engine.take() else { return };
+        if engine.inner.dispatch.stopping.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
         let job_id = std::mem::take(&mut self.job_id);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(async move { engine.dispatch().cancel_direct(&job_id).await });
