@@ -616,7 +616,7 @@ fn documents_are_read_inline_or_fetched_and_refused_with_the_reason_when_they_ca
     // A base URL holding a credential, or one no call could join a path to, is refused at
     // registration, and the password is not repeated.
     let with_password = service.url.replacen("http://", "http://apiuser:pa55word-XYZ@", 1);
-    let with_query = format!("{}/?x=1", service.url);
+    let with_query = format!("{}/?api_key=pa55word-XYZ", service.url);
     let with_fragment = format!("{}/#top", service.url);
     let with_variable = format!("{}/{{version}}", service.url);
     for (base, says) in [

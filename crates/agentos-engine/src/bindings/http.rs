@@ -470,13 +470,19 @@ impl RegisterHttp {
             capabilities: self.capabilities,
         }
         .check(DEFAULT_MODEL)?;
-        let (_, origin) = super::service_url("baseUrl", &self.base_url, "invalid_base_url")?;
+        let (parsed, origin) = super::service_url("baseUrl", &self.base_url, "invalid_base_url")?;
         // What a call joins the operation's path to: no query or fragment to join after, and
         // no server variable left to fill.
         if self.base_url.contains(['?', '#']) {
+            // Said without them: a query is where a pasted key would be (`?api_key=…`).
+            let mut shown = parsed.clone();
+            shown.set_query(None);
+            shown.set_fragment(None);
             return Err(CoreError::bad_input(
                 "invalid_base_url",
-                format!("baseUrl {:?} has a query or fragment: give scheme, host, port and path only", self.base_url),
+                format!(
+                    "baseUrl {shown} has a query or fragment: give scheme, host, port and path only (a key goes in a secret, named in auth)"
+                ),
             )
             .into());
         }
