@@ -626,13 +626,35 @@ async function auditView() {
   show(h('h1', { text: 'Audit' }), form, list);
   try {
     if (!S.seq) await get('/api/me');
-    // Unfiltered, the last 300 events; filtered, the whole log is searched (the master scans
-    // it from the start and answers the first 300 that match), not only its last 300 events.
-    const filtered = ['principal', 'model', 'type'].some((k) => p.get(k));
-    const from = p.get('after') || (filtered ? 0 : Math.max(0, S.seq - 300));
-    const events = await get(`/api/events${q({ principal: p.get('principal'), model: p.get('model'), type: p.get('type'), after: from, limit: 300 })}`);
+    const filters = { principal: p.get('principal'), model: p.get('model'), type: p.get('type') };
+    const filtered = Object.values(filters).some((v) => v);
+    let events;
+    let said;
+    if (p.get('after') || !filtered) {
+      // From a given event on, or the last 300 events.
+      const from = p.get('after') || Math.max(0, S.seq - 300);
+      events = await get(`/api/events${q({ ...filters, after: from, limit: 300 })}`);
+      said = `${events.length} event(s) after #${from}, newest first`;
+    } else {
+      // Filtered, the newest 300 that match in the whole log, not in its last 300 events: the
+      // master answers matches oldest first, so read on from the start keeping the last 300,
+      // for ten pages at most.
+      let after = 0;
+      let page;
+      let pages = 0;
+      events = [];
+      do {
+        page = await get(`/api/events${q({ ...filters, after, limit: 300 })}`);
+        events = events.concat(page).slice(-300);
+        if (page.length) after = page[page.length - 1].seq;
+        pages += 1;
+      } while (page.length === 300 && pages < 10);
+      said = page.length === 300
+        ? `the last ${events.length} of the first ${pages * 300} matching events, newest first; give "after seq" #${after} to read on`
+        : `the last ${events.length} matching event(s), newest first`;
+    }
     events.reverse();
-    fill(list, h('p', { class: 'muted', text: `${events.length} event(s) after #${from}, newest first` }),
+    fill(list, h('p', { class: 'muted', text: said }),
       h('table', {}, h('thead', {}, h('tr', {}, ['seq', 'time', 'principal', 'model', 'type', 'payload'].map((c) => h('th', {}, c)))),
         h('tbody', {}, events.map((e) => h('tr', { 'data-seq': e.seq },
           h('td', { class: 'mono' }, e.seq), h('td', { class: 'muted' }, e.time), h('td', {}, e.principal), h('td', {}, e.model), h('td', {}, e.type),

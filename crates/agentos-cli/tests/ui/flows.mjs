@@ -163,6 +163,9 @@ await shot('audit');
 // further back than that.
 await page.goto(`${BASE}/#/audit?type=PrincipalCreated`);
 await page.locator('#events tr[data-seq]', { hasText: 'viewer' }).first().waitFor();
+// More matches than a page: the newest are shown (the last bulk registration), not the oldest.
+await page.goto(`${BASE}/#/audit?type=ToolRegistered`);
+await page.locator('#events tr[data-seq]', { hasText: 'bulk-299' }).first().waitFor();
 
 // Operator pages: agents with their flags, secrets by name only.
 await page.goto(`${BASE}/#/agents`);
