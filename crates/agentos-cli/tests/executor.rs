@@ -292,6 +292,20 @@ fn an_unknown_tool_fails_that_command_only() {
     assert_eq!(ok_result(&api.invoke("fine", json!({})))["stdout"], "fine\n");
 }
 
+/// Output cut at the executor's limit is not passed off as the operation's output.
+#[test]
+fn an_operation_whose_output_was_cut_at_the_executor_s_limit_fails_saying_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let _e = Executor::start_args(&m, &dir.path().join("e"), "e1", &[], &["--max-output-bytes", "200000"]);
+    let api = m.client();
+    api.register("rows", "python3", "import json\nprint(json.dumps({'rows': ['x' * 100] * 3000}))", None);
+    let (status, v) = api.post("/api/tools/rows/call", json!({"tool": "run", "args": []}));
+    assert_eq!(status, 422, "{}", v.to_string().chars().take(300).collect::<String>());
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("passed the executor's limit and was cut; the 200000 bytes kept are in urn:"), "{msg}");
+}
+
 #[test]
 fn a_mebibyte_of_stdout_is_offloaded_to_the_blob_store() {
     let (_d, m, _e) = setup();

@@ -145,6 +145,14 @@ impl Dispatch<'_> {
             CoreError::new(agentos_core::ErrorKind::ToolFailed, "tool_failed", format!("{toolkit} {tool}: {why}"))
                 .into()
         };
+        // Cut at the executor's output limit: what was kept is not the output, and read as it
+        // would pass for it. (The mark covers both streams; a large stdout is the likely one.)
+        if r.output_truncated {
+            return Err(failed(format!(
+                "its output passed the executor's limit and was cut; the {} bytes kept are in {} (GET /api/blobs/{{urn}})",
+                blob.size_bytes, blob.urn
+            )));
+        }
         let urn = blob.urn.parse::<agentos_core::urn::BlobUrn>().map_err(|e| failed(e.to_string()))?;
         let bytes = self
             .inner
