@@ -145,27 +145,37 @@ const OWN_FLAGS: [&str; 3] = ["json", "json-file", "help"];
 /// `foo_bar`, `foo-bar`), one spelled as a tool's own flag (`help`, `json`), or as a boolean's
 /// false form (`no-x` beside a boolean `x`) would share a flag, and all but one could not be set:
 /// the first keeps the kebab-cased flag, each other one takes its property's own spelling
-/// (`--foo_bar`) when that is a flag nothing else has, else a number (`--help-2`).
+/// (`--foo_bar`) when that is a flag nothing else has or could have, else a number
+/// (`--help-2`). A flag that collides with nothing keeps its name, whatever the others are
+/// renamed to.
 fn distinct_flags(table: &mut FlagTable) {
-    let negations: std::collections::HashSet<String> =
+    use std::collections::HashSet;
+    let negations: HashSet<String> =
         table.flags.iter().filter(|f| f.ty == FlagType::Boolean).map(|f| format!("no-{}", f.flag)).collect();
-    let mut taken: std::collections::HashSet<String> = OWN_FLAGS.iter().map(|f| f.to_string()).collect();
-    let free =
-        |name: &str, taken: &std::collections::HashSet<String>| !taken.contains(name) && !negations.contains(name);
-    for spec in &mut table.flags {
-        if !free(&spec.flag, &taken) {
-            let parent = spec.flag.rfind('.').map_or("", |i| &spec.flag[..=i]);
-            let own = spec.path.last().map(|p| format!("{parent}{p}")).filter(|own| {
-                let last = &own[parent.len()..];
-                !last.is_empty()
-                    && !last.starts_with('-')
-                    && !last.chars().any(|c| c.is_whitespace() || c.is_control() || c == '=' || c == '.')
-            });
-            spec.flag = match own.filter(|o| free(o, &taken)) {
-                Some(own) => own,
-                None => (2..).map(|n| format!("{}-{n}", spec.flag)).find(|f| free(f, &taken)).expect("a free number"),
-            };
-        }
+    // First pass: which flags collide, and every name taken or that could be (the first of each
+    // name, the tool's own flags, the booleans' false forms, the strings' `-file` forms).
+    let mut kept: HashSet<String> = HashSet::new();
+    let colliding: Vec<bool> = table
+        .flags
+        .iter()
+        .map(|f| OWN_FLAGS.contains(&f.flag.as_str()) || negations.contains(&f.flag) || !kept.insert(f.flag.clone()))
+        .collect();
+    let mut taken: HashSet<String> = kept.into_iter().chain(negations.iter().cloned()).collect();
+    taken.extend(OWN_FLAGS.iter().map(|f| f.to_string()));
+    taken.extend(table.flags.iter().map(|f| format!("{}-file", f.flag)));
+    // Second pass: a name of its own for each that collides, outside all of those.
+    for (spec, _) in table.flags.iter_mut().zip(colliding).filter(|(_, c)| *c) {
+        let parent = spec.flag.rfind('.').map_or("", |i| &spec.flag[..=i]);
+        let own = spec.path.last().map(|p| format!("{parent}{p}")).filter(|own| {
+            let last = &own[parent.len()..];
+            !last.is_empty()
+                && !last.starts_with('-')
+                && !last.chars().any(|c| c.is_whitespace() || c.is_control() || c == '=' || c == '.')
+        });
+        spec.flag = match own.filter(|o| !taken.contains(o)) {
+            Some(own) => own,
+            None => (2..).map(|n| format!("{}-{n}", spec.flag)).find(|f| !taken.contains(f)).expect("a free number"),
+        };
         taken.insert(spec.flag.clone());
     }
 }
@@ -240,7 +250,7 @@ impl FlagTable {
     /// The flag closest to `name`, for "did you mean".
     fn nearest(&self, name: &str) -> Option<String> {
         let mut names: Vec<String> = self.flags.iter().map(|f| f.flag.clone()).collect();
-        names.extend(["json".to_string(), "json-file".to_string(), "help".to_string()]);
+        names.extend(OWN_FLAGS.iter().map(|f| f.to_string()));
         // Callers often spell the property as the schema does (`--fullPageURL`, `--snake_case`),
         // which is far from its flag letter by letter but equal once kebab-cased.
         let kebabbed = kebab(name);

@@ -363,6 +363,12 @@ fn properties_spelled_alike_or_as_a_tool_s_own_flag_each_get_a_flag_they_can_be_
             (&["--where.a-b", "1", "--where.aB", "2"], Ok(json!({"where": {"a-b": "1", "aB": "2"}}))),
         ],
     );
+    // A flag that collides with nothing keeps its name, whatever another is renamed to.
+    let s = json!({"type": "object", "properties": {"help": {"type": "string"}, "help-2": {"type": "string"}}});
+    check_all(
+        &s,
+        &[(&["--help-2", "two"], Ok(json!({"help-2": "two"}))), (&["--help-3", "one"], Ok(json!({"help": "one"})))],
+    );
 }
 
 #[test]
