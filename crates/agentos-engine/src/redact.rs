@@ -138,6 +138,8 @@ fn encodings(secret: &str) -> Vec<Vec<u8>> {
     // binding's query credential): `*` kept, `~` encoded.
     for (lower, plus) in [(false, false), (true, false), (false, true), (true, true)] {
         out.push(percent(raw, lower, plus, UNRESERVED).into_bytes());
+    }
+    for lower in [false, true] {
         out.push(percent(raw, lower, true, FORM_KEPT).into_bytes());
     }
     // base64, whole, in both alphabets, with and without padding.

@@ -231,6 +231,18 @@ pub struct Request {
 }
 
 /// Imports a document given as text: JSON or YAML, told apart by its first character.
+/// A header the client writes itself, which neither a caller's value nor a credential may set:
+/// those that frame the request or its connection (`Content-Length`, `Transfer-Encoding`,
+/// `Connection`, `Proxy-*` …) and those that say where it goes or came from (`Host`,
+/// `Forwarded`, `X-Forwarded-*`), which a proxy or the service may follow.
+pub fn clients_header(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    ["content-length", "transfer-encoding", "connection", "te", "upgrade", "keep-alive", "trailer", "host", "forwarded"]
+        .contains(&lower.as_str())
+        || lower.starts_with("proxy-")
+        || lower.starts_with("x-forwarded-")
+}
+
 pub fn import(doc: &[u8], options: &ImportOptions) -> Result<Imported, ImportError> {
     let value = document::read(doc, &options.limits)?;
     operation::import_value(&value, options)

@@ -10,20 +10,6 @@ use crate::pointer;
 use crate::schema::{Converter, SchemaError, follow};
 use crate::security;
 
-/// Header parameters a document may name that the request sets itself.
-const CLIENTS_HEADERS: [&str; 11] = [
-    "accept",
-    "content-type",
-    "authorization",
-    "content-length",
-    "transfer-encoding",
-    "connection",
-    "te",
-    "upgrade",
-    "keep-alive",
-    "trailer",
-    "host",
-];
 use crate::{
     Binding, BodyEncoding, ImportError, ImportOptions, Imported, Location, Operation, RequestBody, Skipped, Style,
 };
@@ -259,7 +245,10 @@ fn build<'d>(
         // OpenAPI: Accept, Content-Type and Authorization "SHALL be ignored"; the request sets
         // them itself. So it does the headers that frame the request or say where it goes: a
         // caller's Content-Length would cut the body short, a Host send it elsewhere.
-        if location == Location::Header && CLIENTS_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+        if location == Location::Header
+            && (["accept", "content-type", "authorization"].contains(&name.to_ascii_lowercase().as_str())
+                || crate::clients_header(name))
+        {
             continue;
         }
         if location == Location::Path && !template.iter().any(|v| v == name) {

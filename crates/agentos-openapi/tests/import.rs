@@ -189,6 +189,7 @@ fn path_level_parameters_merge_and_the_operation_wins() {
                 {"name": "Content-Length", "in": "header", "schema": {"type": "integer"}},
                 {"name": "Transfer-Encoding", "in": "header", "schema": {"type": "string"}},
                 {"name": "Host", "in": "header", "schema": {"type": "string"}},
+                {"name": "X-Forwarded-For", "in": "header", "schema": {"type": "string"}},
                 {"name": "X-Trace", "in": "header", "required": true, "schema": {"type": "string"}}
             ], "responses": {}}
         }}),
@@ -198,7 +199,7 @@ fn path_level_parameters_merge_and_the_operation_wins() {
     let p = &o.input_schema["properties"];
     assert_eq!(p["id"]["description"], "the id");
     assert_eq!(p["verbose"], json!({"type": "boolean", "default": false, "description": "operation level"}));
-    for name in ["accept", "content-length", "transfer-encoding", "host"] {
+    for name in ["accept", "content-length", "transfer-encoding", "host", "x-forwarded-for"] {
         assert!(p.get(name).is_none(), "{name} is the request's to set");
     }
     assert_eq!(o.input_schema["required"], json!(["id", "x-trace"]));

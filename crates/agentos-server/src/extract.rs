@@ -33,6 +33,15 @@ const RESERVE_AHEAD: usize = 1024 * 1024;
 /// longer than the header timeout, kept between [`BODY_IDLE_FLOOR`] and [`BODY_IDLE`] (408
 /// past either). A body that stalls half way would otherwise hold its connection, and one of
 /// the master's `--max-connections`, for as long as its sender liked.
+/// The refusal of a body over `limit` bytes, the master's `flag`.
+pub fn too_large(limit: usize, flag: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        format!("the request body is larger than {limit} bytes (the master's {flag})"),
+    )
+}
+
 pub async fn read_body(
     body: axum::body::Body,
     declared: Option<usize>,
@@ -40,13 +49,7 @@ pub async fn read_body(
     flag: &str,
     timeout: std::time::Duration,
 ) -> Result<Bytes, ApiError> {
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            format!("the request body is larger than {limit} bytes (the master's {flag})"),
-        )
-    };
+    let too_large = || too_large(limit, flag);
     if declared.is_some_and(|len| len > limit) {
         return Err(too_large());
     }

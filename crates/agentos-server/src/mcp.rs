@@ -769,15 +769,7 @@ pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: N
             while let Some(Ok(_)) = rest.next().await {}
         })
         .await;
-        return Err(crate::extract::read_body(
-            axum::body::Body::empty(),
-            Some(len),
-            app.max_body_bytes,
-            "--max-body-bytes",
-            app.body_timeout,
-        )
-        .await
-        .expect_err("a declared length over the limit is refused"));
+        return Err(crate::extract::too_large(app.max_body_bytes, "--max-body-bytes"));
     }
     let bytes =
         crate::extract::read_body(body, declared, app.max_body_bytes, "--max-body-bytes", app.body_timeout).await?;
@@ -800,9 +792,11 @@ mod tests {
         assert_eq!(check_arguments(Platform::SearchTools, &args(json!({"q": "x", "limit": null}))), Ok(()));
         assert!(check_arguments(Platform::CallTool, &args(json!({"name": null}))).is_err(), "a required one stays");
         // The handlers take `limit` as given: the schema's bounds are the only ones.
-        for limit in [0, 101] {
-            let err = check_arguments(Platform::SearchTools, &args(json!({"q": "x", "limit": limit}))).unwrap_err();
-            assert!(err.contains("limit") || err.contains(&limit.to_string()), "{err}");
+        for (limit, says) in [(0, "less than the minimum of 1"), (101, "greater than the maximum of 100")] {
+            for tool in [Platform::SearchTools, Platform::SearchCatalog] {
+                let err = check_arguments(tool, &args(json!({"q": "x", "limit": limit}))).unwrap_err();
+                assert!(err.contains(says) && err.contains("(at /limit)"), "{err}");
+            }
         }
         assert_eq!(check_arguments(Platform::SearchCatalog, &args(json!({"limit": 100}))), Ok(()));
         let script = |v: Value| check_arguments(Platform::RegisterScript, &args(v));

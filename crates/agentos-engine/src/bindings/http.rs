@@ -345,7 +345,7 @@ fn place_credential(
     url: &mut reqwest::Url,
     headers: &mut Vec<(String, String)>,
 ) -> Result<(), String> {
-    if let Some((k, _)) = headers.iter().find(|(k, _)| redirecting_header(k)) {
+    if let Some((k, _)) = headers.iter().find(|(k, _)| agentos_openapi::clients_header(k)) {
         return Err(format!("{k} cannot be set on a request that carries a credential"));
     }
     let name = auth.name.clone().unwrap_or_default();
@@ -388,20 +388,6 @@ const MAX_URL_BYTES: usize = 65_534;
 
 /// How much of a URL, or of an error quoting one, an error line shows.
 const SHOWN_URL_CHARS: usize = 300;
-
-/// Headers that say where a request goes or came from, which a proxy or the service may follow.
-fn redirecting_header(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    lower == "host" || lower == "forwarded" || lower.starts_with("x-forwarded-")
-}
-
-/// Headers that frame the request or its connection, which the client writes itself.
-fn framing_header(name: &str) -> bool {
-    let lower = name.to_ascii_lowercase();
-    ["content-length", "transfer-encoding", "connection", "te", "upgrade", "keep-alive", "trailer"]
-        .contains(&lower.as_str())
-        || lower.starts_with("proxy-")
-}
 
 pub(crate) fn not_granted(secret: &str, origin: &str) -> CoreError {
     CoreError::new(
@@ -596,7 +582,7 @@ pub(crate) fn check_auth(auth: &HttpAuth) -> Result<(), CoreError> {
         (Some(n), true) if n.is_empty() || !n.bytes().all(|b| b.is_ascii_graphic()) => {
             Err(CoreError::bad_input("invalid_auth", format!("auth.name {n:?} is not a header or parameter name")))
         }
-        (Some(n), true) if auth.kind == HttpAuthKind::Header && (redirecting_header(n) || framing_header(n)) => {
+        (Some(n), true) if auth.kind == HttpAuthKind::Header && agentos_openapi::clients_header(n) => {
             Err(CoreError::bad_input(
                 "invalid_auth",
                 format!(
