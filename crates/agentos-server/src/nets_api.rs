@@ -109,7 +109,7 @@ pub async fn list_links(
 
 /// Start a transition: it fires whenever enabled (and on its schedule).
 #[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/start", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn start(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
