@@ -176,6 +176,110 @@ fn a_running_job_whose_caller_went_away_is_stopped_and_frees_its_slot() {
     assert!(started.elapsed() < std::time::Duration::from_secs(30), "{:?}", started.elapsed());
 }
 
+/// An asynchronous job can be cancelled by its invoker (or the operator), running or queued:
+/// the running one's process is stopped and its slot freed, the queued one never runs, and
+/// each has one recorded result saying who cancelled it, which outlives a restart.
+#[test]
+fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "900"]);
+    let api = m.client();
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let ran = shared.join("ran");
+    api.register("hang", "sh", "sleep 60", None);
+    api.register("quick", "sh", "echo quick", None);
+    api.register("mark", "sh", &format!("echo ran >> {}", ran.display()), None);
+    let invoker = api.agent("invoker", "--x------s");
+    let other = api.agent("other", "--x------s");
+    // `l` in the invoker's home model, where its jobs run: it may read them, not cancel them.
+    let (status, v) = api.post("/api/agents", json!({"name": "reader", "flags": "--x-l----s", "model": "invoker"}));
+    assert_eq!(status, 200, "{v}");
+    let reader = api.with_token(v["token"].as_str());
+    let start = |tool: &str| {
+        let resp = invoker
+            .http
+            .post(format!("{}/api/tools/{tool}/invoke", invoker.url))
+            .bearer_auth(invoker.token.as_ref().unwrap())
+            .header("Prefer", "respond-async")
+            .json(&json!({"timeoutMs": 120000}))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+        resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string()
+    };
+
+    // Running.
+    let e = Executor::start(&m, &dir.path().join("e"), "e", &[]);
+    let job = start("hang");
+    let path = format!("/api/jobs/{job}");
+    wait_for("the job to run", || invoker.get(&path).1["state"] == "running");
+    let cancel = format!("{path}/cancel");
+    let (status, v) = other.post(&cancel, json!({}));
+    assert_eq!(status, 404, "a principal that may not read the job finds none: {v}");
+    let (status, v) = reader.post(&cancel, json!({}));
+    assert_eq!((status, v["error"]["code"].as_str()), (403, Some("forbidden")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("only its invoker or the operator"), "{v}");
+    let started = std::time::Instant::now();
+    let (status, v) = invoker.post(&cancel, json!({}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["state"], "finished", "{v}");
+    let result = &v["results"][0];
+    assert_eq!(result["cancelledBy"], "invoker", "{v}");
+    assert!(result["error"].as_str().unwrap().contains("cancelled by invoker"), "{v}");
+    assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    wait_for("the executor to be free again", || api.get("/api/executors").1[0]["state"] != "busy");
+    let (status, r) = api.invoke("quick", json!({"timeoutMs": 10000}));
+    assert_eq!((status, r["stdout"].as_str()), (200, Some("quick\n")), "{r}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "the sleep was waited out");
+    let (status, v) = invoker.post(&cancel, json!({}));
+    assert_eq!((status, v["error"]["code"].as_str()), (409, Some("job_finished")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("cancelled by invoker"), "{v}");
+
+    // A caller waiting on its job gets the cancelled result.
+    let waiting = {
+        let invoker = api.with_token(invoker.token.as_deref());
+        std::thread::spawn(move || invoker.post("/api/tools/hang/invoke", json!({"timeoutMs": 120000})))
+    };
+    let mut held = Value::Null;
+    wait_for("the waited-on job to run", || {
+        held = api.get("/api/executors").1[0]["jobs"][0].clone();
+        held.is_string()
+    });
+    let (status, v) = invoker.post(&format!("/api/jobs/{}/cancel", held.as_str().unwrap()), json!({}));
+    assert_eq!(status, 200, "{v}");
+    let (status, r) = waiting.join().unwrap();
+    assert_eq!(r["cancelledBy"], "invoker", "{status} {r}");
+
+    // Queued, with no executor; the operator cancels it.
+    drop(e);
+    let queued = start("mark");
+    let queued_path = format!("/api/jobs/{queued}");
+    assert_eq!(invoker.get(&queued_path).1["state"], "queued");
+    let (status, v) = api.post(&format!("{queued_path}/cancel"), json!({}));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["results"][0]["cancelledBy"], "operator", "{v}");
+    let (status, v) = api.post("/api/jobs/no-such-job/cancel", json!({}));
+    assert_eq!(status, 404, "{v}");
+
+    // After a restart, neither runs again and both stay cancelled.
+    let m = m.restart();
+    let api = m.client();
+    let invoker = api.with_token(invoker.token.as_deref());
+    let _e = Executor::start(&m, &dir.path().join("e2"), "e2", &[]);
+    let (status, r) = api.invoke("quick", json!({"timeoutMs": 10000}));
+    assert_eq!(status, 200, "{r}");
+    for (p, by) in [(&path, "invoker"), (&queued_path, "operator")] {
+        let (status, v) = invoker.get(p);
+        assert_eq!(status, 200, "{v}");
+        assert_eq!((v["state"].as_str(), v["results"][0]["cancelledBy"].as_str()), (Some("finished"), Some(by)));
+        assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    }
+    assert!(!ran.exists(), "the cancelled queued job ran");
+}
+
 /// An executor killed mid-job and started again on its workspace hands the job back at once:
 /// the lease (a minute here) would otherwise hold it past the caller's wait. Another executor
 /// started on the same workspace meanwhile does not hide the killed one from its successor.

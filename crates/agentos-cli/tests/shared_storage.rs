@@ -401,6 +401,46 @@ fn a_job_queued_through_one_master_runs_through_another_and_an_executor_moves_to
     assert_eq!(finished, "1");
 }
 
+/// A job queued and running through one master is cancelled through another: the shared
+/// queue's row goes, the executor stops the job and is free, and one result is recorded.
+#[test]
+fn a_running_job_in_the_shared_queue_is_cancelled_through_another_master() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let a = shared.master_with(&dir.path().join("a"), None, &["--lease-ms", "900"]);
+    let b = shared.master_with(&dir.path().join("b"), Some(&a), &["--lease-ms", "900"]);
+    assert_eq!(register(&a, "hang", "sleep 60").0, 200);
+    let _e = Executor::start(&a, &dir.path().join("executor"), "e1", &[]);
+    let resp = common::http()
+        .post(format!("{}/api/tools/hang/invoke", a.url))
+        .bearer_auth(&a.token)
+        .header("Prefer", "respond-async")
+        .json(&json!({"timeoutMs": 120000}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let job = resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string();
+    common::wait_for("the job to run", || {
+        send(&b, "GET", &format!("/api/jobs/{job}"), None, None).1["state"] == "running"
+    });
+    let (status, v, _) = send(&b, "POST", &format!("/api/jobs/{job}/cancel"), None, None);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["results"][0]["cancelledBy"], "operator", "{v}");
+    common::wait_for("the cancelled job's row to leave the queue", || {
+        psql(&shared.storage.database, "SELECT count(*) FROM agentos_jobs") == "0"
+    });
+    common::wait_for("the executor to be free", || {
+        send(&a, "GET", "/api/executors", None, None).1[0]["state"] != "busy"
+    });
+    let (status, v, _) = send(&a, "POST", &format!("/api/jobs/{job}/cancel"), None, None);
+    assert_eq!((status, v["error"]["code"].as_str()), (409, Some("job_finished")), "{v}");
+    let finished = psql(
+        &shared.storage.database,
+        &format!("SELECT count(*) FROM agentos_events WHERE type = 'JobFinished' AND key = 'job:{job}'"),
+    );
+    assert_eq!(finished, "1");
+}
+
 /// An executor killed mid-job and started again on its workspace, polling another master, has
 /// its predecessor's lease in the shared queue ended at once: the job runs again, through b,
 /// long before the lease (a minute) would have run out.

@@ -209,6 +209,10 @@ pub struct JobResult {
     pub attempt: u32,
     /// The executor that ran it (empty when none did).
     pub executor: String,
+    /// The principal (by name) that cancelled the job before it finished; its result says no
+    /// more than that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
 }
 
 impl JobResult {
@@ -228,6 +232,7 @@ impl JobResult {
             error: Some(error),
             attempt,
             executor: String::new(),
+            cancelled_by: None,
         }
     }
 }

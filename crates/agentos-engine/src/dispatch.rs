@@ -413,6 +413,7 @@ impl Dispatch<'_> {
             error,
             attempt: finished.attempt,
             executor,
+            cancelled_by: None,
         };
         // The result is taken (no other can be); recording it need not hold up the executor,
         // which goes back to polling while the commit happens. `finish` reports its own failure.
@@ -563,6 +564,68 @@ impl Dispatch<'_> {
         Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
     }
 
+    /// Cancels a job invoked directly that has not finished: a queued one never runs, and one
+    /// an executor holds is stopped at that executor's next heartbeat (its processes killed,
+    /// its result refused). The one result recorded for it, before this answers, says who
+    /// cancelled it, and a caller waiting on the job gets that result. Only its invoker or the
+    /// operator may cancel it; a net's job ends with its fire, so it is not cancelled alone.
+    pub async fn cancel_job(&self, principal: &Principal, job_id: &str) -> Result<JobRecord, EngineError> {
+        let Some(open) = self.inner.dispatch.jobs.open_job(job_id).await? else {
+            // Finished (told so, to whoever may read it), or absent.
+            return Err(not_cancelled(&self.job(principal, job_id).await?));
+        };
+        if open.invoker.as_deref() != Some(principal.id.as_str()) && !principal.is_operator() {
+            let readable = principal.flags.has(Flag::Logs)
+                && crate::access::may_use_model(&self.read_state(), principal, &open.model);
+            if !readable {
+                return Err(
+                    CoreError::not_found(format!("no job {} (a job is recorded when it ends)", shown(job_id))).into()
+                );
+            }
+            return Err(CoreError::forbidden(format!(
+                "job {} was invoked by another principal: only its invoker or the operator may cancel it",
+                shown(job_id)
+            ))
+            .into());
+        }
+        if open.invoker.is_none() {
+            return Err(CoreError::new(
+                agentos_core::ErrorKind::Conflict,
+                "net_job",
+                format!(
+                    "job {} is a step of a net in model {}: it ends with its fire; stop the transition (POST /api/models/{}/transitions/{{transition}}/stop) instead",
+                    shown(job_id),
+                    shown(&open.model),
+                    open.model
+                ),
+            )
+            .into());
+        }
+        let Some(mut finished) = self.inner.dispatch.jobs.take_cancelled(job_id).await? else {
+            // Its result was taken meanwhile (an executor's, or another cancel).
+            return Err(not_cancelled(&self.job(principal, job_id).await?));
+        };
+        let (recorded, is_recorded) = tokio::sync::oneshot::channel();
+        let caller = finished.waiter.replace(recorded);
+        let mut result =
+            JobResult::failed(job_id, finished.attempt, format!("cancelled by {} before it finished", principal.name));
+        result.cancelled_by = Some(principal.name.clone());
+        self.finish(finished, result).await;
+        let result = is_recorded.await.map_err(|_| CoreError::internal("recording the cancellation stopped"))?;
+        if let Some(caller) = caller {
+            let _ = caller.send(result);
+        }
+        let record = self.job(principal, job_id).await?;
+        if record.state != "finished" {
+            return Err(CoreError::internal(format!(
+                "job {} was taken off the queue, but its cancellation could not be recorded (the master's log says why)",
+                shown(job_id)
+            ))
+            .into());
+        }
+        Ok(record)
+    }
+
     /// A job's results in the log, with its model and invoker.
     async fn recorded_results(&self, job_id: &str) -> Result<(String, Option<String>, Vec<JobResult>), EngineError> {
         let recs = self.inner.ledger.log.read_key_any_model(&format!("job:{job_id}")).await?;
@@ -653,6 +716,36 @@ impl Dispatch<'_> {
             })
             .await
     }
+}
+
+/// Why a job that is no longer open cannot be cancelled: it finished, or its result is being
+/// recorded.
+fn not_cancelled(record: &JobRecord) -> EngineError {
+    let id = shown(&record.job_id);
+    let how = match record.results.last() {
+        None => {
+            return CoreError::new(
+                agentos_core::ErrorKind::Conflict,
+                "job_finishing",
+                format!("job {id} is finishing (its result is being recorded): read it with GET /api/jobs/{{id}}"),
+            )
+            .into();
+        }
+        Some(r) => match (&r.cancelled_by, r.exit_code, &r.error) {
+            (Some(by), _, _) => format!("cancelled by {by}"),
+            (None, Some(code), _) => format!("exit code {code}"),
+            (None, None, Some(e)) => format!("failed: {}", e.chars().take(200).collect::<String>()),
+            (None, None, None) => "no exit code".to_string(),
+        },
+    };
+    CoreError::new(
+        agentos_core::ErrorKind::Conflict,
+        "job_finished",
+        format!(
+            "job {id} has already finished ({how}): there is nothing to cancel; its result is at GET /api/jobs/{{id}}"
+        ),
+    )
+    .into()
 }
 
 /// The job store's one writer; ends when the engine (the sender's holder) is dropped.

@@ -301,6 +301,28 @@ impl MemoryQueue {
         true
     }
 
+    /// Takes a queued or handed-out job to record as cancelled, as [`MemoryQueue::complete`]
+    /// takes an executor's result: a job handed out is stopped at its executor's next
+    /// heartbeat. `None` when no such job is open (or its result is being recorded).
+    pub fn take_cancelled(&self, job_id: &str) -> Option<Finished> {
+        let mut q = self.lock();
+        let mut job = q.jobs.remove(job_id)?;
+        if job.lease.is_none() {
+            q.queued.retain(|j| j != job_id);
+        }
+        let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running: job.lease.is_some() };
+        q.recording.insert(job_id.to_string(), open);
+        Some(Finished {
+            job_id: job_id.to_string(),
+            model: job.model,
+            token: job.token,
+            attempt: job.attempt,
+            waiter: job.waiter.take(),
+            secrets: std::mem::take(&mut job.secrets),
+            invoker: job.invoker.take(),
+        })
+    }
+
     /// A job if one is queued right now, without waiting.
     pub fn take_now(&self, executor: &str, instance: Option<&str>) -> Option<Handout> {
         self.touch(executor, 0);
@@ -727,6 +749,14 @@ impl JobQueue {
         match self {
             JobQueue::Memory(q) => q.complete(executor, job_id, lease_id),
             JobQueue::Shared(q, _) => q.complete(executor, job_id, lease_id).await,
+        }
+    }
+
+    /// Takes a queued or handed-out job to record as cancelled; `None` when none is open.
+    pub async fn take_cancelled(&self, job_id: &str) -> Result<Option<Finished>, crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => Ok(q.take_cancelled(job_id)),
+            JobQueue::Shared(q, _) => q.take_cancelled(job_id).await.map_err(store_lease_error),
         }
     }
 

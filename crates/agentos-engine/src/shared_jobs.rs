@@ -337,6 +337,13 @@ impl SharedQueue {
         }
     }
 
+    /// Takes a queued or handed-out job to record as cancelled; `Ok(None)` when none is open
+    /// (or its result is being recorded).
+    pub async fn take_cancelled(&self, job_id: &str) -> Result<Option<Finished>, StoreError> {
+        let lease_ms = self.config.lease.as_millis() as u64;
+        Ok(self.rows.take_cancelled(job_id, &self.master, lease_ms).await?.map(|row| self.finished(row)))
+    }
+
     pub async fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
         let lease_ms = self.config.lease.as_millis() as u64;
         let outcome = self.rows.complete(executor, job_id, lease_id, &self.master, lease_ms).await;

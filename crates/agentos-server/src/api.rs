@@ -351,6 +351,21 @@ pub async fn get_job(
     Ok(Json(app.engine.dispatch().job(&p, &id).await?.into()))
 }
 
+/// Cancel a job invoked directly that has not finished: a queued one never runs, one running
+/// is stopped at its executor's next heartbeat. Answered once its one result, saying who
+/// cancelled it, is recorded; a caller waiting on the job gets that result. Only the job's
+/// invoker or the operator may cancel it.
+#[utoipa::path(post, path = "/api/jobs/{id}/cancel", tag = "tools", params(("id" = String, Path, description = "Job id")),
+    responses((status = 200, description = "The job, finished, with its result's `cancelledBy`", body = wire::JobRecord), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, description = "Another principal's job", body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job has finished (`job_finished`), is finishing (`job_finishing`), or is a net's step (`net_job`)", body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn cancel_job(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Json<wire::JobRecord>, ApiError> {
+    Ok(Json(app.engine.dispatch().cancel_job(&p, &id).await?.into()))
+}
+
 /// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds: for an agent, the ids of those in models it may use, the others counted.
 #[utoipa::path(get, path = "/api/executors", tag = "executors",
     responses((status = 200, body = Vec<wire::ExecutorView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]

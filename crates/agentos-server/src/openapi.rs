@@ -24,6 +24,7 @@ use crate::wire;
         crate::api::call_tool,
         crate::api::list_executors,
         crate::api::get_job,
+        crate::api::cancel_job,
         crate::api::recent_jobs,
         crate::api::me,
         crate::api::entry_help,

@@ -54,6 +54,7 @@ pub fn router(
         .route("/api/models/{model}/parked/{token}/discard", post(nets_api::discard_parked))
         .route("/api/jobs", get(api::recent_jobs))
         .route("/api/jobs/{id}", get(api::get_job))
+        .route("/api/jobs/{id}/cancel", post(api::cancel_job))
         .route("/api/executor-tokens", post(api::create_executor_token))
         .route("/api/executor/poll", post(api::executor_poll))
         .route("/api/executor/jobs/{id}/heartbeat", post(api::executor_heartbeat))

@@ -141,6 +141,8 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
     // The engine decides: `l` in the job's model, or the job's own invoker (`job`).
     with_model("GET", "/api/jobs/{id}", Permission::Authenticated, ModelRule::Resource),
+    // The engine decides: the job's own invoker, or the operator (`cancel_job`).
+    with_model("POST", "/api/jobs/{id}/cancel", Permission::Authenticated, ModelRule::Resource),
     // Each job listed is one the caller invoked, or one of a model it may read logs of.
     with_model("GET", "/api/jobs", Permission::Authenticated, ModelRule::Resource),
     route("POST", "/api/executor-tokens", Permission::Operator),

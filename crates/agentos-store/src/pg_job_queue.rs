@@ -162,6 +162,10 @@ pub trait SharedJobs: Send + Sync + 'static {
     /// Removes a job whose result is not being recorded, queued or handed out (its executor's
     /// next heartbeat finds it gone and stops it); answers whether it was there.
     async fn cancel(&self, job_id: &str) -> Result<bool, StoreError>;
+    /// Takes a job that is queued or handed out, and whose result is not being recorded, for
+    /// this master to record as cancelled (as [`SharedJobs::complete`] takes an executor's
+    /// result); `None` when there is no such job.
+    async fn take_cancelled(&self, job_id: &str, master: &str, lease_ms: u64) -> Result<Option<JobRow>, StoreError>;
     /// Jobs whose lease expired while their result was being recorded: the reaper asks the
     /// log whether it was.
     async fn stale_completions(&self) -> Result<Vec<String>, StoreError>;
@@ -388,6 +392,21 @@ impl SharedJobs for PgJobQueue {
             )
             .await?;
         Ok(n == 1)
+    }
+
+    async fn take_cancelled(&self, job_id: &str, master: &str, lease_ms: u64) -> Result<Option<JobRow>, StoreError> {
+        let rows = self
+            .conn
+            .query(
+                "taking a cancelled job",
+                &format!(
+                    "UPDATE agentos_jobs SET completing = $2, expires = clock_timestamp() + make_interval(secs => $3) \
+                     WHERE job_id = $1 AND completing IS NULL {RETURNING}"
+                ),
+                &[&job_id, &master, &secs(lease_ms)],
+            )
+            .await?;
+        Ok(rows.first().map(job_row))
     }
 
     async fn stale_completions(&self) -> Result<Vec<String>, StoreError> {

@@ -207,6 +207,9 @@ pub struct JobResult {
     pub attempt: u32,
     /// The executor that ran it (empty when none did).
     pub executor: String,
+    /// The principal (by name) that cancelled the job before it finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled_by: Option<String>,
 }
 
 impl From<job::JobResult> for JobResult {
@@ -225,6 +228,7 @@ impl From<job::JobResult> for JobResult {
             error,
             attempt,
             executor,
+            cancelled_by,
         } = r;
         JobResult {
             job_id,
@@ -240,6 +244,7 @@ impl From<job::JobResult> for JobResult {
             error,
             attempt,
             executor,
+            cancelled_by,
         }
     }
 }

@@ -223,6 +223,7 @@ mod tests {
             duration_ms: 12,
             timed_out: true,
             executor: "e1".into(),
+            cancelled_by: Some("agent-a".into()),
             ..job::JobResult::failed("j1", 2, "boom".into())
         };
         check_answer::<_, super::JobResult>(full.clone());
