@@ -1,6 +1,7 @@
 //! The catalog over MCP, to the official Python SDK's client (`mcp` 2.x, installed by
 //! `scripts/py-env`): Streamable HTTP at `/mcp` and stdio through `agentos mcp`, under both the
 //! initialize handshake (2025-11-25) and 2026-07-28; each principal sees what its flags allow.
+//! Plain HTTP where the exact answer matters: a session serves only the principal that opened it.
 
 mod common;
 
@@ -161,60 +162,217 @@ fn the_mcp_endpoint_refuses_missing_bad_and_executor_tokens() {
     assert!(text.contains("\"agentos\""), "the server names itself: {text}");
 }
 
-#[test]
-fn agentos_mcp_outlives_a_request_the_master_refuses_as_too_large() {
-    use std::io::{BufRead, BufReader, Write};
-    let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(&dir.path().join("master"), &["--max-body-bytes", "65536"]);
-    let mut relay = Command::new(BIN)
-        .arg("mcp")
-        .env("AGENTOS_URL", &m.url)
-        .env("AGENTOS_TOKEN", &m.token)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = relay.stdin.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    let stdout = relay.stdout.take().unwrap();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut send = |v: Value| {
+/// `agentos mcp` relaying to a master under a token, driven a line at a time over its stdin
+/// and stdout. Killed when dropped.
+struct Relay {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl Relay {
+    /// Started, and through the initialize handshake.
+    fn start(m: &Master, token: &str) -> Relay {
+        use std::io::BufRead;
+        let mut child = Command::new(BIN)
+            .arg("mcp")
+            .env("AGENTOS_URL", &m.url)
+            .env("AGENTOS_TOKEN", token)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut relay = Relay { child, stdin, lines };
+        relay.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}));
+        assert!(relay.answer(1)["result"]["serverInfo"].is_object());
+        relay.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        relay
+    }
+
+    fn send(&mut self, v: Value) {
+        use std::io::Write;
         let mut line = v.to_string().into_bytes();
         line.push(b'\n');
-        stdin.write_all(&line).unwrap();
-        stdin.flush().unwrap();
-    };
-    let answer = |id: u64| loop {
-        let line =
-            rx.recv_timeout(std::time::Duration::from_secs(30)).unwrap_or_else(|e| panic!("no answer {id}: {e}"));
-        let v: Value = serde_json::from_str(&line).unwrap();
-        if v["id"] == id {
-            return v;
+        self.stdin.write_all(&line).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The answer to request `id`, passing over notifications.
+    fn answer(&self, id: u64) -> Value {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("no answer {id}: {e}"));
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == id {
+                return v;
+            }
         }
-    };
-    send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25",
-        "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}));
-    assert!(answer(1)["result"]["serverInfo"].is_object());
-    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `tools/call` of `agentos_search_catalog` whose query is `size` bytes.
+fn search_of(id: u64, size: usize) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "agentos_search_catalog", "arguments": {"q": "x".repeat(size)}}})
+}
+
+#[test]
+fn agentos_mcp_outlives_a_request_the_master_refuses_as_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-body-bytes", "65536"]);
+    let mut relay = Relay::start(&m, &m.token);
     // Far past the master's limit and the socket's buffers, and under the stdio line limit of
     // 16 MiB: the master refuses it while the relay writes.
-    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "agentos_search_catalog", "arguments": {"q": "x".repeat(12 << 20)}}}));
-    let refused = answer(2);
+    relay.send(search_of(2, 12 << 20));
+    let refused = relay.answer(2);
     // The master's answer, in words, without the MCP library's type names.
     let said = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(said.contains("413") && !said.contains("rmcp::"), "{refused}");
     // The session goes on.
-    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
-    let listed = answer(3);
+    relay.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
+    let listed = relay.answer(3);
     assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
-    drop(stdin);
-    let _ = relay.wait();
+}
+
+#[test]
+fn agentos_mcp_tells_its_client_in_words_why_the_master_refused_a_call_as_too_large() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-body-bytes", "65536"]);
+    let mut relay = Relay::start(&m, &m.token);
+    relay.send(search_of(2, 100_000));
+    let refused = relay.answer(2);
+    // The relay's words, then the master's answer: its status and its JSON error.
+    assert_eq!(
+        refused["error"]["message"],
+        "the request to the master failed: unexpected server response: HTTP 413 Payload Too Large: \
+         {\"error\":{\"code\":\"body_too_large\",\"message\":\"the request body is larger than 65536 bytes \
+         (the master's --max-body-bytes)\"}}",
+        "{refused}"
+    );
+}
+
+/// What `/mcp` answered one request.
+#[derive(Debug, PartialEq)]
+struct Answer {
+    status: u16,
+    content_type: Option<String>,
+    /// The session an `initialize` answer names.
+    session: Option<String>,
+    /// Empty for an event stream that stays open (a `GET` answered 200).
+    body: String,
+}
+
+/// One request to `/mcp` under `token`, in `session` when given.
+fn exchange(m: &Master, method: &str, token: &str, session: Option<&str>, body: Option<Value>) -> Answer {
+    // One client for every exchange: a blocking client starts a runtime of its own.
+    static HTTP: std::sync::LazyLock<reqwest::blocking::Client> = std::sync::LazyLock::new(common::http);
+    let mut req = HTTP
+        .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), format!("{}/mcp", m.url))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25");
+    if let Some(s) = session {
+        req = req.header("mcp-session-id", s);
+    }
+    if let Some(b) = body {
+        req = req.header("content-type", "application/json").body(b.to_string());
+    }
+    let resp = req.send().unwrap();
+    let header = |name: &str| resp.headers().get(name).map(|v| v.to_str().unwrap().to_string());
+    let (status, content_type, session) = (resp.status().as_u16(), header("content-type"), header("mcp-session-id"));
+    let body = if method == "GET" && status == 200 { String::new() } else { resp.text().unwrap() };
+    Answer { status, content_type, session, body }
+}
+
+/// Opens a session under `token` through the initialize handshake; answers its id.
+fn open_session(m: &Master, token: &str) -> Result<String, Answer> {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let opened = exchange(m, "POST", token, None, Some(init));
+    let Some(session) = opened.session.clone().filter(|_| opened.status == 200) else { return Err(opened) };
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(exchange(m, "POST", token, Some(&session), Some(initialized)).status, 202);
+    Ok(session)
+}
+
+fn tools_list() -> Value {
+    json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+}
+
+#[test]
+fn an_mcp_session_serves_only_the_principal_that_opened_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    // Two agents with the same flags: what tells them apart is the token alone.
+    let a = api.agent("alice", "r").token.unwrap();
+    let b = api.agent("bob", "r").token.unwrap();
+    let session = open_session(&m, &a).unwrap();
+    let listed = exchange(&m, "POST", &a, Some(&session), Some(tools_list()));
+    assert_eq!(listed.status, 200, "{listed:?}");
+    assert!(listed.body.contains("agentos_list_tokens"), "{listed:?}");
+    let made_up = "0b5e55ed-0000-4000-8000-000000000000";
+
+    // Under another token the session answers as one that does not exist: rmcp's own 404, word
+    // for word, for a message and for the event stream.
+    let unknown =
+        Answer { status: 404, content_type: None, session: None, body: "Not Found: Session not found".to_string() };
+    for (method, body) in [("POST", Some(tools_list())), ("GET", None)] {
+        assert_eq!(exchange(&m, method, &b, Some(&session), body.clone()), unknown, "{method} under another token");
+        assert_eq!(exchange(&m, method, &b, Some(made_up), body), unknown, "{method} of a made-up session");
+    }
+    // Nor can it end the session: refused as the end of a session that does not exist is.
+    let refused = exchange(&m, "DELETE", &b, Some(&session), None);
+    assert_eq!(refused, exchange(&m, "DELETE", &b, Some(made_up), None));
+    assert_eq!((refused.status, refused.content_type.as_deref()), (404, Some("application/json")), "{refused:?}");
+    let error: Value = serde_json::from_str(&refused.body).unwrap();
+    assert_eq!(error["error"]["code"], "not_found", "{error}");
+    assert!(error["error"]["message"].as_str().unwrap().contains("no MCP session of yours"), "{error}");
+
+    // The session lives on for its own principal, its event stream too.
+    assert_eq!(exchange(&m, "POST", &a, Some(&session), Some(tools_list())).status, 200);
+    assert_eq!(exchange(&m, "GET", &a, Some(&session), None).status, 200);
+    // It ends once, as rmcp ends it; after that it is as unknown to its principal as to anyone.
+    let ended = exchange(&m, "DELETE", &a, Some(&session), None);
+    assert_eq!(ended.status, 202, "{ended:?}");
+    assert_eq!(exchange(&m, "DELETE", &a, Some(&session), None), refused);
+    assert_eq!(exchange(&m, "POST", &a, Some(&session), Some(tools_list())), unknown);
+    assert_eq!(exchange(&m, "DELETE", &a, Some(made_up), None), refused);
+}
+
+#[test]
+fn one_principal_holds_at_most_a_hundred_mcp_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let a = api.agent("alice", "r").token.unwrap();
+    let sessions: Vec<String> = (0..100).map(|_| open_session(&m, &a).unwrap()).collect();
+    let refused = open_session(&m, &a).unwrap_err();
+    assert_eq!(refused.status, 429, "{refused:?}");
+    assert!(refused.body.contains("too_many_sessions") && refused.body.contains("alice has 100 MCP sessions open"));
+    // Another principal is not held to alice's count, and an ended session makes room.
+    open_session(&m, &api.agent("bob", "r").token.unwrap()).unwrap();
+    assert_eq!(exchange(&m, "DELETE", &a, Some(&sessions[0]), None).status, 202);
+    open_session(&m, &a).unwrap();
 }
 
 #[test]

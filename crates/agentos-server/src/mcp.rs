@@ -10,21 +10,26 @@
 //!   agent can act on, the same line a shell command prints.
 //! - `notifications/tools/list_changed` goes to each session whose visible set changed, when the
 //!   log shows a registration, a removal or a model grant.
+//! - A session belongs to the principal whose `initialize` opened it (`SessionOwners`): under
+//!   any other token its id answers as an unknown one does.
 //!
 //! `agentos mcp` (the CLI) serves the same over stdio by relaying to this endpoint.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
+use axum::http::{Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use axum::routing::MethodRouter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
     PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::transport::streamable_http_server::session::SessionManager as _;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -717,8 +722,9 @@ async fn watch(shared: std::sync::Weak<Shared>, mut events: broadcast::Receiver<
 /// (and dropped) before it is refused; a larger one is refused at once.
 const DRAIN_REFUSED_BYTES: usize = 64 << 20;
 
-/// The `/mcp` service over an engine.
-pub fn service(engine: Engine, list_limit: usize) -> StreamableHttpService<McpServer, LocalSessionManager> {
+/// The `/mcp` service over an engine: rmcp's Streamable HTTP server, behind `keep_to_owner`.
+/// It runs inside [`authenticate`], which the router puts around it.
+pub fn service(engine: Engine, list_limit: usize) -> MethodRouter {
     let shared =
         Arc::new(Shared { sessions: Mutex::new(Vec::new()), changed: broadcast::channel(16).0, engine, list_limit });
     tokio::spawn(watch(Arc::downgrade(&shared), shared.engine.nets().subscribe()));
@@ -728,11 +734,155 @@ pub fn service(engine: Engine, list_limit: usize) -> StreamableHttpService<McpSe
         .with_allowed_hosts(Vec::<String>::new())
         // `authenticate` has bounded the body by the master's --max-body-bytes already.
         .with_max_request_body_bytes(usize::MAX);
-    StreamableHttpService::new(
-        move || Ok(McpServer { shared: shared.clone() }),
-        Arc::new(LocalSessionManager::default()),
-        config,
+    let rmcp_sessions = Arc::new(LocalSessionManager::default());
+    let owners = Arc::new(SessionOwners { rmcp: rmcp_sessions.clone(), owners: Mutex::new(HashMap::new()) });
+    let rmcp = StreamableHttpService::new(move || Ok(McpServer { shared: shared.clone() }), rmcp_sessions, config);
+    axum::routing::any_service(rmcp).layer(axum::middleware::from_fn_with_state(owners, keep_to_owner))
+}
+
+/// The header that names a session, in requests and in the answer to `initialize`.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// How many sessions one principal may hold open: more than the clients one agent runs, and few
+/// enough that one token cannot take the whole of `MAX_SESSIONS` from the others.
+const SESSIONS_PER_PRINCIPAL: usize = 100;
+
+/// How many sessions the master holds open at once. rmcp sets no bound of its own, and each
+/// session is a task with its own channels until it is closed or idle for 5 minutes.
+const MAX_SESSIONS: usize = 10_000;
+
+/// Which principal opened each MCP session. rmcp knows a session by its id alone, and serves
+/// whoever presents the id; this record lets only the principal whose `initialize` opened it
+/// use it or close it.
+///
+/// It follows rmcp's own sessions: an id is dropped when its session is closed, when rmcp
+/// answers 404 for it (idle past rmcp's 5 minutes), and, for any session rmcp no longer holds,
+/// each time a session opens. So it never holds more than rmcp does, plus the sessions that
+/// expired since the last one opened.
+struct SessionOwners {
+    rmcp: Arc<LocalSessionManager>,
+    /// Session id → the stable id of the principal that opened it.
+    owners: Mutex<HashMap<String, String>>,
+}
+
+impl SessionOwners {
+    fn owned_by(&self, session: &str, principal: &Principal) -> bool {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).get(session) == Some(&principal.id)
+    }
+
+    async fn held_by_rmcp(&self, session: &str) -> bool {
+        self.rmcp.sessions.read().await.contains_key(session)
+    }
+
+    fn forget(&self, session: &str) {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).remove(session);
+    }
+
+    /// Drops `session` when rmcp no longer holds it.
+    async fn forget_if_closed(&self, session: &str) {
+        if !self.held_by_rmcp(session).await {
+            self.forget(session);
+        }
+    }
+
+    /// Records the session rmcp has just opened for `principal`; past a bound, closes it again
+    /// and answers why.
+    async fn open(&self, session: &str, principal: &Principal) -> Result<(), ApiError> {
+        let refused = {
+            let held = self.rmcp.sessions.read().await;
+            // A std Mutex is fine here: nothing awaits while it is held.
+            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            owners.retain(|id, _| held.contains_key(id.as_str()));
+            if owners.values().filter(|owner| **owner == principal.id).count() >= SESSIONS_PER_PRINCIPAL {
+                Some(ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "too_many_sessions",
+                    format!(
+                        "{} has {SESSIONS_PER_PRINCIPAL} MCP sessions open, the limit; close one (DELETE /mcp with its Mcp-Session-Id) or let it go idle for 5 minutes",
+                        principal.name
+                    ),
+                ))
+            } else if owners.len() >= MAX_SESSIONS {
+                Some(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too_many_sessions",
+                    format!("the master holds {MAX_SESSIONS} MCP sessions, its limit; try again when some have closed"),
+                ))
+            } else {
+                owners.insert(session.to_owned(), principal.id.clone());
+                None
+            }
+        };
+        let Some(refusal) = refused else { return Ok(()) };
+        if let Err(e) = self.rmcp.close_session(&session.into()).await {
+            tracing::warn!(error = %e, "an MCP session past the limit could not be closed");
+        }
+        Err(refusal)
+    }
+}
+
+/// What rmcp 3.11 answers a `POST` or `GET` naming a session it does not hold, word for word
+/// (`handle_post`, `handle_get`): a session of another principal answers the same, so that its
+/// existence shows to no one else. A test holds it to rmcp's.
+fn unknown_session() -> Response {
+    let mut answer = Response::new(axum::body::Body::from("Not Found: Session not found"));
+    *answer.status_mut() = StatusCode::NOT_FOUND;
+    answer
+}
+
+/// rmcp answers 202 to a `DELETE` of any id, held or not; this says that there was nothing to
+/// end, the same for an unknown id and for another principal's session.
+fn no_session_to_end() -> Response {
+    ApiError::not_found(
+        "no MCP session of yours has this Mcp-Session-Id: it was ended, it went idle for 5 minutes, or it never existed",
     )
+    .into_response()
+}
+
+/// Keeps each session to the principal that opened it: records the session an `initialize`
+/// answer names, and answers a request naming a session the caller did not open, or one not
+/// recorded at all, as rmcp answers an unknown session, without passing it to rmcp. Refused
+/// before rmcp looks at anything else, so that no other header tells the two cases apart.
+async fn keep_to_owner(State(owners): State<Arc<SessionOwners>>, req: Request, next: Next) -> Response {
+    let Some(principal) = req.extensions().get::<Principal>().cloned() else {
+        // `authenticate` puts it there on every request that gets this far: closed, if not.
+        tracing::error!("an MCP request reached the session check without a principal");
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; the master's log has the details",
+        )
+        .into_response();
+    };
+    let session = req.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let Some(session) = session else {
+        // No session yet (rmcp reads a header that is not text as none, too): this may be an
+        // `initialize`, whose answer names the session it opened.
+        let answer = next.run(req).await;
+        let opened = answer.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+        if let Some(opened) = opened
+            && let Err(refusal) = owners.open(&opened, &principal).await
+        {
+            return refusal.into_response();
+        }
+        return answer;
+    };
+    let ending = req.method() == Method::DELETE;
+    if !owners.owned_by(&session, &principal) {
+        return if ending { no_session_to_end() } else { unknown_session() };
+    }
+    if ending && !owners.held_by_rmcp(&session).await {
+        // Gone idle: rmcp would answer 202 to ending it.
+        owners.forget(&session);
+        return no_session_to_end();
+    }
+    let answer = next.run(req).await;
+    // Ended, or gone idle: rmcp holds it no more. A 404 can also be a JSON-RPC "method not
+    // found" in a session that lives on, hence the question to rmcp rather than the status alone.
+    if ending || answer.status() == StatusCode::NOT_FOUND {
+        owners.forget_if_closed(&session).await;
+    }
+    answer
 }
 
 /// Bearer authentication for `/mcp`: the principal goes into the request for the handler, which
@@ -803,6 +953,36 @@ mod tests {
         assert_eq!(script(json!({"id": "a", "name": "a", "runtime": "sh", "contentBase64": "ZWNobyAx"})), Ok(()));
         assert_eq!(script(json!({"id": "a", "name": "a", "runtime": "sh", "content": "echo 1"})), Ok(()));
         assert!(script(json!({"id": "a", "name": "a", "runtime": "sh"})).is_err());
+    }
+
+    /// The answer to another principal's session is a copy of rmcp's to an unknown one: the
+    /// copy must not drift from it when rmcp changes.
+    #[tokio::test]
+    async fn another_principals_session_answers_as_rmcp_answers_an_unknown_one() {
+        struct Nothing;
+        impl ServerHandler for Nothing {}
+        let rmcp = StreamableHttpService::new(
+            || Ok(Nothing),
+            Arc::new(LocalSessionManager::default()),
+            StreamableHttpServerConfig::default().with_allowed_hosts(Vec::<String>::new()),
+        );
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+        for method in [Method::POST, Method::GET] {
+            let request = axum::http::Request::builder()
+                .method(method.clone())
+                .uri("/mcp")
+                .header("host", "127.0.0.1")
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header(SESSION_HEADER, "no-such-session")
+                .body(axum::body::Body::from(body.clone()))
+                .unwrap();
+            let theirs = rmcp.handle(request).await.into_response();
+            let ours = unknown_session();
+            assert_eq!((theirs.status(), theirs.headers()), (ours.status(), ours.headers()), "{method}");
+            let text = |r: Response| async { axum::body::to_bytes(r.into_body(), usize::MAX).await.unwrap() };
+            assert_eq!(text(theirs).await, text(ours).await, "{method}");
+        }
     }
 
     #[test]
