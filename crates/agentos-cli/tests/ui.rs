@@ -1,9 +1,10 @@
 //! The web page in a real browser: headless Chromium (Debian's package) driven by Playwright's
 //! playwright-core (npm), both installed by `scripts/ui-env`. The master is prepared here
 //! through the API; `tests/ui/flows.mjs` signs in, searches, opens an entry, sees shadowing,
-//! watches a token move live, fires from the page and sees a 403 explained, and fails on any
-//! JavaScript error or `console.error` but the refusals it provokes. Screenshots of each page
-//! go to `target/ui-screenshots/`.
+//! watches a token move live, fires from the page and sees a 403 explained, opens a place with
+//! more tokens than the page shows, loads a job's whole stdout from its blob and sees that read
+//! refused for an agent without `r`, and fails on any JavaScript error or `console.error` but
+//! the refusals it provokes. Screenshots of each page go to `target/ui-screenshots/`.
 
 mod common;
 
@@ -65,6 +66,27 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
     let (status, r) = api.invoke("hello", json!({}));
     assert_eq!(status, 200, "{r}");
+    // A job whose stdout (150,000 bytes) passes the 128 KiB kept inline: its result holds the
+    // first 2,000 characters and the blob with the whole. Run by an agent that may call scripts
+    // but not read (no `r`), as `agentos invoke` does it: the page shows it its own job, and
+    // reading the blob, which needs `r`, is refused.
+    let loud = "import sys\nsys.stdout.write('a' * 149999 + 'z')";
+    assert_eq!(api.register("loud", "python3", loud, None).0, 200);
+    let caller = api.agent("caller", "--x------s");
+    let (status, r) = caller.invoke("loud", json!({}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdoutBlob"]["sizeBytes"], 150_000, "{r}");
+    assert_eq!(r["stdout"].as_str().map(str::len), Some(2000), "{r}");
+    let loud_job = r["jobId"].as_str().unwrap().to_string();
+    let (status, v) = caller.get(&format!("/api/blobs/{}", r["stdoutBlob"]["urn"].as_str().unwrap()));
+    assert_eq!(status, 403, "{v}");
+
+    // A place holding more tokens than the page shows at once (200), which nothing takes from.
+    let (status, v) = api.put("/api/models/many/net", json!({"places": ["p-many"], "transitions": []}));
+    assert_eq!(status, 200, "{v}");
+    for i in 0..205 {
+        assert_eq!(api.post("/api/models/many/places/p-many/tokens", json!({"data": {"i": i}})).0, 200);
+    }
 
     let (status, v) = api.put("/api/secrets/API_KEY", json!({"value": "secret-value-0123456789"}));
     assert_eq!(status, 200, "{v}");
@@ -88,6 +110,8 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         .env("OPERATOR_TOKEN", &m.token)
         .env("VIEWER_TOKEN", viewer.token.as_deref().unwrap())
         .env("TEMP_TOKEN", temp.token.as_deref().unwrap())
+        .env("CALLER_TOKEN", caller.token.as_deref().unwrap())
+        .env("LOUD_JOB", &loud_job)
         .env("SCREENSHOTS", &shots)
         .env("PLAYWRIGHT_CORE", &playwright)
         .output()
@@ -100,7 +124,21 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     // Figures, not timed assertions: the size is a property of the files, the paint is printed.
     println!("first view: {bytes} bytes transferred, first paint at {} ms", report["figures"]["firstPaintMs"]);
     assert!(bytes > 0 && bytes < 150 * 1024, "the first view transfers {bytes} bytes (goal under 150 KB)");
-    for page in ["sign-in", "catalog", "entry", "net", "parked", "executors", "audit", "agents", "secrets", "refused"] {
+    for page in [
+        "sign-in",
+        "catalog",
+        "entry",
+        "net",
+        "tokens",
+        "parked",
+        "executors",
+        "whole-output",
+        "audit",
+        "agents",
+        "secrets",
+        "refused",
+        "blob-refused",
+    ] {
         assert!(shots.join(format!("{page}.png")).exists(), "no screenshot of {page}");
     }
 }

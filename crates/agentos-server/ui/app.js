@@ -562,18 +562,24 @@ async function showJob(id, into) {
     const job = await get(`/api/jobs/${encodeURIComponent(id)}`);
     const r = job.results[0] || {};
     const blob = async (urn) => {
-      const x = await fetch(`/api/blobs/${urn}`, { headers: { Authorization: `Bearer ${S.token}` } });
-      const text = await x.text();
-      if (!x.ok) {
-        // The master's refusal (a token without r, say), not its JSON shown as the output.
-        let why = `HTTP ${x.status}`;
-        try {
-          why = JSON.parse(text).error.message || why;
-        } catch {}
-        alertBox(`The whole output could not be read: ${why}`);
-        return;
+      try {
+        // Not from the browser's cache: the master answers a blob as cacheable for a year, and
+        // the cache does not key on the token, so a copy read by an earlier sign-in in this
+        // browser would be shown to a token the master refuses (one without r, say).
+        const x = await fetch(`/api/blobs/${urn}`, { headers: { Authorization: `Bearer ${S.token}` }, cache: 'no-store' });
+        const text = await x.text();
+        if (!x.ok) {
+          // The master's refusal with its status, not its JSON shown as the output.
+          let err = {};
+          try {
+            err = JSON.parse(text).error || {};
+          } catch {}
+          throw new ApiError(x.status, err.code, err.message || `HTTP ${x.status}`);
+        }
+        into.append(h('h3', {}, 'Whole output'), h('pre', {}, text));
+      } catch (e) {
+        alertBox(`The whole output could not be read: ${explain(e)}`);
       }
-      into.append(h('h3', {}, 'Whole output'), h('pre', {}, text));
     };
     fill(into, h('h2', {}, `Job ${id}`), kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['error', r.error]]),
       h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),

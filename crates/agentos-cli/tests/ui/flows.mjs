@@ -1,8 +1,10 @@
 // The page in headless Chromium, driven by Playwright: sign in, search, open an entry, see
 // shadowing, watch a token move live, fire from the page, a 403 explained for an agent without
-// the flag; no JavaScript error and no console error on any page but the refusals provoked on
-// purpose. Screenshots go to $SCREENSHOTS. Run by tests/ui.rs, which prepares the master.
-const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
+// the flag, a place with more tokens than are shown, a job's whole stdout loaded from its blob
+// and that read refused for an agent without r; no JavaScript error and no console error on any
+// page but the refusals provoked on purpose. Screenshots go to $SCREENSHOTS. Run by
+// tests/ui.rs, which prepares the master.
+const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, CALLER_TOKEN, LOUD_JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 // Installed by scripts/ui-env under target/tools/ui, named by its path.
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
 const problems = [];
@@ -132,6 +134,17 @@ await page.locator('#tokens details summary').first().click();
 await page.locator('#tokens pre', { hasText: '"n"' }).first().waitFor();
 await shot('net');
 
+// A place with more tokens than the page shows (205, 200 shown): the first 200, and how to read on.
+await page.goto(`${BASE}/#/nets/many`);
+await page.locator('g[data-place=p-many] text.count', { hasText: /^205$/ }).waitFor();
+await page.click('g[data-place=p-many]');
+const shownTokens = page.locator('#tokens-shown');
+await shownTokens.waitFor();
+check((await page.locator('#tokens details.token').count()) === 200, 'the place shows 200 of its tokens');
+const readOn = await shownTokens.textContent();
+check(readOn.includes('The first 200 of 205 tokens') && readOn.includes('offset=200&limit=200'), `how to read on: ${readOn}`);
+await shot('tokens');
+
 // A transition that parked a token shows it, with the reason.
 // A net with nothing in it is drawn with a size of its own, not an infinite one.
 await page.goto(`${BASE}/#/nets/empty`);
@@ -149,9 +162,20 @@ await shot('parked');
 // Executors and jobs: the executor, and the job the test ran, with its output.
 await page.goto(`${BASE}/#/executors`);
 await page.locator('tr[data-executor=e1]').waitFor();
-await page.locator('tr[data-job] a').first().click();
+await page.locator('tr[data-job]', { hasText: 'hello from the job' }).locator('a').click();
 await page.locator('#job pre', { hasText: 'hello from the job' }).waitFor();
 await shot('executors');
+// A stdout past what is kept inline: its first 2,000 characters, and the whole from its blob.
+await page.click(`tr[data-job="${LOUD_JOB}"] a`);
+const loadWhole = page.locator('#job button', { hasText: 'Load the whole stdout' });
+await loadWhole.waitFor();
+check((await page.locator('#job pre').first().textContent()) === 'a'.repeat(2000), 'the stdout shown is its first 2,000 characters');
+await loadWhole.click();
+await page.locator('#job h3', { hasText: 'Whole output' }).waitFor();
+const whole = await page.locator('#job pre').last().textContent();
+check(whole.length === 150000 && whole.endsWith('az'), `the whole stdout: ${whole.length} characters ending ${whole.slice(-5)}`);
+check(await page.locator('#alert').isHidden(), `an alert beside the whole stdout: ${await page.locator('#alert').textContent()}`);
+await shot('whole-output');
 
 // Audit, filtered by type.
 await page.goto(`${BASE}/#/audit?type=Net`);
@@ -204,6 +228,30 @@ await refused.waitFor();
 const why = await refused.textContent();
 check(why.includes("'x'"), `the refusal names the missing flag: ${why}`);
 await shot('refused');
+
+// An agent that may run scripts but not read (no r) sees its own job, and the whole stdout it
+// asks for is refused (the blobs need r): the page says so, with the status and the reason. The
+// operator read the same blob in this browser above: the master is asked again, not the
+// browser's cache, which would hand over the copy the operator was given.
+await page.click('#sign-out');
+await page.locator('#sign-in').waitFor();
+await page.fill('#token', CALLER_TOKEN);
+await page.click('#sign-in button[type=submit]');
+await page.locator('#catalog-search').waitFor();
+// The executors are not for it either: that list is refused, the page says so in its place.
+expected.push(403);
+await page.goto(`${BASE}/#/executors`);
+await page.click(`tr[data-job="${LOUD_JOB}"] a`);
+const loadRefused = page.locator('#job button', { hasText: 'Load the whole stdout' });
+await loadRefused.waitFor();
+expected.push(403);
+await loadRefused.click();
+const blobRefused = page.locator('#alert', { hasText: 'The whole output could not be read' });
+await blobRefused.waitFor();
+const blobWhy = await blobRefused.textContent();
+check(blobWhy.includes('Not allowed (403)') && blobWhy.includes("'r'") && blobWhy.includes('/api/blobs/'), `the refused read is explained: ${blobWhy}`);
+check((await page.locator('#job h3', { hasText: 'Whole output' }).count()) === 0, 'a refusal is not shown as the output');
+await shot('blob-refused');
 
 await browser.close();
 console.log(JSON.stringify({ figures, problems }));
