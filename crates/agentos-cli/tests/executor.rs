@@ -222,6 +222,8 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     let (status, v) = reader.post(&cancel, json!({}));
     assert_eq!((status, v["error"]["code"].as_str()), (403, Some("forbidden")), "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("only its invoker or the operator"), "{v}");
+    let (status, v) = invoker.get(&format!("{path}/stdout"));
+    assert_eq!((status, v["error"]["code"].as_str()), (409, Some("job_not_finished")), "{v}");
     let started = std::time::Instant::now();
     let (status, v) = invoker.post(&cancel, json!({}));
     assert_eq!(status, 200, "{v}");
@@ -424,9 +426,36 @@ fn a_mebibyte_of_stdout_is_offloaded_to_the_blob_store() {
     let mut expected = vec![b'a'; 1048575];
     expected.push(b'z');
     assert_eq!(blob["sha256"], sha256_hex(&expected));
-    let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", blob["urn"].as_str().unwrap()));
+    let blob_path = format!("/api/blobs/{}", blob["urn"].as_str().unwrap());
+    let (status, bytes) = api.get_bytes(&blob_path);
     assert_eq!(status, 200);
     assert_eq!(bytes, expected);
+    // A browser keeps no copy of a job's output, and keys any blob's copy on the token.
+    let resp = api.http.get(format!("{}{blob_path}", api.url)).bearer_auth(&m.token).send().unwrap();
+    assert_eq!(resp.headers()["cache-control"], "private, no-store");
+    assert_eq!(resp.headers()["vary"], "authorization");
+
+    // The invoker reads its job's whole output by the job's id, with no `r`; another agent
+    // finds no such job.
+    let caller = api.agent("caller", "--x------s");
+    let other = api.agent("other", "--x------s");
+    let resp = caller
+        .http
+        .post(format!("{}/api/tools/loud/invoke", caller.url))
+        .bearer_auth(caller.token.as_ref().unwrap())
+        .header("Prefer", "respond-async")
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 202);
+    let job = resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string();
+    wait_for("the job to finish", || caller.get(&format!("/api/jobs/{job}")).1["state"] == "finished");
+    assert_eq!(caller.get_bytes(&blob_path).0, 403, "the blob route takes r");
+    let (status, bytes) = caller.get_bytes(&format!("/api/jobs/{job}/stdout"));
+    assert_eq!(status, 200);
+    assert!(bytes == expected, "the whole stdout, {} bytes", bytes.len());
+    assert_eq!(caller.get_bytes(&format!("/api/jobs/{job}/stderr")), (200, Vec::new()));
+    assert_eq!(other.get_bytes(&format!("/api/jobs/{job}/stdout")).0, 404);
 
     // Called as an operation (a shell command, an MCP client), the output is the whole of it,
     // read back from the blob, never the preview.

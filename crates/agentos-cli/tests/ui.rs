@@ -2,8 +2,8 @@
 //! playwright-core (npm), both installed by `scripts/ui-env`. The master is prepared here
 //! through the API; `tests/ui/flows.mjs` signs in, searches, opens an entry, sees shadowing,
 //! watches a token move live, fires from the page and sees a 403 explained, opens a place with
-//! more tokens than the page shows, loads a job's whole stdout from its blob and sees that read
-//! refused for an agent without `r`, and fails on any JavaScript error or `console.error` but
+//! more tokens than the page shows, loads a job's whole stdout (as an agent without `r` too) and
+//! sees the read of a damaged one refused, and fails on any JavaScript error or `console.error` but
 //! the refusals it provokes. Screenshots of each page go to `target/ui-screenshots/`.
 
 mod common;
@@ -69,9 +69,13 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     // A job whose stdout (150,000 bytes) passes the 128 KiB kept inline: its result holds the
     // first 2,000 characters and the blob with the whole. Run by an agent that may call scripts
     // but not read (no `r`), as `agentos invoke` does it: the page shows it its own job, and
-    // reading the blob, which needs `r`, is refused.
-    let loud = "import sys\nsys.stdout.write('a' * 149999 + 'z')";
-    assert_eq!(api.register("loud", "python3", loud, None).0, 200);
+    // the whole stdout, read by the job's id (the blob route itself needs `r`).
+    let loud = |id: &str, c: char| {
+        let script = format!("import sys\nsys.stdout.write('{c}' * 149999 + 'z')");
+        assert_eq!(api.register(id, "python3", &script, None).0, 200);
+    };
+    loud("loud", 'a');
+    loud("broken", 'b');
     let caller = api.agent("caller", "--x------s");
     let (status, r) = caller.invoke("loud", json!({}));
     assert_eq!(status, 200, "{r}");
@@ -80,6 +84,13 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     let loud_job = r["jobId"].as_str().unwrap().to_string();
     let (status, v) = caller.get(&format!("/api/blobs/{}", r["stdoutBlob"]["urn"].as_str().unwrap()));
     assert_eq!(status, 403, "{v}");
+    // Another, whose stored output is then damaged on disk: the master refuses to serve it.
+    let (status, r) = caller.invoke("broken", json!({}));
+    assert_eq!(status, 200, "{r}");
+    let broken_job = r["jobId"].as_str().unwrap().to_string();
+    let urn = r["stdoutBlob"]["urn"].as_str().unwrap();
+    let (namespace, sha) = urn.trim_start_matches("urn:agentos:blob:").rsplit_once('/').unwrap();
+    std::fs::write(m.blob_file(namespace, sha), "damaged").unwrap();
 
     // A place holding more tokens than the page shows at once (200), which nothing takes from.
     let (status, v) = api.put("/api/models/many/net", json!({"places": ["p-many"], "transitions": []}));
@@ -112,6 +123,7 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         .env("TEMP_TOKEN", temp.token.as_deref().unwrap())
         .env("CALLER_TOKEN", caller.token.as_deref().unwrap())
         .env("LOUD_JOB", &loud_job)
+        .env("BROKEN_JOB", &broken_job)
         .env("SCREENSHOTS", &shots)
         .env("PLAYWRIGHT_CORE", &playwright)
         .output()
@@ -137,7 +149,8 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         "agents",
         "secrets",
         "refused",
-        "blob-refused",
+        "own-output",
+        "output-refused",
     ] {
         assert!(shots.join(format!("{page}.png")).exists(), "no screenshot of {page}");
     }

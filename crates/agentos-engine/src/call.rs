@@ -149,22 +149,19 @@ impl Dispatch<'_> {
         // would pass for it. (The mark covers both streams; a large stdout is the likely one.)
         if r.output_truncated {
             return Err(failed(format!(
-                "its output passed the executor's limit and was cut; the {} bytes kept are in {} (GET /api/blobs/{{urn}})",
-                blob.size_bytes, blob.urn
+                "its output passed the executor's limit and was cut; the {} bytes kept are in {} (GET /api/jobs/{}/stdout)",
+                blob.size_bytes, blob.urn, r.job_id
             )));
         }
-        let urn = blob.urn.parse::<agentos_core::urn::BlobUrn>().map_err(|e| failed(e.to_string()))?;
         let bytes = self
-            .inner
-            .catalog
-            .blobs
-            .get_checked(&urn, Some(blob.size_bytes))
+            .dispatch()
+            .read_output(&blob.urn, blob.size_bytes)
             .await
             .map_err(|e| failed(format!("reading its output back from {}: {e}", blob.urn)))?;
         r.stdout = String::from_utf8(bytes).map_err(|_| {
             failed(format!(
-                "its output is {} bytes that are not text; they are in {} (GET /api/blobs/{{urn}})",
-                blob.size_bytes, blob.urn
+                "its output is {} bytes that are not text; they are in {} (GET /api/jobs/{}/stdout)",
+                blob.size_bytes, blob.urn, r.job_id
             ))
         })?;
         Ok(crate::bindings::Outcome::Job(r))

@@ -449,6 +449,37 @@ impl Dispatch<'_> {
         Ok((preview, Some(OutputBlob { urn: urn.to_string(), size_bytes: bytes.len() as u64, sha256: sha })))
     }
 
+    /// The bytes of an output [`Self::shape_output`] stored as a blob, checked against its
+    /// sha256 and size (a damaged one is refused as corrupt, and names its blob).
+    pub(crate) async fn read_output(&self, urn: &str, size_bytes: u64) -> Result<Vec<u8>, EngineError> {
+        Ok(self.inner.catalog.blobs.get_checked(&urn.parse::<BlobUrn>()?, Some(size_bytes)).await?)
+    }
+
+    /// The whole of one output stream of a finished job (its bytes as stored, read back from
+    /// its blob when it was offloaded), for whoever may read the job: its invoker needs no `r`,
+    /// which `GET /api/blobs` takes.
+    pub async fn job_output(&self, principal: &Principal, job_id: &str, stderr: bool) -> Result<Vec<u8>, EngineError> {
+        let record = self.job(principal, job_id).await?;
+        let Some(result) = record.results.last() else {
+            return Err(CoreError::new(
+                agentos_core::ErrorKind::Conflict,
+                "job_not_finished",
+                format!(
+                    "job {} is {}: its output is readable once it has finished (GET /api/jobs/{{id}} says when)",
+                    shown(job_id),
+                    record.state
+                ),
+            )
+            .into());
+        };
+        let (inline, blob) =
+            if stderr { (&result.stderr, &result.stderr_blob) } else { (&result.stdout, &result.stdout_blob) };
+        match blob {
+            None => Ok(inline.as_bytes().to_vec()),
+            Some(b) => self.read_output(&b.urn, b.size_bytes).await,
+        }
+    }
+
     /// Queues the one result of a job for recording; once it is committed, whoever waits gets
     /// it. Waits only for the queue, never for the commit.
     ///

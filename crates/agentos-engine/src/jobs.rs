@@ -1126,4 +1126,4 @@ pub(crate) enum StoreWrite {
 }
 
 /// The blob namespace of job output that is too large to inline; the model follows.
-pub(crate) const OUTPUT_NAMESPACE: &str = "job-output";
+pub const OUTPUT_NAMESPACE: &str = "job-output";

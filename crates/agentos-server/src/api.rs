@@ -239,7 +239,16 @@ pub async fn get_blob(
     if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", urn.sha256())) {
         h.insert(header::ETAG, v);
     }
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("private, max-age=31536000, immutable"));
+    // Content addressed, so never stale; but who may read it is the token's question, so a
+    // browser keys its copy on the token, and keeps no copy of a job's output (a script's
+    // output may hold what a later user of the same browser must not read).
+    h.insert(header::VARY, HeaderValue::from_static("authorization"));
+    let cache = if urn.namespace().split('/').next() == Some(agentos_engine::jobs::OUTPUT_NAMESPACE) {
+        "private, no-store"
+    } else {
+        "private, max-age=31536000, immutable"
+    };
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static(cache));
     Ok(resp)
 }
 
@@ -349,6 +358,39 @@ pub async fn get_job(
     Path(id): Path<String>,
 ) -> Result<Json<wire::JobRecord>, ApiError> {
     Ok(Json(app.engine.dispatch().job(&p, &id).await?.into()))
+}
+
+/// The whole stdout of a finished job, as its bytes: read back from its blob when it was
+/// offloaded, checked against its sha256. Readable by whoever may read the job (its invoker
+/// needs no `r`, which `GET /api/blobs` takes).
+#[utoipa::path(get, path = "/api/jobs/{id}/stdout", tag = "tools", params(("id" = String, Path, description = "Job id")),
+    responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job has not finished (`job_not_finished`)", body = ErrorBody), (status = 500, description = "The stored output is corrupt and is not served", body = ErrorBody)))]
+pub async fn job_stdout(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    job_output(app, p, id, false).await
+}
+
+/// The whole stderr of a finished job, as [`job_stdout`] answers its stdout.
+#[utoipa::path(get, path = "/api/jobs/{id}/stderr", tag = "tools", params(("id" = String, Path, description = "Job id")),
+    responses((status = 200, description = "The bytes", content_type = "application/octet-stream", body = Vec<u8>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "The job has not finished (`job_not_finished`)", body = ErrorBody), (status = 500, description = "The stored output is corrupt and is not served", body = ErrorBody)))]
+pub async fn job_stderr(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    job_output(app, p, id, true).await
+}
+
+async fn job_output(app: AppState, p: Principal, id: String, stderr: bool) -> Result<Response, ApiError> {
+    let bytes = app.engine.dispatch().job_output(&p, &id, stderr).await?;
+    let mut resp = bytes.into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    Ok(resp)
 }
 
 /// Cancel a job invoked directly that has not finished: a queued one never runs, one running

@@ -25,6 +25,8 @@ use crate::wire;
         crate::api::list_executors,
         crate::api::get_job,
         crate::api::cancel_job,
+        crate::api::job_stdout,
+        crate::api::job_stderr,
         crate::api::recent_jobs,
         crate::api::me,
         crate::api::entry_help,

@@ -55,6 +55,8 @@ pub fn router(
         .route("/api/jobs", get(api::recent_jobs))
         .route("/api/jobs/{id}", get(api::get_job))
         .route("/api/jobs/{id}/cancel", post(api::cancel_job))
+        .route("/api/jobs/{id}/stdout", get(api::job_stdout))
+        .route("/api/jobs/{id}/stderr", get(api::job_stderr))
         .route("/api/executor-tokens", post(api::create_executor_token))
         .route("/api/executor/poll", post(api::executor_poll))
         .route("/api/executor/jobs/{id}/heartbeat", post(api::executor_heartbeat))

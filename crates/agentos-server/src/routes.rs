@@ -141,6 +141,9 @@ pub const ROUTES: &[RouteSpec] = &[
     route("GET", "/api/executors", Permission::Flag(Flag::Read)),
     // The engine decides: `l` in the job's model, or the job's own invoker (`job`).
     with_model("GET", "/api/jobs/{id}", Permission::Authenticated, ModelRule::Resource),
+    // The engine decides, as for the job itself (`job_output`).
+    with_model("GET", "/api/jobs/{id}/stdout", Permission::Authenticated, ModelRule::Resource),
+    with_model("GET", "/api/jobs/{id}/stderr", Permission::Authenticated, ModelRule::Resource),
     // The engine decides: the job's own invoker, or the operator (`cancel_job`).
     with_model("POST", "/api/jobs/{id}/cancel", Permission::Authenticated, ModelRule::Resource),
     // Each job listed is one the caller invoked, or one of a model it may read logs of.

@@ -561,12 +561,11 @@ async function showJob(id, into) {
   try {
     const job = await get(`/api/jobs/${encodeURIComponent(id)}`);
     const r = job.results[0] || {};
-    const blob = async (urn) => {
+    // The whole of a stream whose result keeps only its start: read by the job's id, which
+    // whoever may read the job may read (no r needed, as for the blob itself).
+    const whole = async (stream) => {
       try {
-        // Not from the browser's cache: the master answers a blob as cacheable for a year, and
-        // the cache does not key on the token, so a copy read by an earlier sign-in in this
-        // browser would be shown to a token the master refuses (one without r, say).
-        const x = await fetch(`/api/blobs/${urn}`, { headers: { Authorization: `Bearer ${S.token}` }, cache: 'no-store' });
+        const x = await fetch(`/api/jobs/${encodeURIComponent(id)}/${stream}`, { headers: { Authorization: `Bearer ${S.token}` }, cache: 'no-store' });
         const text = await x.text();
         if (!x.ok) {
           // The master's refusal with its status, not its JSON shown as the output.
@@ -576,14 +575,15 @@ async function showJob(id, into) {
           } catch {}
           throw new ApiError(x.status, err.code, err.message || `HTTP ${x.status}`);
         }
-        into.append(h('h3', {}, 'Whole output'), h('pre', {}, text));
+        into.append(h('h3', {}, `Whole ${stream}`), h('pre', {}, text));
       } catch (e) {
-        alertBox(`The whole output could not be read: ${explain(e)}`);
+        alertBox(`The whole ${stream} could not be read: ${explain(e)}`);
       }
     };
     fill(into, h('h2', {}, `Job ${id}`), kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['error', r.error]]),
       h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
-      r.stdoutBlob ? h('button', { onclick: () => blob(r.stdoutBlob.urn) }, 'Load the whole stdout') : null);
+      r.stdoutBlob ? h('button', { onclick: () => whole('stdout') }, 'Load the whole stdout') : null,
+      r.stderrBlob ? h('button', { onclick: () => whole('stderr') }, 'Load the whole stderr') : null);
   } catch (e) {
     fill(into, h('p', { class: 'muted', text: explain(e) }));
   }

@@ -1,10 +1,10 @@
 // The page in headless Chromium, driven by Playwright: sign in, search, open an entry, see
 // shadowing, watch a token move live, fire from the page, a 403 explained for an agent without
-// the flag, a place with more tokens than are shown, a job's whole stdout loaded from its blob
-// and that read refused for an agent without r; no JavaScript error and no console error on any
+// the flag, a place with more tokens than are shown, a job's whole stdout loaded (by an agent
+// without r too) and a damaged one's read refused; no JavaScript error and no console error on any
 // page but the refusals provoked on purpose. Screenshots go to $SCREENSHOTS. Run by
 // tests/ui.rs, which prepares the master.
-const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, CALLER_TOKEN, LOUD_JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
+const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, CALLER_TOKEN, LOUD_JOB, BROKEN_JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 // Installed by scripts/ui-env under target/tools/ui, named by its path.
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
 const problems = [];
@@ -171,7 +171,7 @@ const loadWhole = page.locator('#job button', { hasText: 'Load the whole stdout'
 await loadWhole.waitFor();
 check((await page.locator('#job pre').first().textContent()) === 'a'.repeat(2000), 'the stdout shown is its first 2,000 characters');
 await loadWhole.click();
-await page.locator('#job h3', { hasText: 'Whole output' }).waitFor();
+await page.locator('#job h3', { hasText: 'Whole stdout' }).waitFor();
 const whole = await page.locator('#job pre').last().textContent();
 check(whole.length === 150000 && whole.endsWith('az'), `the whole stdout: ${whole.length} characters ending ${whole.slice(-5)}`);
 check(await page.locator('#alert').isHidden(), `an alert beside the whole stdout: ${await page.locator('#alert').textContent()}`);
@@ -229,29 +229,37 @@ const why = await refused.textContent();
 check(why.includes("'x'"), `the refusal names the missing flag: ${why}`);
 await shot('refused');
 
-// An agent that may run scripts but not read (no r) sees its own job, and the whole stdout it
-// asks for is refused (the blobs need r): the page says so, with the status and the reason. The
-// operator read the same blob in this browser above: the master is asked again, not the
-// browser's cache, which would hand over the copy the operator was given.
+// An agent that may run scripts but not read (no r) sees its own job and loads its whole
+// stdout, read by the job's id. A damaged stored output is refused: the page says so, with the
+// status and the reason, and shows nothing as the output.
 await page.click('#sign-out');
 await page.locator('#sign-in').waitFor();
 await page.fill('#token', CALLER_TOKEN);
 await page.click('#sign-in button[type=submit]');
 await page.locator('#catalog-search').waitFor();
-// The executors are not for it either: that list is refused, the page says so in its place.
+// The executors are not for it: that list is refused, the page says so in its place.
 expected.push(403);
 await page.goto(`${BASE}/#/executors`);
 await page.click(`tr[data-job="${LOUD_JOB}"] a`);
-const loadRefused = page.locator('#job button', { hasText: 'Load the whole stdout' });
-await loadRefused.waitFor();
-expected.push(403);
-await loadRefused.click();
-const blobRefused = page.locator('#alert', { hasText: 'The whole output could not be read' });
-await blobRefused.waitFor();
-const blobWhy = await blobRefused.textContent();
-check(blobWhy.includes('Not allowed (403)') && blobWhy.includes("'r'") && blobWhy.includes('/api/blobs/'), `the refused read is explained: ${blobWhy}`);
-check((await page.locator('#job h3', { hasText: 'Whole output' }).count()) === 0, 'a refusal is not shown as the output');
-await shot('blob-refused');
+const loadOwn = page.locator('#job button', { hasText: 'Load the whole stdout' });
+await loadOwn.waitFor();
+await loadOwn.click();
+await page.locator('#job h3', { hasText: 'Whole stdout' }).waitFor();
+const own = await page.locator('#job pre').last().textContent();
+check(own.length === 150000 && own.endsWith('az'), `its own whole stdout: ${own.length} characters`);
+check(await page.locator('#alert').isHidden(), `an alert beside its whole stdout: ${await page.locator('#alert').textContent()}`);
+await shot('own-output');
+await page.click(`tr[data-job="${BROKEN_JOB}"] a`);
+const loadBroken = page.locator('#job button', { hasText: 'Load the whole stdout' });
+await loadBroken.waitFor();
+expected.push(500);
+await loadBroken.click();
+const outputRefused = page.locator('#alert', { hasText: 'The whole stdout could not be read' });
+await outputRefused.waitFor();
+const brokenWhy = await outputRefused.textContent();
+check(brokenWhy.includes('500') && brokenWhy.includes('is corrupt'), `the refused read is explained: ${brokenWhy}`);
+check((await page.locator('#job h3', { hasText: 'Whole stdout' }).count()) === 0, 'a refusal is not shown as the output');
+await shot('output-refused');
 
 await browser.close();
 console.log(JSON.stringify({ figures, problems }));

@@ -1881,12 +1881,9 @@ impl Nets<'_> {
             return Ok(blob.clone());
         }
         let urn = blob.get("urn").and_then(Value::as_str).unwrap_or_default();
-        let urn = urn.parse::<agentos_core::urn::BlobUrn>().map_err(|e| FireError::Failed(e.to_string()))?;
         let bytes = self
-            .inner
-            .catalog
-            .blobs
-            .get_checked(&urn, Some(size))
+            .dispatch()
+            .read_output(urn, size)
             .await
             .map_err(|e| FireError::Failed(format!("reading the answer's body back: {e}")))?;
         let json = answer.get("contentType").and_then(Value::as_str).is_some_and(|t| t.contains("json"));
