@@ -244,10 +244,15 @@ impl Conn {
             .send()
             .map_err(|e| fail(EXIT_UNREACHABLE, format!("cannot reach the master at {}: {e}", self.url)))?;
         seen.note(&resp);
-        if !resp.status().is_success() {
-            return Err(fail(EXIT_FAILURE, format!("reading {path}: HTTP {}", resp.status().as_u16())));
+        let status = resp.status();
+        let bytes = resp.bytes().map_err(|e| fail(EXIT_FAILURE, format!("reading {path}: {e}")))?;
+        if !status.is_success() {
+            // The master's refusal, with its exit code (3 not allowed, 4 not found, ...).
+            let value = serde_json::from_slice(&bytes)
+                .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+            return Err(refusal(status.as_u16(), &value));
         }
-        resp.bytes().map(|b| b.to_vec()).map_err(|e| fail(EXIT_FAILURE, format!("reading {path}: {e}")))
+        Ok(bytes.to_vec())
     }
 
     pub(crate) fn request(
@@ -261,6 +266,19 @@ impl Conn {
         if let Some(answer) = target.request(method.as_str(), path, query, body.as_ref()) {
             return answer;
         }
+        self.request_with(method, path, query, body, &[])
+    }
+
+    /// As [`Conn::request`], with `headers` sent besides.
+    pub(crate) fn request_with(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        query: &[(&str, String)],
+        body: Option<Value>,
+        headers: &[(&str, &str)],
+    ) -> Result<Value, ClientError> {
+        let target = self.target()?;
         let token = self.token()?;
         let url = format!("{}{}", self.url.trim_end_matches('/'), path);
         let seen = SeenSeq::of(&token);
@@ -269,6 +287,9 @@ impl Conn {
             .build()
             .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
         let mut req = seen.ask(client.request(method, &url).bearer_auth(token).query(query));
+        for (name, value) in headers {
+            req = req.header(*name, *value);
+        }
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -602,6 +623,10 @@ pub struct RunArgs {
     /// Print the whole result as JSON instead of the script's output.
     #[arg(long)]
     pub json: bool,
+    /// Queue the job and print its id at once, without waiting for it (`agentos job wait`,
+    /// `output` and `cancel` take the id).
+    #[arg(long = "async")]
+    pub detach: bool,
     /// Arguments for the script, after `--`.
     #[arg(last = true)]
     pub args: Vec<String>,
@@ -634,24 +659,37 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
     if let Some(t) = a.timeout_ms {
         body["timeoutMs"] = json!(t);
     }
-    let result = a.conn.request(
-        reqwest::Method::POST,
-        &format!("/api/tools/{}/invoke", path_id(&a.id)?),
-        &model_query(a.model.as_deref()),
-        Some(body),
-    )?;
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&result).unwrap_or_default());
+    let path = format!("/api/tools/{}/invoke", path_id(&a.id)?);
+    let query = model_query(a.model.as_deref());
+    if a.detach {
+        let queued =
+            a.conn.request_with(reqwest::Method::POST, &path, &query, Some(body), &[("prefer", "respond-async")])?;
+        match (a.json, queued["jobId"].as_str()) {
+            (false, Some(id)) => outln!("{id}"),
+            _ => outln!("{}", serde_json::to_string_pretty(&queued).unwrap_or_default()),
+        }
+        return Ok(0);
+    }
+    let result = a.conn.request(reqwest::Method::POST, &path, &query, Some(body))?;
+    print_result(&a.conn, &result, a.json)
+}
+
+/// A job's result as `agentos run` prints it: its whole stdout and stderr as they were (read
+/// by the job's id when the result keeps only their start), or the result as JSON; answers the
+/// exit code to end with (the script's own, 124 timed out, 1 when it could not run).
+fn print_result(conn: &Conn, result: &Value, json: bool) -> Result<u8, ClientError> {
+    if json {
+        outln!("{}", serde_json::to_string_pretty(result).unwrap_or_default());
     } else {
         use std::io::Write;
-        let stdout = match result.pointer("/stdoutBlob/urn").and_then(Value::as_str) {
-            Some(urn) => a.conn.bytes(&format!("/api/blobs/{urn}"))?,
-            None => result["stdout"].as_str().unwrap_or("").as_bytes().to_vec(),
+        let job = result["jobId"].as_str().unwrap_or_default();
+        let whole = |stream: &str| -> Result<Vec<u8>, ClientError> {
+            match result.get(format!("{stream}Blob")) {
+                Some(b) if !b.is_null() => conn.bytes(&format!("/api/jobs/{}/{stream}", path_id(job)?)),
+                _ => Ok(result[stream].as_str().unwrap_or("").as_bytes().to_vec()),
+            }
         };
-        let stderr = match result.pointer("/stderrBlob/urn").and_then(Value::as_str) {
-            Some(urn) => a.conn.bytes(&format!("/api/blobs/{urn}"))?,
-            None => result["stderr"].as_str().unwrap_or("").as_bytes().to_vec(),
-        };
+        let (stdout, stderr) = (whole("stdout")?, whole("stderr")?);
         let wrote = output::write_bytes(&stdout);
         let _ = std::io::stderr().write_all(&stderr);
         if let Err(e) = wrote {
@@ -659,7 +697,7 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
         }
     }
     if let Some(err) = result["error"].as_str() {
-        if !a.json {
+        if !json {
             errln!("error: {err}");
         }
         return Ok(if result["timedOut"].as_bool() == Some(true) { EXIT_TIMED_OUT } else { EXIT_FAILURE });
@@ -669,6 +707,94 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
         (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
         _ => EXIT_FAILURE,
     })
+}
+
+/// `agentos job ...`: a job invoked directly, by the id `agentos run --async` printed.
+#[derive(clap::Subcommand)]
+pub enum JobCmd {
+    /// Show a job: queued, running, or finished with how it ended.
+    Show {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Wait until a job has finished, then print its output and exit as `agentos run` does.
+    Wait {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job id.
+        id: String,
+        /// Print the result as JSON instead of the script's output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the whole stdout of a finished job, as its bytes (or its stderr).
+    Output {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job id.
+        id: String,
+        /// Its stderr instead.
+        #[arg(long)]
+        stderr: bool,
+    },
+    /// Cancel a job that has not finished: a queued one never runs, a running one is stopped.
+    /// Your own jobs; the operator, any.
+    Cancel {
+        #[command(flatten)]
+        conn: Conn,
+        /// The job id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// How often `agentos job wait` asks, at most.
+const JOB_WAIT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
+
+pub fn job(cmd: JobCmd) -> ExitCode {
+    let code = match cmd {
+        JobCmd::Show { conn, id, json } => (|| {
+            let v = conn.request(reqwest::Method::GET, &format!("/api/jobs/{}", path_id(&id)?), &[], None)?;
+            output::print(&v, json, output::job);
+            Ok(0)
+        })(),
+        JobCmd::Wait { conn, id, json } => (|| {
+            let path = format!("/api/jobs/{}", path_id(&id)?);
+            let mut every = std::time::Duration::from_millis(50);
+            loop {
+                let v = conn.request(reqwest::Method::GET, &path, &[], None)?;
+                if let Some(result) = v["results"].as_array().and_then(|r| r.last()) {
+                    return print_result(&conn, result, json);
+                }
+                std::thread::sleep(every);
+                every = (every * 2).min(JOB_WAIT_EVERY);
+            }
+        })(),
+        JobCmd::Output { conn, id, stderr } => (|| {
+            let stream = if stderr { "stderr" } else { "stdout" };
+            let bytes = conn.bytes(&format!("/api/jobs/{}/{stream}", path_id(&id)?))?;
+            if let Err(e) = output::write_bytes(&bytes) {
+                output::lost(&e);
+            }
+            Ok(0)
+        })(),
+        JobCmd::Cancel { conn, id, json } => (|| {
+            let v = conn.request(reqwest::Method::POST, &format!("/api/jobs/{}/cancel", path_id(&id)?), &[], None)?;
+            output::print(&v, json, output::job);
+            Ok(0)
+        })(),
+    };
+    match code {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => exit(Err(e)),
+    }
 }
 
 pub fn create_executor_token(conn: &Conn, name: &str) -> Result<(), ClientError> {

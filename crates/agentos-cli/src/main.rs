@@ -91,6 +91,9 @@ enum Cmd {
     },
     /// Run a script tool once and print its output (exit code: the script's).
     Run(client::RunArgs),
+    /// Jobs run with `agentos run --async`: show, wait for, read the output of, cancel.
+    #[command(subcommand)]
+    Job(Box<client::JobCmd>),
     /// Nets: apply a document, see and put tokens, start, stop, fire, watch.
     #[command(subcommand)]
     Net(Box<client::NetCmd>),
@@ -553,6 +556,7 @@ fn main() -> ExitCode {
         }
         Cmd::Executors { conn, json } => client::exit(client::executors(&conn, json)),
         Cmd::Run(args) => client::run_tool(args),
+        Cmd::Job(cmd) => client::job(*cmd),
         Cmd::Catalog(c) => client::exit(run_catalog(*c)),
         Cmd::Net(n) => client::exit(client::net(*n)),
         Cmd::Agent(a) => client::exit(client::agent(*a)),

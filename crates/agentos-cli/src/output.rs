@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::call::shown;
 use agentos_server::Ready;
 
 pub fn print(v: &Value, json: bool, human: impl Fn(&Value) -> String) {
@@ -232,6 +233,29 @@ pub fn ready(r: &Ready, welcome: Option<&LocalWelcome>) {
         let _ = writeln!(o, "Stop with Ctrl-C; everything is kept in the data folder.");
     }
     let _ = o.flush();
+}
+
+/// A job: its state, and once it has finished, how it ended (in one line).
+pub fn job(v: &Value) -> String {
+    let head = format!("job {} in {}: {}", s(v, "jobId"), s(v, "model"), s(v, "state"));
+    let Some(r) = v["results"].as_array().and_then(|r| r.last()) else { return head };
+    let how = match (r["cancelledBy"].as_str(), r["exitCode"].as_i64(), r["signal"].as_i64()) {
+        (Some(by), _, _) => format!("cancelled by {}", shown(by)),
+        (None, Some(code), _) => format!("exit code {code}"),
+        (None, None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None, None) => "did not run to an end".to_string(),
+    };
+    let mut line = format!("{head}, {how}, {} ms", r["durationMs"].as_u64().unwrap_or(0));
+    if let Some(e) = r["executor"].as_str().filter(|e| !e.is_empty()) {
+        line.push_str(&format!(" on {}", shown(e)));
+    }
+    if r["timedOut"].as_bool() == Some(true) {
+        line.push_str(", timed out");
+    }
+    if let Some(err) = r["error"].as_str().filter(|_| r["cancelledBy"].is_null()) {
+        line.push_str(&format!("\nerror: {}", shown(err)));
+    }
+    line
 }
 
 pub fn executors(v: &Value) -> String {

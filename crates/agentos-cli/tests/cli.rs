@@ -653,3 +653,75 @@ fn exit_within(cmd: &mut Command) -> (Option<i32>, String) {
     let _ = child.wait();
     (status.and_then(|s| s.code()), stderr)
 }
+
+/// `agentos` with an agent's token rather than the operator's.
+fn agentos_as(m: &Master, token: &str, args: &[&str]) -> Run {
+    let out = Command::new(BIN).args(args).env("AGENTOS_URL", &m.url).env("AGENTOS_TOKEN", token).output().unwrap();
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// A job run with `--async` is waited for, read and cancelled by its id, by an agent that may
+/// run scripts and nothing else (no `r`): its whole output, past what a result keeps inline, is
+/// read by the job's id.
+#[test]
+fn an_async_run_is_waited_for_read_and_cancelled_by_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "900"]);
+    let api = m.client();
+    let _e = common::Executor::start(&m, &dir.path().join("e"), "e1", &[]);
+    api.register("greet", "sh", "echo \"hi $1\"; echo warn >&2; exit 7", None);
+    api.register("loud", "python3", "import sys\nsys.stdout.write('a' * 149999 + 'z')", None);
+    api.register("hang", "sh", "sleep 60", None);
+    let agent = api.agent("runner", "--x------s");
+    let token = agent.token.as_deref().unwrap();
+
+    let r = agentos_as(&m, token, &["run", "loud"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.len() == 150_000 && r.stdout.ends_with("az"), "{} bytes", r.stdout.len());
+
+    let r = agentos_as(&m, token, &["run", "greet", "--async", "--", "bob"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let id = r.stdout.trim().to_string();
+    assert!(id.starts_with("job-"), "{}", r.stdout);
+    let r = agentos_as(&m, token, &["job", "wait", &id]);
+    assert_eq!((r.code, r.stdout.as_str(), r.stderr.as_str()), (7, "hi bob\n", "warn\n"));
+    let r = agentos_as(&m, token, &["job", "show", &id]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains(&format!("job {id} in runner: finished, exit code 7")), "{}", r.stdout);
+    assert!(r.stdout.contains("on e1"), "{}", r.stdout);
+    let r = agentos_as(&m, token, &["job", "output", &id, "--stderr"]);
+    assert_eq!((r.code, r.stdout.as_str()), (0, "warn\n"), "{}", r.stderr);
+
+    let r = agentos_as(&m, token, &["run", "loud", "--async"]);
+    let loud = r.stdout.trim().to_string();
+    let r = agentos_as(&m, token, &["job", "wait", &loud]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert_eq!(r.stdout.len(), 150_000);
+    let r = agentos_as(&m, token, &["job", "output", &loud]);
+    assert_eq!((r.code, r.stdout.len()), (0, 150_000), "{}", r.stderr);
+
+    let r = agentos_as(&m, token, &["run", "hang", "--async"]);
+    let hang = r.stdout.trim().to_string();
+    let r = agentos_as(&m, token, &["job", "output", &hang]);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("its output is readable once it has finished"), "{}", r.stderr);
+    let r = agentos_as(&m, token, &["job", "cancel", &hang]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("finished, cancelled by runner"), "{}", r.stdout);
+    let r = agentos_as(&m, token, &["job", "wait", &hang]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains("error: cancelled by runner before it finished"), "{}", r.stderr);
+    let r = agentos_as(&m, token, &["job", "cancel", &hang]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("has already finished (cancelled by runner)") && r.stderr.contains("HTTP 409"),
+        "{}",
+        r.stderr
+    );
+    let r = agentos_as(&m, token, &["job", "show", "job-none"]);
+    assert_eq!(r.code, 4, "{}", r.stderr);
+}
