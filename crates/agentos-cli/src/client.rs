@@ -685,7 +685,7 @@ fn print_result(conn: &Conn, result: &Value, json: bool) -> Result<u8, ClientErr
         let job = result["jobId"].as_str().unwrap_or_default();
         let whole = |stream: &str| -> Result<Vec<u8>, ClientError> {
             match result.get(format!("{stream}Blob")) {
-                Some(b) if !b.is_null() => conn.bytes(&format!("/api/jobs/{}/{stream}", path_id(job)?)),
+                Some(b) if !b.is_null() => conn.bytes(&format!("/api/jobs/{}/{stream}", path_part("job id", job)?)),
                 _ => Ok(result[stream].as_str().unwrap_or("").as_bytes().to_vec()),
             }
         };
@@ -761,12 +761,13 @@ const JOB_WAIT_EVERY: std::time::Duration = std::time::Duration::from_millis(500
 pub fn job(cmd: JobCmd) -> ExitCode {
     let code = match cmd {
         JobCmd::Show { conn, id, json } => (|| {
-            let v = conn.request(reqwest::Method::GET, &format!("/api/jobs/{}", path_id(&id)?), &[], None)?;
+            let v =
+                conn.request(reqwest::Method::GET, &format!("/api/jobs/{}", path_part("job id", &id)?), &[], None)?;
             output::print(&v, json, output::job);
             Ok(0)
         })(),
         JobCmd::Wait { conn, id, json } => (|| {
-            let path = format!("/api/jobs/{}", path_id(&id)?);
+            let path = format!("/api/jobs/{}", path_part("job id", &id)?);
             let mut every = std::time::Duration::from_millis(50);
             loop {
                 let v = conn.request(reqwest::Method::GET, &path, &[], None)?;
@@ -779,14 +780,19 @@ pub fn job(cmd: JobCmd) -> ExitCode {
         })(),
         JobCmd::Output { conn, id, stderr } => (|| {
             let stream = if stderr { "stderr" } else { "stdout" };
-            let bytes = conn.bytes(&format!("/api/jobs/{}/{stream}", path_id(&id)?))?;
+            let bytes = conn.bytes(&format!("/api/jobs/{}/{stream}", path_part("job id", &id)?))?;
             if let Err(e) = output::write_bytes(&bytes) {
                 output::lost(&e);
             }
             Ok(0)
         })(),
         JobCmd::Cancel { conn, id, json } => (|| {
-            let v = conn.request(reqwest::Method::POST, &format!("/api/jobs/{}/cancel", path_id(&id)?), &[], None)?;
+            let v = conn.request(
+                reqwest::Method::POST,
+                &format!("/api/jobs/{}/cancel", path_part("job id", &id)?),
+                &[],
+                None,
+            )?;
             output::print(&v, json, output::job);
             Ok(0)
         })(),
@@ -961,10 +967,16 @@ fn model_or_home(conn: &Conn, model: Option<String>) -> Result<String, ClientErr
 }
 
 fn model_path(model: &str) -> Result<&str, ClientError> {
-    if agentos_core::name::is_valid_id(model) {
-        Ok(model)
+    path_part("model name", model)
+}
+
+/// A name that goes into a request's path as it is: one the master could hold (a-z, 0-9 and
+/// '-'), so that nothing typed (`../`, `?`, `%2F`) can make the path another route's.
+fn path_part<'a>(what: &str, name: &'a str) -> Result<&'a str, ClientError> {
+    if agentos_core::name::is_valid_id(name) {
+        Ok(name)
     } else {
-        Err(fail(EXIT_USAGE, format!("invalid model name {model:?}")))
+        Err(fail(EXIT_USAGE, format!("invalid {what} {name:?}: use a-z, 0-9 and '-', at most 64 characters")))
     }
 }
 
@@ -1032,7 +1044,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             let model = model_or_home(&conn, model)?;
             let v = conn.request(
                 reqwest::Method::GET,
-                &format!("/api/models/{}/places/{place}/tokens", model_path(&model)?),
+                &format!("/api/models/{}/places/{}/tokens", model_path(&model)?, path_part("place", &place)?),
                 &[],
                 None,
             )?;
@@ -1044,7 +1056,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 .map_err(|e| fail(EXIT_USAGE, format!("the data is not JSON: {e}")))?;
             let v = conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/places/{place}/tokens", model_path(&model)?),
+                &format!("/api/models/{}/places/{}/tokens", model_path(&model)?, path_part("place", &place)?),
                 &[],
                 Some(json!({"data": data, "name": name})),
             )?;
@@ -1054,7 +1066,11 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/transitions/{transition}/start", model_path(&model)?),
+                &format!(
+                    "/api/models/{}/transitions/{}/start",
+                    model_path(&model)?,
+                    path_part("transition", &transition)?
+                ),
                 &[],
                 Some(json!({})),
             )?;
@@ -1064,7 +1080,11 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/transitions/{transition}/stop", model_path(&model)?),
+                &format!(
+                    "/api/models/{}/transitions/{}/stop",
+                    model_path(&model)?,
+                    path_part("transition", &transition)?
+                ),
                 &[],
                 Some(json!({})),
             )?;
@@ -1074,7 +1094,11 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             let model = model_or_home(&conn, model)?;
             let v = conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/transitions/{transition}/fire", model_path(&model)?),
+                &format!(
+                    "/api/models/{}/transitions/{}/fire",
+                    model_path(&model)?,
+                    path_part("transition", &transition)?
+                ),
                 &[],
                 Some(json!({})),
             )?;
@@ -1112,7 +1136,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/parked/{}/retry", model_path(&model)?, model_path(&token)?),
+                &format!("/api/models/{}/parked/{}/retry", model_path(&model)?, path_part("token id", &token)?),
                 &[],
                 Some(json!({})),
             )?;
@@ -1122,7 +1146,7 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             let model = model_or_home(&conn, model)?;
             conn.request(
                 reqwest::Method::POST,
-                &format!("/api/models/{}/parked/{}/discard", model_path(&model)?, model_path(&token)?),
+                &format!("/api/models/{}/parked/{}/discard", model_path(&model)?, path_part("token id", &token)?),
                 &[],
                 Some(json!({})),
             )?;
@@ -1395,7 +1419,12 @@ pub fn secret(cmd: SecretCmd) -> Result<(), ClientError> {
             output::print(&v, json, |v| output::each_line(v, grant_line));
         }
         SecretCmd::Ungrant { conn, id } => {
-            conn.request(reqwest::Method::DELETE, &format!("/api/secret-grants/{}", model_path(&id)?), &[], None)?;
+            conn.request(
+                reqwest::Method::DELETE,
+                &format!("/api/secret-grants/{}", path_part("grant id", &id)?),
+                &[],
+                None,
+            )?;
             outln!("secret grant {id} revoked");
         }
     }

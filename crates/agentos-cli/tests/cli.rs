@@ -724,4 +724,14 @@ fn an_async_run_is_waited_for_read_and_cancelled_by_its_id() {
     );
     let r = agentos_as(&m, token, &["job", "show", "job-none"]);
     assert_eq!(r.code, 4, "{}", r.stderr);
+    // A name typed into a request's path cannot make it another route's path.
+    for (args, says) in [
+        (&["job", "cancel", "../../agents"][..], "invalid job id \"../../agents\""),
+        (&["net", "tokens", "../../../agents"][..], "invalid place \"../../../agents\""),
+        (&["net", "start", "x?y=1"][..], "invalid transition \"x?y=1\""),
+    ] {
+        let r = agentos_as(&m, token, args);
+        assert_eq!(r.code, 2, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
+    }
 }
