@@ -3,8 +3,9 @@
 //! through the API; `tests/ui/flows.mjs` signs in, searches, opens an entry, sees shadowing,
 //! watches a token move live, fires from the page and sees a 403 explained, opens a place with
 //! more tokens than the page shows, loads a job's whole stdout (as an agent without `r` too) and
-//! sees the read of a damaged one refused, and fails on any JavaScript error or `console.error` but
-//! the refusals it provokes. Screenshots of each page go to `target/ui-screenshots/`.
+//! sees the read of a damaged one refused, cancels a running job (and is told why when another
+//! was cancelled first), and fails on any JavaScript error or `console.error` but the refusals
+//! it provokes. Screenshots of each page go to `target/ui-screenshots/`.
 
 mod common;
 
@@ -61,9 +62,11 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     assert_eq!(api.post("/api/models/park/places/p-in/tokens", json!({"data": {"v": 11}})).0, 200);
     common::wait_for("the token to park", || !api.get("/api/models/park/parked").1.as_array().unwrap().is_empty());
 
-    // A job with output, run by an executor the page lists.
+    // A job with output, run by an executor the page lists. It runs two jobs at once, so that
+    // the two sleeps the page cancels run side by side.
     assert_eq!(api.register("hello", "sh", "echo hello from the job", None).0, 200);
-    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    assert_eq!(api.register("sleeper", "sh", "sleep 60", None).0, 200);
+    let _e = Executor::start_args(&m, &dir.path().join("executor"), "e1", &[], &["--concurrency", "2"]);
     let (status, r) = api.invoke("hello", json!({}));
     assert_eq!(status, 200, "{r}");
     // A job whose stdout (150,000 bytes) passes the 128 KiB kept inline: its result holds the
@@ -113,6 +116,30 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         assert_eq!(api.register(&format!("bulk-{i:03}"), "sh", "echo bulk", None).0, 200);
     }
 
+    // Two jobs started asynchronously and left running: the page cancels one, and tries to
+    // cancel the other after it was cancelled behind its back.
+    let start_sleeper = || {
+        let resp = api
+            .http
+            .post(format!("{}/api/tools/sleeper/invoke", api.url))
+            .bearer_auth(&m.token)
+            .header("Prefer", "respond-async")
+            .json(&json!({"timeoutMs": 120000}))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 202);
+        resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string()
+    };
+    let sleep_job = start_sleeper();
+    let raced_job = start_sleeper();
+    for job in [&sleep_job, &raced_job] {
+        common::wait_for("the sleep to run", || api.get(&format!("/api/jobs/{job}")).1["state"] == "running");
+    }
+    common::wait_for("the executor to list the sleeps", || {
+        let held = api.get("/api/executors").1[0]["jobs"].clone();
+        [&sleep_job, &raced_job].iter().all(|j| held.as_array().is_some_and(|l| l.iter().any(|x| x == j.as_str())))
+    });
+
     let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
     std::fs::create_dir_all(&shots).unwrap();
     let out = Command::new("node")
@@ -124,6 +151,8 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         .env("CALLER_TOKEN", caller.token.as_deref().unwrap())
         .env("LOUD_JOB", &loud_job)
         .env("BROKEN_JOB", &broken_job)
+        .env("SLEEP_JOB", &sleep_job)
+        .env("RACED_JOB", &raced_job)
         .env("SCREENSHOTS", &shots)
         .env("PLAYWRIGHT_CORE", &playwright)
         .output()
@@ -151,7 +180,11 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         "refused",
         "own-output",
         "output-refused",
+        "cancelled",
     ] {
         assert!(shots.join(format!("{page}.png")).exists(), "no screenshot of {page}");
     }
+    // The cancelled sleeps are stopped at the executor's next heartbeat (a third of the lease):
+    // none outlives the test.
+    common::wait_for("the executor to stop the cancelled sleeps", || api.get("/api/executors").1[0]["state"] != "busy");
 }

@@ -214,6 +214,28 @@ function badges(e) {
   ];
 }
 
+// A button for what cannot be undone: the first click asks, in the button itself, and a second
+// one does it. A native confirm() would block the page, and whatever drives it, on a dialog.
+// The button is disabled while `action` runs, so that a third click does not do it twice.
+function confirmButton(attrs, label, question, action) {
+  const button = h('button', { class: 'danger', ...attrs }, label);
+  let armed = false;
+  button.addEventListener('click', async () => {
+    if (!armed) {
+      armed = true;
+      button.textContent = question;
+      return;
+    }
+    button.disabled = true;
+    try {
+      await action();
+    } finally {
+      button.disabled = false;
+    }
+  });
+  return button;
+}
+
 function kv(pairs) {
   return h('dl', { class: 'kv' }, pairs.filter(([, v]) => v !== undefined && v !== null && v !== '').flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v)]));
 }
@@ -557,36 +579,55 @@ async function netView(model) {
 
 // ---- executors and jobs ---------------------------------------------------------------------
 
+// Fetches a job and shows it in `into`.
 async function showJob(id, into) {
   try {
-    const job = await get(`/api/jobs/${encodeURIComponent(id)}`);
-    const r = job.results[0] || {};
-    // The whole of a stream whose result keeps only its start: read by the job's id, which
-    // whoever may read the job may read (no r needed, as for the blob itself).
-    const whole = async (stream) => {
-      try {
-        const x = await fetch(`/api/jobs/${encodeURIComponent(id)}/${stream}`, { headers: { Authorization: `Bearer ${S.token}` }, cache: 'no-store' });
-        const text = await x.text();
-        if (!x.ok) {
-          // The master's refusal with its status, not its JSON shown as the output.
-          let err = {};
-          try {
-            err = JSON.parse(text).error || {};
-          } catch {}
-          throw new ApiError(x.status, err.code, err.message || `HTTP ${x.status}`);
-        }
-        into.append(h('h3', {}, `Whole ${stream}`), h('pre', {}, text));
-      } catch (e) {
-        alertBox(`The whole ${stream} could not be read: ${explain(e)}`);
-      }
-    };
-    fill(into, h('h2', {}, `Job ${id}`), kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['error', r.error]]),
-      h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
-      r.stdoutBlob ? h('button', { onclick: () => whole('stdout') }, 'Load the whole stdout') : null,
-      r.stderrBlob ? h('button', { onclick: () => whole('stderr') }, 'Load the whole stderr') : null);
+    drawJob(await get(`/api/jobs/${encodeURIComponent(id)}`), into);
   } catch (e) {
     fill(into, h('p', { class: 'muted', text: explain(e) }));
   }
+}
+
+function drawJob(job, into) {
+  const id = job.jobId;
+  const r = job.results[0] || {};
+  // The whole of a stream whose result keeps only its start: read by the job's id, which
+  // whoever may read the job may read (no r needed, as for the blob itself).
+  const whole = async (stream) => {
+    try {
+      const x = await fetch(`/api/jobs/${encodeURIComponent(id)}/${stream}`, { headers: { Authorization: `Bearer ${S.token}` }, cache: 'no-store' });
+      const text = await x.text();
+      if (!x.ok) {
+        // The master's refusal with its status, not its JSON shown as the output.
+        let err = {};
+        try {
+          err = JSON.parse(text).error || {};
+        } catch {}
+        throw new ApiError(x.status, err.code, err.message || `HTTP ${x.status}`);
+      }
+      into.append(h('h3', {}, `Whole ${stream}`), h('pre', {}, text));
+    } catch (e) {
+      alertBox(`The whole ${stream} could not be read: ${explain(e)}`);
+    }
+  };
+  // The master answers a cancel with the job as recorded. A refusal (not the invoker, or the
+  // job ended meanwhile) leaves the view stale, so the job is read again beside the reason.
+  const cancel = async () => {
+    try {
+      drawJob(await api('POST', `/api/jobs/${encodeURIComponent(id)}/cancel`), into);
+      alertBox(`job ${id} cancelled`, 'info');
+    } catch (e) {
+      alertBox(explain(e));
+      await showJob(id, into);
+    }
+  };
+  const open = job.state === 'queued' || job.state === 'running';
+  fill(into, h('h2', {}, `Job ${id}`),
+    kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['error', r.error], ['cancelled by', r.cancelledBy]]),
+    open ? h('p', {}, confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)) : null,
+    h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
+    r.stdoutBlob ? h('button', { onclick: () => whole('stdout') }, 'Load the whole stdout') : null,
+    r.stderrBlob ? h('button', { onclick: () => whole('stderr') }, 'Load the whole stderr') : null);
 }
 
 async function executorsView() {
@@ -594,18 +635,23 @@ async function executorsView() {
   const detail = h('div', { class: 'card', id: 'job' }, h('p', { class: 'muted', text: 'Click a job to see its output.' }));
   const [executors, jobs] = await Promise.all([get('/api/executors').catch((e) => e), get('/api/jobs?limit=100').catch((e) => e)]);
   const table = (head, rows) => h('table', {}, h('thead', {}, h('tr', {}, head.map((c) => h('th', {}, c)))), h('tbody', {}, rows));
+  const jobLink = (id, attrs) => h('a', { href: '#', ...attrs, onclick: (ev) => { ev.preventDefault(); showJob(id, detail); } }, id);
+  // The jobs an executor holds have not finished: the recent jobs do not list them yet, so
+  // this is the way to them (and to cancelling one).
+  const held = (e) => [...e.jobs.map((id) => jobLink(id, { 'data-held-job': id })), e.otherJobs ? `+${e.otherJobs} in other models` : null]
+    .filter(Boolean).flatMap((x, i) => (i ? [', ', x] : [x]));
   show(h('h1', { text: 'Executors & jobs' }),
     h('h2', { text: 'Executors' }),
     executors instanceof Error ? h('p', { class: 'muted', text: explain(executors) })
       : executors.length ? table(['name', 'state', 'last seen', 'jobs held'], executors.map((e) => h('tr', { 'data-executor': e.name },
         h('td', {}, e.name), h('td', {}, h('span', { class: `badge ${e.state === 'gone' ? 'bad' : 'ok'}` }, e.state)), h('td', { class: 'muted' }, e.lastSeen),
-        h('td', {}, [...e.jobs, e.otherJobs ? `+${e.otherJobs} in other models` : ''].filter(Boolean).join(', ')))))
+        h('td', {}, held(e)))))
         : h('p', { class: 'muted', text: 'No executor has polled this master.' }),
     h('h2', { text: 'Recent jobs' }),
     h('div', { class: 'grid' },
       jobs instanceof Error ? h('p', { class: 'muted', text: explain(jobs) })
         : jobs.length ? table(['job', 'tool', 'model', 'exit', 'duration', 'finished', 'output'], jobs.map((j) => h('tr', { 'data-job': j.jobId },
-          h('td', {}, h('a', { href: '#', onclick: (ev) => { ev.preventDefault(); showJob(j.jobId, detail); } }, j.jobId)),
+          h('td', {}, jobLink(j.jobId)),
           h('td', {}, j.toolId || ''), h('td', {}, j.model),
           h('td', {}, j.error ? h('span', { class: 'badge bad', title: j.error }, 'failed') : h('span', { class: `badge ${j.exitCode === 0 ? 'ok' : 'bad'}` }, j.timedOut ? 'timed out' : String(j.exitCode ?? j.signal))),
           h('td', {}, `${j.durationMs} ms`), h('td', { class: 'muted' }, j.finishedAt),
@@ -681,25 +727,15 @@ async function agentsView() {
     show(h('h1', { text: 'Agents' }), h('p', { class: 'muted', text: explain(e) }));
     return;
   }
-  const revoke = (name) => {
-    const button = h('button', { class: 'danger', 'data-revoke': name }, 'Revoke');
-    let armed = false;
-    button.addEventListener('click', async () => {
-      if (!armed) {
-        armed = true;
-        button.textContent = `Revoke ${name}: sure?`;
-        return;
-      }
-      try {
-        await api('DELETE', `/api/agents/${encodeURIComponent(name)}`);
-        alertBox(`${name} revoked: its token no longer works`, 'info');
-        agentsView();
-      } catch (e) {
-        alertBox(explain(e));
-      }
-    });
-    return button;
-  };
+  const revoke = (name) => confirmButton({ 'data-revoke': name }, 'Revoke', `Revoke ${name}: sure?`, async () => {
+    try {
+      await api('DELETE', `/api/agents/${encodeURIComponent(name)}`);
+      alertBox(`${name} revoked: its token no longer works`, 'info');
+      agentsView();
+    } catch (e) {
+      alertBox(explain(e));
+    }
+  });
   const rows = (kind) => all.filter((p) => p.kind === kind).map((p) => h('tr', { 'data-principal': p.name },
     h('td', {}, p.name), h('td', {}, flagsView(p.flags)), h('td', {}, p.model), h('td', {}, (p.granted || []).join(', ')), h('td', {}, kind === 'operator' ? '' : revoke(p.name))));
   const head = h('thead', {}, h('tr', {}, ['name', 'flags', 'home model', 'granted models', ''].map((c) => h('th', {}, c))));

@@ -1,10 +1,11 @@
 // The page in headless Chromium, driven by Playwright: sign in, search, open an entry, see
 // shadowing, watch a token move live, fire from the page, a 403 explained for an agent without
 // the flag, a place with more tokens than are shown, a job's whole stdout loaded (by an agent
-// without r too) and a damaged one's read refused; no JavaScript error and no console error on any
-// page but the refusals provoked on purpose. Screenshots go to $SCREENSHOTS. Run by
-// tests/ui.rs, which prepares the master.
-const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, CALLER_TOKEN, LOUD_JOB, BROKEN_JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
+// without r too) and a damaged one's read refused, a running job cancelled (and a cancel refused
+// because another came first); no JavaScript error and no console error on any page but the
+// refusals provoked on purpose. Screenshots go to $SCREENSHOTS. Run by tests/ui.rs, which
+// prepares the master.
+const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, CALLER_TOKEN, LOUD_JOB, BROKEN_JOB, SLEEP_JOB, RACED_JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 // Installed by scripts/ui-env under target/tools/ui, named by its path.
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
 const problems = [];
@@ -176,6 +177,48 @@ const whole = await page.locator('#job pre').last().textContent();
 check(whole.length === 150000 && whole.endsWith('az'), `the whole stdout: ${whole.length} characters ending ${whole.slice(-5)}`);
 check(await page.locator('#alert').isHidden(), `an alert beside the whole stdout: ${await page.locator('#alert').textContent()}`);
 await shot('whole-output');
+
+// Running jobs, reached from the executor that holds them. One cancelled from the page (a
+// second click confirms): shown finished, with who cancelled it, and no longer cancellable.
+const jobFields = () => page.locator('#job dl.kv').evaluate((dl) => {
+  const out = {};
+  for (const dt of dl.querySelectorAll('dt')) out[dt.textContent] = dt.nextElementSibling.textContent;
+  return out;
+});
+await page.goto(`${BASE}/#/executors`);
+await page.click(`tr[data-executor=e1] a[data-held-job="${SLEEP_JOB}"]`);
+await page.locator('#job h2', { hasText: SLEEP_JOB }).waitFor();
+const running = await jobFields();
+check(running.state === 'running', `the held job's state: ${JSON.stringify(running)}`);
+const cancelJob = page.locator('#job button#cancel-job');
+check((await cancelJob.textContent()) === 'Cancel the job', `the cancel button: ${await cancelJob.textContent()}`);
+await cancelJob.click();
+check((await cancelJob.textContent()) === 'Cancel the job: sure?', 'the first click asks');
+check((await api('GET', `/api/jobs/${SLEEP_JOB}`)).state === 'running', 'the first click cancelled the job');
+await cancelJob.click();
+await page.locator('#alert', { hasText: `job ${SLEEP_JOB} cancelled` }).waitFor();
+const cancelled = await jobFields();
+check(cancelled.state === 'finished' && cancelled['cancelled by'] === 'operator'
+  && cancelled.error === 'cancelled by operator before it finished', `the cancelled job: ${JSON.stringify(cancelled)}`);
+check((await page.locator('#job button#cancel-job').count()) === 0, 'a finished job offers to cancel it');
+const recorded = await api('GET', `/api/jobs/${SLEEP_JOB}`);
+check(recorded.state === 'finished' && recorded.results[0].cancelledBy === 'operator', `the job as recorded: ${JSON.stringify(recorded)}`);
+await shot('cancelled');
+// The other, cancelled through the API while the page asks for confirmation: the page's cancel
+// is refused (409), the reason shown, and the job shown as it is now.
+await page.click(`tr[data-executor=e1] a[data-held-job="${RACED_JOB}"]`);
+await page.locator('#job h2', { hasText: RACED_JOB }).waitFor();
+await page.click('#job button#cancel-job');
+await api('POST', `/api/jobs/${RACED_JOB}/cancel`, {});
+expected.push(409);
+await page.click('#job button#cancel-job');
+const raced = page.locator('#alert', { hasText: '409 job_finished' });
+await raced.waitFor();
+const racedWhy = await raced.textContent();
+check(racedWhy.includes('cancelled by operator'), `the refused cancel is explained: ${racedWhy}`);
+await page.locator('#job button#cancel-job').waitFor({ state: 'detached' });
+const now = await jobFields();
+check(now.state === 'finished' && now['cancelled by'] === 'operator', `the job shown after the refusal: ${JSON.stringify(now)}`);
 
 // Audit, filtered by type.
 await page.goto(`${BASE}/#/audit?type=Net`);
