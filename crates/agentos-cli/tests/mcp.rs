@@ -1,7 +1,8 @@
 //! The catalog over MCP, to the official Python SDK's client (`mcp` 2.x, installed by
 //! `scripts/py-env`): Streamable HTTP at `/mcp` and stdio through `agentos mcp`, under both the
 //! initialize handshake (2025-11-25) and 2026-07-28; each principal sees what its flags allow.
-//! Plain HTTP where the exact answer matters: a session serves only the principal that opened it.
+//! Plain HTTP where the exact answer matters: a session serves only the principal that opened it,
+//! and a message that cannot be read, or lacks the params its method needs, is told why.
 
 mod common;
 
@@ -283,18 +284,26 @@ struct Answer {
 
 /// One request to `/mcp` under `token`, in `session` when given.
 fn exchange(m: &Master, method: &str, token: &str, session: Option<&str>, body: Option<Value>) -> Answer {
+    let mut headers = vec![("mcp-protocol-version", "2025-11-25")];
+    if let Some(s) = session {
+        headers.push(("mcp-session-id", s));
+    }
+    send(m, method, token, &headers, body.map(|b| b.to_string()))
+}
+
+/// One request to `/mcp` under `token` with `headers`, its body sent as it is, as JSON.
+fn send(m: &Master, method: &str, token: &str, headers: &[(&str, &str)], body: Option<String>) -> Answer {
     // One client for every exchange: a blocking client starts a runtime of its own.
     static HTTP: std::sync::LazyLock<reqwest::blocking::Client> = std::sync::LazyLock::new(common::http);
     let mut req = HTTP
         .request(reqwest::Method::from_bytes(method.as_bytes()).unwrap(), format!("{}/mcp", m.url))
         .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-11-25");
-    if let Some(s) = session {
-        req = req.header("mcp-session-id", s);
+        .header("accept", "application/json, text/event-stream");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
     }
     if let Some(b) = body {
-        req = req.header("content-type", "application/json").body(b.to_string());
+        req = req.header("content-type", "application/json").body(b);
     }
     let resp = req.send().unwrap();
     let header = |name: &str| resp.headers().get(name).map(|v| v.to_str().unwrap().to_string());
@@ -316,6 +325,155 @@ fn open_session(m: &Master, token: &str) -> Result<String, Answer> {
 
 fn tools_list() -> Value {
     json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+}
+
+/// The one JSON-RPC message an answer carries: its JSON body, or the message among the events
+/// of its stream (rmcp answers a request in a session as a stream).
+fn message_of(a: &Answer) -> Value {
+    match a.content_type.as_deref() {
+        Some("application/json") => serde_json::from_str(&a.body).unwrap_or_else(|e| panic!("{e}: {a:?}")),
+        Some("text/event-stream") => a
+            .body
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .find_map(|data| serde_json::from_str::<Value>(data).ok())
+            .unwrap_or_else(|| panic!("no message in the stream: {a:?}")),
+        _ => panic!("neither JSON nor an event stream: {a:?}"),
+    }
+}
+
+/// Asserts that `message` is a JSON-RPC error with `code`, for `id`, whose message contains
+/// `says`.
+fn assert_error(message: &Value, code: i64, id: &Value, says: &str) {
+    assert_eq!(message["jsonrpc"], "2.0", "{message}");
+    // Written out even when null: a client reads no error without it.
+    assert_eq!(message.get("id"), Some(id), "{message}");
+    assert_eq!(message["error"]["code"], code, "{message}");
+    let text = message["error"]["message"].as_str().unwrap_or_default();
+    assert!(text.contains(says), "{says:?} in {message}");
+}
+
+/// That the session still answers `tools/list` and `tools/call`, and a new one still opens.
+fn assert_serves(m: &Master, session: &str) {
+    let listed = message_of(&exchange(m, "POST", &m.token, Some(session), Some(tools_list())));
+    assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+    let called = message_of(&exchange(m, "POST", &m.token, Some(session), Some(search_of(3, 1))));
+    assert_eq!(called["result"]["isError"], false, "{called}");
+    open_session(m, &m.token).unwrap();
+}
+
+#[test]
+fn mcp_answers_a_batch_a_wrong_version_and_a_body_that_is_not_json_with_a_json_rpc_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let session = open_session(&m, &m.token).unwrap();
+    // rmcp answered each with a 415 in plain text ("fail to deserialize request body ..."),
+    // which reads as a wrong Content-Type and which no MCP client reads as an error.
+    let cases = [
+        (
+            r#"[{"jsonrpc":"2.0","id":5,"method":"tools/list"}]"#,
+            -32600,
+            json!(null),
+            "a batch (JSON array) is not accepted",
+        ),
+        ("[]", -32600, json!(null), "send one JSON-RPC message per request"),
+        (r#"{"jsonrpc":"1.0","id":6,"method":"tools/list"}"#, -32600, json!(6), r#"jsonrpc must be "2.0", not "1.0""#),
+        (r#"{"id":"seven","method":"tools/list"}"#, -32600, json!("seven"), r#"jsonrpc must be "2.0", and is missing"#),
+        (r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#, -32600, json!(null), r#"jsonrpc must be "2.0""#),
+        ("hello", -32700, json!(null), "the body is not JSON (expected value at line 1 column 1)"),
+        (r#"{"jsonrpc":"2.0","id":8,"#, -32700, json!(null), "the body is not JSON (EOF while parsing"),
+        ("", -32700, json!(null), "the body is not JSON"),
+        ("5", -32600, json!(null), "a JSON-RPC message is a JSON object, not 5"),
+        (
+            r#"{"jsonrpc":"2.0","id":{},"method":"tools/list"}"#,
+            -32600,
+            json!(null),
+            "id must be a string or an integer",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":9,"method":"tools/list","params":[1]}"#,
+            -32602,
+            json!(9),
+            "params must be an object",
+        ),
+    ];
+    for (body, code, id, says) in cases {
+        // Alike before a session and in one: rmcp reads the body before it looks for a session.
+        for session in [None, Some(session.as_str())] {
+            let mut headers = vec![("mcp-protocol-version", "2025-11-25")];
+            headers.extend(session.map(|s| ("mcp-session-id", s)));
+            let a = send(&m, "POST", &m.token, &headers, Some(body.to_string()));
+            let what = format!("{body:?} in session {session:?}");
+            assert_eq!((a.status, a.content_type.as_deref()), (400, Some("application/json")), "{what}: {a:?}");
+            assert_error(&message_of(&a), code, &id, says);
+        }
+    }
+    // A Content-Type other than JSON is refused by rmcp before it reads the body, as before.
+    let a = send(&m, "POST", &m.token, &[("content-type", "text/plain")], None);
+    assert_eq!(a.status, 415, "{a:?}");
+    assert_serves(&m, &session);
+}
+
+#[test]
+fn tools_call_without_params_is_invalid_params_not_method_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let session = open_session(&m, &m.token).unwrap();
+    // rmcp answered each -32601 (Method not found) with the method's name alone: it reads a
+    // `tools/call` whose params do not parse as a request for a method it does not know.
+    let shape = r#"tools/call needs params {"name": <a tool from tools/list>, "arguments": {...}}"#;
+    let cases = [
+        (None, "none were given"),
+        (Some(json!(null)), "none were given"),
+        (Some(json!({})), "missing field `name`"),
+        (Some(json!({"nam": "agentos_search_catalog"})), "missing field `name`"),
+        (Some(json!({"name": 5})), "invalid type: integer `5`, expected a string"),
+        (Some(json!({"name": "agentos_search_catalog", "arguments": [1]})), "invalid type: sequence, expected a map"),
+    ];
+    for (i, (params, says)) in cases.into_iter().enumerate() {
+        let id = json!(format!("call-{i}"));
+        let mut call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call"});
+        if let Some(p) = params {
+            call["params"] = p;
+        }
+        // In the session's own form: a 200 event stream, as rmcp answers every request in it.
+        let a = exchange(&m, "POST", &m.token, Some(&session), Some(call.clone()));
+        assert_eq!((a.status, a.content_type.as_deref()), (200, Some("text/event-stream")), "{call}: {a:?}");
+        let answer = message_of(&a);
+        assert_error(&answer, -32602, &id, shape);
+        assert_error(&answer, -32602, &id, says);
+    }
+    // The same for `initialize`, in a session and before one (where rmcp answered 400 "Session
+    // ID is required" in plain text); a method this server does not serve is still not found.
+    let init = json!({"jsonrpc": "2.0", "id": 4, "method": "initialize"});
+    let a = exchange(&m, "POST", &m.token, Some(&session), Some(init.clone()));
+    assert_error(&message_of(&a), -32602, &json!(4), r#"initialize needs params {"protocolVersion""#);
+    let a = exchange(&m, "POST", &m.token, None, Some(init));
+    assert_eq!((a.status, a.content_type.as_deref()), (400, Some("application/json")), "{a:?}");
+    assert_error(&message_of(&a), -32602, &json!(4), "none were given");
+    for method in ["resources/read", "prompts/get", "no/such/method"] {
+        let a =
+            exchange(&m, "POST", &m.token, Some(&session), Some(json!({"jsonrpc": "2.0", "id": 5, "method": method})));
+        assert_error(&message_of(&a), -32601, &json!(5), method);
+    }
+
+    // Without a session, at 2026-07-28 (a request carries its version): answered alike, where
+    // rmcp answered -32601 with HTTP 404; `subscriptions/listen` is served there too.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    for (method, says) in
+        [("tools/call", "missing field `name`"), ("subscriptions/listen", "missing field `notifications`")]
+    {
+        let body = json!({"jsonrpc": "2.0", "id": 6, "method": method, "params": {"_meta": meta}});
+        let headers = [("mcp-protocol-version", "2026-07-28"), ("mcp-method", method)];
+        let a = send(&m, "POST", &m.token, &headers, Some(body.to_string()));
+        assert_eq!(a.status, 200, "{method}: {a:?}");
+        let answer = message_of(&a);
+        assert_error(&answer, -32602, &json!(6), &format!("{method} needs params"));
+        assert_error(&answer, -32602, &json!(6), says);
+    }
+    assert_serves(&m, &session);
 }
 
 #[test]

@@ -12,6 +12,9 @@
 //!   log shows a registration, a removal or a model grant.
 //! - A session belongs to the principal whose `initialize` opened it (`SessionOwners`): under
 //!   any other token its id answers as an unknown one does.
+//! - A body that is not one JSON-RPC message (a batch, a `jsonrpc` other than "2.0", not JSON)
+//!   is answered HTTP 400 with a JSON-RPC error that says what is wrong; a request whose required
+//!   params are missing or malformed is -32602 (Invalid params), not rmcp's -32601.
 //!
 //! `agentos mcp` (the CLI) serves the same over stdio by relaying to this endpoint.
 
@@ -25,8 +28,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::MethodRouter;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientJsonRpcMessage, ClientRequest, ContentBlock,
+    CustomRequest, CustomResult, ErrorCode, Implementation, InitializeRequestParams, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, SubscriptionsListenRequestParams,
+    Tool,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::transport::streamable_http_server::session::SessionManager as _;
@@ -650,6 +655,28 @@ impl ServerHandler for McpServer {
         sessions.push(Session { peer: context.peer.clone(), principal, digest });
     }
 
+    /// rmcp passes on a request whose method it does not know, and also one whose method it knows
+    /// but whose params do not parse (a `tools/call` without them). Its own answer to both is
+    /// -32601 (Method not found), which sends a client looking for a method that is there: the
+    /// second is told -32602 (Invalid params) instead, with the params the method takes.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        let CustomRequest { method, params, .. } = request;
+        // Served only where a request carries its own protocol version (2026-07-28 on); rmcp
+        // answers it -32601 in a session opened by `initialize`, whatever its params.
+        let listens = context.protocol_version().is_some_and(|v| !v.has_initialize());
+        match RequiredParams::of(&method) {
+            Some(needs) if method != "subscriptions/listen" || listens => {
+                Err(McpError::invalid_params(needs.refusal(params), None))
+            }
+            // rmcp's own answer.
+            _ => Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, method, None)),
+        }
+    }
+
     fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
         Some(requested.supported_by(&self.get_info().capabilities))
     }
@@ -674,6 +701,57 @@ impl ServerHandler for McpServer {
                 }
             }
         }
+    }
+}
+
+/// The params a method this server serves cannot go without.
+struct RequiredParams {
+    method: &'static str,
+    /// What they look like, for a client that sent none or others.
+    shape: &'static str,
+    /// Parses them, to say in serde's words why they do not fit.
+    parse: fn(Value) -> Result<(), serde_json::Error>,
+}
+
+/// The methods this server serves whose params are required. rmcp reads a request for one of
+/// them whose params do not parse as a request for a method it does not know.
+const REQUIRED_PARAMS: [RequiredParams; 3] = [
+    RequiredParams {
+        method: "tools/call",
+        shape: r#"{"name": <a tool from tools/list>, "arguments": {...}}"#,
+        parse: parses::<CallToolRequestParams>,
+    },
+    INITIALIZE_PARAMS,
+    RequiredParams {
+        method: "subscriptions/listen",
+        shape: r#"{"notifications": {...}}"#,
+        parse: parses::<SubscriptionsListenRequestParams>,
+    },
+];
+
+const INITIALIZE_PARAMS: RequiredParams = RequiredParams {
+    method: "initialize",
+    shape: r#"{"protocolVersion": ..., "capabilities": {...}, "clientInfo": {"name": ..., "version": ...}}"#,
+    parse: parses::<InitializeRequestParams>,
+};
+
+fn parses<T: serde::de::DeserializeOwned>(params: Value) -> Result<(), serde_json::Error> {
+    serde_json::from_value::<T>(params).map(drop)
+}
+
+impl RequiredParams {
+    fn of(method: &str) -> Option<&'static RequiredParams> {
+        REQUIRED_PARAMS.iter().find(|p| p.method == method)
+    }
+
+    /// The message that refuses `params` (none, or the ones given).
+    fn refusal(&self, params: Option<Value>) -> String {
+        let why = match params.map(self.parse) {
+            None => "none were given".to_owned(),
+            Some(Err(e)) => e.to_string(),
+            Some(Ok(())) => "they were not understood".to_owned(),
+        };
+        format!("{} needs params {}: {why}", self.method, self.shape)
     }
 }
 
@@ -722,8 +800,8 @@ async fn watch(shared: std::sync::Weak<Shared>, mut events: broadcast::Receiver<
 /// (and dropped) before it is refused; a larger one is refused at once.
 const DRAIN_REFUSED_BYTES: usize = 64 << 20;
 
-/// The `/mcp` service over an engine: rmcp's Streamable HTTP server, behind `keep_to_owner`.
-/// It runs inside [`authenticate`], which the router puts around it.
+/// The `/mcp` service over an engine: rmcp's Streamable HTTP server, behind `keep_to_owner` and
+/// then `explain_unread_message`. It runs inside [`authenticate`], which the router puts around it.
 pub fn service(engine: Engine, list_limit: usize) -> MethodRouter {
     let shared =
         Arc::new(Shared { sessions: Mutex::new(Vec::new()), changed: broadcast::channel(16).0, engine, list_limit });
@@ -737,7 +815,9 @@ pub fn service(engine: Engine, list_limit: usize) -> MethodRouter {
     let rmcp_sessions = Arc::new(LocalSessionManager::default());
     let owners = Arc::new(SessionOwners { rmcp: rmcp_sessions.clone(), owners: Mutex::new(HashMap::new()) });
     let rmcp = StreamableHttpService::new(move || Ok(McpServer { shared: shared.clone() }), rmcp_sessions, config);
-    axum::routing::any_service(rmcp).layer(axum::middleware::from_fn_with_state(owners, keep_to_owner))
+    axum::routing::any_service(rmcp)
+        .layer(axum::middleware::from_fn(explain_unread_message))
+        .layer(axum::middleware::from_fn_with_state(owners, keep_to_owner))
 }
 
 /// The header that names a session, in requests and in the answer to `initialize`.
@@ -883,6 +963,153 @@ async fn keep_to_owner(State(owners): State<Arc<SessionOwners>>, req: Request, n
         owners.forget_if_closed(&session).await;
     }
     answer
+}
+
+/// Answers a `POST` whose body rmcp cannot read as one JSON-RPC message (a batch, a `jsonrpc`
+/// other than "2.0", a body that is not JSON) with a JSON-RPC error that says what is wrong.
+/// rmcp answers 415 in plain text ("fail to deserialize request body unrecognized JSON-RPC
+/// message"), which reads as a wrong Content-Type and which no MCP client takes for an error.
+/// So too an `initialize` whose params do not parse: rmcp takes it for another request and
+/// refuses it as sent without a session. Anything rmcp reads, or refuses for another reason,
+/// goes to the client as rmcp answers it; a body is parsed again only when rmcp refused it.
+async fn explain_unread_message(req: Request, next: Next) -> Response {
+    if req.method() != Method::POST || !sends_json(req.headers()) {
+        // rmcp refuses a Content-Type other than JSON before it reads the body, and says so.
+        return next.run(req).await;
+    }
+    let (parts, body) = req.into_parts();
+    // `authenticate` has read the body to its end, bounded: this takes its bytes, not a copy.
+    let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+        tracing::error!("an MCP request's body, read once already, could not be read again");
+        return ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "internal error; the master's log has the details",
+        )
+        .into_response();
+    };
+    let answer = next.run(Request::from_parts(parts, axum::body::Body::from(body.clone()))).await;
+    // rmcp's refusals in plain text; those in JSON-RPC already say what is wrong.
+    let plain_refusal = matches!(answer.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE | StatusCode::BAD_REQUEST)
+        && answer.headers().get(axum::http::header::CONTENT_TYPE).is_none();
+    if !plain_refusal {
+        return answer;
+    }
+    match serde_json::from_slice::<ClientJsonRpcMessage>(&body) {
+        Err(_) => unread_message(&body),
+        Ok(ClientJsonRpcMessage::Request(request)) => match request.request {
+            ClientRequest::CustomRequest(custom) if custom.method == INITIALIZE_PARAMS.method => jsonrpc_refusal(
+                serde_json::to_value(&request.id).ok(),
+                ErrorCode::INVALID_PARAMS,
+                INITIALIZE_PARAMS.refusal(custom.params),
+            ),
+            _ => answer,
+        },
+        // Read, and refused for what rmcp's answer says (no session, say).
+        Ok(_) => answer,
+    }
+}
+
+/// Whether a request says its body is JSON, as rmcp reads its Content-Type.
+fn sends_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The JSON-RPC error for a body that is not one JSON-RPC message MCP accepts: -32700 (Parse
+/// error) for one that is not JSON, -32602 (Invalid params) for params that are not an object,
+/// -32600 (Invalid Request) for the rest. The message's id is kept when it has a valid one.
+fn unread_message(body: &[u8]) -> Response {
+    let message = match serde_json::from_slice::<Value>(body) {
+        Err(e) => {
+            return jsonrpc_refusal(
+                None,
+                ErrorCode::PARSE_ERROR,
+                format!("the body is not JSON ({e}): send one JSON-RPC message, a JSON object"),
+            );
+        }
+        Ok(Value::Array(_)) => {
+            // MCP took batches in 2025-03-26 only; rmcp reads none.
+            return jsonrpc_refusal(
+                None,
+                ErrorCode::INVALID_REQUEST,
+                "a batch (JSON array) is not accepted: send one JSON-RPC message per request",
+            );
+        }
+        Ok(Value::Object(message)) => message,
+        Ok(other) => {
+            return jsonrpc_refusal(
+                None,
+                ErrorCode::INVALID_REQUEST,
+                format!("a JSON-RPC message is a JSON object, not {}", shown(&other)),
+            );
+        }
+    };
+    let id = match message.get("id") {
+        None => None,
+        Some(id) if id.is_string() || id.is_i64() => Some(id.clone()),
+        Some(other) => {
+            return jsonrpc_refusal(
+                None,
+                ErrorCode::INVALID_REQUEST,
+                format!("id must be a string or an integer, not {}", shown(other)),
+            );
+        }
+    };
+    let (code, problem) = match (message.get("jsonrpc"), message.get("method"), message.get("params")) {
+        (None, ..) => (ErrorCode::INVALID_REQUEST, r#"jsonrpc must be "2.0", and is missing"#.to_owned()),
+        (Some(v), ..) if v != "2.0" => {
+            (ErrorCode::INVALID_REQUEST, format!(r#"jsonrpc must be "2.0", not {}"#, shown(v)))
+        }
+        (_, Some(m), _) if !m.is_string() => {
+            (ErrorCode::INVALID_REQUEST, format!("method must be a string, not {}", shown(m)))
+        }
+        (_, None, _) if !message.contains_key("result") && !message.contains_key("error") => (
+            ErrorCode::INVALID_REQUEST,
+            "a message needs a method (a request or a notification), or a result or an error (a response)".to_owned(),
+        ),
+        (_, Some(_), Some(p)) if !p.is_object() && !p.is_null() => {
+            (ErrorCode::INVALID_PARAMS, format!("params must be an object of named params, not {}", shown(p)))
+        }
+        _ => (
+            ErrorCode::INVALID_REQUEST,
+            "not a JSON-RPC request, notification or response as MCP defines them".to_owned(),
+        ),
+    };
+    jsonrpc_refusal(id, code, problem)
+}
+
+/// A JSON value in an error message: itself when short, else what kind of value it is.
+fn shown(v: &Value) -> String {
+    let text = v.to_string();
+    if text.len() <= 40 {
+        return text;
+    }
+    match v {
+        Value::String(_) => "a long string".to_owned(),
+        Value::Array(_) => "an array".to_owned(),
+        Value::Object(_) => "an object".to_owned(),
+        Value::Null | Value::Bool(_) | Value::Number(_) => text,
+    }
+}
+
+/// A JSON-RPC error answered at once, as rmcp answers a message it refuses before any session
+/// serves it: HTTP 400 with the error as a JSON body. An id it cannot name is written as
+/// `"id": null`, where rmcp leaves it out: JSON-RPC 2.0 requires the member, and the Python SDK's
+/// client (2.x) reads no error without it.
+fn jsonrpc_refusal(id: Option<Value>, code: ErrorCode, message: impl Into<String>) -> Response {
+    /// A struct rather than `json!`, for the members in the order JSON-RPC writes them.
+    #[derive(serde::Serialize)]
+    struct Refusal {
+        jsonrpc: &'static str,
+        id: Option<Value>,
+        error: Value,
+    }
+    let body = Refusal { jsonrpc: "2.0", id, error: json!({"code": code.0, "message": message.into()}) };
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// Bearer authentication for `/mcp`: the principal goes into the request for the handler, which
