@@ -198,18 +198,7 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     let (status, v) = api.post("/api/agents", json!({"name": "reader", "flags": "--x-l----s", "model": "invoker"}));
     assert_eq!(status, 200, "{v}");
     let reader = api.with_token(v["token"].as_str());
-    let start = |tool: &str| {
-        let resp = invoker
-            .http
-            .post(format!("{}/api/tools/{tool}/invoke", invoker.url))
-            .bearer_auth(invoker.token.as_ref().unwrap())
-            .header("Prefer", "respond-async")
-            .json(&json!({"timeoutMs": 120000}))
-            .send()
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 202);
-        resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string()
-    };
+    let start = |tool: &str| invoker.invoke_async(tool, json!({"timeoutMs": 120000}));
 
     // Running.
     let e = Executor::start(&m, &dir.path().join("e"), "e", &[]);
@@ -439,16 +428,7 @@ fn a_mebibyte_of_stdout_is_offloaded_to_the_blob_store() {
     // finds no such job.
     let caller = api.agent("caller", "--x------s");
     let other = api.agent("other", "--x------s");
-    let resp = caller
-        .http
-        .post(format!("{}/api/tools/loud/invoke", caller.url))
-        .bearer_auth(caller.token.as_ref().unwrap())
-        .header("Prefer", "respond-async")
-        .json(&json!({}))
-        .send()
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 202);
-    let job = resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string();
+    let job = caller.invoke_async("loud", json!({}));
     wait_for("the job to finish", || caller.get(&format!("/api/jobs/{job}")).1["state"] == "finished");
     assert_eq!(caller.get_bytes(&blob_path).0, 403, "the blob route takes r");
     let (status, bytes) = caller.get_bytes(&format!("/api/jobs/{job}/stdout"));

@@ -411,15 +411,7 @@ fn a_running_job_in_the_shared_queue_is_cancelled_through_another_master() {
     let b = shared.master_with(&dir.path().join("b"), Some(&a), &["--lease-ms", "900"]);
     assert_eq!(register(&a, "hang", "sleep 60").0, 200);
     let _e = Executor::start(&a, &dir.path().join("executor"), "e1", &[]);
-    let resp = common::http()
-        .post(format!("{}/api/tools/hang/invoke", a.url))
-        .bearer_auth(&a.token)
-        .header("Prefer", "respond-async")
-        .json(&json!({"timeoutMs": 120000}))
-        .send()
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 202);
-    let job = resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string();
+    let job = a.client().invoke_async("hang", json!({"timeoutMs": 120000}));
     common::wait_for("the job to run", || {
         send(&b, "GET", &format!("/api/jobs/{job}"), None, None).1["state"] == "running"
     });

@@ -118,18 +118,7 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
 
     // Two jobs started asynchronously and left running: the page cancels one, and tries to
     // cancel the other after it was cancelled behind its back.
-    let start_sleeper = || {
-        let resp = api
-            .http
-            .post(format!("{}/api/tools/sleeper/invoke", api.url))
-            .bearer_auth(&m.token)
-            .header("Prefer", "respond-async")
-            .json(&json!({"timeoutMs": 120000}))
-            .send()
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 202);
-        resp.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string()
-    };
+    let start_sleeper = || api.invoke_async("sleeper", json!({"timeoutMs": 120000}));
     let sleep_job = start_sleeper();
     let raced_job = start_sleeper();
     for job in [&sleep_job, &raced_job] {

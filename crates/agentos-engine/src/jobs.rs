@@ -115,6 +115,25 @@ struct QueueState {
     recording: HashMap<String, OpenJob>,
 }
 
+impl QueueState {
+    /// `job`, taken off the queue for good, marked as having its result recorded (readers see
+    /// it as `running` or `queued`, as it was, until [`MemoryQueue::recorded`]); answers it for
+    /// the engine to record.
+    fn recording(&mut self, job_id: &str, mut job: Job, running: bool) -> Finished {
+        let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running };
+        self.recording.insert(job_id.to_string(), open);
+        Finished {
+            job_id: job_id.to_string(),
+            model: job.model,
+            token: job.token,
+            attempt: job.attempt,
+            waiter: job.waiter.take(),
+            secrets: std::mem::take(&mut job.secrets),
+            invoker: job.invoker.take(),
+        }
+    }
+}
+
 /// The job queue of a master that is alone on its log: in memory.
 pub struct MemoryQueue {
     inner: Mutex<QueueState>,
@@ -306,21 +325,12 @@ impl MemoryQueue {
     /// heartbeat. `None` when no such job is open (or its result is being recorded).
     pub fn take_cancelled(&self, job_id: &str) -> Option<Finished> {
         let mut q = self.lock();
-        let mut job = q.jobs.remove(job_id)?;
+        let job = q.jobs.remove(job_id)?;
         if job.lease.is_none() {
             q.queued.retain(|j| j != job_id);
         }
-        let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running: job.lease.is_some() };
-        q.recording.insert(job_id.to_string(), open);
-        Some(Finished {
-            job_id: job_id.to_string(),
-            model: job.model,
-            token: job.token,
-            attempt: job.attempt,
-            waiter: job.waiter.take(),
-            secrets: std::mem::take(&mut job.secrets),
-            invoker: job.invoker.take(),
-        })
+        let running = job.lease.is_some();
+        Some(q.recording(job_id, job, running))
     }
 
     /// A job if one is queued right now, without waiting.
@@ -425,18 +435,8 @@ impl MemoryQueue {
     pub fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
         let mut q = self.lock();
         checked_holder(&mut q, executor, job_id, lease_id)?;
-        let mut job = q.jobs.remove(job_id).expect("checked above");
-        let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running: true };
-        q.recording.insert(job_id.to_string(), open);
-        Ok(Finished {
-            job_id: job_id.to_string(),
-            model: job.model,
-            token: job.token,
-            attempt: job.attempt,
-            waiter: job.waiter.take(),
-            secrets: std::mem::take(&mut job.secrets),
-            invoker: job.invoker.take(),
-        })
+        let job = q.jobs.remove(job_id).expect("checked above");
+        Ok(q.recording(job_id, job, true))
     }
 
     /// Ends now every lease `executor` took through one of its processes `instances` (ones that
@@ -474,26 +474,12 @@ impl MemoryQueue {
                 let job = q.jobs.get_mut(&id).expect("listed above");
                 let lease = job.lease.take().expect("filtered on lease");
                 if job.attempt >= self.config.max_attempts {
-                    let mut job = q.jobs.remove(&id).expect("listed above");
+                    let job = q.jobs.remove(&id).expect("listed above");
                     let why = format!(
                         "the job was handed out {} times and every lease expired without a result (last held by executor {:?}, which stopped sending heartbeats)",
                         job.attempt, lease.executor
                     );
-                    let waiter = job.waiter.take();
-                    let open = OpenJob { model: job.model.clone(), invoker: job.invoker.clone(), running: true };
-                    q.recording.insert(id.clone(), open);
-                    failed.push((
-                        Finished {
-                            job_id: id,
-                            model: job.model,
-                            token: job.token,
-                            attempt: job.attempt,
-                            waiter,
-                            secrets: job.secrets,
-                            invoker: job.invoker,
-                        },
-                        why,
-                    ));
+                    failed.push((q.recording(&id, job, true), why));
                 } else {
                     q.queued.push_back(id);
                     requeued += 1;

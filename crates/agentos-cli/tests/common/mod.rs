@@ -397,6 +397,14 @@ impl Api {
     pub fn invoke(&self, id: &str, body: Value) -> (u16, Value) {
         self.send(self.http.post(format!("{}/api/tools/{id}/invoke", self.url)).json(&body))
     }
+
+    /// Invokes a tool with `Prefer: respond-async` and answers the id of the job it queued.
+    pub fn invoke_async(&self, id: &str, body: Value) -> String {
+        let req = self.http.post(format!("{}/api/tools/{id}/invoke", self.url)).header("Prefer", "respond-async");
+        let (status, v) = self.send(req.json(&body));
+        assert_eq!(status, 202, "{v}");
+        v["jobId"].as_str().expect("a job id").to_string()
+    }
 }
 
 /// A loopback port free right now, for a master that must keep its address across restarts.
