@@ -755,6 +755,9 @@ pub enum JobCmd {
     },
 }
 
+/// The most tokens the master answers in one page.
+const TOKENS_PAGE_MAX: u32 = 10_000;
+
 /// How often `agentos job wait` asks, at most.
 const JOB_WAIT_EVERY: std::time::Duration = std::time::Duration::from_millis(500);
 
@@ -852,6 +855,12 @@ pub enum NetCmd {
         /// The model whose net this is (default: your home model).
         #[arg(long)]
         model: Option<String>,
+        /// At most this many tokens, oldest first; a line on stderr says when the place holds more.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=i64::from(TOKENS_PAGE_MAX)))]
+        limit: u32,
+        /// Skip this many tokens first (read on from where a page ended).
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -1040,15 +1049,28 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                 conn.request(reqwest::Method::GET, &format!("/api/models/{}/net", model_path(&model)?), &[], None)?;
             output::print(&view, json, output::net);
         }
-        NetCmd::Tokens { conn, place, model, json } => {
+        NetCmd::Tokens { conn, place, model, limit, offset, json } => {
             let model = model_or_home(&conn, model)?;
-            let v = conn.request(
+            // One more than asked for, where the master allows it, tells whether more follow.
+            let ask = (limit + 1).min(TOKENS_PAGE_MAX);
+            let mut v = conn.request(
                 reqwest::Method::GET,
                 &format!("/api/models/{}/places/{}/tokens", model_path(&model)?, path_part("place", &place)?),
-                &[],
+                &[("limit", ask.to_string()), ("offset", offset.to_string())],
                 None,
             )?;
+            let got = v.as_array().map_or(0, Vec::len);
+            if let Some(tokens) = v.as_array_mut() {
+                tokens.truncate(limit as usize);
+            }
             output::print(&v, json, output::tokens);
+            let next = offset + u64::from(limit);
+            if got > limit as usize {
+                errln!("{place} holds more tokens than these {limit}: --offset {next} reads on");
+            } else if got == ask as usize && ask == limit {
+                // A whole page of the largest size: whether more follow, the next one says.
+                errln!("{place} may hold more tokens than these {limit}: --offset {next} reads on");
+            }
         }
         NetCmd::Put { conn, place, token_data, model, name, json } => {
             let model = model_or_home(&conn, model)?;

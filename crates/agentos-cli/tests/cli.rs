@@ -360,6 +360,19 @@ fn nets_from_the_command_line_with_a_yaml_document() {
     let tokens: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(tokens[0]["data"], json!({"n": 1}));
     assert_eq!(m.client().token_data("default", "p-home"), vec![json!({"n": 1})]);
+    // A place is read a page at a time, and the page says when more follow.
+    for n in 2..=5 {
+        assert_eq!(agentos(&m, &["net", "put", "p-home", &format!("{{\"n\":{n}}}")]).code, 0);
+    }
+    let r = agentos(&m, &["net", "tokens", "p-home", "--limit", "2", "--offset", "1", "--json"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let tokens: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(tokens.as_array().unwrap().iter().map(|t| t["data"]["n"].clone()).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(r.stderr.trim(), "p-home holds more tokens than these 2: --offset 3 reads on");
+    let r = agentos(&m, &["net", "tokens", "p-home", "--limit", "2", "--offset", "3"]);
+    assert_eq!((r.code, r.stdout.lines().count(), r.stderr.as_str()), (0, 2, ""), "{}", r.stdout);
+    let r = agentos(&m, &["net", "tokens", "p-home", "--limit", "0"]);
+    assert_eq!(r.code, 2, "{}", r.stderr);
 }
 
 /// Regression: log lines written to a file (`agentos up 2> log`) carried colour codes.
