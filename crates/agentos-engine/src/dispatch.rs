@@ -632,19 +632,28 @@ impl Dispatch<'_> {
             )
             .into());
         }
-        let Some(mut finished) = self.inner.dispatch.jobs.take_cancelled(job_id).await? else {
+        // Taken and recorded on a task of its own: a cancel whose caller goes away half way (its
+        // connection closed) still records the job it took, and answers whoever waits on it.
+        let (engine, id, by) = (self.0.clone(), job_id.to_string(), principal.name.clone());
+        let cancelled = tokio::spawn(async move {
+            let dispatch = engine.dispatch();
+            let Some(mut finished) = dispatch.inner.dispatch.jobs.take_cancelled(&id).await? else {
+                return Ok(false);
+            };
+            let (recorded, is_recorded) = tokio::sync::oneshot::channel();
+            let caller = finished.waiter.replace(recorded);
+            let mut result = JobResult::failed(&id, finished.attempt, format!("cancelled by {by} before it finished"));
+            result.cancelled_by = Some(by);
+            dispatch.finish(finished, result).await;
+            let result = is_recorded.await.map_err(|_| CoreError::internal("recording the cancellation stopped"))?;
+            if let Some(caller) = caller {
+                let _ = caller.send(result);
+            }
+            Ok::<_, EngineError>(true)
+        });
+        if !cancelled.await.map_err(|e| CoreError::internal(format!("the cancellation stopped: {e}")))?? {
             // Its result was taken meanwhile (an executor's, or another cancel).
             return Err(not_cancelled(&self.job(principal, job_id).await?));
-        };
-        let (recorded, is_recorded) = tokio::sync::oneshot::channel();
-        let caller = finished.waiter.replace(recorded);
-        let mut result =
-            JobResult::failed(job_id, finished.attempt, format!("cancelled by {} before it finished", principal.name));
-        result.cancelled_by = Some(principal.name.clone());
-        self.finish(finished, result).await;
-        let result = is_recorded.await.map_err(|_| CoreError::internal("recording the cancellation stopped"))?;
-        if let Some(caller) = caller {
-            let _ = caller.send(result);
         }
         let record = self.job(principal, job_id).await?;
         if record.state != "finished" {
