@@ -985,7 +985,10 @@ fn path_part<'a>(what: &str, name: &'a str) -> Result<&'a str, ClientError> {
     if agentos_core::name::is_valid_id(name) {
         Ok(name)
     } else {
-        Err(fail(EXIT_USAGE, format!("invalid {what} {name:?}: use a-z, 0-9 and '-', at most 64 characters")))
+        Err(fail(
+            EXIT_USAGE,
+            format!("invalid {what} {}: use a-z, 0-9 and '-', at most 64 characters", agentos_core::name::shown(name)),
+        ))
     }
 }
 

@@ -436,6 +436,30 @@ fn a_mebibyte_of_stdout_is_offloaded_to_the_blob_store() {
     assert!(bytes == expected, "the whole stdout, {} bytes", bytes.len());
     assert_eq!(caller.get_bytes(&format!("/api/jobs/{job}/stderr")), (200, Vec::new()));
     assert_eq!(other.get_bytes(&format!("/api/jobs/{job}/stdout")).0, 404);
+    // HEAD asks what GET asks, and needs what GET needs.
+    let head = |path: &str, token: &str| {
+        let resp = api.http.head(format!("{}{path}", api.url)).bearer_auth(token).send().unwrap();
+        (resp.status().as_u16(), resp.headers().get("content-length").map(|v| v.to_str().unwrap().to_string()))
+    };
+    let caller_token = caller.token.clone().unwrap();
+    assert_eq!(head(&format!("/api/jobs/{job}/stdout"), &caller_token), (200, Some("1048576".into())));
+    assert_eq!(head(&format!("/api/jobs/{job}/stdout"), other.token.as_deref().unwrap()).0, 404);
+    assert_eq!(head("/healthz", "").0, 200);
+
+    // A short output that is not text is kept as its bytes, in a blob, not made text.
+    api.register("bytes", "sh", "printf '\\377\\376\\000\\001ok\\n'", None);
+    let (status, r) = api.invoke("bytes", json!({}));
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["stdoutBlob"]["sizeBytes"], 7, "{r}");
+    let (status, bytes) = api.get_bytes(&format!("/api/jobs/{}/stdout", r["jobId"].as_str().unwrap()));
+    assert_eq!((status, bytes), (200, b"\xff\xfe\x00\x01ok\n".to_vec()));
+    // An output whose blob is gone is a fault of the master's, said as such.
+    let urn = r["stdoutBlob"]["urn"].as_str().unwrap();
+    let (namespace, sha) = urn.trim_start_matches("urn:agentos:blob:").rsplit_once('/').unwrap();
+    std::fs::remove_file(m.blob_file(namespace, sha)).unwrap();
+    let (status, v) = api.get(&format!("/api/jobs/{}/stdout", r["jobId"].as_str().unwrap()));
+    assert_eq!((status, v["error"]["code"].as_str()), (500, Some("output_lost")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("that output is lost"), "{v}");
 
     // Called as an operation (a shell command, an MCP client), the output is the whole of it,
     // read back from the blob, never the preview.

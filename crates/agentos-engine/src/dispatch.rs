@@ -438,9 +438,16 @@ impl Dispatch<'_> {
         bytes: Vec<u8>,
         keep: bool,
     ) -> Result<(String, Option<OutputBlob>), EngineError> {
-        if !keep && bytes.len() <= self.inner.dispatch.config.inline_output_bytes {
-            return Ok((String::from_utf8_lossy(&bytes).into_owned(), None));
-        }
+        // Kept inline only as the text it is: bytes that are not UTF-8 would lose what they are
+        // in a string, so they go to a blob whatever their size, which keeps them as they came.
+        let bytes = if !keep && bytes.len() <= self.inner.dispatch.config.inline_output_bytes {
+            match String::from_utf8(bytes) {
+                Ok(text) => return Ok((text, None)),
+                Err(e) => e.into_bytes(),
+            }
+        } else {
+            bytes
+        };
         let sha = sha256_hex(&bytes);
         let urn = BlobUrn::new(&format!("{OUTPUT_NAMESPACE}/{model}"), &sha, None)?;
         self.inner.catalog.blobs.put(&urn, &bytes).await?;
@@ -465,7 +472,7 @@ impl Dispatch<'_> {
                 agentos_core::ErrorKind::Conflict,
                 "job_not_finished",
                 format!(
-                    "job {} is {}: its output is readable once it has finished (GET /api/jobs/{{id}} says when)",
+                    "job {} is {}: its output is readable once it has finished (GET /api/jobs/{job_id} says when; `agentos job wait {job_id}` waits for it)",
                     shown(job_id),
                     record.state
                 ),
@@ -476,7 +483,22 @@ impl Dispatch<'_> {
             if stderr { (&result.stderr, &result.stderr_blob) } else { (&result.stdout, &result.stdout_blob) };
         match blob {
             None => Ok(inline.as_bytes().to_vec()),
-            Some(b) => self.read_output(&b.urn, b.size_bytes).await,
+            // Gone from the store: the job has its result, and its output is lost, which is a
+            // fault of the master's, not a job that is not there.
+            Some(b) => self.read_output(&b.urn, b.size_bytes).await.map_err(|e| match e.kind() {
+                agentos_core::ErrorKind::NotFound => CoreError::new(
+                    agentos_core::ErrorKind::Corrupt,
+                    "output_lost",
+                    format!(
+                        "job {}'s {} was stored as {}, which the blob store no longer holds: that output is lost",
+                        shown(job_id),
+                        if stderr { "stderr" } else { "stdout" },
+                        b.urn
+                    ),
+                )
+                .into(),
+                _ => e,
+            }),
         }
     }
 
@@ -588,9 +610,7 @@ impl Dispatch<'_> {
         let readable = own
             || (principal.flags.has(Flag::Logs) && crate::access::may_use_model(&self.read_state(), principal, &model));
         if state.is_empty() || !readable {
-            return Err(
-                CoreError::not_found(format!("no job {} (a job is recorded when it ends)", shown(job_id))).into()
-            );
+            return Err(CoreError::not_found(format!("no job {} that you may read", shown(job_id))).into());
         }
         Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
     }
@@ -609,9 +629,7 @@ impl Dispatch<'_> {
             let readable = principal.flags.has(Flag::Logs)
                 && crate::access::may_use_model(&self.read_state(), principal, &open.model);
             if !readable {
-                return Err(
-                    CoreError::not_found(format!("no job {} (a job is recorded when it ends)", shown(job_id))).into()
-                );
+                return Err(CoreError::not_found(format!("no job {} that you may read", shown(job_id))).into());
             }
             return Err(CoreError::forbidden(format!(
                 "job {} was invoked by another principal: only its invoker or the operator may cancel it",
@@ -767,7 +785,10 @@ fn not_cancelled(record: &JobRecord) -> EngineError {
             return CoreError::new(
                 agentos_core::ErrorKind::Conflict,
                 "job_finishing",
-                format!("job {id} is finishing (its result is being recorded): read it with GET /api/jobs/{{id}}"),
+                format!(
+                    "job {id} is finishing (its result is being recorded): read it with GET /api/jobs/{}",
+                    record.job_id
+                ),
             )
             .into();
         }
@@ -782,7 +803,8 @@ fn not_cancelled(record: &JobRecord) -> EngineError {
         agentos_core::ErrorKind::Conflict,
         "job_finished",
         format!(
-            "job {id} has already finished ({how}): there is nothing to cancel; its result is at GET /api/jobs/{{id}}"
+            "job {id} has already finished ({how}): there is nothing to cancel; its result is at GET /api/jobs/{}",
+            record.job_id
         ),
     )
     .into()

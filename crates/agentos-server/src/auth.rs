@@ -12,7 +12,12 @@ use crate::state::AppState;
 
 pub async fn authorize(State(app): State<AppState>, mut req: Request, next: Next) -> Result<Response, ApiError> {
     let path = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_default();
-    let method = req.method().as_str().to_string();
+    // HEAD is GET without the body (the router answers it with the GET handler): it needs
+    // what GET needs.
+    let method = match req.method() {
+        &axum::http::Method::HEAD => "GET".to_string(),
+        m => m.as_str().to_string(),
+    };
     // A route missing from the table is refused rather than left open.
     let spec = route_spec(&method, &path)
         .ok_or_else(|| ApiError::forbidden(format!("{method} {path} declares no permission")))?;
