@@ -1,19 +1,25 @@
 //! `agentos mcp`: MCP over stdio for clients that spawn a command. It relays to the master's
 //! `/mcp` (reached through `AGENTOS_URL` and `AGENTOS_TOKEN`, like a shim), so the tools, the
-//! flags that filter them, the answers and the change notifications are the master's own.
+//! flags that filter them, the answers and the change notifications are the master's own, and
+//! a line that is not a message MCP reads is answered with the error `/mcp` gives that body.
+//! The relay's session at the master ends when the relay does.
 
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter,
+    CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientJsonRpcMessage, ClientRequest,
+    CustomRequest, CustomResult, ErrorCode, Implementation, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, ServerJsonRpcMessage, ServerResult, SubscriptionFilter,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, RunningService, SubscriptionContext};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::service::{ClientInitializeError, NotificationContext, Peer, RequestContext, SubscriptionContext};
+use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfig, StreamableHttpError};
+use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, ErrorData as McpError, RoleClient, RoleServer, ServerHandler, ServiceExt};
-use tokio::sync::broadcast;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio::sync::{broadcast, mpsc};
 
 /// Where a change the master announces goes: the stdio client's session, and its listeners.
 #[derive(Clone)]
@@ -45,7 +51,7 @@ impl ClientHandler for Upstream {
 /// The server side, facing the stdio client.
 #[derive(Clone)]
 struct Relay {
-    master: Arc<RunningService<RoleClient, Upstream>>,
+    master: Peer<RoleClient>,
     changes: Changes,
 }
 
@@ -96,6 +102,22 @@ impl ServerHandler for Relay {
         Ok(result.into())
     }
 
+    /// A request rmcp does not read as one of the methods above: the master's answer, which for
+    /// a method it serves whose params do not parse (a `tools/call` without them) is -32602
+    /// with the params it takes, where rmcp's own here would be -32601 (Method not found).
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, McpError> {
+        match self.master.send_request(ClientRequest::CustomRequest(request)).await.map_err(relayed)? {
+            ServerResult::CustomResult(result) => Ok(result),
+            other => serde_json::to_value(other)
+                .map(CustomResult::new)
+                .map_err(|e| McpError::internal_error(e.to_string(), None)),
+        }
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         *self.changes.session.lock().unwrap_or_else(|e| e.into_inner()) = Some(context.peer.clone());
     }
@@ -121,7 +143,7 @@ impl ServerHandler for Relay {
     }
 }
 
-/// `agentos mcp`: serves stdio until the client closes it.
+/// `agentos mcp`: serves stdio until the client closes it or the relay is told to stop.
 pub fn run() -> ExitCode {
     let url = std::env::var("AGENTOS_URL").unwrap_or_else(|_| "http://127.0.0.1:7420".into());
     let Some(token) = std::env::var("AGENTOS_TOKEN").ok().filter(|t| !t.is_empty()) else {
@@ -135,9 +157,14 @@ pub fn run() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(serve(url, token)) {
+    let outcome = runtime.block_on(serve(url, token));
+    // tokio reads stdin on a thread of its own, and a read under way (after SIGTERM, say) would
+    // hold the runtime's end until the client writes again: nothing read now is wanted.
+    runtime.shutdown_background();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err(Failed::Said) => ExitCode::from(1),
+        Err(Failed::Because(e)) => {
             // stdout is the protocol's: the reason goes to stderr, on one line.
             errln!("agentos mcp: {e}");
             ExitCode::from(1)
@@ -145,18 +172,331 @@ pub fn run() -> ExitCode {
     }
 }
 
-async fn serve(url: String, token: String) -> Result<(), String> {
+/// Why the relay ends with a failure.
+enum Failed {
+    /// The reason is on stderr already.
+    Said,
+    Because(String),
+}
+
+/// How long the relay waits for the master to end its session when the relay ends; rmcp's
+/// client gives the `DELETE` 5 seconds of its own.
+const SESSION_END_TIMEOUT: Duration = Duration::from_secs(6);
+
+async fn serve(url: String, token: String) -> Result<(), Failed> {
     let changes = Changes { session: Arc::new(Mutex::new(None)), listeners: broadcast::channel(16).0 };
     let endpoint = format!("{}/mcp", url.trim_end_matches('/'));
+    let http = reqwest::Client::builder().timeout(ASK_TIMEOUT).build().map_err(|e| Failed::Because(e.to_string()))?;
+    let asked = Master { http, endpoint: endpoint.clone(), token: token.clone() };
+    let (stdio, writer) = StdioLines::start(asked.clone());
     let transport = StreamableHttpClientTransport::from_config(
-        StreamableHttpClientTransportConfig::with_uri(endpoint.clone()).auth_header(token),
+        StreamableHttpClientTransportConfig::with_uri(endpoint).auth_header(token),
     );
-    let master = Upstream { changes: changes.clone() }
-        .serve(transport)
-        .await
-        .map_err(|e| format!("cannot reach the master's MCP endpoint {endpoint}: {e}"))?;
-    let relay = Relay { master: Arc::new(master), changes };
-    let running = relay.serve(rmcp::transport::stdio()).await.map_err(|e| e.to_string())?;
-    running.waiting().await.map_err(|e| e.to_string())?;
-    Ok(())
+    let mut master = match (Upstream { changes: changes.clone() }).serve(transport).await {
+        Ok(master) => master,
+        Err(e) => {
+            let refusal = asked.not_opened(e).await;
+            // Said at once, for someone who ran the relay by hand; then the client's
+            // `initialize` is told the same as its answer.
+            errln!("agentos mcp: {}", refusal.message);
+            refuse_first_request(stdio, refusal).await;
+            let _ = writer.await;
+            return Err(Failed::Said);
+        }
+    };
+    let relay = Relay { master: master.peer().clone(), changes };
+    let serving = async {
+        let running = relay.serve(stdio).await.map_err(|e| e.to_string())?;
+        running.waiting().await.map(drop).map_err(|e| e.to_string())
+    };
+    let outcome = tokio::select! {
+        outcome = serving => outcome.map_err(Failed::Because),
+        // Told to stop: ended as when stdin closes, the master's session with it.
+        () = stop_signal() => Ok(()),
+    };
+    // Ends the session at the master (rmcp's client sends the `DELETE` as it closes), which
+    // would otherwise count toward the agent's sessions until it has been idle for 5 minutes.
+    let _ = master.close_with_timeout(SESSION_END_TIMEOUT).await;
+    // Every answer written before the relay exits.
+    let _ = writer.await;
+    outcome
+}
+
+/// SIGTERM or SIGINT; never, where neither can be listened for.
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    match (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// How long the relay waits for the master's answer to a request of its own (not one it relays).
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The master's `/mcp`, for the questions the relay asks it in plain HTTP, outside any session.
+#[derive(Clone)]
+struct Master {
+    http: reqwest::Client,
+    endpoint: String,
+    token: String,
+}
+
+impl Master {
+    fn post(&self, body: Vec<u8>) -> reqwest::RequestBuilder {
+        self.http
+            .post(&self.endpoint)
+            .bearer_auth(&self.token)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .body(body)
+    }
+
+    /// The answer to `line`, one the relay cannot read as a JSON-RPC message MCP accepts: the
+    /// master's, which is the JSON-RPC error `/mcp` gives that body, with the id kept when it
+    /// has a valid one. Sent outside any session, it opens none: no session serves such a
+    /// body, and an `initialize` among them is one whose params do not parse.
+    async fn refusal(&self, line: Vec<u8>) -> Vec<u8> {
+        let said = match self.post(line).send().await {
+            Err(e) => agentos_engine::outbound::describe(&e),
+            Ok(answer) => {
+                let status = answer.status();
+                let text = answer.text().await.unwrap_or_default();
+                match serde_json::from_str::<Value>(&text) {
+                    Ok(error) if status == reqwest::StatusCode::BAD_REQUEST && error["error"]["code"].is_i64() => {
+                        let mut line = error.to_string().into_bytes();
+                        line.push(b'\n');
+                        return line;
+                    }
+                    _ => format!("HTTP {status}: {}", words_of(&text)),
+                }
+            }
+        };
+        let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": ErrorCode::INVALID_REQUEST.0,
+            "message": format!("not a JSON-RPC message MCP reads (asked what is wrong with it, the master answered {said})")}});
+        let mut line = error.to_string().into_bytes();
+        line.push(b'\n');
+        line
+    }
+
+    /// Why the master opened no session for the relay, as the client's `initialize` is answered.
+    ///
+    /// rmcp's client keeps only the status of a 429 or 5xx answer: the master's words (that the
+    /// agent holds its 100 sessions, say) are read from a second `initialize`, sent as plain
+    /// HTTP. Refused as the first was, it opens nothing; if it is not, its session is ended at
+    /// once.
+    async fn not_opened(&self, e: ClientInitializeError) -> McpError {
+        let reason = match &e {
+            ClientInitializeError::TransportError { error, .. } => error.error.as_ref(),
+            other => other as &(dyn std::error::Error + 'static),
+        };
+        let status = reason.downcast_ref::<StreamableHttpError<reqwest::Error>>().and_then(|e| match e {
+            StreamableHttpError::HttpStatus(s) => Some(s.status),
+            _ => None,
+        });
+        let said = match status {
+            Some(status) => {
+                let status =
+                    reqwest::StatusCode::from_u16(status).map_or(format!("HTTP {status}"), |s| format!("HTTP {s}"));
+                match self.refused_initialize().await {
+                    Some(words) => format!("{status}: {words}"),
+                    None => status,
+                }
+            }
+            None => agentos_engine::outbound::describe(reason),
+        };
+        McpError::new(
+            ErrorCode::INTERNAL_ERROR,
+            format!("the master's MCP endpoint {} opened no session: {said}", self.endpoint),
+            status.map(|status| json!({"status": status})),
+        )
+    }
+
+    /// What the master says to an `initialize` it refuses; `None` if it did not refuse it.
+    async fn refused_initialize(&self) -> Option<String> {
+        let initialize = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE,
+            "capabilities": {}, "clientInfo": {"name": "agentos-mcp", "version": env!("CARGO_PKG_VERSION")}}});
+        let answer = self.post(initialize.to_string().into_bytes()).send().await.ok()?;
+        if answer.status().is_success() {
+            if let Some(session) = answer.headers().get("mcp-session-id").cloned() {
+                let end = self.http.delete(&self.endpoint).bearer_auth(&self.token).header("mcp-session-id", session);
+                let _ = end.send().await;
+            }
+            return None;
+        }
+        Some(words_of(&answer.text().await.ok()?))
+    }
+}
+
+/// The message of the master's JSON error, or else the first line of what it answered.
+fn words_of(text: &str) -> String {
+    match serde_json::from_str::<Value>(text) {
+        Ok(body) if body["error"]["message"].is_string() => {
+            body["error"]["message"].as_str().unwrap_or_default().into()
+        }
+        _ => text.lines().next().unwrap_or_default().chars().take(500).collect(),
+    }
+}
+
+/// Answers the client's first request (its `initialize`) with `error`, for a relay that has
+/// no session to serve it in; lines before it are read as always.
+async fn refuse_first_request(mut stdio: StdioLines, error: McpError) {
+    while let Some(message) = stdio.receive().await {
+        if let ClientJsonRpcMessage::Request(request) = message {
+            let _ = stdio.send(ServerJsonRpcMessage::error(error, Some(request.id))).await;
+            return;
+        }
+    }
+}
+
+/// The stdio side of the relay: the client's lines in, the relay's messages out, one JSON-RPC
+/// message a line. rmcp's own stdio transport answers a line it cannot read with a bare
+/// -32600 "Invalid request" without the id, or with nothing at all (a line that is not JSON,
+/// an id that is an object); here each is answered as `/mcp` answers the same body
+/// ([`Master::refusal`]).
+struct StdioLines {
+    read: tokio::io::BufReader<tokio::io::Stdin>,
+    /// The line being read; a read cancelled halfway leaves its part here for the next.
+    line: Vec<u8>,
+    /// The line being read is longer than [`MAX_LINE`]: it is skipped to its end.
+    too_long: bool,
+    master: Master,
+    /// The master's answer to a line that could not be read, on its way. A task of its own:
+    /// rmcp drops a `receive` under way whenever it has something to send, and the question
+    /// goes on meanwhile.
+    asking: Option<tokio::task::JoinHandle<Vec<u8>>>,
+    /// The answer to a line that could not be read, not yet handed to the writer.
+    refusal: Option<Vec<u8>>,
+    /// Lines for stdout, written in order by one task.
+    out: mpsc::Sender<Vec<u8>>,
+}
+
+/// The longest line read, as rmcp's stdio transport bounds it: a message that fits over HTTP
+/// fits here.
+const MAX_LINE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+
+impl StdioLines {
+    /// The transport, and the task that writes its lines to stdout; the task ends when the
+    /// transport is dropped and every line is written.
+    fn start(master: Master) -> (StdioLines, tokio::task::JoinHandle<()>) {
+        let (out, mut lines) = mpsc::channel::<Vec<u8>>(64);
+        let writer = tokio::spawn(async move {
+            let mut stdout = tokio::io::stdout();
+            while let Some(line) = lines.recv().await {
+                if stdout.write_all(&line).await.is_err() || stdout.flush().await.is_err() {
+                    // The client is gone; what it would have read goes nowhere.
+                    return;
+                }
+            }
+        });
+        let read = tokio::io::BufReader::new(tokio::io::stdin());
+        let lines = StdioLines { read, line: Vec::new(), too_long: false, master, asking: None, refusal: None, out };
+        (lines, writer)
+    }
+
+    /// Reads to the end of the next line; `false` at the end of stdin. Cancel-safe: bytes are
+    /// moved into `self.line` and consumed with no await between.
+    async fn read_line(&mut self) -> std::io::Result<bool> {
+        loop {
+            let available = self.read.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(false);
+            }
+            let (take, ends) = match available.iter().position(|b| *b == b'\n') {
+                Some(at) => (at + 1, true),
+                None => (available.len(), false),
+            };
+            if self.too_long || self.line.len() + take > MAX_LINE + 1 {
+                self.too_long = true;
+                self.line.clear();
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+            }
+            self.read.consume(take);
+            if ends {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// A line rmcp's client reads as a message, or the line to ask the master about: one rmcp
+/// cannot parse, or an `initialize` whose params do not parse (rmcp reads it as a request of a
+/// method it does not know, and the master says what the params must be).
+fn message_of(line: &[u8]) -> Option<ClientJsonRpcMessage> {
+    let message = serde_json::from_slice::<ClientJsonRpcMessage>(line).ok()?;
+    match &message {
+        ClientJsonRpcMessage::Request(request) if matches!(&request.request, ClientRequest::CustomRequest(c) if c.method == "initialize") => {
+            None
+        }
+        _ => Some(message),
+    }
+}
+
+impl Transport<RoleServer> for StdioLines {
+    type Error = std::io::Error;
+
+    fn send(&mut self, item: ServerJsonRpcMessage) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let out = self.out.clone();
+        async move {
+            let mut line = serde_json::to_vec(&item)?;
+            line.push(b'\n');
+            out.send(line).await.map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed"))
+        }
+    }
+
+    async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
+        loop {
+            if let Some(asking) = &mut self.asking {
+                let answer = asking.await.unwrap_or_default();
+                self.asking = None;
+                self.refusal = Some(answer).filter(|a| !a.is_empty());
+            }
+            if self.refusal.is_some() {
+                // Taken only once the writer has room, so that a cancelled wait loses nothing.
+                let room = self.out.reserve().await.ok()?;
+                room.send(self.refusal.take()?);
+            }
+            match self.read_line().await {
+                Ok(true) => {}
+                // The end of stdin: a last line without its newline is not a message.
+                Ok(false) => return None,
+                Err(e) => {
+                    errln!("agentos mcp: cannot read stdin: {e}");
+                    return None;
+                }
+            }
+            let line = std::mem::take(&mut self.line);
+            if std::mem::take(&mut self.too_long) {
+                let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": ErrorCode::INVALID_REQUEST.0,
+                    "message": format!("the message is longer than {} MiB, the most a line may hold", MAX_LINE >> 20)}});
+                let mut answer = error.to_string().into_bytes();
+                answer.push(b'\n');
+                self.refusal = Some(answer);
+                continue;
+            }
+            let line = line.strip_suffix(b"\n").unwrap_or(&line);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            // As rmcp's stdio transport reads a line: a byte order mark before it is dropped.
+            let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            if let Some(message) = message_of(line) {
+                return Some(message);
+            }
+            let (master, line) = (self.master.clone(), line.to_vec());
+            self.asking = Some(tokio::spawn(async move { master.refusal(line).await }));
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }

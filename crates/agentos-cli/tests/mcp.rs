@@ -167,32 +167,15 @@ fn the_mcp_endpoint_refuses_missing_bad_and_executor_tokens() {
 /// and stdout. Killed when dropped.
 struct Relay {
     child: std::process::Child,
-    stdin: std::process::ChildStdin,
+    /// `None` once closed.
+    stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<String>,
 }
 
 impl Relay {
     /// Started, and through the initialize handshake.
     fn start(m: &Master, token: &str) -> Relay {
-        use std::io::BufRead;
-        let mut child = Command::new(BIN)
-            .arg("mcp")
-            .env("AGENTOS_URL", &m.url)
-            .env("AGENTOS_TOKEN", token)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut relay = Relay { child, stdin, lines };
+        let mut relay = Relay::spawn(m, token, std::process::Stdio::null());
         relay.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}));
         assert!(relay.answer(1)["result"]["serverInfo"].is_object());
@@ -200,25 +183,86 @@ impl Relay {
         relay
     }
 
+    /// Started, and nothing sent yet.
+    fn spawn(m: &Master, token: &str, stderr: std::process::Stdio) -> Relay {
+        use std::io::BufRead;
+        let mut child = Command::new(BIN)
+            .arg("mcp")
+            .env("AGENTOS_URL", &m.url)
+            .env("AGENTOS_TOKEN", token)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let (tx, lines) = std::sync::mpsc::channel();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Relay { child, stdin, lines }
+    }
+
     fn send(&mut self, v: Value) {
+        self.send_line(&v.to_string());
+    }
+
+    /// Writes `line` and a newline, as it is.
+    fn send_line(&mut self, line: &str) {
         use std::io::Write;
-        let mut line = v.to_string().into_bytes();
-        line.push(b'\n');
-        self.stdin.write_all(&line).unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next message the relay writes that is not a notification.
+    fn next_answer(&self) -> Value {
+        loop {
+            let line = self
+                .lines
+                .recv_timeout(std::time::Duration::from_secs(30))
+                .unwrap_or_else(|e| panic!("no answer: {e}"));
+            let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            if v.get("method").is_none() {
+                return v;
+            }
+        }
     }
 
     /// The answer to request `id`, passing over notifications.
     fn answer(&self, id: u64) -> Value {
         loop {
-            let line = self
-                .lines
-                .recv_timeout(std::time::Duration::from_secs(30))
-                .unwrap_or_else(|e| panic!("no answer {id}: {e}"));
-            let v: Value = serde_json::from_str(&line).unwrap();
+            let v = self.next_answer();
             if v["id"] == id {
                 return v;
             }
+        }
+    }
+
+    /// Closes stdin, as a client that is done does, and waits for the relay to exit.
+    fn close(&mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        self.exit()
+    }
+
+    /// Sends `signal`, as a client that stops its servers does, and waits for the relay to exit.
+    fn stop(&mut self, signal: i32) -> std::process::ExitStatus {
+        // SAFETY: a signal to a child this test started and has not yet waited for.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+        self.exit()
+    }
+
+    fn exit(&mut self) -> std::process::ExitStatus {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(std::time::Instant::now() < deadline, "the relay did not exit");
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 }
@@ -367,6 +411,13 @@ fn mcp_answers_a_batch_a_wrong_version_and_a_body_that_is_not_json_with_a_json_r
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start(&dir.path().join("master"));
     let session = open_session(&m, &m.token).unwrap();
+    // Valid JSON, past serde_json's 128 levels of nesting.
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/list","params":{{"a":{}{}}},"id":"deep"}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let marked = format!("\u{feff}{}", tools_list());
     // rmcp answered each with a 415 in plain text ("fail to deserialize request body ..."),
     // which reads as a wrong Content-Type and which no MCP client reads as an error.
     let cases = [
@@ -396,6 +447,22 @@ fn mcp_answers_a_batch_a_wrong_version_and_a_body_that_is_not_json_with_a_json_r
             json!(9),
             "params must be an object",
         ),
+        // These three were told "id must be a string or an integer" and "the body is not JSON".
+        (
+            r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"tools/list"}"#,
+            -32600,
+            json!(null),
+            "an integer id must fit a signed 64-bit integer, and 9223372036854775808 does not",
+        ),
+        (r#"{"jsonrpc":"1.0","id":2.0,"method":"tools/list"}"#, -32600, json!(2), r#"jsonrpc must be "2.0""#),
+        (
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#,
+            -32600,
+            json!(null),
+            "id must be a string or an integer, not 1.5",
+        ),
+        (&deep, -32600, json!("deep"), "the message is nested more than 128 levels deep"),
+        (&marked, -32700, json!(null), "the body begins with a UTF-8 byte order mark: send the JSON without it"),
     ];
     for (body, code, id, says) in cases {
         // Alike before a session and in one: rmcp reads the body before it looks for a session.
@@ -657,4 +724,193 @@ fn a_fastmcp_client_lists_and_calls_over_http() {
     let v = run("weather_forecast", json!({"days": 1}));
     assert_eq!(v["isError"], true, "{v}");
     assert!(v["text"][0].as_str().unwrap().contains("\"city\" is a required property"), "{v}");
+}
+
+/// Sends an `initialize` under `token` on a connection of its own and resets the connection as
+/// soon as the request is written (SO_LINGER 0, then close), as a client that goes away during
+/// the handshake does.
+fn abort_initialize(m: &Master, token: &str) {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let address = m.url.trim_start_matches("http://");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    .to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {address}\r\nauthorization: Bearer {token}\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut socket = std::net::TcpStream::connect(address).unwrap();
+    let reset = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: a socket this function owns, and an option value of the size given.
+    let set = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&reset as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0, "SO_LINGER: {}", std::io::Error::last_os_error());
+    socket.write_all(request.as_bytes()).unwrap();
+    drop(socket);
+}
+
+/// Regression: rmcp opens a session before the master records its owner, and a client that
+/// reset the connection right after sending `initialize` left a session with no owner, counted
+/// by neither cap, for rmcp's 5 minutes of idle time; each such initialize also logged two
+/// ERROR lines. One agent held 18,000 sessions that way against a cap of 10,000.
+#[test]
+fn an_initialize_whose_client_went_away_still_counts_toward_the_session_caps() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("master.log");
+    let m = Master::start_logged(&dir.path().join("master"), &log, &[]);
+    let alice = m.client().agent("alice", "r").token.unwrap();
+    // rmcp logs each session it opens; nothing else opens one here.
+    let opened = || std::fs::read_to_string(&log).unwrap().matches("create new session").count();
+    let mut attempts = 0;
+    while opened() < 110 {
+        assert!(attempts < 5_000, "rmcp opened {} sessions in {attempts} aborted initializes", opened());
+        abort_initialize(&m, &alice);
+        attempts += 1;
+    }
+    // Every session rmcp opened has alice for its owner: the cap is reached.
+    let refused = open_session(&m, &alice).unwrap_err();
+    assert_eq!(refused.status, 429, "{refused:?} after {attempts} aborted initializes");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
+}
+
+/// Regression: the relay never ended its session at the master when it exited, so a hundred
+/// relay starts locked the agent out of MCP for the 5 minutes rmcp keeps an idle session.
+#[test]
+fn agentos_mcp_ends_its_session_at_the_master_when_it_exits() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let alice = m.client().agent("alice", "r").token.unwrap();
+    let ping = |relay: &mut Relay| {
+        relay.send(json!({"jsonrpc": "2.0", "id": 2, "method": "ping"}));
+        assert_eq!(relay.answer(2)["result"], json!({}));
+    };
+    for n in 0..105 {
+        let mut relay = Relay::start(&m, &alice);
+        ping(&mut relay);
+        assert!(relay.close().success(), "relay {n}");
+    }
+    open_session(&m, &alice).unwrap();
+    // Stopped by a signal, too: with 99 sessions held, each relay's is the 100th, and the next
+    // relay opens none unless it was ended.
+    for _ in 0..98 {
+        open_session(&m, &alice).unwrap();
+    }
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGTERM] {
+        let mut relay = Relay::start(&m, &alice);
+        ping(&mut relay);
+        assert!(relay.stop(signal).success(), "signal {signal}");
+    }
+    open_session(&m, &alice).unwrap();
+}
+
+/// Regression: a relay the master refused a session (an agent at its 100) exited 1 with "cannot
+/// reach the master's MCP endpoint … error: HTTP 429, when send initialize request": the
+/// master's words were lost, and the client's `initialize` went unanswered.
+#[test]
+fn agentos_mcp_answers_an_initialize_the_master_refuses_with_the_masters_words() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let bob = m.client().agent("bob", "r").token.unwrap();
+    for _ in 0..100 {
+        open_session(&m, &bob).unwrap();
+    }
+    let mut relay = Relay::spawn(&m, &bob, std::process::Stdio::piped());
+    relay.send(json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}));
+    let refused = relay.next_answer();
+    let says = "opened no session: HTTP 429 Too Many Requests: bob has 100 MCP sessions open, the limit; \
+                close one (DELETE /mcp with its Mcp-Session-Id) or let it go idle for 5 minutes";
+    assert_error(&refused, -32603, &json!("init"), says);
+    assert_eq!(refused["error"]["data"], json!({"status": 429}), "{refused}");
+    let status = relay.close();
+    assert_eq!(status.code(), Some(1), "{status}");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut relay.child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("agentos mcp: the master's MCP endpoint") && stderr.contains(says), "{stderr}");
+    // The probe that read the master's words left nothing open: bob still holds 100.
+    assert_eq!(open_session(&m, &bob).unwrap_err().status, 429);
+}
+
+/// Regression: over stdio a malformed line was answered by rmcp's own transport, not as `/mcp`
+/// answers the same body: a `tools/call` without params was -32601 (Method not found), a batch
+/// or a wrong `jsonrpc` a bare "Invalid request" without the id, an object id nothing at all.
+#[test]
+fn agentos_mcp_answers_a_line_it_cannot_read_as_the_http_endpoint_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let mut relay = Relay::start(&m, &m.token);
+    let cases = [
+        (r#"{"jsonrpc":"2.0","id":4,"method":"tools/call"}"#, -32602, json!(4), "tools/call needs params"),
+        (
+            r#"[{"jsonrpc":"2.0","id":5,"method":"tools/list"}]"#,
+            -32600,
+            json!(null),
+            "a batch (JSON array) is not accepted",
+        ),
+        ("not json", -32700, json!(null), "the body is not JSON (expected ident at line 1 column 2)"),
+        (r#"{"jsonrpc":"1.0","id":3,"method":"tools/list"}"#, -32600, json!(3), r#"jsonrpc must be "2.0", not "1.0""#),
+        (
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}"#,
+            -32600,
+            json!(null),
+            "id must be a string or an integer",
+        ),
+        (r#"{"jsonrpc":"2.0","id":"again","method":"initialize"}"#, -32602, json!("again"), "initialize needs params"),
+        (
+            r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"ping"}"#,
+            -32600,
+            json!(null),
+            "must fit a signed 64-bit integer",
+        ),
+    ];
+    for (line, code, id, says) in cases {
+        relay.send_line(line);
+        assert_error(&relay.next_answer(), code, &id, says);
+    }
+    // The session goes on.
+    relay.send(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}));
+    let listed = relay.answer(6);
+    assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+}
+
+/// Regression: revoking an agent left its MCP sessions open: its event stream went on, still
+/// told of tool changes, and its sessions counted toward the master's bound until idle.
+#[test]
+fn revoking_an_agent_ends_its_mcp_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let alice = api.agent("alice", "r").token.unwrap();
+    let session = open_session(&m, &alice).unwrap();
+    let stream = common::http()
+        .get(format!("{}/mcp", m.url))
+        .bearer_auth(&alice)
+        .header("accept", "text/event-stream")
+        .header("mcp-session-id", &session)
+        .header("mcp-protocol-version", "2025-11-25")
+        .send()
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let (ended, end) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stream = stream;
+        let _ = std::io::copy(&mut stream, &mut std::io::sink());
+        let _ = ended.send(());
+    });
+    assert_eq!(api.request("DELETE", "/api/agents/alice", None).0, 200);
+    // rmcp sends a keep-alive every 15 seconds: a stream still open would outlast this.
+    end.recv_timeout(std::time::Duration::from_secs(10)).expect("the revoked agent's event stream ended");
 }

@@ -11,12 +11,14 @@
 //! - `notifications/tools/list_changed` goes to each session whose visible set changed, when the
 //!   log shows a registration, a removal or a model grant.
 //! - A session belongs to the principal whose `initialize` opened it (`SessionOwners`): under
-//!   any other token its id answers as an unknown one does.
+//!   any other token its id answers as an unknown one does. A principal holds at most 100, the
+//!   master 10,000, whatever the client does mid-handshake; revoking a principal ends its own.
 //! - A body that is not one JSON-RPC message (a batch, a `jsonrpc` other than "2.0", not JSON)
 //!   is answered HTTP 400 with a JSON-RPC error that says what is wrong; a request whose required
 //!   params are missing or malformed is -32602 (Invalid params), not rmcp's -32601.
 //!
-//! `agentos mcp` (the CLI) serves the same over stdio by relaying to this endpoint.
+//! `agentos mcp` (the CLI) serves the same over stdio by relaying to this endpoint; a line it
+//! cannot read it sends here as a body, to answer with the error this endpoint gives it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -285,6 +287,8 @@ struct Shared {
     sessions: Mutex<Vec<Session>>,
     /// Rung when the catalog may have changed for someone.
     changed: broadcast::Sender<()>,
+    /// Who opened each session, to close a revoked principal's.
+    owners: Arc<SessionOwners>,
 }
 
 /// The handler of one MCP session (or one request, for stateless protocol versions).
@@ -755,26 +759,46 @@ impl RequiredParams {
     }
 }
 
-/// Tells the sessions whose tools changed, on every event that can change what someone sees.
+/// Tells the sessions whose tools changed, on every event that can change what someone sees,
+/// and ends the sessions of a principal revoked.
 async fn watch(shared: std::sync::Weak<Shared>, mut events: broadcast::Receiver<Arc<agentos_core::event::Event>>) {
     loop {
-        let relevant = match events.recv().await {
-            Ok(ev) => matches!(
-                ev.body,
-                EventBody::ToolRegistered { .. }
-                    | EventBody::ToolRemoved { .. }
-                    | EventBody::ModelGranted(_)
-                    | EventBody::ModelGrantRevoked(_)
-                    | EventBody::PrincipalRevoked { .. }
-            ),
+        let (relevant, revoked) = match events.recv().await {
+            Ok(ev) => match &ev.body {
+                EventBody::PrincipalRevoked { name } => (true, Revoked::Named(name.clone())),
+                body => (
+                    matches!(
+                        body,
+                        EventBody::ToolRegistered { .. }
+                            | EventBody::ToolRemoved { .. }
+                            | EventBody::ModelGranted(_)
+                            | EventBody::ModelGrantRevoked(_)
+                    ),
+                    Revoked::None,
+                ),
+            },
             // Missed some: any of them may have been one.
-            Err(broadcast::error::RecvError::Lagged(_)) => true,
+            Err(broadcast::error::RecvError::Lagged(_)) => (true, Revoked::Unknown),
             Err(broadcast::error::RecvError::Closed) => return,
         };
         if !relevant {
             continue;
         }
         let Some(shared) = shared.upgrade() else { return };
+        match revoked {
+            Revoked::None => {}
+            Revoked::Named(name) => shared.owners.close_where(|owner| owner.name == name).await,
+            Revoked::Unknown => {
+                // The names that still hold a token; the operator's is always among them.
+                let names: Option<std::collections::HashSet<String>> = shared.engine.operator().and_then(|op| {
+                    let listed = shared.engine.principals().list_principals(&op).ok()?;
+                    Some(listed.into_iter().map(|p| p.name).collect())
+                });
+                if let Some(names) = names {
+                    shared.owners.close_where(|owner| !names.contains(&owner.name)).await;
+                }
+            }
+        }
         let _ = shared.changed.send(());
         let mut notify = Vec::new();
         {
@@ -796,6 +820,14 @@ async fn watch(shared: std::sync::Weak<Shared>, mut events: broadcast::Receiver<
     }
 }
 
+/// Which principal's sessions an event ends.
+enum Revoked {
+    None,
+    Named(String),
+    /// Events were missed: any principal may have been revoked.
+    Unknown,
+}
+
 /// An MCP request declared larger than the master's limit, up to this size, is read to its end
 /// (and dropped) before it is refused; a larger one is refused at once.
 const DRAIN_REFUSED_BYTES: usize = 64 << 20;
@@ -803,8 +835,15 @@ const DRAIN_REFUSED_BYTES: usize = 64 << 20;
 /// The `/mcp` service over an engine: rmcp's Streamable HTTP server, behind `keep_to_owner` and
 /// then `explain_unread_message`. It runs inside [`authenticate`], which the router puts around it.
 pub fn service(engine: Engine, list_limit: usize) -> MethodRouter {
-    let shared =
-        Arc::new(Shared { sessions: Mutex::new(Vec::new()), changed: broadcast::channel(16).0, engine, list_limit });
+    let rmcp_sessions = Arc::new(LocalSessionManager::default());
+    let owners = Arc::new(SessionOwners { rmcp: rmcp_sessions.clone(), owners: Mutex::new(HashMap::new()) });
+    let shared = Arc::new(Shared {
+        sessions: Mutex::new(Vec::new()),
+        changed: broadcast::channel(16).0,
+        engine,
+        list_limit,
+        owners: owners.clone(),
+    });
     tokio::spawn(watch(Arc::downgrade(&shared), shared.engine.nets().subscribe()));
     let config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(Duration::from_secs(15)))
@@ -812,8 +851,6 @@ pub fn service(engine: Engine, list_limit: usize) -> MethodRouter {
         .with_allowed_hosts(Vec::<String>::new())
         // `authenticate` has bounded the body by the master's --max-body-bytes already.
         .with_max_request_body_bytes(usize::MAX);
-    let rmcp_sessions = Arc::new(LocalSessionManager::default());
-    let owners = Arc::new(SessionOwners { rmcp: rmcp_sessions.clone(), owners: Mutex::new(HashMap::new()) });
     let rmcp = StreamableHttpService::new(move || Ok(McpServer { shared: shared.clone() }), rmcp_sessions, config);
     axum::routing::any_service(rmcp)
         .layer(axum::middleware::from_fn(explain_unread_message))
@@ -828,7 +865,8 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const SESSIONS_PER_PRINCIPAL: usize = 100;
 
 /// How many sessions the master holds open at once. rmcp sets no bound of its own, and each
-/// session is a task with its own channels until it is closed or idle for 5 minutes.
+/// session is a task with its own channels until it is closed or idle for 5 minutes. Counted
+/// over rmcp's own sessions, so that one rmcp holds without an owner recorded counts too.
 const MAX_SESSIONS: usize = 10_000;
 
 /// Which principal opened each MCP session. rmcp knows a session by its id alone, and serves
@@ -841,13 +879,21 @@ const MAX_SESSIONS: usize = 10_000;
 /// expired since the last one opened.
 struct SessionOwners {
     rmcp: Arc<LocalSessionManager>,
-    /// Session id → the stable id of the principal that opened it.
-    owners: Mutex<HashMap<String, String>>,
+    /// Session id → the principal that opened it.
+    owners: Mutex<HashMap<String, Owner>>,
+}
+
+/// The principal that opened a session.
+struct Owner {
+    /// Its stable id, which a session is kept to.
+    id: String,
+    /// Its name, which the log names it by when it is revoked.
+    name: String,
 }
 
 impl SessionOwners {
     fn owned_by(&self, session: &str, principal: &Principal) -> bool {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner()).get(session) == Some(&principal.id)
+        self.owners.lock().unwrap_or_else(|e| e.into_inner()).get(session).is_some_and(|o| o.id == principal.id)
     }
 
     async fn held_by_rmcp(&self, session: &str) -> bool {
@@ -873,7 +919,7 @@ impl SessionOwners {
             // A std Mutex is fine here: nothing awaits while it is held.
             let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
             owners.retain(|id, _| held.contains_key(id.as_str()));
-            if owners.values().filter(|owner| **owner == principal.id).count() >= SESSIONS_PER_PRINCIPAL {
+            if owners.values().filter(|owner| owner.id == principal.id).count() >= SESSIONS_PER_PRINCIPAL {
                 Some(ApiError::new(
                     StatusCode::TOO_MANY_REQUESTS,
                     "too_many_sessions",
@@ -882,14 +928,15 @@ impl SessionOwners {
                         principal.name
                     ),
                 ))
-            } else if owners.len() >= MAX_SESSIONS {
+            } else if held.len() > MAX_SESSIONS {
+                // `held` counts this session too.
                 Some(ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "too_many_sessions",
                     format!("the master holds {MAX_SESSIONS} MCP sessions, its limit; try again when some have closed"),
                 ))
             } else {
-                owners.insert(session.to_owned(), principal.id.clone());
+                owners.insert(session.to_owned(), Owner { id: principal.id.clone(), name: principal.name.clone() });
                 None
             }
         };
@@ -898,6 +945,24 @@ impl SessionOwners {
             tracing::warn!(error = %e, "an MCP session past the limit could not be closed");
         }
         Err(refusal)
+    }
+
+    /// Closes the sessions whose owner `ends` picks, in rmcp too: their event streams end, and
+    /// their ids answer as unknown ones do.
+    async fn close_where(&self, ends: impl Fn(&Owner) -> bool) {
+        let ended: Vec<String> = {
+            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            let ended = owners.iter().filter(|(_, owner)| ends(owner)).map(|(id, _)| id.clone()).collect();
+            for id in &ended {
+                owners.remove(id);
+            }
+            ended
+        };
+        for session in ended {
+            if let Err(e) = self.rmcp.close_session(&session.as_str().into()).await {
+                tracing::warn!(error = %e, "the MCP session of a revoked principal could not be closed");
+            }
+        }
     }
 }
 
@@ -938,14 +1003,41 @@ async fn keep_to_owner(State(owners): State<Arc<SessionOwners>>, req: Request, n
     let Some(session) = session else {
         // No session yet (rmcp reads a header that is not text as none, too): this may be an
         // `initialize`, whose answer names the session it opened.
-        let answer = next.run(req).await;
-        let opened = answer.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-        if let Some(opened) = opened
-            && let Err(refusal) = owners.open(&opened, &principal).await
-        {
-            return refusal.into_response();
+        let (parts, body) = req.into_parts();
+        // `authenticate` has read the body to its end, bounded: this takes its bytes, not a copy.
+        let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+            return body_lost();
+        };
+        let req = Request::from_parts(parts, axum::body::Body::from(body.clone()));
+        if !opens_a_session(&body) {
+            return next.run(req).await;
         }
-        return answer;
+        // rmcp opens the session before it answers, and this request is dropped if its client
+        // goes away: on a task of its own, the session rmcp opened is recorded (or closed, past
+        // a bound) whatever the client does. Recorded here instead, a reset right after the
+        // `initialize` left a session no bound counted, for rmcp's 5 minutes of idle time.
+        let opening = tokio::spawn(async move {
+            let answer = next.run(req).await;
+            let opened = answer.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            if let Some(opened) = opened
+                && let Err(refusal) = owners.open(&opened, &principal).await
+            {
+                return refusal.into_response();
+            }
+            answer
+        });
+        return match opening.await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::error!(error = %e, "an MCP initialize failed");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "internal error; the master's log has the details",
+                )
+                .into_response()
+            }
+        };
     };
     let ending = req.method() == Method::DELETE;
     if !owners.owned_by(&session, &principal) {
@@ -980,13 +1072,7 @@ async fn explain_unread_message(req: Request, next: Next) -> Response {
     let (parts, body) = req.into_parts();
     // `authenticate` has read the body to its end, bounded: this takes its bytes, not a copy.
     let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
-        tracing::error!("an MCP request's body, read once already, could not be read again");
-        return ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            "internal error; the master's log has the details",
-        )
-        .into_response();
+        return body_lost();
     };
     let answer = next.run(Request::from_parts(parts, axum::body::Body::from(body.clone()))).await;
     // rmcp's refusals in plain text; those in JSON-RPC already say what is wrong.
@@ -995,19 +1081,30 @@ async fn explain_unread_message(req: Request, next: Next) -> Response {
     if !plain_refusal {
         return answer;
     }
-    match serde_json::from_slice::<ClientJsonRpcMessage>(&body) {
-        Err(_) => unread_message(&body),
-        Ok(ClientJsonRpcMessage::Request(request)) => match request.request {
-            ClientRequest::CustomRequest(custom) if custom.method == INITIALIZE_PARAMS.method => jsonrpc_refusal(
-                serde_json::to_value(&request.id).ok(),
-                ErrorCode::INVALID_PARAMS,
-                INITIALIZE_PARAMS.refusal(custom.params),
-            ),
-            _ => answer,
-        },
+    match read_message(&body) {
         // Read, and refused for what rmcp's answer says (no session, say).
         Ok(_) => answer,
+        // As rmcp answers a message it refuses before any session serves it: HTTP 400 with
+        // the error as a JSON body.
+        Err(refusal) => (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response(),
     }
+}
+
+/// The answer when a body `authenticate` has read already cannot be read again (it always can).
+fn body_lost() -> Response {
+    tracing::error!("an MCP request's body, read once already, could not be read again");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "internal error; the master's log has the details")
+        .into_response()
+}
+
+/// Whether a body sent without a session is an `initialize`, the one message rmcp opens a
+/// session for. Read for its method alone; anything else rmcp refuses or serves on its own.
+fn opens_a_session(body: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Method {
+        method: Option<String>,
+    }
+    serde_json::from_slice::<Method>(body).is_ok_and(|m| m.method.as_deref() == Some(INITIALIZE_PARAMS.method))
 }
 
 /// Whether a request says its body is JSON, as rmcp reads its Content-Type.
@@ -1019,13 +1116,71 @@ fn sends_json(headers: &axum::http::HeaderMap) -> bool {
         .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
 }
 
+/// A JSON-RPC error for a message no session can serve, answered at once. An id it cannot name
+/// is written as `"id": null`, where rmcp leaves it out: JSON-RPC 2.0 requires the member, and
+/// the Python SDK's client (2.x) reads no error without it.
+#[derive(serde::Serialize)]
+struct Refusal {
+    /// Always "2.0"; a struct rather than `json!`, for the members in the order JSON-RPC writes them.
+    jsonrpc: &'static str,
+    id: Option<Value>,
+    error: RefusalError,
+}
+
+/// The `error` member of a [`Refusal`].
+#[derive(serde::Serialize)]
+struct RefusalError {
+    code: i32,
+    message: String,
+}
+
+impl Refusal {
+    fn new(id: Option<Value>, code: ErrorCode, message: impl Into<String>) -> Refusal {
+        Refusal { jsonrpc: "2.0", id, error: RefusalError { code: code.0, message: message.into() } }
+    }
+}
+
+/// One JSON-RPC message as MCP reads it: the message rmcp serves, or the error that says why it
+/// cannot be served. Refused: a body that is not one JSON-RPC message MCP accepts, and an
+/// `initialize` whose params do not parse (rmcp reads it as a request for a method it does not
+/// know, and outside a session refuses it for lacking one).
+fn read_message(body: &[u8]) -> Result<ClientJsonRpcMessage, Refusal> {
+    let message = serde_json::from_slice::<ClientJsonRpcMessage>(body).map_err(|_| unread_message(body))?;
+    if let ClientJsonRpcMessage::Request(request) = &message
+        && let ClientRequest::CustomRequest(custom) = &request.request
+        && custom.method == INITIALIZE_PARAMS.method
+    {
+        return Err(Refusal::new(
+            serde_json::to_value(&request.id).ok(),
+            ErrorCode::INVALID_PARAMS,
+            INITIALIZE_PARAMS.refusal(custom.params.clone()),
+        ));
+    }
+    Ok(message)
+}
+
 /// The JSON-RPC error for a body that is not one JSON-RPC message MCP accepts: -32700 (Parse
 /// error) for one that is not JSON, -32602 (Invalid params) for params that are not an object,
 /// -32600 (Invalid Request) for the rest. The message's id is kept when it has a valid one.
-fn unread_message(body: &[u8]) -> Response {
+fn unread_message(body: &[u8]) -> Refusal {
+    if body.starts_with(b"\xEF\xBB\xBF") {
+        return Refusal::new(
+            None,
+            ErrorCode::PARSE_ERROR,
+            "the body begins with a UTF-8 byte order mark: send the JSON without it",
+        );
+    }
     let message = match serde_json::from_slice::<Value>(body) {
+        // serde_json's bound on nesting, not a fault in the JSON.
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            return Refusal::new(
+                top_level_id(body),
+                ErrorCode::INVALID_REQUEST,
+                "the message is nested more than 128 levels deep, more than the master reads",
+            );
+        }
         Err(e) => {
-            return jsonrpc_refusal(
+            return Refusal::new(
                 None,
                 ErrorCode::PARSE_ERROR,
                 format!("the body is not JSON ({e}): send one JSON-RPC message, a JSON object"),
@@ -1033,7 +1188,7 @@ fn unread_message(body: &[u8]) -> Response {
         }
         Ok(Value::Array(_)) => {
             // MCP took batches in 2025-03-26 only; rmcp reads none.
-            return jsonrpc_refusal(
+            return Refusal::new(
                 None,
                 ErrorCode::INVALID_REQUEST,
                 "a batch (JSON array) is not accepted: send one JSON-RPC message per request",
@@ -1041,7 +1196,7 @@ fn unread_message(body: &[u8]) -> Response {
         }
         Ok(Value::Object(message)) => message,
         Ok(other) => {
-            return jsonrpc_refusal(
+            return Refusal::new(
                 None,
                 ErrorCode::INVALID_REQUEST,
                 format!("a JSON-RPC message is a JSON object, not {}", shown(&other)),
@@ -1050,9 +1205,16 @@ fn unread_message(body: &[u8]) -> Response {
     };
     let id = match message.get("id") {
         None => None,
-        Some(id) if id.is_string() || id.is_i64() => Some(id.clone()),
+        Some(id) if let Some(id) = id_of(id) => Some(id),
+        Some(Value::Number(n)) if beyond_i64(n) => {
+            return Refusal::new(
+                None,
+                ErrorCode::INVALID_REQUEST,
+                format!("an integer id must fit a signed 64-bit integer, and {n} does not"),
+            );
+        }
         Some(other) => {
-            return jsonrpc_refusal(
+            return Refusal::new(
                 None,
                 ErrorCode::INVALID_REQUEST,
                 format!("id must be a string or an integer, not {}", shown(other)),
@@ -1079,7 +1241,57 @@ fn unread_message(body: &[u8]) -> Response {
             "not a JSON-RPC request, notification or response as MCP defines them".to_owned(),
         ),
     };
-    jsonrpc_refusal(id, code, problem)
+    Refusal::new(id, code, problem)
+}
+
+/// An id as rmcp reads it: a string, or an integer that fits an i64, also in float form (`1.0`)
+/// while a float tells it exactly (below 2^53); `None` for any other value.
+fn id_of(id: &Value) -> Option<Value> {
+    match id {
+        Value::String(_) => Some(id.clone()),
+        Value::Number(n) if n.is_i64() => Some(id.clone()),
+        Value::Number(n) => n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 2f64.powi(53)).map(|f| json!(f as i64)),
+        _ => None,
+    }
+}
+
+/// Whether `n` is an integer too large, either way, for an i64: past u64 too, serde_json reads
+/// it as a float with no fraction.
+fn beyond_i64(n: &serde_json::Number) -> bool {
+    n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 2f64.powi(63))
+}
+
+/// The `id` of a JSON object nested too deeply for serde_json to read, when it has a valid one:
+/// found by walking the object's bytes as far as its first `"id":` at the top level, and
+/// reading the value after it alone.
+fn top_level_id(body: &[u8]) -> Option<Value> {
+    let mut depth = 0usize;
+    let mut at = 0;
+    while at < body.len() {
+        match body[at] {
+            b'"' => {
+                let start = at;
+                at += 1;
+                while at < body.len() && body[at] != b'"' {
+                    // An escape takes the next byte with it, a quote among them.
+                    at += if body[at] == b'\\' { 2 } else { 1 };
+                }
+                let rest = body.get(at + 1..).unwrap_or_default().trim_ascii_start();
+                if depth == 1
+                    && body.get(start + 1..at) == Some(b"id".as_slice())
+                    && let Some(value) = rest.strip_prefix(b":")
+                {
+                    let id = serde_json::Deserializer::from_slice(value).into_iter::<Value>().next()?.ok()?;
+                    return id_of(&id);
+                }
+            }
+            b'{' | b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        at += 1;
+    }
+    None
 }
 
 /// A JSON value in an error message: itself when short, else what kind of value it is.
@@ -1094,22 +1306,6 @@ fn shown(v: &Value) -> String {
         Value::Object(_) => "an object".to_owned(),
         Value::Null | Value::Bool(_) | Value::Number(_) => text,
     }
-}
-
-/// A JSON-RPC error answered at once, as rmcp answers a message it refuses before any session
-/// serves it: HTTP 400 with the error as a JSON body. An id it cannot name is written as
-/// `"id": null`, where rmcp leaves it out: JSON-RPC 2.0 requires the member, and the Python SDK's
-/// client (2.x) reads no error without it.
-fn jsonrpc_refusal(id: Option<Value>, code: ErrorCode, message: impl Into<String>) -> Response {
-    /// A struct rather than `json!`, for the members in the order JSON-RPC writes them.
-    #[derive(serde::Serialize)]
-    struct Refusal {
-        jsonrpc: &'static str,
-        id: Option<Value>,
-        error: Value,
-    }
-    let body = Refusal { jsonrpc: "2.0", id, error: json!({"code": code.0, "message": message.into()}) };
-    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// Bearer authentication for `/mcp`: the principal goes into the request for the handler, which
@@ -1210,6 +1406,26 @@ mod tests {
             let text = |r: Response| async { axum::body::to_bytes(r.into_body(), usize::MAX).await.unwrap() };
             assert_eq!(text(theirs).await, text(ours).await, "{method}");
         }
+    }
+
+    #[test]
+    fn the_id_of_a_message_nested_too_deeply_is_found_at_its_top_level() {
+        let deep =
+            |before: &str, after: &str| format!("{{{before}\"params\":{}{}{after}}}", "[".repeat(200), "]".repeat(200));
+        let check =
+            |body: String, expected: Option<Value>| assert_eq!(top_level_id(body.as_bytes()), expected, "{body}");
+        check(deep(r#""id": 7,"#, ""), Some(json!(7)));
+        check(deep("", r#", "id" : "late""#), Some(json!("late")));
+        // Not the top level's, not a key, not a valid id: none.
+        check(deep(r#""p":{"id":1},"#, ""), None);
+        check(deep(r#""method":"id","#, ""), None);
+        check(deep(r#""i\"d":1,"#, ""), None);
+        check(deep(r#""id":{"a":1},"#, ""), None);
+        check(deep(r#""id":1.5,"#, ""), None);
+        check(deep(r#""id":2.0,"#, ""), Some(json!(2)));
+        check(deep(r#""x":"a \"id\": 3","#, ""), None);
+        check(r#"{"id":"#.to_owned(), None);
+        check(r#"{"unterminated\"#.to_owned(), None);
     }
 
     #[test]
