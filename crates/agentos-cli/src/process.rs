@@ -15,10 +15,17 @@ use agentos_server::LooseDataFolder;
 
 use crate::{ExecutorArgs, ServeArgs, UpArgs, output};
 
+/// The log's filter unless `AGENTOS_LOG` sets one. The MCP library logs each session it opens
+/// at info and each JSON-RPC error it answers, with the client's words, at warn: one line per
+/// client request, which a client could use to fill the log. Its errors stay.
+const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp::service=error";
+
 fn init_logging() {
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("AGENTOS_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("AGENTOS_LOG").unwrap_or_else(|_| DEFAULT_LOG.into()),
+        )
         .with_writer(std::io::stderr)
         // Colour codes are for a person at a terminal; in a file (`agentos up 2> log`) or a
         // pipe they are noise that breaks grep.
