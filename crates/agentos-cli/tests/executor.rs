@@ -219,6 +219,7 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     assert_eq!(v["state"], "finished", "{v}");
     let result = &v["results"][0];
     assert_eq!(result["cancelledBy"], "invoker", "{v}");
+    assert_eq!(result["executor"], "e", "where it was running: {v}");
     assert!(result["error"].as_str().unwrap().contains("cancelled by invoker"), "{v}");
     assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
     wait_for("the executor to be free again", || api.get("/api/executors").1[0]["state"] != "busy");
@@ -252,6 +253,7 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     let (status, v) = api.post(&format!("{queued_path}/cancel"), json!({}));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["results"][0]["cancelledBy"], "operator", "{v}");
+    assert_eq!(v["results"][0]["executor"], "", "it ran nowhere: {v}");
     let (status, v) = api.post("/api/jobs/no-such-job/cancel", json!({}));
     assert_eq!(status, 404, "{v}");
 

@@ -418,6 +418,7 @@ fn a_running_job_in_the_shared_queue_is_cancelled_through_another_master() {
     let (status, v, _) = send(&b, "POST", &format!("/api/jobs/{job}/cancel"), None, None);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["results"][0]["cancelledBy"], "operator", "{v}");
+    assert_eq!(v["results"][0]["executor"], "e1", "{v}");
     common::wait_for("the cancelled job's row to leave the queue", || {
         psql(&shared.storage.database, "SELECT count(*) FROM agentos_jobs") == "0"
     });

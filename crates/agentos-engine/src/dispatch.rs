@@ -662,6 +662,8 @@ impl Dispatch<'_> {
             let caller = finished.waiter.replace(recorded);
             let mut result = JobResult::failed(&id, finished.attempt, format!("cancelled by {by} before it finished"));
             result.cancelled_by = Some(by);
+            // Where it was running, if it was: its process is stopped there.
+            result.executor = finished.holder.clone().unwrap_or_default();
             dispatch.finish(finished, result).await;
             let result = is_recorded.await.map_err(|_| CoreError::internal("recording the cancellation stopped"))?;
             if let Some(caller) = caller {
@@ -742,6 +744,7 @@ impl Dispatch<'_> {
                         waiter: None,
                         secrets: Vec::new(),
                         invoker: Some(job.invoker),
+                        holder: None,
                     };
                     self.finish(finished, result).await;
                     continue;

@@ -44,6 +44,9 @@ pub struct Finished {
     pub secrets: Vec<String>,
     /// The principal (id) that invoked it directly; `None` for a net's job.
     pub invoker: Option<String>,
+    /// The executor that held it when it was taken, if one did: a cancelled job's result
+    /// names where it was running.
+    pub holder: Option<String>,
 }
 
 /// A job the queue handed to an executor.
@@ -130,6 +133,7 @@ impl QueueState {
             waiter: job.waiter.take(),
             secrets: std::mem::take(&mut job.secrets),
             invoker: job.invoker.take(),
+            holder: job.lease.take().map(|l| l.executor),
         }
     }
 }

@@ -334,6 +334,7 @@ impl SharedQueue {
             waiter,
             secrets,
             invoker: row.invoker,
+            holder: row.executor,
         }
     }
 
