@@ -455,13 +455,17 @@ fn a_mebibyte_of_stdout_is_offloaded_to_the_blob_store() {
     assert_eq!(r["stdoutBlob"]["sizeBytes"], 7, "{r}");
     let (status, bytes) = api.get_bytes(&format!("/api/jobs/{}/stdout", r["jobId"].as_str().unwrap()));
     assert_eq!((status, bytes), (200, b"\xff\xfe\x00\x01ok\n".to_vec()));
-    // An output whose blob is gone is a fault of the master's, said as such.
-    let urn = r["stdoutBlob"]["urn"].as_str().unwrap();
-    let (namespace, sha) = urn.trim_start_matches("urn:agentos:blob:").rsplit_once('/').unwrap();
-    std::fs::remove_file(m.blob_file(namespace, sha)).unwrap();
-    let (status, v) = api.get(&format!("/api/jobs/{}/stdout", r["jobId"].as_str().unwrap()));
-    assert_eq!((status, v["error"]["code"].as_str()), (500, Some("output_lost")), "{v}");
-    assert!(v["error"]["message"].as_str().unwrap().contains("that output is lost"), "{v}");
+    // An output whose blob is gone is a fault of the master's, said as such. (Over S3 the
+    // master keeps the small blobs it verified in memory, so one gone from the bucket is not
+    // gone from it.)
+    if std::env::var("AGENTOS_TEST_STORAGE").as_deref() != Ok("shared") {
+        let urn = r["stdoutBlob"]["urn"].as_str().unwrap();
+        let (namespace, sha) = urn.trim_start_matches("urn:agentos:blob:").rsplit_once('/').unwrap();
+        std::fs::remove_file(m.blob_file(namespace, sha)).unwrap();
+        let (status, v) = api.get(&format!("/api/jobs/{}/stdout", r["jobId"].as_str().unwrap()));
+        assert_eq!((status, v["error"]["code"].as_str()), (500, Some("output_lost")), "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("that output is lost"), "{v}");
+    }
 
     // Called as an operation (a shell command, an MCP client), the output is the whole of it,
     // read back from the blob, never the preview.
