@@ -14,14 +14,22 @@ struct Run {
     stderr: String,
 }
 
+/// `agentos` as the operator (its token read from the master's data folder).
 fn agentos(m: &Master, args: &[&str]) -> Run {
-    let out = Command::new(BIN)
+    run(Command::new(BIN)
         .args(args)
         .env("AGENTOS_URL", &m.url)
         .env("AGENTOS_DATA", &m.data)
-        .env_remove("AGENTOS_TOKEN")
-        .output()
-        .unwrap();
+        .env_remove("AGENTOS_TOKEN"))
+}
+
+/// `agentos` with an agent's token rather than the operator's.
+fn agentos_as(m: &Master, token: &str, args: &[&str]) -> Run {
+    run(Command::new(BIN).args(args).env("AGENTOS_URL", &m.url).env("AGENTOS_TOKEN", token))
+}
+
+fn run(cmd: &mut Command) -> Run {
+    let out = cmd.output().unwrap();
     Run {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -665,16 +673,6 @@ fn exit_within(cmd: &mut Command) -> (Option<i32>, String) {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     let _ = child.wait();
     (status.and_then(|s| s.code()), stderr)
-}
-
-/// `agentos` with an agent's token rather than the operator's.
-fn agentos_as(m: &Master, token: &str, args: &[&str]) -> Run {
-    let out = Command::new(BIN).args(args).env("AGENTOS_URL", &m.url).env("AGENTOS_TOKEN", token).output().unwrap();
-    Run {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
 }
 
 /// A job run with `--async` is waited for, read and cancelled by its id, by an agent that may
