@@ -14,6 +14,15 @@ pub fn shown(s: &str) -> String {
     }
 }
 
+/// At most `chars` characters of `text`, unquoted, saying how long it was when cut: for text
+/// that is already a line of its own (a URL, an error), where [`shown`] would quote it.
+pub fn cut(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        None => text.to_string(),
+        Some((at, _)) => format!("{}… ({} characters)", &text[..at], text.chars().count()),
+    }
+}
+
 /// `[a-z0-9][a-z0-9-]{0,63}`: tool ids and model names.
 pub fn is_valid_id(s: &str) -> bool {
     let b = s.as_bytes();

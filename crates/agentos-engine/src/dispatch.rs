@@ -606,13 +606,17 @@ impl Dispatch<'_> {
         }
         // Absent, like one never run, unless the caller invoked it or may read logs in its
         // model: whether a job exists says something about another principal's work.
-        let own = invoker.as_deref() == Some(principal.id.as_str());
-        let readable = own
-            || (principal.flags.has(Flag::Logs) && crate::access::may_use_model(&self.read_state(), principal, &model));
-        if state.is_empty() || !readable {
-            return Err(CoreError::not_found(format!("no job {} that you may read", shown(job_id))).into());
+        if state.is_empty() || !self.may_read_job(principal, &model, invoker.as_deref()) {
+            return Err(unreadable_job(job_id));
         }
         Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
+    }
+
+    /// Whether `principal` may read a job of `model` that `invoker` (a principal id) invoked:
+    /// its own, or one of a model it may read logs of.
+    fn may_read_job(&self, principal: &Principal, model: &str, invoker: Option<&str>) -> bool {
+        invoker == Some(principal.id.as_str())
+            || (principal.flags.has(Flag::Logs) && crate::access::may_use_model(&self.read_state(), principal, model))
     }
 
     /// Cancels a job invoked directly that has not finished: a queued one never runs, and one
@@ -626,10 +630,8 @@ impl Dispatch<'_> {
             return Err(not_cancelled(&self.job(principal, job_id).await?));
         };
         if open.invoker.as_deref() != Some(principal.id.as_str()) && !principal.is_operator() {
-            let readable = principal.flags.has(Flag::Logs)
-                && crate::access::may_use_model(&self.read_state(), principal, &open.model);
-            if !readable {
-                return Err(CoreError::not_found(format!("no job {} that you may read", shown(job_id))).into());
+            if !self.may_read_job(principal, &open.model, open.invoker.as_deref()) {
+                return Err(unreadable_job(job_id));
             }
             return Err(CoreError::forbidden(format!(
                 "job {} was invoked by another principal: only its invoker or the operator may cancel it",
@@ -777,6 +779,12 @@ impl Dispatch<'_> {
             })
             .await
     }
+}
+
+/// A job that is not there, or that the caller may not read: told alike, since whether a job
+/// exists says something about another principal's work.
+fn unreadable_job(job_id: &str) -> EngineError {
+    CoreError::not_found(format!("no job {} that you may read", shown(job_id))).into()
 }
 
 /// Why a job that is no longer open cannot be cancelled: it finished, or its result is being

@@ -377,10 +377,7 @@ fn place_credential(
 
 /// At most [`SHOWN_URL_CHARS`] characters of `text`, saying how long it was when cut.
 fn cut_line(text: &str) -> String {
-    match text.char_indices().nth(SHOWN_URL_CHARS) {
-        None => text.to_string(),
-        Some((at, _)) => format!("{}… ({} characters)", &text[..at], text.chars().count()),
-    }
+    agentos_core::name::cut(text, SHOWN_URL_CHARS)
 }
 
 /// The longest URL a request is made with (`http::Uri`'s limit).
