@@ -117,7 +117,7 @@ fn main() -> std::process::ExitCode {
         host_toolkits: vec![weather()],
         http_allow: Vec::new(),
         http_deny_private: false,
-        mcp_list_limit: 64,
+        mcp_endpoint: Default::default(),
         mcp: Default::default(),
         docker: Default::default(),
         loose_data_folder: agentos_server::LooseDataFolder::Refuse,

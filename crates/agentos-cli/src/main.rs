@@ -240,6 +240,10 @@ pub struct ServeArgs {
     /// agentos_describe_tool and agentos_call_tool instead of every tool.
     #[arg(long, env = "AGENTOS_MCP_LIST_LIMIT", default_value_t = 64)]
     pub mcp_list_limit: usize,
+    /// An MCP session of `/mcp` (or `agentos mcp`) with no request in, and no answer or event
+    /// stream open, for this long ends, in ms; a client that keeps its `GET` stream open keeps it.
+    #[arg(long, env = "AGENTOS_MCP_SESSION_IDLE_MS", default_value_t = 300_000)]
+    pub mcp_session_idle_ms: u64,
     /// The user MCP servers registered with a command run as: `nobody` (the default when agentos
     /// runs as root), UID:GID, or `current`, which lets them read the data folder and must be
     /// asked for. Without root and without this, command servers are refused.

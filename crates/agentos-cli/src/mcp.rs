@@ -215,7 +215,7 @@ async fn serve(url: String, token: String) -> Result<(), Failed> {
         () = stop_signal() => Ok(()),
     };
     // Ends the session at the master (rmcp's client sends the `DELETE` as it closes), which
-    // would otherwise count toward the agent's sessions until it has been idle for 5 minutes.
+    // would otherwise count toward the agent's sessions until it went idle.
     let _ = master.close_with_timeout(SESSION_END_TIMEOUT).await;
     // Every answer written before the relay exits.
     let _ = writer.await;

@@ -263,7 +263,10 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
         host_toolkits: Vec::new(),
         http_allow: args.http_allow.clone(),
         http_deny_private: args.http_deny_private,
-        mcp_list_limit: args.mcp_list_limit,
+        mcp_endpoint: agentos_server::McpEndpoint {
+            list_limit: args.mcp_list_limit,
+            session_idle: Duration::from_millis(args.mcp_session_idle_ms.max(1)),
+        },
         mcp: McpConfig {
             run_as: mcp_run_as,
             idle_stop: Duration::from_millis(args.mcp_idle_ms.max(1)),

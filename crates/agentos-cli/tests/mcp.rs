@@ -7,6 +7,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::{BIN, Executor, Master};
 use serde_json::{Value, json};
@@ -913,4 +914,43 @@ fn revoking_an_agent_ends_its_mcp_sessions() {
     assert_eq!(api.request("DELETE", "/api/agents/alice", None).0, 200);
     // rmcp sends a keep-alive every 15 seconds: a stream still open would outlast this.
     end.recv_timeout(std::time::Duration::from_secs(10)).expect("the revoked agent's event stream ended");
+}
+
+/// Regression: rmcp ended a session 5 minutes after the last message through it, so a client
+/// that only listened on its `GET` stream for server notifications lost its session without a
+/// word. A session now ends when it has had no request, and no answer or stream open, for the
+/// idle time; one whose client keeps listening lives on.
+#[test]
+fn an_mcp_session_lives_while_its_client_listens_and_ends_when_idle() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--mcp-session-idle-ms", "1500"]);
+    let alice = m.client().agent("alice", "r").token.unwrap();
+    let (listening, quiet) = (open_session(&m, &alice).unwrap(), open_session(&m, &alice).unwrap());
+    let stream = common::http()
+        .get(format!("{}/mcp", m.url))
+        .bearer_auth(&alice)
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .header("mcp-session-id", &listening)
+        .send()
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    // Past the idle time and the looks for idle sessions (every second at this idle time).
+    std::thread::sleep(Duration::from_millis(4_000));
+    let list = |session: &str| exchange(&m, "POST", &alice, Some(session), Some(tools_list()));
+    let gone = list(&quiet);
+    assert_eq!((gone.status, gone.body.as_str()), (404, "Not Found: Session not found"));
+    let ended = exchange(&m, "DELETE", &alice, Some(&quiet), None);
+    assert_eq!(ended.status, 404, "{ended:?}");
+    assert!(ended.body.contains("it went idle for 1500 ms"), "{ended:?}");
+    let listed = message_of(&list(&listening));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    // The stream closed, the session goes idle too.
+    drop(stream);
+    std::thread::sleep(Duration::from_millis(4_000));
+    assert_eq!(list(&listening).status, 404);
+    // Both are gone from alice's count: a hundred open again.
+    for _ in 0..100 {
+        open_session(&m, &alice).unwrap();
+    }
 }

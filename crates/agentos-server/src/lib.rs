@@ -23,6 +23,7 @@ pub mod wire;
 pub use connections::ConnectionLimits;
 pub use data_folder::LooseDataFolder;
 pub use error::ApiError;
+pub use mcp::McpEndpoint;
 pub use router::router;
 pub use run::{Expressions, Ready, ServeConfig, Storage, run};
 pub use serve_error::ServeError;

@@ -13,6 +13,9 @@
 //! - A session belongs to the principal whose `initialize` opened it (`SessionOwners`): under
 //!   any other token its id answers as an unknown one does. A principal holds at most 100, the
 //!   master 10,000, whatever the client does mid-handshake; revoking a principal ends its own.
+//! - A session lives while it is used: it ends when no request has come and no answer or event
+//!   stream of it has been open for `--mcp-session-idle-ms` (5 minutes). A client that only
+//!   listens, on an open `GET` stream, keeps its session.
 //! - A body that is not one JSON-RPC message (a batch, a `jsonrpc` other than "2.0", not JSON)
 //!   is answered HTTP 400 with a JSON-RPC error that says what is wrong; a request whose required
 //!   params are missing or malformed is -32602 (Invalid params), not rmcp's -32601.
@@ -20,9 +23,9 @@
 //! `agentos mcp` (the CLI) serves the same over stdio by relaying to this endpoint; a line it
 //! cannot read it sends here as a body, to answer with the error this endpoint gives it.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
 use axum::http::{Method, StatusCode};
@@ -832,19 +835,44 @@ enum Revoked {
 /// (and dropped) before it is refused; a larger one is refused at once.
 const DRAIN_REFUSED_BYTES: usize = 64 << 20;
 
+/// What `/mcp` offers, and how long its sessions live.
+#[derive(Debug, Clone, Copy)]
+pub struct McpEndpoint {
+    /// Past this many tools a caller may call, `tools/list` offers search instead.
+    pub list_limit: usize,
+    /// A session with no request in, and no answer or event stream out, for this long ends.
+    pub session_idle: Duration,
+}
+
+impl Default for McpEndpoint {
+    fn default() -> Self {
+        McpEndpoint { list_limit: 64, session_idle: Duration::from_secs(300) }
+    }
+}
+
 /// The `/mcp` service over an engine: rmcp's Streamable HTTP server, behind `keep_to_owner` and
 /// then `explain_unread_message`. It runs inside [`authenticate`], which the router puts around it.
-pub fn service(engine: Engine, list_limit: usize) -> MethodRouter {
-    let rmcp_sessions = Arc::new(LocalSessionManager::default());
-    let owners = Arc::new(SessionOwners { rmcp: rmcp_sessions.clone(), owners: Mutex::new(HashMap::new()) });
+pub fn service(engine: Engine, endpoint: McpEndpoint) -> MethodRouter {
+    let mut rmcp_sessions = LocalSessionManager::default();
+    // rmcp ends a session a fixed time after the last message through it, while a client that
+    // only listens on its `GET` stream sends none: the idle time is `SessionOwners`' to keep,
+    // which counts a stream still open as use.
+    rmcp_sessions.session_config.keep_alive = None;
+    let rmcp_sessions = Arc::new(rmcp_sessions);
+    let owners = Arc::new(SessionOwners {
+        rmcp: rmcp_sessions.clone(),
+        owners: Mutex::new(HashMap::new()),
+        idle: endpoint.session_idle,
+    });
     let shared = Arc::new(Shared {
         sessions: Mutex::new(Vec::new()),
         changed: broadcast::channel(16).0,
         engine,
-        list_limit,
+        list_limit: endpoint.list_limit,
         owners: owners.clone(),
     });
     tokio::spawn(watch(Arc::downgrade(&shared), shared.engine.nets().subscribe()));
+    tokio::spawn(end_idle_sessions(Arc::downgrade(&owners)));
     let config = StreamableHttpServerConfig::default()
         .with_sse_keep_alive(Some(Duration::from_secs(15)))
         // The master answers on whatever name it is reached by; the bearer token is the gate.
@@ -865,30 +893,44 @@ const SESSION_HEADER: &str = "mcp-session-id";
 const SESSIONS_PER_PRINCIPAL: usize = 100;
 
 /// How many sessions the master holds open at once. rmcp sets no bound of its own, and each
-/// session is a task with its own channels until it is closed or idle for 5 minutes. Counted
-/// over rmcp's own sessions, so that one rmcp holds without an owner recorded counts too.
+/// session is a task with its own channels until it is closed or goes idle. Counted over rmcp's
+/// own sessions, so that one rmcp holds without an owner recorded counts too.
 const MAX_SESSIONS: usize = 10_000;
 
 /// Which principal opened each MCP session. rmcp knows a session by its id alone, and serves
 /// whoever presents the id; this record lets only the principal whose `initialize` opened it
 /// use it or close it.
 ///
+/// It also ends the sessions gone idle ([`end_idle_sessions`]), which rmcp is told not to do.
+///
 /// It follows rmcp's own sessions: an id is dropped when its session is closed, when rmcp
-/// answers 404 for it (idle past rmcp's 5 minutes), and, for any session rmcp no longer holds,
-/// each time a session opens. So it never holds more than rmcp does, plus the sessions that
-/// expired since the last one opened.
+/// answers 404 for it (its worker ended), and, for any session rmcp no longer holds, each time
+/// a session opens. So it never holds more than rmcp does, plus the sessions that ended since
+/// the last one opened.
 struct SessionOwners {
     rmcp: Arc<LocalSessionManager>,
     /// Session id → the principal that opened it.
     owners: Mutex<HashMap<String, Owner>>,
+    /// A session unused this long ends.
+    idle: Duration,
 }
 
-/// The principal that opened a session.
+/// The principal that opened a session, and how the session is used.
 struct Owner {
     /// Its stable id, which a session is kept to.
     id: String,
     /// Its name, which the log names it by when it is revoked.
     name: String,
+    /// Answers of the session still being written: event streams, `GET` ones included.
+    streams: usize,
+    /// When a request of the session last came in or one of its answers last ended.
+    used: Instant,
+}
+
+impl Owner {
+    fn idle_for(&self, idle: Duration) -> bool {
+        self.streams == 0 && self.used.elapsed() >= idle
+    }
 }
 
 impl SessionOwners {
@@ -924,8 +966,9 @@ impl SessionOwners {
                     StatusCode::TOO_MANY_REQUESTS,
                     "too_many_sessions",
                     format!(
-                        "{} has {SESSIONS_PER_PRINCIPAL} MCP sessions open, the limit; close one (DELETE /mcp with its Mcp-Session-Id) or let it go idle for 5 minutes",
-                        principal.name
+                        "{} has {SESSIONS_PER_PRINCIPAL} MCP sessions open, the limit; close one (DELETE /mcp with its Mcp-Session-Id) or let it go idle for {}",
+                        principal.name,
+                        shown_duration(self.idle)
                     ),
                 ))
             } else if held.len() > MAX_SESSIONS {
@@ -936,7 +979,10 @@ impl SessionOwners {
                     format!("the master holds {MAX_SESSIONS} MCP sessions, its limit; try again when some have closed"),
                 ))
             } else {
-                owners.insert(session.to_owned(), Owner { id: principal.id.clone(), name: principal.name.clone() });
+                owners.insert(
+                    session.to_owned(),
+                    Owner { id: principal.id.clone(), name: principal.name.clone(), streams: 0, used: Instant::now() },
+                );
                 None
             }
         };
@@ -964,6 +1010,81 @@ impl SessionOwners {
             }
         }
     }
+
+    /// A request of `session` came in; its answer is written until the returned guard drops.
+    fn in_use(self: &Arc<Self>, session: &str) -> InUse {
+        if let Some(owner) = self.owners.lock().unwrap_or_else(|e| e.into_inner()).get_mut(session) {
+            owner.streams += 1;
+            owner.used = Instant::now();
+        }
+        InUse { owners: Arc::downgrade(self), session: session.to_owned() }
+    }
+
+    /// Ends the sessions unused for the idle time, and those rmcp holds with no owner recorded
+    /// that were already ownerless at the last look (`ownerless`, updated): an `initialize`
+    /// whose session is being recorded is ownerless for a moment only.
+    async fn end_idle(&self, ownerless: &mut HashSet<String>) {
+        let held: Vec<String> = self.rmcp.sessions.read().await.keys().map(|id| id.to_string()).collect();
+        let ended: Vec<String> = {
+            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            let idle: Vec<String> =
+                owners.iter().filter(|(_, owner)| owner.idle_for(self.idle)).map(|(id, _)| id.clone()).collect();
+            for id in &idle {
+                owners.remove(id);
+            }
+            let now_ownerless: HashSet<String> = held.into_iter().filter(|id| !owners.contains_key(id)).collect();
+            let stray = now_ownerless.intersection(ownerless).cloned().collect::<Vec<_>>();
+            *ownerless = now_ownerless;
+            idle.into_iter().chain(stray).collect()
+        };
+        for session in ended {
+            ownerless.remove(&session);
+            if let Err(e) = self.rmcp.close_session(&session.as_str().into()).await {
+                tracing::warn!(error = %e, "an idle MCP session could not be closed");
+            }
+        }
+    }
+}
+
+/// Holds a session in use while one of its answers is written ([`SessionOwners::in_use`]).
+struct InUse {
+    owners: Weak<SessionOwners>,
+    session: String,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let Some(owners) = self.owners.upgrade() else { return };
+        if let Some(owner) = owners.owners.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&self.session) {
+            owner.streams = owner.streams.saturating_sub(1);
+            owner.used = Instant::now();
+        }
+    }
+}
+
+/// Looks for idle sessions a few times per idle time (at most every 30 seconds, at least every
+/// second), for as long as the endpoint lives.
+async fn end_idle_sessions(owners: Weak<SessionOwners>) {
+    let Some(every) = owners.upgrade().map(|o| (o.idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(30)))
+    else {
+        return;
+    };
+    let mut ownerless = HashSet::new();
+    loop {
+        tokio::time::sleep(every).await;
+        let Some(owners) = owners.upgrade() else { return };
+        owners.end_idle(&mut ownerless).await;
+    }
+}
+
+/// A duration as the refusals write it: "5 minutes", "90 s", "1500 ms".
+fn shown_duration(d: Duration) -> String {
+    match (d.as_millis(), d.as_secs()) {
+        (ms, _) if ms % 1000 != 0 => format!("{ms} ms"),
+        (_, 60) => "1 minute".to_owned(),
+        (_, s) if s % 60 == 0 => format!("{} minutes", s / 60),
+        (_, s) => format!("{s} s"),
+    }
 }
 
 /// What rmcp 3.11 answers a `POST` or `GET` naming a session it does not hold, word for word
@@ -977,10 +1098,11 @@ fn unknown_session() -> Response {
 
 /// rmcp answers 202 to a `DELETE` of any id, held or not; this says that there was nothing to
 /// end, the same for an unknown id and for another principal's session.
-fn no_session_to_end() -> Response {
-    ApiError::not_found(
-        "no MCP session of yours has this Mcp-Session-Id: it was ended, it went idle for 5 minutes, or it never existed",
-    )
+fn no_session_to_end(idle: Duration) -> Response {
+    ApiError::not_found(format!(
+        "no MCP session of yours has this Mcp-Session-Id: it was ended, it went idle for {}, or it never existed",
+        shown_duration(idle)
+    ))
     .into_response()
 }
 
@@ -1015,7 +1137,7 @@ async fn keep_to_owner(State(owners): State<Arc<SessionOwners>>, req: Request, n
         // rmcp opens the session before it answers, and this request is dropped if its client
         // goes away: on a task of its own, the session rmcp opened is recorded (or closed, past
         // a bound) whatever the client does. Recorded here instead, a reset right after the
-        // `initialize` left a session no bound counted, for rmcp's 5 minutes of idle time.
+        // `initialize` left a session no bound counted until it went idle.
         let opening = tokio::spawn(async move {
             let answer = next.run(req).await;
             let opened = answer.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
@@ -1041,20 +1163,28 @@ async fn keep_to_owner(State(owners): State<Arc<SessionOwners>>, req: Request, n
     };
     let ending = req.method() == Method::DELETE;
     if !owners.owned_by(&session, &principal) {
-        return if ending { no_session_to_end() } else { unknown_session() };
+        return if ending { no_session_to_end(owners.idle) } else { unknown_session() };
     }
     if ending && !owners.held_by_rmcp(&session).await {
-        // Gone idle: rmcp would answer 202 to ending it.
+        // Its worker ended: rmcp would answer 202 to ending it.
         owners.forget(&session);
-        return no_session_to_end();
+        return no_session_to_end(owners.idle);
     }
+    let in_use = owners.in_use(&session);
     let answer = next.run(req).await;
-    // Ended, or gone idle: rmcp holds it no more. A 404 can also be a JSON-RPC "method not
+    // Ended, or its worker gone: rmcp holds it no more. A 404 can also be a JSON-RPC "method not
     // found" in a session that lives on, hence the question to rmcp rather than the status alone.
     if ending || answer.status() == StatusCode::NOT_FOUND {
         owners.forget_if_closed(&session).await;
     }
-    answer
+    // The session is in use until its answer (an event stream, for a `GET` as long as the client
+    // listens) has been written or dropped.
+    answer.map(|body| {
+        axum::body::Body::new(http_body_util::BodyExt::map_frame(body, move |frame| {
+            let _ = &in_use;
+            frame
+        }))
+    })
 }
 
 /// Answers a `POST` whose body rmcp cannot read as one JSON-RPC message (a batch, a `jsonrpc`

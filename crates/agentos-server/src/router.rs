@@ -13,7 +13,7 @@ pub fn router(
     engine: agentos_engine::Engine,
     max_body_bytes: usize,
     max_result_bytes: usize,
-    mcp_list_limit: usize,
+    mcp_endpoint: mcp::McpEndpoint,
     body_timeout: std::time::Duration,
 ) -> Router {
     let state = AppState { engine, max_body_bytes, max_result_bytes, body_timeout };
@@ -69,7 +69,7 @@ pub fn router(
         // engine shows each principal what its flags allow.
         .merge(
             Router::new()
-                .route_service("/mcp", mcp::service(state.engine.clone(), mcp_list_limit))
+                .route_service("/mcp", mcp::service(state.engine.clone(), mcp_endpoint))
                 .route_layer(axum::middleware::from_fn_with_state(state.clone(), mcp::authenticate)),
         )
         // The page: public files, no data; it reads the API with the token a person signs in with.

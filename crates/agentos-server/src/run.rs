@@ -46,8 +46,8 @@ pub struct ServeConfig {
     pub net_limits: agentos_engine::NetLimits,
     /// Where the jq expressions of nets run.
     pub expressions: Expressions,
-    /// Past this many tools a caller may call, MCP's `tools/list` offers search instead.
-    pub mcp_list_limit: usize,
+    /// What `/mcp` offers and how long its sessions live.
+    pub mcp_endpoint: crate::mcp::McpEndpoint,
     /// How MCP servers registered as tools are run.
     pub mcp: agentos_engine::bindings::mcp::McpConfig,
     /// The local registry and the limits of tool containers; `owner` is set from the data
@@ -286,7 +286,7 @@ pub async fn run(
         engine.clone(),
         config.max_body_bytes,
         config.max_result_bytes,
-        config.mcp_list_limit,
+        config.mcp_endpoint,
         config.connections.header_timeout,
     );
     // The stop is the engine's to know before any connection closes: a call dropped by it is
