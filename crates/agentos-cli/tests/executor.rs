@@ -205,6 +205,8 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     let job = start("hang");
     let path = format!("/api/jobs/{job}");
     wait_for("the job to run", || invoker.get(&path).1["state"] == "running");
+    let running = std::time::Instant::now();
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let cancel = format!("{path}/cancel");
     let (status, v) = other.post(&cancel, json!({}));
     assert_eq!(status, 404, "a principal that may not read the job finds none: {v}");
@@ -220,6 +222,9 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     let result = &v["results"][0];
     assert_eq!(result["cancelledBy"], "invoker", "{v}");
     assert_eq!(result["executor"], "e", "where it was running: {v}");
+    // How long it ran there: at least since it was seen running, at most since it was invoked.
+    let held = result["durationMs"].as_u64().unwrap();
+    assert!(held >= 300 && held as u128 <= running.elapsed().as_millis() + 5_000, "ran {held} ms: {v}");
     assert!(result["error"].as_str().unwrap().contains("cancelled by invoker"), "{v}");
     assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
     wait_for("the executor to be free again", || api.get("/api/executors").1[0]["state"] != "busy");
@@ -254,6 +259,7 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["results"][0]["cancelledBy"], "operator", "{v}");
     assert_eq!(v["results"][0]["executor"], "", "it ran nowhere: {v}");
+    assert_eq!(v["results"][0]["durationMs"], 0, "{v}");
     let (status, v) = api.post("/api/jobs/no-such-job/cancel", json!({}));
     assert_eq!(status, 404, "{v}");
 

@@ -415,10 +415,14 @@ fn a_running_job_in_the_shared_queue_is_cancelled_through_another_master() {
     common::wait_for("the job to run", || {
         send(&b, "GET", &format!("/api/jobs/{job}"), None, None).1["state"] == "running"
     });
+    std::thread::sleep(std::time::Duration::from_millis(300));
     let (status, v, _) = send(&b, "POST", &format!("/api/jobs/{job}/cancel"), None, None);
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["results"][0]["cancelledBy"], "operator", "{v}");
     assert_eq!(v["results"][0]["executor"], "e1", "{v}");
+    // How long it ran on e1, by the database's clock.
+    let ran = v["results"][0]["durationMs"].as_u64().unwrap();
+    assert!((300..60_000).contains(&ran), "ran {ran} ms: {v}");
     common::wait_for("the cancelled job's row to leave the queue", || {
         psql(&shared.storage.database, "SELECT count(*) FROM agentos_jobs") == "0"
     });

@@ -210,7 +210,7 @@ pub struct JobResult {
     /// The executor that ran it (empty when none did).
     pub executor: String,
     /// The principal (by name) that cancelled the job before it finished; its result says no
-    /// more than that.
+    /// more than that, where it was running and for how long.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<String>,
 }

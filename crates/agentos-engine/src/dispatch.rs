@@ -664,8 +664,9 @@ impl Dispatch<'_> {
             let caller = finished.waiter.replace(recorded);
             let mut result = JobResult::failed(&id, finished.attempt, format!("cancelled by {by} before it finished"));
             result.cancelled_by = Some(by);
-            // Where it was running, if it was: its process is stopped there.
+            // Where it was running, if it was, and for how long: its process is stopped there.
             result.executor = finished.holder.clone().unwrap_or_default();
+            result.duration_ms = finished.held_ms.unwrap_or(0);
             dispatch.finish(finished, result).await;
             let result = is_recorded.await.map_err(|_| CoreError::internal("recording the cancellation stopped"))?;
             if let Some(caller) = caller {
@@ -747,6 +748,7 @@ impl Dispatch<'_> {
                         secrets: Vec::new(),
                         invoker: Some(job.invoker),
                         holder: None,
+                        held_ms: None,
                     };
                     self.finish(finished, result).await;
                     continue;

@@ -47,6 +47,8 @@ pub struct Finished {
     /// The executor that held it when it was taken, if one did: a cancelled job's result
     /// names where it was running.
     pub holder: Option<String>,
+    /// How long that executor had held it, in ms: a cancelled job's result says how long it ran.
+    pub held_ms: Option<u64>,
 }
 
 /// A job the queue handed to an executor.
@@ -92,6 +94,8 @@ struct Lease {
     /// The executor that took the job; only it may renew, hand back or finish it.
     executor: String,
     expires: Instant,
+    /// When the executor took it.
+    taken: Instant,
 }
 
 struct Seen {
@@ -133,6 +137,7 @@ impl QueueState {
             waiter: job.waiter.take(),
             secrets: std::mem::take(&mut job.secrets),
             invoker: job.invoker.take(),
+            held_ms: job.lease.as_ref().map(|l| l.taken.elapsed().as_millis() as u64),
             holder: job.lease.take().map(|l| l.executor),
         }
     }
@@ -371,6 +376,7 @@ impl MemoryQueue {
                 id: lease_id.clone(),
                 executor: executor.to_string(),
                 expires: Instant::now() + self.config.lease,
+                taken: Instant::now(),
             });
             return Some(Handout {
                 job_id: id,

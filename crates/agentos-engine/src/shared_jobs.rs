@@ -335,6 +335,7 @@ impl SharedQueue {
             secrets,
             invoker: row.invoker,
             holder: row.executor,
+            held_ms: row.held_ms,
         }
     }
 

@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS agentos_jobs (
     expires    TIMESTAMPTZ,
     completing TEXT
 );
+ALTER TABLE agentos_jobs ADD COLUMN IF NOT EXISTS leased_at TIMESTAMPTZ;
 CREATE INDEX IF NOT EXISTS agentos_jobs_free ON agentos_jobs (position) WHERE lease_id IS NULL;
 CREATE INDEX IF NOT EXISTS agentos_jobs_by_invoker ON agentos_jobs (invoker);
 CREATE TABLE IF NOT EXISTS agentos_executors (
@@ -76,6 +77,8 @@ pub struct JobRow {
     pub attempt: u32,
     /// The executor that held it last.
     pub executor: Option<String>,
+    /// How long that executor has held it, in ms (none from a master before this column).
+    pub held_ms: Option<u64>,
 }
 
 /// Why a lease operation was refused.
@@ -246,10 +249,12 @@ fn job_row(row: &Row) -> JobRow {
         sealed: row.get(4),
         attempt: row.get::<_, i32>(5).max(0) as u32,
         executor: row.get(6),
+        held_ms: row.get::<_, Option<i64>>(7).map(|ms| ms.max(0) as u64),
     }
 }
 
-const RETURNING: &str = "RETURNING job_id, model, invoker, body, sealed, attempt, executor";
+const RETURNING: &str = "RETURNING job_id, model, invoker, body, sealed, attempt, executor, \
+                         (extract(epoch FROM clock_timestamp() - leased_at) * 1000)::bigint";
 
 fn secs(ms: u64) -> f64 {
     ms as f64 / 1000.0
@@ -284,7 +289,7 @@ impl SharedJobs for PgJobQueue {
                 "handing out a job",
                 &format!(
                     "UPDATE agentos_jobs SET lease_id = $1, executor = $2, attempt = attempt + 1, \
-                     expires = clock_timestamp() + make_interval(secs => $3) \
+                     expires = clock_timestamp() + make_interval(secs => $3), leased_at = clock_timestamp() \
                      WHERE job_id = (SELECT job_id FROM agentos_jobs WHERE lease_id IS NULL \
                        AND (target IS NULL OR target = ANY($4)) ORDER BY position LIMIT 1 FOR UPDATE SKIP LOCKED) \
                      {RETURNING}"
@@ -341,7 +346,7 @@ impl SharedJobs for PgJobQueue {
             .conn
             .query(
                 "handing a job back",
-                "WITH back AS (UPDATE agentos_jobs SET lease_id = NULL, executor = NULL, expires = NULL, \
+                "WITH back AS (UPDATE agentos_jobs SET lease_id = NULL, executor = NULL, expires = NULL, leased_at = NULL, \
                    attempt = greatest(attempt - 1, 0), \
                    position = (SELECT coalesce(min(position), 0) - 1 FROM agentos_jobs) \
                  WHERE job_id = $1 AND lease_id = $2 AND executor = $3 AND completing IS NULL RETURNING 1) \
@@ -427,7 +432,7 @@ impl SharedJobs for PgJobQueue {
             .conn
             .query(
                 "queueing expired jobs again",
-                "WITH back AS (UPDATE agentos_jobs SET lease_id = NULL, executor = NULL, expires = NULL, completing = NULL \
+                "WITH back AS (UPDATE agentos_jobs SET lease_id = NULL, executor = NULL, expires = NULL, leased_at = NULL, completing = NULL \
                  WHERE expires < clock_timestamp() AND attempt < $1 RETURNING 1) \
                  SELECT count(*), pg_notify('agentos_jobs', '') FROM back HAVING count(*) > 0",
                 &[&max],
