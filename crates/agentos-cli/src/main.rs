@@ -227,10 +227,12 @@ pub struct ServeArgs {
     /// limited to 1 GiB).
     #[arg(long, env = "AGENTOS_EXPR_TIMEOUT_MS", default_value_t = 1_000)]
     pub expr_timeout_ms: u64,
-    /// An address or CIDR block (127.0.0.1, 10.0.0.0/8, ::1) that http transitions may reach
-    /// although it is refused by default: loopback, unspecified, link-local, cloud metadata and
-    /// this master's own address. Repeatable; comma-separated in the environment.
-    #[arg(long = "http-allow", env = "AGENTOS_HTTP_ALLOW", value_delimiter = ',', value_name = "IP[/BITS]")]
+    /// An address or CIDR block, on every port or on one (127.0.0.1, 10.0.0.0/8, ::1,
+    /// 127.0.0.1:8080, [::1]:8080) that outbound requests may reach although it is refused by
+    /// default: loopback, unspecified, link-local, multicast, cloud metadata and this master's
+    /// own addresses. The master's own port is opened only by an entry naming it. Repeatable;
+    /// comma-separated in the environment.
+    #[arg(long = "http-allow", env = "AGENTOS_HTTP_ALLOW", value_delimiter = ',', value_name = "IP[/BITS][:PORT]")]
     pub http_allow: Vec<agentos_engine::outbound::IpRange>,
     /// Refuse private ranges too (10/8, 172.16/12, 192.168/16, fc00::/7), which are allowed by
     /// default so a master can call services on its own network.

@@ -41,8 +41,13 @@ fn message(v: &Value) -> String {
 fn a_stdio_server_is_a_toolkit_called_through_its_shim_the_call_api_and_a_net() {
     let dir = tempfile::tempdir().unwrap();
     // The venv lives in the build folder, which the sandbox user may not reach: the operator
-    // runs this server as the master's own user, which it must ask for.
-    let m = Master::start_with(&dir.path().join("master"), &["--mcp-run-as", "current"]);
+    // runs this server as the master's own user, which it must ask for. Its own API is one of
+    // its http services below: `--http-allow 127.0.0.1` leaves the master's own port refused,
+    // which only an entry naming that port opens.
+    let port = common::free_port();
+    let own = format!("127.0.0.1:{port}");
+    let m =
+        Master::start_full(&dir.path().join("master"), &own, &["--mcp-run-as", "current", "--http-allow", &own], &[]);
     let api = m.client();
     let py = python();
     let out = run(

@@ -156,3 +156,85 @@ fn metadata_and_link_local_addresses_are_refused_before_connecting() {
         assert!(reason.contains(what), "{reason}");
     }
 }
+
+/// Regression: `--http-allow 127.0.0.1`, given to reach a service beside the master, let a net
+/// call the master's own API too, by IP or by name. Its own port is now opened only by an entry
+/// naming it; other ports of the address stay open.
+#[test]
+fn opening_the_masters_address_leaves_its_own_port_refused_unless_named() {
+    let beside = TcpListener::bind("127.0.0.1:0").unwrap();
+    let beside_port = beside.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = beside.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        write!(
+            s,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+        )
+        .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let port = m.url.rsplit(':').next().unwrap().to_string();
+    for (model, host) in [("by-ip", "127.0.0.1"), ("by-name", "localhost")] {
+        http_net(&api, model, &format!("http://{host}:{port}/healthz"));
+        let reason = fire_and_fail(&api, model);
+        assert!(reason.contains("this master's own address"), "{reason}");
+        assert!(reason.contains(&format!("--http-allow 127.0.0.1:{port}")), "{reason}");
+    }
+    // The service beside it, on the same address, by name.
+    http_net(&api, "beside", &format!("http://localhost:{beside_port}/x"));
+    let (status, o) = api.post("/api/models/beside/transitions/call/fire", json!({}));
+    assert_eq!((status, o["outcome"].as_str()), (200, Some("started")), "{o}");
+    wait_for("the answer of the service beside", || !api.token_data("beside", "p-resp").is_empty());
+    assert!(server.join().unwrap().starts_with("GET /x"));
+
+    // Named with its port, the master's own address is reached.
+    let port = common::free_port();
+    let own = format!("127.0.0.1:{port}");
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_full(dir.path(), &own, &["--http-allow", &own], &[]);
+    let api = m.client();
+    http_net(&api, "self", &format!("http://localhost:{port}/healthz"));
+    api.post("/api/models/self/transitions/call/fire", json!({}));
+    wait_for("the master's own answer", || !api.token_data("self", "p-resp").is_empty());
+}
+
+/// An entry with a port opens that port alone, whether the URL names the address or a name
+/// that resolves to it.
+#[test]
+fn an_http_allow_entry_with_a_port_opens_that_port_alone() {
+    let open = TcpListener::bind("127.0.0.1:0").unwrap();
+    let open_port = open.local_addr().unwrap().port();
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = open.accept().unwrap();
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap();
+        write!(
+            s,
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+        )
+        .unwrap();
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let allow = format!("127.0.0.1:{open_port}");
+    let m = Master::start_default_policy_with(dir.path(), &["--http-allow", &allow]);
+    let api = m.client();
+    for (model, host) in [("ip", "127.0.0.1"), ("name", "localhost")] {
+        http_net(&api, model, &format!("http://{host}:{closed_port}/"));
+        let reason = fire_and_fail(&api, model);
+        // The master listens on 127.0.0.1 too: the address is refused as its own.
+        assert!(reason.contains("127.0.0.1 is refused") || reason.contains("127.0.0.1: this master's own"), "{reason}");
+    }
+    untouched(&closed);
+    http_net(&api, "open", &format!("http://localhost:{open_port}/y"));
+    api.post("/api/models/open/transitions/call/fire", json!({}));
+    wait_for("the answer of the open port", || !api.token_data("open", "p-resp").is_empty());
+    assert!(server.join().unwrap().starts_with("GET /y"));
+}

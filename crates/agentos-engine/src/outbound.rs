@@ -1,8 +1,9 @@
-//! The one policy for requests the master makes on a principal's behalf (http transitions; later
-//! the http binding, OpenAPI fetches, MCP servers): the address a request connects to is checked,
-//! and loopback, unspecified, link-local, cloud metadata and the master's own address are refused
-//! unless `--http-allow` names them.
+//! The one policy for requests the master makes on a principal's behalf (http transitions, the
+//! http binding, OpenAPI fetches, MCP servers): the address a request connects to is checked,
+//! and loopback, unspecified, link-local, multicast, cloud metadata and the master's own address
+//! are refused unless `--http-allow` names them.
 
+use std::cell::Cell;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::str::FromStr;
@@ -11,21 +12,40 @@ use std::sync::Arc;
 /// Redirects followed at most, as reqwest's own default.
 const MAX_REDIRECTS: usize = 10;
 
-/// One address or a CIDR block, as `--http-allow` takes it (`127.0.0.1`, `10.0.0.0/8`, `::1`).
+tokio::task_local! {
+    /// The port the request being sent goes to ([`sending`]), for the resolver, which is handed
+    /// a name alone; the redirect policy sets it to each redirect's.
+    static PORT: Cell<Option<u16>>;
+}
+
+/// Sends a request (`send`, its `send()` future) to `url` with its port known to the policy's
+/// resolver: a name is then judged with its port as an IP literal is, so an `--http-allow`
+/// entry with a port applies to it and the master's own address is refused on its own port.
+pub async fn sending<F: std::future::Future>(url: &reqwest::Url, send: F) -> F::Output {
+    PORT.scope(Cell::new(url.port_or_known_default()), send).await
+}
+
+/// One address or a CIDR block, and maybe one port, as `--http-allow` takes it (`127.0.0.1`,
+/// `10.0.0.0/8`, `::1`, `127.0.0.1:8080`, `[::1]:8080`, `10.0.0.0/8:443`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IpRange {
     /// The network address: the bits past `prefix` are zero.
     addr: IpAddr,
     prefix: u8,
+    /// The one port it opens; every port when `None`.
+    port: Option<u16>,
 }
 
 impl IpRange {
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip) {
+    /// Whether `ip` is in the range, and `port` (when known) is the one it names, if it names
+    /// one. An entry with a port never opens a request whose port is not known.
+    pub fn contains(&self, ip: IpAddr, port: Option<u16>) -> bool {
+        let in_block = match (self.addr, ip) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => mask_v4(ip, self.prefix) == net,
             (IpAddr::V6(net), IpAddr::V6(ip)) => mask_v6(ip, self.prefix) == net,
             _ => false,
-        }
+        };
+        in_block && (self.port.is_none() || self.port == port)
     }
 }
 
@@ -44,11 +64,27 @@ impl FromStr for IpRange {
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let invalid = || OutboundError::InvalidRange(s.to_string());
-        let (ip, prefix) = match s.trim().split_once('/') {
+        let text = s.trim();
+        let port = |p: &str| p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(invalid);
+        // `[v6]:port`, `v4:port` (one colon), or no port (an IPv6 address has several colons).
+        let (block, port) = if let Some(rest) = text.strip_prefix('[') {
+            let (inside, after) = rest.split_once(']').ok_or_else(invalid)?;
+            let after = after.strip_prefix(':').ok_or_else(invalid)?;
+            (inside, Some(port(after)?))
+        } else if text.matches(':').count() == 1 {
+            let (block, after) = text.split_once(':').ok_or_else(invalid)?;
+            (block, Some(port(after)?))
+        } else {
+            (text, None)
+        };
+        let (ip, prefix) = match block.split_once('/') {
             Some((ip, p)) => (ip, Some(p.parse::<u8>().map_err(|_| invalid())?)),
-            None => (s.trim(), None),
+            None => (block, None),
         };
         let ip: IpAddr = ip.parse().map_err(|_| invalid())?;
+        if ip.is_ipv6() && port.is_some() && !text.starts_with('[') {
+            return Err(invalid());
+        }
         let max = if ip.is_ipv4() { 32 } else { 128 };
         let prefix = prefix.unwrap_or(max);
         if prefix > max {
@@ -58,26 +94,40 @@ impl FromStr for IpRange {
             IpAddr::V4(v4) => IpAddr::V4(mask_v4(v4, prefix)),
             IpAddr::V6(v6) => IpAddr::V6(mask_v6(v6, prefix)),
         };
-        Ok(IpRange { addr, prefix })
+        Ok(IpRange { addr, prefix, port })
     }
 }
 
 impl fmt::Display for IpRange {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.prefix)
+        match (self.port, self.addr) {
+            (None, _) => write!(f, "{}/{}", self.addr, self.prefix),
+            (Some(port), IpAddr::V4(_)) => write!(f, "{}/{}:{port}", self.addr, self.prefix),
+            (Some(port), IpAddr::V6(_)) => write!(f, "[{}/{}]:{port}", self.addr, self.prefix),
+        }
+    }
+}
+
+/// What `--http-allow` takes to open `ip`, on `port` when given.
+fn allow_hint(ip: IpAddr, port: Option<u16>) -> String {
+    match (port, ip) {
+        (None, _) => ip.to_string(),
+        (Some(port), IpAddr::V4(_)) => format!("{ip}:{port}"),
+        (Some(port), IpAddr::V6(_)) => format!("[{ip}]:{port}"),
     }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutboundError {
-    #[error("{0:?} is neither an IP address nor a CIDR block (e.g. 127.0.0.1, 10.0.0.0/8, ::1)")]
+    #[error(
+        "{0:?} is neither an IP address nor a CIDR block, with or without a port (e.g. 127.0.0.1, 10.0.0.0/8, ::1, 127.0.0.1:8080, [::1]:8080)"
+    )]
     InvalidRange(String),
-    #[error("{addr} is refused: it is {what}; start the master with --http-allow {addr} to allow it")]
-    Refused { addr: IpAddr, what: &'static str },
-    #[error("{host} resolves only to refused addresses ({}); start the master with --http-allow {} to allow it",
-        .refused.iter().map(|(a, what)| format!("{a}: {what}")).collect::<Vec<_>>().join(", "),
-        .refused.first().map(|(a, _)| a.to_string()).unwrap_or_default())]
-    RefusedName { host: String, refused: Vec<(IpAddr, &'static str)> },
+    #[error("{addr} is refused: it is {what}; start the master with --http-allow {allow} to allow it")]
+    Refused { addr: IpAddr, what: &'static str, allow: String },
+    #[error("{host} resolves only to refused addresses ({}); start the master with --http-allow {allow} to allow it",
+        .refused.iter().map(|(a, what)| format!("{a}: {what}")).collect::<Vec<_>>().join(", "))]
+    RefusedName { host: String, refused: Vec<(IpAddr, &'static str)>, allow: String },
     #[error("{0} resolves to no address")]
     NoAddress(String),
     #[error("more than {MAX_REDIRECTS} redirects")]
@@ -98,19 +148,22 @@ struct Rules {
     /// The master's own addresses: the one it listens on, or when it listens on all (`0.0.0.0`,
     /// `::`) every address of the machine's interfaces, each of which reaches its API.
     own: Vec<IpAddr>,
+    /// The port it listens on; every port of `own` is its own when `None`.
+    own_port: Option<u16>,
     deny_private: bool,
 }
 
 impl OutboundPolicy {
     /// A policy that refuses the usual addresses except those in `allow`.
     pub fn new(allow: Vec<IpRange>) -> OutboundPolicy {
-        OutboundPolicy { rules: Arc::new(Rules { allow, own: Vec::new(), deny_private: false }) }
+        OutboundPolicy { rules: Arc::new(Rules { allow, own: Vec::new(), own_port: None, deny_private: false }) }
     }
 
     /// Also refuses the address the master listens on (its API is not a target for its own
-    /// requests). Only the IP counts: the resolver never learns the port a request is for. A
-    /// master listening on all addresses is reached on each of the machine's interface addresses
-    /// (read now, at start), so all of them are refused.
+    /// requests), on its port even when `--http-allow` opens the IP: only an entry naming the
+    /// port opens it. A request whose port the resolver is not told ([`sending`]) is judged by
+    /// the IP alone. A master listening on all addresses is reached on each of the machine's
+    /// interface addresses (read now, at start), so all of them are refused.
     pub fn listening_on(self, addr: SocketAddr) -> OutboundPolicy {
         let ip = addr.ip().to_canonical();
         let own = if ip.is_unspecified() {
@@ -119,7 +172,8 @@ impl OutboundPolicy {
         } else {
             vec![ip]
         };
-        self.own_addresses(own)
+        let policy = self.own_addresses(own);
+        OutboundPolicy { rules: Arc::new(Rules { own_port: Some(addr.port()), ..policy.rules.cloned() }) }
     }
 
     /// Refuses these addresses as the master's own (see [`OutboundPolicy::listening_on`]).
@@ -133,9 +187,9 @@ impl OutboundPolicy {
         OutboundPolicy { rules: Arc::new(Rules { deny_private: deny, ..self.rules.cloned() }) }
     }
 
-    /// Whether a request may connect to `ip`.
-    pub fn check_ip(&self, ip: IpAddr) -> Result<(), OutboundError> {
-        self.rules.check_ip(ip)
+    /// Whether a request may connect to `ip`, on `port` when known.
+    pub fn check_ip(&self, ip: IpAddr, port: Option<u16>) -> Result<(), OutboundError> {
+        self.rules.check_ip(ip, port)
     }
 
     /// Checks a URL whose host is an IP literal: reqwest connects to those without asking the
@@ -168,6 +222,8 @@ impl OutboundPolicy {
             if same_origin && attempt.previous().first().map(|u| u.origin()) != Some(attempt.url().origin()) {
                 return attempt.stop();
             }
+            // The redirect's own port, for the resolver when its host is a name.
+            let _ = PORT.try_with(|port| port.set(attempt.url().port_or_known_default()));
             match rules.check_url(attempt.url()) {
                 Ok(()) => attempt.follow(),
                 Err(e) => attempt.error(e),
@@ -176,6 +232,8 @@ impl OutboundPolicy {
         reqwest::Client::builder()
             .dns_resolver(Resolver { rules: self.rules.clone() })
             .redirect(redirects)
+            // A redirect to another origin would tell it the URL the request was for.
+            .referer(false)
             .no_proxy()
             .build()
             .map_err(OutboundError::Client)
@@ -184,18 +242,42 @@ impl OutboundPolicy {
 
 impl Rules {
     fn cloned(&self) -> Rules {
-        Rules { allow: self.allow.clone(), own: self.own.clone(), deny_private: self.deny_private }
+        Rules {
+            allow: self.allow.clone(),
+            own: self.own.clone(),
+            own_port: self.own_port,
+            deny_private: self.deny_private,
+        }
     }
 
-    fn check_ip(&self, ip: IpAddr) -> Result<(), OutboundError> {
+    fn check_ip(&self, ip: IpAddr, port: Option<u16>) -> Result<(), OutboundError> {
+        // The address as written, without its IPv4-mapped wrapping, and the IPv4 address another
+        // IPv6 form carries (NAT64, 6to4, Teredo, IPv4-compatible), which it may reach.
         let canonical = ip.to_canonical();
-        if self.allow.iter().any(|r| r.contains(ip) || r.contains(canonical)) {
+        let embedded = match canonical {
+            IpAddr::V6(v6) => embedded_v4(v6).map(IpAddr::V4),
+            IpAddr::V4(_) => None,
+        };
+        let forms: Vec<IpAddr> = [Some(ip), Some(canonical), embedded].into_iter().flatten().collect();
+        let allowed = |port_named: bool| {
+            self.allow.iter().any(|r| (!port_named || r.port.is_some()) && forms.iter().any(|f| r.contains(*f, port)))
+        };
+        // The master's own addresses reach whatever listens on the machine, on every port. On the
+        // master's own port only an entry naming that port opens one: an entry that opens the
+        // IP leaves it refused, so opening a service beside the master does not open the master.
+        if forms.iter().any(|f| self.own.contains(f)) {
+            let own_port = matches!((port, self.own_port), (Some(p), Some(own)) if p == own);
+            if allowed(own_port) {
+                return Ok(());
+            }
+            let allow = allow_hint(canonical, if own_port { port } else { None });
+            return Err(OutboundError::Refused { addr: ip, what: "this master's own address", allow });
+        }
+        if allowed(false) {
             return Ok(());
         }
-        let what = refused_kind(canonical, self.deny_private)
-            .or_else(|| self.own.contains(&canonical).then_some("this master's own address"));
-        match what {
-            Some(what) => Err(OutboundError::Refused { addr: ip, what }),
+        match forms.iter().find_map(|f| refused_kind(*f, self.deny_private)) {
+            Some(what) => Err(OutboundError::Refused { addr: ip, what, allow: ip.to_string() }),
             None => Ok(()),
         }
     }
@@ -205,14 +287,36 @@ impl Rules {
         // quads; IPv6 literals come in brackets.
         let Some(host) = url.host_str() else { return Ok(()) };
         match host.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
-            Ok(ip) => self.check_ip(ip),
+            Ok(ip) => self.check_ip(ip, url.port_or_known_default()),
             Err(_) => Ok(()),
         }
     }
 }
 
-const METADATA_V4: [Ipv4Addr; 2] = [Ipv4Addr::new(169, 254, 169, 254), Ipv4Addr::new(100, 100, 100, 200)];
+const METADATA_V4: [Ipv4Addr; 3] = [
+    Ipv4Addr::new(169, 254, 169, 254),
+    Ipv4Addr::new(100, 100, 100, 200),
+    // Azure's wire server, which hands out a VM's certificates and settings.
+    Ipv4Addr::new(168, 63, 129, 16),
+];
 const METADATA_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254);
+
+/// The IPv4 address an IPv6 one carries and may reach through a translator or a tunnel:
+/// IPv4-compatible (`::a.b.c.d`), SIIT (`::ffff:0:a.b.c.d`), NAT64 (`64:ff9b::/96` and the
+/// local-use `64:ff9b:1::/48`), 6to4 (`2002:AABB:CCDD::/48`) and Teredo (`2001::/32`, the client's
+/// address inverted in the last 32 bits). IPv4-mapped ones are `to_canonical`'s.
+fn embedded_v4(v6: Ipv6Addr) -> Option<Ipv4Addr> {
+    let s = v6.segments();
+    let v4 = |hi: u16, lo: u16| Some(Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo)));
+    match s {
+        [0, 0, 0, 0, 0, 0, hi, lo] if v6 != Ipv6Addr::UNSPECIFIED && v6 != Ipv6Addr::LOCALHOST => v4(hi, lo),
+        [0, 0, 0, 0, 0xffff, 0, hi, lo] => v4(hi, lo),
+        [0x64, 0xff9b, 0, 0, 0, 0, hi, lo] | [0x64, 0xff9b, 1, _, _, _, hi, lo] => v4(hi, lo),
+        [0x2002, hi, lo, ..] => v4(hi, lo),
+        [0x2001, 0, _, _, _, _, hi, lo] => v4(!hi, !lo),
+        _ => None,
+    }
+}
 
 /// Why an address (IPv4-mapped forms already unwrapped) is refused by default, if it is.
 fn refused_kind(ip: IpAddr, deny_private: bool) -> Option<&'static str> {
@@ -227,7 +331,10 @@ fn refused_kind(ip: IpAddr, deny_private: bool) -> Option<&'static str> {
                 Some("an unspecified address")
             } else if v4.is_link_local() {
                 Some("a link-local address")
-            } else if deny_private && v4.is_private() {
+            } else if v4.is_multicast() || v4.octets()[0] >= 240 {
+                // 224/4 multicast, 240/4 reserved, 255.255.255.255 broadcast: no one service.
+                Some("a multicast, broadcast or reserved address")
+            } else if deny_private && (v4.is_private() || is_shared_v4(v4)) {
                 Some("a private address (--http-deny-private)")
             } else {
                 None
@@ -243,6 +350,8 @@ fn refused_kind(ip: IpAddr, deny_private: bool) -> Option<&'static str> {
                 Some("an unspecified address")
             } else if first & 0xffc0 == 0xfe80 {
                 Some("a link-local address")
+            } else if first & 0xff00 == 0xff00 {
+                Some("a multicast, broadcast or reserved address")
             } else if deny_private && first & 0xfe00 == 0xfc00 {
                 Some("a private address (--http-deny-private)")
             } else {
@@ -250,6 +359,12 @@ fn refused_kind(ip: IpAddr, deny_private: bool) -> Option<&'static str> {
             }
         }
     }
+}
+
+/// 100.64/10, the carrier-grade NAT block: a provider's private network.
+fn is_shared_v4(v4: Ipv4Addr) -> bool {
+    let [a, b, ..] = v4.octets();
+    a == 100 && b & 0xc0 == 64
 }
 
 /// The addresses of this machine's network interfaces (none when they cannot be read).
@@ -298,22 +413,27 @@ impl reqwest::dns::Resolve for Resolver {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let rules = self.rules.clone();
         let host = name.as_str().to_string();
+        // Called as the connection starts, inside the send that [`sending`] scoped, if it was.
+        let port = PORT.try_with(Cell::get).ok().flatten();
         Box::pin(async move {
             let found = tokio::net::lookup_host((host.as_str(), 0)).await?;
             let mut refused = Vec::new();
+            let mut allow = None;
             let mut kept: Vec<SocketAddr> = Vec::new();
             for addr in found {
-                match rules.check_ip(addr.ip()) {
+                match rules.check_ip(addr.ip(), port) {
                     Ok(()) => kept.push(addr),
-                    Err(OutboundError::Refused { addr, what }) => refused.push((addr, what)),
+                    Err(OutboundError::Refused { addr, what, allow: hint }) => {
+                        allow.get_or_insert(hint);
+                        refused.push((addr, what));
+                    }
                     Err(other) => return Err(other.into()),
                 }
             }
             if kept.is_empty() {
-                let e = if refused.is_empty() {
-                    OutboundError::NoAddress(host)
-                } else {
-                    OutboundError::RefusedName { host, refused }
+                let e = match allow {
+                    None => OutboundError::NoAddress(host),
+                    Some(allow) => OutboundError::RefusedName { host, refused, allow },
                 };
                 return Err(e.into());
             }
@@ -351,13 +471,18 @@ pub fn origin_of(url: &reqwest::Url) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// Checks `addr` against a policy allowing `allow` (own address 192.168.1.5:7420):
-    /// `expected` is `None` when it is allowed, else the words that say why it is refused.
+    /// Checks `addr` on port 8080 against a policy allowing `allow` (own address
+    /// 192.168.1.5:7420): `expected` is `None` when it is allowed, else the words that say why it
+    /// is refused.
     fn check(addr: &str, allow: &[&str], expected: Option<&str>) {
+        check_on(addr, 8080, allow, expected)
+    }
+
+    fn check_on(addr: &str, port: u16, allow: &[&str], expected: Option<&str>) {
         let allow = allow.iter().map(|a| a.parse().unwrap()).collect();
         let policy = OutboundPolicy::new(allow).listening_on("192.168.1.5:7420".parse().unwrap());
         let ip: IpAddr = addr.parse().unwrap();
-        match (policy.check_ip(ip), expected) {
+        match (policy.check_ip(ip, Some(port)), expected) {
             (Ok(()), None) => {}
             (Err(OutboundError::Refused { what, .. }), Some(want)) => assert!(what.contains(want), "{addr}: {what}"),
             (got, want) => panic!(
@@ -367,7 +492,7 @@ mod tests {
         }
         // A URL with the address as its host is judged the same.
         let host = if ip.is_ipv6() { format!("[{ip}]") } else { ip.to_string() };
-        let url = reqwest::Url::parse(&format!("http://{host}:8080/x")).unwrap();
+        let url = reqwest::Url::parse(&format!("http://{host}:{port}/x")).unwrap();
         assert_eq!(policy.check_url(&url).is_ok(), expected.is_none(), "url {url}");
     }
 
@@ -387,7 +512,23 @@ mod tests {
             ("100.100.100.200", &[], Some("metadata")),
             ("::ffff:127.0.0.1", &[], Some("loopback")),
             ("::ffff:169.254.169.254", &[], Some("metadata")),
-            ("192.168.1.5", &[], Some("own address")),
+            // IPv6 forms that carry an IPv4 address are judged by it too.
+            ("::127.0.0.1", &[], Some("loopback")),
+            ("::ffff:0:7f00:1", &[], Some("loopback")),
+            ("64:ff9b::7f00:1", &[], Some("loopback")),
+            ("64:ff9b::a9fe:a9fe", &[], Some("metadata")),
+            ("64:ff9b:1::a9fe:a9fe", &[], Some("metadata")),
+            ("2002:7f00:1::", &[], Some("loopback")),
+            ("2001:0:4136:e378:8000:63bf:80ff:fffe", &[], Some("loopback")),
+            ("64:ff9b::5db8:d822", &[], None),
+            ("2002:5db8:d822::1", &[], None),
+            // Multicast, broadcast and reserved addresses reach no one service.
+            ("224.0.0.1", &[], Some("multicast")),
+            ("239.255.255.250", &[], Some("multicast")),
+            ("255.255.255.255", &[], Some("broadcast")),
+            ("240.0.0.1", &[], Some("reserved")),
+            ("ff02::1", &[], Some("multicast")),
+            ("168.63.129.16", &[], Some("metadata")),
             // Private ranges and public addresses are allowed by default.
             ("10.1.2.3", &[], None),
             ("172.16.0.1", &[], None),
@@ -404,12 +545,70 @@ mod tests {
             ("::1", &["::1"], None),
             ("::1", &["127.0.0.1"], Some("loopback")),
             ("169.254.169.254", &["169.254.0.0/16"], None),
-            ("192.168.1.5", &["192.168.1.5"], None),
             ("0.0.0.0", &["0.0.0.0/0"], None),
+            ("64:ff9b::7f00:1", &["127.0.0.1"], None),
+            // With a port, an entry opens that port alone.
+            ("127.0.0.1", &["127.0.0.1:8080"], None),
+            ("127.0.0.1", &["127.0.0.1:8081"], Some("loopback")),
+            ("127.0.0.2", &["127.0.0.0/8:8080"], None),
+            ("::1", &["[::1]:8080"], None),
+            ("::1", &["[::1]:9"], Some("loopback")),
+            // The master's own address, on any port; opened by an entry, but on its own port.
+            ("192.168.1.5", &[], Some("own address")),
+            ("2002:c0a8:105::1", &[], Some("own address")),
+            ("192.168.1.5", &["192.168.1.5"], None),
         ];
         for (addr, allow, expected) in cases {
             check(addr, allow, *expected);
         }
+    }
+
+    /// Regression: `--http-allow 127.0.0.1` to reach a service beside the master opened the
+    /// master's own API too; only an entry naming its port opens it now.
+    #[test]
+    fn the_masters_own_port_is_opened_only_by_an_entry_that_names_it() {
+        check_on("192.168.1.5", 7420, &[], Some("own address"));
+        check_on("192.168.1.5", 7420, &["192.168.1.5"], Some("own address"));
+        check_on("192.168.1.5", 7420, &["192.168.1.0/24"], Some("own address"));
+        check_on("::ffff:192.168.1.5", 7420, &["192.168.1.5"], Some("own address"));
+        check_on("2002:c0a8:105::1", 7420, &["192.168.1.5"], Some("own address"));
+        check_on("192.168.1.5", 7420, &["192.168.1.5:7420"], None);
+        check_on("192.168.1.5", 7421, &[], Some("own address"));
+        check_on("192.168.1.5", 7421, &["192.168.1.5"], None);
+        check_on("192.168.1.5", 7421, &["192.168.1.5:7421"], None);
+        check_on("192.168.1.5", 7421, &["192.168.1.5:7420"], Some("own address"));
+        let policy =
+            OutboundPolicy::new(vec!["192.168.1.5".parse().unwrap()]).listening_on("192.168.1.5:7420".parse().unwrap());
+        let e = policy.check_ip("192.168.1.5".parse().unwrap(), Some(7420)).unwrap_err().to_string();
+        assert!(e.contains("own address") && e.contains("--http-allow 192.168.1.5:7420"), "{e}");
+        // A port not known (a name resolved outside [`sending`]) is judged by the IP alone.
+        assert!(policy.check_ip("192.168.1.5".parse().unwrap(), None).is_ok());
+        let strict = OutboundPolicy::new(Vec::new()).listening_on("192.168.1.5:7420".parse().unwrap());
+        assert!(strict.check_ip("192.168.1.5".parse().unwrap(), None).is_err());
+        // An entry with a port never opens a request whose port is not known.
+        let ported = OutboundPolicy::new(vec!["127.0.0.1:8080".parse().unwrap()]);
+        assert!(ported.check_ip("127.0.0.1".parse().unwrap(), None).is_err());
+    }
+
+    /// A name resolves through the policy with the port [`sending`] scoped, and with none
+    /// outside it.
+    #[tokio::test]
+    async fn a_name_is_judged_with_the_port_of_the_request_that_resolves_it() {
+        use reqwest::dns::Resolve;
+        let rules = OutboundPolicy::new(vec!["127.0.0.1:8080".parse().unwrap()]).rules;
+        let resolve = |rules: Arc<Rules>| async move {
+            Resolver { rules }
+                .resolve("localhost".parse().unwrap())
+                .await
+                .map(|addrs| addrs.map(|a| a.ip()).collect::<Vec<_>>())
+                .map_err(|e| e.to_string())
+        };
+        let on = |port: u16| reqwest::Url::parse(&format!("http://localhost:{port}/")).unwrap();
+        let kept = sending(&on(8080), resolve(rules.clone())).await.unwrap();
+        assert!(kept.contains(&"127.0.0.1".parse().unwrap()), "{kept:?}");
+        let refused = sending(&on(8081), resolve(rules.clone())).await.unwrap_err();
+        assert!(refused.contains("127.0.0.1: a loopback address"), "{refused}");
+        assert!(resolve(rules).await.is_err());
     }
 
     #[test]
@@ -418,25 +617,34 @@ mod tests {
         assert!(interfaces.contains(&IpAddr::V4(Ipv4Addr::LOCALHOST)), "{interfaces:?}");
         let policy = OutboundPolicy::new(Vec::new()).listening_on("0.0.0.0:7420".parse().unwrap());
         for ip in interfaces.iter().filter(|ip| ip.is_ipv4()) {
-            assert!(policy.check_ip(*ip).is_err(), "{ip} is this master's own");
+            assert!(policy.check_ip(*ip, Some(7420)).is_err(), "{ip} is this master's own");
         }
-        // Named by --http-allow, an own address is reached like any other.
+        // With no port known, every port of an own address is its own; --http-allow opens it.
         let own: IpAddr = "192.0.2.7".parse().unwrap();
         let policy = OutboundPolicy::new(Vec::new()).own_addresses(vec![own]);
-        let e = policy.check_ip(own).unwrap_err().to_string();
+        let e = policy.check_ip(own, Some(80)).unwrap_err().to_string();
         assert!(e.contains("own address") && e.contains("--http-allow 192.0.2.7"), "{e}");
         let policy = OutboundPolicy::new(vec!["192.0.2.7".parse().unwrap()]).own_addresses(vec![own]);
-        assert!(policy.check_ip(own).is_ok());
-        assert!(policy.check_ip("192.0.2.8".parse().unwrap()).is_ok());
+        assert!(policy.check_ip(own, Some(80)).is_ok());
+        assert!(policy.check_ip("192.0.2.8".parse().unwrap(), Some(80)).is_ok());
     }
 
     #[test]
     fn private_ranges_are_refused_when_asked() {
         let policy = OutboundPolicy::new(vec!["10.9.0.0/16".parse().unwrap()]).deny_private(true);
-        for (addr, refused) in
-            [("10.1.2.3", true), ("10.9.1.1", false), ("172.31.0.1", true), ("192.168.0.1", true), ("fc00::1", true)]
-        {
-            assert_eq!(policy.check_ip(addr.parse().unwrap()).is_err(), refused, "{addr}");
+        for (addr, refused) in [
+            ("10.1.2.3", true),
+            ("10.9.1.1", false),
+            ("172.31.0.1", true),
+            ("192.168.0.1", true),
+            ("fc00::1", true),
+            ("100.64.0.1", true),
+            ("100.127.255.254", true),
+            ("100.128.0.1", false),
+            ("64:ff9b::a00:1", true),
+            ("::10.0.0.1", true),
+        ] {
+            assert_eq!(policy.check_ip(addr.parse().unwrap(), Some(80)).is_err(), refused, "{addr}");
         }
     }
 
@@ -448,6 +656,16 @@ mod tests {
             ("::1", Some("::1/128")),
             ("fe80::1/10", Some("fe80::/10")),
             ("0.0.0.0/0", Some("0.0.0.0/0")),
+            ("127.0.0.1:8080", Some("127.0.0.1/32:8080")),
+            ("10.1.2.3/8:443", Some("10.0.0.0/8:443")),
+            ("[::1]:8080", Some("[::1/128]:8080")),
+            ("[fd00::/8]:443", Some("[fd00::/8]:443")),
+            ("127.0.0.1:0", None),
+            ("127.0.0.1:65536", None),
+            ("127.0.0.1:", None),
+            ("::1:8080", Some("::1:8080/128")),
+            ("[::1]", None),
+            ("[127.0.0.1]:80", Some("127.0.0.1/32:80")),
             ("10.0.0.0/33", None),
             ("localhost", None),
             ("10.0.0.0/x", None),
@@ -459,7 +677,7 @@ mod tests {
 
     #[test]
     fn a_refusal_names_the_address_and_the_flag() {
-        let e = OutboundPolicy::default().check_ip("127.0.0.1".parse().unwrap()).unwrap_err().to_string();
+        let e = OutboundPolicy::default().check_ip("127.0.0.1".parse().unwrap(), Some(80)).unwrap_err().to_string();
         assert!(e.contains("127.0.0.1") && e.contains("--http-allow 127.0.0.1"), "{e}");
         let e = OutboundError::RefusedName {
             host: "localhost".into(),
@@ -467,6 +685,7 @@ mod tests {
                 ("::1".parse().unwrap(), "a loopback address"),
                 ("127.0.0.1".parse().unwrap(), "a loopback address"),
             ],
+            allow: "::1".into(),
         }
         .to_string();
         assert!(

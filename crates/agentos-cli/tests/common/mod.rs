@@ -52,7 +52,12 @@ impl Master {
 
     /// A master with the default outbound policy: loopback and the rest refused.
     pub fn start_default_policy(data: &Path) -> Master {
-        Self::start_program(BIN, &["serve"], data, "127.0.0.1:0", &[], &[])
+        Self::start_default_policy_with(data, &[])
+    }
+
+    /// As [`Master::start_default_policy`], with extra arguments.
+    pub fn start_default_policy_with(data: &Path, extra: &[&str]) -> Master {
+        Self::start_program(BIN, &["serve"], data, "127.0.0.1:0", extra, &[])
     }
 
     fn start_program(

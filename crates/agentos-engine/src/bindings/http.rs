@@ -188,6 +188,7 @@ impl Sent<'_> {
                 ),
             ));
         }
+        let target = url.clone();
         let mut req = client.request(method, url).timeout(timeout);
         for (k, v) in &headers {
             req = req.header(k.as_str(), v.as_str());
@@ -198,7 +199,7 @@ impl Sent<'_> {
         if !request.body.is_empty() {
             req = req.body(request.body);
         }
-        let mut resp = req.send().await.map_err(|e| {
+        let mut resp = crate::outbound::sending(&target, req.send()).await.map_err(|e| {
             let why = cut_line(&redactor.text(&describe(&e)));
             if e.is_builder() {
                 // Nothing was sent: the request could not be made of the caller's values (a URL
@@ -599,13 +600,8 @@ async fn fetch_document(engine: &Engine, url: &str, max_bytes: usize) -> Result<
         .filter(|u| matches!(u.scheme(), "http" | "https"))
         .ok_or_else(|| bad(format!("openapiUrl {url:?} is not an http or https URL")))?;
     engine.inner.nets.outbound.check_url(&parsed).map_err(|e| bad(format!("GET {url} refused: {e}")))?;
-    let mut resp = engine
-        .inner
-        .nets
-        .sealed_http
-        .get(parsed)
-        .timeout(FETCH_TIMEOUT)
-        .send()
+    let send = engine.inner.nets.sealed_http.get(parsed.clone()).timeout(FETCH_TIMEOUT).send();
+    let mut resp = crate::outbound::sending(&parsed, send)
         .await
         .map_err(|e| bad(format!("GET {url} failed: {}", describe(&e))))?;
     let status = resp.status().as_u16();

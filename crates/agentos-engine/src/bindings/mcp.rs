@@ -795,8 +795,8 @@ impl Conn {
                     secrets.push(value.clone());
                     transport_config = with_credential(transport_config, auth, &value)?;
                 }
-                let transport =
-                    StreamableHttpClientTransport::with_client(engine.inner.nets.sealed_http.clone(), transport_config);
+                let client = PortedClient { http: engine.inner.nets.sealed_http.clone(), url: parsed.clone() };
+                let transport = StreamableHttpClientTransport::with_client(client, transport_config);
                 let client = match tokio::time::timeout(timeout, listener.serve(transport)).await {
                     Err(_) => return Err(format!("{url} did not answer initialize within {} s", timeout.as_secs())),
                     Ok(Err(e)) => return Err(Redactor::new(&secrets).text(&format!("{url}: {}", init_error(&e)))),
@@ -968,6 +968,90 @@ async fn relist(engine: &Engine, key: &ServerKey) -> Result<(), EngineError> {
     engine.catalog().store_plan(&owner, plan).await?;
     tracing::info!(model = %key.model, id = %key.id, "MCP server's tool list changed: recorded");
     Ok(())
+}
+
+/// The outbound client as rmcp's transport calls it: each request is sent with the server's port
+/// known to the policy's resolver ([`crate::outbound::sending`]), so a server named by a host name
+/// is judged on its port as one named by its IP is. Every request goes to the server's one URL.
+#[derive(Clone)]
+struct PortedClient {
+    http: reqwest::Client,
+    url: reqwest::Url,
+}
+
+type PortedError = rmcp::transport::streamable_http_client::StreamableHttpError<reqwest::Error>;
+
+impl rmcp::transport::streamable_http_client::StreamableHttpClient for PortedClient {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: rmcp::model::ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>,
+    ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, PortedError> {
+        let send = self.http.post_message(uri, message, session_id, auth_header, custom_headers);
+        crate::outbound::sending(&self.url, send).await
+    }
+
+    async fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: rmcp::model::ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>,
+        limits: rmcp::transport::streamable_http_client::StreamableHttpResponseLimits,
+    ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, PortedError> {
+        let send =
+            self.http.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits);
+        crate::outbound::sending(&self.url, send).await
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>,
+    ) -> Result<(), PortedError> {
+        let send = self.http.delete_session(uri, session_id, auth_header, custom_headers);
+        crate::outbound::sending(&self.url, send).await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>,
+    ) -> Result<futures_util::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>, PortedError> {
+        let send = self.http.get_stream(uri, session_id, last_event_id, auth_header, custom_headers);
+        crate::outbound::sending(&self.url, send).await
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<futures_util::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>, PortedError> {
+        let send = self.http.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            max_sse_event_size,
+        );
+        crate::outbound::sending(&self.url, send).await
+    }
 }
 
 #[cfg(test)]

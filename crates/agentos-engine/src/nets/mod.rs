@@ -1759,6 +1759,7 @@ impl Nets<'_> {
         // A request that carries a secret follows redirects within its origin only: the secret
         // goes to the granted origin alone.
         let client = if carries_secret { &self.inner.nets.sealed_http } else { &self.inner.nets.http };
+        let target = parsed.clone();
         let mut req =
             client.request(method.clone(), parsed).timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
         for (k, tpl) in headers {
@@ -1772,7 +1773,9 @@ impl Nets<'_> {
         if let Some(b) = body {
             req = req.json(&b.render(runner, ctx, &no_credentials)?);
         }
-        let resp = req.send().await.map_err(|e| format!("{method} {shown_url} failed: {}", describe(&e)))?;
+        let resp = crate::outbound::sending(&target, req.send())
+            .await
+            .map_err(|e| format!("{method} {shown_url} failed: {}", describe(&e)))?;
         let status = resp.status().as_u16();
         let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
         let bytes = resp.bytes().await.map_err(|e| format!("reading the answer of {shown_url}: {e}"))?;
