@@ -17,8 +17,9 @@ use crate::{ExecutorArgs, ServeArgs, UpArgs, output};
 
 /// The log's filter unless `AGENTOS_LOG` sets one. The MCP library logs each session it opens
 /// at info and each JSON-RPC error it answers, with the client's words, at warn: one line per
-/// client request, which a client could use to fill the log. Its errors stay.
-const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp::service=error";
+/// client request, which a client could use to fill the log; so does its HTTP server for each
+/// stream past 32 on a session and each resume with a bad `Last-Event-ID`. Its errors stay.
+const DEFAULT_LOG: &str = "info,rmcp=warn,rmcp::service=error,rmcp::transport::streamable_http_server=error";
 
 fn init_logging() {
     use std::io::IsTerminal;

@@ -24,6 +24,7 @@
 //! cannot read it sends here as a body, to answer with the error this endpoint gives it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -280,6 +281,30 @@ struct Session {
     peer: Peer<RoleServer>,
     principal: Principal,
     digest: Vec<u8>,
+    /// A `list_changed` is on its way to it ([`tell_list_changed`]).
+    telling: Arc<AtomicBool>,
+}
+
+/// How long a `list_changed` may wait for its session to take it: a client that does not read
+/// its stream fills the session's channel, and the notification is dropped after this.
+const TELL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Tells `peer` its tools changed, on a task of its own, unless a notification is already on
+/// its way there (one tells the client to list again; a second adds nothing). Never waits: a
+/// client that reads nothing holds up no other session, and no revocation.
+fn tell_list_changed(peer: &Peer<RoleServer>, telling: &Arc<AtomicBool>) {
+    if telling.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let (peer, telling) = (peer.clone(), telling.clone());
+    tokio::spawn(async move {
+        match tokio::time::timeout(TELL_TIMEOUT, peer.notify_tool_list_changed()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::debug!(error = %e, "an MCP session could not be told its tools changed"),
+            Err(_) => tracing::debug!("an MCP session took no list_changed for 10 s: its client reads nothing"),
+        }
+        telling.store(false, Ordering::Release);
+    });
 }
 
 /// What every session handler shares.
@@ -659,7 +684,7 @@ impl ServerHandler for McpServer {
         let digest = names_digest(&self.shared.engine, &principal);
         let mut sessions = self.shared.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.retain(|s| !s.peer.is_transport_closed());
-        sessions.push(Session { peer: context.peer.clone(), principal, digest });
+        sessions.push(Session { peer: context.peer.clone(), principal, digest, telling: Arc::default() });
     }
 
     /// rmcp passes on a request whose method it does not know, and also one whose method it knows
@@ -811,14 +836,12 @@ async fn watch(shared: std::sync::Weak<Shared>, mut events: broadcast::Receiver<
                 let now = names_digest(&shared.engine, &s.principal);
                 if now != s.digest {
                     s.digest = now;
-                    notify.push(s.peer.clone());
+                    notify.push((s.peer.clone(), s.telling.clone()));
                 }
             }
         }
-        for peer in notify {
-            if let Err(e) = peer.notify_tool_list_changed().await {
-                tracing::debug!(error = %e, "an MCP session could not be told its tools changed");
-            }
+        for (peer, telling) in &notify {
+            tell_list_changed(peer, telling);
         }
     }
 }
@@ -1536,6 +1559,48 @@ mod tests {
             let text = |r: Response| async { axum::body::to_bytes(r.into_body(), usize::MAX).await.unwrap() };
             assert_eq!(text(theirs).await, text(ours).await, "{method}");
         }
+    }
+
+    /// Regression: the task that tells sessions their tools changed waited on each session in
+    /// turn, so one client that read nothing from its stream stopped every other session's
+    /// `list_changed`, and the closing of a revoked principal's sessions, for as long as it
+    /// held on. A notification now goes on a task of its own, one at a time per session, and is
+    /// given up after `TELL_TIMEOUT`.
+    #[tokio::test(start_paused = true)]
+    async fn a_session_whose_client_reads_nothing_holds_up_no_one() {
+        use rmcp::ServiceExt;
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        struct Quiet;
+        impl ServerHandler for Quiet {}
+        let (server_io, client_io) = tokio::io::duplex(64);
+        let (client_read, mut client_write) = tokio::io::split(client_io);
+        let serving = tokio::spawn(Quiet.serve(tokio::io::split(server_io)));
+        let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+        client_write.write_all(format!("{init}\n").as_bytes()).await.unwrap();
+        let mut lines = tokio::io::BufReader::new(client_read).lines();
+        assert!(lines.next_line().await.unwrap().unwrap().contains("\"result\""));
+        client_write.write_all(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n").await.unwrap();
+        let server = serving.await.unwrap().unwrap();
+        // The client reads nothing more: the pipe fills, then the session's channel, and a
+        // notification waits. Each tell returns at once all the same (it is not async).
+        let telling = Arc::new(AtomicBool::new(false));
+        let mut tells = 0;
+        let stuck = loop {
+            tell_list_changed(server.peer(), &telling);
+            tells += 1;
+            for _ in 0..20 {
+                tokio::task::yield_now().await;
+            }
+            if telling.load(Ordering::Acquire) || tells == 100_000 {
+                break telling.load(Ordering::Acquire);
+            }
+        };
+        assert!(stuck, "no notification waited after {tells} tells");
+        // Given up after its time: the next change is told again.
+        tokio::time::sleep(TELL_TIMEOUT + Duration::from_secs(1)).await;
+        assert!(!telling.load(Ordering::Acquire), "the notification was not given up");
+        drop(lines);
     }
 
     #[test]
