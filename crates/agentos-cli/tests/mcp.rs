@@ -954,3 +954,22 @@ fn an_mcp_session_lives_while_its_client_listens_and_ends_when_idle() {
         open_session(&m, &alice).unwrap();
     }
 }
+
+/// Regression: MCP saw only the first 1,000 entries of a catalog (the bound of one page of the
+/// search), so a tool past them answered "no tool", and its changes told no session.
+#[test]
+fn mcp_offers_every_entry_of_a_catalog_past_a_thousand() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    for i in 0..1_000 {
+        assert_eq!(api.command(script(&format!("a{i:04}"), "echo", json!({}))).0, 200);
+    }
+    assert_eq!(api.command(script("zzz-late", "echo", json!({}))).0, 200);
+    let session = open_session(&m, &m.token).unwrap();
+    let describe = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "agentos_describe_tool", "arguments": {"name": "zzz-late_run"}}});
+    let v = message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(describe)));
+    assert_eq!(v["result"]["isError"], false, "{v}");
+    assert_eq!(v["result"]["structuredContent"]["name"], "zzz-late_run", "{v}");
+}

@@ -39,6 +39,8 @@ pub struct SearchPage {
 
 /// Runs `query` against `state`, showing only the binding kinds `visible` reveals.
 /// Entries come ordered by id; where a local and a global entry share an id the local one comes first.
+/// A page holds `query.limit` entries at most, whatever it is: a caller's page is bounded by
+/// `MAX_LIMIT` where the caller's query is taken, and a walk over every entry asks for all.
 pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
     let index = state.search_index();
     if !index.is_built() {
@@ -51,7 +53,7 @@ pub fn search(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage 
         .filter(|k| k.visible_to(visible) && query.kind.is_none_or(|q| q == *k))
         .fold(0, |set, k| set | kind_bit(k));
     let filter = Filter { kinds, capability: query.capability.as_deref(), needle: needle.as_ref() };
-    let limit = query.limit.clamp(1, MAX_LIMIT);
+    let limit = query.limit.max(1);
     // The page's items are among the first `offset + limit` of each catalog, whatever the merge takes from each.
     let want = query.offset.saturating_add(limit);
 
@@ -106,7 +108,7 @@ fn scan(state: &State, query: &SearchQuery, visible: Flags) -> SearchPage {
             && query.capability.as_deref().is_none_or(|c| e.entry.capabilities.iter().any(|x| **x == *c))
             && finder.as_ref().is_none_or(|f| f.find(e.entry.haystack().as_bytes()).is_some())
     };
-    let limit = query.limit.clamp(1, MAX_LIMIT);
+    let limit = query.limit.max(1);
     let empty = BTreeMap::new();
     let local = match query.model.as_deref() {
         Some(m) if m != DEFAULT_MODEL => state.catalog(m).unwrap_or(&empty),

@@ -129,13 +129,15 @@ impl Catalog<'_> {
     }
 
     /// Catalog search, local first, showing only the kinds the caller's flags reveal. Without a
-    /// model it searches the caller's home model, as register, invoke and call do.
+    /// model it searches the caller's home model, as register, invoke and call do. A page holds
+    /// `MAX_LIMIT` entries at most.
     pub fn search(&self, principal: &Principal, query: &SearchQuery) -> Result<SearchPage, EngineError> {
         let model = query.model.clone().unwrap_or_else(|| principal.home_model.clone());
         check_model_name(&model)?;
         let st = self.read_state();
         check_catalog_read(&st, principal, &model)?;
-        Ok(search(&st, &SearchQuery { model: Some(model), ..query.clone() }, principal.flags))
+        let limit = query.limit.clamp(1, agentos_core::search::MAX_LIMIT);
+        Ok(search(&st, &SearchQuery { model: Some(model), limit, ..query.clone() }, principal.flags))
     }
 
     /// Every entry `principal` sees from its home model, local first, a shadowed global one
