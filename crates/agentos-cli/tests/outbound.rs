@@ -157,15 +157,11 @@ fn metadata_and_link_local_addresses_are_refused_before_connecting() {
     }
 }
 
-/// Regression: `--http-allow 127.0.0.1`, given to reach a service beside the master, let a net
-/// call the master's own API too, by IP or by name. Its own port is now opened only by an entry
-/// naming it; other ports of the address stay open.
-#[test]
-fn opening_the_masters_address_leaves_its_own_port_refused_unless_named() {
-    let beside = TcpListener::bind("127.0.0.1:0").unwrap();
-    let beside_port = beside.local_addr().unwrap().port();
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = beside.accept().unwrap();
+/// Answers the first request `listener` takes with `{}`; the thread's result is the request's
+/// first bytes.
+fn answer_once(listener: TcpListener) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
         let mut buf = [0u8; 4096];
         let n = s.read(&mut buf).unwrap();
         write!(
@@ -174,7 +170,17 @@ fn opening_the_masters_address_leaves_its_own_port_refused_unless_named() {
         )
         .unwrap();
         String::from_utf8_lossy(&buf[..n]).into_owned()
-    });
+    })
+}
+
+/// Regression: `--http-allow 127.0.0.1`, given to reach a service beside the master, let a net
+/// call the master's own API too, by IP or by name. Its own port is now opened only by an entry
+/// naming it; other ports of the address stay open.
+#[test]
+fn opening_the_masters_address_leaves_its_own_port_refused_unless_named() {
+    let beside = TcpListener::bind("127.0.0.1:0").unwrap();
+    let beside_port = beside.local_addr().unwrap().port();
+    let server = answer_once(beside);
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start(dir.path());
     let api = m.client();
@@ -211,17 +217,7 @@ fn an_http_allow_entry_with_a_port_opens_that_port_alone() {
     let open_port = open.local_addr().unwrap().port();
     let closed = TcpListener::bind("127.0.0.1:0").unwrap();
     let closed_port = closed.local_addr().unwrap().port();
-    let server = std::thread::spawn(move || {
-        let (mut s, _) = open.accept().unwrap();
-        let mut buf = [0u8; 4096];
-        let n = s.read(&mut buf).unwrap();
-        write!(
-            s,
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
-        )
-        .unwrap();
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    });
+    let server = answer_once(open);
     let dir = tempfile::tempdir().unwrap();
     let allow = format!("127.0.0.1:{open_port}");
     let m = Master::start_default_policy_with(dir.path(), &["--http-allow", &allow]);

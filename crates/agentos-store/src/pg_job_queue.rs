@@ -36,7 +36,14 @@ CREATE TABLE IF NOT EXISTS agentos_jobs (
     expires    TIMESTAMPTZ,
     completing TEXT
 );
-ALTER TABLE agentos_jobs ADD COLUMN IF NOT EXISTS leased_at TIMESTAMPTZ;
+DO $$ BEGIN
+    -- Added after the table's first form; looked up first, since the ALTER locks the table
+    -- against the other masters' queries even when there is nothing to add.
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+                   AND table_name = 'agentos_jobs' AND column_name = 'leased_at') THEN
+        ALTER TABLE agentos_jobs ADD COLUMN IF NOT EXISTS leased_at TIMESTAMPTZ;
+    END IF;
+END $$;
 CREATE INDEX IF NOT EXISTS agentos_jobs_free ON agentos_jobs (position) WHERE lease_id IS NULL;
 CREATE INDEX IF NOT EXISTS agentos_jobs_by_invoker ON agentos_jobs (invoker);
 CREATE TABLE IF NOT EXISTS agentos_executors (
