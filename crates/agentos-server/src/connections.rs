@@ -98,6 +98,7 @@ pub async fn serve(
         // Answers written in pieces (an event stream's events, an MCP answer after its priming
         // event) go out at once, not after the peer's delayed acknowledgment of the first piece.
         let _ = stream.set_nodelay(true);
+        give_up_on_silent_peers(&stream);
         let service = TowerToHyperService::new(app.clone());
         let mut stop = stop_rx.clone();
         let timeout = limits.header_timeout;
@@ -157,4 +158,69 @@ async fn end_at_stop(mut stop: watch::Receiver<bool>, req: Request, next: Next) 
         let _ = stop.wait_for(|asked| *asked).await;
     };
     Response::from_parts(parts, Body::from_stream(body.into_data_stream().take_until(stopped)))
+}
+
+/// How long what the master wrote may go unacknowledged before the connection is dropped.
+const UNACKNOWLEDGED_LIMIT: Duration = Duration::from_secs(120);
+
+/// A peer gone without a word (its machine off, its network cut) leaves a connection open: an
+/// event stream or an MCP `GET` stream then keeps writing its keep-alives into the void, and the
+/// kernel retries them for about 15 minutes, holding the stream and what it keeps alive (an MCP
+/// session, a slot of `--max-connections`). `TCP_USER_TIMEOUT` drops such a connection once its
+/// data has gone unacknowledged for [`UNACKNOWLEDGED_LIMIT`], and keep-alive probes (after 60 s
+/// of silence, every 10 s) find one on which nothing is being written. Best effort: a socket
+/// that refuses the options is served all the same.
+fn give_up_on_silent_peers(stream: &tokio::net::TcpStream) {
+    use std::os::fd::AsRawFd;
+    let fd = stream.as_raw_fd();
+    let set = |level: libc::c_int, name: libc::c_int, value: libc::c_int| {
+        // SAFETY: `fd` is an open socket for the duration of the call; the value is a c_int of
+        // the size passed.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                name,
+                (&value as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        }
+    };
+    let limit = UNACKNOWLEDGED_LIMIT.as_millis() as libc::c_int;
+    set(libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, limit);
+    set(libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 60);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 10);
+    set(libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 6);
+}
+
+#[cfg(test)]
+mod silent_peer_tests {
+    use super::*;
+
+    fn option(stream: &tokio::net::TcpStream, level: libc::c_int, name: libc::c_int) -> libc::c_int {
+        use std::os::fd::AsRawFd;
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: reads a c_int option of an open socket into `value`, `len` its size.
+        let r = unsafe {
+            libc::getsockopt(stream.as_raw_fd(), level, name, (&mut value as *mut libc::c_int).cast(), &mut len)
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        value
+    }
+
+    /// Regression: a client whose machine went away held its MCP session (and its connection)
+    /// for about 16 minutes, while the kernel retried the stream's keep-alives.
+    #[tokio::test]
+    async fn an_accepted_connection_gives_up_on_a_peer_that_stops_answering() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let _client = tokio::net::TcpStream::connect(listener.local_addr().unwrap()).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert_eq!(option(&accepted, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 0, "the kernel's default");
+        give_up_on_silent_peers(&accepted);
+        assert_eq!(option(&accepted, libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT), 120_000);
+        assert_eq!(option(&accepted, libc::SOL_SOCKET, libc::SO_KEEPALIVE), 1);
+        assert_eq!(option(&accepted, libc::IPPROTO_TCP, libc::TCP_KEEPIDLE), 60);
+    }
 }
