@@ -244,6 +244,13 @@ impl Relay {
     }
 
     /// Closes stdin, as a client that is done does, and waits for the relay to exit.
+    /// That the relay still lists tools, asked with `id`.
+    fn assert_lists(&mut self, id: u64) {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list"}));
+        let listed = self.answer(id);
+        assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+    }
+
     fn close(&mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
         self.exit()
@@ -294,9 +301,7 @@ fn agentos_mcp_outlives_a_request_the_master_refuses_as_too_large() {
     let said = refused["error"]["message"].as_str().unwrap_or_default();
     assert!(said.contains("413") && !said.contains("rmcp::"), "{refused}");
     // The session goes on.
-    relay.send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}));
-    let listed = relay.answer(3);
-    assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+    relay.assert_lists(3);
 }
 
 #[test]
@@ -882,9 +887,7 @@ fn agentos_mcp_answers_a_line_it_cannot_read_as_the_http_endpoint_does() {
         assert_error(&relay.next_answer(), code, &id, says);
     }
     // The session goes on.
-    relay.send(json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list"}));
-    let listed = relay.answer(6);
-    assert!(listed["result"]["tools"].as_array().is_some_and(|t| !t.is_empty()), "{listed}");
+    relay.assert_lists(6);
 }
 
 /// Regression: revoking an agent left its MCP sessions open: its event stream went on, still

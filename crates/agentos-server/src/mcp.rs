@@ -957,8 +957,13 @@ impl Owner {
 }
 
 impl SessionOwners {
+    /// The record, locked. A std Mutex is fine: nothing awaits while it is held.
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Owner>> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn owned_by(&self, session: &str, principal: &Principal) -> bool {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner()).get(session).is_some_and(|o| o.id == principal.id)
+        self.owners().get(session).is_some_and(|o| o.id == principal.id)
     }
 
     async fn held_by_rmcp(&self, session: &str) -> bool {
@@ -966,7 +971,7 @@ impl SessionOwners {
     }
 
     fn forget(&self, session: &str) {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner()).remove(session);
+        self.owners().remove(session);
     }
 
     /// Drops `session` when rmcp no longer holds it.
@@ -981,8 +986,7 @@ impl SessionOwners {
     async fn open(&self, session: &str, principal: &Principal) -> Result<(), ApiError> {
         let refused = {
             let held = self.rmcp.sessions.read().await;
-            // A std Mutex is fine here: nothing awaits while it is held.
-            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
+            let mut owners = self.owners();
             owners.retain(|id, _| held.contains_key(id.as_str()));
             if owners.values().filter(|owner| owner.id == principal.id).count() >= SESSIONS_PER_PRINCIPAL {
                 Some(ApiError::new(
@@ -1010,33 +1014,29 @@ impl SessionOwners {
             }
         };
         let Some(refusal) = refused else { return Ok(()) };
-        if let Err(e) = self.rmcp.close_session(&session.into()).await {
-            tracing::warn!(error = %e, "an MCP session past the limit could not be closed");
-        }
+        self.close_in_rmcp([session.to_owned()], "past the limit").await;
         Err(refusal)
     }
 
     /// Closes the sessions whose owner `ends` picks, in rmcp too: their event streams end, and
     /// their ids answer as unknown ones do.
     async fn close_where(&self, ends: impl Fn(&Owner) -> bool) {
-        let ended: Vec<String> = {
-            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-            let ended = owners.iter().filter(|(_, owner)| ends(owner)).map(|(id, _)| id.clone()).collect();
-            for id in &ended {
-                owners.remove(id);
-            }
-            ended
-        };
-        for session in ended {
+        let ended = take_where(&mut self.owners(), ends);
+        self.close_in_rmcp(ended, "of a revoked principal").await;
+    }
+
+    /// Ends `sessions` in rmcp (their records already gone); `which` says which in the log.
+    async fn close_in_rmcp(&self, sessions: impl IntoIterator<Item = String>, which: &str) {
+        for session in sessions {
             if let Err(e) = self.rmcp.close_session(&session.as_str().into()).await {
-                tracing::warn!(error = %e, "the MCP session of a revoked principal could not be closed");
+                tracing::warn!(error = %e, "an MCP session {which} could not be closed");
             }
         }
     }
 
     /// A request of `session` came in; its answer is written until the returned guard drops.
     fn in_use(self: &Arc<Self>, session: &str) -> InUse {
-        if let Some(owner) = self.owners.lock().unwrap_or_else(|e| e.into_inner()).get_mut(session) {
+        if let Some(owner) = self.owners().get_mut(session) {
             owner.streams += 1;
             owner.used = Instant::now();
         }
@@ -1049,24 +1049,27 @@ impl SessionOwners {
     async fn end_idle(&self, ownerless: &mut HashSet<String>) {
         let held: Vec<String> = self.rmcp.sessions.read().await.keys().map(|id| id.to_string()).collect();
         let ended: Vec<String> = {
-            let mut owners = self.owners.lock().unwrap_or_else(|e| e.into_inner());
-            let idle: Vec<String> =
-                owners.iter().filter(|(_, owner)| owner.idle_for(self.idle)).map(|(id, _)| id.clone()).collect();
-            for id in &idle {
-                owners.remove(id);
-            }
+            let mut owners = self.owners();
+            let idle = take_where(&mut owners, |owner| owner.idle_for(self.idle));
             let now_ownerless: HashSet<String> = held.into_iter().filter(|id| !owners.contains_key(id)).collect();
             let stray = now_ownerless.intersection(ownerless).cloned().collect::<Vec<_>>();
             *ownerless = now_ownerless;
             idle.into_iter().chain(stray).collect()
         };
-        for session in ended {
-            ownerless.remove(&session);
-            if let Err(e) = self.rmcp.close_session(&session.as_str().into()).await {
-                tracing::warn!(error = %e, "an idle MCP session could not be closed");
-            }
+        for session in &ended {
+            ownerless.remove(session);
         }
+        self.close_in_rmcp(ended, "gone idle").await;
     }
+}
+
+/// Takes the records whose owner `picks` out of `owners`; answers their session ids.
+fn take_where(owners: &mut HashMap<String, Owner>, picks: impl Fn(&Owner) -> bool) -> Vec<String> {
+    let taken: Vec<String> = owners.iter().filter(|(_, owner)| picks(owner)).map(|(id, _)| id.clone()).collect();
+    for id in &taken {
+        owners.remove(id);
+    }
+    taken
 }
 
 /// Holds a session in use while one of its answers is written ([`SessionOwners::in_use`]).
@@ -1078,7 +1081,7 @@ struct InUse {
 impl Drop for InUse {
     fn drop(&mut self) {
         let Some(owners) = self.owners.upgrade() else { return };
-        if let Some(owner) = owners.owners.lock().unwrap_or_else(|e| e.into_inner()).get_mut(&self.session) {
+        if let Some(owner) = owners.owners().get_mut(&self.session) {
             owner.streams = owner.streams.saturating_sub(1);
             owner.used = Instant::now();
         }
