@@ -388,6 +388,117 @@ mod tests {
         assert_eq!(next.job_id, second);
     }
 
+    /// A [`LocalLink`] that notes how many jobs its worker holds at once, and which it hands
+    /// back: what the master sees of a worker taking jobs ahead.
+    struct Watched {
+        link: LocalLink,
+        /// Jobs handed out and not yet answered or handed back; the most at any moment.
+        held: std::sync::Mutex<(i64, i64)>,
+        /// Jobs handed back, with when.
+        released: std::sync::Mutex<Vec<(String, std::time::Instant)>>,
+    }
+
+    impl Watched {
+        fn held(&self, by: i64) {
+            let mut h = self.held.lock().unwrap();
+            h.0 += by;
+            h.1 = h.1.max(h.0);
+        }
+
+        fn handed(&self, answer: Result<Option<LeasedJob>, ProtocolError>) -> Result<Option<LeasedJob>, ProtocolError> {
+            if let Ok(Some(_)) = &answer {
+                self.held(1);
+            }
+            answer
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl Link for Watched {
+        fn describe(&self) -> String {
+            self.link.describe()
+        }
+        async fn poll(&self, call: PollCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
+            let answer = self.link.poll(call).await;
+            self.handed(answer)
+        }
+        async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+            self.link.heartbeat(name, job_id, lease_id).await
+        }
+        async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
+            self.held(-1);
+            self.released.lock().unwrap().push((job_id.to_string(), std::time::Instant::now()));
+            self.link.release(name, job_id, lease_id).await
+        }
+        async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
+            self.held(-1);
+            let answer = self.link.result(call).await;
+            self.handed(answer)
+        }
+    }
+
+    /// With work queued, a worker holds the job after the one it runs, so that the next one
+    /// starts the moment the last one ends; behind a job that runs on, the job ahead goes back
+    /// to the queue at once (for a free worker), its attempt not counted.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_worker_holds_the_next_job_ahead_and_hands_it_back_behind_a_long_job() {
+        let m = master().await;
+        let script = serde_json::json!({"id": "long", "name": "long", "runtime": "sh", "content": "sleep 1", "model": "default"});
+        m.engine.catalog().register(&m.operator, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+        let req = InvokeRequest { timeout_ms: Some(30_000), ..Default::default() };
+        let first = m.queue().await;
+        let long = m.engine.dispatch().invoke_async(&m.operator, "long", None, req).await.unwrap();
+        let behind = m.queue().await;
+        let mut quick = Vec::new();
+        for _ in 0..20 {
+            quick.push(m.queue().await);
+        }
+        let watched =
+            Arc::new(Watched { link: m.link().await, held: Default::default(), released: Default::default() });
+        let workspace = tempfile::tempdir().unwrap();
+        let config = agentos_executor::ExecutorConfig {
+            master: String::new(),
+            token: String::new(),
+            workspace: workspace.path().to_path_buf(),
+            name: None,
+            concurrency: 1,
+            limits: agentos_executor::job::JobLimits::default(),
+            grace: Duration::from_secs(5),
+            poll_wait: Duration::from_millis(500),
+            direct: Some(agentos_executor::protocol::Direct(watched.clone())),
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let executor = tokio::spawn(agentos_executor::run(config, async move {
+            let _ = stopped.await;
+        }));
+        let started = std::time::Instant::now();
+        for id in [&first, &long, &behind].into_iter().chain(&quick) {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while m.state(id).await != "finished" && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            assert_eq!(m.state(id).await, "finished", "{id}");
+        }
+        let _ = stop.send(());
+        executor.await.unwrap().unwrap();
+        let released = watched.released.lock().unwrap().clone();
+        assert_eq!(released.iter().map(|(id, _)| id).collect::<Vec<_>>(), [&behind], "{released:?}");
+        let handed_back_after = released[0].1 - started;
+        assert!(
+            handed_back_after < Duration::from_millis(800),
+            "handed back {handed_back_after:?} after the start, not while the long job ran"
+        );
+        let (now, most) = *watched.held.lock().unwrap();
+        assert_eq!(now, 0, "every job handed out was answered or handed back");
+        assert_eq!(most, 2, "the worker held one job ahead, never more");
+        for id in [&first, &long, &behind].into_iter().chain(&quick) {
+            let job = m.engine.dispatch().job(&m.operator, id).await.unwrap();
+            let result = serde_json::to_value(&job).unwrap();
+            assert_eq!(result["results"].as_array().map(Vec::len), Some(1), "{result}");
+            assert_eq!(result["results"][0]["attempt"], 1, "a job handed back counts no attempt: {result}");
+        }
+    }
+
     #[tokio::test]
     async fn a_panic_or_a_call_that_never_ends_is_an_unreachable_master() {
         let panicked = guarded::<()>(Duration::from_secs(1), async { panic!("a defect in the master") }).await;

@@ -257,6 +257,36 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
 /// How long a stopping executor waits for the answer of a poll already under way.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(500);
 
+/// How long a job handed to a worker ahead of time may wait behind the job that worker runs.
+/// When the running job outlasts it, the job ahead goes back to the queue, where a free worker
+/// takes it at once, and the worker takes no job ahead until one of its jobs ends within this
+/// time again. Jobs of a millisecond or two gain from a job ahead; longer ones gain nothing.
+pub const AHEAD_HOLD: Duration = Duration::from_millis(10);
+
+/// What a request that may bring a job brought: the job, and whether its answer was lost (the
+/// master may have handed a job out in it).
+type Brought = (Option<LeasedJob>, bool);
+
+/// A request under way that may bring the worker its next job: a result posted with `next`,
+/// or a poll that asks for a job ahead without waiting.
+type Pending = tokio::task::JoinHandle<Brought>;
+
+async fn settle(pending: Pending) -> Brought {
+    pending.await.unwrap_or_else(|e| {
+        tracing::error!(error = %e, "a request for the next job ended abnormally");
+        (None, true)
+    })
+}
+
+async fn hand_back(shared: &Shared, job: &LeasedJob) {
+    if let Err(e) = shared.master.release(&job.job_id, &job.lease_id).await {
+        tracing::warn!(job = %job.job_id, error = %e, "handing the job back failed; its lease will expire");
+    }
+}
+
+/// One worker: runs one job at a time. While the queue is busy it holds the next job ahead of
+/// time, handed out with the last result's answer, so that no time passes between one job's
+/// end and the next one's start (see [`AHEAD_HOLD`]).
 async fn worker(
     shared: Arc<Shared>,
     stop: CancellationToken,
@@ -266,27 +296,73 @@ async fn worker(
     slot: u16,
 ) {
     let mut backoff = Duration::from_millis(100);
-    // A job handed over together with the previous result, if any.
-    let mut next: Option<LeasedJob> = None;
+    // The job to run next: handed over with a result, ahead of time, or by a poll.
+    let mut ready: Option<LeasedJob> = None;
+    // The request under way that may bring one.
+    let mut pending: Option<Pending> = None;
+    // The job to run came from a busy queue (with a result, or ahead): one more is asked for
+    // ahead while it runs.
+    let mut busy = false;
+    // The worker takes jobs ahead: until one goes back behind a job that ran on, and again
+    // once a job ends within the hold.
+    let mut ahead = true;
     // The last request that could have brought a job got no answer: the master may have handed
     // one out in it, leased to this worker, which the next poll hands back.
     let mut reclaim = false;
     loop {
-        if next.is_none() && stop.is_cancelled() {
-            // Stopping: no new work is taken. (A poll under way when the stop came is let finish
-            // below; its job runs, and the next poll would take another, and another, while the
-            // queue is full.)
+        if stop.is_cancelled() {
+            // Stopping: no new work is taken, and a job already handed over goes straight back.
+            // A request under way is let finish (it may be a result); a job it brings goes back.
+            if let Some(job) = ready.take() {
+                hand_back(&shared, &job).await;
+            }
+            if let Some(p) = pending.take()
+                && let (Some(job), _) = settle(p).await
+            {
+                hand_back(&shared, &job).await;
+            }
             return;
         }
-        if let Some(job) = next.take() {
-            if stop.is_cancelled() {
-                // Stopping: a job that arrived with the last answer goes straight back.
-                if let Err(e) = shared.master.release(&job.job_id, &job.lease_id).await {
-                    tracing::warn!(job = %job.job_id, error = %e, "handing the job back failed; its lease will expire");
-                }
-                return;
+        if ready.is_none()
+            && let Some(p) = pending.take()
+        {
+            let (job, lost) = settle(p).await;
+            reclaim |= lost;
+            busy = job.is_some();
+            ready = job;
+            continue;
+        }
+        if let Some(job) = ready.take() {
+            if busy && ahead && pending.is_none() {
+                // The queue had work a moment ago: ask for the job after this one now, without
+                // waiting, so that it is here when this one ends.
+                let shared = shared.clone();
+                pending = Some(tokio::spawn(async move {
+                    match shared.master.poll(Duration::ZERO, slot, false).await {
+                        Ok(job) => (job, false),
+                        Err(e) => (None, e.answer_lost()),
+                    }
+                }));
             }
-            (next, reclaim) = run_one(&shared, job, &kill, true, slot).await;
+            let ran = run_one(&shared, job, &kill, &mut pending).await;
+            reclaim |= ran.lost;
+            ahead = !ran.held_back && (ahead || ran.within_hold);
+            ready = ran.ahead;
+            busy = ready.is_some();
+            let Some(post) = ran.post else { continue };
+            if ready.is_none() {
+                // Nothing to run meanwhile: the answer is waited for here, and the next job
+                // asked for with the result.
+                let (job, lost) = post_result(&shared, post, !stop.is_cancelled(), slot).await;
+                reclaim |= lost;
+                busy = job.is_some();
+                ready = job;
+            } else {
+                // Posted while the job ahead runs, asking for the one after it.
+                let take_next = !stop.is_cancelled() && ahead;
+                let shared = shared.clone();
+                pending = Some(tokio::spawn(async move { post_result(&shared, post, take_next, slot).await }));
+            }
             continue;
         }
         let poll = shared.master.poll(wait, slot, reclaim);
@@ -310,7 +386,16 @@ async fn worker(
         match polled {
             Ok(Some(job)) => {
                 backoff = Duration::from_millis(100);
-                (next, reclaim) = run_one(&shared, job, &kill, !stop.is_cancelled(), slot).await;
+                if stop.is_cancelled() {
+                    // Taken at the stop: it runs (within the grace), as the stop says above.
+                    let ran = run_one(&shared, job, &kill, &mut None).await;
+                    if let Some(post) = ran.post {
+                        post_result(&shared, post, false, slot).await;
+                    }
+                    return;
+                }
+                busy = false;
+                ready = Some(job);
             }
             Ok(None) => backoff = Duration::from_millis(100),
             Err(ProtocolError::Refused { status: 401 | 403, message }) => {
@@ -333,16 +418,31 @@ async fn worker(
     }
 }
 
-/// Runs one job and reports it. Returns the next job when the master handed one over with the
-/// answer (only asked for when `take_next`), and whether a post that asked for one got no
-/// answer (the next poll then hands back a job the master may have handed out in it).
-async fn run_one(
-    shared: &Shared,
-    job: LeasedJob,
-    kill: &CancellationToken,
-    take_next: bool,
-    slot: u16,
-) -> (Option<LeasedJob>, bool) {
+/// A job's result, to be posted.
+struct Post {
+    job_id: String,
+    result: ExecutorResult,
+    max_result_bytes: Option<u64>,
+}
+
+/// How one job went.
+struct Ran {
+    /// Its result, unless the job was handed back or its lease lost.
+    post: Option<Post>,
+    /// The job handed over ahead of time while it ran, kept.
+    ahead: Option<LeasedJob>,
+    /// It ended within [`AHEAD_HOLD`] of starting.
+    within_hold: bool,
+    /// It ran on past the hold, and the job ahead went back to the queue.
+    held_back: bool,
+    /// A request that could have brought a job got no answer.
+    lost: bool,
+}
+
+/// Runs one job. `pending`, a request for the next job under way, is settled while it runs:
+/// the job it brings is kept ahead of time while the job ends within [`AHEAD_HOLD`] of its
+/// arrival, and handed back to the queue otherwise.
+async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, pending: &mut Option<Pending>) -> Ran {
     let lease_lost = CancellationToken::new();
     // Stopped by the executor's kill, or by a lost lease.
     let cancel = kill.child_token();
@@ -364,27 +464,62 @@ async fn run_one(
             }
         }
     };
-    let result = tokio::select! {
-        r = execute(&job, &shared.cache, &shared.folders, &shared.sealed, shared.cgroups.as_ref(), &shared.limits, &cancel) => r,
-        _ = heartbeat => unreachable!("the heartbeat never ends"),
+    let started = tokio::time::Instant::now();
+    let execution =
+        execute(&job, &shared.cache, &shared.folders, &shared.sealed, shared.cgroups.as_ref(), &shared.limits, &cancel);
+    tokio::pin!(execution, heartbeat);
+    let (mut ahead, mut lost, mut held_back) = (None::<(LeasedJob, tokio::time::Instant)>, false, false);
+    let result = loop {
+        let hold_over = ahead.as_ref().map(|(_, since)| *since + AHEAD_HOLD);
+        tokio::select! {
+            r = &mut execution => break r,
+            _ = &mut heartbeat => unreachable!("the heartbeat never ends"),
+            brought = async { pending.as_mut().expect("checked").await }, if pending.is_some() => {
+                *pending = None;
+                let (job, answer_lost) = brought.unwrap_or((None, true));
+                lost |= answer_lost;
+                ahead = job.map(|j| (j, tokio::time::Instant::now()));
+            }
+            _ = tokio::time::sleep_until(hold_over.unwrap_or(started)), if hold_over.is_some() => {
+                // This job runs on: the one ahead goes to a worker that is free.
+                let (back, _) = ahead.take().expect("checked");
+                hand_back(shared, &back).await;
+                held_back = true;
+            }
+        }
     };
+    let within_hold = started.elapsed() < AHEAD_HOLD;
+    // A request still under way is settled before this result is posted: its answer is near.
+    if let Some(p) = pending.take() {
+        let (job, answer_lost) = settle(p).await;
+        lost |= answer_lost;
+        ahead = job.map(|j| (j, tokio::time::Instant::now()));
+    }
+    let ahead = ahead.map(|(j, _)| j);
+    let ran = |post| Ran { post, ahead, within_hold, held_back, lost };
     if lease_lost.is_cancelled() {
-        return (None, false);
+        return ran(None);
     }
     if kill.is_cancelled() && result.error.as_deref().is_some_and(|e| e.starts_with("the executor stopped")) {
-        if let Err(e) = shared.master.release(&job.job_id, &job.lease_id).await {
-            tracing::warn!(job = %job.job_id, error = %e, "handing the job back failed; its lease will expire");
-        }
-        return (None, false);
+        hand_back(shared, &job).await;
+        return ran(None);
     }
+    ran(Some(Post { job_id: job.job_id.clone(), result, max_result_bytes: job.max_result_bytes }))
+}
+
+/// Posts a job's result. With `take_next`, the answer may carry the next job, which is returned;
+/// also whether a post that asked for one got no answer (the next poll then hands back a job
+/// the master may have handed out in it).
+async fn post_result(shared: &Shared, post: Post, take_next: bool, slot: u16) -> Brought {
+    let Post { job_id, result, max_result_bytes } = post;
     let (mut result, mut dropped) = (result, false);
     // A master that says its limit is spared a post it would refuse: a refusal of a body of
     // megabytes often arrives as a reset connection rather than as its 413.
-    if let Some(max) = job.max_result_bytes
+    if let Some(max) = max_result_bytes
         && let Some(size) = too_large(&result, max)
     {
         let why = format!("the result would be {size} bytes, above the master's --max-result-bytes ({max})");
-        tracing::warn!(job = %job.job_id, %why, "posting the result without its output");
+        tracing::warn!(job = %job_id, %why, "posting the result without its output");
         result = without_output(result, &why);
         dropped = true;
     }
@@ -393,35 +528,35 @@ async fn run_one(
     for attempt in 0..5 {
         // Only the first try asks for the next job: a retry may follow a post the master took.
         let asks = take_next && attempt == 0;
-        match shared.master.result(&job.job_id, &result, asks, slot).await {
+        match shared.master.result(&job_id, &result, asks, slot).await {
             Ok(next) => return (next, false),
             Err(e) if e.lease_lost() && unanswered => {
                 // Most likely the post whose answer was lost: the master took the result then.
-                tracing::warn!(job = %job.job_id, error = %e, "the result was taken by an earlier post whose answer was lost, or the job went to another executor");
+                tracing::warn!(job = %job_id, error = %e, "the result was taken by an earlier post whose answer was lost, or the job went to another executor");
                 return (None, take_next);
             }
             Err(e) if e.lease_lost() => {
-                tracing::warn!(job = %job.job_id, error = %e, "result refused: the job went to another executor");
+                tracing::warn!(job = %job_id, error = %e, "result refused: the job went to another executor");
                 return (None, false);
             }
             Err(ProtocolError::Refused { status: 400, message }) if !refused => {
                 // The master found the result malformed (a status no process has, say): posted
                 // again it would be refused again, and the job would run again once its lease
                 // ran out. The caller hears why instead, with nothing of what was refused.
-                tracing::warn!(job = %job.job_id, %message, "the master refused the result: posting why in its place");
+                tracing::warn!(job = %job_id, %message, "the master refused the result: posting why in its place");
                 result = refused_result(&result, &message);
                 refused = true;
             }
             Err(ProtocolError::Refused { status: 413, message }) if !dropped => {
                 // Posted again it would be refused again, and the job would end only when its
                 // leases ran out, with a misleading reason: the caller hears this one instead.
-                tracing::warn!(job = %job.job_id, %message, "the result is larger than the master takes: posting it without its output");
+                tracing::warn!(job = %job_id, %message, "the result is larger than the master takes: posting it without its output");
                 result = without_output(result, &message);
                 dropped = true;
             }
             Err(e) => {
                 unanswered |= e.answer_lost();
-                tracing::warn!(job = %job.job_id, error = %e, attempt, "posting the result failed");
+                tracing::warn!(job = %job_id, error = %e, attempt, "posting the result failed");
                 tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
             }
         }
