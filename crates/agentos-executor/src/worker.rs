@@ -1,5 +1,6 @@
-//! The executor process: K workers, each long-polling for one job at a time, with a heartbeat
-//! per job and a two-step stop (finish what runs within a grace period, hand back the rest).
+//! The executor process: K workers, each running one job at a time (long-polling for it, or
+//! holding it ahead while the queue is busy), with a heartbeat per running job and a two-step
+//! stop (finish what runs within a grace period, hand back the rest).
 
 use std::future::Future;
 use std::path::PathBuf;
