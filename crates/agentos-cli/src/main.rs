@@ -244,7 +244,7 @@ pub struct ServeArgs {
     pub mcp_list_limit: usize,
     /// An MCP session of `/mcp` (or `agentos mcp`) with no request in, and no answer or event
     /// stream open, for this long ends, in ms; a client that keeps its `GET` stream open keeps it.
-    #[arg(long, env = "AGENTOS_MCP_SESSION_IDLE_MS", default_value_t = 300_000)]
+    #[arg(long, env = "AGENTOS_MCP_SESSION_IDLE_MS", default_value_t = 300_000, value_parser = at_least_one::<u64>)]
     pub mcp_session_idle_ms: u64,
     /// The user MCP servers registered with a command run as: `nobody` (the default when agentos
     /// runs as root), UID:GID, or `current`, which lets them read the data folder and must be
@@ -645,5 +645,18 @@ mod tests {
         let mut missing = Vec::new();
         undocumented(&Cli::command(), "agentos", &mut missing);
         assert!(missing.is_empty(), "arguments without help text:\n{}", missing.join("\n"));
+    }
+
+    /// Regression: `--mcp-session-idle-ms 0` was taken as 1 ms, ending every session between
+    /// two requests, and messages then spoke of "1 ms".
+    #[test]
+    fn an_mcp_session_idle_time_of_zero_is_refused_with_what_to_give() {
+        use clap::Parser;
+        let Err(e) = Cli::try_parse_from(["agentos", "serve", "--mcp-session-idle-ms", "0"]) else {
+            panic!("an idle time of 0 was taken");
+        };
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation, "{e}");
+        assert!(e.to_string().contains("use 1 or more"), "{e}");
+        assert!(Cli::try_parse_from(["agentos", "serve", "--mcp-session-idle-ms", "2000"]).is_ok());
     }
 }

@@ -266,7 +266,7 @@ fn run_master(args: ServeArgs, loose_data_folder: LooseDataFolder, local: Option
         http_deny_private: args.http_deny_private,
         mcp_endpoint: agentos_server::McpEndpoint {
             list_limit: args.mcp_list_limit,
-            session_idle: Duration::from_millis(args.mcp_session_idle_ms.max(1)),
+            session_idle: Duration::from_millis(args.mcp_session_idle_ms),
         },
         mcp: McpConfig {
             run_as: mcp_run_as,
