@@ -56,6 +56,10 @@ pub struct PollCall<'a> {
     /// The worker's last request that could have brought a job got no answer: a job the master
     /// handed it there goes back to the queue.
     pub reclaim: bool,
+    /// The worker runs a job meanwhile (this poll asks for the one ahead): it never reclaims,
+    /// not even at the next master after one that did not answer, since that would end the
+    /// lease of the job it runs.
+    pub holding: bool,
     pub replaces: &'a [String],
     pub wait: Duration,
 }
@@ -116,6 +120,22 @@ impl Master {
     /// `wait`. `reclaim`: the worker's last request that could have brought a job got no
     /// answer (see [`PollCall::reclaim`]).
     pub async fn poll(&self, wait: Duration, slot: u16, reclaim: bool) -> Result<Option<LeasedJob>, ProtocolError> {
+        self.poll_for(wait, slot, reclaim, false).await
+    }
+
+    /// For worker `slot`, which runs a job: the job after it if one is queued right now. Never
+    /// a reclaim (see [`PollCall::holding`]).
+    pub async fn poll_ahead(&self, slot: u16) -> Result<Option<LeasedJob>, ProtocolError> {
+        self.poll_for(Duration::ZERO, slot, false, true).await
+    }
+
+    async fn poll_for(
+        &self,
+        wait: Duration,
+        slot: u16,
+        reclaim: bool,
+        holding: bool,
+    ) -> Result<Option<LeasedJob>, ProtocolError> {
         let replaces = self.replaces().0.clone();
         let call = PollCall {
             name: self.name.as_deref(),
@@ -123,7 +143,8 @@ impl Master {
             slot: Some(slot),
             // A reclaim names the worker by its instance and slot: without an instance there is
             // nothing to name (and the master would refuse it).
-            reclaim: reclaim && self.instance.is_some(),
+            reclaim: reclaim && !holding && self.instance.is_some(),
+            holding,
             replaces: &replaces,
             wait,
         };
@@ -177,11 +198,15 @@ struct Head<'a> {
     /// A poll that may reclaim (it names its instance and slot): tried at the next master after
     /// one that did not answer, it reclaims there, since that master shares the queue.
     may_reclaim: bool,
+    /// A poll for a job ahead (see [`PollCall::holding`]): asked of the current master only.
+    /// Moved on to the next one it could not reclaim what the first may have handed out; failed,
+    /// it is reported lost, and the worker's next long poll reclaims.
+    holding: bool,
 }
 
 impl<'a> Head<'a> {
     fn named(name: Option<&'a str>) -> Self {
-        Head { name, slot: None, reclaim: false, may_reclaim: false }
+        Head { name, slot: None, reclaim: false, may_reclaim: false, holding: false }
     }
 }
 
@@ -240,7 +265,8 @@ impl Http {
         }
         let start = self.current.load(Ordering::Relaxed);
         let (mut head, mut last) = (head, None);
-        for i in 0..n {
+        let tries = if head.holding { 1 } else { n };
+        for i in 0..tries {
             let at = (start + i) % n;
             match self.post_to(&self.urls[at], head, path, body, timeout).await {
                 // No answer, or one from a proxy in front of it: the next master may answer.
@@ -315,8 +341,8 @@ impl Link for Http {
             [one] => body["replaces"] = json!(one),
             many => body["replaces"] = json!(many),
         }
-        let may_reclaim = call.instance.is_some() && call.slot.is_some();
-        let head = Head { name: call.name, slot: call.slot, reclaim: call.reclaim, may_reclaim };
+        let may_reclaim = call.instance.is_some() && call.slot.is_some() && !call.holding;
+        let head = Head { name: call.name, slot: call.slot, reclaim: call.reclaim, may_reclaim, holding: call.holding };
         self.post(head, "/api/executor/poll", &body, call.wait + Duration::from_secs(10)).await
     }
 
@@ -342,7 +368,7 @@ impl Link for Http {
             (true, None) => format!("/api/executor/jobs/{job_id}/result?next=true"),
             (true, Some(i)) => format!("/api/executor/jobs/{job_id}/result?next=true&instance={i}"),
         };
-        let head = Head { name: call.name, slot: call.slot, reclaim: false, may_reclaim: false };
+        let head = Head { name: call.name, slot: call.slot, reclaim: false, may_reclaim: false, holding: false };
         let (answer, earlier) = self.post_noting::<Value>(head, &path, &body, Duration::from_secs(120)).await;
         let answer = match (answer, earlier) {
             // The lease is gone at this master, most likely because the earlier one that did
@@ -371,5 +397,82 @@ pub struct Direct(pub Arc<dyn Link>);
 impl std::fmt::Debug for Direct {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Direct({})", self.0.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A master that takes connections and closes them unanswered.
+    async fn silent() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut buf = [0u8; 4096];
+                let _ = conn.read(&mut buf).await;
+            }
+        });
+        url
+    }
+
+    /// A master that answers every poll 204 and keeps each request's head.
+    async fn answering() -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let seen = seen.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 16384];
+                    let mut have = 0;
+                    while let Ok(n) = conn.read(&mut buf[have..]).await {
+                        if n == 0 {
+                            return;
+                        }
+                        have += n;
+                        let text = String::from_utf8_lossy(&buf[..have]).to_string();
+                        let Some(end) = text.find("\r\n\r\n") else { continue };
+                        let length: usize = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap())
+                            })
+                            .unwrap_or(0);
+                        if have < end + 4 + length {
+                            continue;
+                        }
+                        seen.lock().unwrap().push(text[..end].to_ascii_lowercase());
+                        have = 0;
+                        let _ = conn.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").await;
+                    }
+                });
+            }
+        });
+        (url, heads)
+    }
+
+    /// Regression: a poll for a job ahead that the first of two masters left unanswered was
+    /// moved on to the second with `x-agentos-executor-reclaim: true`, which ended the lease of
+    /// the job the worker was running (it then ran twice). It is now asked of one master only,
+    /// and reported lost; a long poll still moves on, reclaiming.
+    #[tokio::test]
+    async fn a_poll_for_a_job_ahead_never_reclaims_and_a_long_poll_moved_on_does() {
+        let (live, heads) = answering().await;
+        let urls = format!("{},{live}", silent().await);
+        let master = Master::new(&urls, "t", None).with_instance("0123456789abcdef".into(), Vec::new(), Vec::new());
+        let e = master.poll_ahead(0).await.unwrap_err();
+        assert!(e.answer_lost(), "{e}");
+        assert!(heads.lock().unwrap().is_empty(), "the second master was asked: {:?}", heads.lock().unwrap());
+        assert_eq!(master.poll(Duration::from_millis(10), 0, false).await.unwrap().map(|j| j.job_id), None);
+        let seen = heads.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert!(seen[0].contains("x-agentos-executor-reclaim: true"), "{seen:?}");
     }
 }

@@ -334,12 +334,15 @@ async fn worker(
             continue;
         }
         if let Some(job) = ready.take() {
-            if busy && ahead && pending.is_none() {
+            // A request whose answer was lost may have brought a job, leased to this worker: it
+            // goes back with the next long poll, which the worker makes once it holds nothing,
+            // so no more jobs are taken until then.
+            if busy && ahead && !reclaim && pending.is_none() {
                 // The queue had work a moment ago: ask for the job after this one now, without
                 // waiting, so that it is here when this one ends.
                 let shared = shared.clone();
                 pending = Some(tokio::spawn(async move {
-                    match shared.master.poll(Duration::ZERO, slot, false).await {
+                    match shared.master.poll_ahead(slot).await {
                         Ok(job) => (job, false),
                         Err(e) => (None, e.answer_lost()),
                     }
@@ -351,18 +354,20 @@ async fn worker(
             ready = ran.ahead;
             busy = ready.is_some();
             let Some(post) = ran.post else { continue };
-            if ready.is_none() {
-                // Nothing to run meanwhile: the answer is waited for here, and the next job
-                // asked for with the result.
-                let (job, lost) = post_result(&shared, post, !stop.is_cancelled(), slot).await;
+            let take_next = !stop.is_cancelled() && !reclaim;
+            if ready.is_some() {
+                // Posted while the job ahead runs, asking for the one after it.
+                let take_next = take_next && ahead;
+                let shared = shared.clone();
+                pending = Some(tokio::spawn(async move { post_result(&shared, post, take_next, slot).await }));
+            } else {
+                // Nothing to run meanwhile: the answer is waited for here, and the next job is
+                // asked for with the result, unless a request under way (the last result's
+                // post, still retrying) may bring one.
+                let (job, lost) = post_result(&shared, post, take_next && pending.is_none(), slot).await;
                 reclaim |= lost;
                 busy = job.is_some();
                 ready = job;
-            } else {
-                // Posted while the job ahead runs, asking for the one after it.
-                let take_next = !stop.is_cancelled() && ahead;
-                let shared = shared.clone();
-                pending = Some(tokio::spawn(async move { post_result(&shared, post, take_next, slot).await }));
             }
             continue;
         }
@@ -440,9 +445,9 @@ struct Ran {
     lost: bool,
 }
 
-/// Runs one job. `pending`, a request for the next job under way, is settled while it runs:
-/// the job it brings is kept ahead of time while the job ends within [`AHEAD_HOLD`] of its
-/// arrival, and handed back to the queue otherwise.
+/// Runs one job. `pending`, a request for the next job under way, is settled if it ends while
+/// the job runs: the job it brings is kept ahead of time while the job ends within
+/// [`AHEAD_HOLD`] of its arrival, and handed back to the queue otherwise.
 async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, pending: &mut Option<Pending>) -> Ran {
     let lease_lost = CancellationToken::new();
     // Stopped by the executor's kill, or by a lost lease.
@@ -490,12 +495,8 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, pend
         }
     };
     let within_hold = started.elapsed() < AHEAD_HOLD;
-    // A request still under way is settled before this result is posted: its answer is near.
-    if let Some(p) = pending.take() {
-        let (job, answer_lost) = settle(p).await;
-        lost |= answer_lost;
-        ahead = job.map(|j| (j, tokio::time::Instant::now()));
-    }
+    // A request still under way is left to go on: this job's result is posted meanwhile, and
+    // its lease (no longer renewed) does not wait for the other's retries.
     let ahead = ahead.map(|(j, _)| j);
     let ran = |post| Ran { post, ahead, within_hold, held_back, lost };
     if lease_lost.is_cancelled() {
