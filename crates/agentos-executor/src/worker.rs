@@ -264,6 +264,10 @@ const IN_FLIGHT_POLL: Duration = Duration::from_millis(500);
 /// time again. Jobs of a millisecond or two gain from a job ahead; longer ones gain nothing.
 pub const AHEAD_HOLD: Duration = Duration::from_millis(10);
 
+/// How long a finished job's result waits for the answer to a request under way before it is
+/// posted anyway.
+const SETTLE_WAIT: Duration = Duration::from_millis(100);
+
 /// What a request that may bring a job brought: the job, and whether its answer was lost (the
 /// master may have handed a job out in it).
 type Brought = (Option<LeasedJob>, bool);
@@ -495,8 +499,18 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, pend
         }
     };
     let within_hold = started.elapsed() < AHEAD_HOLD;
-    // A request still under way is left to go on: this job's result is posted meanwhile, and
-    // its lease (no longer renewed) does not wait for the other's retries.
+    // A request still under way is waited for a moment: its answer is near, and may bring the
+    // job to run next, after which this result asks for the one after. One that takes longer
+    // (a post retrying while its master restarts) goes on, and this result is posted meanwhile:
+    // its lease, no longer renewed, does not wait on the other's retries.
+    if let Some(p) = pending.as_mut()
+        && let Ok(brought) = tokio::time::timeout(SETTLE_WAIT, p).await
+    {
+        *pending = None;
+        let (job, answer_lost) = brought.unwrap_or((None, true));
+        lost |= answer_lost;
+        ahead = job.map(|j| (j, tokio::time::Instant::now()));
+    }
     let ahead = ahead.map(|(j, _)| j);
     let ran = |post| Ran { post, ahead, within_hold, held_back, lost };
     if lease_lost.is_cancelled() {
