@@ -360,7 +360,9 @@ async fn worker(
             let Some(post) = ran.post else { continue };
             let take_next = !stop.is_cancelled() && !reclaim;
             if ready.is_some() {
-                // Posted while the job ahead runs, asking for the one after it.
+                // Posted while the job ahead runs, asking for the one after it. (A job ahead
+                // comes only in the answer to the request under way, so none is left.)
+                debug_assert!(pending.is_none(), "a job ahead while a request is under way");
                 let take_next = take_next && ahead;
                 let shared = shared.clone();
                 pending = Some(tokio::spawn(async move { post_result(&shared, post, take_next, slot).await }));
