@@ -272,7 +272,7 @@ impl Http {
                 // No answer, or one from a proxy in front of it: the next master may answer.
                 // (An answer that cannot be read came from a master: it is not tried again.)
                 Err(e) if e.answer_lost() && !matches!(e, ProtocolError::Refused { status: 200, .. }) => {
-                    if n > 1 {
+                    if i + 1 < tries {
                         tracing::warn!(master = %self.urls[at], error = %e, "no answer from this master, or a 5xx; trying the next");
                     }
                     // The request may have been carried out there: a poll may have been handed
