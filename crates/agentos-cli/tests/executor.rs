@@ -984,3 +984,38 @@ fn an_argument_or_value_with_a_nul_byte_or_input_nested_too_deep_is_refused_befo
     let out: Value = serde_json::from_str(ok_result(&r)["stdout"].as_str().unwrap()).unwrap();
     assert_eq!(out, deepest);
 }
+
+/// Regression: a poll that does not wait (a worker asking for a job ahead) was noted as polling
+/// on the shared queue, which spared the note of a long poll that followed within a second: the
+/// executor was then listed as not polling for as long as that long poll lasted (a shared-queue
+/// run of `an_executor_stopped_while_it_polls_runs_the_job_it_got_and_takes_no_more` waited 20 s
+/// for it). On both queues, an executor whose long poll follows a poll without a wait is listed
+/// as polling.
+#[test]
+fn an_executor_long_polling_just_after_a_poll_without_a_wait_is_listed_as_polling() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let (status, body) = m.client().post_raw("/api/executor-tokens", json!({"name": "e1"}).to_string().into_bytes());
+    assert_eq!(status, 200, "{body}");
+    let token = body["token"].as_str().unwrap().to_string();
+    let poll = |wait_ms: u64| {
+        let resp = common::http()
+            .post(format!("{}/api/executor/poll", m.url))
+            .bearer_auth(&token)
+            .json(&json!({"waitMs": wait_ms}))
+            .send()
+            .unwrap();
+        resp.status().as_u16()
+    };
+    assert_eq!(poll(0), 204, "an empty queue answers a poll without a wait at once");
+    std::thread::scope(|s| {
+        let long = s.spawn(|| poll(3_000));
+        let listed = |state: &str| {
+            let (_, list) = m.client().get("/api/executors");
+            list.as_array().is_some_and(|l| l.iter().any(|e| e["name"] == "e1" && e["state"] == state))
+        };
+        wait_for("the long poll to be open", || listed("polling") || long.is_finished());
+        assert!(!long.is_finished(), "the executor was not listed as polling during its long poll");
+        assert_eq!(long.join().unwrap(), 204);
+    });
+}

@@ -277,7 +277,10 @@ impl SharedQueue {
     ) -> Result<Option<Handout>, StoreError> {
         lock(&self.polls).open(executor);
         let _open = PollGuard { queue: self, executor };
-        self.seen(executor, Some(wait)).await;
+        // A poll that does not wait (a worker asking for a job ahead) is a sign of life, not a
+        // wait: noted as polling, it would spare the note of a long poll that follows within
+        // `SEEN_EVERY`, and the executor would be listed as not polling for that poll's length.
+        self.seen(executor, (!wait.is_zero()).then_some(wait)).await;
         let deadline = Instant::now() + wait;
         loop {
             let notified = self.work.notified();
