@@ -403,14 +403,16 @@ mod tests {
         lose: bool,
         /// What the worker did, in order: `result`, `lost JOB`, `reclaim`.
         events: std::sync::Mutex<Vec<String>>,
+        /// Told when the answer is lost.
+        at_loss: tokio::sync::Notify,
     }
 
     type Running = tokio::task::JoinHandle<Result<(), agentos_executor::ExecutorError>>;
 
     impl Watched {
         fn new(link: LocalLink, lose: bool) -> Arc<Watched> {
-            let (held, released, events) = Default::default();
-            Arc::new(Watched { link, held, released, lose, events })
+            let (held, released, events, at_loss) = Default::default();
+            Arc::new(Watched { link, held, released, lose, events, at_loss })
         }
 
         fn held(&self, by: i64) -> i64 {
@@ -483,6 +485,7 @@ mod tests {
                 && !self.events.lock().unwrap().iter().any(|e| e.starts_with("lost"))
             {
                 self.note(format!("lost {}", job.job_id));
+                self.at_loss.notify_one();
                 return Err(ProtocolError::Unreachable("the answer was lost on the way".into()));
             }
             answer
@@ -581,6 +584,35 @@ mod tests {
                 let results = results(&m, id).await;
                 assert_eq!(results.as_array().map(Vec::len), Some(1), "{id}: {results}");
             }
+            return;
+        }
+        panic!("in 5 rounds no result was posted while a job was ahead");
+    }
+
+    /// An executor that stops right after an answer was lost on its way (here one that carried
+    /// the next job) ends that job's lease before it exits: the job is queued again at once, not
+    /// when its lease runs out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_executor_stopping_after_a_lost_answer_gives_back_the_job_handed_out_in_it() {
+        for _ in 0..5 {
+            let m = master().await;
+            let mut all = Vec::new();
+            for _ in 0..30 {
+                all.push(m.queue().await);
+            }
+            let watched = Watched::new(m.link().await, true);
+            let (stop, executor, _workspace) = watched.executor();
+            let lost = tokio::time::timeout(Duration::from_secs(20), watched.at_loss.notified()).await;
+            let _ = stop.send(());
+            executor.await.unwrap().unwrap();
+            if lost.is_err() {
+                // No result was posted while a job was ahead (a slow machine): another round.
+                continue;
+            }
+            let events = watched.events.lock().unwrap().clone();
+            let lost = events.iter().find_map(|e| e.strip_prefix("lost ")).unwrap().to_string();
+            assert!(events.iter().any(|e| e == "reclaim"), "no reclaim before the executor exited: {events:?}");
+            assert_eq!(m.state(&lost).await, "queued", "the job of the lost answer waits out its lease: {events:?}");
             return;
         }
         panic!("in 5 rounds no result was posted while a job was ahead");

@@ -321,10 +321,19 @@ async fn worker(
             if let Some(job) = ready.take() {
                 hand_back(&shared, &job).await;
             }
-            if let Some(p) = pending.take()
-                && let (Some(job), _) = settle(p).await
-            {
-                hand_back(&shared, &job).await;
+            if let Some(p) = pending.take() {
+                let (job, lost) = settle(p).await;
+                reclaim |= lost;
+                if let Some(job) = job {
+                    hand_back(&shared, &job).await;
+                }
+            }
+            if reclaim {
+                // A job handed out in an answer that was lost would wait out its lease: one
+                // last poll, without a wait, ends that lease, and what it brings goes back.
+                if let Ok(Some(job)) = shared.master.poll(Duration::ZERO, slot, true).await {
+                    hand_back(&shared, &job).await;
+                }
             }
             return;
         }
