@@ -549,6 +549,16 @@ mod tests {
         }
     }
 
+    /// A master with 30 jobs queued (below the 32 one principal may have open), and their ids.
+    async fn busy_master() -> (Master, Vec<String>) {
+        let m = master().await;
+        let mut all = Vec::new();
+        for _ in 0..30 {
+            all.push(m.queue().await);
+        }
+        (m, all)
+    }
+
     /// Regression: an answer lost while the worker held a job ahead (here the answer to a
     /// result, which carried the next job) was reclaimed only at the worker's next long poll,
     /// which a busy queue kept from coming: the job handed out in it waited for the queue to run
@@ -559,12 +569,7 @@ mod tests {
         // The answer lost is one to a result posted while a job was ahead, which a slow machine
         // may not come to within a round (each job ran past the hold): then another round.
         for _ in 0..5 {
-            let m = master().await;
-            let mut all = Vec::new();
-            // Below the 32 jobs one principal may have open.
-            for _ in 0..30 {
-                all.push(m.queue().await);
-            }
+            let (m, all) = busy_master().await;
             let watched = Watched::new(m.link().await, true);
             let (stop, executor, _workspace) = watched.executor();
             finished(&m, &all).await;
@@ -595,11 +600,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_executor_stopping_after_a_lost_answer_gives_back_the_job_handed_out_in_it() {
         for _ in 0..5 {
-            let m = master().await;
-            let mut all = Vec::new();
-            for _ in 0..30 {
-                all.push(m.queue().await);
-            }
+            let (m, _queued) = busy_master().await;
             let watched = Watched::new(m.link().await, true);
             let (stop, executor, _workspace) = watched.executor();
             let lost = tokio::time::timeout(Duration::from_secs(20), watched.at_loss.notified()).await;
