@@ -246,7 +246,8 @@ impl Http {
         body: &Value,
         timeout: Duration,
     ) -> Result<Option<T>, ProtocolError> {
-        self.post_noting(head, path, body, timeout).await.0
+        let body = serde_json::to_vec(body).expect("values serialize");
+        self.post_noting(head, path, &body, timeout).await.0
     }
 
     /// Posts to the current master, or the next ones when it does not answer (or answers with
@@ -256,7 +257,7 @@ impl Http {
         &self,
         head: Head<'_>,
         path: &str,
-        body: &Value,
+        body: &[u8],
         timeout: Duration,
     ) -> (Result<Option<T>, ProtocolError>, Option<ProtocolError>) {
         let n = self.urls.len();
@@ -292,15 +293,22 @@ impl Http {
         (Err(last.unwrap_or_else(|| ProtocolError::Unreachable("no master answered".into()))), None)
     }
 
+    /// `body` is JSON, serialized once by the caller whatever the number of masters tried.
     async fn post_to<T: DeserializeOwned>(
         &self,
         url: &str,
         head: Head<'_>,
         path: &str,
-        body: &Value,
+        body: &[u8],
         timeout: Duration,
     ) -> Result<Option<T>, ProtocolError> {
-        let mut req = self.http.post(format!("{url}{path}")).bearer_auth(&self.token).json(body).timeout(timeout);
+        let mut req = self
+            .http
+            .post(format!("{url}{path}"))
+            .bearer_auth(&self.token)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec())
+            .timeout(timeout);
         if let Some(n) = head.name {
             req = req.header("x-agentos-executor-name", n);
         }
@@ -361,7 +369,9 @@ impl Link for Http {
     }
 
     async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
-        let body = serde_json::to_value(call.result).expect("results serialize");
+        // Serialized straight from the result, and the answer read straight into its job: no
+        // JSON value on the way either side.
+        let body = serde_json::to_vec(call.result).expect("results serialize");
         let job_id = call.job_id;
         let path = match (call.take_next, call.instance) {
             (false, _) => format!("/api/executor/jobs/{job_id}/result"),
@@ -369,7 +379,7 @@ impl Link for Http {
             (true, Some(i)) => format!("/api/executor/jobs/{job_id}/result?next=true&instance={i}"),
         };
         let head = Head { name: call.name, slot: call.slot, reclaim: false, may_reclaim: false, holding: false };
-        let (answer, earlier) = self.post_noting::<Value>(head, &path, &body, Duration::from_secs(120)).await;
+        let (answer, earlier) = self.post_noting::<ResultAnswer>(head, &path, &body, Duration::from_secs(120)).await;
         let answer = match (answer, earlier) {
             // The lease is gone at this master, most likely because the earlier one that did
             // not answer took this very post (they share the queue): the answer carrying the
@@ -380,13 +390,15 @@ impl Link for Http {
             }
             (answer, _) => answer?,
         };
-        let next = answer.and_then(|mut a| a.get_mut("next").map(Value::take)).filter(|n| !n.is_null());
-        next.map(|n| {
-            serde_json::from_value(n)
-                .map_err(|e| ProtocolError::Refused { status: 200, message: format!("unreadable next job: {e}") })
-        })
-        .transpose()
+        Ok(answer.and_then(|a| a.next))
     }
+}
+
+/// The answer to a posted result: `{"recorded": true, "next": LeasedJob or null}`.
+#[derive(serde::Deserialize)]
+struct ResultAnswer {
+    #[serde(default)]
+    next: Option<LeasedJob>,
 }
 
 /// A [`Link`] to a master in this same process, which an [`crate::ExecutorConfig`] uses in place
