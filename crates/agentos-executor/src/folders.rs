@@ -84,7 +84,11 @@ impl Folders {
 
     /// Removes a folder after its job, whatever it holds (links inside are removed, never followed).
     pub fn discard(&self, path: PathBuf) {
-        remove(&path)
+        if let Err(e) = std::fs::remove_dir_all(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(folder = %path.display(), error = %e, "cannot remove a job folder");
+        }
     }
 
     /// Takes a folder back after its job: kept when the job left it as it was given, removed
@@ -104,15 +108,6 @@ impl Folders {
             && meta.mode() & 0o7777 == MODE
             && (meta.uid(), meta.gid()) == self.owner
             && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
-    }
-}
-
-/// Removes a job's folder, whatever it holds (links inside are removed, never followed).
-pub(crate) fn remove(path: &Path) {
-    if let Err(e) = std::fs::remove_dir_all(path)
-        && e.kind() != std::io::ErrorKind::NotFound
-    {
-        tracing::warn!(folder = %path.display(), error = %e, "cannot remove a job folder");
     }
 }
 

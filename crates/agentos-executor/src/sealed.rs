@@ -4,7 +4,6 @@
 //! (`/proc/<pid>/environ`) and memory; a uid of its own is what keeps a secret to its job.
 
 use std::ops::RangeInclusive;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -38,14 +37,12 @@ pub struct Sealed {
     warned: AtomicBool,
 }
 
-/// A uid taken for one sealed job. Dropping it kills every process left under the uid, removes
-/// the job's folder if it was given one, and then returns the uid to the pool (never while any
-/// of them runs, nor while the folder is there). Call [`UidLease::release`] or
-/// [`UidLease::release_removing`] from async code so the waiting happens off the runtime's thread.
+/// A uid taken for one sealed job. Dropping it kills every process left under the uid and
+/// then returns the uid to the pool (never while any of them runs). Call [`UidLease::release`]
+/// from async code so the waiting happens off the runtime's thread.
 pub struct UidLease {
     pool: Arc<Sealed>,
     uid: u32,
-    folder: Option<PathBuf>,
 }
 
 impl Sealed {
@@ -95,7 +92,7 @@ impl Sealed {
                         r.end()
                     )
                 })?;
-                Ok(Some(UidLease { pool: self.clone(), uid, folder: None }))
+                Ok(Some(UidLease { pool: self.clone(), uid }))
             }
         }
     }
@@ -112,23 +109,12 @@ impl UidLease {
             tracing::error!(error = %e, "releasing a sealed uid failed");
         }
     }
-
-    /// As [`UidLease::release`], and removes `folder` (the job's, which the uid owns) once nothing
-    /// runs under the uid and before the uid goes back: the next job given the uid could read
-    /// whatever this one left in it.
-    pub async fn release_removing(mut self, folder: PathBuf) {
-        self.folder = Some(folder);
-        self.release().await
-    }
 }
 
 impl Drop for UidLease {
     fn drop(&mut self) {
         let uid = self.uid;
         let left = kill_users(|u| u == uid);
-        if let Some(folder) = self.folder.take() {
-            crate::folders::remove(&folder);
-        }
         if left == 0 {
             self.pool.free.lock().unwrap_or_else(|p| p.into_inner()).push_back(uid);
         } else {
