@@ -120,10 +120,6 @@ impl ExprPool {
             .env_clear()
             // The master's pid: the worker checks that it is still its parent (see worker_main).
             .env(WORKER_ENV, std::process::id().to_string())
-            // The `agentos` binary allocates with mimalloc, which reserves address space 1 GiB at
-            // a time unless told otherwise: the worker's cap on its address space (1 GiB) would
-            // leave it no room for anything else, and it would die at its first thread.
-            .env("MIMALLOC_ARENA_RESERVE", "64M")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
