@@ -37,12 +37,6 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-/// mimalloc for Rust's own allocations: glibc's allocator took 17–19 % of a busy master's samples
-/// (`malloc`, `_int_malloc`, `_int_free`, `malloc_consolidate`), measured in BENCHMARKS.md. C code
-/// linked in (SQLite) keeps glibc's.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(name = "agentos", version, about = "A durable tool platform for AI agents")]
 struct Cli {
