@@ -220,12 +220,12 @@ pub async fn execute(
     };
     let outcome = runner::run(spec, cancel).await;
     if job.sealed {
-        // Whatever still runs as the uid (a `setsid` child outside the group) dies before the uid
-        // goes back to the pool and before the folder goes, whatever the outcome.
-        if let Some(u) = uid {
-            u.release().await;
+        // Whatever still runs as the uid (a `setsid` child outside the group) dies, then the
+        // folder goes, and only then does the uid go back to the pool, whatever the outcome.
+        match uid {
+            Some(u) => u.release_removing(cwd).await,
+            None => folders.discard(cwd),
         }
-        folders.discard(cwd);
     } else {
         folders.give_back(cwd);
     }
@@ -413,5 +413,60 @@ mod tests {
         assert_ne!(cwd, spare, "a sealed job ran in a reused folder");
         assert!(!cwd.exists(), "the sealed job's folder was kept");
         assert_eq!(folders.take().unwrap(), spare);
+    }
+
+    #[tokio::test]
+    async fn a_sealed_uid_goes_back_to_the_pool_only_once_its_jobs_folder_is_gone() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: a sealed uid cannot be taken here");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        // One uid, far above anything this machine uses: the next sealed job would get it.
+        let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_101..=3_999_999_101));
+        // Files left behind, so that removing the folder takes a while.
+        let mut j = sh("for i in $(seq 3000); do : > f$i; done; echo secret > key", json!({}));
+        j.sealed = true;
+        // Takes the uid the moment it is free again, and looks for the job's folder then.
+        let watcher = {
+            let (sealed, root) = (sealed.clone(), ws.path().to_path_buf());
+            std::thread::spawn(move || {
+                let folders = || -> Vec<_> {
+                    std::fs::read_dir(&root)
+                        .unwrap()
+                        .flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with('w'))
+                        .map(|e| e.path())
+                        .collect()
+                };
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                // The job holds the uid once its folder is there.
+                while folders().is_empty() {
+                    assert!(std::time::Instant::now() < deadline, "the job's folder never appeared");
+                    std::thread::yield_now();
+                }
+                loop {
+                    if let Ok(Some(_lease)) = sealed.take() {
+                        return folders();
+                    }
+                    assert!(std::time::Instant::now() < deadline, "the uid never came back");
+                    std::thread::yield_now();
+                }
+            })
+        };
+        let r = execute(
+            &j,
+            &ScriptCache::new(ws.path()),
+            &Folders::new(ws.path(), None),
+            &sealed,
+            None,
+            &JobLimits::default(),
+            &CancellationToken::new(),
+        )
+        .await;
+        assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "{r:?}");
+        let seen = watcher.join().unwrap();
+        assert!(seen.is_empty(), "the next job of the uid could have read this one's folder: {seen:?}");
     }
 }

@@ -4,6 +4,7 @@
 //! (`/proc/<pid>/environ`) and memory; a uid of its own is what keeps a secret to its job.
 
 use std::ops::RangeInclusive;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -37,12 +38,15 @@ pub struct Sealed {
     warned: AtomicBool,
 }
 
-/// A uid taken for one sealed job. Dropping it kills every process left under the uid and
-/// then returns the uid to the pool (never while any of them runs). Call [`UidLease::release`]
-/// from async code so the waiting happens off the runtime's thread.
+/// A uid taken for one sealed job. Dropping it kills every process left under the uid, removes
+/// the job's folder if it was given one, and only then returns the uid to the pool: never while
+/// any of those processes runs, nor while anything of the folder is left for the next job of
+/// the uid to read. Call [`UidLease::release`] or [`UidLease::release_removing`] from async code
+/// so the waiting happens off the runtime's thread.
 pub struct UidLease {
     pool: Arc<Sealed>,
     uid: u32,
+    folder: Option<PathBuf>,
 }
 
 impl Sealed {
@@ -92,7 +96,7 @@ impl Sealed {
                         r.end()
                     )
                 })?;
-                Ok(Some(UidLease { pool: self.clone(), uid }))
+                Ok(Some(UidLease { pool: self.clone(), uid, folder: None }))
             }
         }
     }
@@ -109,13 +113,35 @@ impl UidLease {
             tracing::error!(error = %e, "releasing a sealed uid failed");
         }
     }
+
+    /// As [`UidLease::release`], and removes `folder` (the job's, which the uid owns) once nothing
+    /// runs under the uid and before the uid goes back.
+    pub async fn release_removing(mut self, folder: PathBuf) {
+        self.folder = Some(folder);
+        self.release().await
+    }
 }
 
 impl Drop for UidLease {
     fn drop(&mut self) {
         let uid = self.uid;
         let left = kill_users(|u| u == uid);
-        if left == 0 {
+        // Removed once nothing of the uid runs: nothing can write in it any more.
+        let removed = match self.folder.take().map(|f| (crate::folders::remove_tree(&f), f)) {
+            Some((Err(e), folder)) => Err((e, folder)),
+            _ => Ok(()),
+        };
+        if left == 0
+            && let Err((e, folder)) = removed
+        {
+            // What is left of it is the uid's to read: the uid goes to no other job.
+            tracing::error!(
+                uid,
+                folder = %folder.display(),
+                error = %e,
+                "a sealed job's folder cannot be removed; the uid is held back until the executor restarts"
+            );
+        } else if left == 0 {
             self.pool.free.lock().unwrap_or_else(|p| p.into_inner()).push_back(uid);
         } else {
             // A uid with a live process is never handed to another job: that process could read
@@ -248,5 +274,56 @@ mod tests {
         let (uids, dead) = status(&std::process::id().to_string()).unwrap();
         assert_eq!(uids[0], me);
         assert!(!dead);
+    }
+    /// Sets or clears the immutable attribute of `path`; false where the file system has none.
+    fn immutable(path: &std::path::Path, on: bool) -> bool {
+        use std::os::fd::AsRawFd;
+        let Ok(f) = std::fs::File::open(path) else { return false };
+        let mut flags: libc::c_long = 0;
+        // SAFETY: FS_IOC_GETFLAGS and FS_IOC_SETFLAGS read and write one long through the pointer.
+        unsafe {
+            if libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) != 0 {
+                return false;
+            }
+            // FS_IMMUTABLE_FL of <linux/fs.h>.
+            let immutable: libc::c_long = 0x10;
+            flags = if on { flags | immutable } else { flags & !immutable };
+            libc::ioctl(f.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) == 0
+        }
+    }
+
+    #[test]
+    fn a_uid_whose_jobs_folder_cannot_be_removed_goes_to_no_other_job() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: the immutable attribute cannot be set here");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let pool = Sealed::new(SealedPolicy::Uids(3_999_999_011..=3_999_999_011));
+        let (kept, left) = (ws.path().join("kept"), ws.path().join("kept/secret"));
+        std::fs::create_dir(&kept).unwrap();
+        std::fs::write(&left, b"the last job's").unwrap();
+        // Not even root removes an immutable file: the removal fails as it would on a bad disk.
+        if !immutable(&left, true) {
+            eprintln!("this file system has no immutable attribute");
+            return;
+        }
+        let mut lease = pool.take().unwrap().unwrap();
+        lease.folder = Some(kept.clone());
+        drop(lease);
+        let taken = pool.take();
+        immutable(&left, false);
+        assert!(left.exists());
+        let err = taken.err().expect("the uid went to another job with the last one's folder still there");
+        assert!(err.starts_with("no sealed uid is free"), "{err}");
+
+        // A folder that goes: the uid comes back.
+        let pool = Sealed::new(SealedPolicy::Uids(3_999_999_012..=3_999_999_012));
+        let mut lease = pool.take().unwrap().unwrap();
+        lease.folder = Some(kept.clone());
+        drop(lease);
+        assert!(!kept.exists());
+        assert_eq!(pool.take().unwrap().unwrap().uid(), 3_999_999_012);
     }
 }
