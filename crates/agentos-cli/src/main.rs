@@ -37,6 +37,77 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+/// mimalloc for Rust's own allocations: glibc's allocator took 17–19 % of a busy master's samples
+/// (`malloc`, `_int_malloc`, `_int_free`, `malloc_consolidate`), measured in BENCHMARKS.md. C code
+/// linked in (SQLite) keeps glibc's. An expression worker keeps glibc's for everything: it caps
+/// its address space at 1 GiB, and mimalloc reserves address space ahead and keeps it, so after
+/// one large value a worker had too little left to start the expression compiler's thread.
+#[global_allocator]
+static ALLOCATOR: Allocator = Allocator;
+
+struct Allocator;
+
+/// Which allocator this process uses: 0 not known yet, 1 mimalloc, 2 glibc's. Known from the
+/// first allocation on, and the same for every thread: it depends only on the environment the
+/// process was started with.
+static GLIBC: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+impl Allocator {
+    #[inline]
+    fn glibc(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        match GLIBC.load(Relaxed) {
+            1 => false,
+            2 => true,
+            _ => {
+                // SAFETY: getenv reads the environment without allocating; nothing in this
+                // process changes the environment before its first allocation.
+                let worker = unsafe { !libc::getenv(agentos_engine::sandbox::WORKER_ENV_C.as_ptr()).is_null() };
+                GLIBC.store(if worker { 2 } else { 1 }, Relaxed);
+                worker
+            }
+        }
+    }
+}
+
+// SAFETY: every call goes to one of two allocators, the same one for the whole life of the
+// process, so each block is freed or grown by the allocator that made it.
+unsafe impl std::alloc::GlobalAlloc for Allocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe { if self.glibc() { std::alloc::System.alloc(layout) } else { mimalloc::MiMalloc.alloc(layout) } }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on.
+        unsafe {
+            if self.glibc() { std::alloc::System.alloc_zeroed(layout) } else { mimalloc::MiMalloc.alloc_zeroed(layout) }
+        }
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's guarantees, passed on; `ptr` came from the same allocator.
+        unsafe {
+            if self.glibc() { std::alloc::System.dealloc(ptr, layout) } else { mimalloc::MiMalloc.dealloc(ptr, layout) }
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's guarantees, passed on; `ptr` came from the same allocator.
+        unsafe {
+            if self.glibc() {
+                std::alloc::System.realloc(ptr, layout, new_size)
+            } else {
+                mimalloc::MiMalloc.realloc(ptr, layout, new_size)
+            }
+        }
+    }
+}
+
 #[derive(Parser)]
 #[command(name = "agentos", version, about = "A durable tool platform for AI agents")]
 struct Cli {

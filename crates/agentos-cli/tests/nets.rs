@@ -488,6 +488,38 @@ fn a_command_goes_to_the_named_executor_with_its_credential_which_no_token_keeps
     assert!(!events.to_string().contains(secret));
 }
 
+/// Regression: under an allocator that reserves address space ahead and keeps it, a worker that
+/// had once built a large value kept most of its 1 GiB cap, and every expression it had not
+/// compiled yet failed ("cannot start the expression compiler") until the master restarted.
+#[test]
+fn an_expression_worker_that_built_a_large_value_still_compiles_new_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(dir.path(), &["--expr-timeout-ms", "20000"]);
+    let api = m.client();
+    let map = |id: &str, template: &str| {
+        json!({"id": id, "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+               "action": {"template": {"v": template}}, "emit": [{"to": "o"}]})
+    };
+    apply(
+        &api,
+        "big",
+        json!({"places": ["p-in", "p-out"], "transitions": [
+            // 128 MiB, then 256 MiB: both fit in a worker's 1 GiB.
+            map("m128", "${\"x\" * 134217728 | length}"),
+            map("m256", "${\"x\" * 268435456 | length}"),
+            map("fresh1", "${.i.data.n + 1}"),
+            map("fresh2", "${.i.data.n * 10}"),
+        ]}),
+    );
+    // One fire at a time: the same worker, kept idle between them, answers each.
+    for (t, v) in [("m128", 134217728), ("fresh1", 2), ("m256", 268435456), ("fresh2", 10)] {
+        put(&api, "big", "p-in", json!({"n": 1}));
+        let (status, o) = api.post(&format!("/api/models/big/transitions/{t}/fire"), json!({}));
+        assert_eq!((status, o["outcome"].as_str()), (200, Some("fired")), "{t}: {o}");
+        assert!(api.token_data("big", "p-out").contains(&json!({"v": v})), "{t}");
+    }
+}
+
 #[test]
 fn an_expression_that_recurses_deep_or_spins_fails_its_fire_and_the_master_lives_on() {
     let dir = tempfile::tempdir().unwrap();

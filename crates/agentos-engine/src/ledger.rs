@@ -363,7 +363,9 @@ async fn write_snapshot(state: &Arc<RwLock<State>>, log: &Arc<dyn EventLog>) -> 
 /// 203 MiB resident with the default and 131 MiB with two heaps, registering at the same rate
 /// (BENCHMARKS.md). Called once when a master starts; it changes only heaps made afterwards.
 /// An operator who sets `MALLOC_ARENA_MAX` (or the `glibc.malloc.arena_max` tunable) chooses
-/// for the master: the setting is left as they made it.
+/// for the master: the setting is left as they made it. The `agentos` binary gives Rust's own
+/// allocations to mimalloc; glibc's heaps then hold what C code linked in (SQLite) allocates,
+/// which the cap and [`release_free_memory`] still keep in bounds.
 pub fn limit_allocator_arenas() {
     let chosen = std::env::var_os("MALLOC_ARENA_MAX").is_some()
         || std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.arena_max"));

@@ -170,6 +170,9 @@ pub const WORKER_ARG: &str = "expr-worker";
 /// Set in a worker's environment, so a program started as a worker that does not answer
 /// [`WORKER_ARG`] refuses to start a master rather than start one per evaluation.
 pub const WORKER_ENV: &str = "AGENTOS_EXPR_WORKER";
+/// [`WORKER_ENV`] for code that must not allocate: a program's allocator, choosing at its first
+/// allocation.
+pub const WORKER_ENV_C: &std::ffi::CStr = c"AGENTOS_EXPR_WORKER";
 
 /// A runner whose every evaluation goes to workers started as `this-program expr-worker`,
 /// each evaluation bounded by `timeout`: the program must answer that argument with
@@ -280,6 +283,11 @@ pub fn worker_main() -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_workers_variable_is_one_name_in_both_spellings() {
+        assert_eq!(WORKER_ENV_C.to_str(), Ok(WORKER_ENV));
+    }
 
     /// A stand-in worker in sh: the pool's own mechanics (reuse, the cap, time limits, deaths)
     /// against real processes, without the agentos binary.
