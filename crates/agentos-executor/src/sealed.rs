@@ -127,13 +127,10 @@ impl Drop for UidLease {
         let uid = self.uid;
         let left = kill_users(|u| u == uid);
         // Removed once nothing of the uid runs: nothing can write in it any more.
-        let removed = match self.folder.take().map(|f| (crate::folders::remove_tree(&f), f)) {
-            Some((Err(e), folder)) => Err((e, folder)),
-            _ => Ok(()),
-        };
-        if left == 0
-            && let Err((e, folder)) = removed
-        {
+        let removed = self.folder.take().map_or(Ok(()), |f| crate::folders::remove_tree(&f).map_err(|e| (e, f)));
+        if left == 0 && removed.is_ok() {
+            self.pool.free.lock().unwrap_or_else(|p| p.into_inner()).push_back(uid);
+        } else if let (0, Err((e, folder))) = (left, removed) {
             // What is left of it is the uid's to read: the uid goes to no other job.
             tracing::error!(
                 uid,
@@ -141,8 +138,6 @@ impl Drop for UidLease {
                 error = %e,
                 "a sealed job's folder cannot be removed; the uid is held back until the executor restarts"
             );
-        } else if left == 0 {
-            self.pool.free.lock().unwrap_or_else(|p| p.into_inner()).push_back(uid);
         } else {
             // A uid with a live process is never handed to another job: that process could read
             // the next job's secret. Held back until the executor restarts (and sweeps).
