@@ -87,18 +87,18 @@ impl Folders {
 
     /// Removes a folder after its job, whatever it holds (links inside are removed, never followed).
     pub fn discard(&self, path: PathBuf) {
-        if let Err(e) = remove_tree(&path) {
-            tracing::warn!(folder = %path.display(), error = %e, "cannot remove a job folder");
-        }
+        discard(&path)
     }
 
-    /// Takes a folder back after its job: kept when the job left it as it was given, removed
-    /// otherwise.
-    pub fn give_back(&self, path: PathBuf) {
+    /// Takes a folder back after its job: kept when the job left it as it was given; otherwise
+    /// handed back, to be removed with [`discard_off_thread`].
+    #[must_use = "a folder handed back must be removed"]
+    pub fn give_back(&self, path: PathBuf) -> Option<PathBuf> {
         if self.pristine(&path) {
             self.spare().push(path);
+            None
         } else {
-            self.discard(path);
+            Some(path)
         }
     }
 
@@ -109,6 +109,22 @@ impl Folders {
             && meta.mode() & 0o7777 == MODE
             && (meta.uid(), meta.gid()) == self.owner
             && std::fs::read_dir(path).is_ok_and(|mut entries| entries.next().is_none())
+    }
+}
+
+/// Removes a job's folder, saying why in the log when it cannot.
+fn discard(path: &Path) {
+    if let Err(e) = remove_tree(path) {
+        tracing::warn!(folder = %path.display(), error = %e, "cannot remove a job folder");
+    }
+}
+
+/// Removes a job's folder on a blocking thread, and waits for it. A job may leave millions of
+/// files: removed on the executor's one runtime thread, they held up every other job of the
+/// executor, their output and their leases' heartbeats, for as long as the removal took.
+pub async fn discard_off_thread(path: PathBuf) {
+    if let Err(e) = tokio::task::spawn_blocking(move || discard(&path)).await {
+        tracing::error!(error = %e, "removing a job folder failed");
     }
 }
 
@@ -308,12 +324,12 @@ mod tests {
         let folders = Folders::new(dir.path(), None);
         let a = folders.take().unwrap();
         assert_eq!(std::fs::metadata(&a).unwrap().mode() & 0o7777, MODE);
-        folders.give_back(a.clone());
+        assert_eq!(folders.give_back(a.clone()), None);
         assert_eq!(folders.take().unwrap(), a, "an untouched folder is used again");
 
         // A file left behind: the folder goes, and the next job gets a new, empty one.
         std::fs::write(a.join(".hidden"), b"left by a job").unwrap();
-        folders.give_back(a.clone());
+        folders.discard(folders.give_back(a.clone()).unwrap());
         assert!(!a.exists());
         let b = folders.take().unwrap();
         assert_ne!(b, a);
@@ -321,7 +337,7 @@ mod tests {
 
         // A changed mode: not reused either.
         std::fs::set_permissions(&b, std::fs::Permissions::from_mode(0o777)).unwrap();
-        folders.give_back(b.clone());
+        folders.discard(folders.give_back(b.clone()).unwrap());
         assert!(!b.exists());
 
         // A folder replaced by a link is removed, never followed.
@@ -331,7 +347,7 @@ mod tests {
         std::fs::write(target.join("keep"), b"not the executor's").unwrap();
         std::fs::remove_dir(&c).unwrap();
         std::os::unix::fs::symlink(&target, &c).unwrap();
-        folders.give_back(c.clone());
+        folders.discard(folders.give_back(c.clone()).unwrap());
         assert!(target.join("keep").exists(), "the link was followed");
         assert_ne!(folders.take().unwrap(), c);
 
@@ -350,7 +366,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let folders = Folders::new(dir.path(), None);
         let spare = folders.take().unwrap();
-        folders.give_back(spare.clone());
+        assert_eq!(folders.give_back(spare.clone()), None);
         let sealed = folders.take_sealed(None).unwrap();
         assert_ne!(sealed, spare, "a spare folder went to a sealed job");
         assert_eq!(std::fs::metadata(&sealed).unwrap().mode() & 0o7777, MODE);

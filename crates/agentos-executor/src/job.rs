@@ -224,10 +224,10 @@ pub async fn execute(
         // folder goes, and only then does the uid go back to the pool, whatever the outcome.
         match uid {
             Some(u) => u.release_removing(cwd).await,
-            None => folders.discard(cwd),
+            None => crate::folders::discard_off_thread(cwd).await,
         }
-    } else {
-        folders.give_back(cwd);
+    } else if let Some(left) = folders.give_back(cwd) {
+        crate::folders::discard_off_thread(left).await;
     }
     let b64 = base64::engine::general_purpose::STANDARD;
     match outcome {
@@ -392,7 +392,7 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let folders = Folders::new(ws.path(), None);
         let spare = folders.take().unwrap();
-        folders.give_back(spare.clone());
+        assert_eq!(folders.give_back(spare.clone()), None);
         let mut j = sh("pwd; touch left-behind", json!({}));
         j.sealed = true;
         let sealed = Sealed::new(SealedPolicy::CurrentUser);
@@ -468,5 +468,71 @@ mod tests {
         assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "{r:?}");
         let seen = watcher.join().unwrap();
         assert!(seen.is_empty(), "the next job of the uid could have read this one's folder: {seen:?}");
+    }
+
+    /// Regression: the folder of a job that left many files was removed on the executor's one
+    /// runtime thread, and every other job of the executor waited for it: its exit went unseen,
+    /// its output unread, its lease's heartbeats unsent.
+    #[tokio::test]
+    async fn a_folder_full_of_files_is_removed_while_the_executors_other_jobs_go_on() {
+        let ws = tempfile::tempdir().unwrap();
+        let marks = tempfile::tempdir().unwrap();
+        let m = marks.path().display();
+        // `big` says where it runs and waits while the test fills its folder, then exits. `other`
+        // exits once the file on top of `big`'s folder is gone: the first thing its removal
+        // takes, with the 40,000 files below still to go.
+        let big = sh(
+            &format!("pwd > {m}/cwd.tmp; mv {m}/cwd.tmp {m}/cwd; while [ ! -e {m}/go ]; do sleep 0.01; done"),
+            json!({}),
+        );
+        let other = sh(
+            &format!(
+                "until [ -e {m}/go ]; do sleep 0.005; done; while [ -e \"$(cat {m}/cwd)/top\" ]; do sleep 0.005; done"
+            ),
+            json!({}),
+        );
+        let filler = {
+            let marks = marks.path().to_path_buf();
+            std::thread::spawn(move || {
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                let cwd = loop {
+                    if let Ok(c) = std::fs::read_to_string(marks.join("cwd")) {
+                        break std::path::PathBuf::from(c.trim());
+                    }
+                    assert!(std::time::Instant::now() < deadline, "the job never said where it runs");
+                    std::thread::sleep(Duration::from_millis(5));
+                };
+                std::fs::write(cwd.join("top"), b"").unwrap();
+                for d in 0..40 {
+                    let sub = cwd.join(format!("d{d}"));
+                    std::fs::create_dir(&sub).unwrap();
+                    for f in 0..1000 {
+                        std::fs::File::create(sub.join(f.to_string())).unwrap();
+                    }
+                }
+                std::fs::write(marks.join("go"), b"").unwrap();
+            })
+        };
+        let (cache, folders, sealed) =
+            (ScriptCache::new(ws.path()), Folders::new(ws.path(), None), Sealed::new(SealedPolicy::Refuse));
+        let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
+        let order = std::sync::Mutex::new(Vec::new());
+        let run = |j: LeasedJob, name: &'static str| {
+            let (cache, folders, sealed, limits, cancel, order) = (&cache, &folders, &sealed, &limits, &cancel, &order);
+            async move {
+                let r = execute(&j, cache, folders, sealed, None, limits, cancel).await;
+                assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "{name}: {r:?}");
+                order.lock().unwrap().push(name);
+            }
+        };
+        tokio::join!(run(big, "big"), run(other, "other"));
+        filler.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["other", "big"], "the other job waited for the removal of 40,000 files");
+        let left = std::fs::read_dir(ws.path()).unwrap().flatten();
+        assert_eq!(
+            left.filter(|e| e.file_name().to_string_lossy().starts_with('w')).count(),
+            1,
+            "only the other job's empty folder is kept"
+        );
     }
 }
