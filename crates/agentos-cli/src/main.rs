@@ -52,6 +52,19 @@ struct Allocator;
 /// process was started with.
 static GLIBC: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
+/// mimalloc's `mi_option_arena_reserve` (its `mi_option_e`): how much address space it reserves
+/// at a time, in KiB. 1 GiB by default, which a master under `ulimit -v` of 1.3 GiB could not
+/// spare: starting the expression compiler's thread (256 MiB of stack) failed, and every net
+/// with an expression was refused. 64 MiB at a time leaves an idle master about 190 MB.
+const MI_OPTION_ARENA_RESERVE: libc::c_int = 23;
+const ARENA_RESERVE_KIB: libc::c_long = 64 * 1024;
+
+unsafe extern "C" {
+    fn mi_option_set(option: libc::c_int, value: libc::c_long);
+    #[cfg(test)]
+    fn mi_option_get_size(option: libc::c_int) -> usize;
+}
+
 impl Allocator {
     #[inline]
     fn glibc(&self) -> bool {
@@ -63,6 +76,11 @@ impl Allocator {
                 // SAFETY: getenv reads the environment without allocating; nothing in this
                 // process changes the environment before its first allocation.
                 let worker = unsafe { !libc::getenv(agentos_engine::sandbox::WORKER_ENV_C.as_ptr()).is_null() };
+                if !worker {
+                    // SAFETY: an option set before mimalloc's first allocation, on the one thread
+                    // the process has then.
+                    unsafe { mi_option_set(MI_OPTION_ARENA_RESERVE, ARENA_RESERVE_KIB) };
+                }
                 GLIBC.store(if worker { 2 } else { 1 }, Relaxed);
                 worker
             }
@@ -691,6 +709,14 @@ mod tests {
     use clap::CommandFactory;
 
     use super::Cli;
+
+    /// The option set is mimalloc's arena reserve: of its options, only that one and the reserve
+    /// at start are sizes, and the other is off.
+    #[test]
+    fn mimalloc_reserves_address_space_64_mib_at_a_time() {
+        // SAFETY: reads an option's value.
+        assert_eq!(unsafe { super::mi_option_get_size(super::MI_OPTION_ARENA_RESERVE) }, 64 << 20);
+    }
 
     /// Every argument a person can see in `--help` says what it is for.
     fn undocumented(cmd: &clap::Command, path: &str, out: &mut Vec<String>) {

@@ -488,6 +488,29 @@ fn a_command_goes_to_the_named_executor_with_its_credential_which_no_token_keeps
     assert!(!events.to_string().contains(secret));
 }
 
+/// Regression: mimalloc reserved 1 GiB of address space at its first allocation, and a master
+/// under `ulimit -v` of 1.25 GiB then had too little left to start the expression compiler's
+/// thread: every net with an expression was refused (a lower limit made mimalloc reserve less,
+/// and passed).
+#[test]
+fn a_master_under_an_address_space_limit_takes_and_fires_nets_with_expressions() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_address_limited(dir.path(), 1_310_720);
+    let api = m.client();
+    apply(
+        &api,
+        "lim",
+        json!({"places": ["p-in", "p-out"], "transitions": [
+            {"id": "t", "kind": "map", "presets": {"i": {"place": "p-in", "filter": ".data.n > 1"}},
+             "postsets": {"o": {"place": "p-out"}}, "action": {"template": {"v": "${.i.data.n + 1}"}}, "emit": [{"to": "o"}]},
+        ]}),
+    );
+    put(&api, "lim", "p-in", json!({"n": 2}));
+    let (status, o) = api.post("/api/models/lim/transitions/t/fire", json!({}));
+    assert_eq!((status, o["outcome"].as_str()), (200, Some("fired")), "{o}");
+    assert_eq!(api.token_data("lim", "p-out"), vec![json!({"v": 3})]);
+}
+
 /// Regression: under an allocator that reserves address space ahead and keeps it, a worker that
 /// had once built a large value kept most of its 1 GiB cap, and every expression it had not
 /// compiled yet failed ("cannot start the expression compiler") until the master restarted.

@@ -44,6 +44,13 @@ impl Master {
         Self::start_program(BIN, SERVE, data, listen, extra, env)
     }
 
+    /// A master whose address space is capped at `kib` KiB (`ulimit -v`), as an operator may.
+    pub fn start_address_limited(data: &Path, kib: u64) -> Master {
+        let script = format!("ulimit -v {kib} && exec \"$0\" \"$@\"");
+        let pre: Vec<&str> = ["-c", &script, BIN].into_iter().chain(SERVE.iter().copied()).collect();
+        Self::start_program("/bin/sh", &pre, data, "127.0.0.1:0", &[], &[])
+    }
+
     /// A master whose log (stderr) goes to `log` at debug level, to check what it writes.
     pub fn start_logged(data: &Path, log: &Path, env: &[(&str, &str)]) -> Master {
         let file = std::fs::File::create(log).unwrap();
