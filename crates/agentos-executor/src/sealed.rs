@@ -91,7 +91,7 @@ impl Sealed {
             SealedPolicy::Uids(r) => {
                 let uid = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| {
                     format!(
-                        "no sealed uid is free: all of {}-{} are in use or held back because a process under them could not be killed",
+                        "no sealed uid is free: all of {}-{} are in use, or held back because a process under them could not be killed or their last job's folder could not be removed (the executor's log names which); restart the executor once that is mended",
                         r.start(),
                         r.end()
                     )
