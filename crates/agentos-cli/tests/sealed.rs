@@ -136,15 +136,12 @@ fn a_caller_env_that_sets_ld_preload_or_bash_env_is_refused_naming_the_variable(
 fn concurrent_sealed_jobs_run_as_uids_of_their_own_in_private_folders() {
     let (d, m, _e, sealed_uids) = setup(&["--concurrency", "3"]);
     let api = m.client();
-    // Each job waits until both have started, so they are sure to run at the same time.
-    let meet = d.path().join("meet");
-    std::fs::create_dir(&meet).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&meet, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    // Each job waits until both have started, so they are sure to run at the same time. They
+    // meet through /proc: a sealed job can write nowhere but in its own folder and its own /tmp.
+    let count = "cat /proc/[0-9]*/cmdline 2> /dev/null | tr '\\0' ' ' | grep -o 'slee[p] 1000.25' | wc -l";
     let command = format!(
-        "touch {dir}/$(id -u); for i in $(seq 200); do [ $(ls {dir} | wc -l) -ge 2 ] && break; sleep 0.05; done; \
-         ls {dir} | wc -l; id -u; id -g; stat -c '%u %a' \"$HOME\"; [ \"$PWD\" = \"$HOME\" ] && echo home-is-cwd",
-        dir = meet.display()
+        "sleep 1000.25 & for i in $(seq 200); do [ $({count}) -ge 2 ] && break; sleep 0.05; done; \
+         {count}; kill $!; id -u; id -g; stat -c '%u %a' \"$HOME\"; [ \"$PWD\" = \"$HOME\" ] && echo home-is-cwd"
     );
     let results = sealed_jobs(&api, "sealed", &[&command, &command]);
     let mut uids = BTreeSet::new();
@@ -350,21 +347,20 @@ fn a_job_leased_to_one_executor_cannot_be_renewed_released_or_finished_by_anothe
 
 #[test]
 fn a_script_running_beside_a_sealed_job_cannot_read_its_secret() {
-    let (d, m, _e, _) = setup(&["--concurrency", "3"]);
+    let (_d, m, _e, _) = setup(&["--concurrency", "3"]);
     let api = m.client();
-    let meet = d.path().join("meet");
-    std::fs::create_dir(&meet).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&meet, std::fs::Permissions::from_mode(0o1777)).unwrap();
     // The sealed job can read its own environment (so the scan below is able to find it), then
-    // stays alive while the other script looks.
-    let sealed = format!(
-        "tr '\\0' '\\n' < /proc/$$/environ | grep -q '^SEALED_KEY=' && echo self-has-it; touch {dir}/started; sleep 3",
-        dir = meet.display()
-    );
+    // stays alive while the other script looks; the test sees it start in /proc, since a sealed
+    // job can write nowhere but in its own folder and its own /tmp.
+    let sealed = "tr '\\0' '\\n' < /proc/$$/environ | grep -q '^SEALED_KEY=' && echo self-has-it; sleep 3.25";
     sealed_net(&api, "beside", 1);
-    put_commands(&api, "beside", &[&sealed]);
-    wait_for("the sealed job to start", || meet.join("started").exists());
+    put_commands(&api, "beside", &[sealed]);
+    wait_for("the sealed job to start", || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .any(|p| std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x003.25\x00"))
+    });
     let scan = "n=0; for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < \"$f\" 2>/dev/null | grep -q '^SEALED_KEY=' && n=$((n+1)); done; echo found=$n";
     assert_eq!(api.register("scan", "sh", scan, None).0, 200);
     let (status, r) = api.invoke("scan", json!({}));

@@ -217,6 +217,8 @@ pub async fn execute(
         max_output: limits.max_output,
         run_as,
         cgroup,
+        // A uid of its own is the executor's root: the view of its own comes with it.
+        private: uid.is_some(),
     };
     let outcome = runner::run(spec, cancel).await;
     if job.sealed {
@@ -534,5 +536,48 @@ mod tests {
             1,
             "only the other job's empty folder is kept"
         );
+    }
+
+    /// Regression: a uid of its own kept a sealed job's processes apart, not its files. One
+    /// sealed job left a file in /tmp (mode 600), one in /dev/shm and a System V shared memory
+    /// segment, and the next job given the uid read them all.
+    #[tokio::test]
+    async fn a_sealed_job_leaves_nothing_outside_its_folder_for_the_next_job_of_its_uid() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: a sealed uid cannot be taken here");
+            return;
+        }
+        // Not under /tmp, which the jobs get a tmpfs of their own on.
+        let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+        let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_121..=3_999_999_121));
+        let (cache, folders) = (ScriptCache::new(ws.path()), Folders::new(ws.path(), None));
+        let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
+        let name = "agentos-sealed-leak-test";
+        let run = |script: String| {
+            let mut j = sh(&script, json!({}));
+            j.sealed = true;
+            let (cache, folders, sealed, limits, cancel) = (&cache, &folders, &sealed, &limits, &cancel);
+            async move {
+                let r = execute(&j, cache, folders, sealed, None, limits, cancel).await;
+                let b64 = base64::engine::general_purpose::STANDARD;
+                let text = |s: &str| String::from_utf8(b64.decode(s).unwrap()).unwrap();
+                assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "{r:?} {}", text(&r.stderr_base64));
+                text(&r.stdout_base64)
+            }
+        };
+        let first = run(format!(
+            "echo secret > /tmp/{name} && chmod 600 /tmp/{name} && echo secret > /dev/shm/{name} && \
+             ipcmk -M 4096 -p 0600 > /dev/null && echo wrote; \
+             if touch /var/tmp/{name} 2> /dev/null; then echo the rest is writable; fi; \
+             touch in-its-folder && echo its folder is writable"
+        ))
+        .await;
+        assert_eq!(first, "wrote\nits folder is writable\n");
+        let second = run(format!("cat /tmp/{name} /dev/shm/{name} 2> /dev/null; ipcs -m | grep -c '^0x'; true")).await;
+        assert_eq!(second, "0\n", "the next job of the uid read what the last one left");
+        for dir in ["/tmp", "/dev/shm", "/var/tmp"] {
+            assert!(!std::path::Path::new(dir).join(name).exists(), "the job wrote in the executor's {dir}");
+        }
     }
 }

@@ -28,6 +28,8 @@ pub struct RunSpec {
     /// The job's cgroup: the process joins it before it runs, and everything in it is killed
     /// when the main process exits, whatever left the process group.
     pub cgroup: Option<JobCgroup>,
+    /// A sealed job's own view of the machine (`spawn::PRIVATE_TMP`); needs root.
+    pub private: bool,
 }
 
 #[derive(Debug)]
@@ -92,6 +94,7 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         stdin: spec.stdin.as_deref(),
         cgroup_procs: spec.cgroup.as_ref().map(JobCgroup::procs_fd),
         run_as: spec.run_as,
+        private: spec.private,
     });
     let mut child = match spawned {
         Ok(c) => c,
@@ -214,6 +217,7 @@ pub(crate) mod tests {
             max_output: 1024,
             run_as: None,
             cgroup: None,
+            private: false,
         }
     }
 

@@ -37,6 +37,8 @@ pub struct Spawn<'a> {
     pub cgroup_procs: Option<RawFd>,
     /// Run as this user and group instead of the executor's own.
     pub run_as: Option<(u32, u32)>,
+    /// A sealed job's own view of the machine (see [`private_view`]); needs root.
+    pub private: bool,
 }
 
 /// A started process in a process group of its own (its pid is the group's id).
@@ -62,8 +64,75 @@ struct ChildPlan {
     cgroup_procs: RawFd,
     run_as: Option<(u32, u32)>,
     root: bool,
+    /// In new mount and IPC namespaces: the steps of [`private_view`].
+    private: bool,
+    /// The folders that get a fresh tmpfs in a private view (null: not this one).
+    tmp: [*const libc::c_char; 3],
     /// Set by the child to the errno of the step that failed; read once the clone returned.
     error: libc::c_int,
+    /// Set by the child when the kernel could not make the file system read-only (no
+    /// `mount_setattr`, before Linux 5.12).
+    writable: libc::c_int,
+}
+
+/// What a sealed job (one carrying a credential, run as a uid of its own) sees, so that nothing it
+/// leaves outside its folder reaches the next job given the same uid: new mount and IPC
+/// namespaces, the whole file system read-only but for its folder, a fresh tmpfs on each of
+/// [`PRIVATE_TMP`] that is not above its folder, and System V IPC and POSIX message queues of
+/// its own. All of it goes with the job's last process. A uid of its own kept the job's
+/// processes apart, but not its files: one sealed job wrote `/tmp/x` (mode 600), or a System V
+/// shared memory segment, and the next job of the uid read it.
+pub const PRIVATE_TMP: [&std::ffi::CStr; 3] = [c"/tmp", c"/var/tmp", c"/dev/shm"];
+
+/// `struct mount_attr` of `<linux/mount.h>`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// The steps of [`PRIVATE_TMP`]'s view, in the child, before it changes user. `Err` is the
+/// errno of the step that failed.
+///
+/// # Safety
+/// Only system calls on the plan's values: callable in the child of a `CLONE_VM` clone.
+unsafe fn private_view(plan: &mut ChildPlan) -> Result<(), libc::c_int> {
+    let errno = || io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL);
+    // SAFETY: system calls on NUL-terminated literals and the plan's prepared paths.
+    unsafe {
+        // Nothing mounted here reaches the executor's namespace.
+        let none = std::ptr::null::<libc::c_char>();
+        if libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+            return Err(errno());
+        }
+        let ro = MountAttr { attr_set: libc::MOUNT_ATTR_RDONLY, attr_clr: 0, propagation: 0, userns_fd: 0 };
+        let size = std::mem::size_of::<MountAttr>();
+        let r = libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, c"/".as_ptr(), libc::AT_RECURSIVE, &ro, size);
+        if r != 0 && errno() == libc::ENOSYS {
+            plan.writable = 1;
+        } else if r != 0 {
+            return Err(errno());
+        } else {
+            // The job's folder writable again: a mount of its own, then made writable.
+            let flags = libc::MS_BIND | libc::MS_NOSUID | libc::MS_NODEV;
+            if libc::mount(plan.cwd, plan.cwd, none, libc::MS_BIND, std::ptr::null()) != 0
+                || libc::mount(none, plan.cwd, none, libc::MS_REMOUNT | flags, std::ptr::null()) != 0
+            {
+                return Err(errno());
+            }
+        }
+        for dir in plan.tmp {
+            let flags = libc::MS_NOSUID | libc::MS_NODEV;
+            if !dir.is_null()
+                && libc::mount(c"tmpfs".as_ptr(), dir, c"tmpfs".as_ptr(), flags, c"mode=1777".as_ptr().cast()) != 0
+            {
+                return Err(errno());
+            }
+        }
+    }
+    Ok(())
 }
 
 fn cstring(s: &OsStr) -> io::Result<CString> {
@@ -135,6 +204,12 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         if plan.cgroup_procs >= 0 && libc::write(plan.cgroup_procs, b"0".as_ptr().cast(), 1) != 1 {
             return fail(plan);
         }
+        if plan.private
+            && let Err(e) = private_view(plan)
+        {
+            plan.error = e;
+            libc::_exit(127);
+        }
         if libc::setpgid(0, 0) != 0 || libc::chdir(plan.cwd) != 0 {
             return fail(plan);
         }
@@ -167,6 +242,53 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         libc::execve(plan.path, plan.argv, plan.envp);
         fail(plan)
     }
+}
+
+static WARNED_WRITABLE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Whether this process may make mount and IPC namespaces (root with `CAP_SYS_ADMIN`, and
+/// namespaces not turned off), found out once with a child that only exits. Without them a
+/// sealed job runs as before, sharing world-writable folders with later jobs of its uid, and
+/// the executor says so once.
+fn namespaces() -> bool {
+    static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CAN.get_or_init(|| {
+        extern "C" fn exit_at_once(_: *mut libc::c_void) -> libc::c_int {
+            0
+        }
+        let mut stack = vec![0u8; 16 * 1024];
+        // SAFETY: a child on its own stack that returns at once (CLONE_VFORK: the parent waits
+        // until it has); then it is reaped.
+        let ok = unsafe {
+            let top = stack.as_mut_ptr().add(stack.len());
+            let top = top.sub(top as usize % 16);
+            let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::SIGCHLD;
+            let pid = libc::clone(exit_at_once, top.cast(), flags, std::ptr::null_mut());
+            if pid > 0 {
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, 0);
+            }
+            pid > 0
+        };
+        if !ok {
+            tracing::warn!(
+                error = %io::Error::last_os_error(),
+                "this executor cannot make mount and IPC namespaces (CAP_SYS_ADMIN): a sealed job's files in /tmp, /var/tmp, /dev/shm and other world-writable folders, and its System V IPC, can be read by a later job of its uid"
+            );
+        }
+        ok
+    })
+}
+
+/// The folders of [`PRIVATE_TMP`] that get a fresh tmpfs for a job in `cwd`: real folders (not
+/// links) that are not above `cwd`, which the tmpfs would hide.
+fn private_tmp(cwd: &Path) -> [*const libc::c_char; 3] {
+    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
+    PRIVATE_TMP.map(|dir| {
+        let path = Path::new(OsStr::from_bytes(dir.to_bytes()));
+        let real = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
+        if real && !cwd.starts_with(path) { dir.as_ptr() } else { std::ptr::null() }
+    })
 }
 
 /// The child's stack: it needs little (a few system calls), and is only used until `execve`.
@@ -208,7 +330,10 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
         run_as: s.run_as,
         // SAFETY: geteuid has no preconditions.
         root: unsafe { libc::geteuid() } == 0,
+        private: s.private && namespaces(),
+        tmp: if s.private { private_tmp(s.cwd) } else { [std::ptr::null(); 3] },
         error: 0,
+        writable: 0,
     };
     // Not zeroed: the child writes its stack before it reads it.
     let mut stack: Vec<std::mem::MaybeUninit<u8>> = Vec::with_capacity(CHILD_STACK);
@@ -222,10 +347,11 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let private = if plan.private { libc::CLONE_NEWNS | libc::CLONE_NEWIPC } else { 0 };
         let pid = libc::clone(
             child,
             top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD | private,
             (&mut plan as *mut ChildPlan).cast(),
         );
         let clone_error = io::Error::last_os_error();
@@ -238,8 +364,13 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
     drop(stack);
     // The child's ends are the child's now.
     drop((stdin_child, stdout_child, stderr_child));
-    // SAFETY: reading the field the child wrote before it ended; it has ended or exec'd.
-    let error = unsafe { std::ptr::read_volatile(&plan.error) };
+    // SAFETY: reading the fields the child wrote before it ended; it has ended or exec'd.
+    let (error, writable) = unsafe { (std::ptr::read_volatile(&plan.error), std::ptr::read_volatile(&plan.writable)) };
+    if writable != 0 && !WARNED_WRITABLE.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            "this kernel cannot make a sealed job's file system read-only (mount_setattr, Linux 5.12): its /tmp, /var/tmp and /dev/shm are its own, but a file it leaves in another world-writable folder can be read by a later job of its uid"
+        );
+    }
     if error != 0 {
         let mut status = 0;
         // SAFETY: reaps our own child, which has ended with _exit.
@@ -340,7 +471,7 @@ mod tests {
     }
 
     fn run<'a>(program: &'a Path, args: &'a [String], env: &'a BTreeMap<String, String>, cwd: &'a Path) -> Spawn<'a> {
-        Spawn { program, args, env, cwd, stdin: None, cgroup_procs: None, run_as: None }
+        Spawn { program, args, env, cwd, stdin: None, cgroup_procs: None, run_as: None, private: false }
     }
 
     #[tokio::test]
