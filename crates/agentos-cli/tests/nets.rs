@@ -14,6 +14,12 @@ fn apply(api: &Api, model: &str, doc: Value) -> Value {
     v
 }
 
+/// A map transition from `p-in` to `p-out` whose token is `{"v": template}`.
+fn map(id: &str, template: &str) -> Value {
+    json!({"id": id, "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+           "action": {"template": {"v": template}}, "emit": [{"to": "o"}]})
+}
+
 fn start_all(api: &Api, model: &str, transitions: &[&str]) {
     for t in transitions {
         let (status, v) = api.post(&format!("/api/models/{model}/transitions/{t}/start"), json!({}));
@@ -519,10 +525,6 @@ fn an_expression_worker_that_built_a_large_value_still_compiles_new_ones() {
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start_with(dir.path(), &["--expr-timeout-ms", "20000"]);
     let api = m.client();
-    let map = |id: &str, template: &str| {
-        json!({"id": id, "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
-               "action": {"template": {"v": template}}, "emit": [{"to": "o"}]})
-    };
     apply(
         &api,
         "big",
@@ -548,10 +550,6 @@ fn an_expression_that_recurses_deep_or_spins_fails_its_fire_and_the_master_lives
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start_with(dir.path(), &["--expr-timeout-ms", "500"]);
     let api = m.client();
-    let map = |id: &str, template: &str| {
-        json!({"id": id, "kind": "map", "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
-               "action": {"template": {"v": template}}, "emit": [{"to": "o"}]})
-    };
     apply(
         &api,
         "jq",
