@@ -539,8 +539,8 @@ mod tests {
     }
 
     /// Regression: a uid of its own kept a sealed job's processes apart, not its files. One
-    /// sealed job left a file in /tmp (mode 600), one in /dev/shm and a System V shared memory
-    /// segment, and the next job given the uid read them all.
+    /// sealed job left a file in /tmp (mode 600), one in /dev/shm, a System V shared memory
+    /// segment and keys in the uid's keyrings, and the next job given the uid read them all.
     #[tokio::test]
     async fn a_sealed_job_leaves_nothing_outside_its_folder_for_the_next_job_of_its_uid() {
         // SAFETY: geteuid has no preconditions.
@@ -566,16 +566,28 @@ mod tests {
                 text(&r.stdout_base64)
             }
         };
+        // Keys in the uid's user keyrings (`@u`, `@us`), which the kernel keeps after the job.
+        let (add_key, keyctl) = (libc::SYS_add_key, libc::SYS_keyctl);
+        let keys = format!(
+            "python3 -c 'import ctypes; c = ctypes.CDLL(None); \
+             print(\"keys added\", sum(c.syscall({add_key}, b\"user\", b\"{name}\", b\"secret\", 6, r) > 0 for r in (-4, -5)))'"
+        );
         let first = run(format!(
             "echo secret > /tmp/{name} && chmod 600 /tmp/{name} && echo secret > /dev/shm/{name} && \
-             ipcmk -M 4096 -p 0600 > /dev/null && echo wrote; \
+             ipcmk -M 4096 -p 0600 > /dev/null && echo wrote; {keys}; \
              if touch /var/tmp/{name} 2> /dev/null; then echo the rest is writable; fi; \
+             echo renamed > /proc/self/comm && echo /proc is writable; \
              touch in-its-folder && echo its folder is writable"
         ))
         .await;
-        assert_eq!(first, "wrote\nits folder is writable\n");
-        let second = run(format!("cat /tmp/{name} /dev/shm/{name} 2> /dev/null; ipcs -m | grep -c '^0x'; true")).await;
-        assert_eq!(second, "0\n", "the next job of the uid read what the last one left");
+        assert_eq!(first, "wrote\nkeys added 2\n/proc is writable\nits folder is writable\n");
+        let second = run(format!(
+            "cat /tmp/{name} /dev/shm/{name} 2> /dev/null; ipcs -m | grep -c '^0x'; \
+             python3 -c 'import ctypes; c = ctypes.CDLL(None); \
+             print(\"keys found\", sum(c.syscall({keyctl}, 10, r, b\"user\", b\"{name}\", 0) > 0 for r in (-4, -5)))'"
+        ))
+        .await;
+        assert_eq!(second, "0\nkeys found 0\n", "the next job of the uid read what the last one left");
         for dir in ["/tmp", "/dev/shm", "/var/tmp"] {
             assert!(!std::path::Path::new(dir).join(name).exists(), "the job wrote in the executor's {dir}");
         }

@@ -66,6 +66,8 @@ struct ChildPlan {
     root: bool,
     /// In new mount and IPC namespaces: the steps of [`private_view`].
     private: bool,
+    /// A sealed job: keyrings of its own (see [`fresh_keyrings`]).
+    sealed: bool,
     /// The folders that get a fresh tmpfs in a private view (null: not this one).
     tmp: [*const libc::c_char; 3],
     /// Set by the child to the errno of the step that failed; read once the clone returned.
@@ -83,6 +85,39 @@ struct ChildPlan {
 /// processes apart, but not its files: one sealed job wrote `/tmp/x` (mode 600), or a System V
 /// shared memory segment, and the next job of the uid read it.
 pub const PRIVATE_TMP: [&std::ffi::CStr; 3] = [c"/tmp", c"/var/tmp", c"/dev/shm"];
+
+/// Each of a sealed job's own tmp folders is memory, and may hold a tenth of the machine's: no
+/// job fills memory through them, where before it wrote to disk.
+const TMPFS_OPTIONS: &std::ffi::CStr = c"mode=1777,size=10%";
+
+/// A sealed job's keyrings, after it changed user: a new session keyring (not the executor's),
+/// and the uid's user keyrings emptied. The kernel keeps a uid's user keyrings after its last
+/// process ends, and a sealed job added a key to `@u` that the next job of the uid read. A kernel
+/// without keys (`ENOSYS`) has nothing to keep.
+///
+/// # Safety
+/// Only system calls: callable in the child of a `CLONE_VM` clone.
+unsafe fn fresh_keyrings() -> Result<(), libc::c_int> {
+    const KEYCTL_JOIN_SESSION_KEYRING: libc::c_long = 1;
+    const KEYCTL_CLEAR: libc::c_long = 7;
+    const KEY_SPEC_USER_KEYRING: libc::c_long = -4;
+    const KEY_SPEC_USER_SESSION_KEYRING: libc::c_long = -5;
+    let steps = [
+        (KEYCTL_JOIN_SESSION_KEYRING, 0),
+        (KEYCTL_CLEAR, KEY_SPEC_USER_KEYRING),
+        (KEYCTL_CLEAR, KEY_SPEC_USER_SESSION_KEYRING),
+    ];
+    for (op, arg) in steps {
+        // SAFETY: keyctl with a null name (a new anonymous session keyring) or a special id.
+        if unsafe { libc::syscall(libc::SYS_keyctl, op, arg) } < 0 {
+            match io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL) {
+                libc::ENOSYS => return Ok(()),
+                e => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
 
 /// `struct mount_attr` of `<linux/mount.h>`.
 #[repr(C)]
@@ -115,6 +150,13 @@ unsafe fn private_view(plan: &mut ChildPlan) -> Result<(), libc::c_int> {
         } else if r != 0 {
             return Err(errno());
         } else {
+            // /proc itself writable again (`/proc/self/comm`, `oom_score_adj`, the maps of a
+            // user namespace): it holds nothing one job can leave for another, and what in it
+            // is the system's needs root. Mounts below it (`/proc/sys` in a container) stay.
+            let rw = MountAttr { attr_set: 0, attr_clr: libc::MOUNT_ATTR_RDONLY, propagation: 0, userns_fd: 0 };
+            if libc::syscall(libc::SYS_mount_setattr, libc::AT_FDCWD, c"/proc".as_ptr(), 0, &rw, size) != 0 {
+                return Err(errno());
+            }
             // The job's folder writable again: a mount of its own, then made writable.
             let flags = libc::MS_BIND | libc::MS_NOSUID | libc::MS_NODEV;
             if libc::mount(plan.cwd, plan.cwd, none, libc::MS_BIND, std::ptr::null()) != 0
@@ -126,7 +168,7 @@ unsafe fn private_view(plan: &mut ChildPlan) -> Result<(), libc::c_int> {
         for dir in plan.tmp {
             let flags = libc::MS_NOSUID | libc::MS_NODEV;
             if !dir.is_null()
-                && libc::mount(c"tmpfs".as_ptr(), dir, c"tmpfs".as_ptr(), flags, c"mode=1777".as_ptr().cast()) != 0
+                && libc::mount(c"tmpfs".as_ptr(), dir, c"tmpfs".as_ptr(), flags, TMPFS_OPTIONS.as_ptr().cast()) != 0
             {
                 return Err(errno());
             }
@@ -225,6 +267,12 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
                 return fail(plan);
             }
         }
+        if plan.sealed
+            && let Err(e) = fresh_keyrings()
+        {
+            plan.error = e;
+            libc::_exit(127);
+        }
         for (target, fd) in plan.fds.into_iter().enumerate() {
             let target = target as RawFd;
             if fd == target {
@@ -280,6 +328,12 @@ fn namespaces() -> bool {
     })
 }
 
+/// The folder of [`PRIVATE_TMP`] that `folder` lies in, if any: jobs there get no tmpfs on it.
+pub fn hidden_tmp(folder: &Path) -> Option<&'static str> {
+    let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
+    PRIVATE_TMP.iter().filter_map(|d| d.to_str().ok()).find(|d| folder.starts_with(d))
+}
+
 /// The folders of [`PRIVATE_TMP`] that get a fresh tmpfs for a job in `cwd`: real folders (not
 /// links) that are not above `cwd`, which the tmpfs would hide.
 fn private_tmp(cwd: &Path) -> [*const libc::c_char; 3] {
@@ -331,6 +385,7 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
         // SAFETY: geteuid has no preconditions.
         root: unsafe { libc::geteuid() } == 0,
         private: s.private && namespaces(),
+        sealed: s.private,
         tmp: if s.private { private_tmp(s.cwd) } else { [std::ptr::null(); 3] },
         error: 0,
         writable: 0,
@@ -472,6 +527,17 @@ mod tests {
 
     fn run<'a>(program: &'a Path, args: &'a [String], env: &'a BTreeMap<String, String>, cwd: &'a Path) -> Spawn<'a> {
         Spawn { program, args, env, cwd, stdin: None, cgroup_procs: None, run_as: None, private: false }
+    }
+
+    #[test]
+    fn a_folder_below_a_private_tmp_folder_is_named_and_one_beside_it_is_not() {
+        assert_eq!(hidden_tmp(Path::new("/tmp/ws/jobs")), Some("/tmp"));
+        assert_eq!(hidden_tmp(Path::new("/dev/shm/ws")), Some("/dev/shm"));
+        assert_eq!(hidden_tmp(Path::new("/var/tmpfs/ws")), None);
+        assert_eq!(hidden_tmp(Path::new("/var/lib/agentos/ws")), None);
+        let (tmp, beside) = (private_tmp(Path::new("/tmp/ws/jobs/w1")), private_tmp(Path::new("/var/lib/ws/w1")));
+        assert!(tmp[0].is_null(), "a tmpfs on /tmp would hide the job's folder");
+        assert!(!beside[0].is_null());
     }
 
     #[tokio::test]
