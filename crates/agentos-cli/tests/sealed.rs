@@ -136,23 +136,36 @@ fn a_caller_env_that_sets_ld_preload_or_bash_env_is_refused_naming_the_variable(
 fn concurrent_sealed_jobs_run_as_uids_of_their_own_in_private_folders() {
     let (d, m, _e, sealed_uids) = setup(&["--concurrency", "3"]);
     let api = m.client();
-    // Each job waits until both have started, so they are sure to run at the same time. They
-    // meet through /proc: a sealed job can write nowhere but in its own folder and its own /tmp.
-    let count = "cat /proc/[0-9]*/cmdline 2> /dev/null | tr '\\0' ' ' | grep -o 'slee[p] 1000.25' | wc -l";
+    // Both jobs run at once: each starts a marker process and waits for `go`, which the test
+    // makes once it sees both markers alive in /proc (a sealed job can write nowhere but in its
+    // own folder and its own /tmp, but it can read).
+    let go = d.path().join("go");
     let command = format!(
-        "sleep 1000.25 & for i in $(seq 200); do [ $({count}) -ge 2 ] && break; sleep 0.05; done; \
-         {count}; kill $!; id -u; id -g; stat -c '%u %a' \"$HOME\"; [ \"$PWD\" = \"$HOME\" ] && echo home-is-cwd"
+        "sleep 1000.25 & until [ -e {go} ]; do sleep 0.02; done; kill $!; \
+         id -u; id -g; stat -c '%u %a' \"$HOME\"; [ \"$PWD\" = \"$HOME\" ] && echo home-is-cwd",
+        go = go.display()
     );
-    let results = sealed_jobs(&api, "sealed", &[&command, &command]);
+    sealed_net(&api, "sealed", 2);
+    put_commands(&api, "sealed", &[&command, &command]);
+    wait_for("both sealed jobs running at once", || {
+        let markers = std::fs::read_dir("/proc").unwrap().flatten().filter(|p| {
+            std::fs::read(p.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x001000.25\x00")
+                && std::fs::metadata(p.path())
+                    .is_ok_and(|m| sealed_uids.contains(&std::os::unix::fs::MetadataExt::uid(&m)))
+        });
+        markers.count() == 2
+    });
+    std::fs::write(&go, b"").unwrap();
+    wait_for("the sealed jobs' results", || api.token_data("sealed", "p-out").len() == 2);
+    let results = api.token_data("sealed", "p-out");
     let mut uids = BTreeSet::new();
     for r in &results {
         let lines = stdout_lines(r);
-        assert_eq!(lines[0], "2", "the two sealed jobs did not run at the same time: {r}");
-        let uid: u32 = lines[1].parse().unwrap();
+        let uid: u32 = lines[0].parse().unwrap();
         assert!(sealed_uids.contains(&uid), "uid {uid} is not a sealed uid: {r}");
-        assert_eq!(lines[2], lines[1], "gid is the uid's number");
-        assert_eq!(lines[3], format!("{uid} 700"), "the job folder is the sealed uid's alone");
-        assert_eq!(lines[4], "home-is-cwd");
+        assert_eq!(lines[1], lines[0], "gid is the uid's number");
+        assert_eq!(lines[2], format!("{uid} 700"), "the job folder is the sealed uid's alone");
+        assert_eq!(lines[3], "home-is-cwd");
         uids.insert(uid);
     }
     assert_eq!(uids.len(), 2, "two concurrent sealed jobs shared a uid: {results:?}");
