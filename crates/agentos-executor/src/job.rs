@@ -592,4 +592,25 @@ mod tests {
             assert!(!std::path::Path::new(dir).join(name).exists(), "the job wrote in the executor's {dir}");
         }
     }
+
+    /// Each sealed job joins a keyring of its own, counted against its uid's quota of keys (200
+    /// by default): more jobs than that, one after another on one uid, all run.
+    #[tokio::test]
+    async fn more_sealed_jobs_than_a_uid_may_hold_keys_run_one_after_another() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: a sealed uid cannot be taken here");
+            return;
+        }
+        let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+        let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_131..=3_999_999_131));
+        let (cache, folders) = (ScriptCache::new(ws.path()), Folders::new(ws.path(), None));
+        let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
+        let mut j = sh("exit 0", json!({}));
+        j.sealed = true;
+        for n in 0..250 {
+            let r = execute(&j, &cache, &folders, &sealed, None, &limits, &cancel).await;
+            assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "job {n}: {r:?}");
+        }
+    }
 }

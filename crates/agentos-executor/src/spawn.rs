@@ -306,25 +306,30 @@ fn namespaces() -> bool {
         }
         let mut stack = vec![0u8; 16 * 1024];
         // SAFETY: a child on its own stack that returns at once (CLONE_VFORK: the parent waits
-        // until it has); then it is reaped.
-        let ok = unsafe {
+        // until it has), with every signal blocked so no handler runs on its stack; then it is
+        // reaped.
+        unsafe {
             let top = stack.as_mut_ptr().add(stack.len());
             let top = top.sub(top as usize % 16);
+            let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = (std::mem::zeroed(), std::mem::zeroed());
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
             let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::SIGCHLD;
             let pid = libc::clone(exit_at_once, top.cast(), flags, std::ptr::null_mut());
+            let error = io::Error::last_os_error();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            if pid <= 0 {
+                tracing::warn!(
+                    %error,
+                    "this executor cannot make mount and IPC namespaces (CAP_SYS_ADMIN): a sealed job's files in /tmp, /var/tmp, /dev/shm and other world-writable folders, and its System V IPC, can be read by a later job of its uid"
+                );
+            }
             if pid > 0 {
                 let mut status = 0;
                 libc::waitpid(pid, &mut status, 0);
             }
             pid > 0
-        };
-        if !ok {
-            tracing::warn!(
-                error = %io::Error::last_os_error(),
-                "this executor cannot make mount and IPC namespaces (CAP_SYS_ADMIN): a sealed job's files in /tmp, /var/tmp, /dev/shm and other world-writable folders, and its System V IPC, can be read by a later job of its uid"
-            );
         }
-        ok
     })
 }
 
