@@ -548,8 +548,12 @@ mod tests {
             eprintln!("not root: a sealed uid cannot be taken here");
             return;
         }
-        // Not under /tmp, which the jobs get a tmpfs of their own on.
-        let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+        // Under /tmp, which the jobs get a tmpfs of their own on: the workspace is carried into
+        // it. A folder anyone may write in, as the rest of the machine may hold.
+        let ws = tempfile::tempdir().unwrap();
+        let open = ws.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
         let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_121..=3_999_999_121));
         let (cache, folders) = (ScriptCache::new(ws.path()), Folders::new(ws.path(), None));
         let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
@@ -574,22 +578,25 @@ mod tests {
         );
         let first = run(format!(
             "echo secret > /tmp/{name} && chmod 600 /tmp/{name} && echo secret > /dev/shm/{name} && \
-             ipcmk -M 4096 -p 0600 > /dev/null && echo wrote; {keys}; \
-             if touch /var/tmp/{name} 2> /dev/null; then echo the rest is writable; fi; \
+             echo secret > /var/tmp/{name} && ipcmk -M 4096 -p 0600 > /dev/null && echo wrote; {keys}; \
+             if touch {open}/{name} 2> /dev/null; then echo the rest is writable; fi; \
              echo renamed > /proc/self/comm && echo /proc is writable; \
-             touch in-its-folder && echo its folder is writable"
+             touch in-its-folder && echo its folder is writable",
+            open = open.display()
         ))
         .await;
         assert_eq!(first, "wrote\nkeys added 2\n/proc is writable\nits folder is writable\n");
         let second = run(format!(
-            "cat /tmp/{name} /dev/shm/{name} 2> /dev/null; ipcs -m | grep -c '^0x'; \
+            "cat /tmp/{name} /var/tmp/{name} /dev/shm/{name} 2> /dev/null; ipcs -m | grep -c '^0x'; \
              python3 -c 'import ctypes; c = ctypes.CDLL(None); \
              print(\"keys found\", sum(c.syscall({keyctl}, 10, r, b\"user\", b\"{name}\", 0) > 0 for r in (-4, -5)))'"
         ))
         .await;
         assert_eq!(second, "0\nkeys found 0\n", "the next job of the uid read what the last one left");
-        for dir in ["/tmp", "/dev/shm", "/var/tmp"] {
-            assert!(!std::path::Path::new(dir).join(name).exists(), "the job wrote in the executor's {dir}");
+        for dir in
+            [std::path::Path::new("/tmp"), std::path::Path::new("/dev/shm"), std::path::Path::new("/var/tmp"), &open]
+        {
+            assert!(!dir.join(name).exists(), "the job wrote in the executor's {}", dir.display());
         }
     }
 

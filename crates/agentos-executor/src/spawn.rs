@@ -70,6 +70,9 @@ struct ChildPlan {
     sealed: bool,
     /// The folders that get a fresh tmpfs in a private view (null: not this one).
     tmp: [*const libc::c_char; 3],
+    /// The entry of one of `tmp` that holds the job's folder (and its script), carried into the
+    /// fresh tmpfs that would hide it; null when the folder lies in none of them.
+    keep: *const libc::c_char,
     /// Set by the child to the errno of the step that failed; read once the clone returned.
     error: libc::c_int,
     /// Set by the child when the kernel could not make the file system read-only (no
@@ -80,8 +83,8 @@ struct ChildPlan {
 /// What a sealed job (one carrying a credential, run as a uid of its own) sees, so that nothing it
 /// leaves outside its folder reaches the next job given the same uid: new mount and IPC
 /// namespaces, the whole file system read-only but for its folder, a fresh tmpfs on each of
-/// [`PRIVATE_TMP`] that is not above its folder, and System V IPC and POSIX message queues of
-/// its own. All of it goes with the job's last process. A uid of its own kept the job's
+/// [`PRIVATE_TMP`] (the entry of one that holds the job's folder carried into it), and System V
+/// IPC and POSIX message queues of its own. All of it goes with the job's last process. A uid of its own kept the job's
 /// processes apart, but not its files: one sealed job wrote `/tmp/x` (mode 600), or a System V
 /// shared memory segment, and the next job of the uid read it.
 pub const PRIVATE_TMP: [&std::ffi::CStr; 3] = [c"/tmp", c"/var/tmp", c"/dev/shm"];
@@ -117,6 +120,29 @@ unsafe fn fresh_keyrings() -> Result<(), libc::c_int> {
         }
     }
     Ok(())
+}
+
+/// `<linux/mount.h>`: `open_tree` makes a detached copy; `move_mount` from its descriptor.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 4;
+
+/// Whether the NUL-terminated path `path` lies in the folder `dir` (`dir/...`). Reads bytes
+/// only: callable in the child.
+///
+/// # Safety
+/// Both are NUL-terminated.
+unsafe fn under(path: *const libc::c_char, dir: *const libc::c_char) -> bool {
+    let mut i = 0;
+    // SAFETY: both strings are read up to their NUL, no further.
+    unsafe {
+        while *dir.add(i) != 0 {
+            if *path.add(i) != *dir.add(i) {
+                return false;
+            }
+            i += 1;
+        }
+        *path.add(i) == b'/' as libc::c_char
+    }
 }
 
 /// `struct mount_attr` of `<linux/mount.h>`.
@@ -165,12 +191,39 @@ unsafe fn private_view(plan: &mut ChildPlan) -> Result<(), libc::c_int> {
                 return Err(errno());
             }
         }
-        for dir in plan.tmp {
+        for dir in plan.tmp.into_iter().filter(|d| !d.is_null()) {
+            // The tree that holds the job's folder, taken before the tmpfs hides it (mounts
+            // below it, the folder's own writable one, come along).
+            let keep = !plan.keep.is_null() && under(plan.keep, dir);
+            let tree = if keep {
+                let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+                match libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, plan.keep, flags) {
+                    fd if fd < 0 => return Err(errno()),
+                    fd => fd as libc::c_int,
+                }
+            } else {
+                -1
+            };
             let flags = libc::MS_NOSUID | libc::MS_NODEV;
-            if !dir.is_null()
-                && libc::mount(c"tmpfs".as_ptr(), dir, c"tmpfs".as_ptr(), flags, TMPFS_OPTIONS.as_ptr().cast()) != 0
-            {
-                return Err(errno());
+            let mounted =
+                libc::mount(c"tmpfs".as_ptr(), dir, c"tmpfs".as_ptr(), flags, TMPFS_OPTIONS.as_ptr().cast()) == 0;
+            let placed = !keep
+                || mounted
+                    && libc::mkdir(plan.keep, 0o755) == 0
+                    && libc::syscall(
+                        libc::SYS_move_mount,
+                        tree,
+                        c"".as_ptr(),
+                        libc::AT_FDCWD,
+                        plan.keep,
+                        MOVE_MOUNT_F_EMPTY_PATH,
+                    ) == 0;
+            let e = errno();
+            if tree >= 0 {
+                libc::close(tree);
+            }
+            if !mounted || !placed {
+                return Err(e);
             }
         }
     }
@@ -333,21 +386,22 @@ fn namespaces() -> bool {
     })
 }
 
-/// The folder of [`PRIVATE_TMP`] that `folder` lies in, if any: jobs there get no tmpfs on it.
-pub fn hidden_tmp(folder: &Path) -> Option<&'static str> {
-    let folder = std::fs::canonicalize(folder).unwrap_or_else(|_| folder.to_path_buf());
-    PRIVATE_TMP.iter().filter_map(|d| d.to_str().ok()).find(|d| folder.starts_with(d))
-}
-
-/// The folders of [`PRIVATE_TMP`] that get a fresh tmpfs for a job in `cwd`: real folders (not
-/// links) that are not above `cwd`, which the tmpfs would hide.
-fn private_tmp(cwd: &Path) -> [*const libc::c_char; 3] {
+/// The folders of [`PRIVATE_TMP`] that get a fresh tmpfs (real folders, not links), and the
+/// entry of one of them that holds `cwd`, carried into its new tmpfs (`dir/entry`), if any.
+fn private_tmp(cwd: &Path) -> ([*const libc::c_char; 3], Option<CString>) {
     let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
-    PRIVATE_TMP.map(|dir| {
+    let mut keep = None;
+    let dirs = PRIVATE_TMP.map(|dir| {
         let path = Path::new(OsStr::from_bytes(dir.to_bytes()));
-        let real = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir());
-        if real && !cwd.starts_with(path) { dir.as_ptr() } else { std::ptr::null() }
-    })
+        if !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+            return std::ptr::null();
+        }
+        if let Some(first) = cwd.strip_prefix(path).ok().and_then(|rest| rest.components().next()) {
+            keep = cstring(path.join(first).as_os_str()).ok();
+        }
+        dir.as_ptr()
+    });
+    (dirs, keep)
 }
 
 /// The child's stack: it needs little (a few system calls), and is only used until `execve`.
@@ -379,6 +433,7 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
     let (stdout_parent, stdout_child) = pipe_pair()?;
     let (stderr_parent, stderr_child) = pipe_pair()?;
 
+    let (tmp, keep) = if s.private { private_tmp(s.cwd) } else { ([std::ptr::null(); 3], None) };
     let mut plan = ChildPlan {
         path: path.as_ptr(),
         argv: argv.as_ptr(),
@@ -391,7 +446,8 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
         root: unsafe { libc::geteuid() } == 0,
         private: s.private && namespaces(),
         sealed: s.private,
-        tmp: if s.private { private_tmp(s.cwd) } else { [std::ptr::null(); 3] },
+        tmp,
+        keep: keep.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
         error: 0,
         writable: 0,
     };
@@ -535,14 +591,19 @@ mod tests {
     }
 
     #[test]
-    fn a_folder_below_a_private_tmp_folder_is_named_and_one_beside_it_is_not() {
-        assert_eq!(hidden_tmp(Path::new("/tmp/ws/jobs")), Some("/tmp"));
-        assert_eq!(hidden_tmp(Path::new("/dev/shm/ws")), Some("/dev/shm"));
-        assert_eq!(hidden_tmp(Path::new("/var/tmpfs/ws")), None);
-        assert_eq!(hidden_tmp(Path::new("/var/lib/agentos/ws")), None);
-        let (tmp, beside) = (private_tmp(Path::new("/tmp/ws/jobs/w1")), private_tmp(Path::new("/var/lib/ws/w1")));
-        assert!(tmp[0].is_null(), "a tmpfs on /tmp would hide the job's folder");
-        assert!(!beside[0].is_null());
+    fn the_entry_of_a_tmp_folder_that_holds_the_jobs_folder_is_carried_into_its_new_tmpfs() {
+        let (dirs, keep) = private_tmp(Path::new("/tmp/ws/jobs/w1"));
+        assert!(dirs.iter().all(|d| !d.is_null()));
+        assert_eq!(keep.as_deref(), Some(c"/tmp/ws"));
+        assert_eq!(private_tmp(Path::new("/var/tmpfs/ws")).1, None);
+        assert_eq!(private_tmp(Path::new("/var/lib/ws/w1")).1, None);
+        // SAFETY: NUL-terminated literals.
+        unsafe {
+            assert!(under(c"/tmp/ws".as_ptr(), c"/tmp".as_ptr()));
+            assert!(!under(c"/tmpfs/ws".as_ptr(), c"/tmp".as_ptr()));
+            assert!(!under(c"/tmp".as_ptr(), c"/tmp".as_ptr()));
+            assert!(!under(c"/var/tmp/x".as_ptr(), c"/tmp".as_ptr()));
+        }
     }
 
     #[tokio::test]

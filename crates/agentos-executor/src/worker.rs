@@ -165,14 +165,6 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
     if left > 0 {
         tracing::error!(left, "processes under sealed uids survived the start-up sweep");
     }
-    if matches!(sealed.policy(), SealedPolicy::Uids(_))
-        && let Some(under) = crate::spawn::hidden_tmp(&jobs_dir)
-    {
-        tracing::warn!(
-            workspace = %workspace.display(),
-            "the workspace lies in {under}: sealed jobs get no {under} of their own (a fresh one would hide their folders), and see it read-only; put the workspace elsewhere to give them one",
-        );
-    }
     let sh =
         crate::runner::find_program("sh", &config.limits.path).unwrap_or_else(|| std::path::PathBuf::from("/bin/sh"));
     let cgroups = match JobCgroups::open() {
