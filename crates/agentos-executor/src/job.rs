@@ -145,17 +145,17 @@ pub async fn execute(
         Ok(s) => s,
         Err(e) => return refused(&job.lease_id, e),
     };
-    let (runtime, mut args) = match &script.source {
+    let (runtime, mut args, script_path) = match &script.source {
         Source::Script { runtime, content, sha256, filename } => match cache.materialize(sha256, filename, content) {
             Ok((path, rewritten)) => {
                 if rewritten {
                     tracing::debug!(%sha256, "script written to the cache");
                 }
-                (runtime.as_str(), vec![path.display().to_string()])
+                (runtime.as_str(), vec![path.display().to_string()], Some(path))
             }
             Err(e) => return refused(&job.lease_id, format!("cannot write the script to the cache: {e}")),
         },
-        Source::Bash { command } => ("bash", vec!["-c".to_string(), command.clone(), "bash".to_string()]),
+        Source::Bash { command } => ("bash", vec!["-c".to_string(), command.clone(), "bash".to_string()], None),
     };
     let Some(program) = runner::find_program(runtime, &limits.path) else {
         return refused(
@@ -219,6 +219,7 @@ pub async fn execute(
         cgroup,
         // A uid of its own is the executor's root: the view of its own comes with it.
         private: uid.is_some(),
+        script: script_path,
     };
     let outcome = runner::run(spec, cancel).await;
     if job.sealed {
@@ -619,5 +620,40 @@ mod tests {
             let r = execute(&j, &cache, &folders, &sealed, None, &limits, &cancel).await;
             assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "job {n}: {r:?}");
         }
+    }
+
+    /// Regression: with the workspace /tmp itself, the tmpfs on /tmp hid the job's script, and
+    /// every sealed job failed ("cannot open /tmp/scripts/…"). The test's thread gets a mount
+    /// namespace and a /tmp of its own first, so the machine's /tmp is left alone.
+    #[tokio::test]
+    async fn a_sealed_job_runs_when_the_workspace_is_a_tmp_folder_itself() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: a sealed uid cannot be taken here");
+            return;
+        }
+        let none = std::ptr::null::<libc::c_char>();
+        // SAFETY: this thread (the runtime's only one) leaves the machine's mounts behind.
+        unsafe {
+            assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0, "{}", std::io::Error::last_os_error());
+            assert_eq!(libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()), 0);
+            assert_eq!(libc::mount(c"tmpfs".as_ptr(), c"/tmp".as_ptr(), c"tmpfs".as_ptr(), 0, std::ptr::null()), 0);
+        }
+        let ws = std::path::Path::new("/tmp");
+        let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_141..=3_999_999_141));
+        let (cache, folders) = (ScriptCache::new(ws), Folders::new(&ws.join("jobs"), None));
+        std::fs::create_dir(ws.join("jobs")).unwrap();
+        let mut j = sh("echo ran; touch /tmp/mine && echo its own /tmp", json!({}));
+        j.sealed = true;
+        let r = execute(&j, &cache, &folders, &sealed, None, &JobLimits::default(), &CancellationToken::new()).await;
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let text = |s: &str| String::from_utf8(b64.decode(s).unwrap()).unwrap();
+        assert_eq!(
+            (r.exit_code, text(&r.stdout_base64).as_str()),
+            (Some(0), "ran\nits own /tmp\n"),
+            "{}",
+            text(&r.stderr_base64)
+        );
+        assert!(!ws.join("mine").exists());
     }
 }

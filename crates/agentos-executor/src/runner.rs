@@ -30,6 +30,8 @@ pub struct RunSpec {
     pub cgroup: Option<JobCgroup>,
     /// A sealed job's own view of the machine (`spawn::PRIVATE_TMP`); needs root.
     pub private: bool,
+    /// The script the program runs (in the executor's cache), kept in reach of a private view.
+    pub script: Option<PathBuf>,
 }
 
 #[derive(Debug)]
@@ -95,6 +97,7 @@ pub async fn run(spec: RunSpec, cancel: &CancellationToken) -> std::io::Result<R
         cgroup_procs: spec.cgroup.as_ref().map(JobCgroup::procs_fd),
         run_as: spec.run_as,
         private: spec.private,
+        script: spec.script.as_deref(),
     });
     let mut child = match spawned {
         Ok(c) => c,
@@ -218,6 +221,7 @@ pub(crate) mod tests {
             run_as: None,
             cgroup: None,
             private: false,
+            script: None,
         }
     }
 

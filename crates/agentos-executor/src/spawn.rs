@@ -39,6 +39,8 @@ pub struct Spawn<'a> {
     pub run_as: Option<(u32, u32)>,
     /// A sealed job's own view of the machine (see [`private_view`]); needs root.
     pub private: bool,
+    /// The script the program runs, which a private view must keep in reach.
+    pub script: Option<&'a Path>,
 }
 
 /// A started process in a process group of its own (its pid is the group's id).
@@ -70,9 +72,9 @@ struct ChildPlan {
     sealed: bool,
     /// The folders that get a fresh tmpfs in a private view (null: not this one).
     tmp: [*const libc::c_char; 3],
-    /// The entry of one of `tmp` that holds the job's folder (and its script), carried into the
-    /// fresh tmpfs that would hide it; null when the folder lies in none of them.
-    keep: *const libc::c_char,
+    /// The entries of the `tmp` folders that hold the job's folder and its script, carried into
+    /// the fresh tmpfs that would hide them; null where they lie in none of them, or twice.
+    keep: [*const libc::c_char; 2],
     /// Set by the child to the errno of the step that failed; read once the clone returned.
     error: libc::c_int,
     /// Set by the child when the kernel could not make the file system read-only (no
@@ -192,37 +194,46 @@ unsafe fn private_view(plan: &mut ChildPlan) -> Result<(), libc::c_int> {
             }
         }
         for dir in plan.tmp.into_iter().filter(|d| !d.is_null()) {
-            // The tree that holds the job's folder, taken before the tmpfs hides it (mounts
-            // below it, the folder's own writable one, come along).
-            let keep = !plan.keep.is_null() && under(plan.keep, dir);
-            let tree = if keep {
-                let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
-                match libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, plan.keep, flags) {
-                    fd if fd < 0 => return Err(errno()),
-                    fd => fd as libc::c_int,
+            // The trees that hold the job's folder and its script, taken before the tmpfs hides
+            // them (mounts below come along: the folder's own writable one).
+            let mut trees: [(libc::c_int, *const libc::c_char); 2] = [(-1, std::ptr::null()); 2];
+            let mut failed = None;
+            for (slot, keep) in trees.iter_mut().zip(plan.keep) {
+                if keep.is_null() || !under(keep, dir) {
+                    continue;
                 }
-            } else {
-                -1
-            };
+                let flags = OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint;
+                match libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, keep, flags) {
+                    fd if fd < 0 => failed = failed.or(Some(errno())),
+                    fd => *slot = (fd as libc::c_int, keep),
+                }
+            }
             let flags = libc::MS_NOSUID | libc::MS_NODEV;
-            let mounted =
-                libc::mount(c"tmpfs".as_ptr(), dir, c"tmpfs".as_ptr(), flags, TMPFS_OPTIONS.as_ptr().cast()) == 0;
-            let placed = !keep
-                || mounted
-                    && libc::mkdir(plan.keep, 0o755) == 0
-                    && libc::syscall(
-                        libc::SYS_move_mount,
-                        tree,
-                        c"".as_ptr(),
-                        libc::AT_FDCWD,
-                        plan.keep,
-                        MOVE_MOUNT_F_EMPTY_PATH,
-                    ) == 0;
-            let e = errno();
-            if tree >= 0 {
+            if failed.is_none()
+                && libc::mount(c"tmpfs".as_ptr(), dir, c"tmpfs".as_ptr(), flags, TMPFS_OPTIONS.as_ptr().cast()) != 0
+            {
+                failed = Some(errno());
+            }
+            for (tree, keep) in trees {
+                if tree < 0 {
+                    continue;
+                }
+                if failed.is_none()
+                    && (libc::mkdir(keep, 0o755) != 0
+                        || libc::syscall(
+                            libc::SYS_move_mount,
+                            tree,
+                            c"".as_ptr(),
+                            libc::AT_FDCWD,
+                            keep,
+                            MOVE_MOUNT_F_EMPTY_PATH,
+                        ) != 0)
+                {
+                    failed = Some(errno());
+                }
                 libc::close(tree);
             }
-            if !mounted || !placed {
+            if let Some(e) = failed {
                 return Err(e);
             }
         }
@@ -387,20 +398,28 @@ fn namespaces() -> bool {
 }
 
 /// The folders of [`PRIVATE_TMP`] that get a fresh tmpfs (real folders, not links), and the
-/// entry of one of them that holds `cwd`, carried into its new tmpfs (`dir/entry`), if any.
-fn private_tmp(cwd: &Path) -> ([*const libc::c_char; 3], Option<CString>) {
-    let cwd = std::fs::canonicalize(cwd).unwrap_or_else(|_| cwd.to_path_buf());
-    let mut keep = None;
+/// entries of them that hold `cwd` and `script`, carried into their new tmpfs (`dir/entry`).
+fn private_tmp(cwd: &Path, script: Option<&Path>) -> ([*const libc::c_char; 3], [Option<CString>; 2]) {
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let needed = [Some(real(cwd)), script.map(real)];
+    let mut keep: [Option<CString>; 2] = [None, None];
     let dirs = PRIVATE_TMP.map(|dir| {
         let path = Path::new(OsStr::from_bytes(dir.to_bytes()));
         if !std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
             return std::ptr::null();
         }
-        if let Some(first) = cwd.strip_prefix(path).ok().and_then(|rest| rest.components().next()) {
-            keep = cstring(path.join(first).as_os_str()).ok();
+        for (slot, p) in keep.iter_mut().zip(&needed) {
+            let entry = p.as_deref().and_then(|p| p.strip_prefix(path).ok()).and_then(|r| r.components().next());
+            if let Some(first) = entry {
+                *slot = cstring(path.join(first).as_os_str()).ok();
+            }
         }
         dir.as_ptr()
     });
+    // One entry holding both is carried once.
+    if keep[0].is_some() && keep[0] == keep[1] {
+        keep[1] = None;
+    }
     (dirs, keep)
 }
 
@@ -433,7 +452,7 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
     let (stdout_parent, stdout_child) = pipe_pair()?;
     let (stderr_parent, stderr_child) = pipe_pair()?;
 
-    let (tmp, keep) = if s.private { private_tmp(s.cwd) } else { ([std::ptr::null(); 3], None) };
+    let (tmp, keep) = if s.private { private_tmp(s.cwd, s.script) } else { ([std::ptr::null(); 3], [None, None]) };
     let mut plan = ChildPlan {
         path: path.as_ptr(),
         argv: argv.as_ptr(),
@@ -447,7 +466,7 @@ pub fn spawn(s: &Spawn<'_>) -> io::Result<Spawned> {
         private: s.private && namespaces(),
         sealed: s.private,
         tmp,
-        keep: keep.as_ref().map_or(std::ptr::null(), |k| k.as_ptr()),
+        keep: [&keep[0], &keep[1]].map(|k| k.as_ref().map_or(std::ptr::null(), |k| k.as_ptr())),
         error: 0,
         writable: 0,
     };
@@ -587,16 +606,20 @@ mod tests {
     }
 
     fn run<'a>(program: &'a Path, args: &'a [String], env: &'a BTreeMap<String, String>, cwd: &'a Path) -> Spawn<'a> {
-        Spawn { program, args, env, cwd, stdin: None, cgroup_procs: None, run_as: None, private: false }
+        Spawn { program, args, env, cwd, stdin: None, cgroup_procs: None, run_as: None, private: false, script: None }
     }
 
     #[test]
-    fn the_entry_of_a_tmp_folder_that_holds_the_jobs_folder_is_carried_into_its_new_tmpfs() {
-        let (dirs, keep) = private_tmp(Path::new("/tmp/ws/jobs/w1"));
+    fn the_entries_of_a_tmp_folder_that_hold_the_jobs_folder_and_script_are_carried_into_its_new_tmpfs() {
+        let (dirs, keep) = private_tmp(Path::new("/tmp/ws/jobs/w1"), Some(Path::new("/tmp/ws/scripts/a/t.sh")));
         assert!(dirs.iter().all(|d| !d.is_null()));
-        assert_eq!(keep.as_deref(), Some(c"/tmp/ws"));
-        assert_eq!(private_tmp(Path::new("/var/tmpfs/ws")).1, None);
-        assert_eq!(private_tmp(Path::new("/var/lib/ws/w1")).1, None);
+        assert_eq!(keep, [Some(c"/tmp/ws".into()), None], "one entry holding both is carried once");
+        // A workspace that is /tmp itself: its two entries, not the whole of /tmp.
+        let (_, keep) = private_tmp(Path::new("/tmp/jobs/w1"), Some(Path::new("/tmp/scripts/a/t.sh")));
+        assert_eq!(keep, [Some(c"/tmp/jobs".into()), Some(c"/tmp/scripts".into())]);
+        let (_, keep) = private_tmp(Path::new("/var/lib/ws/w1"), Some(Path::new("/dev/shm/s/t.sh")));
+        assert_eq!(keep, [None, Some(c"/dev/shm/s".into())]);
+        assert_eq!(private_tmp(Path::new("/var/tmpfs/ws"), None).1, [None, None]);
         // SAFETY: NUL-terminated literals.
         unsafe {
             assert!(under(c"/tmp/ws".as_ptr(), c"/tmp".as_ptr()));
