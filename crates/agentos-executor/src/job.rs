@@ -337,6 +337,21 @@ mod tests {
         assert_eq!(env, vec!["GREETING", "HOME", "LANG", "PATH", "PWD"]);
     }
 
+    /// Whether this test runs as root, which sealed uids need; says so when it does not.
+    fn can_take_sealed_uids() -> bool {
+        // SAFETY: geteuid has no preconditions.
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root {
+            eprintln!("not root: a sealed uid cannot be taken here");
+        }
+        root
+    }
+
+    /// A result's stdout or stderr as text.
+    fn text(base64: &str) -> String {
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(base64).unwrap()).unwrap()
+    }
+
     fn sh(content: &str, env: Value) -> LeasedJob {
         job(json!({"toolId": "t", "runtime": "sh", "filename": "t.sh", "sha256": sha256_hex(content.as_bytes()),
             "content": b64(content), "env": env}))
@@ -420,9 +435,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sealed_uid_goes_back_to_the_pool_only_once_its_jobs_folder_is_gone() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("not root: a sealed uid cannot be taken here");
+        if !can_take_sealed_uids() {
             return;
         }
         let ws = tempfile::tempdir().unwrap();
@@ -544,9 +557,7 @@ mod tests {
     /// segment and keys in the uid's keyrings, and the next job given the uid read them all.
     #[tokio::test]
     async fn a_sealed_job_leaves_nothing_outside_its_folder_for_the_next_job_of_its_uid() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("not root: a sealed uid cannot be taken here");
+        if !can_take_sealed_uids() {
             return;
         }
         // Under /tmp, which the jobs get a tmpfs of their own on: the workspace is carried into
@@ -565,8 +576,6 @@ mod tests {
             let (cache, folders, sealed, limits, cancel) = (&cache, &folders, &sealed, &limits, &cancel);
             async move {
                 let r = execute(&j, cache, folders, sealed, None, limits, cancel).await;
-                let b64 = base64::engine::general_purpose::STANDARD;
-                let text = |s: &str| String::from_utf8(b64.decode(s).unwrap()).unwrap();
                 assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "{r:?} {}", text(&r.stderr_base64));
                 text(&r.stdout_base64)
             }
@@ -605,9 +614,7 @@ mod tests {
     /// by default): more jobs than that, one after another on one uid, all run.
     #[tokio::test]
     async fn more_sealed_jobs_than_a_uid_may_hold_keys_run_one_after_another() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("not root: a sealed uid cannot be taken here");
+        if !can_take_sealed_uids() {
             return;
         }
         let ws = tempfile::tempdir_in("/var/tmp").unwrap();
@@ -627,9 +634,7 @@ mod tests {
     /// namespace and a /tmp of its own first, so the machine's /tmp is left alone.
     #[tokio::test]
     async fn a_sealed_job_runs_when_the_workspace_is_a_tmp_folder_itself() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("not root: a sealed uid cannot be taken here");
+        if !can_take_sealed_uids() {
             return;
         }
         let none = std::ptr::null::<libc::c_char>();
@@ -646,8 +651,6 @@ mod tests {
         let mut j = sh("echo ran; touch /tmp/mine && echo its own /tmp", json!({}));
         j.sealed = true;
         let r = execute(&j, &cache, &folders, &sealed, None, &JobLimits::default(), &CancellationToken::new()).await;
-        let b64 = base64::engine::general_purpose::STANDARD;
-        let text = |s: &str| String::from_utf8(b64.decode(s).unwrap()).unwrap();
         assert_eq!(
             (r.exit_code, text(&r.stdout_base64).as_str()),
             (Some(0), "ran\nits own /tmp\n"),
