@@ -1019,3 +1019,64 @@ fn an_executor_long_polling_just_after_a_poll_without_a_wait_is_listed_as_pollin
         assert_eq!(long.join().unwrap(), 204);
     });
 }
+
+/// A workspace every user may write (`/tmp`'s mode) or another user owns is refused at start,
+/// saying why, and its mode is left as it was: a root executor used to make such a folder 0755,
+/// which took `/tmp` from every other user of the machine.
+#[test]
+fn a_workspace_every_user_may_write_or_another_user_owns_is_refused_and_left_as_it_was() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let executor = |workspace: &std::path::Path| {
+        let mut cmd = std::process::Command::new(common::BIN);
+        // Nothing listens there: an executor that starts polls it until killed.
+        cmd.args(["executor", "--master", "http://127.0.0.1:9", "--token", "t", "--workspace"])
+            .arg(workspace)
+            .env("AGENTOS_LOG", "error");
+        cmd
+    };
+    // One that refuses its workspace exits at once; one that does not is killed and fails the test.
+    let start = |workspace: &std::path::Path| {
+        let mut child = executor(workspace).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        let exited = (0..200).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            child.try_wait().unwrap().is_some()
+        });
+        if !exited {
+            child.kill().unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(exited, "the executor took {}: {}", workspace.display(), String::from_utf8_lossy(&out.stderr));
+        out
+    };
+    let shared = dir.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let out = start(&shared);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(mode 1777) may be written by every user"), "{stderr}");
+    assert!(stderr.contains("/shared/agentos-executor"), "{stderr}");
+    assert_eq!(std::fs::metadata(&shared).unwrap().mode() & 0o7777, 0o1777);
+    assert!(!shared.join("jobs").exists(), "nothing is made in a refused workspace");
+    // A folder of its own inside it is taken.
+    let own = shared.join("agentos-executor");
+    let mut child = executor(&own).stderr(std::process::Stdio::null()).spawn().unwrap();
+    wait_for("the executor to make its job folders", || own.join("jobs").is_dir());
+    assert_eq!(child.try_wait().unwrap(), None, "the executor runs");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(std::fs::metadata(&shared).unwrap().mode() & 0o7777, 0o1777);
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return; // Only root can give a folder to another user.
+    }
+    let foreign = dir.path().join("foreign");
+    std::fs::create_dir(&foreign).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(65534), Some(65534)).unwrap();
+    let out = start(&foreign);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("belongs to uid 65534, not to this executor's uid 0"), "{stderr}");
+    assert!(!foreign.join("jobs").exists());
+}

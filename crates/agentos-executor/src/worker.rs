@@ -44,6 +44,15 @@ pub enum ExecutorError {
         "scripts run as uid {uid} but could not reach the workspace {path}: {why}; choose a --workspace under a folder others may enter, or --run-as current"
     )]
     Unreachable { path: PathBuf, uid: u32, why: String },
+    #[error(
+        "the workspace {path} belongs to uid {owner}, not to this executor's uid {me}: its owner could put links and files where the executor keeps scripts and job folders; give a --workspace the executor's own user owns"
+    )]
+    ForeignWorkspace { path: PathBuf, owner: u32, me: u32 },
+    #[error(
+        "the workspace {path} (mode {mode:o}) may be written by every user, who could put links and files where the executor keeps scripts and job folders; give a folder of its own, e.g. --workspace {}/agentos-executor",
+        path.display()
+    )]
+    SharedWorkspace { path: PathBuf, mode: u32 },
     #[error("sealed uids: {0}")]
     Sealed(String),
 }
@@ -72,6 +81,29 @@ fn check_sealed(policy: &SealedPolicy, run_as: Option<(u32, u32)>) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Refuses a workspace that another user owns or that every user may write (`/tmp`): either
+/// could put links and folders where the executor keeps its scripts and job folders, and fitting
+/// it for scripts run as another user would mean changing the mode of a folder others use. One
+/// the executor has just made is closed instead, if the umask left it open.
+fn check_workspace(workspace: &std::path::Path, made: bool) -> Result<(), ExecutorError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let ws_err = |source| ExecutorError::Workspace { path: workspace.to_path_buf(), source };
+    let meta = std::fs::metadata(workspace).map_err(ws_err)?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(ExecutorError::ForeignWorkspace { path: workspace.to_path_buf(), owner: meta.uid(), me });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o002 == 0 {
+        Ok(())
+    } else if made {
+        std::fs::set_permissions(workspace, std::fs::Permissions::from_mode(mode & 0o755)).map_err(ws_err)
+    } else {
+        Err(ExecutorError::SharedWorkspace { path: workspace.to_path_buf(), mode })
+    }
 }
 
 /// Makes the workspace usable by the user scripts run as: its own folders open to enter
@@ -138,9 +170,11 @@ struct Shared {
 /// Runs until `shutdown` resolves, then stops in two steps.
 pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> Result<(), ExecutorError> {
     let ws_err = |e| ExecutorError::Workspace { path: config.workspace.clone(), source: e };
+    let made = !config.workspace.exists();
     std::fs::create_dir_all(&config.workspace).map_err(ws_err)?;
     // Scripts run in their own folders, so every path handed to them must be absolute.
     let workspace = std::fs::canonicalize(&config.workspace).map_err(ws_err)?;
+    check_workspace(&workspace, made)?;
     let jobs_dir = workspace.join("jobs");
     std::fs::create_dir_all(&jobs_dir).map_err(ws_err)?;
     std::fs::create_dir_all(workspace.join("scripts/sha256")).map_err(ws_err)?;
