@@ -170,7 +170,7 @@ pub async fn execute(
     };
     // A sealed job: a uid of its own (or the executor's, if so configured), a new folder.
     let uid = if job.sealed {
-        match sealed.take() {
+        match sealed.take_waiting(cancel).await {
             Ok(u) => u,
             Err(e) => {
                 if let Some(cg) = cgroup {
@@ -626,6 +626,27 @@ mod tests {
         for n in 0..250 {
             let r = execute(&j, &cache, &folders, &sealed, None, &limits, &cancel).await;
             assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "job {n}: {r:?}");
+        }
+    }
+
+    /// Regression: with more sealed jobs at once than uids, the jobs beyond the pool failed at
+    /// once ("no sealed uid is free") instead of waiting for a uid to come back.
+    #[tokio::test]
+    async fn sealed_jobs_beyond_the_pool_of_uids_wait_for_one_and_run() {
+        if !can_take_sealed_uids() {
+            return;
+        }
+        let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+        let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_141..=3_999_999_141));
+        let (cache, folders) = (ScriptCache::new(ws.path()), Folders::new(ws.path(), None));
+        let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
+        let mut j = sh("sleep 0.2; id -u", json!({}));
+        j.sealed = true;
+        let run = || execute(&j, &cache, &folders, &sealed, None, &limits, &cancel);
+        let (a, b, c) = tokio::join!(run(), run(), run());
+        for r in [a, b, c] {
+            assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "{r:?}");
+            assert_eq!(text(&r.stdout_base64), "3999999141\n");
         }
     }
 

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 /// How an executor runs jobs that carry credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SealedPolicy {
@@ -33,9 +35,18 @@ const KILL_ROUNDS: u32 = 50;
 /// The sealed uids of one executor: which are free, and the policy.
 pub struct Sealed {
     policy: SealedPolicy,
-    /// Free uids; the one used longest ago is taken first, so a uid rests between jobs.
-    free: Mutex<std::collections::VecDeque<u32>>,
+    pool: Mutex<Pool>,
+    /// Woken whenever a job's uid comes back or is held back.
+    returned: tokio::sync::Notify,
     warned: AtomicBool,
+}
+
+#[derive(Default)]
+struct Pool {
+    /// Free uids; the one used longest ago is taken first, so a uid rests between jobs.
+    free: std::collections::VecDeque<u32>,
+    /// Uids out with a job: each comes back, or is held back, when its job ends.
+    taken: usize,
 }
 
 /// A uid taken for one sealed job. Dropping it kills every process left under the uid, removes
@@ -55,7 +66,12 @@ impl Sealed {
             SealedPolicy::Uids(r) => r.clone().collect(),
             _ => Default::default(),
         };
-        Arc::new(Sealed { policy, free: Mutex::new(free), warned: AtomicBool::new(false) })
+        Arc::new(Sealed {
+            policy,
+            pool: Mutex::new(Pool { free, taken: 0 }),
+            returned: tokio::sync::Notify::new(),
+            warned: AtomicBool::new(false),
+        })
     }
 
     pub fn policy(&self) -> &SealedPolicy {
@@ -70,16 +86,47 @@ impl Sealed {
         if left > 0 {
             // Those uids are held back, as after a job whose processes could not be killed.
             let held = live_uids(|uid| r.contains(&uid));
-            self.free.lock().unwrap_or_else(|p| p.into_inner()).retain(|u| !held.contains(u));
+            self.pool().free.retain(|u| !held.contains(u));
         }
         left
+    }
+
+    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
+        self.pool.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// As [`Sealed::take`], waiting while every uid is out with a running job: one comes back
+    /// when that job ends (within its timeout). Fails at once when no uid is out and none is
+    /// free (all held back), and when `cancel` fires while it waits.
+    pub async fn take_waiting(self: &Arc<Self>, cancel: &CancellationToken) -> Result<Option<UidLease>, String> {
+        loop {
+            // Registered before the pool is looked at, so a uid coming back in between wakes it.
+            let returned = self.returned.notified();
+            tokio::pin!(returned);
+            returned.as_mut().enable();
+            match self.take_or_wait() {
+                Err((e, true)) => {
+                    tokio::select! {
+                        _ = returned => {}
+                        _ = cancel.cancelled() => return Err(format!("stopped while waiting for a sealed uid: {e}")),
+                    }
+                }
+                Err((e, false)) => return Err(e),
+                Ok(taken) => return Ok(taken),
+            }
+        }
     }
 
     /// The user a sealed job runs as: `Ok(Some)` a uid of its own, `Ok(None)` the executor's own
     /// user (`--run-as current`, warned about once), `Err` why it cannot run here.
     pub fn take(self: &Arc<Self>) -> Result<Option<UidLease>, String> {
+        self.take_or_wait().map_err(|(e, _)| e)
+    }
+
+    /// As [`Sealed::take`]; an error says too whether a uid is out with a job, to wait for.
+    fn take_or_wait(self: &Arc<Self>) -> Result<Option<UidLease>, (String, bool)> {
         match &self.policy {
-            SealedPolicy::Refuse => Err(NEEDS_ROOT.into()),
+            SealedPolicy::Refuse => Err((NEEDS_ROOT.into(), false)),
             SealedPolicy::CurrentUser => {
                 if !self.warned.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
@@ -89,13 +136,18 @@ impl Sealed {
                 Ok(None)
             }
             SealedPolicy::Uids(r) => {
-                let uid = self.free.lock().unwrap_or_else(|p| p.into_inner()).pop_front().ok_or_else(|| {
-                    format!(
-                        "no sealed uid is free: all of {}-{} are in use, or held back because a process under them could not be killed or their last job's folder could not be removed (the executor's log names which); restart the executor once that is mended",
-                        r.start(),
-                        r.end()
-                    )
-                })?;
+                let mut pool = self.pool();
+                let Some(uid) = pool.free.pop_front() else {
+                    return Err((
+                        format!(
+                            "no sealed uid is free: all of {}-{} are in use, or held back because a process under them could not be killed or their last job's folder could not be removed (the executor's log names which); restart the executor once that is mended",
+                            r.start(),
+                            r.end()
+                        ),
+                        pool.taken > 0,
+                    ));
+                };
+                pool.taken += 1;
                 Ok(Some(UidLease { pool: self.clone(), uid, folder: None }))
             }
         }
@@ -128,8 +180,11 @@ impl Drop for UidLease {
         let left = kill_users(|u| u == uid);
         // Removed once nothing of the uid runs: nothing can write in it any more.
         let removed = self.folder.take().map_or(Ok(()), |f| crate::folders::remove_tree(&f).map_err(|e| (e, f)));
+        let mut pool = self.pool.pool();
+        // Back or held back, it is no longer out: a job waiting for a uid looks again.
+        pool.taken -= 1;
         if left == 0 && removed.is_ok() {
-            self.pool.free.lock().unwrap_or_else(|p| p.into_inner()).push_back(uid);
+            pool.free.push_back(uid);
         } else if let (0, Err((e, folder))) = (left, removed) {
             // What is left of it is the uid's to read: the uid goes to no other job.
             tracing::error!(
@@ -147,6 +202,8 @@ impl Drop for UidLease {
                 "processes of a sealed job survived {KILL_ROUNDS} rounds of SIGKILL; the uid is held back"
             );
         }
+        drop(pool);
+        self.pool.returned.notify_waiters();
     }
 }
 
@@ -255,6 +312,38 @@ mod tests {
         assert_eq!(pool.take().unwrap().unwrap().uid(), first, "the uid used longest ago comes first");
     }
 
+    /// A sealed job finding every uid out with a running job waits for one, rather than failing
+    /// (it used to fail at once, and its net retried it slowly); one whose job is cancelled stops
+    /// waiting. (One finding every uid held back fails at once: see the next test.)
+    #[tokio::test]
+    async fn a_job_waits_for_a_uid_out_with_another_job_until_it_comes_back_or_the_job_is_cancelled() {
+        let pool = Sealed::new(SealedPolicy::Uids(3_999_999_021..=3_999_999_021));
+        let cancel = CancellationToken::new();
+        let first = pool.take().unwrap().unwrap();
+        let waiting = tokio::spawn({
+            let (pool, cancel) = (pool.clone(), cancel.clone());
+            async move { pool.take_waiting(&cancel).await.map(|l| l.map(|l| l.uid())) }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "the job did not wait for the uid: {:?}", waiting.await);
+        first.release().await;
+        let got = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("still waiting").unwrap();
+        assert_eq!(got, Ok(Some(3_999_999_021)));
+
+        // Cancelled while it waits.
+        let held = pool.take().unwrap().unwrap();
+        let stopping = CancellationToken::new();
+        let waiting = tokio::spawn({
+            let (pool, stopping) = (pool.clone(), stopping.clone());
+            async move { pool.take_waiting(&stopping).await.map(|l| l.map(|l| l.uid())) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stopping.cancel();
+        let err = waiting.await.unwrap().unwrap_err();
+        assert!(err.starts_with("stopped while waiting for a sealed uid: no sealed uid is free"), "{err}");
+        drop(held);
+    }
+
     #[test]
     fn without_root_a_sealed_job_is_refused_unless_the_current_user_was_chosen() {
         let err = Sealed::new(SealedPolicy::Refuse).take().err().unwrap();
@@ -288,7 +377,7 @@ mod tests {
     }
 
     #[test]
-    fn a_uid_whose_jobs_folder_cannot_be_removed_goes_to_no_other_job() {
+    fn a_uid_whose_jobs_folder_cannot_be_removed_goes_to_no_other_job_nor_is_waited_for() {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
             eprintln!("not root: the immutable attribute cannot be set here");
@@ -308,7 +397,13 @@ mod tests {
         lease.folder = Some(kept.clone());
         drop(lease);
         let taken = pool.take();
+        // No uid is out with a job, so none can come back: a sealed job does not wait.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let waited = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_secs(5), pool.take_waiting(&CancellationToken::new())).await
+        });
         immutable(&left, false);
+        assert!(waited.expect("waited for a uid that cannot come back").is_err_and(|e| e.starts_with("no sealed uid")));
         assert!(left.exists());
         let err = taken.err().expect("the uid went to another job with the last one's folder still there");
         assert!(err.starts_with("no sealed uid is free"), "{err}");
