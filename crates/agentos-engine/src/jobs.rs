@@ -67,6 +67,9 @@ pub struct Handout {
 }
 
 struct Job {
+    /// Its place in the queue: jobs are handed out lowest first. A job whose lease expires goes
+    /// back to its place, ahead of those queued after it, as the shared queue's `position`.
+    order: i64,
     model: String,
     /// Only this executor may take it.
     target: Option<String>,
@@ -117,6 +120,8 @@ struct QueueState {
     jobs: HashMap<String, Job>,
     executors: HashMap<String, Seen>,
     next: u64,
+    /// The order of the next job queued.
+    next_order: i64,
     /// Jobs taken off the queue (a result came, or every lease expired) whose result is not yet
     /// committed: still running as a reader of the job sees it, never unknown.
     recording: HashMap<String, OpenJob>,
@@ -282,7 +287,9 @@ impl MemoryQueue {
         let targeted = target.is_some();
         {
             let mut q = self.lock();
-            let job = Job { model, target, token, attempt: 0, lease: None, waiter: Some(tx), secrets, invoker };
+            q.next_order += 1;
+            let order = q.next_order;
+            let job = Job { order, model, target, token, attempt: 0, lease: None, waiter: Some(tx), secrets, invoker };
             q.jobs.insert(id.clone(), job);
             q.queued.push_back(id);
         }
@@ -431,9 +438,12 @@ impl MemoryQueue {
         {
             let mut q = self.lock();
             checked_holder(&mut q, executor, job_id, lease_id)?;
+            // First in line, ahead of every job (the shared queue does the same).
+            let first = q.jobs.values().map(|j| j.order).min().unwrap_or(0) - 1;
             let job = q.jobs.get_mut(job_id).expect("checked above");
             job.lease = None;
             job.attempt = job.attempt.saturating_sub(1);
+            job.order = first;
             q.queued.push_front(job_id.to_string());
         }
         self.work.notify_one();
@@ -491,7 +501,10 @@ impl MemoryQueue {
                     );
                     failed.push((q.recording(&id, job, true), why));
                 } else {
-                    q.queued.push_back(id);
+                    // Back to its place: it waited its turn once already.
+                    let order = job.order;
+                    let at = q.queued.partition_point(|queued| q.jobs.get(queued).is_some_and(|j| j.order < order));
+                    q.queued.insert(at, id);
                     requeued += 1;
                 }
             }
@@ -912,6 +925,44 @@ mod tests {
         assert!(failed[0].1.contains("handed out 2 times"), "{}", failed[0].1);
         drop(rx);
         assert_eq!(q.heartbeat("e2", &id, &second.lease_id), Err(LeaseError::UnknownJob));
+    }
+
+    /// Regression: a job whose lease expired went to the back of the queue, behind every job
+    /// queued while it ran, and waited its turn a second time. It goes back to its place, as in
+    /// the shared queue; one handed back by a stopping executor goes first.
+    #[tokio::test(start_paused = true)]
+    async fn a_job_whose_lease_expired_goes_back_to_its_place_in_the_queue() {
+        let q = queue();
+        let (a, _ra) = q.enqueue("default".into(), token());
+        let (b, _rb) = q.enqueue("default".into(), token());
+        let first = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(first.job_id, a);
+        let (c, _rc) = q.enqueue("default".into(), token());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(q.reap().is_empty());
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            order.push(q.poll("e2", None, Duration::from_secs(1)).await.unwrap());
+        }
+        let ids: Vec<_> = order.iter().map(|h| h.job_id.clone()).collect();
+        assert_eq!(ids, [a.clone(), b.clone(), c.clone()], "a reaped job went behind those queued after it");
+        assert_eq!(order[0].attempt, 2);
+        // Handed back by its executor: first, ahead of older jobs still queued.
+        let (d, _rd) = q.enqueue("default".into(), token());
+        q.release("e2", &c, &order[2].lease_id).unwrap();
+        assert_eq!(q.poll("e3", None, Duration::from_secs(1)).await.unwrap().job_id, c);
+        assert_eq!(q.poll("e3", None, Duration::from_secs(1)).await.unwrap().job_id, d);
+        // Several reaped at once go back to their places, ahead of a job queued after them; the
+        // one handed back keeps its place at the front. `a`'s second lease was its last.
+        let (e, _re) = q.enqueue("default".into(), token());
+        tokio::time::advance(Duration::from_secs(11)).await;
+        let failed = q.reap();
+        assert_eq!(failed.iter().map(|f| f.0.job_id.as_str()).collect::<Vec<_>>(), [a.as_str()]);
+        let mut got = Vec::new();
+        for _ in 0..4 {
+            got.push(q.poll("e4", None, Duration::from_secs(1)).await.unwrap().job_id);
+        }
+        assert_eq!(got, [c, b, d, e]);
     }
 
     #[tokio::test(start_paused = true)]
