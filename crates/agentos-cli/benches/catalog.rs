@@ -4,6 +4,8 @@
 //! catalog size (default 100000). It prints figures beside the goals and never fails on speed:
 //! timings depend on the machine, so only correctness (every entry survives a restart) is checked.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -44,7 +46,7 @@ fn main() {
     println!(
         "environment: {} cores (nproc), {n} entries, {CLIENT_THREADS} registration threads, snapshot every {SNAPSHOT_EVERY} events, binary {}",
         cores(),
-        env!("CARGO_BIN_EXE_agentos")
+        common::BIN.as_str()
     );
 
     // Declared before the master so it is removed only after the master's guard has killed it.
@@ -99,6 +101,15 @@ fn main() {
     println!("\n== 4. master memory after loading {n} entries (the process that registered them)");
     let mem_loaded = Memory::of(master.pid());
     println!("  {mem_loaded}");
+
+    println!(
+        "\n== 4b. a page of 100 tokens of the default model's {CATALOG_PLACE}, {PAGE_REQUESTS} requests, one client"
+    );
+    for (what, offset) in [("first page", 0), ("last page", n.saturating_sub(n / 10).saturating_sub(100))] {
+        let page = measure_page(&client, &master, offset);
+        println!("  {what:<11} p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms", ms(page.p50), ms(page.p99), ms(page.max));
+    }
+    println!("  master memory after the pages: {}", Memory::of(master.pid()));
 
     println!("\n== 5a. restart after SIGTERM (graceful: the master writes a final snapshot)");
     let shutdown = master.stop(libc::SIGTERM);
@@ -246,7 +257,7 @@ impl Master {
         // Built before the clock starts: only the master's own start-up is timed.
         let probe = http_client();
         let t0 = Instant::now();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_agentos"))
+        let mut child = Command::new(common::BIN.as_str())
             .arg("serve")
             .arg("--data")
             .arg(data)
@@ -445,6 +456,24 @@ fn measure_search(client: &Client, master: &Master, class: &SearchClass) -> (u64
         lat.push(t.elapsed());
     }
     (total, Stats::of(lat))
+}
+
+const CATALOG_PLACE: &str = "p-tool-catalog";
+const PAGE_REQUESTS: usize = 200;
+
+/// Pages of 100 of the catalog place's tokens from `offset`.
+fn measure_page(client: &Client, master: &Master, offset: usize) -> Stats {
+    let path = format!("/api/models/default/places/{CATALOG_PLACE}/tokens");
+    let query = [("offset", offset.to_string()), ("limit", "100".to_string())];
+    let page = master.get_json(client, &path, &query);
+    assert_eq!(page.as_array().map(Vec::len), Some(100), "a page of the catalog place");
+    let mut lat = Vec::with_capacity(PAGE_REQUESTS);
+    for _ in 0..PAGE_REQUESTS {
+        let t = Instant::now();
+        master.get(client, &path, &query).bytes().expect("body");
+        lat.push(t.elapsed());
+    }
+    Stats::of(lat)
 }
 
 fn measure_get(client: &Client, master: &Master, n: usize) -> Stats {

@@ -245,22 +245,36 @@ impl State {
     /// global catalog's for `default`), only the kinds `visible` reveals. Derived, never stored:
     /// the catalog is the fact, these are a view a net can read with a read arc.
     pub fn catalog_tokens(&self, model: &str, visible: crate::flags::Flags) -> Vec<crate::net_state::Token> {
+        self.catalog_tokens_page(model, visible, 0, usize::MAX).0
+    }
+
+    /// Up to `limit` of [`State::catalog_tokens`] after the first `offset`, and how many there
+    /// are: only the page's tokens are built (a page of a catalog of 100,000 entries used to
+    /// build all of them).
+    pub fn catalog_tokens_page(
+        &self,
+        model: &str,
+        visible: crate::flags::Flags,
+        offset: usize,
+        limit: usize,
+    ) -> (Vec<crate::net_state::Token>, usize) {
         let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
-        self.catalogs
-            .get(model)
-            .map(|c| {
-                c.values()
-                    .filter(|e| e.entry.binding.kind().visible_to(visible))
-                    .map(|e| crate::net_state::Token {
-                        id: format!("cat-{}", e.entry.id),
-                        name: Some(e.entry.id.to_string()),
-                        created_at: crate::event::format_time(e.updated_at),
-                        data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
-                        by: Vec::new(),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        let Some(catalog) = self.catalogs.get(model) else { return (Vec::new(), 0) };
+        // One pass: every shown entry is counted, and those of the page are built.
+        let (mut page, mut total) = (Vec::new(), 0);
+        for e in catalog.values().filter(|e| e.entry.binding.kind().visible_to(visible)) {
+            if total >= offset && total - offset < limit {
+                page.push(crate::net_state::Token {
+                    id: format!("cat-{}", e.entry.id),
+                    name: Some(e.entry.id.to_string()),
+                    created_at: crate::event::format_time(e.updated_at),
+                    data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
+                    by: Vec::new(),
+                });
+            }
+            total += 1;
+        }
+        (page, total)
     }
 
     /// Models with their places and token counts.

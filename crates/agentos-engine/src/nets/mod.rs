@@ -290,9 +290,7 @@ impl Nets<'_> {
             if !st.model_exists(model) {
                 return Err(CoreError::not_found(format!("no model {model:?}")).into());
             }
-            let all = st.catalog_tokens(model, p.flags);
-            let total = all.len();
-            return Ok((all.into_iter().skip(offset).take(limit).collect(), total));
+            return Ok(st.catalog_tokens_page(model, p.flags, offset, limit));
         }
         let net =
             st.nets.models.get(model).ok_or_else(|| CoreError::not_found(format!("model {model:?} has no net")))?;
