@@ -138,14 +138,17 @@ impl Sealed {
             SealedPolicy::Uids(r) => {
                 let mut pool = self.pool();
                 let Some(uid) = pool.free.pop_front() else {
-                    return Err((
+                    let (start, end, out) = (r.start(), r.end(), pool.taken);
+                    let why = if out > 0 {
                         format!(
-                            "no sealed uid is free: all of {}-{} are in use, or held back because a process under them could not be killed or their last job's folder could not be removed (the executor's log names which); restart the executor once that is mended",
-                            r.start(),
-                            r.end()
-                        ),
-                        pool.taken > 0,
-                    ));
+                            "no sealed uid is free: {out} of {start}-{end} are in use by running jobs, the rest (if any) held back"
+                        )
+                    } else {
+                        format!(
+                            "no sealed uid is free: all of {start}-{end} are held back because a process under them could not be killed or their last job's folder could not be removed (the executor's log names which); restart the executor once that is mended"
+                        )
+                    };
+                    return Err((why, out > 0));
                 };
                 pool.taken += 1;
                 Ok(Some(UidLease { pool: self.clone(), uid, folder: None }))
