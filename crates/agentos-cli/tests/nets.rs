@@ -929,15 +929,28 @@ fn the_catalog_is_read_only_tokens_of_p_tool_catalog_that_a_net_reads_with_a_rea
     let reader = api.with_token(v["token"].as_str());
     let (_, seen) = reader.get("/api/models/cat/places/p-tool-catalog/tokens");
     assert_eq!(seen.as_array().unwrap().len(), 2, "a scripts-only reader sees no tool net: {seen}");
-    // A page of it, counted after the reader's flags.
-    let res = reqwest::blocking::Client::new()
-        .get(format!("{}/api/models/cat/places/p-tool-catalog/tokens?offset=1&limit=1", m.url))
-        .bearer_auth(v["token"].as_str().unwrap())
-        .send()
-        .unwrap();
-    assert_eq!(res.headers().get("x-total-count").unwrap(), "2");
-    let page = res.json::<Value>().unwrap();
-    assert_eq!(page.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect::<Vec<_>>(), ["beta"]);
+    // Pages of it, counted after the reader's flags (the operator sees every kind).
+    let page = |token: &str, query: &str| {
+        let res = reqwest::blocking::Client::new()
+            .get(format!("{}/api/models/cat/places/p-tool-catalog/tokens?{query}", m.url))
+            .bearer_auth(token)
+            .send()
+            .unwrap();
+        let total = res.headers().get("x-total-count").unwrap().to_str().unwrap().to_string();
+        let names: Vec<String> = res
+            .json::<Value>()
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().into())
+            .collect();
+        (total, names)
+    };
+    assert_eq!(page(v["token"].as_str().unwrap(), "offset=1&limit=1"), ("2".into(), vec!["beta".into()]));
+    assert_eq!(page(v["token"].as_str().unwrap(), "offset=2&limit=5"), ("2".into(), vec![]));
+    assert_eq!(page(&m.token, "offset=1&limit=5"), ("3".into(), vec!["beta".into(), "gamma".into()]));
+    assert_eq!(page(&m.token, "offset=7"), ("3".into(), vec![]));
 
     // Read-only: no put, no consuming arc, no output into it.
     let (s, v) = put(&api, "cat", "p-tool-catalog", json!({"id": "forged"}));

@@ -260,17 +260,22 @@ impl State {
     ) -> (Vec<crate::net_state::Token>, usize) {
         let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
         let Some(catalog) = self.catalogs.get(model) else { return (Vec::new(), 0) };
+        let token = |e: &Arc<StoredEntry>| crate::net_state::Token {
+            id: format!("cat-{}", e.entry.id),
+            name: Some(e.entry.id.to_string()),
+            created_at: crate::event::format_time(e.updated_at),
+            data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
+            by: Vec::new(),
+        };
+        if crate::entry::BindingKind::ALL.iter().all(|k| k.visible_to(visible)) {
+            // Every entry is shown: the count is known, and only the page is walked.
+            return (catalog.values().skip(offset).take(limit).map(token).collect(), catalog.len());
+        }
         // One pass: every shown entry is counted, and those of the page are built.
         let (mut page, mut total) = (Vec::new(), 0);
         for e in catalog.values().filter(|e| e.entry.binding.kind().visible_to(visible)) {
             if total >= offset && total - offset < limit {
-                page.push(crate::net_state::Token {
-                    id: format!("cat-{}", e.entry.id),
-                    name: Some(e.entry.id.to_string()),
-                    created_at: crate::event::format_time(e.updated_at),
-                    data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
-                    by: Vec::new(),
-                });
+                page.push(token(e));
             }
             total += 1;
         }

@@ -120,8 +120,10 @@ struct QueueState {
     jobs: HashMap<String, Job>,
     executors: HashMap<String, Seen>,
     next: u64,
-    /// The order of the next job queued.
+    /// The order of the last job queued.
     next_order: i64,
+    /// The order of the last job handed back, below every other.
+    first_order: i64,
     /// Jobs taken off the queue (a result came, or every lease expired) whose result is not yet
     /// committed: still running as a reader of the job sees it, never unknown.
     recording: HashMap<String, OpenJob>,
@@ -438,8 +440,10 @@ impl MemoryQueue {
         {
             let mut q = self.lock();
             checked_holder(&mut q, executor, job_id, lease_id)?;
-            // First in line, ahead of every job (the shared queue does the same).
-            let first = q.jobs.values().map(|j| j.order).min().unwrap_or(0) - 1;
+            // First in line, ahead of every job (the shared queue does the same): orders handed
+            // back count down from 0, those of new jobs up from 1.
+            q.first_order -= 1;
+            let first = q.first_order;
             let job = q.jobs.get_mut(job_id).expect("checked above");
             job.lease = None;
             job.attempt = job.attempt.saturating_sub(1);
