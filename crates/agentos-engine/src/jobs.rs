@@ -124,12 +124,41 @@ struct QueueState {
     next_order: i64,
     /// The order of the last job handed back, below every other.
     first_order: i64,
+    /// How many of `jobs` each invoker has, kept with `jobs` by [`QueueState::add_job`] and
+    /// [`QueueState::remove_job`]: counting them at each asynchronous call walked every job.
+    open_of: HashMap<String, usize>,
     /// Jobs taken off the queue (a result came, or every lease expired) whose result is not yet
     /// committed: still running as a reader of the job sees it, never unknown.
     recording: HashMap<String, OpenJob>,
 }
 
 impl QueueState {
+    fn add_job(&mut self, id: String, job: Job) {
+        if let Some(invoker) = &job.invoker {
+            *self.open_of.entry(invoker.clone()).or_default() += 1;
+        }
+        if let Some(old) = self.jobs.insert(id, job) {
+            self.forget_invoker(&old);
+        }
+    }
+
+    fn remove_job(&mut self, id: &str) -> Option<Job> {
+        let job = self.jobs.remove(id)?;
+        self.forget_invoker(&job);
+        Some(job)
+    }
+
+    fn forget_invoker(&mut self, job: &Job) {
+        if let Some(invoker) = &job.invoker
+            && let Some(n) = self.open_of.get_mut(invoker)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.open_of.remove(invoker);
+            }
+        }
+    }
+
     /// `job`, taken off the queue for good, marked as having its result recorded (readers see
     /// it as `running` or `queued`, as it was, until [`MemoryQueue::recorded`]); answers it for
     /// the engine to record.
@@ -292,7 +321,7 @@ impl MemoryQueue {
             q.next_order += 1;
             let order = q.next_order;
             let job = Job { order, model, target, token, attempt: 0, lease: None, waiter: Some(tx), secrets, invoker };
-            q.jobs.insert(id.clone(), job);
+            q.add_job(id.clone(), job);
             q.queued.push_back(id);
         }
         if targeted {
@@ -306,7 +335,7 @@ impl MemoryQueue {
 
     /// How many direct jobs `invoker` has open (queued or running).
     pub fn open_jobs_of(&self, invoker: &str) -> usize {
-        self.lock().jobs.values().filter(|j| j.invoker.as_deref() == Some(invoker)).count()
+        self.lock().open_of.get(invoker).copied().unwrap_or(0)
     }
 
     /// An open job: queued, or handed out and not finished.
@@ -331,7 +360,7 @@ impl MemoryQueue {
     /// whose result is being recorded is no longer here. Returns whether it was dropped.
     pub fn cancel(&self, job_id: &str) -> bool {
         let mut q = self.lock();
-        let Some(job) = q.jobs.remove(job_id) else { return false };
+        let Some(job) = q.remove_job(job_id) else { return false };
         if job.lease.is_none() {
             q.queued.retain(|j| j != job_id);
         }
@@ -343,7 +372,7 @@ impl MemoryQueue {
     /// heartbeat. `None` when no such job is open (or its result is being recorded).
     pub fn take_cancelled(&self, job_id: &str) -> Option<Finished> {
         let mut q = self.lock();
-        let job = q.jobs.remove(job_id)?;
+        let job = q.remove_job(job_id)?;
         if job.lease.is_none() {
             q.queued.retain(|j| j != job_id);
         }
@@ -374,8 +403,13 @@ impl MemoryQueue {
             last_wall: wall_ms(),
             polls: 0,
         });
-        // Cancelled jobs leave stale ids behind; a targeted job waits for its executor.
-        q.queued.retain(|id| q.jobs.contains_key(id));
+        // A cancelled job's id leaves the queue with it; should one be left behind, it goes when it
+        // reaches the front. (This used to sweep the whole queue at every hand-out: a queue of
+        // thousands cost each hand-out a lookup per queued job.) A targeted job waits for its
+        // executor.
+        while q.queued.front().is_some_and(|id| !q.jobs.contains_key(id)) {
+            q.queued.pop_front();
+        }
         let pos =
             q.queued.iter().position(|id| q.jobs.get(id).is_some_and(|j| may_take(j.target.as_deref(), executor)));
         if let Some(id) = pos.and_then(|p| q.queued.remove(p)) {
@@ -459,7 +493,7 @@ impl MemoryQueue {
     pub fn complete(&self, executor: &str, job_id: &str, lease_id: &str) -> Result<Finished, LeaseError> {
         let mut q = self.lock();
         checked_holder(&mut q, executor, job_id, lease_id)?;
-        let job = q.jobs.remove(job_id).expect("checked above");
+        let job = q.remove_job(job_id).expect("checked above");
         Ok(q.recording(job_id, job, true))
     }
 
@@ -498,7 +532,7 @@ impl MemoryQueue {
                 let job = q.jobs.get_mut(&id).expect("listed above");
                 let lease = job.lease.take().expect("filtered on lease");
                 if job.attempt >= self.config.max_attempts {
-                    let job = q.jobs.remove(&id).expect("listed above");
+                    let job = q.remove_job(&id).expect("listed above");
                     let why = format!(
                         "the job was handed out {} times and every lease expired without a result (last held by executor {:?}, which stopped sending heartbeats)",
                         job.attempt, lease.executor
@@ -967,6 +1001,44 @@ mod tests {
             got.push(q.poll("e4", None, Duration::from_secs(1)).await.unwrap().job_id);
         }
         assert_eq!(got, [c, b, d, e]);
+    }
+
+    /// The open jobs of an invoker are counted as they come and go (the count used to walk every
+    /// job at each asynchronous call): finished, cancelled, taken to be recorded as cancelled, or
+    /// failed when their last lease ran out.
+    #[tokio::test(start_paused = true)]
+    async fn an_invokers_open_jobs_are_counted_as_they_come_and_go() {
+        let q = queue();
+        let direct = |n: u32, who: &str| {
+            let id = q.new_id();
+            let rx = q.enqueue_direct(id.clone(), "default".into(), token(), who.into());
+            assert_eq!(q.open_jobs_of(who), n as usize, "after queueing {id}");
+            (id, rx)
+        };
+        let (a, _ra) = direct(1, "p1");
+        let (b, _rb) = direct(2, "p1");
+        let (c, _rc) = direct(3, "p1");
+        let (d, _rd) = direct(4, "p1");
+        let (_e, _re) = direct(1, "p2");
+        let (_, _anonymous) = q.enqueue("default".into(), token());
+        assert_eq!((q.open_jobs_of("p1"), q.open_jobs_of("p2"), q.open_jobs_of("nobody")), (4, 1, 0));
+        let h = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(h.job_id, a);
+        q.complete("e1", &a, &h.lease_id).unwrap();
+        assert_eq!(q.open_jobs_of("p1"), 3, "finished");
+        assert!(q.cancel(&b));
+        assert!(!q.cancel(&b), "cancelled twice");
+        assert_eq!(q.open_jobs_of("p1"), 2, "cancelled");
+        assert!(q.take_cancelled(&c).is_some());
+        assert_eq!(q.open_jobs_of("p1"), 1, "taken to be recorded as cancelled");
+        // `d`'s two leases run out: it fails, and is no longer open.
+        for _ in 0..2 {
+            let h = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+            assert_eq!(h.job_id, d);
+            tokio::time::advance(Duration::from_secs(11)).await;
+            q.reap();
+        }
+        assert_eq!((q.open_jobs_of("p1"), q.open_jobs_of("p2")), (0, 1));
     }
 
     #[tokio::test(start_paused = true)]
