@@ -174,6 +174,14 @@ fn local_workspace(data: &Path) -> Result<PathBuf, String> {
 fn local_executor(args: &UpArgs) -> Result<LocalExecutor, String> {
     let data = &args.serve.data;
     let workspace = local_workspace(data)?;
+    // Refused before the master starts, as the executor itself would refuse it after: a master
+    // without its executor would queue every script call for nobody.
+    if let Some(why) = agentos_executor::workspace_unsafe(&workspace) {
+        return Err(format!(
+            "the local executor's workspace {} (the folder beside --data) is not safe to use: {why}; or move it away and let agentos up make it, or choose another --data",
+            workspace.display()
+        ));
+    }
     let run_as = local_run_as(args.run_as.as_deref(), data, &workspace)?;
     Ok(LocalExecutor { concurrency: args.executor_concurrency, workspace, run_as })
 }

@@ -1079,4 +1079,80 @@ fn a_workspace_every_user_may_write_or_another_user_owns_is_refused_and_left_as_
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("belongs to uid 65534, not to this executor's uid 0"), "{stderr}");
     assert!(!foreign.join("jobs").exists());
+
+    // A link another user planted where the workspace is to be, pointing at root's own folder.
+    let victim = dir.path().join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let planted = shared.join("planted");
+    std::os::unix::fs::symlink(&victim, &planted).unwrap();
+    std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
+    let out = start(&planted);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is a link that uid 65534 owns"), "{stderr}");
+    assert_eq!(std::fs::metadata(&victim).unwrap().mode() & 0o7777, 0o700, "the link's target was changed");
+    assert!(!victim.join("jobs").exists());
+
+    // A folder above it that others may write (no sticky bit): another user could swap the
+    // workspace for a link between two starts.
+    let open = dir.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = start(&open.join("ws"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("(mode 777) may be written by other users"), "{stderr}");
+    assert!(!open.join("ws").exists(), "nothing is made under a refused folder");
+
+    // Folders it makes are 0755 whatever the umask: none opens the path to the next start.
+    let nested = dir.path().join("new/a/b");
+    let mut child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(r#"umask 000; exec "$@""#)
+        .arg("sh")
+        .arg(common::BIN)
+        .args(["executor", "--master", "http://127.0.0.1:9", "--token", "t", "--workspace"])
+        .arg(&nested)
+        .env("AGENTOS_LOG", "error")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for("the executor to make its job folders", || nested.join("jobs").is_dir());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for made in ["new", "new/a", "new/a/b"] {
+        let mode = std::fs::metadata(dir.path().join(made)).unwrap().mode() & 0o777;
+        assert_eq!(mode & 0o022, 0, "{made} is {mode:o}");
+    }
+
+    // `agentos up` refuses such a workspace before its master starts, rather than serving without
+    // its executor.
+    let data = dir.path().join("up");
+    let work = dir.path().join("up.work");
+    std::fs::create_dir(&work).unwrap();
+    std::os::unix::fs::chown(&work, Some(65534), Some(65534)).unwrap();
+    let port = common::free_port().to_string();
+    let mut child = std::process::Command::new(common::BIN)
+        .arg("up")
+        .arg("--data")
+        .arg(&data)
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .env("AGENTOS_LOG", "error")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let exited = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(exited, "agentos up served with a workspace it cannot use: {stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the local executor's workspace") && stderr.contains("belongs to uid 65534"), "{stderr}");
 }

@@ -227,10 +227,13 @@ fn an_executor_without_root_fails_sealed_jobs_with_the_reason_and_runs_the_other
     let m = Master::start(&dir.path().join("master"));
     let (status, body) = m.client().post("/api/executor-tokens", json!({"name": "plain"}));
     assert_eq!(status, 200, "{body}");
-    // The executor itself runs as nobody, in a workspace nobody may write.
+    // The executor itself runs as nobody, in a workspace of its own (an executor refuses one
+    // under a folder others may write).
     use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let workspace = dir.path().join("executor");
+    std::fs::create_dir(&workspace).unwrap();
+    std::os::unix::fs::chown(&workspace, Some(NOBODY), Some(NOBODY)).unwrap();
     let mut cmd = std::process::Command::new(common::BIN);
     std::os::unix::process::CommandExt::uid(&mut cmd, NOBODY);
     std::os::unix::process::CommandExt::gid(&mut cmd, NOBODY);

@@ -12,4 +12,6 @@ pub mod sealed;
 mod spawn;
 mod worker;
 
-pub use worker::{ExecutorConfig, ExecutorError, folders_closed_to, forbid_inspection, run, workspace_reachable};
+pub use worker::{
+    ExecutorConfig, ExecutorError, folders_closed_to, forbid_inspection, run, workspace_reachable, workspace_unsafe,
+};

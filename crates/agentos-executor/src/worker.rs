@@ -44,15 +44,8 @@ pub enum ExecutorError {
         "scripts run as uid {uid} but could not reach the workspace {path}: {why}; choose a --workspace under a folder others may enter, or --run-as current"
     )]
     Unreachable { path: PathBuf, uid: u32, why: String },
-    #[error(
-        "the workspace {path} belongs to uid {owner}, not to this executor's uid {me}: its owner could put links and files where the executor keeps scripts and job folders; give a --workspace the executor's own user owns"
-    )]
-    ForeignWorkspace { path: PathBuf, owner: u32, me: u32 },
-    #[error(
-        "the workspace {path} (mode {mode:o}) may be written by every user, who could put links and files where the executor keeps scripts and job folders; give a folder of its own, e.g. --workspace {}/agentos-executor",
-        path.display()
-    )]
-    SharedWorkspace { path: PathBuf, mode: u32 },
+    #[error("the workspace {path} is not safe to use: {why}")]
+    UnsafeWorkspace { path: PathBuf, why: String },
     #[error("sealed uids: {0}")]
     Sealed(String),
 }
@@ -83,26 +76,86 @@ fn check_sealed(policy: &SealedPolicy, run_as: Option<(u32, u32)>) -> Result<(),
     Ok(())
 }
 
-/// Refuses a workspace that another user owns or that every user may write (`/tmp`): either
-/// could put links and folders where the executor keeps its scripts and job folders, and fitting
-/// it for scripts run as another user would mean changing the mode of a folder others use. One
-/// the executor has just made is closed instead, if the umask left it open.
-fn check_workspace(workspace: &std::path::Path, made: bool) -> Result<(), ExecutorError> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let ws_err = |source| ExecutorError::Workspace { path: workspace.to_path_buf(), source };
-    let meta = std::fs::metadata(workspace).map_err(ws_err)?;
+/// Why `workspace` is not safe for an executor of this user, if it is not: it, or a folder above
+/// it, could be replaced or filled by another user, and the executor (root, often) would then
+/// change the mode of, and write into, whatever that user pointed it at.
+///
+/// - Every folder on the path must belong to root or to this user, and may be written by others
+///   only with the sticky bit (as `/tmp`), where nobody renames what is not theirs.
+/// - A link on the path must belong to root or to this user: `ln -s /root /tmp/agentos-executor`
+///   by anyone else is refused.
+/// - The workspace itself, if it exists, must belong to this user and must not be writable by
+///   every user: one such as `/tmp` is refused rather than having its mode changed.
+///
+/// Folders not made yet are not checked: the executor makes them itself (0755).
+pub fn workspace_unsafe(workspace: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    if meta.uid() != me {
-        return Err(ExecutorError::ForeignWorkspace { path: workspace.to_path_buf(), owner: meta.uid(), me });
+    let trusted = |uid: u32| uid == 0 || uid == me;
+    let absolute = match std::path::absolute(workspace) {
+        Ok(a) => a,
+        Err(e) => return Some(e.to_string()),
+    };
+    // The path as given: links on it.
+    let mut at = PathBuf::new();
+    for part in absolute.components() {
+        at.push(part);
+        match std::fs::symlink_metadata(&at) {
+            Ok(m) if m.file_type().is_symlink() && !trusted(m.uid()) => {
+                return Some(format!(
+                    "{} is a link that uid {} owns and may point anywhere; give a path without links others own",
+                    at.display(),
+                    m.uid()
+                ));
+            }
+            Ok(_) => {}
+            Err(_) => break,
+        }
     }
-    let mode = meta.mode() & 0o7777;
-    if mode & 0o002 == 0 {
-        Ok(())
-    } else if made {
-        std::fs::set_permissions(workspace, std::fs::Permissions::from_mode(mode & 0o755)).map_err(ws_err)
+    // The folders it leads to: above the workspace, or above where it will be made.
+    let Some(existing) = absolute.ancestors().find(|a| a.exists()) else { return None };
+    let Ok(real) = std::fs::canonicalize(existing) else { return None };
+    let made_here = existing != absolute.as_path();
+    for dir in real.ancestors().skip(usize::from(!made_here)) {
+        let Ok(m) = std::fs::metadata(dir) else { continue };
+        let mode = m.mode() & 0o7777;
+        if !trusted(m.uid()) {
+            return Some(format!(
+                "{} above it belongs to uid {}, who could replace the workspace with a link; give a folder whose parents only root or this user own",
+                dir.display(),
+                m.uid()
+            ));
+        }
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Some(format!(
+                "{} above it (mode {mode:o}) may be written by other users, who could replace the workspace with a link; give a folder whose parents only root or this user may write",
+                dir.display()
+            ));
+        }
+    }
+    if made_here {
+        return None;
+    }
+    let m = match std::fs::metadata(&real) {
+        Ok(m) => m,
+        Err(e) => return Some(e.to_string()),
+    };
+    let mode = m.mode() & 0o7777;
+    if !m.is_dir() {
+        Some("it is not a folder; give a folder, or a path where one can be made".into())
+    } else if m.uid() != me {
+        Some(format!(
+            "it belongs to uid {}, not to this executor's uid {me}, who could put links and files where the executor keeps scripts and job folders; give a folder this user owns",
+            m.uid()
+        ))
+    } else if mode & 0o002 != 0 {
+        Some(format!(
+            "it (mode {mode:o}) may be written by every user, who could put links and files where the executor keeps scripts and job folders; give a folder of its own, e.g. {}",
+            real.join("agentos-executor").display()
+        ))
     } else {
-        Err(ExecutorError::SharedWorkspace { path: workspace.to_path_buf(), mode })
+        None
     }
 }
 
@@ -170,11 +223,20 @@ struct Shared {
 /// Runs until `shutdown` resolves, then stops in two steps.
 pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> Result<(), ExecutorError> {
     let ws_err = |e| ExecutorError::Workspace { path: config.workspace.clone(), source: e };
-    let made = !config.workspace.exists();
-    std::fs::create_dir_all(&config.workspace).map_err(ws_err)?;
+    let unsafe_ws = |path: &std::path::Path| match workspace_unsafe(path) {
+        Some(why) => Err(ExecutorError::UnsafeWorkspace { path: path.to_path_buf(), why }),
+        None => Ok(()),
+    };
+    // Checked before anything is made in it, and again once it exists; folders made here are 0755
+    // whatever the umask, so none of them opens the path to others.
+    unsafe_ws(&config.workspace)?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&config.workspace).map_err(ws_err)?;
+    }
     // Scripts run in their own folders, so every path handed to them must be absolute.
     let workspace = std::fs::canonicalize(&config.workspace).map_err(ws_err)?;
-    check_workspace(&workspace, made)?;
+    unsafe_ws(&workspace)?;
     let jobs_dir = workspace.join("jobs");
     std::fs::create_dir_all(&jobs_dir).map_err(ws_err)?;
     std::fs::create_dir_all(workspace.join("scripts/sha256")).map_err(ws_err)?;
