@@ -27,6 +27,10 @@ pub enum SealedPolicy {
 /// Why a sealed job cannot run here.
 const NEEDS_ROOT: &str = "sealed jobs need an executor running as root with --sealed-uids; this one cannot change user, so the job's credential would be readable by every other job it runs (start it as root, or with --run-as current to accept that)";
 
+/// Why a job waiting for a sealed uid did not start: the executor stopped taking work. Its
+/// worker hands such a job back to the queue.
+pub const STOPPED_WAITING: &str = "the executor stopped before the script started, while it waited for a sealed uid";
+
 /// Rounds of scan-and-kill before a uid is given up on. A fork loop is outrun after a few
 /// rounds (a process that was sent SIGKILL forks no more); one stuck in the kernel (state D)
 /// may outlast them all, and its uid is then never used again by this executor.
@@ -38,6 +42,9 @@ pub struct Sealed {
     pool: Mutex<Pool>,
     /// Woken whenever a job's uid comes back or is held back.
     returned: tokio::sync::Notify,
+    /// Cancelled when the executor stops taking work: a job still waiting for a uid then goes
+    /// back to the queue rather than starting within the grace period.
+    stopping: CancellationToken,
     warned: AtomicBool,
 }
 
@@ -70,6 +77,7 @@ impl Sealed {
             policy,
             pool: Mutex::new(Pool { free, taken: 0 }),
             returned: tokio::sync::Notify::new(),
+            stopping: CancellationToken::new(),
             warned: AtomicBool::new(false),
         })
     }
@@ -95,9 +103,15 @@ impl Sealed {
         self.pool.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The executor stops taking work: jobs waiting for a uid stop waiting ([`STOPPED_WAITING`]).
+    pub fn stop_waiting(&self) {
+        self.stopping.cancel();
+    }
+
     /// As [`Sealed::take`], waiting while every uid is out with a running job: one comes back
     /// when that job ends (within its timeout). Fails at once when no uid is out and none is
-    /// free (all held back), and when `cancel` fires while it waits.
+    /// free (all held back), and when `cancel` fires or the executor stops while it waits (then
+    /// with [`STOPPED_WAITING`], and the job goes back to the queue).
     pub async fn take_waiting(self: &Arc<Self>, cancel: &CancellationToken) -> Result<Option<UidLease>, String> {
         loop {
             // Registered before the pool is looked at, so a uid coming back in between wakes it.
@@ -109,6 +123,7 @@ impl Sealed {
                     tokio::select! {
                         _ = returned => {}
                         _ = cancel.cancelled() => return Err(format!("stopped while waiting for a sealed uid: {e}")),
+                        _ = self.stopping.cancelled() => return Err(format!("{STOPPED_WAITING}: {e}")),
                     }
                 }
                 Err((e, false)) => return Err(e),
@@ -316,10 +331,11 @@ mod tests {
     }
 
     /// A sealed job finding every uid out with a running job waits for one, rather than failing
-    /// (it used to fail at once, and its net retried it slowly); one whose job is cancelled stops
-    /// waiting. (One finding every uid held back fails at once: see the next test.)
+    /// (it used to fail at once, and its net retried it slowly); one whose job is cancelled, or
+    /// whose executor stops taking work, stops waiting. (One finding every uid held back fails at
+    /// once: see the next test.)
     #[tokio::test]
-    async fn a_job_waits_for_a_uid_out_with_another_job_until_it_comes_back_or_the_job_is_cancelled() {
+    async fn a_job_waits_for_a_uid_out_with_another_job_until_it_comes_back_or_the_wait_is_stopped() {
         let pool = Sealed::new(SealedPolicy::Uids(3_999_999_021..=3_999_999_021));
         let cancel = CancellationToken::new();
         let first = pool.take().unwrap().unwrap();
@@ -344,6 +360,20 @@ mod tests {
         stopping.cancel();
         let err = waiting.await.unwrap().unwrap_err();
         assert!(err.starts_with("stopped while waiting for a sealed uid: no sealed uid is free"), "{err}");
+
+        // The executor stops taking work: a job still waiting does not start within the grace
+        // period (its worker hands it back), and later ones do not wait either.
+        let waiting = tokio::spawn({
+            let (pool, cancel) = (pool.clone(), cancel.clone());
+            async move { pool.take_waiting(&cancel).await.map(|l| l.map(|l| l.uid())) }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished());
+        pool.stop_waiting();
+        let err = waiting.await.unwrap().unwrap_err();
+        assert!(err.starts_with(STOPPED_WAITING), "{err}");
+        let err = pool.take_waiting(&cancel).await.err().unwrap();
+        assert!(err.starts_with(STOPPED_WAITING), "{err}");
         drop(held);
     }
 

@@ -326,6 +326,7 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
         Some(why) = fatal_rx.recv() => Some(why),
     };
     stop_polling.cancel();
+    shared.sealed.stop_waiting();
     let grace = tokio::time::sleep(config.grace);
     tokio::pin!(grace);
     loop {
@@ -623,7 +624,11 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, pend
     if lease_lost.is_cancelled() {
         return ran(None);
     }
-    if kill.is_cancelled() && result.error.as_deref().is_some_and(|e| e.starts_with("the executor stopped")) {
+    // Stopped by the executor before it ended, or before it started (waiting for a sealed uid
+    // when the executor stopped taking work): it goes back to the queue, to run elsewhere.
+    let stopped = result.error.as_deref().is_some_and(|e| e.starts_with("the executor stopped"));
+    let unstarted = result.error.as_deref().is_some_and(|e| e.starts_with(crate::sealed::STOPPED_WAITING));
+    if (kill.is_cancelled() && stopped) || unstarted {
         hand_back(shared, &job).await;
         return ran(None);
     }
