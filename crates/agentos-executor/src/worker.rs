@@ -114,7 +114,7 @@ pub fn workspace_unsafe(workspace: &std::path::Path) -> Option<String> {
         }
     }
     // The folders it leads to: above the workspace, or above where it will be made.
-    let Some(existing) = absolute.ancestors().find(|a| a.exists()) else { return None };
+    let existing = absolute.ancestors().find(|a| a.exists())?;
     let Ok(real) = std::fs::canonicalize(existing) else { return None };
     let made_here = existing != absolute.as_path();
     for dir in real.ancestors().skip(usize::from(!made_here)) {
