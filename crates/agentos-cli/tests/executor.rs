@@ -1020,6 +1020,21 @@ fn an_executor_long_polling_just_after_a_poll_without_a_wait_is_listed_as_pollin
     });
 }
 
+/// The output of `child`, which must exit by itself within 10 s (refusing what it was given):
+/// one that does not is killed, and the test fails saying `otherwise`.
+fn refused_at_start(mut child: std::process::Child, otherwise: &str) -> std::process::Output {
+    let exited = (0..200).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        child.kill().unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(exited, "{otherwise}: {}", String::from_utf8_lossy(&out.stderr));
+    out
+}
+
 /// A workspace every user may write (`/tmp`'s mode) or another user owns is refused at start,
 /// saying why, and its mode is left as it was: a root executor used to make such a folder 0755,
 /// which took `/tmp` from every other user of the machine.
@@ -1035,19 +1050,9 @@ fn a_workspace_every_user_may_write_or_another_user_owns_is_refused_and_left_as_
             .env("AGENTOS_LOG", "error");
         cmd
     };
-    // One that refuses its workspace exits at once; one that does not is killed and fails the test.
     let start = |workspace: &std::path::Path| {
-        let mut child = executor(workspace).stderr(std::process::Stdio::piped()).spawn().unwrap();
-        let exited = (0..200).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(50));
-            child.try_wait().unwrap().is_some()
-        });
-        if !exited {
-            child.kill().unwrap();
-        }
-        let out = child.wait_with_output().unwrap();
-        assert!(exited, "the executor took {}: {}", workspace.display(), String::from_utf8_lossy(&out.stderr));
-        out
+        let child = executor(workspace).stderr(std::process::Stdio::piped()).spawn().unwrap();
+        refused_at_start(child, &format!("the executor took {}", workspace.display()))
     };
     let shared = dir.path().join("shared");
     std::fs::create_dir(&shared).unwrap();
@@ -1133,7 +1138,7 @@ fn a_workspace_every_user_may_write_or_another_user_owns_is_refused_and_left_as_
     std::fs::create_dir(&work).unwrap();
     std::os::unix::fs::chown(&work, Some(65534), Some(65534)).unwrap();
     let port = common::free_port().to_string();
-    let mut child = std::process::Command::new(common::BIN)
+    let child = std::process::Command::new(common::BIN)
         .arg("up")
         .arg("--data")
         .arg(&data)
@@ -1143,16 +1148,8 @@ fn a_workspace_every_user_may_write_or_another_user_owns_is_refused_and_left_as_
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let exited = (0..200).any(|_| {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        child.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        child.kill().unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
+    let out = refused_at_start(child, "agentos up served with a workspace it cannot use");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(exited, "agentos up served with a workspace it cannot use: {stderr}");
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("the local executor's workspace") && stderr.contains("belongs to uid 65534"), "{stderr}");
 }
