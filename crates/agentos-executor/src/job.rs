@@ -357,6 +357,11 @@ mod tests {
             "content": b64(content), "env": env}))
     }
 
+    /// As [`sh`], a job that carries a credential.
+    fn sealed_sh(content: &str, env: Value) -> LeasedJob {
+        LeasedJob { sealed: true, ..sh(content, env) }
+    }
+
     #[tokio::test]
     async fn a_caller_env_that_steers_the_loader_runtime_or_shell_fails_the_job_naming_it() {
         for name in [
@@ -395,8 +400,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_sealed_job_is_refused_by_an_executor_that_cannot_change_user() {
-        let mut j = sh("echo ran", json!({"KEY": "s3cret"}));
-        j.sealed = true;
+        let j = sealed_sh("echo ran", json!({"KEY": "s3cret"}));
         let (r, ws) = exec(&j).await;
         let err = r.error.unwrap_or_default();
         assert!(err.starts_with("sealed jobs need an executor running as root with --sealed-uids"), "{err}");
@@ -411,8 +415,7 @@ mod tests {
         let folders = Folders::new(ws.path(), None);
         let spare = folders.take().unwrap();
         assert_eq!(folders.give_back(spare.clone()), None);
-        let mut j = sh("pwd; touch left-behind", json!({}));
-        j.sealed = true;
+        let j = sealed_sh("pwd; touch left-behind", json!({}));
         let sealed = Sealed::new(SealedPolicy::CurrentUser);
         let r = execute(
             &j,
@@ -442,8 +445,7 @@ mod tests {
         // One uid, far above anything this machine uses: the next sealed job would get it.
         let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_101..=3_999_999_101));
         // Files left behind, so that removing the folder takes a while.
-        let mut j = sh("for i in $(seq 3000); do : > f$i; done; echo secret > key", json!({}));
-        j.sealed = true;
+        let j = sealed_sh("for i in $(seq 3000); do : > f$i; done; echo secret > key", json!({}));
         // Takes the uid the moment it is free again, and looks for the job's folder then.
         let watcher = {
             let (sealed, root) = (sealed.clone(), ws.path().to_path_buf());
@@ -571,8 +573,7 @@ mod tests {
         let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
         let name = "agentos-sealed-leak-test";
         let run = |script: String| {
-            let mut j = sh(&script, json!({}));
-            j.sealed = true;
+            let j = sealed_sh(&script, json!({}));
             let (cache, folders, sealed, limits, cancel) = (&cache, &folders, &sealed, &limits, &cancel);
             async move {
                 let r = execute(&j, cache, folders, sealed, None, limits, cancel).await;
@@ -621,8 +622,7 @@ mod tests {
         let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_131..=3_999_999_131));
         let (cache, folders) = (ScriptCache::new(ws.path()), Folders::new(ws.path(), None));
         let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
-        let mut j = sh("exit 0", json!({}));
-        j.sealed = true;
+        let j = sealed_sh("exit 0", json!({}));
         for n in 0..250 {
             let r = execute(&j, &cache, &folders, &sealed, None, &limits, &cancel).await;
             assert_eq!((r.error.as_deref(), r.exit_code), (None, Some(0)), "job {n}: {r:?}");
@@ -640,8 +640,7 @@ mod tests {
         let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_141..=3_999_999_141));
         let (cache, folders) = (ScriptCache::new(ws.path()), Folders::new(ws.path(), None));
         let (limits, cancel) = (JobLimits::default(), CancellationToken::new());
-        let mut j = sh("sleep 0.2; id -u", json!({}));
-        j.sealed = true;
+        let j = sealed_sh("sleep 0.2; id -u", json!({}));
         let run = || execute(&j, &cache, &folders, &sealed, None, &limits, &cancel);
         let (a, b, c) = tokio::join!(run(), run(), run());
         for r in [a, b, c] {
@@ -669,8 +668,7 @@ mod tests {
         let sealed = Sealed::new(SealedPolicy::Uids(3_999_999_141..=3_999_999_141));
         let (cache, folders) = (ScriptCache::new(ws), Folders::new(&ws.join("jobs"), None));
         std::fs::create_dir(ws.join("jobs")).unwrap();
-        let mut j = sh("echo ran; touch /tmp/mine && echo its own /tmp", json!({}));
-        j.sealed = true;
+        let j = sealed_sh("echo ran; touch /tmp/mine && echo its own /tmp", json!({}));
         let r = execute(&j, &cache, &folders, &sealed, None, &JobLimits::default(), &CancellationToken::new()).await;
         assert_eq!(
             (r.exit_code, text(&r.stdout_base64).as_str()),

@@ -133,8 +133,10 @@ impl Sealed {
     }
 
     /// The user a sealed job runs as: `Ok(Some)` a uid of its own, `Ok(None)` the executor's own
-    /// user (`--run-as current`, warned about once), `Err` why it cannot run here.
-    pub fn take(self: &Arc<Self>) -> Result<Option<UidLease>, String> {
+    /// user (`--run-as current`, warned about once), `Err` why it cannot run here. Jobs take
+    /// theirs with [`Sealed::take_waiting`].
+    #[cfg(test)]
+    pub(crate) fn take(self: &Arc<Self>) -> Result<Option<UidLease>, String> {
         self.take_or_wait().map_err(|(e, _)| e)
     }
 
