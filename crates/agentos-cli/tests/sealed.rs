@@ -186,6 +186,56 @@ fn concurrent_sealed_jobs_run_as_uids_of_their_own_in_private_folders() {
     assert!(left.is_empty(), "sealed job folders were kept: {left:?}");
 }
 
+/// A sealed job that waits for a uid (every one out with a running job) when its executor is
+/// told to stop goes back to the queue at once, and runs later on another executor; the job
+/// that holds the uid ends within the grace period.
+#[test]
+fn a_sealed_job_waiting_for_a_uid_when_its_executor_stops_goes_back_and_runs_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let (uid, _) = common::own_sealed_uids();
+    let one = format!("{uid}-{uid}");
+    let mut e1 =
+        Executor::start_args(&m, &dir.path().join("e1"), "e1", &[], &["--concurrency", "2", "--sealed-uids", &one]);
+    let go = dir.path().join("go");
+    let command = format!("until [ -e {} ]; do sleep 0.02; done; id -u; pwd", go.display());
+    sealed_net(&api, "back", 2);
+    put_commands(&api, "back", &[&command, &command]);
+    let held = |name: &str| {
+        let (_, list) = api.get("/api/executors");
+        let e = list.as_array().unwrap().iter().find(|e| e["name"] == name).cloned().unwrap_or(Value::Null);
+        e["jobs"].as_array().map_or(0, Vec::len)
+    };
+    // One job runs and holds the only uid; the other, leased too, waits for it.
+    wait_for("both jobs leased to e1, one running as the sealed uid", || {
+        held("e1") == 2 && !live_processes_of(uid).is_empty()
+    });
+    // SAFETY: a signal to the executor this test started.
+    assert_eq!(unsafe { libc::kill(e1.child.id() as i32, libc::SIGTERM) }, 0);
+    wait_for("the waiting job handed back", || held("e1") == 1);
+    std::fs::write(&go, b"").unwrap();
+    let status = e1.child.wait().unwrap();
+    assert!(status.success(), "e1 ended with {status}");
+    let results = api.token_data("back", "p-out");
+    assert_eq!(results.len(), 1, "{results:?}");
+    let e1_dir = dir.path().join("e1").display().to_string();
+    assert_eq!(stdout_lines(&results[0])[0], uid.to_string());
+    assert!(stdout_lines(&results[0])[1].starts_with(&e1_dir), "{}", results[0]);
+    let (_, net) = api.get("/api/models/back/net");
+    assert!(net["transitions"][0]["lastError"].is_null(), "the handed-back job failed: {net}");
+
+    let _e2 = Executor::start_args(&m, &dir.path().join("e2"), "e2", &[], &["--sealed-uids", &one]);
+    wait_for("the handed-back job's result", || api.token_data("back", "p-out").len() == 2);
+    let results = api.token_data("back", "p-out");
+    let e2_dir = dir.path().join("e2").display().to_string();
+    let ran_on_e2: Vec<_> = results.iter().filter(|r| stdout_lines(r)[1].starts_with(&e2_dir)).collect();
+    assert_eq!(ran_on_e2.len(), 1, "{results:?}");
+    assert_eq!(stdout_lines(ran_on_e2[0])[0], uid.to_string());
+    let (_, net) = api.get("/api/models/back/net");
+    assert!(net["transitions"][0]["lastError"].is_null(), "{net}");
+}
+
 #[test]
 fn a_sealed_job_that_leaves_a_setsid_child_behind_leaves_no_process_of_its_uid() {
     let (_d, m, _e, sealed_uids) = setup(&[]);
