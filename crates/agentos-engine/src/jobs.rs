@@ -130,6 +130,9 @@ struct QueueState {
     /// Jobs taken off the queue (a result came, or every lease expired) whose result is not yet
     /// committed: still running as a reader of the job sees it, never unknown.
     recording: HashMap<String, OpenJob>,
+    /// No lease runs out before this (a renewal may have put the one it was set from later): a
+    /// hand-out looks for leases that ran out only from then on.
+    next_expiry: Option<Instant>,
 }
 
 impl QueueState {
@@ -157,6 +160,28 @@ impl QueueState {
                 self.open_of.remove(invoker);
             }
         }
+    }
+
+    /// Puts the jobs whose lease ran out by `now` and that have attempts left back in their
+    /// places in the queue (they waited their turn once already); answers how many. Jobs without
+    /// attempts left keep their ended lease, for [`MemoryQueue::reap`] to fail.
+    fn requeue_expired(&mut self, now: Instant, max_attempts: u32) -> usize {
+        let expired: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.attempt < max_attempts && j.lease.as_ref().is_some_and(|l| l.expires <= now))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            let job = self.jobs.get_mut(id).expect("listed above");
+            job.lease = None;
+            let order = job.order;
+            let at = self.queued.partition_point(|queued| self.jobs.get(queued).is_some_and(|j| j.order < order));
+            self.queued.insert(at, id.clone());
+        }
+        self.next_expiry =
+            self.jobs.values().filter_map(|j| j.lease.as_ref()).map(|l| l.expires).filter(|e| *e > now).min();
+        expired.len()
     }
 
     /// `job`, taken off the queue for good, marked as having its result recorded (readers see
@@ -403,6 +428,16 @@ impl MemoryQueue {
             last_wall: wall_ms(),
             polls: 0,
         });
+        // A job whose lease ran out goes back to its place before anything is handed out, as in
+        // the shared queue, rather than at the reaper's next round: a hand-out in between took
+        // the job behind it first.
+        let now = Instant::now();
+        if q.next_expiry.is_some_and(|t| t <= now) {
+            // The first may be the one taken now; the rest wake other pollers.
+            for _ in 1..q.requeue_expired(now, self.config.max_attempts) {
+                self.work.notify_one();
+            }
+        }
         // A cancelled job's id leaves the queue with it; should one be left behind, it goes when it
         // reaches the front. (This used to sweep the whole queue at every hand-out: a queue of
         // thousands cost each hand-out a lookup per queued job.) A targeted job waits for its
@@ -415,12 +450,9 @@ impl MemoryQueue {
         if let Some(id) = pos.and_then(|p| q.queued.remove(p)) {
             let job = q.jobs.get_mut(&id)?;
             job.attempt += 1;
-            job.lease = Some(Lease {
-                id: lease_id.clone(),
-                executor: executor.to_string(),
-                expires: Instant::now() + self.config.lease,
-                taken: Instant::now(),
-            });
+            let expires = now + self.config.lease;
+            job.lease = Some(Lease { id: lease_id.clone(), executor: executor.to_string(), expires, taken: now });
+            q.next_expiry = Some(q.next_expiry.map_or(expires, |t| t.min(expires)));
             return Some(Handout {
                 job_id: id,
                 lease_id,
@@ -511,6 +543,9 @@ impl MemoryQueue {
                 n += 1;
             }
         }
+        if n > 0 {
+            q.next_expiry = Some(now);
+        }
         n
     }
 
@@ -519,32 +554,25 @@ impl MemoryQueue {
     pub fn reap(&self) -> Vec<(Finished, String)> {
         let now = Instant::now();
         let mut failed = Vec::new();
-        let mut requeued = 0;
+        let requeued;
         {
             let mut q = self.lock();
-            let expired: Vec<String> = q
+            requeued = q.requeue_expired(now, self.config.max_attempts);
+            // What is left with an ended lease had no attempt left.
+            let exhausted: Vec<String> = q
                 .jobs
                 .iter()
                 .filter(|(_, j)| j.lease.as_ref().is_some_and(|l| l.expires <= now))
                 .map(|(id, _)| id.clone())
                 .collect();
-            for id in expired {
-                let job = q.jobs.get_mut(&id).expect("listed above");
+            for id in exhausted {
+                let mut job = q.remove_job(&id).expect("listed above");
                 let lease = job.lease.take().expect("filtered on lease");
-                if job.attempt >= self.config.max_attempts {
-                    let job = q.remove_job(&id).expect("listed above");
-                    let why = format!(
-                        "the job was handed out {} times and every lease expired without a result (last held by executor {:?}, which stopped sending heartbeats)",
-                        job.attempt, lease.executor
-                    );
-                    failed.push((q.recording(&id, job, true), why));
-                } else {
-                    // Back to its place: it waited its turn once already.
-                    let order = job.order;
-                    let at = q.queued.partition_point(|queued| q.jobs.get(queued).is_some_and(|j| j.order < order));
-                    q.queued.insert(at, id);
-                    requeued += 1;
-                }
+                let why = format!(
+                    "the job was handed out {} times and every lease expired without a result (last held by executor {:?}, which stopped sending heartbeats)",
+                    job.attempt, lease.executor
+                );
+                failed.push((q.recording(&id, job, true), why));
             }
         }
         for _ in 0..requeued {
@@ -1001,6 +1029,34 @@ mod tests {
             got.push(q.poll("e4", None, Duration::from_secs(1)).await.unwrap().job_id);
         }
         assert_eq!(got, [c, b, d, e]);
+    }
+
+    /// Regression: a job whose lease ran out waited for the reaper's next round (up to half a
+    /// second) to go back to its place, and a hand-out in between took the job queued after it.
+    #[tokio::test(start_paused = true)]
+    async fn a_job_whose_lease_ran_out_is_handed_out_again_before_the_reaper_runs() {
+        let q = queue();
+        let (a, _ra) = q.enqueue("default".into(), token());
+        let first = q.take_now("e1", None).unwrap();
+        let (b, _rb) = q.enqueue("default".into(), token());
+        let (c, _rc) = q.enqueue("default".into(), token());
+        let renewed = q.take_now("e1", None).unwrap();
+        assert_eq!((first.job_id.as_str(), renewed.job_id.as_str()), (a.as_str(), b.as_str()));
+        tokio::time::advance(Duration::from_secs(6)).await;
+        q.heartbeat("e1", &b, &renewed.lease_id).unwrap();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        // `a`'s lease ran out, `b`'s was renewed: `a` comes before `c`, with no reaper.
+        let again = q.take_now("e2", None).unwrap();
+        assert_eq!((again.job_id.as_str(), again.attempt), (a.as_str(), 2));
+        assert_eq!(q.complete("e1", &a, &first.lease_id).err(), Some(LeaseError::LeaseLost));
+        assert_eq!(q.take_now("e2", None).unwrap().job_id, c);
+        assert!(q.take_now("e2", None).is_none(), "b's renewed lease still holds");
+        // `a`'s second lease was its last: when it runs out, the job is not handed out again
+        // but failed by the reaper.
+        tokio::time::advance(Duration::from_secs(11)).await;
+        assert!(q.take_now("e3", None).map(|h| h.job_id).is_none_or(|id| id != a), "a went out a third time");
+        let failed = q.reap();
+        assert!(failed.iter().any(|f| f.0.job_id == a), "{:?}", failed.iter().map(|f| &f.0.job_id).collect::<Vec<_>>());
     }
 
     /// The open jobs of an invoker are counted as they come and go (the count used to walk every
