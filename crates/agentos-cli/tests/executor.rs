@@ -141,6 +141,9 @@ fn an_executor_killed_mid_job_loses_nothing_and_one_result_is_recorded() {
     let (status, job) = api.get(&format!("/api/jobs/{}", r["jobId"].as_str().unwrap()));
     assert_eq!(status, 200, "{job}");
     assert_eq!(job["results"].as_array().unwrap().len(), 1, "{job}");
+    // The list of recent jobs says which hand-out ran it.
+    let (_, recent) = api.get("/api/jobs");
+    assert_eq!((recent[0]["jobId"].clone(), recent[0]["attempt"].clone()), (r["jobId"].clone(), json!(2)), "{recent}");
 }
 
 /// A caller that goes away (an agent's Ctrl-C, a closed connection) does not leave its job
@@ -776,7 +779,7 @@ fn finished_jobs_are_listed_newest_first_to_whom_may_see_them_and_outlive_a_rest
     assert!(seqs.windows(2).all(|w| w[0] > w[1]), "newest first: {seqs:?}");
     assert_eq!((all[0]["toolId"].as_str(), all[0]["exitCode"].as_i64()), (Some("hi"), Some(0)));
     assert_eq!((all[0]["stdout"].as_str(), all[0]["stderr"].as_str()), (Some("hi\n"), Some("oops\n")));
-    assert_eq!(all[0]["executor"], "e1");
+    assert_eq!((all[0]["executor"].as_str(), all[0]["attempt"].as_u64()), (Some("e1"), Some(1)));
     // An agent sees the jobs it invoked; one with `l` sees those of models it may use, not others'.
     let (_, mine) = alice.get("/api/jobs");
     assert_eq!(mine.as_array().unwrap().len(), 1, "{mine}");

@@ -28,6 +28,8 @@ pub struct RecentJob {
     pub seq: u64,
     pub finished_at: String,
     pub executor: String,
+    /// Which hand-out ran it: 1 for the first, more after leases that ran out.
+    pub attempt: u32,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -59,6 +61,7 @@ impl RecentJob {
             seq: ev.seq,
             finished_at: agentos_core::event::format_time(ev.time),
             executor: r.executor.clone(),
+            attempt: r.attempt,
             exit_code: r.exit_code,
             signal: r.signal,
             timed_out: r.timed_out,

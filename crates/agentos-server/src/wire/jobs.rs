@@ -342,6 +342,9 @@ pub struct RecentJob {
     pub finished_at: String,
     /// The executor that ran it (empty when none did).
     pub executor: String,
+    /// Which hand-out to an executor it finished in: 1 for the first, more when a lease ran out
+    /// (its executor stopped sending heartbeats) and the job was handed out again.
+    pub attempt: u32,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub timed_out: bool,
@@ -367,6 +370,7 @@ impl From<agentos_engine::recent::RecentJob> for RecentJob {
             seq: j.seq,
             finished_at: j.finished_at,
             executor: j.executor,
+            attempt: j.attempt,
             exit_code: j.exit_code,
             signal: j.signal,
             timed_out: j.timed_out,
