@@ -604,8 +604,12 @@ fn executors_are_listed_with_their_state() {
     assert_eq!(list[0]["name"], "e1");
     assert_eq!(list[0]["state"], "polling");
     e.kill9();
-    // Without a poll outstanding the executor is no longer polling.
+    // Without a poll outstanding the executor is no longer polling, and once it has not been
+    // heard from for 5 s it is silent (it was listed idle until gone, 90 s later).
     wait_for("e1 to stop polling", || m.client().get("/api/executors").1[0]["state"] != "polling");
+    let killed = std::time::Instant::now();
+    wait_for("e1 to be listed silent", || m.client().get("/api/executors").1[0]["state"] == "silent");
+    assert!(killed.elapsed() > std::time::Duration::from_secs(4), "silent too soon");
 }
 
 #[test]

@@ -572,6 +572,20 @@ fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_sh
     common::wait_for("b to forget the executor gone for a day", || {
         psql(&shared.storage.database, "SELECT string_agg(name, ',') FROM agentos_executors") == "e1/recent"
     });
+    // One heard from just now, between two polls, is idle; one not heard from for 10 s, silent.
+    psql(
+        &shared.storage.database,
+        "INSERT INTO agentos_executors VALUES ('e1/between', (extract(epoch from clock_timestamp()) * 1000)::bigint, 0), \
+         ('e1/quiet', (extract(epoch from clock_timestamp()) * 1000)::bigint - 10000, 0)",
+    );
+    let (_, listed, _) = send(&a, "GET", "/api/executors", None, None);
+    let states: Vec<(&str, &str)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(states, [("e1/between", "idle"), ("e1/quiet", "silent"), ("e1/recent", "gone")], "{listed}");
 }
 
 /// What one load thread saw: the values whose request was acknowledged, and every answer of

@@ -257,7 +257,8 @@ pub struct InvokeRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorView {
     pub name: String,
-    /// `polling`, `busy`, `idle` or `gone`.
+    /// `polling`, `busy`, `idle` (between two polls), `silent` (neither polling nor holding a
+    /// job for 5 s: stopped, killed or cut off) or `gone`.
     pub state: String,
     pub last_seen: String,
     /// The ids of the jobs it holds that the reader may see (in models it may use).

@@ -23,6 +23,11 @@ pub struct JobConfig {
 /// An executor gone this long is no longer listed: one that comes back is listed anew.
 pub const FORGET_EXECUTOR_AFTER: Duration = Duration::from_secs(24 * 3600);
 
+/// A live executor with a free slot always has a poll open, but for the moment between two: one
+/// neither polling nor holding a job and not heard from for this long is listed `silent`
+/// (stopped, killed or cut off) rather than `idle`, until it is `gone`.
+pub const SILENT_AFTER: Duration = Duration::from_secs(5);
+
 impl Default for JobConfig {
     fn default() -> Self {
         JobConfig { lease: Duration::from_secs(30), max_attempts: 3, gone_after: Duration::from_secs(90) }
@@ -628,6 +633,8 @@ impl MemoryQueue {
                     "busy"
                 } else if seen.polls > 0 {
                     "polling"
+                } else if now.duration_since(seen.last) > SILENT_AFTER {
+                    "silent"
                 } else {
                     "idle"
                 };
@@ -1193,6 +1200,10 @@ mod tests {
         let again = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
         assert_eq!((again.job_id.as_str(), again.attempt), (a.as_str(), 1));
         assert!(q.complete("e1", &a, &again.lease_id).is_ok());
+        // Between two polls it is idle; not heard from for longer, silent, then gone.
+        assert_eq!(q.executors()[0].state, "idle");
+        tokio::time::advance(SILENT_AFTER + Duration::from_millis(1)).await;
+        assert_eq!(q.executors()[0].state, "silent");
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(q.executors()[0].state, "gone");
     }

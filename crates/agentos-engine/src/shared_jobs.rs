@@ -461,6 +461,8 @@ impl SharedQueue {
                     "busy"
                 } else if polling {
                     "polling"
+                } else if now - e.last_seen > crate::jobs::SILENT_AFTER.as_millis() as i64 {
+                    "silent"
                 } else {
                     "idle"
                 };

@@ -295,7 +295,9 @@ impl From<CallRequest> for agentos_engine::call::CallRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorView {
     pub name: String,
-    /// `polling`, `busy`, `idle` or `gone`.
+    /// `polling`; `busy` (holds jobs); `idle` (between two polls); `silent` (neither polling nor
+    /// holding a job, and not heard from for 5 s: stopped, killed or cut off); `gone` (so for
+    /// the master's `gone_after`, 90 s).
     pub state: String,
     pub last_seen: String,
     /// The ids of the jobs it holds in models the caller may use.
