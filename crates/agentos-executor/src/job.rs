@@ -16,6 +16,7 @@ use crate::cache::ScriptCache;
 use crate::cgroup::JobCgroups;
 use crate::folders::Folders;
 use crate::runner::{self, RunSpec};
+use crate::sealed::NoUid;
 use crate::sealed::{Sealed, SealedPolicy};
 
 /// What the executor brings to every job.
@@ -49,8 +50,20 @@ impl Default for JobLimits {
 /// open past the drain (`runner::DRAIN_AFTER_EXIT`): its output is what was read until then.
 pub const PIPES_LEFT_OPEN: &str = "\nagentos: the script exited but a process it started still held stdout or stderr open; the output read until then is kept\n";
 
-fn refused(lease_id: &str, error: String) -> ExecutorResult {
-    ExecutorResult { lease_id: lease_id.to_string(), error: Some(error), ..Default::default() }
+fn refused(lease_id: &str, error: String) -> (ExecutorResult, Ended) {
+    (ExecutorResult { lease_id: lease_id.to_string(), error: Some(error), ..Default::default() }, Ended::Done)
+}
+
+/// How a job's run ended, as its worker must know it: the result says it in words, for people.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// It ran to its end, timed out, or was refused: its result is posted.
+    Done,
+    /// The executor stopped it before it finished (its process group was killed).
+    Stopped,
+    /// The executor stopped taking work while the job waited for a sealed uid: it never
+    /// started, and goes back to the queue.
+    StoppedWaiting,
 }
 
 /// What runs: a pinned script through its runtime, or a bash command string.
@@ -131,7 +144,8 @@ fn parse(job: &LeasedJob, limits: &JobLimits) -> Result<Script, String> {
     Ok(Script { source, argv, env, input, timeout })
 }
 
-/// Runs one leased job to its result. Never fails: every refusal is a result with `error`.
+/// Runs one leased job to its result, and says how it ended. Never fails: every refusal is a
+/// result with `error`.
 pub async fn execute(
     job: &LeasedJob,
     cache: &ScriptCache,
@@ -140,7 +154,7 @@ pub async fn execute(
     cgroups: Option<&JobCgroups>,
     limits: &JobLimits,
     cancel: &CancellationToken,
-) -> ExecutorResult {
+) -> (ExecutorResult, Ended) {
     let script = match parse(job, limits) {
         Ok(s) => s,
         Err(e) => return refused(&job.lease_id, e),
@@ -176,7 +190,8 @@ pub async fn execute(
                 if let Some(cg) = cgroup {
                     cg.release().await;
                 }
-                return refused(&job.lease_id, e);
+                let (result, _) = refused(&job.lease_id, e.to_string());
+                return (result, if matches!(e, NoUid::Stopped(_)) { Ended::StoppedWaiting } else { Ended::Done });
             }
         }
     } else {
@@ -235,30 +250,33 @@ pub async fn execute(
     let b64 = base64::engine::general_purpose::STANDARD;
     match outcome {
         Err(e) => refused(&job.lease_id, format!("cannot start {runtime}: {e}")),
-        Ok(mut o) => ExecutorResult {
-            lease_id: job.lease_id.clone(),
-            exit_code: o.exit_code,
-            signal: o.signal,
-            stdout_base64: b64.encode(&o.stdout),
-            stderr_base64: {
-                if o.pipes_left_open {
-                    // Said in stderr, not in `error`: the script did what it did and its exit
-                    // code stands; the note only explains why the output may stop short.
-                    o.stderr.extend_from_slice(PIPES_LEFT_OPEN.as_bytes());
-                }
-                b64.encode(&o.stderr)
+        Ok(mut o) => (
+            ExecutorResult {
+                lease_id: job.lease_id.clone(),
+                exit_code: o.exit_code,
+                signal: o.signal,
+                stdout_base64: b64.encode(&o.stdout),
+                stderr_base64: {
+                    if o.pipes_left_open {
+                        // Said in stderr, not in `error`: the script did what it did and its exit
+                        // code stands; the note only explains why the output may stop short.
+                        o.stderr.extend_from_slice(PIPES_LEFT_OPEN.as_bytes());
+                    }
+                    b64.encode(&o.stderr)
+                },
+                duration_ms: o.duration.as_millis() as u64,
+                timed_out: o.timed_out,
+                output_truncated: o.truncated,
+                error: if o.timed_out {
+                    Some(format!("timed out after {} ms; the process group was killed", script.timeout.as_millis()))
+                } else if o.cancelled {
+                    Some("the executor stopped before the script finished; the process group was killed".into())
+                } else {
+                    None
+                },
             },
-            duration_ms: o.duration.as_millis() as u64,
-            timed_out: o.timed_out,
-            output_truncated: o.truncated,
-            error: if o.timed_out {
-                Some(format!("timed out after {} ms; the process group was killed", script.timeout.as_millis()))
-            } else if o.cancelled {
-                Some("the executor stopped before the script finished; the process group was killed".into())
-            } else {
-                None
-            },
-        },
+            if o.cancelled && !o.timed_out { Ended::Stopped } else { Ended::Done },
+        ),
     }
 }
 
@@ -286,6 +304,19 @@ mod tests {
         base64::engine::general_purpose::STANDARD.encode(s)
     }
 
+    /// The result alone, as most tests need it.
+    async fn execute(
+        job: &LeasedJob,
+        cache: &ScriptCache,
+        folders: &Folders,
+        sealed: &Arc<Sealed>,
+        cgroups: Option<&JobCgroups>,
+        limits: &JobLimits,
+        cancel: &CancellationToken,
+    ) -> ExecutorResult {
+        super::execute(job, cache, folders, sealed, cgroups, limits, cancel).await.0
+    }
+
     async fn exec(j: &LeasedJob) -> (ExecutorResult, tempfile::TempDir) {
         let ws = tempfile::tempdir().unwrap();
         let r = execute(
@@ -299,6 +330,53 @@ mod tests {
         )
         .await;
         (r, ws)
+    }
+
+    /// Its worker hands a job back by how it ended, told apart by kind rather than by the words
+    /// of its error: stopped by the executor mid-run, or while it waited for a sealed uid.
+    #[tokio::test]
+    async fn a_run_says_whether_the_executor_stopped_it_or_it_ended_by_itself() {
+        let ws = tempfile::tempdir_in("/var/tmp").unwrap();
+        let (cache, folders, limits) =
+            (ScriptCache::new(ws.path()), Folders::new(ws.path(), None), JobLimits::default());
+        let refuse = Sealed::new(SealedPolicy::Refuse);
+        let run = |j: LeasedJob, sealed: Arc<Sealed>, cancel: CancellationToken| {
+            let (cache, folders, limits) = (&cache, &folders, &limits);
+            async move { super::execute(&j, cache, folders, &sealed, None, limits, &cancel).await }
+        };
+        let (r, ended) = run(sh("exit 3", json!({})), refuse.clone(), CancellationToken::new()).await;
+        assert_eq!((r.exit_code, ended), (Some(3), Ended::Done));
+        let mut slow = sh("sleep 5", json!({}));
+        slow.token.args["timeoutMs"] = json!(200);
+        let (r, ended) = run(slow, refuse.clone(), CancellationToken::new()).await;
+        assert_eq!((r.timed_out, ended), (true, Ended::Done), "{r:?}");
+        let cancel = CancellationToken::new();
+        let stop = {
+            let cancel = cancel.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                cancel.cancel();
+            }
+        };
+        let ((r, ended), ()) = tokio::join!(run(sh("sleep 5", json!({})), refuse.clone(), cancel), stop);
+        assert_eq!(ended, Ended::Stopped, "{r:?}");
+        if !can_take_sealed_uids() {
+            return;
+        }
+        let pool = Sealed::new(SealedPolicy::Uids(3_999_999_151..=3_999_999_151));
+        let held = pool.take().unwrap().unwrap();
+        let stop = {
+            let pool = pool.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                pool.stop_waiting();
+            }
+        };
+        let ((r, ended), ()) =
+            tokio::join!(run(sealed_sh("echo ran", json!({})), pool.clone(), CancellationToken::new()), stop);
+        assert_eq!((ended, r.exit_code), (Ended::StoppedWaiting, None), "{r:?}");
+        assert!(r.error.as_deref().is_some_and(|e| e.starts_with(crate::sealed::STOPPED_WAITING)), "{r:?}");
+        drop(held);
     }
 
     #[tokio::test]

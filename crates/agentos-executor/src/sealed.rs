@@ -29,7 +29,26 @@ const NEEDS_ROOT: &str = "sealed jobs need an executor running as root with --se
 
 /// Why a job waiting for a sealed uid did not start: the executor stopped taking work. Its
 /// worker hands such a job back to the queue.
-pub const STOPPED_WAITING: &str = "the executor stopped before the script started, while it waited for a sealed uid";
+pub(crate) const STOPPED_WAITING: &str =
+    "the executor stopped before the script started, while it waited for a sealed uid";
+
+/// Why a sealed job got no uid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NoUid {
+    /// It cannot run here, or its wait was cancelled: the reason is its result.
+    Refused(String),
+    /// The executor stopped taking work while it waited ([`STOPPED_WAITING`]): it never started,
+    /// and its worker hands it back to the queue.
+    Stopped(String),
+}
+
+impl std::fmt::Display for NoUid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoUid::Refused(why) | NoUid::Stopped(why) => f.write_str(why),
+        }
+    }
+}
 
 /// Rounds of scan-and-kill before a uid is given up on. A fork loop is outrun after a few
 /// rounds (a process that was sent SIGKILL forks no more); one stuck in the kernel (state D)
@@ -112,7 +131,7 @@ impl Sealed {
     /// when that job ends (within its timeout). Fails at once when no uid is out and none is
     /// free (all held back), and when `cancel` fires or the executor stops while it waits (then
     /// with [`STOPPED_WAITING`], and the job goes back to the queue).
-    pub async fn take_waiting(self: &Arc<Self>, cancel: &CancellationToken) -> Result<Option<UidLease>, String> {
+    pub async fn take_waiting(self: &Arc<Self>, cancel: &CancellationToken) -> Result<Option<UidLease>, NoUid> {
         loop {
             // Registered before the pool is looked at, so a uid coming back in between wakes it.
             let returned = self.returned.notified();
@@ -122,11 +141,13 @@ impl Sealed {
                 Err((e, true)) => {
                     tokio::select! {
                         _ = returned => {}
-                        _ = cancel.cancelled() => return Err(format!("stopped while waiting for a sealed uid: {e}")),
-                        _ = self.stopping.cancelled() => return Err(format!("{STOPPED_WAITING}: {e}")),
+                        _ = cancel.cancelled() => {
+                            return Err(NoUid::Refused(format!("stopped while waiting for a sealed uid: {e}")));
+                        }
+                        _ = self.stopping.cancelled() => return Err(NoUid::Stopped(format!("{STOPPED_WAITING}: {e}"))),
                     }
                 }
-                Err((e, false)) => return Err(e),
+                Err((e, false)) => return Err(NoUid::Refused(e)),
                 Ok(taken) => return Ok(taken),
             }
         }
@@ -361,7 +382,10 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(50)).await;
         stopping.cancel();
         let err = waiting.await.unwrap().unwrap_err();
-        assert!(err.starts_with("stopped while waiting for a sealed uid: no sealed uid is free"), "{err}");
+        assert!(
+            matches!(&err, NoUid::Refused(e) if e.starts_with("stopped while waiting for a sealed uid: no sealed uid is free")),
+            "{err}"
+        );
 
         // The executor stops taking work: a job still waiting does not start within the grace
         // period (its worker hands it back), and later ones do not wait either.
@@ -373,9 +397,9 @@ mod tests {
         assert!(!waiting.is_finished());
         pool.stop_waiting();
         let err = waiting.await.unwrap().unwrap_err();
-        assert!(err.starts_with(STOPPED_WAITING), "{err}");
+        assert!(matches!(&err, NoUid::Stopped(e) if e.starts_with(STOPPED_WAITING)), "{err}");
         let err = pool.take_waiting(&cancel).await.err().unwrap();
-        assert!(err.starts_with(STOPPED_WAITING), "{err}");
+        assert!(matches!(&err, NoUid::Stopped(e) if e.starts_with(STOPPED_WAITING)), "{err}");
         drop(held);
     }
 
@@ -438,7 +462,11 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(5), pool.take_waiting(&CancellationToken::new())).await
         });
         immutable(&left, false);
-        assert!(waited.expect("waited for a uid that cannot come back").is_err_and(|e| e.starts_with("no sealed uid")));
+        assert!(
+            waited
+                .expect("waited for a uid that cannot come back")
+                .is_err_and(|e| matches!(&e, NoUid::Refused(why) if why.starts_with("no sealed uid")))
+        );
         assert!(left.exists());
         let err = taken.err().expect("the uid went to another job with the last one's folder still there");
         assert!(err.starts_with("no sealed uid is free"), "{err}");

@@ -14,7 +14,7 @@ use agentos_core::job::{ExecutorResult, LeasedJob};
 use crate::cache::ScriptCache;
 use crate::cgroup::JobCgroups;
 use crate::folders::Folders;
-use crate::job::{JobLimits, execute};
+use crate::job::{Ended, JobLimits, execute};
 use crate::protocol::{Master, ProtocolError};
 use crate::sealed::{Sealed, SealedPolicy};
 
@@ -626,9 +626,8 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, pend
     }
     // Stopped by the executor before it ended, or before it started (waiting for a sealed uid
     // when the executor stopped taking work): it goes back to the queue, to run elsewhere.
-    let stopped = result.error.as_deref().is_some_and(|e| e.starts_with("the executor stopped"));
-    let unstarted = result.error.as_deref().is_some_and(|e| e.starts_with(crate::sealed::STOPPED_WAITING));
-    if (kill.is_cancelled() && stopped) || unstarted {
+    let (result, ended) = result;
+    if (kill.is_cancelled() && ended == Ended::Stopped) || ended == Ended::StoppedWaiting {
         hand_back(shared, &job).await;
         return ran(None);
     }
