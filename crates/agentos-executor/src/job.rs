@@ -16,8 +16,7 @@ use crate::cache::ScriptCache;
 use crate::cgroup::JobCgroups;
 use crate::folders::Folders;
 use crate::runner::{self, RunSpec};
-use crate::sealed::NoUid;
-use crate::sealed::{Sealed, SealedPolicy};
+use crate::sealed::{NoUid, Sealed, SealedPolicy};
 
 /// What the executor brings to every job.
 #[derive(Debug, Clone)]
