@@ -327,6 +327,9 @@ fn a_job_whose_every_lease_expires_fails_with_the_cause() {
     assert_eq!(status, 200);
     let err = r["error"].as_str().unwrap();
     assert!(err.contains("every lease expired") && err.contains("\"a\""), "{err}");
+    // Where it ran last, and how long that lease held (the lease, 300 ms, at least).
+    assert_eq!(r["executor"], "a", "{r}");
+    assert!(r["durationMs"].as_u64().is_some_and(|d| d >= 300), "{r}");
 }
 
 /// Regression: a result larger than the master's `--max-result-bytes` was refused (413) at every

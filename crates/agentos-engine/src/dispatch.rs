@@ -582,7 +582,10 @@ impl Dispatch<'_> {
         }
         for (finished, why) in jobs.reap().await {
             tracing::warn!(job = %finished.job_id, %why, "job failed");
-            let result = JobResult::failed(&finished.job_id, finished.attempt, why);
+            let mut result = JobResult::failed(&finished.job_id, finished.attempt, why);
+            // Where it ran last, and for how long that lease held, as a cancelled job says.
+            result.executor = finished.holder.clone().unwrap_or_default();
+            result.duration_ms = finished.held_ms.unwrap_or(0);
             self.finish(finished, result).await;
         }
     }

@@ -571,12 +571,13 @@ impl MemoryQueue {
                 .map(|(id, _)| id.clone())
                 .collect();
             for id in exhausted {
-                let mut job = q.remove_job(&id).expect("listed above");
-                let lease = job.lease.take().expect("filtered on lease");
+                let job = q.remove_job(&id).expect("listed above");
+                let holder = job.lease.as_ref().map(|l| l.executor.clone()).unwrap_or_default();
                 let why = format!(
-                    "the job was handed out {} times and every lease expired without a result (last held by executor {:?}, which stopped sending heartbeats)",
-                    job.attempt, lease.executor
+                    "the job was handed out {} times and every lease expired without a result (last held by executor {holder:?}, which stopped sending heartbeats)",
+                    job.attempt
                 );
+                // The last holder and how long it held the job go with it.
                 failed.push((q.recording(&id, job, true), why));
             }
         }
@@ -1063,7 +1064,9 @@ mod tests {
         tokio::time::advance(Duration::from_secs(11)).await;
         assert!(q.take_now("e3", None).map(|h| h.job_id).is_none_or(|id| id != a), "a went out a third time");
         let failed = q.reap();
-        assert!(failed.iter().any(|f| f.0.job_id == a), "{:?}", failed.iter().map(|f| &f.0.job_id).collect::<Vec<_>>());
+        let ids: Vec<_> = failed.iter().map(|f| f.0.job_id.clone()).collect();
+        let last = failed.into_iter().find(|f| f.0.job_id == a).unwrap_or_else(|| panic!("a not failed: {ids:?}"));
+        assert_eq!((last.0.holder.as_deref(), last.0.held_ms), (Some("e2"), Some(11_000)), "its last holder");
     }
 
     /// The open jobs of an invoker are counted as they come and go (the count used to walk every
