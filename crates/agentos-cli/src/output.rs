@@ -249,6 +249,10 @@ pub fn job(v: &Value) -> String {
     if let Some(e) = r["executor"].as_str().filter(|e| !e.is_empty()) {
         line.push_str(&format!(" on {}", shown(e)));
     }
+    // The first hand-out is the rule: a later one means a lease ran out before.
+    if let Some(n) = r["attempt"].as_u64().filter(|n| *n > 1) {
+        line.push_str(&format!(", attempt {n}"));
+    }
     if r["timedOut"].as_bool() == Some(true) {
         line.push_str(", timed out");
     }
@@ -310,4 +314,19 @@ pub fn tokens(v: &Value) -> String {
         return "no tokens".into();
     }
     each_line(v, |t| format!("{}  {}", s(t, "id"), t["data"]))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    #[test]
+    fn a_job_line_names_its_attempt_only_when_it_ran_again() {
+        let job = |attempt: u64| {
+            json!({"jobId": "job-1", "model": "m", "state": "finished",
+                "results": [{"exitCode": 0, "durationMs": 12, "executor": "b", "attempt": attempt}]})
+        };
+        assert_eq!(super::job(&job(1)), "job job-1 in m: finished, exit code 0, 12 ms on b");
+        assert_eq!(super::job(&job(2)), "job job-1 in m: finished, exit code 0, 12 ms on b, attempt 2");
+    }
 }
