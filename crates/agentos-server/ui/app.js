@@ -623,7 +623,7 @@ function drawJob(job, into) {
   };
   const open = job.state === 'queued' || job.state === 'running';
   fill(into, h('h2', {}, `Job ${id}`),
-    kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['error', r.error], ['cancelled by', r.cancelledBy]]),
+    kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['attempt', r.attempt], ['error', r.error], ['cancelled by', r.cancelledBy]]),
     open ? h('p', {}, confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)) : null,
     h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
     r.stdoutBlob ? h('button', { onclick: () => whole('stdout') }, 'Load the whole stdout') : null,

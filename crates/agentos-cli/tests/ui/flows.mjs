@@ -165,6 +165,8 @@ await page.goto(`${BASE}/#/executors`);
 await page.locator('tr[data-executor=e1]').waitFor();
 await page.locator('tr[data-job]', { hasText: 'hello from the job' }).locator('a').click();
 await page.locator('#job pre', { hasText: 'hello from the job' }).waitFor();
+// Which hand-out ran it: the first.
+check((await page.locator('#job dt', { hasText: 'attempt' }).locator('xpath=following-sibling::dd[1]').textContent()) === '1', 'the job shows its attempt');
 await shot('executors');
 // A stdout past what is kept inline: its first 2,000 characters, and the whole from its blob.
 await page.click(`tr[data-job="${LOUD_JOB}"] a`);
