@@ -50,6 +50,8 @@ class H(http.server.BaseHTTPRequestHandler):
             ctype, out = 'application/octet-stream', bytes(range(256))
         elif u.path == '/gzip':
             extra, out = {'Content-Encoding': 'gzip'}, gzip.compress(out)
+        elif u.path == '/ctecho':
+            ctype = 'application/json; x="%s"' % self.headers.get('authorization', '')
         self.send_response(status)
         self.send_header('content-type', ctype)
         for k, v in extra.items():
@@ -154,6 +156,8 @@ paths:
     get: {operationId: bytes, responses: {"200": {description: every byte value}}}
   /gzip:
     get: {operationId: gzip, responses: {"200": {description: the echo, gzip-encoded}}}
+  /ctecho:
+    get: {operationId: ctecho, responses: {"200": {description: the echo, the credential in its content type}}}
 "#;
 
 /// A running service; killed when dropped.
@@ -233,6 +237,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
             "big",
             "boom",
             "bytes",
+            "ctecho",
             "get-item",
             "gzip",
             "hop",
@@ -489,6 +494,12 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     let body = &out.json()["result"]["body"];
     assert_eq!(body["path"], "/gzip", "{body}");
     assert_eq!(body["headers"]["authorization"], "Bearer [redacted]", "{body}");
+    // Regression: the answer's content type, which a service may set as it likes, carried the
+    // echoed credential unredacted.
+    let out = run(&m, &m.token, &bin.join("agentos-items"), &["ctecho"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stdout.contains(token), "{}", out.stdout);
+    assert_eq!(out.json()["result"]["contentType"], "application/json; x=\"Bearer [redacted]\"", "{}", out.stdout);
 
     // `auth: query` sends the credential as the named query parameter only.
     let out = register_items(&m, dir.path(), &service, &["--auth", "query:api_key:ITEMS_KEY"]);

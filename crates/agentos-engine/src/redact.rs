@@ -120,6 +120,11 @@ fn forms(secret: &str) -> Vec<Vec<u8>> {
     for sep in SPELLED {
         out.push(chars.join(sep).into_bytes());
     }
+    // UTF-16, little and big endian, as a service answering in `charset=utf-16` echoes it: a NUL
+    // between the characters of an ASCII secret.
+    let units: Vec<u16> = secret.encode_utf16().collect();
+    out.push(units.iter().flat_map(|u| u.to_le_bytes()).collect());
+    out.push(units.iter().flat_map(|u| u.to_be_bytes()).collect());
     out
 }
 
@@ -411,6 +416,24 @@ mod tests {
             ("foobar", "MZXW6YTBOI"),
         ] {
             assert_eq!(base32(raw.as_bytes()), enc, "{raw:?}");
+        }
+    }
+
+    /// Regression: a service answering in UTF-16 with the credential echoed handed it back
+    /// readable, one NUL between its characters.
+    #[test]
+    fn a_secret_echoed_in_utf16_is_redacted() {
+        let secret = "S3cr3tV4lue-XYZ-123";
+        let r = Redactor::new(&[secret.to_string()]);
+        for big_endian in [false, true] {
+            let body: Vec<u8> = format!("{{\"auth\": \"Bearer {secret}\"}}")
+                .encode_utf16()
+                .flat_map(|u| if big_endian { u.to_be_bytes() } else { u.to_le_bytes() })
+                .collect();
+            let out = r.bytes(body);
+            let readable: String = out.iter().filter(|b| **b != 0).map(|b| *b as char).collect();
+            assert!(!readable.contains(secret), "big endian {big_endian}: {readable}");
+            assert!(readable.contains("[redacted]"), "big endian {big_endian}: {readable}");
         }
     }
 

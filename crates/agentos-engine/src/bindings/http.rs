@@ -224,7 +224,9 @@ impl Sent<'_> {
             }
             _ => None,
         };
-        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        // Redacted as the shown headers are: a service may echo the credential in any of them.
+        let content_type =
+            redactor.text(resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or(""));
         let mut shown_headers = Map::new();
         for name in SHOWN_HEADERS {
             if let Some(v) = resp.headers().get(name).and_then(|v| v.to_str().ok()) {
