@@ -265,7 +265,11 @@ impl Rules {
         // The master's own addresses reach whatever listens on the machine, on every port. On the
         // master's own port only an entry naming that port opens one: an entry that opens the
         // IP leaves it refused, so opening a service beside the master does not open the master.
-        if forms.iter().any(|f| self.own.contains(f)) {
+        // On that port an unspecified address (`0.0.0.0`, `::`) is one of them: a connection to
+        // it reaches this machine, the master included.
+        let on_own_port = port.is_none_or(|p| self.own_port.is_none_or(|own| own == p));
+        let unspecified_to_own = !self.own.is_empty() && on_own_port;
+        if forms.iter().any(|f| self.own.contains(f) || (unspecified_to_own && f.is_unspecified())) {
             let own_port = matches!((port, self.own_port), (Some(p), Some(own)) if p == own);
             if allowed(own_port) {
                 return Ok(());
@@ -577,6 +581,14 @@ mod tests {
         check_on("192.168.1.5", 7421, &["192.168.1.5"], None);
         check_on("192.168.1.5", 7421, &["192.168.1.5:7421"], None);
         check_on("192.168.1.5", 7421, &["192.168.1.5:7420"], Some("own address"));
+        // Regression: `--http-allow 0.0.0.0` opened the master's own port, which a connection to
+        // the unspecified address reaches on this machine.
+        check_on("0.0.0.0", 7420, &["0.0.0.0"], Some("own address"));
+        check_on("0.0.0.0", 7420, &["0.0.0.0/0"], Some("own address"));
+        check_on("::ffff:0.0.0.0", 7420, &["0.0.0.0"], Some("own address"));
+        check_on("::", 7420, &["::"], Some("own address"));
+        check_on("0.0.0.0", 7420, &["0.0.0.0:7420"], None);
+        check_on("0.0.0.0", 7421, &["0.0.0.0"], None);
         let policy =
             OutboundPolicy::new(vec!["192.168.1.5".parse().unwrap()]).listening_on("192.168.1.5:7420".parse().unwrap());
         let e = policy.check_ip("192.168.1.5".parse().unwrap(), Some(7420)).unwrap_err().to_string();
