@@ -606,6 +606,37 @@ fn one_principal_holds_at_most_a_hundred_mcp_sessions() {
     open_session(&m, &a).unwrap();
 }
 
+/// Regression: a `tools/call` held no invocation slot, so one principal's MCP calls ran past
+/// `--max-concurrent-invocations`, where the same calls over the API were refused with 429.
+#[test]
+fn mcp_tool_calls_are_held_to_the_callers_invocation_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--max-concurrent-invocations", "1"]);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let api = m.client();
+    let go = dir.path().join("go");
+    let slow = format!("until [ -e {} ]; do sleep 0.02; done; echo slow", go.display());
+    assert_eq!(api.register("slow", "sh", &slow, None).0, 200);
+    assert_eq!(api.register("quick", "sh", "echo quick", None).0, 200);
+    let session = open_session(&m, &m.token).unwrap();
+    let call = |id: u64, name: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {}}});
+    let first = std::thread::scope(|s| {
+        let running =
+            s.spawn(|| message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(2, "slow_run")))));
+        common::wait_for("the first call to run", || api.get("/api/executors").1[0]["state"] == "busy");
+        let refused = message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(3, "quick_run"))));
+        assert_eq!(refused["result"]["isError"], true, "{refused}");
+        let text = refused["result"]["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("the limit"), "{refused}");
+        std::fs::write(&go, b"").unwrap();
+        running.join().unwrap()
+    });
+    assert_eq!(first["result"]["isError"], false, "{first}");
+    // The slot came back with the first call's end.
+    let again = message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(4, "quick_run"))));
+    assert_eq!(again["result"]["isError"], false, "{again}");
+}
+
 #[test]
 fn agentos_mcp_without_a_token_says_what_to_set() {
     let out = Command::new(BIN).arg("mcp").env_remove("AGENTOS_TOKEN").output().unwrap();

@@ -499,6 +499,11 @@ impl McpServer {
         }
         let outcome = match target {
             Target::Operation { toolkit, operation } => {
+                // The caller's invocation slots bound its calls here as on the API (429 there).
+                let _slot = match self.shared.engine.principals().invocation_slot(p) {
+                    Ok(slot) => slot,
+                    Err(e) => return failed(e.to_string()),
+                };
                 self.shared.engine.dispatch().call_with_input(p, &toolkit, &operation, Value::Object(args)).await
             }
             Target::Platform(Platform::CallTool) => {
