@@ -206,6 +206,11 @@ struct Field {
     json: bool,
 }
 
+/// Whether `name` is an HTTP token (RFC 9110, 5.6.2), as a header's or a cookie's name must be.
+fn is_token(name: &str) -> bool {
+    name.bytes().all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
+}
+
 fn build<'d>(
     doc: &'d Value,
     path: &str,
@@ -241,6 +246,15 @@ fn build<'d>(
         };
         if name.is_empty() {
             return Err(OpError::Skip("a parameter has no name".into()));
+        }
+        // A header's or a cookie's name goes on the wire as it is, and must be an HTTP token:
+        // one that is not would fail every call.
+        if matches!(location, Location::Header | Location::Cookie) && !is_token(name) {
+            return Err(OpError::Skip(format!(
+                "the {} parameter {name:?} is not a valid {} name (letters, digits and !#$%&'*+-.^_`|~ only)",
+                if location == Location::Header { "header" } else { "cookie" },
+                if location == Location::Header { "HTTP header" } else { "cookie" },
+            )));
         }
         // OpenAPI: Accept, Content-Type and Authorization "SHALL be ignored"; the request sets
         // them itself. So it does the headers that frame the request or say where it goes: a

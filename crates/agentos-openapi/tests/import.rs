@@ -340,6 +340,33 @@ fn a_multipart_field_whose_name_a_part_cannot_carry_is_skipped() {
     assert!(i.skipped[0].reason.contains("holds a quote or line break"), "{}", i.skipped[0].reason);
 }
 
+/// Regression: a header parameter named `"Bad Name\r\nX"` was imported, and every call of the
+/// tool then failed with "invalid HTTP header name".
+#[test]
+fn a_header_or_cookie_parameter_whose_name_is_not_a_token_is_skipped() {
+    let with = |name: &str, at: &str| {
+        json!({"get": {"operationId": format!("op-{at}"), "parameters": [{"name": name, "in": at, "schema": {"type": "string"}}],
+            "responses": {}}})
+    };
+    let i = ok(&doc(json!({
+        "/ok": with("X-Request-Id", "header"),
+        "/fine-cookie": with("session_id", "cookie"),
+        "/bad": with("Bad Name\r\nX", "header"),
+        "/bad-colon": with("X-A:b", "header"),
+        "/bad-cookie": with("a=b; c", "cookie"),
+    })));
+    assert_eq!(i.operations.len(), 2, "{:?}", i.skipped);
+    let mut skipped: Vec<(&str, &str)> = i.skipped.iter().map(|s| (s.pointer.as_str(), s.reason.as_str())).collect();
+    skipped.sort();
+    let pointers: Vec<&str> = skipped.iter().map(|s| s.0).collect();
+    assert_eq!(pointers, ["/paths/~1bad-colon/get", "/paths/~1bad-cookie/get", "/paths/~1bad/get"]);
+    assert!(skipped[1].1.contains(r#"the cookie parameter "a=b; c" is not a valid cookie name"#), "{skipped:?}");
+    assert!(
+        skipped[2].1.contains(r#"the header parameter "Bad Name\r\nX" is not a valid HTTP header name"#),
+        "{skipped:?}"
+    );
+}
+
 #[test]
 fn refusals_say_what_was_found() {
     let cases: Vec<(Value, ImportError)> = vec![
