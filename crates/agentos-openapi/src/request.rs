@@ -352,21 +352,27 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
         BodyEncoding::Multipart => {
             let mut parts: Vec<Part> = Vec::new();
             match whole {
-                Some(Value::Object(o)) => {
-                    for (k, v) in o {
-                        multipart_parts(k, v, false, &mut parts);
+                Some(v) => {
+                    let flag =
+                        op.bindings.iter().find(|b| b.location == Location::Body).map_or("body", |b| &b.property);
+                    match v {
+                        Value::Object(o) => {
+                            for (k, v) in o {
+                                multipart_parts(k, flag, v, false, &mut parts);
+                            }
+                        }
+                        v => multipart_parts("body", flag, v, false, &mut parts),
                     }
                 }
-                Some(v) => multipart_parts("body", v, false, &mut parts),
                 None => {
                     for (b, v) in &fields {
                         let binary =
                             is_binary(op.input_schema.pointer(&format!("/properties/{}", escape_token(&b.property))));
-                        multipart_parts(&b.name, v, binary, &mut parts);
+                        multipart_parts(&b.name, &b.property, v, binary, &mut parts);
                     }
                 }
             }
-            multipart(parts).map_err(|reason| CallError::BadValue { flag: "body".into(), reason })?
+            multipart(parts).map_err(|(flag, reason)| CallError::BadValue { flag, reason })?
         }
     })
 }
@@ -401,16 +407,19 @@ fn form_encode(text: &str) -> String {
 
 struct Part {
     name: String,
+    /// The input property (named as its flag) the part was made from, for an error to name.
+    flag: String,
     /// A file part: sent with this file name, as bytes.
     file: Option<String>,
     content_type: Option<String>,
     data: Vec<u8>,
 }
 
-fn multipart_parts(name: &str, v: &Value, binary: bool, parts: &mut Vec<Part>) {
+fn multipart_parts(name: &str, flag: &str, v: &Value, binary: bool, parts: &mut Vec<Part>) {
     let part = |v: &Value| match v {
         Value::Object(_) | Value::Array(_) => Part {
             name: name.to_string(),
+            flag: flag.to_string(),
             file: None,
             content_type: Some("application/json".into()),
             data: v.to_string().into_bytes(),
@@ -418,12 +427,14 @@ fn multipart_parts(name: &str, v: &Value, binary: bool, parts: &mut Vec<Part>) {
         // A file's bytes, its type and its name, as `--x-file` sends them.
         Value::String(s) if binary && let Some(d) = DataUrl::parse(s) => Part {
             name: name.to_string(),
+            flag: flag.to_string(),
             file: Some(d.name.unwrap_or_else(|| name.to_string())),
             content_type: Some(d.media_type),
             data: d.bytes,
         },
         v => Part {
             name: name.to_string(),
+            flag: flag.to_string(),
             file: binary.then(|| name.to_string()),
             content_type: binary.then(|| "application/octet-stream".into()),
             data: scalar_text(v).into_bytes(),
@@ -439,7 +450,8 @@ fn multipart_parts(name: &str, v: &Value, binary: bool, parts: &mut Vec<Part>) {
 
 /// `multipart/form-data` with a boundary drawn from the parts themselves (a hash of their bytes),
 /// so the request is a function of the input and the boundary cannot occur in it by accident.
-fn multipart(parts: Vec<Part>) -> Result<(Vec<u8>, Option<String>), String> {
+/// A part that cannot be written is refused with the flag it came from.
+fn multipart(parts: Vec<Part>) -> Result<(Vec<u8>, Option<String>), (String, String)> {
     let mut hasher = Sha256::new();
     for p in &parts {
         hasher.update(p.name.as_bytes());
@@ -449,12 +461,15 @@ fn multipart(parts: Vec<Part>) -> Result<(Vec<u8>, Option<String>), String> {
     let mut out = Vec::new();
     for p in &parts {
         if p.name.bytes().any(|c| c == b'\r' || c == b'\n' || c == b'"') {
-            return Err(format!("a multipart field name cannot hold a quote or line break: {:?}", p.name));
+            return Err((
+                p.flag.clone(),
+                format!("a multipart field name cannot hold a quote or line break: {:?}", p.name),
+            ));
         }
         if let Some(f) =
             p.file.as_deref().filter(|f| f.bytes().any(|c| c == b'\r' || c == b'\n' || c == b'"' || c == 0))
         {
-            return Err(format!("a file name cannot hold a quote, line break or NUL: {f:?}"));
+            return Err((p.flag.clone(), format!("a file name cannot hold a quote, line break or NUL: {f:?}")));
         }
         out.extend_from_slice(
             format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{}\"", p.name).as_bytes(),

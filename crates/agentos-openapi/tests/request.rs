@@ -198,6 +198,26 @@ fn a_multipart_body_sends_binary_fields_as_files() {
     assert_eq!(again.content_type.unwrap(), ct);
 }
 
+/// Regression: a file whose name a part cannot carry was refused as `--body`, a flag the tool
+/// may not even have, rather than as the field's own.
+#[test]
+fn a_multipart_file_that_cannot_be_sent_is_refused_by_its_own_flag() {
+    let op = body_op(
+        "multipart/form-data",
+        json!({"type": "object", "properties": {"upload": {"type": "string", "format": "binary"}, "purpose": {"type": "string"}}}),
+    );
+    let input = json!({"id": "1", "upload": "data:text/plain;name=a%22b.txt;base64,aGk=", "purpose": "x"});
+    match build_request("https://h", &op, &input) {
+        Err(CallError::BadValue { flag, reason }) => {
+            assert_eq!(flag, "upload");
+            assert_eq!(reason, r#"a file name cannot hold a quote, line break or NUL: "a\"b.txt""#);
+        }
+        other => panic!("{other:?}"),
+    }
+    let input = json!({"id": "1", "upload": "data:text/plain;name=ok.txt;base64,aGk=", "purpose": "x"});
+    assert!(build_request("https://h", &op, &input).is_ok());
+}
+
 #[test]
 fn a_text_body_is_sent_as_given() {
     let op = body_op("text/plain", json!({"type": "string"}));
