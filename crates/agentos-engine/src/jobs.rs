@@ -140,6 +140,16 @@ struct QueueState {
     next_expiry: Option<Instant>,
 }
 
+/// What [`QueueState::requeue_expired`] did and found.
+struct Swept {
+    /// Jobs put back in the queue.
+    requeued: usize,
+    /// Jobs whose lease ran out with no attempt left.
+    exhausted: Vec<String>,
+    /// When the earliest lease still running runs out.
+    next: Option<Instant>,
+}
+
 impl QueueState {
     fn add_job(&mut self, id: String, job: Job) {
         if let Some(invoker) = &job.invoker {
@@ -168,15 +178,24 @@ impl QueueState {
     }
 
     /// Puts the jobs whose lease ran out by `now` and that have attempts left back in their
-    /// places in the queue (they waited their turn once already); answers how many. Jobs without
-    /// attempts left keep their ended lease, for [`MemoryQueue::reap`] to fail.
-    fn requeue_expired(&mut self, now: Instant, max_attempts: u32) -> usize {
-        let expired: Vec<String> = self
-            .jobs
-            .iter()
-            .filter(|(_, j)| j.attempt < max_attempts && j.lease.as_ref().is_some_and(|l| l.expires <= now))
-            .map(|(id, _)| id.clone())
-            .collect();
+    /// places in the queue (they waited their turn once already); answers how many, and the ids
+    /// of the jobs whose lease ran out with no attempt left, which keep their ended lease for
+    /// [`MemoryQueue::reap`] to fail. One walk over the jobs, which also sets `next_expiry`:
+    /// `now` while such a job is left, else the earliest lease still running (`next`).
+    fn requeue_expired(&mut self, now: Instant, max_attempts: u32) -> Swept {
+        let mut expired = Vec::new();
+        let mut exhausted = Vec::new();
+        let mut next: Option<Instant> = None;
+        for (id, job) in &self.jobs {
+            let Some(lease) = &job.lease else { continue };
+            if lease.expires > now {
+                next = Some(next.map_or(lease.expires, |t| t.min(lease.expires)));
+            } else if job.attempt < max_attempts {
+                expired.push(id.clone());
+            } else {
+                exhausted.push(id.clone());
+            }
+        }
         for id in &expired {
             let job = self.jobs.get_mut(id).expect("listed above");
             job.lease = None;
@@ -184,9 +203,8 @@ impl QueueState {
             let at = self.queued.partition_point(|queued| self.jobs.get(queued).is_some_and(|j| j.order < order));
             self.queued.insert(at, id.clone());
         }
-        self.next_expiry =
-            self.jobs.values().filter_map(|j| j.lease.as_ref()).map(|l| l.expires).filter(|e| *e > now).min();
-        expired.len()
+        self.next_expiry = if exhausted.is_empty() { next } else { Some(now) };
+        Swept { requeued: expired.len(), exhausted, next }
     }
 
     /// `job`, taken off the queue for good, marked as having its result recorded (readers see
@@ -439,7 +457,7 @@ impl MemoryQueue {
         let now = Instant::now();
         if q.next_expiry.is_some_and(|t| t <= now) {
             // The first may be the one taken now; the rest wake other pollers.
-            for _ in 1..q.requeue_expired(now, self.config.max_attempts) {
+            for _ in 1..q.requeue_expired(now, self.config.max_attempts).requeued {
                 self.work.notify_one();
             }
         }
@@ -555,30 +573,29 @@ impl MemoryQueue {
     }
 
     /// Puts jobs whose lease expired back in the queue, or fails them after the last attempt.
-    /// Returns the failed ones with their waiters.
+    /// Returns the failed ones with their waiters. Walks the jobs only once a lease may have run
+    /// out (`next_expiry`), rather than every round.
     pub fn reap(&self) -> Vec<(Finished, String)> {
         let now = Instant::now();
         let mut failed = Vec::new();
-        let requeued;
+        let mut requeued = 0;
         {
             let mut q = self.lock();
-            requeued = q.requeue_expired(now, self.config.max_attempts);
-            // What is left with an ended lease had no attempt left.
-            let exhausted: Vec<String> = q
-                .jobs
-                .iter()
-                .filter(|(_, j)| j.lease.as_ref().is_some_and(|l| l.expires <= now))
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in exhausted {
-                let job = q.remove_job(&id).expect("listed above");
-                let holder = job.lease.as_ref().map(|l| l.executor.clone()).unwrap_or_default();
-                let why = format!(
-                    "the job was handed out {} times and every lease expired without a result (last held by executor {holder:?}, which stopped sending heartbeats)",
-                    job.attempt
-                );
-                // The last holder and how long it held the job go with it.
-                failed.push((q.recording(&id, job, true), why));
+            if q.next_expiry.is_some_and(|t| t <= now) {
+                let swept = q.requeue_expired(now, self.config.max_attempts);
+                requeued = swept.requeued;
+                for id in swept.exhausted {
+                    let job = q.remove_job(&id).expect("listed above");
+                    let holder = job.lease.as_ref().map(|l| l.executor.clone()).unwrap_or_default();
+                    let why = format!(
+                        "the job was handed out {} times and every lease expired without a result (last held by executor {holder:?}, which stopped sending heartbeats)",
+                        job.attempt
+                    );
+                    // The last holder and how long it held the job go with it.
+                    failed.push((q.recording(&id, job, true), why));
+                }
+                // Those failed, the earliest lease left running is the next to look at.
+                q.next_expiry = swept.next;
             }
         }
         for _ in 0..requeued {
