@@ -55,9 +55,31 @@ struct Relay {
     changes: Changes,
 }
 
+/// The HTTP status the master refused a request with, where rmcp's client kept it: a 401 and a
+/// 403 it turns into errors of their own, which name no status.
+fn refused_with(e: &StreamableHttpError<reqwest::Error>) -> Option<u16> {
+    match e {
+        StreamableHttpError::HttpStatus(s) => Some(s.status),
+        StreamableHttpError::AuthRequired(_) => Some(401),
+        StreamableHttpError::InsufficientScope(_) => Some(403),
+        _ => None,
+    }
+}
+
 fn relayed(e: rmcp::ServiceError) -> McpError {
     match e {
         rmcp::ServiceError::McpError(e) => e,
+        // The session's token revoked since it opened: every request from now on is refused.
+        rmcp::ServiceError::TransportSend(t)
+            if t.error.downcast_ref::<StreamableHttpError<reqwest::Error>>().and_then(refused_with) == Some(401) =>
+        {
+            McpError::new(
+                ErrorCode::INTERNAL_ERROR,
+                "the master answered HTTP 401 Unauthorized: it no longer takes this token (revoked since the \
+                 session opened?); start agentos mcp again with a valid AGENTOS_TOKEN",
+                Some(json!({"status": 401})),
+            )
+        }
         // The transport's own words and causes, without rmcp's type name for the transport: the
         // master may have answered (a 413, a 401), which is not "did not answer".
         rmcp::ServiceError::TransportSend(t) => McpError::internal_error(
@@ -295,10 +317,7 @@ impl Master {
             ClientInitializeError::TransportError { error, .. } => error.error.as_ref(),
             other => other as &(dyn std::error::Error + 'static),
         };
-        let status = reason.downcast_ref::<StreamableHttpError<reqwest::Error>>().and_then(|e| match e {
-            StreamableHttpError::HttpStatus(s) => Some(s.status),
-            _ => None,
-        });
+        let status = reason.downcast_ref::<StreamableHttpError<reqwest::Error>>().and_then(refused_with);
         let said = match status {
             Some(status) => {
                 let status =
@@ -364,8 +383,9 @@ struct StdioLines {
     read: tokio::io::BufReader<tokio::io::Stdin>,
     /// The line being read; a read cancelled halfway leaves its part here for the next.
     line: Vec<u8>,
-    /// The line being read is longer than [`MAX_LINE`]: it is skipped to its end.
-    too_long: bool,
+    /// The line being read is longer than [`MAX_LINE`]: it is skipped to its end, its bytes
+    /// looked through for its id on their way.
+    too_long: Option<IdScan>,
     master: Master,
     /// The master's answer to a line that could not be read, on its way. A task of its own:
     /// rmcp drops a `receive` under way whenever it has something to send, and the question
@@ -396,7 +416,7 @@ impl StdioLines {
             }
         });
         let read = tokio::io::BufReader::new(tokio::io::stdin());
-        let lines = StdioLines { read, line: Vec::new(), too_long: false, master, asking: None, refusal: None, out };
+        let lines = StdioLines { read, line: Vec::new(), too_long: None, master, asking: None, refusal: None, out };
         (lines, writer)
     }
 
@@ -412,9 +432,14 @@ impl StdioLines {
                 Some(at) => (at + 1, true),
                 None => (available.len(), false),
             };
-            if self.too_long || self.line.len() + take > MAX_LINE + 1 {
-                self.too_long = true;
+            if self.too_long.is_none() && self.line.len() + take > MAX_LINE + 1 {
+                let mut scan = IdScan::default();
+                scan.feed(&self.line);
+                self.too_long = Some(scan);
                 self.line.clear();
+            }
+            if let Some(scan) = &mut self.too_long {
+                scan.feed(&available[..take]);
             } else {
                 self.line.extend_from_slice(&available[..take]);
             }
@@ -422,6 +447,100 @@ impl StdioLines {
             if ends {
                 return Ok(true);
             }
+        }
+    }
+}
+
+/// The `id` member at the top level of a JSON object, found as its bytes go by: a line too long
+/// to keep is answered with its id all the same, wherever the id stands in it. Read as
+/// `/mcp`'s own reading of a body nested too deeply: the first `"id":` at the top level.
+#[derive(Default)]
+struct IdScan {
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+    /// The start of the string being read at the top level: enough to tell `id` from the rest.
+    key: Vec<u8>,
+    stage: IdStage,
+    /// The id's bytes, read so far.
+    value: Vec<u8>,
+}
+
+#[derive(Default, PartialEq)]
+enum IdStage {
+    #[default]
+    Looking,
+    /// The top level's string `id` was read: a colon next makes it the key.
+    AfterKey,
+    Value,
+    /// The id was read to its end, or is no id the answer could carry.
+    Done,
+}
+
+/// The longest id looked for: longer ones are answered as having none.
+const MAX_ID_BYTES: usize = 256;
+
+impl IdScan {
+    fn feed(&mut self, bytes: &[u8]) {
+        for &c in bytes {
+            match self.stage {
+                IdStage::Done => return,
+                IdStage::Value if !self.in_string && self.depth == 1 && matches!(c, b',' | b'}') => {
+                    self.stage = IdStage::Done;
+                    return;
+                }
+                IdStage::Value if self.value.len() >= MAX_ID_BYTES => {
+                    self.value.clear();
+                    self.stage = IdStage::Done;
+                    return;
+                }
+                IdStage::Value => self.value.push(c),
+                _ => {}
+            }
+            if self.in_string {
+                if self.escaped {
+                    self.escaped = false;
+                } else if c == b'\\' {
+                    self.escaped = true;
+                } else if c == b'"' {
+                    self.in_string = false;
+                    if self.depth == 1 && self.key == b"id" && self.stage == IdStage::Looking {
+                        self.stage = IdStage::AfterKey;
+                    }
+                    continue;
+                }
+                if self.depth == 1 && self.key.len() < 3 {
+                    self.key.push(c);
+                }
+                continue;
+            }
+            if self.stage == IdStage::AfterKey && !c.is_ascii_whitespace() {
+                self.stage = if c == b':' { IdStage::Value } else { IdStage::Looking };
+                if c == b':' {
+                    continue;
+                }
+            }
+            match c {
+                b'"' => {
+                    self.in_string = true;
+                    self.key.clear();
+                }
+                b'{' | b'[' => self.depth += 1,
+                b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+
+    /// The id read, when it is one JSON-RPC allows (a string or an integer); else null.
+    fn id(&self) -> Value {
+        if self.stage != IdStage::Done {
+            return Value::Null;
+        }
+        match serde_json::from_slice::<Value>(self.value.trim_ascii()) {
+            Ok(id @ Value::String(_)) => id,
+            Ok(Value::Number(n)) if n.is_i64() => Value::Number(n),
+            _ => Value::Null,
         }
     }
 }
@@ -473,8 +592,8 @@ impl Transport<RoleServer> for StdioLines {
                 }
             }
             let line = std::mem::take(&mut self.line);
-            if std::mem::take(&mut self.too_long) {
-                let error = json!({"jsonrpc": "2.0", "id": null, "error": {"code": ErrorCode::INVALID_REQUEST.0,
+            if let Some(scan) = self.too_long.take() {
+                let error = json!({"jsonrpc": "2.0", "id": scan.id(), "error": {"code": ErrorCode::INVALID_REQUEST.0,
                     "message": format!("the message is longer than {} MiB, the most a line may hold", MAX_LINE >> 20)}});
                 let mut answer = error.to_string().into_bytes();
                 answer.push(b'\n');

@@ -304,6 +304,29 @@ fn agentos_mcp_outlives_a_request_the_master_refuses_as_too_large() {
     relay.assert_lists(3);
 }
 
+/// Regression: a line over the 16 MiB stdio bound was answered with `"id": null`, which no
+/// client matches to its request: it waited for an answer that never came.
+#[test]
+fn agentos_mcp_answers_a_line_over_its_bound_with_the_lines_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let mut relay = Relay::start(&m, &m.token);
+    let big = "x".repeat(17 << 20);
+    // The id written last, as some clients do, after an `id` nested in the arguments.
+    let line = format!(
+        r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"agentos_search_catalog","arguments":{{"q":"{big}","id":99}}}},"id":7}}"#
+    );
+    relay.send_line(&line);
+    assert_error(&relay.next_answer(), -32600, &json!(7), "the message is longer than 16 MiB");
+    // Written first, a string, with a quote escaped in it.
+    relay.send_line(&format!(r#"{{"id": "a\"b", "jsonrpc":"2.0","method":"ping","params":{{"pad":"{big}"}}}}"#));
+    assert_error(&relay.next_answer(), -32600, &json!("a\"b"), "longer than 16 MiB");
+    // No id a JSON-RPC answer could carry: null.
+    relay.send_line(&format!(r#"{{"jsonrpc":"2.0","method":"ping","id":{{"n":1}},"params":{{"pad":"{big}"}}}}"#));
+    assert_error(&relay.next_answer(), -32600, &json!(null), "longer than 16 MiB");
+    relay.assert_lists(8);
+}
+
 #[test]
 fn agentos_mcp_tells_its_client_in_words_why_the_master_refused_a_call_as_too_large() {
     let dir = tempfile::tempdir().unwrap();
@@ -637,6 +660,52 @@ fn mcp_tool_calls_are_held_to_the_callers_invocation_slots() {
     assert_eq!(again["result"]["isError"], false, "{again}");
 }
 
+/// Regression: a second request with the id of one still being answered in the same session
+/// took the first one's answer in rmcp's routing, and was never answered itself: its stream stayed
+/// open on keep-alives until the client gave up.
+#[test]
+fn a_request_whose_id_is_still_being_answered_in_its_session_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    // Room for the quick calls beside the slow one.
+    let _e = Executor::start_args(&m, &dir.path().join("executor"), "e1", &[], &["--concurrency", "3"]);
+    let api = m.client();
+    let go = dir.path().join("go");
+    let slow = format!("until [ -e {} ]; do sleep 0.02; done; echo slow", go.display());
+    assert_eq!(api.register("slow", "sh", &slow, None).0, 200);
+    assert_eq!(api.register("quick", "sh", "echo quick", None).0, 200);
+    let session = open_session(&m, &m.token).unwrap();
+    let call = |id: Value, name: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {}}});
+    let text = |v: &Value| v["result"]["content"][0]["text"].as_str().unwrap_or_default().to_owned();
+    std::thread::scope(|s| {
+        let running =
+            s.spawn(|| message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(json!(5), "slow_run")))));
+        common::wait_for("the first call to run", || api.get("/api/executors").1[0]["state"] == "busy");
+        // The same id, also in its float form, which JSON-RPC reads as the same.
+        for id in [json!(5), json!(5.0)] {
+            let refused = exchange(&m, "POST", &m.token, Some(&session), Some(call(id, "quick_run")));
+            assert_eq!(refused.status, 400, "{refused:?}");
+            assert_error(&message_of(&refused), -32600, &json!(5), "a request with id 5 is still being answered");
+        }
+        // Another id in the same session, and the same id in another session, are served.
+        let other = message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(json!("5"), "quick_run"))));
+        assert!(other["result"]["isError"] == false && text(&other).contains("quick"), "{other}");
+        let elsewhere = open_session(&m, &m.token).unwrap();
+        let other = message_of(&exchange(&m, "POST", &m.token, Some(&elsewhere), Some(call(json!(5), "quick_run"))));
+        assert_eq!(other["result"]["isError"], false, "{other}");
+        std::fs::write(&go, b"").unwrap();
+        // The first call gets its own answer.
+        let first = running.join().unwrap();
+        assert_eq!(first["id"], json!(5), "{first}");
+        assert!(text(&first).contains("slow") && !text(&first).contains("quick"), "{first}");
+    });
+    // Once answered, an id is free again: a client that numbers every request 5 is served.
+    for _ in 0..20 {
+        let again = message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(json!(5), "quick_run"))));
+        assert_eq!(again["result"]["isError"], false, "{again}");
+    }
+}
+
 #[test]
 fn agentos_mcp_without_a_token_says_what_to_set() {
     let out = Command::new(BIN).arg("mcp").env_remove("AGENTOS_TOKEN").output().unwrap();
@@ -879,6 +948,35 @@ fn agentos_mcp_answers_an_initialize_the_master_refuses_with_the_masters_words()
     assert!(stderr.starts_with("agentos mcp: the master's MCP endpoint") && stderr.contains(says), "{stderr}");
     // The probe that read the master's words left nothing open: bob still holds 100.
     assert_eq!(open_session(&m, &bob).unwrap_err().status, 429);
+}
+
+/// Regression: a relay whose token the master refused answered the client's `initialize` with
+/// "opened no session: Auth required", without the 401 or the master's words; one whose token was
+/// revoked mid-session answered each request "the request to the master failed: Auth required".
+#[test]
+fn agentos_mcp_says_the_master_refused_its_token_with_the_401_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let initialize = json!({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}});
+    let mut relay = Relay::spawn(&m, "not-a-token", std::process::Stdio::piped());
+    relay.send(initialize);
+    let refused = relay.next_answer();
+    let says = "opened no session: HTTP 401 Unauthorized: the bearer token is not valid (revoked, mistyped, \
+                or from another data folder)";
+    assert_error(&refused, -32603, &json!("init"), says);
+    assert_eq!(refused["error"]["data"], json!({"status": 401}), "{refused}");
+    assert_eq!(relay.close().code(), Some(1));
+    // Revoked while its session is open: the next request says so, and how to go on.
+    let api = m.client();
+    let alice = api.agent("alice", "r").token.unwrap();
+    let mut relay = Relay::start(&m, &alice);
+    relay.assert_lists(2);
+    assert_eq!(api.request("DELETE", "/api/agents/alice", None).0, 200);
+    relay.send(json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list"}));
+    let refused = relay.answer(9);
+    assert_error(&refused, -32603, &json!(9), "the master answered HTTP 401 Unauthorized");
+    assert!(refused["error"]["message"].as_str().unwrap().contains("valid AGENTOS_TOKEN"), "{refused}");
 }
 
 /// Regression: over stdio a malformed line was answered by rmcp's own transport, not as `/mcp`

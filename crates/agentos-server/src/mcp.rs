@@ -953,6 +953,8 @@ struct Owner {
     streams: usize,
     /// When a request of the session last came in or one of its answers last ended.
     used: Instant,
+    /// The ids of the session's requests still being answered, as JSON text (`5`, `"a"`).
+    answering: HashSet<String>,
 }
 
 impl Owner {
@@ -1013,7 +1015,13 @@ impl SessionOwners {
             } else {
                 owners.insert(
                     session.to_owned(),
-                    Owner { id: principal.id.clone(), name: principal.name.clone(), streams: 0, used: Instant::now() },
+                    Owner {
+                        id: principal.id.clone(),
+                        name: principal.name.clone(),
+                        streams: 0,
+                        used: Instant::now(),
+                        answering: HashSet::new(),
+                    },
                 );
                 None
             }
@@ -1045,7 +1053,19 @@ impl SessionOwners {
             owner.streams += 1;
             owner.used = Instant::now();
         }
-        InUse { owners: Arc::downgrade(self), session: session.to_owned() }
+        InUse { owners: Arc::downgrade(self), session: session.to_owned(), request: None }
+    }
+
+    /// Marks request `id` of `session` as being answered until `in_use` drops; `false`, and
+    /// nothing marked, when a request with the same id is being answered already.
+    fn answering(&self, in_use: &mut InUse, id: String) -> bool {
+        let mut owners = self.owners();
+        let Some(owner) = owners.get_mut(&in_use.session) else { return true };
+        if !owner.answering.insert(id.clone()) {
+            return false;
+        }
+        in_use.request = Some(id);
+        true
     }
 
     /// Ends the sessions unused for the idle time, and those rmcp holds with no owner recorded
@@ -1081,6 +1101,8 @@ fn take_where(owners: &mut HashMap<String, Owner>, picks: impl Fn(&Owner) -> boo
 struct InUse {
     owners: Weak<SessionOwners>,
     session: String,
+    /// The id of the request being answered, if the answer is to one.
+    request: Option<String>,
 }
 
 impl Drop for InUse {
@@ -1089,6 +1111,9 @@ impl Drop for InUse {
         if let Some(owner) = owners.owners().get_mut(&self.session) {
             owner.streams = owner.streams.saturating_sub(1);
             owner.used = Instant::now();
+            if let Some(request) = &self.request {
+                owner.answering.remove(request);
+            }
         }
     }
 }
@@ -1201,7 +1226,33 @@ async fn keep_to_owner(State(owners): State<Arc<SessionOwners>>, req: Request, n
         owners.forget(&session);
         return no_session_to_end(owners.idle);
     }
-    let in_use = owners.in_use(&session);
+    let mut in_use = owners.in_use(&session);
+    let req = if req.method() == Method::POST {
+        let (parts, body) = req.into_parts();
+        // `authenticate` has read the body to its end, bounded: this takes its bytes, not a copy.
+        let Ok(body) = axum::body::to_bytes(body, usize::MAX).await else {
+            return body_lost();
+        };
+        // rmcp routes an answer to the stream of the request with its id: a second request with
+        // the id of one still being answered took the first one's answer, and neither stream
+        // was answered in full. MCP forbids it; it is refused, and the first goes on.
+        if let Some(id) = request_id(&body)
+            && !owners.answering(&mut in_use, id.to_string())
+        {
+            let refusal = Refusal::new(
+                Some(id.clone()),
+                ErrorCode::INVALID_REQUEST,
+                format!(
+                    "a request with id {} is still being answered in this session: give each request an id of its own",
+                    shown(&id)
+                ),
+            );
+            return (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response();
+        }
+        Request::from_parts(parts, axum::body::Body::from(body))
+    } else {
+        req
+    };
     let answer = next.run(req).await;
     // Ended, or its worker gone: rmcp holds it no more. A 404 can also be a JSON-RPC "method not
     // found" in a session that lives on, hence the question to rmcp rather than the status alone.
@@ -1249,6 +1300,19 @@ async fn explain_unread_message(req: Request, next: Next) -> Response {
         // the error as a JSON body.
         Err(refusal) => (StatusCode::BAD_REQUEST, axum::Json(refusal)).into_response(),
     }
+}
+
+/// The id of a JSON-RPC request (a message with a method and an id) as rmcp reads it; `None`
+/// for a notification, a response, or a body rmcp will refuse.
+fn request_id(body: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<Value>,
+        method: Option<serde::de::IgnoredAny>,
+    }
+    let head = serde_json::from_slice::<Head>(body).ok()?;
+    head.method?;
+    id_of(&head.id?)
 }
 
 /// The answer when a body `authenticate` has read already cannot be read again (it always can).
