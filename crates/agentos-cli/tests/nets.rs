@@ -977,6 +977,40 @@ fn the_catalog_is_read_only_tokens_of_p_tool_catalog_that_a_net_reads_with_a_rea
     assert_eq!(api.get("/api/models/cat/places/p-tool-catalog/tokens").1.as_array().unwrap().len(), 3);
 }
 
+/// A fire builds only the catalog tokens its presets can bind (it used to build every entry of
+/// the catalog, three times a fire): several catalog presets each bind their own, in order.
+#[test]
+fn catalog_presets_bind_the_first_entries_each_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    for id in ["a1", "a2", "a3", "a4", "a5"] {
+        api.register(id, "sh", "echo", Some("cat"));
+    }
+    let read = |take: &str, limit: Option<usize>| {
+        let mut p = json!({"place": "p-tool-catalog", "take": take, "consume": false});
+        if let Some(l) = limit {
+            p["limit"] = json!(l);
+        }
+        p
+    };
+    let doc = json!({"places": ["p-go", "p-out"], "transitions": [{"id": "pick", "kind": "map",
+        "presets": {"go": {"place": "p-go"}, "one": read("first", None), "some": read("all", Some(2)),
+                    "two": read("first", None)},
+        "postsets": {"o": {"place": "p-out"}},
+        "action": {"template": {"one": "${.one.name}", "some": "${[.some[].name]}", "two": "${.two.name}"}},
+        "emit": [{"to": "o"}]}]});
+    let (s, v) = api.post("/api/agents", json!({"name": "author", "flags": "rwx------s", "model": "cat"}));
+    assert_eq!(s, 200, "{v}");
+    let as_author = api.with_token(v["token"].as_str());
+    let (s, v) = as_author.put("/api/models/cat/net", doc);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(put(&as_author, "cat", "p-go", json!({})).0, 200);
+    let (_, o) = as_author.post("/api/models/cat/transitions/pick/fire", json!({}));
+    assert_eq!(o["outcome"], "fired", "{o}");
+    assert_eq!(api.token_data("cat", "p-out"), vec![json!({"one": "a1", "some": ["a2", "a3"], "two": "a4"})]);
+}
+
 /// The events the operator reads, up to the first 1000.
 fn events(api: &Api) -> Vec<Value> {
     let (status, page) = api.get("/api/events?limit=1000");

@@ -241,13 +241,6 @@ impl State {
         self.token_index.get(sha).and_then(|name| self.principals.get(name))
     }
 
-    /// A model's catalog entries as the read-only tokens of its `p-tool-catalog` place (the
-    /// global catalog's for `default`), only the kinds `visible` reveals. Derived, never stored:
-    /// the catalog is the fact, these are a view a net can read with a read arc.
-    pub fn catalog_tokens(&self, model: &str, visible: crate::flags::Flags) -> Vec<crate::net_state::Token> {
-        self.catalog_tokens_page(model, visible, 0, usize::MAX).0
-    }
-
     /// Up to `limit` of [`State::catalog_tokens`] after the first `offset`, and how many there
     /// are: only the page's tokens are built (a page of a catalog of 100,000 entries used to
     /// build all of them).
@@ -258,15 +251,9 @@ impl State {
         offset: usize,
         limit: usize,
     ) -> (Vec<crate::net_state::Token>, usize) {
-        let scope = if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local };
+        let scope = catalog_scope(model);
         let Some(catalog) = self.catalogs.get(model) else { return (Vec::new(), 0) };
-        let token = |e: &Arc<StoredEntry>| crate::net_state::Token {
-            id: format!("cat-{}", e.entry.id),
-            name: Some(e.entry.id.to_string()),
-            created_at: crate::event::format_time(e.updated_at),
-            data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
-            by: Vec::new(),
-        };
+        let token = |e: &Arc<StoredEntry>| catalog_token(e, scope);
         if crate::entry::BindingKind::ALL.iter().all(|k| k.visible_to(visible)) {
             // Every entry is shown: the count is known, and only the page is walked.
             return (catalog.values().skip(offset).take(limit).map(token).collect(), catalog.len());
@@ -280,6 +267,38 @@ impl State {
             total += 1;
         }
         (page, total)
+    }
+
+    /// A model's catalog entries as the read-only tokens of its `p-tool-catalog` place (the
+    /// global catalog's for `default`), only the kinds `visible` reveals. Derived, never stored:
+    /// the catalog is the fact, these are a view a net can read with a read arc. Only the first
+    /// `limit` are built: a net that reads one entry of a catalog of 100,000 builds one token.
+    pub fn catalog_tokens(
+        &self,
+        model: &str,
+        visible: crate::flags::Flags,
+        limit: usize,
+    ) -> Vec<crate::net_state::Token> {
+        let scope = catalog_scope(model);
+        let Some(catalog) = self.catalogs.get(model) else { return Vec::new() };
+        catalog
+            .values()
+            .filter(|e| e.entry.binding.kind().visible_to(visible))
+            .take(limit)
+            .map(|e| catalog_token(e, scope))
+            .collect()
+    }
+
+    /// The token of [`State::catalog_tokens`] whose id is `token_id` (`cat-{entry id}`), looked
+    /// up by its entry; `None` when there is no such entry or `visible` does not reveal it.
+    pub fn catalog_token(
+        &self,
+        model: &str,
+        visible: crate::flags::Flags,
+        token_id: &str,
+    ) -> Option<crate::net_state::Token> {
+        let entry = self.catalogs.get(model)?.get(token_id.strip_prefix("cat-")?)?;
+        entry.entry.binding.kind().visible_to(visible).then(|| catalog_token(entry, catalog_scope(model)))
     }
 
     /// Models with their places and token counts.
@@ -314,4 +333,20 @@ pub struct PlaceView {
     pub name: String,
     /// Number of tokens in the place.
     pub tokens: usize,
+}
+
+/// Whose entries a model's `p-tool-catalog` shows: the global catalog's for `default`.
+fn catalog_scope(model: &str) -> Scope {
+    if model == DEFAULT_MODEL { Scope::Global } else { Scope::Local }
+}
+
+/// A catalog entry as a read-only token of `p-tool-catalog`.
+fn catalog_token(e: &Arc<StoredEntry>, scope: Scope) -> crate::net_state::Token {
+    crate::net_state::Token {
+        id: format!("cat-{}", e.entry.id),
+        name: Some(e.entry.id.to_string()),
+        created_at: crate::event::format_time(e.updated_at),
+        data: serde_json::to_value(e.view(scope, false)).unwrap_or_default(),
+        by: Vec::new(),
+    }
 }

@@ -14,7 +14,7 @@ use agentos_core::entry::BindingKind;
 use agentos_core::event::GrantTarget;
 use agentos_core::event::{Event, EventBody};
 use agentos_core::expr::{ExprError, Runner};
-use agentos_core::flags::Flag;
+use agentos_core::flags::{Flag, Flags};
 use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
 use agentos_core::name::check_model_name;
 use agentos_core::net::{Inscription, Mode, NetDoc, Take};
@@ -732,11 +732,16 @@ impl Nets<'_> {
         Ok(Some(bound))
     }
 
-    /// The catalog tokens a transition may read: its model's entries (for a tool-net instance,
-    /// the invoking model's) that its author's flags reveal. Empty when it reads no catalog.
-    fn catalog_for(st: &agentos_core::state::State, model: &str, net: &ModelNet, t: &Inscription) -> Vec<Token> {
+    /// Whose catalog a transition reads and what its author's flags reveal of it: its model's
+    /// entries (for a tool-net instance, the invoking model's). `None` when it reads no catalog.
+    fn catalog_of<'a>(
+        st: &agentos_core::state::State,
+        model: &'a str,
+        net: &'a ModelNet,
+        t: &Inscription,
+    ) -> Option<(&'a str, Flags)> {
         if !t.presets.values().any(|p| p.place == CATALOG_PLACE) {
-            return Vec::new();
+            return None;
         }
         let flags = net
             .authors
@@ -744,8 +749,36 @@ impl Nets<'_> {
             .and_then(|a| st.principal_by_id(a))
             .map(|r| Principal::from_record(r).flags)
             .unwrap_or_default();
-        let model = net.instance.as_ref().map_or(model, |i| i.resolve_model.as_str());
-        st.catalog_tokens(model, flags)
+        Some((net.instance.as_ref().map_or(model, |i| i.resolve_model.as_str()), flags))
+    }
+
+    /// The catalog tokens a transition may bind: as many of the first as its catalog presets can
+    /// take (each token binds one preset; a filter may pass over any of them, so a filtered
+    /// preset takes the whole catalog). Empty when it reads no catalog.
+    fn catalog_for(st: &agentos_core::state::State, model: &str, net: &ModelNet, t: &Inscription) -> Vec<Token> {
+        let Some((model, flags)) = Self::catalog_of(st, model, net, t) else { return Vec::new() };
+        let need = t
+            .presets
+            .values()
+            .filter(|p| p.place == CATALOG_PLACE)
+            .map(|p| match (&p.filter, p.take) {
+                (Some(_), _) => usize::MAX,
+                (None, Take::First) => 1,
+                (None, Take::All) => p.limit.unwrap_or(usize::MAX),
+            })
+            .fold(0usize, usize::saturating_add);
+        st.catalog_tokens(model, flags, need)
+    }
+
+    /// Looks up the catalog tokens a fire bound, one by one, as [`Nets::context`] needs them.
+    fn catalog_lookup<'a>(
+        st: &'a agentos_core::state::State,
+        model: &'a str,
+        net: &'a ModelNet,
+        t: &Inscription,
+    ) -> impl Fn(&str) -> Option<Token> + 'a {
+        let of = Self::catalog_of(st, model, net, t);
+        move |id| of.and_then(|(model, flags)| st.catalog_token(model, flags, id))
     }
 
     /// The outputs of a `pass` (the data of what it consumed) or `map` (its template) fire,
@@ -796,17 +829,26 @@ impl Nets<'_> {
         )
     }
 
-    /// The jq input of a fire: preset -> token (take first) or [tokens] (take all).
-    fn context(net: &ModelNet, t: &Inscription, bound: &BTreeMap<String, Vec<TokenRef>>, catalog: &[Token]) -> Value {
+    /// The jq input of a fire: preset -> token (take first) or [tokens] (take all). A catalog
+    /// token is looked up by `catalog`, by its id.
+    fn context(
+        net: &ModelNet,
+        t: &Inscription,
+        bound: &BTreeMap<String, Vec<TokenRef>>,
+        catalog: &dyn Fn(&str) -> Option<Token>,
+    ) -> Value {
         let mut ctx = serde_json::Map::new();
         for (name, refs) in bound {
-            let tokens: Vec<Value> =
-                refs.iter()
-                    .filter_map(|r| {
-                        if r.place == CATALOG_PLACE { catalog.iter().find(|c| c.id == r.id) } else { net.token(r) }
-                    })
-                    .map(token_json)
-                    .collect();
+            let tokens: Vec<Value> = refs
+                .iter()
+                .filter_map(|r| {
+                    if r.place == CATALOG_PLACE {
+                        catalog(&r.id).map(|t| token_json(&t))
+                    } else {
+                        net.token(r).map(token_json)
+                    }
+                })
+                .collect();
             let v = match t.presets.get(name).map(|p| p.take) {
                 Some(Take::All) => Value::Array(tokens),
                 _ => tokens.into_iter().next().unwrap_or(Value::Null),
@@ -1053,7 +1095,7 @@ impl Nets<'_> {
             let Some(net) = st.nets.models.get(model) else {
                 return Ok(outcome("not-enabled", None, Some("no net".into())));
             };
-            let catalog = Self::catalog_for(&st, model, net, &c.inscription);
+            let catalog = Self::catalog_lookup(&st, model, net, &c.inscription);
             // Counted under the read lock, with the net still there: a deleted net's runtime
             // entries are forgotten after its deletion is folded, so none comes back after.
             (
@@ -1352,7 +1394,7 @@ impl Nets<'_> {
                     if !paths || self.inner.nets.check_memory().is_err() {
                         return None;
                     }
-                    let ctx = Self::context(net, t, &bound, &[]);
+                    let ctx = Self::context(net, t, &bound, &|_| None);
                     let by = net.behind(&t.id, &bound, None);
                     let consumed = Self::consumed(t, &bound);
                     let outputs = Self::pass_or_map(&self.inner.nets.expressions, &c, &consumed, &ctx, &by).ok()?;
@@ -1412,7 +1454,7 @@ impl Nets<'_> {
             // Decided when the action runs (again after a restart), from who holds what now.
             let by = net.behind(&f.transition, &f.bound, f.firer.as_deref());
             let authority = Authority::of(&st, by.iter().map(String::as_str));
-            let catalog = Self::catalog_for(&st, model, net, t);
+            let catalog = Self::catalog_lookup(&st, model, net, t);
             (c, f.bound.clone(), Self::context(net, t, &f.bound, &catalog), resolve, by, authority)
         };
         let t = &c.inscription;
