@@ -21,6 +21,8 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{broadcast, mpsc};
 
+use agentos_server::IdScan;
+
 /// Where a change the master announces goes: the stdio client's session, and its listeners.
 #[derive(Clone)]
 struct Changes {
@@ -447,100 +449,6 @@ impl StdioLines {
             if ends {
                 return Ok(true);
             }
-        }
-    }
-}
-
-/// The `id` member at the top level of a JSON object, found as its bytes go by: a line too long
-/// to keep is answered with its id all the same, wherever the id stands in it. Read as
-/// `/mcp`'s own reading of a body nested too deeply: the first `"id":` at the top level.
-#[derive(Default)]
-struct IdScan {
-    depth: usize,
-    in_string: bool,
-    escaped: bool,
-    /// The start of the string being read at the top level: enough to tell `id` from the rest.
-    key: Vec<u8>,
-    stage: IdStage,
-    /// The id's bytes, read so far.
-    value: Vec<u8>,
-}
-
-#[derive(Default, PartialEq)]
-enum IdStage {
-    #[default]
-    Looking,
-    /// The top level's string `id` was read: a colon next makes it the key.
-    AfterKey,
-    Value,
-    /// The id was read to its end, or is no id the answer could carry.
-    Done,
-}
-
-/// The longest id looked for: longer ones are answered as having none.
-const MAX_ID_BYTES: usize = 256;
-
-impl IdScan {
-    fn feed(&mut self, bytes: &[u8]) {
-        for &c in bytes {
-            match self.stage {
-                IdStage::Done => return,
-                IdStage::Value if !self.in_string && self.depth == 1 && matches!(c, b',' | b'}') => {
-                    self.stage = IdStage::Done;
-                    return;
-                }
-                IdStage::Value if self.value.len() >= MAX_ID_BYTES => {
-                    self.value.clear();
-                    self.stage = IdStage::Done;
-                    return;
-                }
-                IdStage::Value => self.value.push(c),
-                _ => {}
-            }
-            if self.in_string {
-                if self.escaped {
-                    self.escaped = false;
-                } else if c == b'\\' {
-                    self.escaped = true;
-                } else if c == b'"' {
-                    self.in_string = false;
-                    if self.depth == 1 && self.key == b"id" && self.stage == IdStage::Looking {
-                        self.stage = IdStage::AfterKey;
-                    }
-                    continue;
-                }
-                if self.depth == 1 && self.key.len() < 3 {
-                    self.key.push(c);
-                }
-                continue;
-            }
-            if self.stage == IdStage::AfterKey && !c.is_ascii_whitespace() {
-                self.stage = if c == b':' { IdStage::Value } else { IdStage::Looking };
-                if c == b':' {
-                    continue;
-                }
-            }
-            match c {
-                b'"' => {
-                    self.in_string = true;
-                    self.key.clear();
-                }
-                b'{' | b'[' => self.depth += 1,
-                b'}' | b']' => self.depth = self.depth.saturating_sub(1),
-                _ => {}
-            }
-        }
-    }
-
-    /// The id read, when it is one JSON-RPC allows (a string or an integer); else null.
-    fn id(&self) -> Value {
-        if self.stage != IdStage::Done {
-            return Value::Null;
-        }
-        match serde_json::from_slice::<Value>(self.value.trim_ascii()) {
-            Ok(id @ Value::String(_)) => id,
-            Ok(Value::Number(n)) if n.is_i64() => Value::Number(n),
-            _ => Value::Null,
         }
     }
 }

@@ -324,6 +324,9 @@ fn agentos_mcp_answers_a_line_over_its_bound_with_the_lines_id() {
     // No id a JSON-RPC answer could carry: null.
     relay.send_line(&format!(r#"{{"jsonrpc":"2.0","method":"ping","id":{{"n":1}},"params":{{"pad":"{big}"}}}}"#));
     assert_error(&relay.next_answer(), -32600, &json!(null), "longer than 16 MiB");
+    // An integer in float form, read as `/mcp` reads it: the integer.
+    relay.send_line(&format!(r#"{{"jsonrpc":"2.0","method":"ping","id":5.0,"params":{{"pad":"{big}"}}}}"#));
+    assert_error(&relay.next_answer(), -32600, &json!(5), "longer than 16 MiB");
     relay.assert_lists(8);
 }
 

@@ -53,6 +53,7 @@ use agentos_core::search::SearchQuery;
 use agentos_engine::{Engine, Principal};
 
 use crate::error::ApiError;
+use crate::message_id::{id_of, top_level_id};
 use crate::state::AppState;
 
 /// The prefix of the platform's own tools; no toolkit id can take it (ids hold no `_`).
@@ -1469,54 +1470,10 @@ fn unread_message(body: &[u8]) -> Refusal {
     Refusal::new(id, code, problem)
 }
 
-/// An id as rmcp reads it: a string, or an integer that fits an i64, also in float form (`1.0`)
-/// while a float tells it exactly (below 2^53); `None` for any other value.
-fn id_of(id: &Value) -> Option<Value> {
-    match id {
-        Value::String(_) => Some(id.clone()),
-        Value::Number(n) if n.is_i64() => Some(id.clone()),
-        Value::Number(n) => n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 2f64.powi(53)).map(|f| json!(f as i64)),
-        _ => None,
-    }
-}
-
 /// Whether `n` is an integer too large, either way, for an i64: past u64 too, serde_json reads
 /// it as a float with no fraction.
 fn beyond_i64(n: &serde_json::Number) -> bool {
     n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() >= 2f64.powi(63))
-}
-
-/// The `id` of a JSON object nested too deeply for serde_json to read, when it has a valid one:
-/// found by walking the object's bytes as far as its first `"id":` at the top level, and
-/// reading the value after it alone.
-fn top_level_id(body: &[u8]) -> Option<Value> {
-    let mut depth = 0usize;
-    let mut at = 0;
-    while at < body.len() {
-        match body[at] {
-            b'"' => {
-                let start = at;
-                at += 1;
-                while at < body.len() && body[at] != b'"' {
-                    // An escape takes the next byte with it, a quote among them.
-                    at += if body[at] == b'\\' { 2 } else { 1 };
-                }
-                let rest = body.get(at + 1..).unwrap_or_default().trim_ascii_start();
-                if depth == 1
-                    && body.get(start + 1..at) == Some(b"id".as_slice())
-                    && let Some(value) = rest.strip_prefix(b":")
-                {
-                    let id = serde_json::Deserializer::from_slice(value).into_iter::<Value>().next()?.ok()?;
-                    return id_of(&id);
-                }
-            }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-        at += 1;
-    }
-    None
 }
 
 /// A JSON value in an error message: itself when short, else what kind of value it is.
@@ -1673,26 +1630,6 @@ mod tests {
         tokio::time::sleep(TELL_TIMEOUT + Duration::from_secs(1)).await;
         assert!(!telling.load(Ordering::Acquire), "the notification was not given up");
         drop(lines);
-    }
-
-    #[test]
-    fn the_id_of_a_message_nested_too_deeply_is_found_at_its_top_level() {
-        let deep =
-            |before: &str, after: &str| format!("{{{before}\"params\":{}{}{after}}}", "[".repeat(200), "]".repeat(200));
-        let check =
-            |body: String, expected: Option<Value>| assert_eq!(top_level_id(body.as_bytes()), expected, "{body}");
-        check(deep(r#""id": 7,"#, ""), Some(json!(7)));
-        check(deep("", r#", "id" : "late""#), Some(json!("late")));
-        // Not the top level's, not a key, not a valid id: none.
-        check(deep(r#""p":{"id":1},"#, ""), None);
-        check(deep(r#""method":"id","#, ""), None);
-        check(deep(r#""i\"d":1,"#, ""), None);
-        check(deep(r#""id":{"a":1},"#, ""), None);
-        check(deep(r#""id":1.5,"#, ""), None);
-        check(deep(r#""id":2.0,"#, ""), Some(json!(2)));
-        check(deep(r#""x":"a \"id\": 3","#, ""), None);
-        check(r#"{"id":"#.to_owned(), None);
-        check(r#"{"unterminated\"#.to_owned(), None);
     }
 
     #[test]
