@@ -103,6 +103,14 @@ impl Link for LocalLink {
         .await
     }
 
+    async fn stopped(&self, name: Option<&str>, instance: Option<&str>) -> Result<(), ProtocolError> {
+        let p = self.principal()?;
+        guarded(SHORT_CALL, async {
+            self.engine.dispatch().executor_stopped(&p, name, instance).await.map_err(refused)
+        })
+        .await
+    }
+
     async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
         let p = self.principal()?;
         let r = call.result;
@@ -469,6 +477,9 @@ mod tests {
         }
         async fn heartbeat(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
             self.link.heartbeat(name, job_id, lease_id).await
+        }
+        async fn stopped(&self, name: Option<&str>, instance: Option<&str>) -> Result<(), ProtocolError> {
+            self.link.stopped(name, instance).await
         }
         async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
             self.held(-1);

@@ -602,10 +602,16 @@ fn an_executor_stopped_while_it_polls_runs_the_job_it_got_and_takes_no_more() {
 
 #[test]
 fn executors_are_listed_with_their_state() {
-    let (_d, m, mut e) = setup_with(&[], &[]);
-    let (_, list) = m.client().get("/api/executors");
-    assert_eq!(list[0]["name"], "e1");
-    assert_eq!(list[0]["state"], "polling");
+    let (d, m, mut e) = setup_with(&[], &[]);
+    let mut e2 = Executor::start(&m, &d.path().join("executor-2"), "e2", &[]);
+    let states = || -> Vec<String> {
+        let (_, list) = m.client().get("/api/executors");
+        list.as_array().unwrap().iter().map(|e| format!("{}:{}", e["name"], e["state"]).replace('"', "")).collect()
+    };
+    wait_for("both to poll", || states() == ["e1:polling", "e2:polling"]);
+    // One stopped in good order said so before it exited: stopped at once, and it stays so.
+    assert!(e2.terminate().success());
+    assert_eq!(states(), ["e1:polling", "e2:stopped"]);
     e.kill9();
     // Without a poll outstanding the executor is no longer polling, and once it has not been
     // heard from for 5 s it is silent (it was listed idle until gone, 90 s later).
@@ -613,6 +619,10 @@ fn executors_are_listed_with_their_state() {
     let killed = std::time::Instant::now();
     wait_for("e1 to be listed silent", || m.client().get("/api/executors").1[0]["state"] == "silent");
     assert!(killed.elapsed() > std::time::Duration::from_secs(4), "silent too soon");
+    assert_eq!(states(), ["e1:silent", "e2:stopped"]);
+    // Started again, it is heard from: polling.
+    let _e2 = Executor::start(&m, &d.path().join("executor-2"), "e2", &[]);
+    wait_for("e2 to poll again", || states() == ["e1:silent", "e2:polling"]);
 }
 
 #[test]
@@ -626,6 +636,14 @@ fn an_invocation_nobody_serves_is_answered_no_executor_and_one_that_arrives_in_t
     assert_eq!(status, 504, "{r}");
     assert_eq!(r["error"]["code"], "no_executor", "{r}");
     assert!(r["error"]["message"].as_str().unwrap().contains("agentos executor"), "{r}");
+
+    // The only executor stopped in good order: it serves no more, and a call is told so after
+    // the same grace, not after the 90 s in which a silent one might still come back.
+    let mut e = Executor::start(&m, &dir.path().join("executor-0"), "e1", &[]);
+    assert_eq!(ok_result(&api.invoke("fine", json!({"timeoutMs": 60000})))["stdout"], "fine\n");
+    assert!(e.terminate().success());
+    let (status, r) = api.invoke("fine", json!({"timeoutMs": 60000}));
+    assert_eq!((status, r["error"]["code"].as_str()), (504, Some("no_executor")), "{r}");
 
     // An executor that comes while a call waits (within the default grace) picks the job up.
     let m = Master::start(&dir.path().join("master-2"));
@@ -898,6 +916,51 @@ fn a_result_the_master_refuses_as_malformed_ends_the_job_saying_so_not_a_second_
     assert_eq!((r.1["attempt"].as_u64(), r.1["exitCode"].as_i64()), (Some(1), None), "{r:?}");
     // A second run would have waited for the first's lease (a minute), and been attempt 2.
     assert!(took < std::time::Duration::from_secs(15), "the job waited {took:?}, its lease's time");
+}
+
+/// A goodbye names the stopping process: a lease it still holds (a job it could not hand back)
+/// ends at once and the job goes out again; another process's lease is left alone. A goodbye
+/// that cannot be read is refused with why.
+#[test]
+fn a_goodbye_ends_the_leases_its_process_still_holds_and_a_bad_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let (status, body) = api.post_raw("/api/executor-tokens", json!({"name": "e1"}).to_string().into_bytes());
+    assert_eq!(status, 200, "{body}");
+    let exec = api.with_token(body["token"].as_str());
+    api.register("s", "sh", "echo", None);
+    let call = {
+        let api = api.clone();
+        std::thread::spawn(move || api.invoke("s", json!({"timeoutMs": 30000})))
+    };
+    let poll = |instance: &str, wait: u64| {
+        exec.post_raw("/api/executor/poll", json!({"waitMs": wait, "instance": instance}).to_string().into_bytes())
+    };
+    let (status, first) = poll("00000000000000aa", 10_000);
+    assert_eq!((status, first["attempt"].as_u64()), (200, Some(1)), "{first}");
+    for (body, why) in [
+        (json!({"instance": "not-hex"}), "16 lower-case hex characters"),
+        (json!({"instance": "00000000000000aa", "jobs": []}), "jobs"),
+    ] {
+        let resp = exec.post_raw("/api/executor/stopped", body.to_string().into_bytes());
+        assert_eq!(resp.0, 400, "{body}: {resp:?}");
+        assert!(resp.1["error"]["message"].as_str().unwrap().contains(why), "{body}: {resp:?}");
+    }
+    // Another process of the same executor says goodbye: the job stays with the first.
+    let stopped =
+        |instance: &str| exec.post_raw("/api/executor/stopped", json!({"instance": instance}).to_string().into_bytes());
+    assert_eq!(stopped("00000000000000bb"), (200, json!({"stopped": true})));
+    assert_eq!(poll("00000000000000cc", 300).0, 204, "the job is still held");
+    // The holder says goodbye: its lease ends, and the job goes out again at once.
+    assert_eq!(stopped("00000000000000aa").0, 200);
+    let (status, again) = poll("00000000000000cc", 10_000);
+    assert_eq!((status, &again["jobId"], again["attempt"].as_u64()), (200, &first["jobId"], Some(2)), "{again}");
+    let result = json!({"leaseId": again["leaseId"], "exitCode": 0, "stdoutBase64": "aGkK", "stderrBase64": "", "durationMs": 1});
+    let path = format!("/api/executor/jobs/{}/result", again["jobId"].as_str().unwrap());
+    assert_eq!(exec.post_raw(&path, result.to_string().into_bytes()).0, 200);
+    let answer = call.join().unwrap();
+    assert_eq!(ok_result(&answer)["stdout"], "hi\n");
 }
 
 /// The worker headers of the executor protocol: a bad value is refused before anything is

@@ -558,6 +558,15 @@ fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_sh
                 .unwrap();
             assert_eq!(resp.status().as_u16(), 404, "{call}");
         }
+        // A goodbye under a name nobody polled with is taken, and notes nothing.
+        let resp = common::http()
+            .post(format!("{}/api/executor/stopped", a.url))
+            .bearer_auth(&token)
+            .header("x-agentos-executor-name", format!("ghost-{n}"))
+            .json(&json!({}))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "stopped");
     }
     let (status, listed, _) = send(&a, "GET", "/api/executors", None, None);
     assert_eq!((status, listed.as_array().map(Vec::len)), (200, Some(0)), "{listed}");
@@ -568,7 +577,7 @@ fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_sh
         "INSERT INTO agentos_executors VALUES ('e1/long-gone', 0, 0), ('e1/recent', \
          (extract(epoch from clock_timestamp()) * 1000)::bigint - 3600000, 0)",
     );
-    let _b = shared.master(&dir.path().join("b"), Some(&a));
+    let b = shared.master(&dir.path().join("b"), Some(&a));
     common::wait_for("b to forget the executor gone for a day", || {
         psql(&shared.storage.database, "SELECT string_agg(name, ',') FROM agentos_executors") == "e1/recent"
     });
@@ -586,6 +595,28 @@ fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_sh
         .map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap()))
         .collect();
     assert_eq!(states, [("e1/between", "idle"), ("e1/quiet", "silent"), ("e1/recent", "gone")], "{listed}");
+    // One that says it stopped, through either master, is listed stopped by both, at once; so
+    // is one long gone that says so.
+    for (master, name) in [(&b, "between"), (&a, "recent")] {
+        let resp = common::http()
+            .post(format!("{}/api/executor/stopped", master.url))
+            .bearer_auth(&token)
+            .header("x-agentos-executor-name", name)
+            .json(&json!({}))
+            .send()
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+    for master in [&a, &b] {
+        let (_, listed, _) = send(master, "GET", "/api/executors", None, None);
+        let states: Vec<(&str, &str)> = listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap()))
+            .collect();
+        assert_eq!(states, [("e1/between", "stopped"), ("e1/quiet", "silent"), ("e1/recent", "stopped")], "{listed}");
+    }
 }
 
 /// What one load thread saw: the values whose request was acknowledged, and every answer of

@@ -339,6 +339,26 @@ impl Dispatch<'_> {
         self.inner.dispatch.jobs.heartbeat(&executor, job_id, lease_id).await.map_err(|e| e.into_error(job_id))
     }
 
+    /// An executor process says it stopped in good order, its jobs finished or handed back: it
+    /// is listed `stopped` and no longer counted as serving the queue until it is heard from
+    /// again. A lease its `instance` still holds (a hand-back that failed) ends now.
+    pub async fn executor_stopped(
+        &self,
+        principal: &Principal,
+        name: Option<&str>,
+        instance: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let executor = executor_name(principal, name)?;
+        if let Some(instance) = checked_instance("instance", instance)? {
+            let ended = self.inner.dispatch.jobs.expire_instances(&executor, &[instance]).await?;
+            if ended > 0 {
+                tracing::warn!(executor = %executor, instance, jobs = ended, "an executor stopped holding jobs: their leases end now");
+                self.reap_jobs().await;
+            }
+        }
+        self.inner.dispatch.jobs.stopped(&executor).await
+    }
+
     pub async fn release_job(
         &self,
         principal: &Principal,

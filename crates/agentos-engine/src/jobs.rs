@@ -25,7 +25,8 @@ pub const FORGET_EXECUTOR_AFTER: Duration = Duration::from_secs(24 * 3600);
 
 /// A live executor with a free slot always has a poll open, but for the moment between two: one
 /// neither polling nor holding a job and not heard from for this long is listed `silent`
-/// (stopped, killed or cut off) rather than `idle`, until it is `gone`.
+/// (killed, frozen or cut off) rather than `idle`, until it is `gone`. One that said it stopped
+/// is listed `stopped` at once, and stays so until it is heard from again or forgotten.
 pub const SILENT_AFTER: Duration = Duration::from_secs(5);
 
 impl Default for JobConfig {
@@ -110,12 +111,19 @@ struct Seen {
     last: Instant,
     last_wall: i64,
     polls: u32,
+    /// It said it stopped, and has not been heard from since.
+    stopped: bool,
 }
 
 impl Seen {
     /// Not polling, and not seen for longer than `gone_after`.
     fn gone(&self, now: Instant, gone_after: Duration) -> bool {
         self.polls == 0 && now.duration_since(self.last) > gone_after
+    }
+
+    /// Serving the queue: polling, or heard from within `gone_after` and not stopped since.
+    fn serving(&self, now: Instant, gone_after: Duration) -> bool {
+        self.polls > 0 || (!self.stopped && !self.gone(now, gone_after))
     }
 }
 
@@ -271,16 +279,20 @@ fn check_holder(lease: Option<&Lease>, executor: &str, lease_id: &str) -> Result
     }
 }
 
-/// Notes that `executor` was heard from now (and how its open polls changed).
+fn unseen() -> Seen {
+    Seen { last: Instant::now(), last_wall: wall_ms(), polls: 0, stopped: false }
+}
+
+/// Notes that `executor` was heard from now (and how its open polls changed). A request, not the
+/// end of a poll, undoes a goodbye: a poll the executor left behind may end after it.
 fn mark_seen(q: &mut QueueState, executor: &str, poll_delta: i32) {
-    let seen = q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
-        last: Instant::now(),
-        last_wall: wall_ms(),
-        polls: 0,
-    });
+    let seen = q.executors.entry(executor.to_string()).or_insert_with(unseen);
     seen.last = Instant::now();
     seen.last_wall = wall_ms();
     seen.polls = (seen.polls as i32 + poll_delta).max(0) as u32;
+    if poll_delta >= 0 {
+        seen.stopped = false;
+    }
 }
 
 /// [`check_holder`] for `job_id`, noting the executor as seen when its lease checked out or
@@ -446,11 +458,7 @@ impl MemoryQueue {
         };
         let mut guard = self.lock();
         let q = &mut *guard;
-        q.executors.entry(executor.to_string()).or_insert_with(|| Seen {
-            last: Instant::now(),
-            last_wall: wall_ms(),
-            polls: 0,
-        });
+        q.executors.entry(executor.to_string()).or_insert_with(unseen);
         // A job whose lease ran out goes back to its place before anything is handed out, as in
         // the shared queue, rather than at the reaper's next round: a hand-out in between took
         // the job behind it first.
@@ -509,6 +517,17 @@ impl MemoryQueue {
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
                 return None;
             }
+        }
+    }
+
+    /// Notes that `executor` said it stopped in good order: listed `stopped`, and no longer
+    /// counted as serving the queue, until it is heard from again. One never heard from is
+    /// not noted.
+    pub fn stopped(&self, executor: &str) {
+        if let Some(seen) = self.lock().executors.get_mut(executor) {
+            seen.stopped = true;
+            seen.last = Instant::now();
+            seen.last_wall = wall_ms();
         }
     }
 
@@ -616,7 +635,7 @@ impl MemoryQueue {
     pub fn serving(&self) -> bool {
         let q = self.lock();
         let now = Instant::now();
-        q.executors.values().any(|s| !s.gone(now, self.config.gone_after))
+        q.executors.values().any(|s| s.serving(now, self.config.gone_after))
     }
 
     /// Executors with their state, longest-known first.
@@ -645,7 +664,9 @@ impl MemoryQueue {
                     .collect();
                 let other_jobs = held.len() - jobs.len();
                 jobs.sort();
-                let state = if seen.gone(now, self.config.gone_after) {
+                let state = if seen.stopped && seen.polls == 0 && !busy {
+                    "stopped"
+                } else if seen.gone(now, self.config.gone_after) {
                     "gone"
                 } else if busy {
                     "busy"
@@ -914,6 +935,17 @@ impl JobQueue {
     pub async fn drop_orphans(&self, models: &[String]) {
         if let JobQueue::Shared(q, _) = self {
             q.drop_orphans(models).await
+        }
+    }
+
+    /// Notes that `executor` said it stopped in good order (see [`MemoryQueue::stopped`]).
+    pub async fn stopped(&self, executor: &str) -> Result<(), crate::EngineError> {
+        match self {
+            JobQueue::Memory(q) => {
+                q.stopped(executor);
+                Ok(())
+            }
+            JobQueue::Shared(q, _) => q.stopped(executor).await.map_err(store_lease_error),
         }
     }
 
@@ -1226,6 +1258,45 @@ mod tests {
         assert_eq!(q.executors()[0].state, "silent");
         tokio::time::advance(Duration::from_secs(61)).await;
         assert_eq!(q.executors()[0].state, "gone");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_executor_that_said_it_stopped_is_listed_stopped_and_serves_no_more() {
+        let q = queue();
+        let state =
+            |q: &MemoryQueue| q.executors().iter().map(|e| (e.name.clone(), e.state.clone())).collect::<Vec<_>>();
+        let (a, _ra) = q.enqueue("default".into(), token());
+        let h = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+        assert!(q.poll("e2", None, Duration::from_millis(1)).await.is_none());
+        q.stopped("e0");
+        assert_eq!(
+            state(&q),
+            [("e1".into(), "busy".into()), ("e2".into(), "idle".into())],
+            "one never seen is not noted"
+        );
+        q.stopped("e2");
+        assert!(q.serving(), "e1 holds a job");
+        // One that holds a job is listed busy, whatever it said (another process of the same name).
+        q.stopped("e1");
+        assert_eq!(state(&q), [("e1".into(), "busy".into()), ("e2".into(), "stopped".into())]);
+        assert!(!q.serving(), "neither polls, and both said they stopped");
+        q.complete("e1", &a, &h.lease_id).unwrap();
+        assert_eq!(state(&q)[0].1, "idle", "heard from again");
+        assert!(q.serving());
+        // Stopped stays stopped (not silent, not gone) until it is forgotten.
+        tokio::time::advance(Duration::from_secs(120)).await;
+        assert_eq!(state(&q)[1].1, "stopped");
+        // A poll open when the goodbye came keeps the executor listed polling and serving; its
+        // end does not undo the goodbye, a new request does.
+        let polling = q.poll("e2", None, Duration::from_secs(5));
+        tokio::pin!(polling);
+        assert!(tokio::time::timeout(Duration::from_millis(1), polling.as_mut()).await.is_err(), "no job");
+        q.stopped("e2");
+        assert_eq!(state(&q)[1].1, "polling");
+        assert!(polling.await.is_none());
+        assert_eq!(state(&q)[1].1, "stopped");
+        assert!(q.take_now("e2", None).is_none());
+        assert_eq!(state(&q)[1].1, "idle");
     }
 
     #[tokio::test(start_paused = true)]

@@ -297,6 +297,15 @@ impl SharedQueue {
         }
     }
 
+    /// Notes that `executor` said it stopped in good order: listed `stopped`, and no longer
+    /// counted as serving the queue, until it is heard from again.
+    pub async fn stopped(&self, executor: &str) -> Result<(), StoreError> {
+        // Its next request is written whatever this master noted lately.
+        lock(&self.seen).remove(executor);
+        *lock(&self.serving_until) = None;
+        self.rows.stopped(executor).await
+    }
+
     /// Notes `executor` as seen after a call about a lease: when the lease checked out, or when
     /// this master knows the executor already (its refused call is still a sign of life). A
     /// refused call makes no executor known, or every name sent with one would be listed as
@@ -431,7 +440,7 @@ impl SharedQueue {
         }
         let gone_after = self.config.gone_after.as_millis() as i64;
         let (rows, now) = self.rows.executors().await?;
-        let serving = rows.iter().any(|e| e.polling_until > now || now - e.last_seen <= gone_after);
+        let serving = rows.iter().any(|e| e.polling_until > now || (!e.stopped && now - e.last_seen <= gone_after));
         if serving {
             *self.serving_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + SEEN_EVERY);
         }
@@ -455,7 +464,9 @@ impl SharedQueue {
                     .collect();
                 jobs.sort();
                 let polling = e.polling_until > now;
-                let state = if !polling && now - e.last_seen > gone_after {
+                let state = if e.stopped && !polling && total == 0 {
+                    "stopped"
+                } else if !polling && now - e.last_seen > gone_after {
                     "gone"
                 } else if total > 0 {
                     "busy"

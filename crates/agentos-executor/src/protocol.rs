@@ -45,6 +45,8 @@ pub trait Link: Send + Sync {
     async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError>;
     /// Posts a result; with `take_next`, also takes the next job if one is queued right now.
     async fn result(&self, call: ResultCall<'_>) -> Result<Option<LeasedJob>, ProtocolError>;
+    /// Says this process stopped in good order: its jobs are finished or handed back.
+    async fn stopped(&self, name: Option<&str>, instance: Option<&str>) -> Result<(), ProtocolError>;
 }
 
 /// One long poll, as [`Link::poll`] receives it.
@@ -168,6 +170,12 @@ impl Master {
         self.link.release(self.name.as_deref(), job_id, lease_id).await
     }
 
+    /// Says this process stopped in good order, so that the master lists it `stopped` at once
+    /// (not `silent`, as a killed one) and counts it as serving the queue no more.
+    pub async fn stopped(&self) -> Result<(), ProtocolError> {
+        self.link.stopped(self.name.as_deref(), self.instance.as_deref()).await
+    }
+
     /// Posts a result from worker `slot`; with `take_next`, also takes the next job if one is
     /// queued right now.
     pub async fn result(
@@ -188,6 +196,9 @@ impl Master {
         self.link.result(call).await
     }
 }
+
+/// How long a stopping executor waits for each master to take its goodbye.
+pub const GOODBYE_CALL: Duration = Duration::from_secs(3);
 
 /// What an executor says of itself in the headers of a request.
 #[derive(Clone, Copy)]
@@ -364,6 +375,12 @@ impl Link for Http {
     async fn release(&self, name: Option<&str>, job_id: &str, lease_id: &str) -> Result<(), ProtocolError> {
         let path = format!("/api/executor/jobs/{job_id}/release");
         self.post::<Value>(Head::named(name), &path, &json!({"leaseId": lease_id}), Duration::from_secs(10))
+            .await
+            .map(|_| ())
+    }
+
+    async fn stopped(&self, name: Option<&str>, instance: Option<&str>) -> Result<(), ProtocolError> {
+        self.post::<Value>(Head::named(name), "/api/executor/stopped", &json!({"instance": instance}), GOODBYE_CALL)
             .await
             .map(|_| ())
     }

@@ -340,6 +340,17 @@ pub async fn run(config: ExecutorConfig, shutdown: impl Future<Output = ()>) -> 
             }
         }
     }
+    // Every job was finished or handed back: said to the master, which lists this executor
+    // `stopped` rather than, after a while, `silent` as a killed one. A refused credential has
+    // nothing to say it with.
+    if fatal.is_none() {
+        match shared.master.stopped().await {
+            Ok(()) => {}
+            // A master from before the goodbye: it lists the executor silent, then gone.
+            Err(ProtocolError::Refused { status: 404 | 405, .. }) => {}
+            Err(e) => tracing::warn!(error = %e, "telling the master this executor stopped failed"),
+        }
+    }
     // Every worker has ended, so `shared` is the last reference.
     if let Some(cgroups) = Arc::into_inner(shared).and_then(|s| s.cgroups) {
         tokio::task::spawn_blocking(move || cgroups.close()).await.ok();

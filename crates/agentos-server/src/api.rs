@@ -408,7 +408,7 @@ pub async fn cancel_job(
     Ok(Json(app.engine.dispatch().cancel_job(&p, &id).await?.into()))
 }
 
-/// Executors with their state (`polling`, `busy`, `idle`, `gone`), when each was last seen and the jobs it holds: for an agent, the ids of those in models it may use, the others counted.
+/// Executors with their state (`polling`, `busy`, `idle`, `stopped`, `silent`, `gone`), when each was last seen and the jobs it holds: for an agent, the ids of those in models it may use, the others counted.
 #[utoipa::path(get, path = "/api/executors", tag = "executors",
     responses((status = 200, body = Vec<wire::ExecutorView>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
 pub async fn list_executors(
@@ -495,6 +495,21 @@ pub async fn executor_poll(
         Some(job) => Ok(Json(wire::LeasedJob::from(job).with_limit(app.max_result_bytes)).into_response()),
         None => Ok(StatusCode::NO_CONTENT.into_response()),
     }
+}
+
+/// Say the executor stopped in good order (its jobs finished or handed back): it is listed
+/// `stopped`, and counted as serving the queue no more, until it is heard from again.
+#[utoipa::path(post, path = "/api/executor/stopped", tag = "executor protocol", request_body = wire::StoppedRequest,
+    responses((status = 200, description = "{\"stopped\": true}", body = Object), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 408, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub async fn executor_stopped(
+    State(app): State<AppState>,
+    Extension(p): Extension<Principal>,
+    headers: HeaderMap,
+    JsonValue(body): JsonValue,
+) -> Result<Json<Value>, ApiError> {
+    let req: wire::StoppedRequest = typed(body)?;
+    app.engine.dispatch().executor_stopped(&p, executor_name(&headers).as_deref(), req.instance.as_deref()).await?;
+    Ok(Json(json!({"stopped": true})))
 }
 
 /// Renew a lease. 409 when the lease was lost (the job went to another executor); 403 when

@@ -56,6 +56,7 @@ use crate::wire;
         crate::nets_api::watch,
         crate::api::create_executor_token,
         crate::api::executor_poll,
+        crate::api::executor_stopped,
         crate::api::executor_heartbeat,
         crate::api::executor_release,
         crate::api::executor_result,

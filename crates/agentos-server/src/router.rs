@@ -59,6 +59,7 @@ pub fn router(
         .route("/api/jobs/{id}/stderr", get(api::job_stderr))
         .route("/api/executor-tokens", post(api::create_executor_token))
         .route("/api/executor/poll", post(api::executor_poll))
+        .route("/api/executor/stopped", post(api::executor_stopped))
         .route("/api/executor/jobs/{id}/heartbeat", post(api::executor_heartbeat))
         .route("/api/executor/jobs/{id}/release", post(api::executor_release))
         .route("/api/executor/jobs/{id}/result", post(api::executor_result))

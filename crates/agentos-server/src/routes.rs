@@ -150,6 +150,7 @@ pub const ROUTES: &[RouteSpec] = &[
     with_model("GET", "/api/jobs", Permission::Authenticated, ModelRule::Resource),
     route("POST", "/api/executor-tokens", Permission::Operator),
     route("POST", "/api/executor/poll", Permission::Executor),
+    route("POST", "/api/executor/stopped", Permission::Executor),
     route("POST", "/api/executor/jobs/{id}/heartbeat", Permission::Executor),
     route("POST", "/api/executor/jobs/{id}/release", Permission::Executor),
     route("POST", "/api/executor/jobs/{id}/result", Permission::Executor),

@@ -644,7 +644,7 @@ async function executorsView() {
     h('h2', { text: 'Executors' }),
     executors instanceof Error ? h('p', { class: 'muted', text: explain(executors) })
       : executors.length ? table(['name', 'state', 'last seen', 'jobs held'], executors.map((e) => h('tr', { 'data-executor': e.name },
-        h('td', {}, e.name), h('td', {}, h('span', { class: `badge ${e.state === 'gone' || e.state === 'silent' ? 'bad' : 'ok'}` }, e.state)), h('td', { class: 'muted' }, e.lastSeen),
+        h('td', {}, e.name), h('td', {}, h('span', { class: `badge ${e.state === 'gone' || e.state === 'silent' ? 'bad' : e.state === 'stopped' ? '' : 'ok'}` }, e.state)), h('td', { class: 'muted' }, e.lastSeen),
         h('td', {}, held(e)))))
         : h('p', { class: 'muted', text: 'No executor has polled this master.' }),
     h('h2', { text: 'Recent jobs' }),

@@ -8,7 +8,8 @@
 //! the row goes once the result is in the log. A master that dies between the two leaves a
 //! marked row whose lease runs out: the next reaper finds the result in the log (the row goes)
 //! or not (the job is queued again). Every queueing is announced on the channel `agentos_jobs`.
-//! Executors are rows of `agentos_executors`: when each was last seen and until when it polls.
+//! Executors are rows of `agentos_executors`: when each was last seen, until when it polls, and
+//! whether it said it stopped (in good order, its jobs finished or handed back).
 
 use async_trait::async_trait;
 use tokio_postgres::Row;
@@ -51,6 +52,12 @@ CREATE TABLE IF NOT EXISTS agentos_executors (
     last_seen     BIGINT NOT NULL,
     polling_until BIGINT NOT NULL
 );
+DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()
+                   AND table_name = 'agentos_executors' AND column_name = 'stopped') THEN
+        ALTER TABLE agentos_executors ADD COLUMN IF NOT EXISTS stopped BOOLEAN NOT NULL DEFAULT false;
+    END IF;
+END $$;
 ";
 
 /// The database's clock in milliseconds since the epoch.
@@ -113,6 +120,8 @@ pub struct ExecutorRow {
     pub name: String,
     pub last_seen: i64,
     pub polling_until: i64,
+    /// It said it stopped, and has not been heard from since.
+    pub stopped: bool,
     /// The jobs it holds: id, model, invoker.
     pub held: Vec<(String, String, Option<String>)>,
 }
@@ -191,6 +200,8 @@ pub trait SharedJobs: Send + Sync + 'static {
     async fn seen(&self, executor: &str, polling_ms: Option<u64>) -> Result<(), StoreError>;
     /// Notes that `executor` stopped polling (its last poll through this master ended).
     async fn stopped_polling(&self, executor: &str) -> Result<(), StoreError>;
+    /// Notes that `executor` said it stopped; the next [`SharedJobs::seen`] of it undoes that.
+    async fn stopped(&self, executor: &str) -> Result<(), StoreError>;
     /// Every executor, and the database's clock now.
     async fn executors(&self) -> Result<(Vec<ExecutorRow>, i64), StoreError>;
     /// Forgets the executors neither seen nor polling for `older_than_ms`; answers how many.
@@ -500,7 +511,7 @@ impl SharedJobs for PgJobQueue {
                 &format!(
                     "INSERT INTO agentos_executors (name, last_seen, polling_until) \
                      VALUES ($1, {NOW_MS}, {NOW_MS} + coalesce($2::bigint, 0)) \
-                     ON CONFLICT (name) DO UPDATE SET last_seen = excluded.last_seen, \
+                     ON CONFLICT (name) DO UPDATE SET last_seen = excluded.last_seen, stopped = false, \
                      polling_until = CASE WHEN $2::bigint IS NULL THEN agentos_executors.polling_until \
                        ELSE greatest(agentos_executors.polling_until, excluded.polling_until) END"
                 ),
@@ -524,12 +535,26 @@ impl SharedJobs for PgJobQueue {
             .map(|_| ())
     }
 
+    async fn stopped(&self, executor: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "noting an executor stopped",
+                &format!(
+                    "UPDATE agentos_executors SET last_seen = {NOW_MS}, stopped = true, \
+                     polling_until = least(polling_until, {NOW_MS}) WHERE name = $1"
+                ),
+                &[&executor],
+            )
+            .await
+            .map(|_| ())
+    }
+
     async fn executors(&self) -> Result<(Vec<ExecutorRow>, i64), StoreError> {
         let client = self.conn.client().await?;
         let q = |e| crate::pg::query_error("listing executors", e);
         let now: i64 = client.query_one(&format!("SELECT {NOW_MS}"), &[]).await.map_err(q)?.get(0);
         let seen = client
-            .query("SELECT name, last_seen, polling_until FROM agentos_executors ORDER BY name", &[])
+            .query("SELECT name, last_seen, polling_until, stopped FROM agentos_executors ORDER BY name", &[])
             .await
             .map_err(q)?;
         let held = client
@@ -541,7 +566,13 @@ impl SharedJobs for PgJobQueue {
             .map_err(q)?;
         let mut out: Vec<ExecutorRow> = seen
             .iter()
-            .map(|r| ExecutorRow { name: r.get(0), last_seen: r.get(1), polling_until: r.get(2), held: Vec::new() })
+            .map(|r| ExecutorRow {
+                name: r.get(0),
+                last_seen: r.get(1),
+                polling_until: r.get(2),
+                stopped: r.get(3),
+                held: Vec::new(),
+            })
             .collect();
         for r in &held {
             let name: String = r.get(0);
@@ -674,5 +705,16 @@ mod tests {
         a.stopped_polling("e1").await.unwrap();
         let (rows, now) = b.executors().await.unwrap();
         assert!(rows[0].polling_until <= now, "no longer polling");
+        assert!(!rows[0].stopped);
+        // A goodbye ends its poll and is seen by every master; the next sign of life undoes it.
+        a.seen("e1", Some(30_000)).await.unwrap();
+        b.stopped("e1").await.unwrap();
+        let (rows, now) = a.executors().await.unwrap();
+        assert!(rows[0].stopped && rows[0].polling_until <= now, "{rows:?}");
+        a.seen("e1", None).await.unwrap();
+        assert!(!b.executors().await.unwrap().0[0].stopped, "heard from again");
+        // A goodbye from an executor never seen notes nothing.
+        b.stopped("e2").await.unwrap();
+        assert_eq!(a.executors().await.unwrap().0.len(), 1);
     }
 }

@@ -87,7 +87,7 @@ impl Binder for Script {
             let advice = match engine.inner.dispatch.jobs.serving().await {
                 Ok(true) => "wait for one to finish".to_string(),
                 Ok(false) => format!(
-                    "no executor serves the queue (none has polled the master in the last {} s), so none will finish until one starts: start one with `agentos executor`",
+                    "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so none will finish until one starts: start one with `agentos executor`",
                     engine.inner.dispatch.jobs.config().gone_after.as_secs()
                 ),
                 Err(e) => {
@@ -501,7 +501,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
                 ErrorKind::Unavailable,
                 "no_executor",
                 format!(
-                    "no executor serves the queue (none has polled the master in the last {} s), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
+                    "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
                     engine.inner.dispatch.jobs.config().gone_after.as_secs()
                 ),
             )

@@ -112,6 +112,16 @@ pub struct PollRequest {
     pub replaces: Vec<String>,
 }
 
+/// `POST /api/executor/stopped`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StoppedRequest {
+    /// The stopping process's instance id, as sent with its polls: a lease it still holds
+    /// (a job it could not hand back) ends now, and its job goes back to the queue.
+    #[serde(default)]
+    pub instance: Option<String>,
+}
+
 /// `POST /api/executor/jobs/{id}/heartbeat` and `/release`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -295,9 +305,10 @@ impl From<CallRequest> for agentos_engine::call::CallRequest {
 #[serde(rename_all = "camelCase")]
 pub struct ExecutorView {
     pub name: String,
-    /// `polling`; `busy` (holds jobs); `idle` (between two polls); `silent` (neither polling nor
-    /// holding a job, and not heard from for 5 s: stopped, killed or cut off); `gone` (so for
-    /// the master's `gone_after`, 90 s).
+    /// `polling`; `busy` (holds jobs); `idle` (between two polls); `stopped` (said it stopped in
+    /// good order, its jobs finished or handed back, and not heard from since); `silent`
+    /// (neither polling nor holding a job, and not heard from for 5 s: killed, frozen or cut
+    /// off); `gone` (so for the master's `gone_after`, 90 s).
     pub state: String,
     pub last_seen: String,
     /// The ids of the jobs it holds in models the caller may use.
