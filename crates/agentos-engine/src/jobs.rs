@@ -635,7 +635,17 @@ impl MemoryQueue {
     pub fn serving(&self) -> bool {
         let q = self.lock();
         let now = Instant::now();
-        q.executors.values().any(|s| s.serving(now, self.config.gone_after))
+        let gone_after = self.config.gone_after;
+        if q.executors.values().any(|s| s.serving(now, gone_after)) {
+            return true;
+        }
+        // A name that said it stopped but holds jobs: another process under the same name runs
+        // them, and polls again after. Looked for only when nothing else serves.
+        q.executors.iter().any(|(name, s)| {
+            s.stopped
+                && !s.gone(now, gone_after)
+                && q.jobs.values().any(|j| j.lease.as_ref().is_some_and(|l| &l.executor == name))
+        })
     }
 
     /// Executors with their state, longest-known first.
@@ -1279,10 +1289,12 @@ mod tests {
         // One that holds a job is listed busy, whatever it said (another process of the same name).
         q.stopped("e1");
         assert_eq!(state(&q), [("e1".into(), "busy".into()), ("e2".into(), "stopped".into())]);
-        assert!(!q.serving(), "neither polls, and both said they stopped");
+        assert!(q.serving(), "another process of e1 runs its job, and will poll after");
         q.complete("e1", &a, &h.lease_id).unwrap();
         assert_eq!(state(&q)[0].1, "idle", "heard from again");
         assert!(q.serving());
+        q.stopped("e1");
+        assert!(!q.serving(), "neither polls nor holds a job, and both said they stopped");
         // Stopped stays stopped (not silent, not gone) until it is forgotten.
         tokio::time::advance(Duration::from_secs(120)).await;
         assert_eq!(state(&q)[1].1, "stopped");

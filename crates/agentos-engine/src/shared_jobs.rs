@@ -303,7 +303,10 @@ impl SharedQueue {
         // Its next request is written whatever this master noted lately.
         lock(&self.seen).remove(executor);
         *lock(&self.serving_until) = None;
-        self.rows.stopped(executor).await
+        // A poll of the name still open here is another process's (or the stopping one's, not
+        // yet seen to close): it ends as any poll does, and is noted then.
+        let end_polls = !lock(&self.polls).polling(executor);
+        self.rows.stopped(executor, end_polls).await
     }
 
     /// Notes `executor` as seen after a call about a lease: when the lease checked out, or when
@@ -440,7 +443,10 @@ impl SharedQueue {
         }
         let gone_after = self.config.gone_after.as_millis() as i64;
         let (rows, now) = self.rows.executors().await?;
-        let serving = rows.iter().any(|e| e.polling_until > now || (!e.stopped && now - e.last_seen <= gone_after));
+        // One that said it stopped but holds jobs: another process under its name runs them.
+        let serving = rows
+            .iter()
+            .any(|e| e.polling_until > now || ((!e.stopped || !e.held.is_empty()) && now - e.last_seen <= gone_after));
         if serving {
             *self.serving_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + SEEN_EVERY);
         }
@@ -540,6 +546,11 @@ impl OpenPolls {
                 self.open.insert(executor.to_string(), (1, 0));
             }
         }
+    }
+
+    /// Whether a poll of `executor` is open.
+    fn polling(&self, executor: &str) -> bool {
+        self.open.get(executor).is_some_and(|e| e.0 > 0)
     }
 
     /// A poll ended; the generation to settle a second later when it was the executor's last.

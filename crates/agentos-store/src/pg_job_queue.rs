@@ -201,7 +201,9 @@ pub trait SharedJobs: Send + Sync + 'static {
     /// Notes that `executor` stopped polling (its last poll through this master ended).
     async fn stopped_polling(&self, executor: &str) -> Result<(), StoreError>;
     /// Notes that `executor` said it stopped; the next [`SharedJobs::seen`] of it undoes that.
-    async fn stopped(&self, executor: &str) -> Result<(), StoreError>;
+    /// With `end_polls`, it is no longer polling either (the master it said so to has no poll
+    /// of it open); without, its polls end as any other does ([`SharedJobs::stopped_polling`]).
+    async fn stopped(&self, executor: &str, end_polls: bool) -> Result<(), StoreError>;
     /// Every executor, and the database's clock now.
     async fn executors(&self) -> Result<(Vec<ExecutorRow>, i64), StoreError>;
     /// Forgets the executors neither seen nor polling for `older_than_ms`; answers how many.
@@ -535,15 +537,16 @@ impl SharedJobs for PgJobQueue {
             .map(|_| ())
     }
 
-    async fn stopped(&self, executor: &str) -> Result<(), StoreError> {
+    async fn stopped(&self, executor: &str, end_polls: bool) -> Result<(), StoreError> {
         self.conn
             .execute(
                 "noting an executor stopped",
                 &format!(
                     "UPDATE agentos_executors SET last_seen = {NOW_MS}, stopped = true, \
-                     polling_until = least(polling_until, {NOW_MS}) WHERE name = $1"
+                     polling_until = CASE WHEN $2 THEN least(polling_until, {NOW_MS}) ELSE polling_until END \
+                     WHERE name = $1"
                 ),
-                &[&executor],
+                &[&executor, &end_polls],
             )
             .await
             .map(|_| ())
@@ -706,15 +709,19 @@ mod tests {
         let (rows, now) = b.executors().await.unwrap();
         assert!(rows[0].polling_until <= now, "no longer polling");
         assert!(!rows[0].stopped);
-        // A goodbye ends its poll and is seen by every master; the next sign of life undoes it.
+        // A goodbye is seen by every master; it ends the polls only when told to (another
+        // process of the same name may poll); the next sign of life undoes it.
         a.seen("e1", Some(30_000)).await.unwrap();
-        b.stopped("e1").await.unwrap();
+        b.stopped("e1", false).await.unwrap();
+        let (rows, now) = a.executors().await.unwrap();
+        assert!(rows[0].stopped && rows[0].polling_until > now, "{rows:?}");
+        b.stopped("e1", true).await.unwrap();
         let (rows, now) = a.executors().await.unwrap();
         assert!(rows[0].stopped && rows[0].polling_until <= now, "{rows:?}");
         a.seen("e1", None).await.unwrap();
         assert!(!b.executors().await.unwrap().0[0].stopped, "heard from again");
         // A goodbye from an executor never seen notes nothing.
-        b.stopped("e2").await.unwrap();
+        b.stopped("e2", true).await.unwrap();
         assert_eq!(a.executors().await.unwrap().0.len(), 1);
     }
 }
