@@ -300,13 +300,15 @@ impl SharedQueue {
     /// Notes that `executor` said it stopped in good order: listed `stopped`, and no longer
     /// counted as serving the queue, until it is heard from again.
     pub async fn stopped(&self, executor: &str) -> Result<(), StoreError> {
-        // Its next request is written whatever this master noted lately.
-        lock(&self.seen).remove(executor);
-        *lock(&self.serving_until) = None;
         // A poll of the name still open here is another process's (or the stopping one's, not
         // yet seen to close): it ends as any poll does, and is noted then.
         let end_polls = !lock(&self.polls).polling(executor);
-        self.rows.stopped(executor, end_polls).await
+        let written = self.rows.stopped(executor, end_polls).await;
+        // The name's next request is written whatever this master noted lately, before the
+        // goodbye too: one noted while the goodbye was on its way may have been written first.
+        lock(&self.seen).remove(executor);
+        *lock(&self.serving_until) = None;
+        written
     }
 
     /// Notes `executor` as seen after a call about a lease: when the lease checked out, or when
