@@ -245,6 +245,14 @@ fn bad_input_gets_a_clear_4xx() {
     assert_eq!(error_code(&api.post_raw("/api/commands", Vec::new()), 400), "malformed_json");
     assert_eq!(error_code(&api.command(json!({"type":"TOOL_CATALOG_FROBNICATE"})), 400), "unknown_command");
     assert_eq!(error_code(&api.command(json!(["not", "an", "object"])), 400), "invalid_command");
+    // A typed body that is not an object is refused as such: serde would read `["m"]` as
+    // `{"name": "m"}` and make a model.
+    for (path, body) in [("/api/models", "[\"m\"]"), ("/api/tools/x/invoke", "[{}]"), ("/api/agents", "null")] {
+        let (status, v) = api.post_raw(path, body.as_bytes().to_vec());
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_body")), "{path} {body}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().ends_with(": send a JSON object"), "{v}");
+    }
+    assert_eq!(api.get("/api/models").1.as_array().map(|m| m.iter().any(|m| m["name"] == "m")), Some(false));
     assert_eq!(error_code(&api.post_raw("/api/commands", vec![b' '; 70_000]), 413), "body_too_large");
     assert_eq!(error_code(&api.get("/api/tool-catalog/NOPE"), 400), "invalid_id");
     assert_eq!(error_code(&api.get("/api/blobs/urn:agentos:blob:../../etc/passwd"), 400), "invalid_urn");

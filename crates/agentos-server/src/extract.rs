@@ -157,6 +157,19 @@ impl FromRequest<AppState> for ResultBody {
 
 /// Parses a JSON value into a typed body, naming the field at fault.
 pub fn typed<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
+    // Every body read here is an object. serde's derive reads a struct from an array too
+    // (`["l1"]` as `{"leaseId": "l1"}`), so any other value is refused here, as what it is.
+    let kind = match &v {
+        serde_json::Value::Object(_) => None,
+        serde_json::Value::Array(_) => Some("an array"),
+        serde_json::Value::String(_) => Some("a string"),
+        serde_json::Value::Number(_) => Some("a number"),
+        serde_json::Value::Bool(_) => Some("a boolean"),
+        serde_json::Value::Null => Some("null"),
+    };
+    if let Some(kind) = kind {
+        return Err(ApiError::bad_request("invalid_body", format!("the request body is {kind}: send a JSON object")));
+    }
     serde_path_to_error::deserialize(v).map_err(|e| {
         let path = e.path().to_string();
         let at = if path == "." { String::new() } else { format!(" at {path}") };
