@@ -588,13 +588,7 @@ fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_sh
          ('e1/quiet', (extract(epoch from clock_timestamp()) * 1000)::bigint - 10000, 0)",
     );
     let (_, listed, _) = send(&a, "GET", "/api/executors", None, None);
-    let states: Vec<(&str, &str)> = listed
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap()))
-        .collect();
-    assert_eq!(states, [("e1/between", "idle"), ("e1/quiet", "silent"), ("e1/recent", "gone")], "{listed}");
+    assert_eq!(states(&listed), [("e1/between", "idle"), ("e1/quiet", "silent"), ("e1/recent", "gone")], "{listed}");
     // One that says it stopped, through either master, is listed stopped by both, at once; so
     // is one long gone that says so.
     for (master, name) in [(&b, "between"), (&a, "recent")] {
@@ -609,14 +603,14 @@ fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_sh
     }
     for master in [&a, &b] {
         let (_, listed, _) = send(master, "GET", "/api/executors", None, None);
-        let states: Vec<(&str, &str)> = listed
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap()))
-            .collect();
-        assert_eq!(states, [("e1/between", "stopped"), ("e1/quiet", "silent"), ("e1/recent", "stopped")], "{listed}");
+        let want = [("e1/between", "stopped"), ("e1/quiet", "silent"), ("e1/recent", "stopped")];
+        assert_eq!(states(&listed), want, "{listed}");
     }
+}
+
+/// Each executor listed by `GET /api/executors`, as its name and state.
+fn states(listed: &Value) -> Vec<(&str, &str)> {
+    listed.as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap())).collect()
 }
 
 /// What one load thread saw: the values whose request was acknowledged, and every answer of
