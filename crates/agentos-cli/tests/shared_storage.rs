@@ -608,6 +608,51 @@ fn refused_executor_calls_make_no_executor_known_and_long_gone_ones_leave_the_sh
     }
 }
 
+/// Two processes under one name, one polling through master a while the other says goodbye
+/// through master b (which has no poll of that name open, so it ends the name's polls): a hears
+/// of the goodbye on the jobs channel and writes its open poll down again at once, so the name
+/// is listed polling (and serves the queue) while that poll waits, not `stopped` until it ends.
+#[test]
+fn a_goodbye_through_one_master_leaves_a_process_of_the_same_name_polling_through_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let a = shared.master(&dir.path().join("a"), None);
+    let b = shared.master(&dir.path().join("b"), Some(&a));
+    let (status, v, _) = send(&a, "POST", "/api/executor-tokens", Some(json!({"name": "e1"})), None);
+    assert_eq!(status, 200, "{v}");
+    let token = v["token"].as_str().unwrap().to_string();
+    let listed = |m: &Master| states(&send(m, "GET", "/api/executors", None, None).1).contains(&("e1/twin", "polling"));
+    let poller = {
+        let (url, token) = (a.url.clone(), token.clone());
+        std::thread::spawn(move || {
+            common::http()
+                .post(format!("{url}/api/executor/poll"))
+                .bearer_auth(&token)
+                .header("x-agentos-executor-name", "twin")
+                .json(&json!({"waitMs": 8000}))
+                .send()
+                .map(|r| r.status().as_u16())
+        })
+    };
+    common::wait_for("the twin listed polling", || listed(&b));
+    let resp = common::http()
+        .post(format!("{}/api/executor/stopped", b.url))
+        .bearer_auth(&token)
+        .header("x-agentos-executor-name", "twin")
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    // Well within the poll's 8 s: without the notice, the name reads `stopped` until it ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    while !(listed(&a) && listed(&b)) {
+        let (_, now, _) = send(&b, "GET", "/api/executors", None, None);
+        assert!(std::time::Instant::now() < deadline, "the twin's open poll is not written down again: {now}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(poller.join().unwrap().unwrap(), 204, "no job: the poll ran its time");
+}
+
 /// Each executor listed by `GET /api/executors`, as its name and state.
 fn states(listed: &Value) -> Vec<(&str, &str)> {
     listed.as_array().unwrap().iter().map(|e| (e["name"].as_str().unwrap(), e["state"].as_str().unwrap())).collect()

@@ -241,6 +241,14 @@ impl Engine {
         self.inner.dispatch.jobs.announced()
     }
 
+    /// Executors said goodbye through other masters sharing the queue: the polls of those
+    /// names open here (other processes') are written down again.
+    pub async fn executors_stopped_elsewhere(&self, executors: &[String]) {
+        for executor in executors {
+            self.inner.dispatch.jobs.stopped_elsewhere(executor).await
+        }
+    }
+
     /// This master's run in a shared job queue: the owner its queued jobs carry, and the
     /// payload of their announcements.
     pub fn job_queue_run(&self) -> Option<String> {

@@ -959,6 +959,14 @@ impl JobQueue {
         }
     }
 
+    /// `executor` said goodbye through another master sharing the queue (see
+    /// [`crate::shared_jobs::SharedQueue::stopped_elsewhere`]).
+    pub async fn stopped_elsewhere(&self, executor: &str) {
+        if let JobQueue::Shared(q, _) = self {
+            q.stopped_elsewhere(executor).await
+        }
+    }
+
     /// Whether any executor serves the queue (through any master, when shared). A shared
     /// queue whose database cannot tell answers why, in words a caller can act on.
     pub async fn serving(&self) -> Result<bool, crate::EngineError> {

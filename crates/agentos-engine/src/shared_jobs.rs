@@ -275,7 +275,7 @@ impl SharedQueue {
         instance: Option<&str>,
         wait: Duration,
     ) -> Result<Option<Handout>, StoreError> {
-        lock(&self.polls).open(executor);
+        lock(&self.polls).open(executor, Instant::now() + wait);
         let _open = PollGuard { queue: self, executor };
         // A poll that does not wait (a worker asking for a job ahead) is a sign of life, not a
         // wait: noted as polling, it would spare the note of a long poll that follows within
@@ -303,12 +303,25 @@ impl SharedQueue {
         // A poll of the name still open here is another process's (or the stopping one's, not
         // yet seen to close): it ends as any poll does, and is noted then.
         let end_polls = !lock(&self.polls).polling(executor);
-        let written = self.rows.stopped(executor, end_polls).await;
+        let written = self.rows.stopped(executor, end_polls, &self.master).await;
         // The name's next request is written whatever this master noted lately, before the
         // goodbye too: one noted while the goodbye was on its way may have been written first.
         lock(&self.seen).remove(executor);
         *lock(&self.serving_until) = None;
         written
+    }
+
+    /// `executor` said goodbye through another master, which could not know of the polls of
+    /// that name open here: another process's, which still serves the queue. They are written
+    /// down again at once (rather than at the name's next request after [`SEEN_EVERY`], or not
+    /// before the next poll when one is open), so the name is not listed `stopped`, nor the
+    /// queue left unserved, while they wait.
+    pub async fn stopped_elsewhere(&self, executor: &str) {
+        lock(&self.seen).remove(executor);
+        *lock(&self.serving_until) = None;
+        let Some(until) = lock(&self.polls).open_until(executor) else { return };
+        let left = until.saturating_duration_since(Instant::now());
+        self.seen(executor, (!left.is_zero()).then_some(left)).await;
     }
 
     /// Notes `executor` as seen after a call about a lease: when the lease checked out, or when
@@ -535,24 +548,37 @@ impl Drop for PollGuard<'_> {
 #[derive(Default)]
 struct OpenPolls {
     open: HashMap<String, (u32, u64)>,
+    /// Until when the open polls of each executor wait at the latest (while any is open).
+    until: HashMap<String, Instant>,
     /// Never reused, even for a name that left and came back, so a late check of a generation
     /// that ended cannot match a newer one.
     generations: u64,
 }
 
 impl OpenPolls {
-    fn open(&mut self, executor: &str) {
+    /// A poll of `executor` that waits until `until` at the latest.
+    fn open(&mut self, executor: &str, until: Instant) {
         match self.open.get_mut(executor) {
             Some(e) => e.0 += 1,
             None => {
                 self.open.insert(executor.to_string(), (1, 0));
             }
         }
+        let latest = self.until.entry(executor.to_string()).or_insert(until);
+        *latest = (*latest).max(until);
     }
 
     /// Whether a poll of `executor` is open.
     fn polling(&self, executor: &str) -> bool {
         self.open.get(executor).is_some_and(|e| e.0 > 0)
+    }
+
+    /// Until when the open polls of `executor` wait at the latest; `None` when none is open.
+    fn open_until(&self, executor: &str) -> Option<Instant> {
+        if !self.polling(executor) {
+            return None;
+        }
+        self.until.get(executor).copied()
     }
 
     /// A poll ended; the generation to settle a second later when it was the executor's last.
@@ -562,6 +588,7 @@ impl OpenPolls {
         if e.0 > 0 {
             return None;
         }
+        self.until.remove(executor);
         self.generations += 1;
         e.1 = self.generations;
         Some(e.1)
@@ -580,12 +607,14 @@ impl OpenPolls {
 #[cfg(test)]
 mod tests {
     use super::OpenPolls;
+    use std::time::Duration;
+    use tokio::time::Instant;
 
     #[test]
     fn an_executor_whose_last_poll_ended_leaves_once_settled() {
         let mut p = OpenPolls::default();
-        p.open("e1");
-        p.open("e1");
+        p.open("e1", Instant::now());
+        p.open("e1", Instant::now());
         assert_eq!(p.close("e1"), None, "one poll still open");
         let g = p.close("e1").expect("the last poll ended");
         assert!(p.settle("e1", g));
@@ -596,17 +625,33 @@ mod tests {
     #[test]
     fn a_poll_after_the_last_one_ended_keeps_the_executor() {
         let mut p = OpenPolls::default();
-        p.open("e1");
+        p.open("e1", Instant::now());
         let first = p.close("e1").unwrap();
-        p.open("e1");
+        p.open("e1", Instant::now());
         assert!(!p.settle("e1", first), "polling again");
         let second = p.close("e1").unwrap();
         assert!(!p.settle("e1", first), "a late check of the first end");
         assert!(p.settle("e1", second));
         // Back after leaving: the generation of its first life never matches its second.
-        p.open("e1");
+        p.open("e1", Instant::now());
         let third = p.close("e1").unwrap();
         assert!(!p.settle("e1", first) && !p.settle("e1", second));
         assert!(third > second && p.settle("e1", third));
+    }
+
+    #[test]
+    fn the_open_polls_of_an_executor_tell_until_when_they_wait() {
+        let mut p = OpenPolls::default();
+        assert_eq!(p.open_until("e1"), None, "none open");
+        let now = Instant::now();
+        p.open("e1", now + Duration::from_secs(20));
+        p.open("e1", now + Duration::from_secs(5));
+        assert_eq!(p.open_until("e1"), Some(now + Duration::from_secs(20)), "the latest of the two");
+        assert_eq!(p.close("e1"), None);
+        assert_eq!(p.open_until("e1"), Some(now + Duration::from_secs(20)), "one still open");
+        p.close("e1").unwrap();
+        assert_eq!(p.open_until("e1"), None, "all ended");
+        p.open("e1", now + Duration::from_secs(1));
+        assert_eq!(p.open_until("e1"), Some(now + Duration::from_secs(1)), "a new poll starts afresh");
     }
 }

@@ -233,12 +233,17 @@ pub async fn run(
         )
     });
     // Jobs queued through any master wake this master's waiting polls at once (and every
-    // second besides, should an announcement be lost).
+    // second besides, should an announcement be lost); a goodbye through another master has
+    // the polls of that name open here written down again.
     let queue_follower = shared_queue.map(|q| {
         let engine = engine.clone();
         tokio::spawn(async move {
-            q.listen(engine.job_queue_run(), std::time::Duration::from_secs(1), move || {
+            q.listen(engine.job_queue_run(), std::time::Duration::from_secs(1), move |stopped| {
                 engine.jobs_announced();
+                if !stopped.is_empty() {
+                    let engine = engine.clone();
+                    tokio::spawn(async move { engine.executors_stopped_elsewhere(&stopped).await });
+                }
                 true
             })
             .await

@@ -108,18 +108,19 @@ impl PgConn {
     /// Calls `on_notice` whenever `channel` is notified, and at least every `poll` besides, in
     /// case a notice is lost with a broken connection. Runs until `on_notice` answers false;
     /// listens again on a new connection when the database goes away.
-    pub(crate) async fn listen(&self, channel: &str, poll: Duration, on_notice: impl FnMut() -> bool + Send) {
-        self.listen_except(channel, None, poll, on_notice).await
+    pub(crate) async fn listen(&self, channel: &str, poll: Duration, mut on_notice: impl FnMut() -> bool + Send) {
+        self.listen_except(channel, None, poll, move |_| on_notice()).await
     }
 
     /// Like [`PgConn::listen`], leaving out the notices whose payload is `own` (this process's
-    /// own, which it acted on already).
+    /// own, which it acted on already), and handing `on_notice` the payloads heard since its
+    /// last call (none when it is called for the poll, or after listening again).
     pub(crate) async fn listen_except(
         &self,
         channel: &str,
         own: Option<String>,
         poll: Duration,
-        mut on_notice: impl FnMut() -> bool + Send,
+        mut on_notice: impl FnMut(&[String]) -> bool + Send,
     ) {
         use futures_util::StreamExt;
         let mut listened = false;
@@ -129,7 +130,7 @@ impl PgConn {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::debug!(error = %e, channel, "listening: the database is unreachable");
-                    if !on_notice() {
+                    if !on_notice(&[]) {
                         return;
                     }
                     tokio::time::sleep(poll).await;
@@ -145,8 +146,8 @@ impl PgConn {
                     match m {
                         Ok(tokio_postgres::AsyncMessage::Notification(n))
                             if own.as_deref().is_some_and(|o| o == n.payload()) => {}
-                        Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
-                            if tx.send(()).is_err() {
+                        Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                            if tx.send(n.payload().to_string()).is_err() {
                                 break;
                             }
                         }
@@ -162,18 +163,23 @@ impl PgConn {
             }
             // Listening again on a new connection: what was announced while the last one was
             // down reached nobody, so catch up now rather than at the next poll.
-            if std::mem::replace(&mut listened, true) && !on_notice() {
+            if std::mem::replace(&mut listened, true) && !on_notice(&[]) {
                 pump.abort();
                 return;
             }
+            let mut payloads = Vec::new();
             loop {
-                let heard = tokio::time::timeout(poll, rx.recv()).await;
-                if matches!(heard, Ok(None)) {
+                payloads.clear();
+                match tokio::time::timeout(poll, rx.recv()).await {
                     // The connection ended: listen again.
-                    break;
+                    Ok(None) => break,
+                    Ok(Some(p)) => payloads.push(p),
+                    Err(_) => {}
                 }
-                while rx.try_recv().is_ok() {}
-                if !on_notice() {
+                while let Ok(p) = rx.try_recv() {
+                    payloads.push(p);
+                }
+                if !on_notice(&payloads) {
                     pump.abort();
                     return;
                 }

@@ -7,7 +7,8 @@
 //! matter). A result is taken by marking the row `completing` with the master that records it;
 //! the row goes once the result is in the log. A master that dies between the two leaves a
 //! marked row whose lease runs out: the next reaper finds the result in the log (the row goes)
-//! or not (the job is queued again). Every queueing is announced on the channel `agentos_jobs`.
+//! or not (the job is queued again). Every queueing is announced on the channel `agentos_jobs`,
+//! and so is every goodbye of an executor (see [`stopped_notice`]).
 //! Executors are rows of `agentos_executors`: when each was last seen, until when it polls, and
 //! whether it said it stopped (in good order, its jobs finished or handed back).
 
@@ -17,8 +18,19 @@ use tokio_postgres::Row;
 use crate::StoreError;
 use crate::pg::PgConn;
 
-/// The channel new and returned jobs are announced on.
+/// The channel new and returned jobs, and executors' goodbyes, are announced on.
 pub const JOBS_CHANNEL: &str = "agentos_jobs";
+
+/// The payload announcing that `executor` (whose name holds no space) said goodbye through
+/// master `origin` (a run name).
+pub fn stopped_notice(executor: &str, origin: &str) -> String {
+    format!("stopped {executor} {origin}")
+}
+
+/// The executor and the master of a goodbye's announcement; `None` for any other payload.
+pub fn read_stopped_notice(payload: &str) -> Option<(&str, &str)> {
+    payload.strip_prefix("stopped ")?.split_once(' ')
+}
 
 const SCHEMA: &str = "
 CREATE SEQUENCE IF NOT EXISTS agentos_jobs_order;
@@ -200,10 +212,12 @@ pub trait SharedJobs: Send + Sync + 'static {
     async fn seen(&self, executor: &str, polling_ms: Option<u64>) -> Result<(), StoreError>;
     /// Notes that `executor` stopped polling (its last poll through this master ended).
     async fn stopped_polling(&self, executor: &str) -> Result<(), StoreError>;
-    /// Notes that `executor` said it stopped; the next [`SharedJobs::seen`] of it undoes that.
-    /// With `end_polls`, it is no longer polling either (the master it said so to has no poll
-    /// of it open); without, its polls end as any other does ([`SharedJobs::stopped_polling`]).
-    async fn stopped(&self, executor: &str, end_polls: bool) -> Result<(), StoreError>;
+    /// Notes that `executor` said it stopped, through master `origin`; the next
+    /// [`SharedJobs::seen`] of it undoes that. With `end_polls`, it is no longer polling either
+    /// (the master it said so to has no poll of it open); without, its polls end as any other
+    /// does ([`SharedJobs::stopped_polling`]). Announced on [`JOBS_CHANNEL`] once written, so
+    /// that a master with a poll of that name open (another process's) notes it again.
+    async fn stopped(&self, executor: &str, end_polls: bool, origin: &str) -> Result<(), StoreError>;
     /// Every executor, and the database's clock now.
     async fn executors(&self) -> Result<(Vec<ExecutorRow>, i64), StoreError>;
     /// Forgets the executors neither seen nor polling for `older_than_ms`; answers how many.
@@ -229,11 +243,28 @@ impl PgJobQueue {
         Ok(q)
     }
 
-    /// Calls `on_queued` whenever a job is queued (or queued again) through any master, but for
+    /// Calls `on_notice` whenever a job is queued (or queued again) through any master, but for
     /// the jobs `own` (a master's [`NewJobRow::owner`]) queued itself, and at least every `poll`
-    /// besides.
-    pub async fn listen(&self, own: Option<String>, poll: std::time::Duration, on_queued: impl FnMut() -> bool + Send) {
-        self.conn.listen_except(JOBS_CHANNEL, own, poll, on_queued).await
+    /// besides; with the executors that said goodbye through other masters than `own` since the
+    /// last call.
+    pub async fn listen(
+        &self,
+        own: Option<String>,
+        poll: std::time::Duration,
+        mut on_notice: impl FnMut(Vec<String>) -> bool + Send,
+    ) {
+        let me = own.clone();
+        self.conn
+            .listen_except(JOBS_CHANNEL, own, poll, move |heard| {
+                let stopped = heard
+                    .iter()
+                    .filter_map(|p| read_stopped_notice(p))
+                    .filter(|(_, origin)| me.as_deref() != Some(*origin))
+                    .map(|(executor, _)| executor.to_string())
+                    .collect();
+                on_notice(stopped)
+            })
+            .await
     }
 
     /// Why `executor` may not use `lease_id` on `job_id`, when an update matched no row.
@@ -537,16 +568,19 @@ impl SharedJobs for PgJobQueue {
             .map(|_| ())
     }
 
-    async fn stopped(&self, executor: &str, end_polls: bool) -> Result<(), StoreError> {
+    async fn stopped(&self, executor: &str, end_polls: bool, origin: &str) -> Result<(), StoreError> {
+        // The notice goes out when the update commits, so whoever hears it reads the goodbye.
+        let notice = stopped_notice(executor, origin);
         self.conn
             .execute(
                 "noting an executor stopped",
                 &format!(
-                    "UPDATE agentos_executors SET last_seen = {NOW_MS}, stopped = true, \
+                    "WITH noted AS (UPDATE agentos_executors SET last_seen = {NOW_MS}, stopped = true, \
                      polling_until = CASE WHEN $2 THEN least(polling_until, {NOW_MS}) ELSE polling_until END \
-                     WHERE name = $1"
+                     WHERE name = $1 RETURNING 1) \
+                     SELECT pg_notify('{JOBS_CHANNEL}', $3) FROM noted"
                 ),
-                &[&executor, &end_polls],
+                &[&executor, &end_polls, &notice],
             )
             .await
             .map(|_| ())
@@ -712,16 +746,56 @@ mod tests {
         // A goodbye is seen by every master; it ends the polls only when told to (another
         // process of the same name may poll); the next sign of life undoes it.
         a.seen("e1", Some(30_000)).await.unwrap();
-        b.stopped("e1", false).await.unwrap();
+        b.stopped("e1", false, "m2").await.unwrap();
         let (rows, now) = a.executors().await.unwrap();
         assert!(rows[0].stopped && rows[0].polling_until > now, "{rows:?}");
-        b.stopped("e1", true).await.unwrap();
+        b.stopped("e1", true, "m2").await.unwrap();
         let (rows, now) = a.executors().await.unwrap();
         assert!(rows[0].stopped && rows[0].polling_until <= now, "{rows:?}");
         a.seen("e1", None).await.unwrap();
         assert!(!b.executors().await.unwrap().0[0].stopped, "heard from again");
         // A goodbye from an executor never seen notes nothing.
-        b.stopped("e2", true).await.unwrap();
+        b.stopped("e2", true, "m2").await.unwrap();
         assert_eq!(a.executors().await.unwrap().0.len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_goodbye_is_announced_to_the_other_masters() {
+        let url = fresh_database().await;
+        let a = std::sync::Arc::new(PgJobQueue::open(&url).await.unwrap());
+        let b = PgJobQueue::open(&url).await.unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let listener = a.clone();
+        let listening = tokio::spawn(async move {
+            listener
+                .listen(Some("m1".into()), std::time::Duration::from_millis(200), move |stopped| {
+                    stopped.is_empty() || tx.send(stopped).is_ok()
+                })
+                .await
+        });
+        for e in ["e1", "e2", "e3"] {
+            b.seen(e, None).await.unwrap();
+        }
+        // Until the listener is on, a goodbye may go unheard: say it until it is heard.
+        let heard = loop {
+            b.stopped("e1", true, "m2").await.unwrap();
+            if let Ok(Some(h)) = tokio::time::timeout(std::time::Duration::from_millis(300), rx.recv()).await {
+                break h;
+            }
+        };
+        assert_eq!(heard, ["e1"]);
+        // Its own goodbyes, and those of executors never seen (nothing written), are not told.
+        a.stopped("e3", true, "m1").await.unwrap();
+        b.stopped("e4", true, "m2").await.unwrap();
+        b.stopped("e2", true, "m2").await.unwrap();
+        let mut told = Vec::new();
+        while !told.contains(&"e2".to_string()) {
+            let more = tokio::time::timeout(std::time::Duration::from_secs(5), rx.recv()).await.unwrap().unwrap();
+            told.extend(more);
+        }
+        assert!(told.iter().all(|e| e == "e1" || e == "e2"), "{told:?}");
+        assert_eq!(read_stopped_notice("job-1-x"), None, "a job's announcement");
+        assert_eq!(read_stopped_notice(&stopped_notice("c/e1", "job-1-m a")), Some(("c/e1", "job-1-m a")));
+        listening.abort();
     }
 }
