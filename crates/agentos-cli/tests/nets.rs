@@ -337,6 +337,93 @@ fn an_http_transition_calls_a_real_server_with_a_credential_that_is_stored_nowhe
     }
 }
 
+/// An http transition's answer is read as a named operation's is: an endless body fails the
+/// fire at 32 MiB instead of filling the master, and bytes that are not text go to the blob
+/// store whole (the token is the blob's reference) instead of being mangled into a string.
+#[test]
+fn an_http_transition_stops_an_endless_answer_and_keeps_bytes_that_are_not_text_whole() {
+    let binary: Vec<u8> = (0..10).flat_map(|_| 0..=255u8).collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = binary.clone();
+    let server = std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Write};
+        let mut written = 0usize;
+        for _ in 0..2 {
+            let (s, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(s.try_clone().unwrap());
+            let mut line = String::new();
+            reader.read_line(&mut line).unwrap();
+            while {
+                let mut h = String::new();
+                reader.read_line(&mut h).unwrap();
+                h != "\r\n"
+            } {}
+            let mut s = s;
+            if line.contains("/endless") {
+                write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                )
+                .unwrap();
+                let chunk = vec![b'x'; 65536];
+                // Until the master hangs up.
+                while write!(s, "{:x}\r\n", chunk.len())
+                    .and_then(|_| s.write_all(&chunk))
+                    .and_then(|_| s.write_all(b"\r\n"))
+                    .is_ok()
+                {
+                    written += chunk.len();
+                    assert!(written < 1 << 30, "the master read a gigabyte of an endless answer");
+                }
+            } else {
+                write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\ncontent-type: image/png\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    served.len()
+                )
+                .unwrap();
+                s.write_all(&served).unwrap();
+            }
+        }
+        written
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let call = |id: &str, path: &str| {
+        json!({"id": id, "kind": "http", "mode": "manual", "presets": {"r": {"place": format!("p-{id}")}},
+               "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}],
+               "action": {"method": "GET", "url": format!("http://127.0.0.1:{port}{path}"), "timeoutMs": 60000}})
+    };
+    apply(
+        &api,
+        "answers",
+        json!({"places": ["p-endless", "p-binary", "p-out"], "transitions": [call("endless", "/endless"), call("binary", "/binary")]}),
+    );
+    for place in ["p-endless", "p-binary"] {
+        put(&api, "answers", place, json!({}));
+    }
+    let (status, o) = api.post("/api/models/answers/transitions/endless/fire", json!({}));
+    assert_eq!((status, o["outcome"].as_str()), (200, Some("started")), "{o}");
+    wait_for("the endless fire to fail", || !transition(&api, "answers", "endless")["lastError"].is_null());
+    let t = transition(&api, "answers", "endless");
+    assert!(t["lastError"].as_str().unwrap().contains("the answer is over 33554432 bytes"), "{t}");
+    let rss = resident_mib(m.child.id());
+    assert!(rss < 512, "the master grew to {rss} MiB");
+    let (status, o) = api.post("/api/models/answers/transitions/binary/fire", json!({}));
+    assert_eq!((status, o["outcome"].as_str()), (200, Some("started")), "{o}");
+    wait_for("the binary answer's token", || !api.token_data("answers", "p-out").is_empty());
+    let out = api.token_data("answers", "p-out");
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0]["sizeBytes"], 2560, "{out:?}");
+    assert_eq!(out[0]["sha256"], agentos_core::sha256_hex(&binary), "{out:?}");
+    let (status, bytes) = api.get_bytes(&format!("/api/blobs/{}", out[0]["urn"].as_str().unwrap()));
+    assert_eq!((status, bytes), (200, binary), "the blob holds the answer as it came");
+    let written = server.join().unwrap();
+    assert!(written < 64 << 20, "the master read {written} bytes of the endless answer");
+}
+
 fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {

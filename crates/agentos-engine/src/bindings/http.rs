@@ -33,7 +33,36 @@ pub const REGISTER_HTTP: &str = "TOOL_CATALOG_REGISTER_HTTP";
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Bytes of an answer read at most; a longer body fails the call rather than fill the master.
-const MAX_ANSWER_BYTES: usize = 32 << 20;
+pub(crate) const MAX_ANSWER_BYTES: usize = 32 << 20;
+
+/// Why an answer's body was not read whole.
+pub(crate) enum AnswerError {
+    /// Past [`MAX_ANSWER_BYTES`]: the rest was not read.
+    TooLarge,
+    /// The request's timeout ran out while the body came.
+    TimedOut,
+    Failed(reqwest::Error),
+}
+
+/// Reads an answer's body, at most [`MAX_ANSWER_BYTES`] of it: an endless or huge body fails
+/// rather than fill the master. reqwest's timeout runs until the body is read, so a slow body
+/// times out as well.
+pub(crate) async fn read_answer(resp: &mut reqwest::Response) -> Result<Vec<u8>, AnswerError> {
+    let mut bytes = Vec::new();
+    loop {
+        match resp.chunk().await {
+            Ok(Some(c)) => {
+                if bytes.len() + c.len() > MAX_ANSWER_BYTES {
+                    return Err(AnswerError::TooLarge);
+                }
+                bytes.extend_from_slice(&c);
+            }
+            Ok(None) => return Ok(bytes),
+            Err(e) if e.is_timeout() => return Err(AnswerError::TimedOut),
+            Err(e) => return Err(AnswerError::Failed(e)),
+        }
+    }
+}
 
 /// Characters of a failed answer's body quoted in the error line.
 const EXCERPT_CHARS: usize = 200;
@@ -233,38 +262,31 @@ impl Sent<'_> {
                 shown_headers.insert(name.into(), Value::String(redactor.text(v)));
             }
         }
-        // reqwest's timeout runs until the body is read, so a slow body times out as well.
-        let mut bytes = Vec::new();
-        loop {
-            match resp.chunk().await {
-                Ok(Some(c)) => {
-                    if bytes.len() + c.len() > MAX_ANSWER_BYTES {
-                        return Err(failed(
-                            ErrorKind::ToolFailed,
-                            "answer_too_large",
-                            format!("{shown}: the answer is over {MAX_ANSWER_BYTES} bytes"),
-                        ));
-                    }
-                    bytes.extend_from_slice(&c);
-                }
-                Ok(None) => break,
-                Err(e) if e.is_timeout() => {
-                    return Err(failed(
-                        ErrorKind::Unavailable,
-                        "timed_out",
-                        format!("{shown} timed out after {} ms", timeout.as_millis()),
-                    ));
-                }
-                Err(e) => {
-                    let why = redactor.text(&describe(&e));
-                    return Err(failed(
-                        ErrorKind::ToolFailed,
-                        "request_failed",
-                        format!("{shown}: reading the answer: {why}"),
-                    ));
-                }
+        let bytes = match read_answer(&mut resp).await {
+            Ok(bytes) => bytes,
+            Err(AnswerError::TooLarge) => {
+                return Err(failed(
+                    ErrorKind::ToolFailed,
+                    "answer_too_large",
+                    format!("{shown}: the answer is over {MAX_ANSWER_BYTES} bytes"),
+                ));
             }
-        }
+            Err(AnswerError::TimedOut) => {
+                return Err(failed(
+                    ErrorKind::Unavailable,
+                    "timed_out",
+                    format!("{shown} timed out after {} ms", timeout.as_millis()),
+                ));
+            }
+            Err(AnswerError::Failed(e)) => {
+                let why = redactor.text(&describe(&e));
+                return Err(failed(
+                    ErrorKind::ToolFailed,
+                    "request_failed",
+                    format!("{shown}: reading the answer: {why}"),
+                ));
+            }
+        };
         // Defence in depth: a service that echoes the credential does not hand it to the caller.
         let bytes = redactor.bytes(bytes);
         if !(200..300).contains(&status) {

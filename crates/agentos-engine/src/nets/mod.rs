@@ -1800,8 +1800,8 @@ impl Nets<'_> {
         // goes to the granted origin alone.
         let client = if carries_secret { &self.inner.nets.sealed_http } else { &self.inner.nets.http };
         let target = parsed.clone();
-        let mut req =
-            client.request(method.clone(), parsed).timeout(Duration::from_millis(h.timeout_ms.unwrap_or(30_000)));
+        let timeout_ms = h.timeout_ms.unwrap_or(30_000);
+        let mut req = client.request(method.clone(), parsed).timeout(Duration::from_millis(timeout_ms));
         for (k, tpl) in headers {
             let v = tpl.render(runner, ctx, &resolve)?;
             let v = match v {
@@ -1813,15 +1813,14 @@ impl Nets<'_> {
         if let Some(b) = body {
             req = req.json(&b.render(runner, ctx, &no_credentials)?);
         }
-        let resp = crate::outbound::sending(&target, req.send())
-            .await
-            .map_err(|e| format!("{method} {shown_url} failed: {}", describe(&e)))?;
+        let mut resp = crate::outbound::sending(&target, req.send()).await.map_err(|e| {
+            if e.is_timeout() {
+                format!("{method} {shown_url} timed out after {timeout_ms} ms")
+            } else {
+                format!("{method} {shown_url} failed: {}", describe(&e))
+            }
+        })?;
         let status = resp.status().as_u16();
-        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-        let bytes = resp.bytes().await.map_err(|e| format!("reading the answer of {shown_url}: {e}"))?;
-        let body_value = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        let response = json!({"status": status, "contentType": content_type, "body": body_value});
         let ok = match &h.success_status {
             Some(list) => list.contains(&status),
             None => (200..300).contains(&status),
@@ -1829,6 +1828,40 @@ impl Nets<'_> {
         if !ok {
             return Err(FireError::Failed(format!("{method} {shown_url} answered {status}")));
         }
+        let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        // At most as much as a named operation's answer: an endless body fails the fire rather
+        // than fill the master.
+        use crate::bindings::http::{AnswerError, MAX_ANSWER_BYTES, read_answer};
+        let bytes = read_answer(&mut resp).await.map_err(|e| match e {
+            AnswerError::TooLarge => format!("{method} {shown_url}: the answer is over {MAX_ANSWER_BYTES} bytes"),
+            AnswerError::TimedOut => format!("{method} {shown_url} timed out after {timeout_ms} ms"),
+            AnswerError::Failed(e) => format!("{method} {shown_url}: reading the answer: {}", describe(&e)),
+        })?;
+        let body_value = match serde_json::from_slice(&bytes) {
+            Ok(v) => v,
+            Err(_) => match String::from_utf8(bytes) {
+                Ok(text) => Value::String(text),
+                Err(e) => {
+                    // Bytes that are not text (an image, a PDF) would be mangled in a string: they
+                    // go to the blob store, readable in the model the fire acts for, and the
+                    // result is the blob's reference, as for a named operation's answer.
+                    let bytes = e.into_bytes();
+                    let size = bytes.len();
+                    let (_, blob) = self
+                        .dispatch()
+                        .shape_output_kept(run.resolve_model, bytes, true)
+                        .await
+                        .map_err(|e| format!("keeping the answer of {method} {shown_url}: {e}"))?;
+                    let blob = serde_json::to_value(blob).map_err(|e| e.to_string())?;
+                    let of = if content_type.is_empty() { String::new() } else { format!(" of {content_type}") };
+                    let body = format!("{size} bytes{of}, not text: the bytes are in bodyBlob");
+                    let response =
+                        json!({"status": status, "contentType": content_type, "body": body, "bodyBlob": blob});
+                    return Ok((blob, response));
+                }
+            },
+        };
+        let response = json!({"status": status, "contentType": content_type, "body": body_value});
         Ok((body_value, response))
     }
 
