@@ -119,9 +119,16 @@ impl ServerHandler for Relay {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let mut result = self.master.call_tool(request).await.map_err(relayed)?;
+        // A client's `notifications/cancelled` only cancels the request's token here: the relayed
+        // call is dropped with it, and rmcp then tells the master, which stops the call's job.
+        let mut result = tokio::select! {
+            relayed_call = self.master.call_tool(request) => relayed_call.map_err(relayed)?,
+            () = context.ct.cancelled() => {
+                return Err(McpError::new(ErrorCode::INTERNAL_ERROR, "the call was cancelled by the client", None));
+            }
+        };
         result.result_type.get_or_insert(rmcp::model::ResultType::COMPLETE);
         Ok(result.into())
     }

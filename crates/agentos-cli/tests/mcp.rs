@@ -663,6 +663,59 @@ fn mcp_tool_calls_are_held_to_the_callers_invocation_slots() {
     assert_eq!(again["result"]["isError"], false, "{again}");
 }
 
+/// Regression: `notifications/cancelled` stopped only the answer; the call ran on to its end and
+/// held the caller's invocation slot meanwhile. Now the call goes as a caller that went away:
+/// its slot is free at once and its running job is stopped at the executor's next heartbeat.
+#[test]
+fn a_cancelled_mcp_call_frees_its_slot_and_stops_its_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let m =
+        Master::start_with(&dir.path().join("master"), &["--max-concurrent-invocations", "1", "--lease-ms", "3000"]);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let api = m.client();
+    let go = dir.path().join("go");
+    let ran = dir.path().join("ran");
+    let slow = format!("until [ -e {} ]; do sleep 0.02; done; touch {}", go.display(), ran.display());
+    assert_eq!(api.register("slow", "sh", &slow, None).0, 200);
+    assert_eq!(api.register("quick", "sh", "echo quick", None).0, 200);
+    let session = open_session(&m, &m.token).unwrap();
+    let call = |id: u64, name: &str| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": {}}});
+    std::thread::scope(|s| {
+        let running = s.spawn(|| exchange(&m, "POST", &m.token, Some(&session), Some(call(2, "slow_run"))));
+        common::wait_for("the slow call to run", || api.get("/api/executors").1[0]["state"] == "busy");
+        let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2, "reason": "enough"}});
+        assert_eq!(exchange(&m, "POST", &m.token, Some(&session), Some(cancel)).status, 202);
+        // The slot is free: the caller's next call runs rather than being told the limit.
+        let mut next = Value::Null;
+        common::wait_for("the cancelled call's slot to come back", || {
+            next = message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(3, "quick_run"))));
+            next["result"]["isError"] == false
+        });
+        assert!(next["result"]["content"][0]["text"].as_str().unwrap_or_default().contains("quick"), "{next}");
+        common::wait_for("the slow job to be stopped", || api.get("/api/executors").1[0]["state"] != "busy");
+        running.join().unwrap();
+    });
+    // The same through `agentos mcp`: the relay passes the cancel on to the master.
+    let mut relay = Relay::start(&m, &m.token);
+    relay.send(call(2, "slow_run"));
+    common::wait_for("the slow call to run", || api.get("/api/executors").1[0]["state"] == "busy");
+    relay.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}));
+    let mut id = 3;
+    loop {
+        relay.send(call(id, "quick_run"));
+        let next = relay.answer(id);
+        if next["result"]["isError"] == false {
+            break;
+        }
+        assert!(id < 200, "the cancelled call's slot never came back: {next}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        id += 1;
+    }
+    std::fs::write(&go, b"").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!ran.exists(), "a cancelled job ran on to its end");
+}
+
 /// Regression: a second request with the id of one still being answered in the same session
 /// took the first one's answer in rmcp's routing, and was never answered itself: its stream stayed
 /// open on keep-alives until the client gave up.

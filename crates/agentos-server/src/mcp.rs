@@ -682,7 +682,17 @@ impl ServerHandler for McpServer {
             // Not seen: the same answer whether it does not exist or is hidden.
             return Ok(failed(format!("no tool {name:?} (tools/list shows the tools you can call)")).into());
         };
-        Ok(self.call(&p, target, request.arguments.unwrap_or_default()).await.into())
+        // rmcp only cancels the request's token on `notifications/cancelled`: the call itself
+        // runs on unless it is dropped here. Dropped, it goes as a caller that went away does:
+        // its job leaves the queue or is stopped where it runs, and its invocation slot is free.
+        tokio::select! {
+            answer = self.call(&p, target, request.arguments.unwrap_or_default()) => Ok(answer.into()),
+            () = context.ct.cancelled() => Err(McpError::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!("the call of {name} was cancelled by the client; its job is stopped"),
+                None,
+            )),
+        }
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
