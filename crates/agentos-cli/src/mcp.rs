@@ -404,6 +404,11 @@ struct StdioLines {
     refusal: Option<Vec<u8>>,
     /// Lines for stdout, written in order by one task.
     out: mpsc::Sender<Vec<u8>>,
+    /// The client opened its session: an `initialize`, or a request carrying the protocol
+    /// version and what else a request without one needs (2026-07-28 on). Until then rmcp
+    /// answers requests itself, but ends the whole relay on a notification or a response, so
+    /// those are dropped here.
+    opened: bool,
 }
 
 /// The longest line read, as rmcp's stdio transport bounds it: a message that fits over HTTP
@@ -425,7 +430,16 @@ impl StdioLines {
             }
         });
         let read = tokio::io::BufReader::new(tokio::io::stdin());
-        let lines = StdioLines { read, line: Vec::new(), too_long: None, master, asking: None, refusal: None, out };
+        let lines = StdioLines {
+            read,
+            line: Vec::new(),
+            too_long: None,
+            master,
+            asking: None,
+            refusal: None,
+            out,
+            opened: false,
+        };
         (lines, writer)
     }
 
@@ -470,6 +484,21 @@ fn message_of(line: &[u8]) -> Option<ClientJsonRpcMessage> {
             None
         }
         _ => Some(message),
+    }
+}
+
+/// Whether rmcp opens a session on `request`, as its server reads a client's first messages:
+/// an `initialize`, or a request other than a ping or a discovery that carries the protocol
+/// version and every other key a request without a session needs.
+fn opens_session(request: &ClientRequest) -> bool {
+    use rmcp::model::{GetMeta, ProtocolVersion};
+    match request {
+        ClientRequest::InitializeRequest(_) => true,
+        ClientRequest::PingRequest(_) | ClientRequest::DiscoverRequest(_) => false,
+        other => {
+            let meta = other.get_meta();
+            meta.protocol_version().is_some() && meta.missing_required_keys(&ProtocolVersion::V_2026_07_28).is_empty()
+        }
     }
 }
 
@@ -523,6 +552,12 @@ impl Transport<RoleServer> for StdioLines {
                 continue;
             }
             if let Some(message) = message_of(line) {
+                match &message {
+                    _ if self.opened => {}
+                    ClientJsonRpcMessage::Request(r) => self.opened |= opens_session(&r.request),
+                    // A notification, or a response to nothing asked: nothing to answer.
+                    _ => continue,
+                }
                 return Some(message);
             }
             let (master, line) = (self.master.clone(), line.to_vec());

@@ -1075,6 +1075,26 @@ fn agentos_mcp_answers_a_line_it_cannot_read_as_the_http_endpoint_does() {
     relay.assert_lists(6);
 }
 
+/// Regression: a notification sent before `initialize` made `agentos mcp` exit 1 with a debug
+/// dump, the `initialize` that followed never answered. Now it is dropped (there is nothing to
+/// answer), and a request before it is told what it lacks, as before.
+#[test]
+fn agentos_mcp_serves_a_client_that_speaks_before_it_initializes() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let mut relay = Relay::spawn(&m, &m.token, std::process::Stdio::null());
+    relay.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    relay.send(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list"}));
+    assert_eq!(relay.next_answer()["id"], 7);
+    relay.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}));
+    relay.send(json!({"jsonrpc": "2.0", "id": 8, "result": {}}));
+    relay.send(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}));
+    assert!(relay.answer(1)["result"]["serverInfo"].is_object());
+    relay.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    relay.assert_lists(2);
+}
+
 /// Regression: revoking an agent left its MCP sessions open: its event stream went on, still
 /// told of tool changes, and its sessions counted toward the master's bound until idle.
 #[test]
