@@ -33,8 +33,10 @@ impl FlagType {
             FlagType::Integer => "<integer>".into(),
             FlagType::Boolean => String::new(),
             FlagType::Enum(vs) => {
-                let names: Vec<String> =
-                    vs.iter().map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())).collect();
+                let names: Vec<String> = vs
+                    .iter()
+                    .map(|v| v.as_str().map(|s| crate::name::inert(s).into_owned()).unwrap_or_else(|| v.to_string()))
+                    .collect();
                 format!("<{}>", names.join("|"))
             }
             FlagType::Array(item) => format!("{}...", item.placeholder()),

@@ -14,6 +14,25 @@ pub fn shown(s: &str) -> String {
     }
 }
 
+/// `s` with each control character (a line break, a tab, an escape) written out as Rust writes
+/// it in a string (`\n`, `\u{1b}`): text a registrant wrote into a schema (a property's name,
+/// an enum's value, a description) stays on its own line of a list an agent reads (no `## System`
+/// of its own, no forged tool), and inert in a terminal.
+pub fn inert(s: &str) -> std::borrow::Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    std::borrow::Cow::Owned(
+        s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.into() }).collect(),
+    )
+}
+
+/// As [`inert`], its line breaks kept: text of several lines (a tool's description in its own
+/// `--help`).
+pub fn inert_lines(s: &str) -> String {
+    s.split('\n').map(inert).collect::<Vec<_>>().join("\n")
+}
+
 /// At most `chars` characters of `text`, unquoted, saying how long it was when cut: for text
 /// that is already a line of its own (a URL, an error), where [`shown`] would quote it.
 pub fn cut(text: &str, chars: usize) -> String {
