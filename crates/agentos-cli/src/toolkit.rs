@@ -55,16 +55,32 @@ const MAX_FLAG_FILE: u64 = 64 << 20;
 /// (text, or a data URL for bytes), or the path itself when the tool has a flag `--x-file`.
 fn read_flag_file(path: &str) -> String {
     let read = || -> Result<String, String> {
+        if path == "-" {
+            let bytes = read_bounded(std::io::stdin().lock())?;
+            return Ok(flagmap::DataUrl::encode("application/octet-stream", None, &bytes));
+        }
         let p = std::path::Path::new(path);
         let len = std::fs::metadata(p).map_err(|e| e.to_string())?.len();
         if len > MAX_FLAG_FILE {
             return Err(format!("{len} bytes, more than the {} MiB a flag's file may hold", MAX_FLAG_FILE >> 20));
         }
-        let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
+        let bytes = read_bounded(std::fs::File::open(p).map_err(|e| e.to_string())?)?;
         let name = p.file_name().and_then(|n| n.to_str());
         Ok(flagmap::DataUrl::encode(media_type_of(path), name, &bytes))
     };
     flagmap::mark_file(path, read())
+}
+
+/// At most [`MAX_FLAG_FILE`] bytes of `from`, or why not. The size a file reports bounds
+/// nothing for a device or a pipe (`/dev/zero` says 0): the read itself stops.
+fn read_bounded(from: impl std::io::Read) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(from, MAX_FLAG_FILE + 1), &mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > MAX_FLAG_FILE {
+        return Err(format!("more than the {} MiB a flag's file may hold", MAX_FLAG_FILE >> 20));
+    }
+    Ok(bytes)
 }
 
 /// The media type a file's name suggests, for a file part's `Content-Type`.
@@ -99,14 +115,22 @@ fn media_type_of(path: &str) -> &'static str {
 /// so is the file of any other `--x-file PATH`.
 fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
     let mut out = Vec::with_capacity(args.len());
-    let mut it = args.into_iter();
+    let mut it = args.into_iter().peekable();
     while let Some(a) = it.next() {
         let other_file = a.strip_prefix("--").and_then(|f| f.split_once('=').map_or(Some(f), |(n, _)| Some(n)));
         if let Some(flag) = other_file.filter(|f| f.ends_with("-file") && *f != "json-file" && f.len() > 5) {
             let flag = flag.to_string();
             let path = match a.split_once('=') {
                 Some((_, p)) => p.to_string(),
-                None => it.next().ok_or_else(|| fail(EXIT_USAGE, format!("--{flag} needs a path")))?,
+                // No path follows: a boolean flag whose name ends in `-file` (`--overwrite-file`),
+                // or a path left out, which the master says. Nothing is read.
+                None => match it.next_if(|next| !next.starts_with("--")) {
+                    Some(p) => p,
+                    None => {
+                        out.push(a);
+                        continue;
+                    }
+                },
             };
             out.push(format!("--{flag}={}", read_flag_file(&path)));
             continue;
@@ -119,14 +143,14 @@ fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
         match path {
             None => out.push(a),
             Some(p) => {
-                let text = if p == "-" {
-                    let mut s = String::new();
-                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)
-                        .map_err(|e| fail(EXIT_USAGE, format!("--json-file -: {e}")))?;
-                    s
+                let bytes = if p == "-" {
+                    read_bounded(std::io::stdin().lock())
                 } else {
-                    std::fs::read_to_string(&p).map_err(|e| fail(EXIT_USAGE, format!("--json-file {p}: {e}")))?
-                };
+                    std::fs::File::open(&p).map_err(|e| e.to_string()).and_then(read_bounded)
+                }
+                .map_err(|e| fail(EXIT_USAGE, format!("--json-file {p}: {e}")))?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| fail(EXIT_USAGE, format!("--json-file {p}: not UTF-8 text, so not JSON")))?;
                 out.push("--json".into());
                 out.push(text);
             }

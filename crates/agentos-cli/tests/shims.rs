@@ -106,6 +106,46 @@ fn a_shim_called_with_json_reports_a_failure_as_json_with_the_http_status() {
     assert_eq!((v["error"]["code"].as_str(), v["error"]["status"].as_u64()), (Some("usage"), None), "{v}");
 }
 
+/// Regressions: a boolean flag whose name ends in `-file` could not be set from a shim (the next
+/// argument was read as a path); a device or a pipe passed as `--x-file` was read to its end
+/// however large (`/dev/zero` filled the memory), since the size a file reports was the bound;
+/// `--x-file -` did not read standard input.
+#[test]
+fn flag_files_are_bounded_and_a_boolean_named_file_is_a_boolean() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let (status, e) = m.client().command(json!({
+        "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "bf", "name": "bf", "runtime": "sh", "content": "cat",
+        "input": {"type": "object", "properties": {"overwriteFile": {"type": "boolean"}, "name": {"type": "string"}}}
+    }));
+    assert_eq!(status, 200, "{e}");
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let bf = bin.join("agentos-bf");
+    let result = |args: &[&str], stdin: Option<&str>| {
+        let out = run(&m, &bf, args, stdin);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        serde_json::from_str::<Value>(out.stdout.trim()).unwrap()["result"].clone()
+    };
+    assert_eq!(result(&["run", "--overwrite-file", "--name", "x"], None), json!({"overwriteFile": true, "name": "x"}));
+    assert_eq!(result(&["run", "--name", "x", "--overwrite-file"], None), json!({"overwriteFile": true, "name": "x"}));
+    assert_eq!(result(&["run", "--no-overwrite-file"], None), json!({"overwriteFile": false}));
+    assert_eq!(result(&["run", "--overwrite-file=false"], None), json!({"overwriteFile": false}));
+    assert_eq!(result(&["run", "--name-file", "-"], Some("from stdin")), json!({"name": "from stdin"}));
+    // A path left out is said as such.
+    let out = run(&m, &bf, &["run", "--name-file", "--overwrite-file"], None);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--name-file needs a path"), "{}", out.stderr);
+    // A device that never ends is read up to the bound, then refused.
+    let out = run(&m, &bf, &["run", "--name-file", "/dev/zero"], None);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("more than the 64 MiB a flag's file may hold"), "{}", out.stderr);
+    let out = run(&m, &bf, &["run", "--json-file", "/dev/zero"], None);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("more than the 64 MiB"), "{}", out.stderr);
+}
+
 #[test]
 fn a_sh_script_calls_two_shims_in_a_row() {
     let dir = tempfile::tempdir().unwrap();

@@ -347,7 +347,10 @@ impl FlagTable {
                     Some(s) => (s, true),
                     None if from_file().is_some() => {
                         let spec = from_file().unwrap_or_else(|| unreachable!());
-                        let raw = inline.or_else(|| args.get(i).cloned().inspect(|_| i += 1)).unwrap_or_default();
+                        let next = args.get(i).filter(|n| !n.starts_with("--")).cloned().inspect(|_| i += 1);
+                        let Some(raw) = inline.or(next) else {
+                            return err(format!("--{name} needs a path"));
+                        };
                         let value = file_value(spec, name, &raw)?;
                         if !set_flags.iter().any(|s| s.flag == spec.flag) {
                             set_flags.push(spec);
@@ -364,6 +367,8 @@ impl FlagTable {
                 },
             };
             let value = if spec.ty == FlagType::Boolean {
+                // `--overwrite-file=true` from a shell command arrives marked as a file it read.
+                let inline = inline.map(|v| unmark_file(&v).map_or(v.clone(), |(path, _)| path.to_string()));
                 match (negated, inline.as_deref()) {
                     (true, None) => Value::Bool(false),
                     // `name` already reads `no-…`.
