@@ -304,7 +304,7 @@ pub(crate) fn take_handed_over() -> Result<(), ClientError> {
         fail(
             EXIT_FAILURE,
             format!(
-                "{HANDED_OVER}={value:?} names no answer agentos-shim left; the call may have run (see `agentos jobs`)"
+                "{HANDED_OVER}={value:?} names no answer agentos-shim left; the call may have run (see `agentos job`)"
             ),
         )
     };

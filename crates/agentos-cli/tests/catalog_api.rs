@@ -241,6 +241,16 @@ fn bad_input_gets_a_clear_4xx() {
     assert_eq!(error_code(&reg(json!({"name":7})), 400), "invalid_command");
     assert_eq!(error_code(&reg(json!({"contentBase64":"aGk="})), 400), "invalid_command");
     assert_eq!(error_code(&reg(json!({"input":"not a schema"})), 400), "invalid_schema");
+    // A schema the validator cannot read would check nothing at any call: refused, saying where.
+    for bad in [
+        json!({"type": "foo"}),
+        json!({"properties": {"m": {"type": "string", "pattern": "("}}}),
+        json!({"minimum": "x"}),
+    ] {
+        let (status, v) = reg(json!({"input": bad}));
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_schema")), "{bad}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("not a valid JSON Schema"), "{v}");
+    }
     assert_eq!(error_code(&api.post_raw("/api/commands", b"{\"type\": ".to_vec()), 400), "malformed_json");
     assert_eq!(error_code(&api.post_raw("/api/commands", Vec::new()), 400), "malformed_json");
     assert_eq!(error_code(&api.command(json!({"type":"TOOL_CATALOG_FROBNICATE"})), 400), "unknown_command");

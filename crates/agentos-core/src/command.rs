@@ -128,6 +128,19 @@ pub fn input_schema(input: Option<Value>) -> Result<Value, CoreError> {
             "input must be a JSON Schema object, e.g. {\"type\":\"object\",\"properties\":{...}}",
         ));
     }
+    // A schema the validator cannot read would check nothing at every call: said now, to the
+    // one who can mend it, rather than never.
+    if let Err(e) = jsonschema::validator_for(&input) {
+        let at = e.instance_path().to_string();
+        let at = if at.is_empty() { String::new() } else { format!(" at {at}") };
+        return Err(CoreError::bad_input(
+            "invalid_schema",
+            format!(
+                "input is not a valid JSON Schema{at}: {} (an unknown type, a pattern that is no regex, a $ref to nothing)",
+                crate::name::cut(&crate::name::inert(&e.to_string()), 300)
+            ),
+        ));
+    }
     Ok(input)
 }
 
