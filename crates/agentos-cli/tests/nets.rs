@@ -245,6 +245,38 @@ fn a_tool_net_of_two_scripts_runs_as_one_call_and_local_scripts_shadow_global_on
     );
 }
 
+/// Regression: a tool net whose step failed made its caller wait the whole timeout (120 s by
+/// default), then told it "try again later" (504) with the exit status in Rust's words. A
+/// failed step that leaves nothing to run now fails the call at once, as the tool failing.
+#[test]
+fn a_tool_net_whose_step_fails_fails_its_call_at_once_with_the_steps_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    api.register("boom", "sh", "echo boom >&2; exit 3", Some("default"));
+    let command =
+        json!({"executor": "script", "command": "invoke", "args": {"toolId": "boom", "input": "${.in.data}"}});
+    let net = json!({
+        "places": ["p-in", "p-c", "p-out"],
+        "transitions": [
+            {"id": "cmd", "kind": "map", "presets": {"in": {"place": "p-in"}}, "postsets": {"o": {"place": "p-c"}},
+             "action": {"template": command}, "emit": [{"to": "o"}]},
+            {"id": "run", "kind": "command", "presets": {"c": {"place": "p-c"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}
+        ]
+    });
+    let (status, e) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_TOOLNET", "id": "tnfail", "name": "Fails",
+        "net": net, "inputPlace": "p-in", "outputPlace": "p-out"}));
+    assert_eq!(status, 200, "{e}");
+    let asked = Instant::now();
+    let (status, r) = api.invoke("tnfail", json!({"input": {"s": "x"}, "timeoutMs": 60000}));
+    let took = asked.elapsed();
+    assert_eq!(r["error"]["code"], "toolnet_failed", "{status} {r}");
+    let message = r["error"]["message"].as_str().unwrap();
+    assert!(message.contains("run: command exited with 3: boom"), "{message}");
+    assert!(took < Duration::from_secs(15), "the caller waited {took:?}");
+}
+
 #[test]
 fn a_tool_net_that_stalls_times_out_naming_the_place_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();

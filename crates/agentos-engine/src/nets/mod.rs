@@ -1752,12 +1752,17 @@ impl Nets<'_> {
         }
         if result.exit_code != Some(0) {
             let tail: String = result.stderr.chars().rev().take(300).collect::<Vec<_>>().into_iter().rev().collect();
-            return Err(FireError::Failed(format!(
-                "command exited with {:?} (signal {:?}): {}",
-                result.exit_code,
-                result.signal,
-                tail.trim()
-            )));
+            let how = match (result.exit_code, &result.signal) {
+                (Some(code), _) => format!("exited with {code}"),
+                (None, Some(signal)) => format!("was killed by signal {signal}"),
+                (None, None) => "ended without an exit code".to_string(),
+            };
+            let tail = tail.trim();
+            return Err(FireError::Failed(if tail.is_empty() {
+                format!("command {how}")
+            } else {
+                format!("command {how}: {tail}")
+            }));
         }
         let out = result.stdout.trim();
         let parsed = serde_json::from_str(out).unwrap_or_else(|_| Value::String(result.stdout.clone()));
@@ -2179,23 +2184,35 @@ impl Nets<'_> {
         let (m, ip) = (instance_model.clone(), input_place.to_string());
         self.submit(&p.name, Box::new(move |_| decide_create_instance(&m, &doc, &inst, &author, &ip, &input))).await?;
         let deadline = tokio::time::Instant::now() + timeout;
+        // Since when a step failed and nothing has run since (see `stuck`).
+        let mut stuck_since: Option<tokio::time::Instant> = None;
         let answer = loop {
-            if let Some(tok) = self
-                .read_state()
-                .nets
-                .models
-                .get(&instance_model)
-                .and_then(|n| n.places.get(output_place))
-                .and_then(|pl| pl.tokens.values().next().cloned())
-            {
-                break Ok(tok.data);
-            }
-            match tokio::time::timeout_at(deadline, events.recv()).await {
+            let stuck_now = {
+                let st = self.read_state();
+                let net = st.nets.models.get(&instance_model);
+                if let Some(tok) = net.and_then(|n| n.places.get(output_place)).and_then(|pl| pl.tokens.values().next())
+                {
+                    break Ok(tok.data.clone());
+                }
+                net.is_some_and(stuck)
+            };
+            let now = tokio::time::Instant::now();
+            stuck_since = if stuck_now { stuck_since.or(Some(now)) } else { None };
+            let failed = stuck_since.is_some_and(|since| now >= since + STUCK_QUIET);
+            let wake = match stuck_since {
+                Some(since) if !failed => deadline.min(since + STUCK_QUIET),
+                _ => deadline,
+            };
+            let heard =
+                if failed { Err(()) } else { tokio::time::timeout_at(wake, events.recv()).await.map_err(|_| ()) };
+            match heard {
                 Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => continue,
                 Ok(Err(broadcast::error::RecvError::Closed)) => {
                     break Err(CoreError::internal("the engine stopped").into());
                 }
-                Err(_) => {
+                // Quiet for a while after a step failed: looked at again, and said if still stuck.
+                Err(()) if !failed && tokio::time::Instant::now() < deadline => continue,
+                Err(()) => {
                     let st = self.read_state();
                     let held: Vec<String> = st
                         .nets
@@ -2220,16 +2237,28 @@ impl Nets<'_> {
                                 .collect()
                         })
                         .unwrap_or_default();
-                    break Err(CoreError::new(
-                        ErrorKind::Unavailable,
-                        "toolnet_timeout",
-                        format!(
-                            "tool net {id:?} gave no output in {output_place:?} within {} ms; it stopped at {}{}",
-                            timeout.as_millis(),
-                            if held.is_empty() { "no place (no token left)".to_string() } else { held.join(", ") },
-                            if errors.is_empty() { String::new() } else { format!("; errors: {}", errors.join("; ")) }
-                        ),
-                    )
+                    let stopped_at =
+                        if held.is_empty() { "no place (no token left)".to_string() } else { held.join(", ") };
+                    let errors =
+                        if errors.is_empty() { String::new() } else { format!("; errors: {}", errors.join("; ")) };
+                    break Err(if failed {
+                        CoreError::new(
+                            ErrorKind::ToolFailed,
+                            "toolnet_failed",
+                            format!(
+                                "tool net {id:?} failed: a step failed and nothing else can run, so no output will come in {output_place:?}; it stopped at {stopped_at}{errors}"
+                            ),
+                        )
+                    } else {
+                        CoreError::new(
+                            ErrorKind::Unavailable,
+                            "toolnet_timeout",
+                            format!(
+                                "tool net {id:?} gave no output in {output_place:?} within {} ms; it stopped at {stopped_at}{errors}",
+                                timeout.as_millis(),
+                            ),
+                        )
+                    }
                     .into());
                 }
             }
@@ -2388,6 +2417,21 @@ fn interval_of(s: &agentos_core::net::Schedule) -> Option<Duration> {
 /// A schedule that never comes due (refused when a net is applied; one applied before that rule
 /// may still be in the log) waits this long between looks, and never fires.
 const NEVER_DUE: Duration = Duration::from_secs(3600);
+
+/// How long a tool-net instance stays [`stuck`] before its caller is told it failed: the loop
+/// that fires what is enabled runs after each commit, so a step that can still take the failed
+/// step's token (an error path) starts well within it.
+const STUCK_QUIET: Duration = Duration::from_secs(1);
+
+/// Whether a tool-net instance can no longer give an output by itself: a step failed on a token
+/// and parked it, no fire is under way, none waits to retry, and no transition runs on a
+/// schedule. Its caller is then told at once (after [`STUCK_QUIET`]) rather than at its timeout.
+fn stuck(net: &agentos_core::net_state::ModelNet) -> bool {
+    net.in_flight.is_empty()
+        && net.transitions.values().any(|t| !t.parked.is_empty())
+        && net.transitions.values().all(|t| t.attempts.values().all(|a| a.retry_at.is_none()))
+        && net.doc.transitions.iter().all(|t| t.schedule.is_none())
+}
 
 #[cfg(test)]
 mod tests {
