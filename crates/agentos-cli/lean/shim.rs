@@ -398,7 +398,7 @@ fn read_small(path: &[u8]) -> Small {
 
 /// How long the whole exchange may take (`call::REQUEST_TIMEOUT`), and a connection to open
 /// (`lean_http::CONNECT_TIMEOUT`).
-const REQUEST_MS: u64 = 120_000;
+const REQUEST_MS: u64 = 660_000;
 const CONNECT_MS: u64 = 10_000;
 
 fn timeout(fd: usize, option: usize, ms: u64) {

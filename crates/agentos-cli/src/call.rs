@@ -34,8 +34,11 @@ pub(crate) fn fail(code: u8, message: impl Into<String>) -> ClientError {
     ClientError { code, message: message.into(), status: None, error_code }
 }
 
-/// Longest a client request waits for its whole answer.
-pub(crate) const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(120);
+/// Longest a client request waits for its whole answer: a minute past the longest a master
+/// lets a call run by default (`--max-timeout-ms`, 600 s), since the master answers every call
+/// by its own timeout. At 120 s, the default timeout of a call, a call queued behind others was
+/// given up here while the master still ran it, and said as a master out of reach.
+pub(crate) const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(660);
 
 /// The last event a client of one installation (named by its token) has seen, so that its next
 /// request, to whichever master of a shared log, waits until that master has folded it
@@ -204,6 +207,28 @@ impl Target {
     }
 
     /// The message of a master that cannot be reached.
+    /// The master took the request and gave no whole answer within [`REQUEST_TIMEOUT`]: not a
+    /// master out of reach, and the call may still be running there.
+    pub(crate) fn no_answer(&self) -> ClientError {
+        fail(
+            EXIT_TIMED_OUT_CALL,
+            format!(
+                "the master at {} gave no answer within {} s; the call may still be running there (`agentos executors` shows what runs)",
+                self.url,
+                REQUEST_TIMEOUT.as_secs()
+            ),
+        )
+    }
+
+    /// An exchange that failed: [`Target::no_answer`] when it timed out, else
+    /// [`Target::unreachable`].
+    pub(crate) fn lost(&self, e: &std::io::Error) -> ClientError {
+        match e.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => self.no_answer(),
+            _ => self.unreachable(e),
+        }
+    }
+
     pub(crate) fn unreachable(&self, e: &dyn std::fmt::Display) -> ClientError {
         fail(
             EXIT_UNREACHABLE,
@@ -227,7 +252,7 @@ impl Target {
             // A call the lean `agentos-shim` already made: its answer, as it got it.
             let answer = match handed_over(method, path) {
                 Some(Ok(answer)) => answer,
-                Some(Err(lost)) => return Err(self.unreachable(&lost)),
+                Some(Err(lost)) => return Err(self.lost(&lost)),
                 None => self.exchange(url, method, query, body)?,
             };
             let text = String::from_utf8_lossy(&answer.body);
@@ -264,7 +289,7 @@ impl Target {
             bytes.as_deref().map(|b| ("application/json", b)),
             REQUEST_TIMEOUT,
         )
-        .map_err(|e| self.unreachable(&e))?;
+        .map_err(|e| self.lost(&e))?;
         if let Some(seq) = answer.header("agentos-seq").and_then(|v| v.parse::<u64>().ok()) {
             seen.note_seq(seq);
         }
@@ -332,7 +357,16 @@ pub(crate) fn take_handed_over() -> Result<(), ClientError> {
             let errno = std::str::from_utf8(errno).ok().and_then(|s| s.parse().ok()).ok_or_else(refused)?;
             Err(std::io::Error::from_raw_os_error(errno))
         }
-        Some((b"S ", reason)) => Err(std::io::Error::other(String::from_utf8_lossy(reason).into_owned())),
+        Some((b"S ", reason)) => {
+            let reason = String::from_utf8_lossy(reason).into_owned();
+            // The lean shim's own words for a wait that ran out (`lean/shim.rs`).
+            let kind = if reason == "no whole answer in time" {
+                std::io::ErrorKind::TimedOut
+            } else {
+                std::io::ErrorKind::Other
+            };
+            Err(std::io::Error::new(kind, reason))
+        }
         _ => return Err(refused()),
     };
     *HANDED.lock().unwrap_or_else(|p| p.into_inner()) = Some(handed);
@@ -361,6 +395,20 @@ mod tests {
         assert_eq!(e.code, EXIT_USAGE, "{}", e.message);
         let ok = Target { token: Some("  aos_abc \n".into()), ..t };
         assert_eq!(ok.token().unwrap(), "aos_abc", "surrounding white space is trimmed");
+    }
+
+    #[test]
+    fn a_master_that_gives_no_answer_in_time_is_not_said_out_of_reach() {
+        let t = Target { url: "http://127.0.0.1:9".into(), token: None, data: PathBuf::new() };
+        let e = t.lost(&std::io::Error::new(std::io::ErrorKind::TimedOut, "no whole answer in time"));
+        assert_eq!(e.code, EXIT_TIMED_OUT_CALL);
+        assert!(
+            e.message.contains("gave no answer within 660 s") && e.message.contains("may still be running"),
+            "{}",
+            e.message
+        );
+        let e = t.lost(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(e.code, EXIT_UNREACHABLE, "{}", e.message);
     }
 
     #[test]

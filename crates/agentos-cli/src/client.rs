@@ -293,7 +293,7 @@ impl Conn {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let resp = req.send().map_err(|e| target.unreachable(&e))?;
+        let resp = req.send().map_err(|e| if e.is_timeout() { target.no_answer() } else { target.unreachable(&e) })?;
         seen.note(&resp);
         let status = resp.status();
         let text = resp.text().map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;
