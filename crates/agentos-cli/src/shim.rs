@@ -117,15 +117,14 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
         let beside = |name: &str| me.parent().map(|d| d.join(name)).filter(|p| p.is_file());
         let (lean, full) = (beside("agentos-shim"), beside("agentos-shim-full"));
         let target = full.as_ref().and(lean.clone()).or_else(|| full.clone()).unwrap_or_else(|| me.clone());
-        // A link is ours to replace or remove when it leads to this program or a shim, of this
-        // installation or an earlier one (by the program's name); any other link in the folder
-        // is someone else's.
+        // A link is ours to replace or remove when it leads to this program or a shim of this
+        // installation, or to a shim of an earlier one (by the shim's name). A link to another
+        // `agentos` (a build of one's own, `agentos-dev`) is someone else's, as is any other link.
         let ours = |t: &Path| {
             t == me
                 || lean.as_deref() == Some(t)
                 || full.as_deref() == Some(t)
-                || t.file_name()
-                    .is_some_and(|n| ["agentos", "agentos-shim", "agentos-shim-full"].contains(&&*n.to_string_lossy()))
+                || t.file_name().is_some_and(|n| ["agentos-shim", "agentos-shim-full"].contains(&&*n.to_string_lossy()))
         };
         std::fs::create_dir_all(dir).map_err(|e| {
             let why = if dir.exists() && !dir.is_dir() {
@@ -169,8 +168,12 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
         for e in std::fs::read_dir(dir).map_err(|e| fail(1, e.to_string()))?.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
             let Some(id) = name.strip_prefix("agentos-") else { continue };
-            // Only links to this program (or its shim) are ours to remove.
-            if !wanted.iter().any(|w| w == id) && std::fs::read_link(e.path()).is_ok_and(|t| ours(&t)) {
+            // Only links to this program (or its shim) are ours to remove; and not one named as
+            // the program it leads to (`agentos-shim` -> `…/agentos-shim`), which links that
+            // program itself onto the PATH rather than a toolkit.
+            let is_stale = std::fs::read_link(e.path())
+                .is_ok_and(|t| ours(&t) && t.file_name().is_none_or(|n| n.to_string_lossy() != name));
+            if !wanted.iter().any(|w| w == id) && is_stale {
                 std::fs::remove_file(e.path()).map_err(|err| fail(1, err.to_string()))?;
                 removed += 1;
             }

@@ -219,10 +219,18 @@ fn install_shims_removes_stale_links_and_shows_only_what_the_caller_may_use() {
     assert!(bin.join("agentos-greet").exists());
     api.command(json!({"type": "TOOL_CATALOG_REMOVE", "id": "greet"}));
     std::fs::write(bin.join("agentos-mine"), "not a link of ours").unwrap();
+    // Links a user made: the shims themselves onto the PATH, and a build of their own.
+    let shim = std::path::Path::new(BIN).with_file_name("agentos-shim");
+    std::os::unix::fs::symlink(&shim, bin.join("agentos-shim")).unwrap();
+    std::os::unix::fs::symlink(shim.with_file_name("agentos-shim-full"), bin.join("agentos-shim-full")).unwrap();
+    std::os::unix::fs::symlink("/some/where/else/agentos", bin.join("agentos-dev")).unwrap();
     install(&m, &bin);
     assert!(!bin.join("agentos-greet").exists(), "a stale link stayed");
     assert!(bin.join("agentos-weather").exists());
     assert!(bin.join("agentos-mine").exists(), "a file that is not our link was removed");
+    for own in ["agentos-shim", "agentos-shim-full", "agentos-dev"] {
+        assert!(std::fs::symlink_metadata(bin.join(own)).is_ok(), "the user's link {own} was removed");
+    }
 }
 
 /// Regression: search and get without a model read the global catalog only, so an agent's own
