@@ -67,9 +67,10 @@ pub struct FlagSpec {
 pub struct FlagTable {
     pub flags: Vec<FlagSpec>,
     /// Every nested object that has flags, with whether its parent requires it (and it has no
-    /// default). Defaults inside an object are only filled in when the object is there or must be:
-    /// nothing in `flags` says whether an object is optional once its fields have defaults.
-    objects: Vec<(Vec<String>, bool)>,
+    /// default), and its default. Defaults inside an object are only filled in when the object
+    /// is there or must be: nothing in `flags` says whether an object is optional once its
+    /// fields have defaults. An object's own default is filled in where its parent is.
+    objects: Vec<(Vec<String>, bool, Option<Value>)>,
 }
 
 /// `fullPageURL` → `full-page-url`; `snake_case` → `snake-case`.
@@ -203,7 +204,7 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
         let nested = type_of(prop) == Some("object")
             && prop.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
         if nested {
-            table.objects.push((path.clone(), required.contains(&name.as_str()) && default.is_none()));
+            table.objects.push((path.clone(), required.contains(&name.as_str()) && default.is_none(), default.clone()));
             let mut p = flag.clone();
             collect(prop, path, &mut p, is_required, table);
         } else {
@@ -277,7 +278,7 @@ impl FlagTable {
         if path.is_empty() || get(input, path).is_some() {
             return true;
         }
-        let required = self.objects.iter().any(|(p, required)| p.as_slice() == path && *required);
+        let required = self.objects.iter().any(|(p, required, _)| p.as_slice() == path && *required);
         required && self.object_expected(input, &path[..path.len() - 1])
     }
 
@@ -408,6 +409,25 @@ impl FlagTable {
         }
         overlay(&mut json, input);
         let mut input = json;
+        // An object's own default first, where its parent is (outer objects come first), so that
+        // the defaults and required fields inside it then apply to it. Given in part
+        // (`--where.lon 3`), it takes the fields it lacks from the default.
+        for (path, _, default) in &self.objects {
+            let Some(d) = default else { continue };
+            match get(&input, path) {
+                None if self.object_expected(&input, &path[..path.len() - 1]) => {
+                    let _ = insert(&mut input, path, d.clone(), false);
+                }
+                Some(Value::Object(given)) if d.is_object() => {
+                    let mut whole = given.clone();
+                    for (k, v) in d.as_object().into_iter().flatten() {
+                        whole.entry(k.clone()).or_insert_with(|| v.clone());
+                    }
+                    let _ = insert(&mut input, path, Value::Object(whole), false);
+                }
+                _ => {}
+            }
+        }
         // Defaults are honoured; fields with one are never required. A default inside an object
         // that is neither given nor required is left out: filling it in would conjure up an
         // optional object the caller never asked for, and fail on that object's required fields.

@@ -305,6 +305,28 @@ fn defaults() {
     );
 }
 
+/// Regression: an object's own default was never used, so a required object with one failed as
+/// missing although `--help` showed all its flags as optional.
+#[test]
+fn an_object_with_a_default_gets_it_where_its_parent_is() {
+    let schema = json!({"type": "object", "required": ["where"], "properties": {
+        "where": {"type": "object", "default": {"lat": 1.5}, "required": ["lat"], "properties": {
+            "lat": {"type": "number"}, "lon": {"type": "number", "default": 0}}},
+        "opt": {"type": "object", "properties": {"inner": {"type": "object", "default": {"a": "x"},
+            "properties": {"a": {"type": "string"}}}}}}});
+    check_all(
+        &schema,
+        &[
+            (&[], Ok(json!({"where": {"lat": 1.5, "lon": 0}}))),
+            // Given in part, it takes the rest from the default.
+            (&["--where.lon", "3"], Ok(json!({"where": {"lat": 1.5, "lon": 3}}))),
+            (&["--where.lat", "2"], Ok(json!({"where": {"lat": 2, "lon": 0}}))),
+            // Inside an optional object that is not given, nothing is conjured up.
+            (&["--json", r#"{"opt": {}}"#], Ok(json!({"where": {"lat": 1.5, "lon": 0}, "opt": {"inner": {"a": "x"}}}))),
+        ],
+    );
+}
+
 #[test]
 fn camel_case_properties_become_kebab_flags() {
     let s = json!({
