@@ -133,6 +133,19 @@ fn is_binary(schema: &Value) -> bool {
         && (schema.get("format").and_then(Value::as_str) == Some("binary") || schema.get("contentMediaType").is_some())
 }
 
+/// The last dotted part of a flag: the property's own (`lat` of `where.lat`).
+fn last_part(flag: &str) -> &str {
+    flag.rfind('.').map_or(flag, |i| &flag[i + 1..])
+}
+
+/// Whether a flag's part can be typed as `--part VALUE` and `--part=VALUE`: not empty, no `=`,
+/// no white space or control character, not starting with `-`.
+fn typeable(part: &str) -> bool {
+    !part.is_empty()
+        && !part.starts_with('-')
+        && !part.chars().any(|c| c.is_whitespace() || c.is_control() || c == '=' || c == '.')
+}
+
 /// Builds the flag table of an input schema.
 pub fn flag_table(schema: &Value) -> FlagTable {
     let mut table = FlagTable::default();
@@ -161,7 +174,12 @@ fn distinct_flags(table: &mut FlagTable) {
     let colliding: Vec<bool> = table
         .flags
         .iter()
-        .map(|f| OWN_FLAGS.contains(&f.flag.as_str()) || negations.contains(&f.flag) || !kept.insert(f.flag.clone()))
+        .map(|f| {
+            OWN_FLAGS.contains(&f.flag.as_str())
+                || negations.contains(&f.flag)
+                || !kept.insert(f.flag.clone())
+                || !typeable(last_part(&f.flag))
+        })
         .collect();
     let mut taken: HashSet<String> = kept.into_iter().chain(negations.iter().cloned()).collect();
     taken.extend(OWN_FLAGS.iter().map(|f| f.to_string()));
@@ -169,15 +187,22 @@ fn distinct_flags(table: &mut FlagTable) {
     // Second pass: a name of its own for each that collides, outside all of those.
     for (spec, _) in table.flags.iter_mut().zip(colliding).filter(|(_, c)| *c) {
         let parent = spec.flag.rfind('.').map_or("", |i| &spec.flag[..=i]);
-        let own = spec.path.last().map(|p| format!("{parent}{p}")).filter(|own| {
-            let last = &own[parent.len()..];
-            !last.is_empty()
-                && !last.starts_with('-')
-                && !last.chars().any(|c| c.is_whitespace() || c.is_control() || c == '=' || c == '.')
-        });
+        let own = spec.path.last().map(|p| format!("{parent}{p}")).filter(|own| typeable(&own[parent.len()..]));
+        // A name no command line can give (`eq=x`, an empty one, one with a line break) is
+        // spelled with `-` in place of what cannot be typed (`eq-x`), or `value` when nothing is left.
+        let cleaned: String = last_part(&spec.flag)
+            .chars()
+            .map(|c| if c.is_whitespace() || c.is_control() || c == '=' || c == '.' { '-' } else { c })
+            .collect::<String>()
+            .split('-')
+            .filter(|w| !w.is_empty())
+            .collect::<Vec<_>>()
+            .join("-");
+        let base = format!("{parent}{}", if cleaned.is_empty() { "value" } else { &cleaned });
         spec.flag = match own.filter(|o| !taken.contains(o)) {
             Some(own) => own,
-            None => (2..).map(|n| format!("{}-{n}", spec.flag)).find(|f| !taken.contains(f)).expect("a free number"),
+            None if base != spec.flag && !taken.contains(&base) => base,
+            None => (2..).map(|n| format!("{base}-{n}")).find(|f| !taken.contains(f)).expect("a free number"),
         };
         taken.insert(spec.flag.clone());
     }

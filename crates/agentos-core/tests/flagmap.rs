@@ -327,6 +327,28 @@ fn an_object_with_a_default_gets_it_where_its_parent_is() {
     );
 }
 
+/// Regression: a property named `eq=x` got the flag `--eq=x`, which reads as `--eq` given `x`,
+/// and one named "" got `--`: shown in `--help`, neither could be typed.
+#[test]
+fn a_property_whose_name_cannot_be_typed_gets_a_flag_that_can() {
+    let schema = json!({"type": "object", "properties": {
+        "eq=x": {"type": "string"}, "": {"type": "string"}, "two\nlines": {"type": "integer"}, "eq-x": {"type": "string"}}});
+    let flags: Vec<String> = flag_table(&schema).flags.iter().map(|f| f.flag.clone()).collect();
+    for f in &flags {
+        assert!(!f.is_empty() && !f.contains(['=', '\n']), "{flags:?}");
+    }
+    check_all(
+        &schema,
+        &[
+            (&["--eq-x", "a"], Ok(json!({"eq-x": "a"}))),
+            (
+                &["--eq-x-2", "b", "--value", "c", "--two-lines", "3"],
+                Ok(json!({"eq=x": "b", "": "c", "two\nlines": 3})),
+            ),
+        ],
+    );
+}
+
 #[test]
 fn camel_case_properties_become_kebab_flags() {
     let s = json!({
