@@ -161,7 +161,7 @@ pub fn trim(mut s: &[u8]) -> &[u8] {
 
 /// A token this program sends as it is: ASCII, and no control character once trimmed.
 pub fn token_ok(trimmed: &[u8]) -> bool {
-    trimmed.iter().all(|b| b.is_ascii() && !b.is_ascii_control())
+    !trimmed.is_empty() && trimmed.iter().all(|b| b.is_ascii() && !b.is_ascii_control())
 }
 
 /// `Path::join` of a relative `name` onto `dir`.

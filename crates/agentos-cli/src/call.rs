@@ -196,6 +196,19 @@ impl Target {
                 "the token holds a control character (a line break?): check AGENTOS_TOKEN, --token or operator.token",
             ));
         }
+        // Said here: the master would only see a header it cannot read, or none.
+        if token.is_empty() {
+            return Err(fail(
+                EXIT_USAGE,
+                "the token is empty: set AGENTOS_TOKEN (or --token) to a token, or unset it to use <data>/operator.token",
+            ));
+        }
+        if !token.is_ascii() {
+            return Err(fail(
+                EXIT_USAGE,
+                "the token holds a character that is not ASCII, which no agentos token has: check AGENTOS_TOKEN, --token or operator.token",
+            ));
+        }
         Ok(token)
     }
 
@@ -395,6 +408,16 @@ mod tests {
         assert_eq!(e.code, EXIT_USAGE, "{}", e.message);
         let ok = Target { token: Some("  aos_abc \n".into()), ..t };
         assert_eq!(ok.token().unwrap(), "aos_abc", "surrounding white space is trimmed");
+    }
+
+    #[test]
+    fn an_empty_token_or_one_that_is_not_ascii_is_said_before_anything_is_sent() {
+        for (token, says) in [("", "the token is empty"), ("  ", "the token is empty"), ("tökén", "not ASCII")] {
+            let t = Target { url: "http://127.0.0.1:9".into(), token: Some(token.into()), data: PathBuf::new() };
+            let e = t.token().unwrap_err();
+            assert_eq!(e.code, EXIT_USAGE);
+            assert!(e.message.contains(says), "{token:?}: {}", e.message);
+        }
     }
 
     #[test]

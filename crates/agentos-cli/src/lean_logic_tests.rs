@@ -119,6 +119,7 @@ fn numbers_text_and_paths_are_read_as_rust_reads_them() {
         assert_eq!(lean::trim(s.as_bytes()), s.trim().as_bytes(), "{s:?}");
     }
     assert!(lean::token_ok(b"sk-abc_123") && !lean::token_ok(b"a\x7fb") && !lean::token_ok(b"a\x1bb"));
+    assert!(!lean::token_ok(b""), "an empty token is the whole shim's to word");
     for p in ["/tmp/seq", "rel/seq", "seq"] {
         assert!(lean::plain_path(p.as_bytes()), "{p}");
     }

@@ -39,6 +39,8 @@ impl FlagType {
                     .collect();
                 format!("<{}>", names.join("|"))
             }
+            // A list of booleans takes its values written out: `--flags true --flags false`.
+            FlagType::Array(item) if **item == FlagType::Boolean => "<true|false>...".into(),
             FlagType::Array(item) => format!("{}...", item.placeholder()),
             FlagType::Json => "<json>".into(),
         }
@@ -384,6 +386,16 @@ impl FlagTable {
                         insert(&mut input, &spec.path, value, matches!(spec.ty, FlagType::Array(_)))
                             .map_err(|e| UsageError(format!("--{name}: {e}")))?;
                         continue;
+                    }
+                    None if name.strip_suffix("-file").and_then(|n| self.find(n)).is_some() => {
+                        let spec =
+                            name.strip_suffix("-file").and_then(|n| self.find(n)).unwrap_or_else(|| unreachable!());
+                        return err(format!(
+                            "--{}: only a string flag reads its value from a file; --{} takes {}",
+                            name.escape_debug(),
+                            spec.flag,
+                            spec.ty.placeholder()
+                        ));
                     }
                     None => {
                         let hint = self.nearest(name).map(|n| format!("; did you mean --{n}?")).unwrap_or_default();

@@ -327,6 +327,27 @@ fn an_object_with_a_default_gets_it_where_its_parent_is() {
     );
 }
 
+/// Regressions: a list of booleans showed no value in its usage (`--bools ...`) though each
+/// needs one; `--count-file` for an integer flag was an unknown flag, with nothing to go on.
+#[test]
+fn a_list_of_booleans_shows_its_values_and_a_file_for_a_number_is_refused_saying_why() {
+    let schema = json!({"type": "object", "properties": {
+        "bools": {"type": "array", "items": {"type": "boolean"}}, "count": {"type": "integer"}}});
+    let table = flag_table(&schema);
+    let bools = table.flags.iter().find(|f| f.flag == "bools").unwrap();
+    assert_eq!(bools.ty.placeholder(), "<true|false>...");
+    check_all(
+        &schema,
+        &[
+            (&["--bools", "true", "--bools", "false"], Ok(json!({"bools": [true, false]}))),
+            (
+                &["--count-file", "n.txt"],
+                Err("--count-file: only a string flag reads its value from a file; --count takes <integer>"),
+            ),
+        ],
+    );
+}
+
 /// Regression: a property named `eq=x` got the flag `--eq=x`, which reads as `--eq` given `x`,
 /// and one named "" got `--`: shown in `--help`, neither could be typed.
 #[test]
@@ -891,5 +912,5 @@ fn a_file_flag_gives_a_string_flag_its_file_s_text_or_bytes() {
         err(&["--note-file", "/etc/passwd"]).contains("takes a path that the agentos-<toolkit> shell command reads")
     );
     // Only string flags take a file.
-    assert!(err(&["--count-file", &text]).starts_with("unknown flag --count-file"));
+    assert!(err(&["--count-file", &text]).starts_with("--count-file: only a string flag reads its value from a file"));
 }
