@@ -432,6 +432,8 @@ tools = [
     {"name": "bad", "inputSchema": {"type": "object", "properties": {"a": {"type": "no-such-type"}}}},
     {"name": "huge", "inputSchema": big},
     {"name": "fine", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+    {"name": "noschema", "description": "lists no inputSchema"},
+    {"name": "deep", "inputSchema": {"type": "object"}},
 ]
 for line in sys.stdin:
     msg = json.loads(line)
@@ -443,6 +445,12 @@ for line in sys.stdin:
                   "serverInfo": {"name": "listing", "version": "1"}}
     elif method == "tools/list":
         result = {"tools": tools}
+    elif method == "tools/call" and msg["params"]["name"] == "deep":
+        # Deeper than a JSON reader's 128 levels: the line cannot be read as a message.
+        nested = '{"a":' * 3000 + '1' + '}' * 3000
+        sys.stdout.write('{"jsonrpc":"2.0","id":' + json.dumps(msg["id"]) + ',"result":{"content":[],"structuredContent":' + nested + '}}\n')
+        sys.stdout.flush()
+        continue
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "called " + msg["params"]["name"]}]}
     sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
@@ -454,7 +462,7 @@ for line in sys.stdin:
         "server": {"command": python(), "args": [server]}}));
     assert_eq!(status, 200, "{v}");
     let ops: Vec<&String> = v["contract"]["operations"].as_object().unwrap().keys().collect();
-    assert_eq!(ops, ["dup", "fine"], "{v}");
+    assert_eq!(ops, ["deep", "dup", "fine"], "{v}");
     assert_eq!(v["contract"]["operations"]["dup"]["description"], "first", "the first of a name is kept");
     let skipped: Vec<(&str, &str)> = v["binding"]["skipped"]
         .as_array()
@@ -462,10 +470,22 @@ for line in sys.stdin:
         .iter()
         .map(|s| (s["pointer"].as_str().unwrap(), s["reason"].as_str().unwrap()))
         .collect();
-    assert_eq!(skipped.len(), 3, "{skipped:?}");
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
     assert!(skipped[0].0 == "/tools/1" && skipped[0].1.contains("lists a tool named \"dup\" before it"), "{skipped:?}");
     assert!(skipped[1].0 == "/tools/2" && skipped[1].1.contains("not a valid JSON Schema"), "{skipped:?}");
     assert!(skipped[2].0 == "/tools/3" && skipped[2].1.contains("over the 65536"), "{skipped:?}");
+    // One tool without inputSchema used to fail the whole registration ("Unexpected response type").
+    assert!(skipped[3].0 == "/tools/5" && skipped[3].1.contains("has no inputSchema"), "{skipped:?}");
     let (status, v) = call(&api, "listing", "fine", &["--n", "1"]);
+    assert_eq!(status, 200, "{v}");
+    // An answer that cannot be read fails its call at once, saying so, where it used to be
+    // dropped and the call wait its whole timeout (120 s) to be told the server did not answer.
+    let asked = std::time::Instant::now();
+    let (status, v) = call(&api, "listing", "deep", &[]);
+    assert!(status >= 400, "{status} {v}");
+    assert!(message(&v).contains("the server's answer could not be read: recursion limit exceeded"), "{v}");
+    assert!(asked.elapsed() < std::time::Duration::from_secs(20), "the call waited {:?}", asked.elapsed());
+    // The connection goes on.
+    let (status, v) = call(&api, "listing", "fine", &["--n", "2"]);
     assert_eq!(status, 200, "{v}");
 }

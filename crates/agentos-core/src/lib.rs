@@ -11,6 +11,7 @@ pub mod expr;
 pub mod flagmap;
 pub mod flags;
 pub mod job;
+pub mod message_id;
 pub mod name;
 pub mod net;
 pub mod net_state;

@@ -53,8 +53,8 @@ use agentos_core::search::SearchQuery;
 use agentos_engine::{Engine, Principal};
 
 use crate::error::ApiError;
-use crate::message_id::{id_of, top_level_id};
 use crate::state::AppState;
+use agentos_core::message_id::{id_of, top_level_id};
 
 /// The prefix of the platform's own tools; no toolkit id can take it (ids hold no `_`).
 pub const PLATFORM_PREFIX: &str = "agentos_";

@@ -21,8 +21,8 @@ use rmcp::model::{
     Tool,
 };
 use rmcp::service::{ClientInitializeError, NotificationContext, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -436,6 +436,180 @@ impl Drawn {
     }
 }
 
+/// A key put into the input schema of a listed tool that has none ([`ChildLines`]), so that the
+/// tool is left out with its reason rather than the whole list failing to read.
+const NO_INPUT_SCHEMA: &str = "x-agentos-no-input-schema";
+
+/// The stdio of a command MCP server, one JSON-RPC message a line, read here rather than by
+/// rmcp's child-process transport, which drops a line it cannot parse and leaves the request
+/// it answered waiting for its whole timeout (an answer nested deeper than serde_json's 128
+/// levels, say), and fails a whole `tools/list` over one tool without `inputSchema`. Here:
+/// - a line that does not parse is answered, to the request it names (its `"id"`, found as
+///   `/mcp` finds one, [`agentos_core::message_id::top_level_id`]), with a JSON-RPC error that
+///   says why, so the call fails at once and truthfully;
+/// - a listed tool without `inputSchema` gets a marked one, and is left out of the entry with
+///   its reason ([`unusable_tool`]);
+/// - a line past [`MAX_SERVER_LINE`] is skipped to its end and answered the same way.
+struct ChildLines {
+    child: tokio::process::Child,
+    read: tokio::io::BufReader<tokio::process::ChildStdout>,
+    write: Arc<tokio::sync::Mutex<tokio::process::ChildStdin>>,
+    /// The line being read; a read cancelled halfway leaves its part here for the next.
+    line: Vec<u8>,
+    /// The line being read is past [`MAX_SERVER_LINE`]: its id is looked for as it goes by.
+    too_long: Option<agentos_core::message_id::IdScan>,
+}
+
+/// The longest line read from a server, as rmcp's stdio transport bounds it.
+const MAX_SERVER_LINE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+
+impl ChildLines {
+    /// Starts `cmd` with its stdin and stdout piped to the transport; its stderr is handed back.
+    fn spawn(mut cmd: tokio::process::Command) -> std::io::Result<(ChildLines, Option<tokio::process::ChildStderr>)> {
+        cmd.stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(std::io::Error::other("the server's stdin or stdout could not be piped"));
+        };
+        let stderr = child.stderr.take();
+        let lines = ChildLines {
+            child,
+            read: tokio::io::BufReader::new(stdout),
+            write: Arc::new(tokio::sync::Mutex::new(stdin)),
+            line: Vec::new(),
+            too_long: None,
+        };
+        Ok((lines, stderr))
+    }
+
+    fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Reads to the end of the next line; `false` at the end of the output. Cancel-safe: bytes
+    /// are moved into `self.line` (or scanned) and consumed with no await between.
+    async fn read_line(&mut self) -> std::io::Result<bool> {
+        use tokio::io::AsyncBufReadExt;
+        loop {
+            let available = self.read.fill_buf().await?;
+            if available.is_empty() {
+                return Ok(false);
+            }
+            let (take, ends) = match available.iter().position(|b| *b == b'\n') {
+                Some(at) => (at + 1, true),
+                None => (available.len(), false),
+            };
+            if self.too_long.is_none() && self.line.len() + take > MAX_SERVER_LINE + 1 {
+                let mut scan = agentos_core::message_id::IdScan::default();
+                scan.feed(&self.line);
+                self.too_long = Some(scan);
+                self.line.clear();
+            }
+            if let Some(scan) = &mut self.too_long {
+                scan.feed(&available[..take]);
+            } else {
+                self.line.extend_from_slice(&available[..take]);
+            }
+            self.read.consume(take);
+            if ends {
+                return Ok(true);
+            }
+        }
+    }
+}
+
+/// The error answering request `id` of a line that could not be read.
+fn unreadable_answer(id: Option<Value>, why: String) -> Option<rmcp::model::ServerJsonRpcMessage> {
+    let id: rmcp::model::RequestId = serde_json::from_value(id?).ok()?;
+    let error = rmcp::ErrorData::new(rmcp::model::ErrorCode::PARSE_ERROR, why, None);
+    Some(rmcp::model::ServerJsonRpcMessage::error(error, Some(id)))
+}
+
+/// A line as rmcp reads it, with what [`ChildLines`] mends first: a listed tool without
+/// `inputSchema` gets a marked one.
+fn server_message(line: &[u8]) -> Result<rmcp::model::ServerJsonRpcMessage, String> {
+    let mut value: Value = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    if let Some(tools) = value.pointer_mut("/result/tools").and_then(Value::as_array_mut) {
+        for tool in tools.iter_mut().filter_map(Value::as_object_mut) {
+            if !tool.contains_key("inputSchema") {
+                tool.insert("inputSchema".into(), serde_json::json!({"type": "object", NO_INPUT_SCHEMA: true}));
+            }
+        }
+    }
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+impl rmcp::transport::Transport<RoleClient> for ChildLines {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::model::ClientJsonRpcMessage,
+    ) -> impl std::future::Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let write = self.write.clone();
+        async move {
+            use tokio::io::AsyncWriteExt;
+            let mut line = serde_json::to_vec(&item)?;
+            line.push(b'\n');
+            let mut stdin = write.lock().await;
+            stdin.write_all(&line).await?;
+            stdin.flush().await
+        }
+    }
+
+    async fn receive(&mut self) -> Option<rmcp::model::ServerJsonRpcMessage> {
+        loop {
+            match self.read_line().await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => return None,
+            }
+            let line = std::mem::take(&mut self.line);
+            if let Some(scan) = self.too_long.take() {
+                let why = format!(
+                    "the server's answer is longer than {} MiB, the most a line may hold",
+                    MAX_SERVER_LINE >> 20
+                );
+                match unreadable_answer(scan.id(), why) {
+                    Some(answer) => return Some(answer),
+                    None => continue,
+                }
+            }
+            let line = line.strip_suffix(b"\n").unwrap_or(&line);
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.trim_ascii().is_empty() {
+                continue;
+            }
+            match server_message(line) {
+                Ok(message) => return Some(message),
+                Err(e) => {
+                    let why = format!("the server's answer could not be read: {}", agentos_core::name::cut(&e, 200));
+                    tracing::debug!(error = %e, "an MCP server wrote a line that does not read as a message");
+                    // A line naming no request (a notification, or not JSON-RPC at all) has no
+                    // one to answer: it is dropped, as rmcp drops it.
+                    if let Some(answer) = unreadable_answer(agentos_core::message_id::top_level_id(line), why) {
+                        return Some(answer);
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        // Its stdin closed, a server ends by itself; one that does not within a second is
+        // killed (and its process group with it, when its [`Conn`] goes).
+        {
+            use tokio::io::AsyncWriteExt;
+            let _ = self.write.lock().await.shutdown().await;
+        }
+        if tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await.is_err() {
+            let _ = self.child.start_kill();
+        }
+        Ok(())
+    }
+}
+
 /// The largest input schema one MCP tool may have: its schema goes to every MCP client in
 /// `tools/list`, and clients cap what one message may hold (the Python SDK: 1 MiB in all).
 const MAX_TOOL_SCHEMA_BYTES: usize = 64 * 1024;
@@ -446,6 +620,12 @@ const MAX_TOOL_SCHEMA_BYTES: usize = 64 * 1024;
 fn unusable_tool(t: &Tool, repeated: bool) -> Option<String> {
     if repeated {
         return Some(format!("the server lists a tool named {:?} before it; a call names one", t.name.as_ref()));
+    }
+    if t.input_schema.contains_key(NO_INPUT_SCHEMA) {
+        return Some(format!(
+            "tool {:?}: it has no inputSchema, which MCP requires of every tool, so its input cannot be checked",
+            t.name.as_ref()
+        ));
     }
     let schema = Value::Object((*t.input_schema).clone());
     let size = serde_json::to_vec(&schema).map_or(usize::MAX, |b| b.len());
@@ -736,10 +916,7 @@ impl Conn {
                     secrets.push(value.clone());
                     cmd.env(var, value);
                 }
-                let (transport, err) = TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+                let (transport, err) = ChildLines::spawn(cmd).map_err(|e| format!("cannot start {command:?}: {e}"))?;
                 let pgid = transport.id().map(|p| p as i32);
                 let mut reader = None;
                 if let Some(mut err) = err {

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 /// An id as rmcp reads it: a string, or an integer that fits an i64, also in float form (`1.0`)
 /// while a float tells it exactly (below 2^53); `None` for any other value.
-pub(crate) fn id_of(id: &Value) -> Option<Value> {
+pub fn id_of(id: &Value) -> Option<Value> {
     match id {
         Value::String(_) => Some(id.clone()),
         Value::Number(n) if n.is_i64() => Some(id.clone()),
@@ -108,7 +108,7 @@ impl IdScan {
 }
 
 /// The id of a whole message's bytes, read as [`IdScan`] reads them.
-pub(crate) fn top_level_id(body: &[u8]) -> Option<Value> {
+pub fn top_level_id(body: &[u8]) -> Option<Value> {
     let mut scan = IdScan::default();
     scan.feed(body);
     scan.id()
