@@ -236,9 +236,11 @@ impl Target {
     /// An exchange that failed: [`Target::no_answer`] when it timed out, else
     /// [`Target::unreachable`].
     pub(crate) fn lost(&self, e: &std::io::Error) -> ClientError {
-        match e.kind() {
-            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => self.no_answer(),
-            _ => self.unreachable(e),
+        // A connection that could not be opened in time is a master out of reach: nothing was sent.
+        if e.kind() == std::io::ErrorKind::TimedOut && e.to_string() == crate::lean_http::NO_ANSWER {
+            self.no_answer()
+        } else {
+            self.unreachable(e)
         }
     }
 
@@ -373,7 +375,7 @@ pub(crate) fn take_handed_over() -> Result<(), ClientError> {
         Some((b"S ", reason)) => {
             let reason = String::from_utf8_lossy(reason).into_owned();
             // The lean shim's own words for a wait that ran out (`lean/shim.rs`).
-            let kind = if reason == "no whole answer in time" {
+            let kind = if reason == crate::lean_http::NO_ANSWER {
                 std::io::ErrorKind::TimedOut
             } else {
                 std::io::ErrorKind::Other
@@ -423,15 +425,18 @@ mod tests {
     #[test]
     fn a_master_that_gives_no_answer_in_time_is_not_said_out_of_reach() {
         let t = Target { url: "http://127.0.0.1:9".into(), token: None, data: PathBuf::new() };
-        let e = t.lost(&std::io::Error::new(std::io::ErrorKind::TimedOut, "no whole answer in time"));
+        let e = t.lost(&std::io::Error::new(std::io::ErrorKind::TimedOut, crate::lean_http::NO_ANSWER));
         assert_eq!(e.code, EXIT_TIMED_OUT_CALL);
         assert!(
             e.message.contains("gave no answer within 660 s") && e.message.contains("may still be running"),
             "{}",
             e.message
         );
-        let e = t.lost(&std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert_eq!(e.code, EXIT_UNREACHABLE, "{}", e.message);
+        for kind in [std::io::ErrorKind::ConnectionRefused, std::io::ErrorKind::TimedOut] {
+            // Refused, or a connection not opened in time: nothing was sent.
+            let e = t.lost(&std::io::Error::from(kind));
+            assert_eq!(e.code, EXIT_UNREACHABLE, "{kind:?}: {}", e.message);
+        }
     }
 
     #[test]

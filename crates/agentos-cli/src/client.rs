@@ -284,6 +284,7 @@ impl Conn {
         let seen = SeenSeq::of(&token);
         let client = reqwest::blocking::Client::builder()
             .timeout(crate::call::REQUEST_TIMEOUT)
+            .connect_timeout(std::time::Duration::from_secs(10))
             .build()
             .map_err(|e| fail(EXIT_FAILURE, format!("http client: {e}")))?;
         let mut req = seen.ask(client.request(method, &url).bearer_auth(token).query(query));
@@ -293,7 +294,9 @@ impl Conn {
         if let Some(b) = body {
             req = req.json(&b);
         }
-        let resp = req.send().map_err(|e| if e.is_timeout() { target.no_answer() } else { target.unreachable(&e) })?;
+        let resp = req
+            .send()
+            .map_err(|e| if e.is_timeout() && !e.is_connect() { target.no_answer() } else { target.unreachable(&e) })?;
         seen.note(&resp);
         let status = resp.status();
         let text = resp.text().map_err(|e| fail(EXIT_FAILURE, format!("reading the answer: {e}")))?;

@@ -11,6 +11,11 @@ use std::time::{Duration, Instant};
 /// Longest wait for a connection to open.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why an exchange failed after its request went out and before its whole answer came: the
+/// call may have run ([`crate::call::Target::lost`]); a connection that could not be opened
+/// fails with the system's own words instead.
+pub(crate) const NO_ANSWER: &str = "no whole answer in time";
+
 /// Largest answer head (status line and headers) read.
 const MAX_HEAD: usize = 64 << 10;
 
@@ -108,7 +113,7 @@ pub fn exchange(
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
                 written?;
-                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no whole answer in time"));
+                return Err(std::io::Error::new(std::io::ErrorKind::TimedOut, NO_ANSWER));
             }
             Err(e) => {
                 written?;
@@ -146,7 +151,7 @@ fn left(deadline: Instant) -> std::io::Result<Duration> {
     deadline
         .checked_duration_since(Instant::now())
         .filter(|d| !d.is_zero())
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, "no whole answer in time"))
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::TimedOut, NO_ANSWER))
 }
 
 /// The answer in `raw`, once all of it is there (by its length, or its last chunk); `None`

@@ -118,13 +118,16 @@ pub fn install_shims(conn: &Conn, dir: &Path, model: Option<&str>) -> ExitCode {
         let (lean, full) = (beside("agentos-shim"), beside("agentos-shim-full"));
         let target = full.as_ref().and(lean.clone()).or_else(|| full.clone()).unwrap_or_else(|| me.clone());
         // A link is ours to replace or remove when it leads to this program or a shim of this
-        // installation, or to a shim of an earlier one (by the shim's name). A link to another
-        // `agentos` (a build of one's own, `agentos-dev`) is someone else's, as is any other link.
+        // installation, to a shim of an earlier one (by the shim's name), or to an `agentos`
+        // that is gone (an earlier installation's, moved by an upgrade). A link to another
+        // `agentos` that is there (a build of one's own, `agentos-dev`) is someone else's, as is
+        // any other link.
         let ours = |t: &Path| {
             t == me
                 || lean.as_deref() == Some(t)
                 || full.as_deref() == Some(t)
                 || t.file_name().is_some_and(|n| ["agentos-shim", "agentos-shim-full"].contains(&&*n.to_string_lossy()))
+                || (t.file_name().is_some_and(|n| n == "agentos") && !dir.join(t).exists())
         };
         std::fs::create_dir_all(dir).map_err(|e| {
             let why = if dir.exists() && !dir.is_dir() {

@@ -711,6 +711,8 @@ fn a_cancelled_mcp_call_frees_its_slot_and_stops_its_job() {
         std::thread::sleep(std::time::Duration::from_millis(50));
         id += 1;
     }
+    // The slow job is stopped, not left running beside the quick one.
+    common::wait_for("the relayed slow job to be stopped", || api.get("/api/executors").1[0]["state"] != "busy");
     std::fs::write(&go, b"").unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(!ran.exists(), "a cancelled job ran on to its end");

@@ -629,7 +629,7 @@ fn a_goodbye_through_one_master_leaves_a_process_of_the_same_name_polling_throug
                 .post(format!("{url}/api/executor/poll"))
                 .bearer_auth(&token)
                 .header("x-agentos-executor-name", "twin")
-                .json(&json!({"waitMs": 8000}))
+                .json(&json!({"waitMs": 15000}))
                 .send()
                 .map(|r| r.status().as_u16())
         })
@@ -643,8 +643,8 @@ fn a_goodbye_through_one_master_leaves_a_process_of_the_same_name_polling_throug
         .send()
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
-    // Well within the poll's 8 s: without the notice, the name reads `stopped` until it ends.
-    let deadline = std::time::Instant::now() + Duration::from_secs(4);
+    // Well within the poll's 15 s: without the notice, the name reads `stopped` until it ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(8);
     while !(listed(&a) && listed(&b)) {
         let (_, now, _) = send(&b, "GET", "/api/executors", None, None);
         assert!(std::time::Instant::now() < deadline, "the twin's open poll is not written down again: {now}");

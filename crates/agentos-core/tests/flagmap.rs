@@ -318,8 +318,8 @@ fn an_object_with_a_default_gets_it_where_its_parent_is() {
         &schema,
         &[
             (&[], Ok(json!({"where": {"lat": 1.5, "lon": 0}}))),
-            // Given in part, it takes the rest from the default.
-            (&["--where.lon", "3"], Ok(json!({"where": {"lat": 1.5, "lon": 3}}))),
+            // Given in part, it is the caller's: a default stands for a value left out.
+            (&["--where.lon", "3"], Err("--where.lat: \"lat\" is a required property")),
             (&["--where.lat", "2"], Ok(json!({"where": {"lat": 2, "lon": 0}}))),
             // Inside an optional object that is not given, nothing is conjured up.
             (&["--json", r#"{"opt": {}}"#], Ok(json!({"where": {"lat": 1.5, "lon": 0}, "opt": {"inner": {"a": "x"}}}))),

@@ -173,17 +173,12 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
             return Err(failed(
                 ErrorKind::Unavailable,
                 "timed_out",
-                // Over stdio, an answer past 16 MiB is dropped unread, and the call ends here.
-                match conn.pgid {
-                    Some(_) => format!(
-                        "the MCP server did not answer within {timeout_ms} ms (an answer over the 16 MiB a message may hold is dropped, and is not one)"
-                    ),
-                    None => format!("the MCP server did not answer within {timeout_ms} ms"),
-                },
+                format!("the MCP server did not answer within {timeout_ms} ms"),
             ));
         }
         Ok(Err(e)) => {
-            let why = server.lost(&conn, &e).await;
+            // Redacted as an answer is: an error's text can quote what the server wrote.
+            let why = engine.principals().redactor(&conn.secrets).text(&server.lost(&conn, &e).await);
             return Err(failed(ErrorKind::ToolFailed, "mcp_failed", why));
         }
         Ok(Ok(r)) => r,
@@ -586,9 +581,13 @@ impl rmcp::transport::Transport<RoleClient> for ChildLines {
                 Err(e) => {
                     let why = format!("the server's answer could not be read: {}", agentos_core::name::cut(&e, 200));
                     tracing::debug!(error = %e, "an MCP server wrote a line that does not read as a message");
-                    // A line naming no request (a notification, or not JSON-RPC at all) has no
-                    // one to answer: it is dropped, as rmcp drops it.
-                    if let Some(answer) = unreadable_answer(agentos_core::message_id::top_level_id(line), why) {
+                    // A line naming no request of ours has no one to answer: a notification, a
+                    // request of the server's own (its id is in the server's numbering, and
+                    // could name one of ours), or not JSON-RPC at all. It is dropped, as rmcp
+                    // drops it; so, erring that way, is any line that holds `"method"`.
+                    let request = line.windows(8).any(|w| w == b"\"method\"");
+                    let id = if request { None } else { agentos_core::message_id::top_level_id(line) };
+                    if let Some(answer) = unreadable_answer(id, why) {
                         return Some(answer);
                     }
                 }

@@ -2424,13 +2424,31 @@ const NEVER_DUE: Duration = Duration::from_secs(3600);
 const STUCK_QUIET: Duration = Duration::from_secs(1);
 
 /// Whether a tool-net instance can no longer give an output by itself: a step failed on a token
-/// and parked it, no fire is under way, none waits to retry, and no transition runs on a
-/// schedule. Its caller is then told at once (after [`STUCK_QUIET`]) rather than at its timeout.
+/// and parked it, no fire is under way, none waits to retry, no transition runs on a schedule,
+/// and no started automatic transition has a token free for each of its input arcs (one that
+/// does could still fire: an error path that takes the failed step's token, say; a filter it
+/// may not pass counts as passing, so the check errs towards waiting). Its caller is then told
+/// at once (after [`STUCK_QUIET`]) rather than at its timeout.
 fn stuck(net: &agentos_core::net_state::ModelNet) -> bool {
+    let could_fire = |t: &agentos_core::net::Inscription| {
+        t.mode == agentos_core::net::Mode::Auto
+            && net.transitions.get(&t.id).is_some_and(|r| r.started)
+            && t.presets.values().all(|arc| {
+                arc.place == CATALOG_PLACE
+                    || net.places.get(&arc.place).is_some_and(|p| {
+                        p.tokens.keys().any(|id| {
+                            net.available(
+                                &agentos_core::net_state::TokenRef { place: arc.place.clone(), id: id.clone() },
+                                &t.id,
+                            )
+                        })
+                    })
+            })
+    };
     net.in_flight.is_empty()
         && net.transitions.values().any(|t| !t.parked.is_empty())
         && net.transitions.values().all(|t| t.attempts.values().all(|a| a.retry_at.is_none()))
-        && net.doc.transitions.iter().all(|t| t.schedule.is_none())
+        && net.doc.transitions.iter().all(|t| t.schedule.is_none() && !could_fire(t))
 }
 
 #[cfg(test)]
