@@ -131,6 +131,50 @@ fn a_template_that_builds_a_value_too_deep_fails_its_fire_and_writes_nothing_dee
     assert_eq!(m.client().token_data("deep", "p-in"), vec![json!(1)]);
 }
 
+/// Regression: a fire, a start or a cancel read no body and ignored whatever came, so a caller
+/// who sent tokens or options with a fire believed they were used.
+#[test]
+fn a_request_that_takes_no_body_refuses_one_and_does_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "nb",
+        json!({
+            "places": ["p-in", "p-out"],
+            "transitions": [{"id": "copy", "kind": "map", "presets": {"i": {"place": "p-in"}},
+                "postsets": {"o": {"place": "p-out"}}, "action": {"template": "${.i}"}, "emit": [{"to": "o"}]}]
+        }),
+    );
+    assert_eq!(put(&api, "nb", "p-in", json!({"data": 1})).0, 200);
+    let fire = "/api/models/nb/transitions/copy/fire";
+    for body in [json!({"data": 2}), json!([]), json!(null), json!("x")] {
+        let (status, v) = api.post(fire, body.clone());
+        assert_eq!(error_code(&(status, v.clone()), 400), "unexpected_body", "{body}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with("POST /api/models/nb/transitions/copy/fire takes no body"), "{message}");
+    }
+    assert_eq!(error_code(&api.post_raw(fire, b"not json".to_vec()), 400), "unexpected_body");
+    for refused in ["start", "stop"] {
+        let answer = api.post(&format!("/api/models/nb/transitions/copy/{refused}"), json!({"started": true}));
+        assert_eq!(error_code(&answer, 400), "unexpected_body", "{refused}");
+    }
+    let answer = api.post("/api/jobs/no-such-job/cancel", json!({"reason": "enough"}));
+    assert_eq!(error_code(&answer, 400), "unexpected_body");
+    // Nothing moved: the token waits where it was.
+    assert_eq!(api.token_data("nb", "p-in"), vec![json!(1)]);
+    assert!(api.token_data("nb", "p-out").is_empty());
+    // No body, white space, or {}: taken.
+    let (status, v) = api.post_raw(fire, b" \n".to_vec());
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["outcome"], "fired", "{v}");
+    assert_eq!(api.token_data("nb", "p-out").len(), 1);
+    let (status, v) = api.post_raw(fire, Vec::new());
+    assert_eq!((status, v["outcome"].as_str()), (200, Some("not-enabled")), "{v}");
+    assert_eq!(api.post("/api/models/nb/transitions/copy/start", json!({})).0, 200);
+}
+
 #[test]
 fn a_deep_value_an_older_version_wrote_is_read_at_start_and_served() {
     let dir = tempfile::tempdir().unwrap();

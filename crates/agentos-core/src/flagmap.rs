@@ -62,6 +62,30 @@ pub struct FlagSpec {
     /// A string of bytes rather than text (`format: binary`, `contentMediaType`, or an array of
     /// them): the value may be a `data:` URL, and `--FLAG-file` sends the file's bytes as one.
     pub binary: bool,
+    /// A number, integer or boolean that may also be `null` (`"type": ["integer", "null"]`):
+    /// the flag takes `null` as well (`--limit null`, `--strict=null`). A nullable string takes
+    /// `null` as the text it is; `--json '{"x": null}'` sends a null.
+    pub nullable: bool,
+}
+
+impl FlagSpec {
+    /// How `--help` shows the value: the type's placeholder, with `|null` when it may be null
+    /// (`<integer|null>`, `<true|false|null>` for a boolean).
+    pub fn placeholder(&self) -> String {
+        with_null(self.ty.placeholder(), self)
+    }
+}
+
+/// A placeholder with `|null` added when the flag takes a null.
+pub fn with_null(placeholder: String, spec: &FlagSpec) -> String {
+    match (spec.nullable, &spec.ty) {
+        (false, _) => placeholder,
+        (true, FlagType::Boolean) => "<true|false|null>".into(),
+        (true, _) => match placeholder.strip_suffix('>') {
+            Some(open) => format!("{open}|null>"),
+            None => format!("{placeholder}|null"),
+        },
+    }
 }
 
 /// Every flag of one operation.
@@ -107,6 +131,13 @@ fn type_of(schema: &Value) -> Option<&str> {
         Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null"),
         _ => None,
     }
+}
+
+/// Whether a schema's `type` list allows `null` beside a number, integer or boolean: the types
+/// whose flag can read `null` without taking it for a value of the type.
+fn nullable(schema: &Value) -> bool {
+    let Some(Value::Array(ts)) = schema.get("type") else { return false };
+    ts.iter().any(|t| t == "null") && matches!(scalar(schema), FlagType::Number | FlagType::Integer | FlagType::Boolean)
 }
 
 fn scalar(schema: &Value) -> FlagType {
@@ -243,6 +274,7 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
                 default,
                 description: prop.get("description").and_then(Value::as_str).unwrap_or("").to_string(),
                 binary: is_binary(prop) || prop.get("items").is_some_and(is_binary),
+                nullable: nullable(prop),
             });
         }
         path.pop();
@@ -414,7 +446,11 @@ impl FlagTable {
                     (false, None) => Value::Bool(true),
                     (false, Some("true")) => Value::Bool(true),
                     (false, Some("false")) => Value::Bool(false),
-                    (false, Some(v)) => return err(format!("--{}: expected true or false, got {v:?}", spec.flag)),
+                    (false, Some("null")) if spec.nullable => Value::Null,
+                    (false, Some(v)) => {
+                        let or_null = if spec.nullable { ", or null" } else { "" };
+                        return err(format!("--{}: expected true or false{or_null}, got {v:?}", spec.flag));
+                    }
                 }
             } else {
                 let raw = match inline {
@@ -425,7 +461,7 @@ impl FlagTable {
                             i += 1;
                             next.clone()
                         }
-                        _ => return err(format!("--{} needs a value ({})", spec.flag, spec.ty.placeholder())),
+                        _ => return err(format!("--{} needs a value ({})", spec.flag, spec.placeholder())),
                     },
                 };
                 let item_ty = match &spec.ty {
@@ -435,7 +471,8 @@ impl FlagTable {
                 match unmark_file(&raw) {
                     // `--x-file` that is a flag of its own: the path, as the caller wrote it.
                     Some((path, _)) => convert(&spec.flag, item_ty, path)?,
-                    None => convert(&spec.flag, item_ty, &raw)?,
+                    None if spec.nullable && raw.trim() == "null" => Value::Null,
+                    None => convert(&spec.flag, item_ty, &raw).map_err(|e| or_null(e, spec))?,
                 }
             };
             if !set_flags.iter().any(|s| s.flag == spec.flag) {
@@ -473,6 +510,17 @@ impl FlagTable {
             }
         }
         Ok(Value::Object(input))
+    }
+}
+
+/// A value refused by a flag that also takes `null` says so: "expected an integer, or null".
+fn or_null(e: UsageError, spec: &FlagSpec) -> UsageError {
+    if !spec.nullable {
+        return e;
+    }
+    match e.0.split_once(", got ") {
+        Some((head, tail)) => UsageError(format!("{head}, or null, got {tail}")),
+        None => e,
     }
 }
 

@@ -85,7 +85,7 @@ fn shell_quote(s: &str) -> String {
 }
 
 fn flag_usage(f: &FlagSpec) -> String {
-    flag_usage_as(f, f.ty.placeholder())
+    flag_usage_as(f, f.placeholder())
 }
 
 /// `--flag` as a shell reads it back: quoted when the property's name holds a character the
@@ -136,7 +136,7 @@ fn prompt_placeholder(flag: &str, ty: &FlagType) -> String {
 const PROMPT_ENUM_CHARS: usize = 32;
 
 fn prompt_flag_usage(f: &FlagSpec) -> String {
-    flag_usage_as(f, prompt_placeholder(&f.flag, &f.ty))
+    flag_usage_as(f, crate::flagmap::with_null(prompt_placeholder(&f.flag, &f.ty), f))
 }
 
 /// `agentos-weather forecast --city <string> [--days <integer>]`
@@ -233,6 +233,9 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
             }
             if f.ty == FlagType::Boolean {
                 notes.push(format!("--no-{} for false", inert(&f.flag)));
+            }
+            if f.nullable {
+                notes.push(format!("--{}=null for null", inert(&f.flag)));
             }
             if matches!(f.ty, FlagType::Array(_)) {
                 notes.push("repeat for several".into());
@@ -593,6 +596,21 @@ mod tests {
         assert!(help.starts_with("Forecast.\nSecond line\\u{1b}[2J\n"), "{help}");
     }
 
+    #[test]
+    fn help_names_the_null_a_flag_takes() {
+        let op = Operation {
+            description: "Lists.".into(),
+            input: json!({"type": "object", "properties": {
+                "limit": {"type": ["integer", "null"], "description": "At most"},
+                "strict": {"type": ["boolean", "null"]}}}),
+            output: None,
+            examples: vec![],
+        };
+        let help = tool_help("w", "list", &op);
+        assert!(help.contains("--limit <integer|null>  At most (--limit=null for null)"), "{help}");
+        assert!(help.contains("--strict                 (--no-strict for false, --strict=null for null)"), "{help}");
+    }
+
     fn check(schema: Value, expected: &str) {
         assert_eq!(prompt_usage("kit", "run", &flag_table(&schema)), expected, "{schema}");
     }
@@ -604,6 +622,11 @@ mod tests {
         check(
             json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}),
             "agentos-kit run --city CITY [--days <integer>]",
+        );
+        // A flag that takes null says so.
+        check(
+            json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}, "days": {"type": ["integer", "null"]}}}),
+            "agentos-kit run --city CITY [--days <integer|null>]",
         );
         check(
             json!({"type": "object", "required": ["project", "owner"], "properties": {

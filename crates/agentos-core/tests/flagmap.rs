@@ -568,21 +568,42 @@ fn nullable_types() {
         "properties": {
             "note": {"type": ["string", "null"]},
             "count": {"type": ["null", "integer"]},
-            "ratio": {"type": ["number", "null"], "maximum": 1}
+            "ratio": {"type": ["number", "null"], "maximum": 1},
+            "strict": {"type": ["boolean", "null"]},
+            "plain": {"type": "integer"},
+            "ids": {"type": ["array", "null"], "items": {"type": "integer"}}
         }
     });
     check_all(
         &s,
         &[
             (&["--note", "hi"], Ok(json!({"note": "hi"}))),
+            // Text is text: a nullable string's null goes through --json.
             (&["--note", "null"], Ok(json!({"note": "null"}))),
             (&["--count", "5"], Ok(json!({"count": 5}))),
-            (&["--count", "five"], Err(r#"^--count: expected an integer, got "five""#)),
+            (&["--count", "null"], Ok(json!({"count": null}))),
+            (&["--count=null"], Ok(json!({"count": null}))),
+            (&["--count", "five"], Err(r#"^--count: expected an integer, or null, got "five""#)),
             (&["--ratio", "0.5"], Ok(json!({"ratio": 0.5}))),
+            (&["--ratio", "null"], Ok(json!({"ratio": null}))),
             (&["--ratio", "2.5"], Err("^--ratio: 2.5 is greater than the maximum of 1")),
+            (&["--strict"], Ok(json!({"strict": true}))),
+            (&["--no-strict"], Ok(json!({"strict": false}))),
+            (&["--strict=null"], Ok(json!({"strict": null}))),
+            (&["--strict=maybe"], Err(r#"^--strict: expected true or false, or null, got "maybe""#)),
+            // A flag whose type has no null does not take one.
+            (&["--plain", "null"], Err(r#"^--plain: expected an integer, got "null""#)),
+            (&["--ids", "1", "--ids", "2"], Ok(json!({"ids": [1, 2]}))),
             (&["--json", r#"{"note":null,"count":null}"#], Ok(json!({"note": null, "count": null}))),
         ],
     );
+    let table = flag_table(&s);
+    let shown = |flag: &str| table.flags.iter().find(|f| f.flag == flag).unwrap().placeholder();
+    assert_eq!(shown("count"), "<integer|null>");
+    assert_eq!(shown("ratio"), "<number|null>");
+    assert_eq!(shown("strict"), "<true|false|null>");
+    assert_eq!(shown("note"), "<string>");
+    assert_eq!(shown("plain"), "<integer>");
 }
 
 #[test]
@@ -808,6 +829,7 @@ fn table_shape() {
             default,
             description: description.to_string(),
             binary: false,
+            nullable: false,
         };
         assert_eq!(table.flags.iter().find(|f| f.flag == flag), Some(&want));
     };

@@ -404,6 +404,7 @@ pub async fn cancel_job(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
+    _: crate::extract::NoBody,
 ) -> Result<Json<wire::JobRecord>, ApiError> {
     Ok(Json(app.engine.dispatch().cancel_job(&p, &id).await?.into()))
 }

@@ -155,6 +155,36 @@ impl FromRequest<AppState> for ResultBody {
     }
 }
 
+/// The body of a request that takes none (fire a transition, cancel a job): empty, or `{}` as
+/// clients that always send JSON do. Anything else is refused (400 `unexpected_body`) rather
+/// than ignored: a caller who sends tokens or options with a fire would otherwise believe they
+/// were used.
+pub struct NoBody;
+
+impl FromRequest<AppState> for NoBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let what = format!("{} {}", req.method(), req.uri().path());
+        let declared = declared_length(req.headers());
+        let bytes =
+            read_body(req.into_body(), declared, state.max_body_bytes, "--max-body-bytes", state.body_timeout).await?;
+        let text = bytes.trim_ascii();
+        if text.is_empty()
+            || serde_json::from_slice::<serde_json::Value>(text).is_ok_and(|v| v == serde_json::json!({}))
+        {
+            return Ok(NoBody);
+        }
+        Err(ApiError::bad_request(
+            "unexpected_body",
+            format!(
+                "{what} takes no body, and {} bytes came: send none (or {{}}); it reads nothing from one",
+                bytes.len()
+            ),
+        ))
+    }
+}
+
 /// Parses a JSON value into a typed body, naming the field at fault.
 pub fn typed<T: DeserializeOwned>(v: serde_json::Value) -> Result<T, ApiError> {
     // Every body read here is an object. serde's derive reads a struct from an array too

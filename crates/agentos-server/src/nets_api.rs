@@ -15,7 +15,7 @@ use agentos_core::net::NetDoc;
 use agentos_engine::Principal;
 
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{JsonValue, typed};
+use crate::extract::{JsonValue, NoBody, typed};
 use crate::state::AppState;
 use crate::wire;
 
@@ -114,6 +114,7 @@ pub async fn start(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, transition)): Path<(String, String)>,
+    _: NoBody,
 ) -> Result<Json<Value>, ApiError> {
     app.engine.nets().set_started(&p, &model, &transition, true).await?;
     Ok(Json(json!({"transition": transition, "started": true})))
@@ -121,11 +122,12 @@ pub async fn start(
 
 /// Stop a transition. Fires in flight finish.
 #[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/stop", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn stop(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, transition)): Path<(String, String)>,
+    _: NoBody,
 ) -> Result<Json<Value>, ApiError> {
     app.engine.nets().set_started(&p, &model, &transition, false).await?;
     Ok(Json(json!({"transition": transition, "started": false})))
@@ -133,11 +135,12 @@ pub async fn stop(
 
 /// Fire a transition once, started or not.
 #[utoipa::path(post, path = "/api/models/{model}/transitions/{transition}/fire", tag = "nets", params(("model" = String, Path), ("transition" = String, Path)),
-    responses((status = 200, body = wire::FireOutcome), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = wire::FireOutcome), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn fire(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, transition)): Path<(String, String)>,
+    _: NoBody,
 ) -> Result<Json<wire::FireOutcome>, ApiError> {
     Ok(Json(app.engine.nets().fire_once(&p, &model, &transition).await?.into()))
 }
@@ -190,11 +193,12 @@ pub async fn list_parked(
 
 /// Release a parked token: transitions bind it again, its attempts forgotten (an event).
 #[utoipa::path(post, path = "/api/models/{model}/parked/{token}/retry", tag = "nets", params(("model" = String, Path), ("token" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn retry_parked(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, token)): Path<(String, String)>,
+    _: NoBody,
 ) -> Result<Json<Value>, ApiError> {
     app.engine.nets().retry_parked(&p, &model, &token).await?;
     Ok(Json(json!({"retried": token})))
@@ -202,11 +206,12 @@ pub async fn retry_parked(
 
 /// Remove a parked token from its place (an event).
 #[utoipa::path(post, path = "/api/models/{model}/parked/{token}/discard", tag = "nets", params(("model" = String, Path), ("token" = String, Path)),
-    responses((status = 200, body = Object), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn discard_parked(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((model, token)): Path<(String, String)>,
+    _: NoBody,
 ) -> Result<Json<Value>, ApiError> {
     app.engine.nets().discard_parked(&p, &model, &token).await?;
     Ok(Json(json!({"discarded": token})))
