@@ -124,7 +124,9 @@ fn not_json(status: u16, text: &str) -> String {
 }
 
 /// One line of text as a terminal can show it: colour and cursor codes (`ESC [ … letter`) and
-/// invisible characters dropped, other control characters and runs of spaces made one space.
+/// characters that do not show as themselves ([`agentos_core::name::unseen`]: of no width, or
+/// reordering what follows, as a bidirectional override does) dropped, other control characters
+/// and runs of spaces made one space.
 pub(crate) fn shown(line: &str) -> String {
     let mut out = String::new();
     let mut chars = line.chars();
@@ -136,12 +138,12 @@ pub(crate) fn shown(line: &str) -> String {
                     chars.by_ref().skip(1).find(|c| ('@'..='~').contains(c));
                 }
             }
-            '\u{feff}' | '\u{200b}'..='\u{200f}' | '\u{2060}' => {}
             c if c.is_control() || c.is_whitespace() => {
                 if !out.is_empty() && !out.ends_with(' ') {
                     out.push(' ');
                 }
             }
+            c if agentos_core::name::unseen(c) => {}
             c => out.push(c),
         }
     }
@@ -467,6 +469,7 @@ mod tests {
             ("x\ry", "x"),
             ("\u{1b}[1;31mError\u{1b}[0m: no upstream", "Error: no upstream"),
             ("\u{feff}\u{200b}\u{2028}Busy\ttry\u{b}later ", "Busy try later"),
+            ("evil\u{202e}txt.exe\u{2066}x\u{2069}", "eviltxt.exex"),
         ] {
             assert_eq!(
                 said(502, body),

@@ -36,8 +36,9 @@ pub fn inert(s: &str) -> std::borrow::Cow<'_, str> {
 
 /// A character that does not show as itself: a control character, a line or paragraph
 /// separator (U+2028, U+2029), a bidirectional override or isolate (which reorders what
-/// follows it on screen), or one of no width.
-fn unseen(c: char) -> bool {
+/// follows it on screen), or one of no width. What [`inert`] writes out, and what a line shown
+/// in a terminal drops.
+pub fn unseen(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
