@@ -413,18 +413,10 @@ fn a_registration_the_caller_may_not_make_is_refused_before_the_server_is_contac
     assert!(!watched.contacted(), "the master connected to the server of a refused registration");
 }
 
-/// A server whose list cannot all be offered: a name listed twice, an input schema that is no
-/// schema, one too large for an MCP client. The rest is registered; each left out says why.
-#[test]
-fn tools_a_server_lists_that_cannot_be_offered_are_skipped_with_the_reason() {
-    let dir = tempfile::tempdir().unwrap();
-    let m = Master::start_with(&dir.path().join("master"), &["--mcp-run-as", "current"]);
-    let api = m.client();
-    // A plain stdio server: initialize, then tools/list and tools/call, one JSON line each.
-    let server = dir.path().join("listing.py");
-    std::fs::write(
-        &server,
-        r#"import json, sys
+/// A server whose list cannot all be offered, over stdio (one JSON line each) or over
+/// streamable HTTP (`http PORT`: each answer one server-sent event): initialize, then
+/// tools/list and tools/call.
+const LISTING_SERVER: &str = r#"import json, sys
 big = {"type": "object", "properties": {f"p{i}": {"type": "string", "description": "x" * 40} for i in range(2000)}}
 tools = [
     {"name": "dup", "description": "first", "inputSchema": {"type": "object"}},
@@ -435,10 +427,8 @@ tools = [
     {"name": "noschema", "description": "lists no inputSchema"},
     {"name": "deep", "inputSchema": {"type": "object"}},
 ]
-for line in sys.stdin:
-    msg = json.loads(line)
-    if "id" not in msg:
-        continue
+
+def answer(msg):
     method, result = msg.get("method"), {}
     if method == "initialize":
         result = {"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {"tools": {}},
@@ -446,20 +436,54 @@ for line in sys.stdin:
     elif method == "tools/list":
         result = {"tools": tools}
     elif method == "tools/call" and msg["params"]["name"] == "deep":
-        # Deeper than a JSON reader's 128 levels: the line cannot be read as a message.
+        # Deeper than a JSON reader's 128 levels: the answer cannot be read as a message.
         nested = '{"a":' * 3000 + '1' + '}' * 3000
-        sys.stdout.write('{"jsonrpc":"2.0","id":' + json.dumps(msg["id"]) + ',"result":{"content":[],"structuredContent":' + nested + '}}\n')
-        sys.stdout.flush()
-        continue
+        return '{"jsonrpc":"2.0","id":' + json.dumps(msg["id"]) + ',"result":{"content":[],"structuredContent":' + nested + '}}'
     elif method == "tools/call":
         result = {"content": [{"type": "text", "text": "called " + msg["params"]["name"]}]}
-    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result}) + "\n")
-    sys.stdout.flush()
-"#,
-    )
-    .unwrap();
+    return json.dumps({"jsonrpc": "2.0", "id": msg["id"], "result": result})
+
+if sys.argv[1:2] == ["http"]:
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            msg = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if "id" not in msg:
+                self.send_response(202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            body = ("event: message\ndata: " + answer(msg) + "\n\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Mcp-Session-Id", "listing-1")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        def do_GET(self):
+            self.send_response(405)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        def do_DELETE(self):
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        def log_message(self, *args):
+            pass
+    ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), Handler).serve_forever()
+else:
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if "id" in msg:
+            sys.stdout.write(answer(msg) + "\n")
+            sys.stdout.flush()
+"#;
+
+/// The tools of [`LISTING_SERVER`] that cannot be offered are left out, each saying why, and an
+/// answer that cannot be read fails its call at once, whichever way the server is reached.
+fn check_listing(api: &common::Api, server: Value) {
     let (status, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_MCP", "id": "listing", "name": "Listing",
-        "server": {"command": python(), "args": [server]}}));
+        "server": server}));
     assert_eq!(status, 200, "{v}");
     let ops: Vec<&String> = v["contract"]["operations"].as_object().unwrap().keys().collect();
     assert_eq!(ops, ["deep", "dup", "fine"], "{v}");
@@ -476,16 +500,41 @@ for line in sys.stdin:
     assert!(skipped[2].0 == "/tools/3" && skipped[2].1.contains("over the 65536"), "{skipped:?}");
     // One tool without inputSchema used to fail the whole registration ("Unexpected response type").
     assert!(skipped[3].0 == "/tools/5" && skipped[3].1.contains("has no inputSchema"), "{skipped:?}");
-    let (status, v) = call(&api, "listing", "fine", &["--n", "1"]);
+    let (status, v) = call(api, "listing", "fine", &["--n", "1"]);
     assert_eq!(status, 200, "{v}");
     // An answer that cannot be read fails its call at once, saying so, where it used to be
-    // dropped and the call wait its whole timeout (120 s) to be told the server did not answer.
+    // dropped and the call wait its whole timeout (120 s) to be told the server did not answer,
+    // or (over HTTP) be told the stream closed before its final response.
     let asked = std::time::Instant::now();
-    let (status, v) = call(&api, "listing", "deep", &[]);
+    let (status, v) = call(api, "listing", "deep", &[]);
     assert!(status >= 400, "{status} {v}");
     assert!(message(&v).contains("the server's answer could not be read: recursion limit exceeded"), "{v}");
     assert!(asked.elapsed() < std::time::Duration::from_secs(20), "the call waited {:?}", asked.elapsed());
     // The connection goes on.
-    let (status, v) = call(&api, "listing", "fine", &["--n", "2"]);
+    let (status, v) = call(api, "listing", "fine", &["--n", "2"]);
     assert_eq!(status, 200, "{v}");
+}
+
+#[test]
+fn tools_a_server_lists_that_cannot_be_offered_are_skipped_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--mcp-run-as", "current"]);
+    let server = dir.path().join("listing.py");
+    std::fs::write(&server, LISTING_SERVER).unwrap();
+    check_listing(&m.client(), json!({"command": python(), "args": [server]}));
+}
+
+/// The same over streamable HTTP, each answer a server-sent event: rmcp skipped an event it
+/// could not read, and failed a whole list over one tool without `inputSchema`.
+#[test]
+fn a_url_server_s_tools_that_cannot_be_offered_are_skipped_and_its_unreadable_answers_fail_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let script = dir.path().join("listing.py");
+    std::fs::write(&script, LISTING_SERVER).unwrap();
+    let port = common::free_port();
+    let child = Command::new(python()).args([script.to_str().unwrap(), "http", &port.to_string()]).spawn().unwrap();
+    let server = HttpServer { child, url: format!("http://127.0.0.1:{port}/mcp") };
+    common::wait_for("the MCP server's port", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+    check_listing(&m.client(), json!({"url": server.url}));
 }

@@ -1169,7 +1169,10 @@ impl rmcp::transport::streamable_http_client::StreamableHttpClient for PortedCli
         custom_headers: HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>,
     ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, PortedError> {
         let send = self.http.post_message(uri, message, session_id, auth_header, custom_headers);
-        crate::outbound::sending(&self.url, send).await
+        match crate::outbound::sending(&self.url, send).await? {
+            StreamablePost::Sse(stream, session) => Ok(StreamablePost::Sse(mended_stream(stream), session)),
+            answer => Ok(answer),
+        }
     }
 
     async fn post_message_with_response_limits(
@@ -1183,7 +1186,10 @@ impl rmcp::transport::streamable_http_client::StreamableHttpClient for PortedCli
     ) -> Result<rmcp::transport::streamable_http_client::StreamableHttpPostResponse, PortedError> {
         let send =
             self.http.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits);
-        crate::outbound::sending(&self.url, send).await
+        match crate::outbound::sending(&self.url, send).await? {
+            StreamablePost::Sse(stream, session) => Ok(StreamablePost::Sse(mended_stream(stream), session)),
+            answer => Ok(answer),
+        }
     }
 
     async fn delete_session(
@@ -1206,7 +1212,7 @@ impl rmcp::transport::streamable_http_client::StreamableHttpClient for PortedCli
         custom_headers: HashMap<reqwest::header::HeaderName, reqwest::header::HeaderValue>,
     ) -> Result<futures_util::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>, PortedError> {
         let send = self.http.get_stream(uri, session_id, last_event_id, auth_header, custom_headers);
-        crate::outbound::sending(&self.url, send).await
+        crate::outbound::sending(&self.url, send).await.map(mended_stream)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -1226,8 +1232,54 @@ impl rmcp::transport::streamable_http_client::StreamableHttpClient for PortedCli
             custom_headers,
             max_sse_event_size,
         );
-        crate::outbound::sending(&self.url, send).await
+        crate::outbound::sending(&self.url, send).await.map(mended_stream)
     }
+}
+
+type StreamablePost = rmcp::transport::streamable_http_client::StreamableHttpPostResponse;
+type SseEvents = futures_util::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
+
+/// A url server's event stream with each message mended as [`ChildLines`] mends a command
+/// server's lines, before rmcp reads it: rmcp skips an event it cannot read, so the request it
+/// answered waited for its stream to end and failed as "closed before its final response", and
+/// one listed tool without `inputSchema` failed the whole `tools/list`. Here an event that does
+/// not read is answered, to the request it names, with an error that says why; a listed tool
+/// without `inputSchema` gets the marked one that leaves it out with its reason. (An answer sent
+/// as one JSON body rather than as events is read by rmcp alone: one it cannot read fails its
+/// request with rmcp's reason.)
+fn mended_stream(events: SseEvents) -> SseEvents {
+    use futures_util::StreamExt;
+    events.map(|event| event.map(mended_event)).boxed()
+}
+
+/// One event, as [`mended_stream`] hands it on.
+fn mended_event(mut event: sse_stream::Sse) -> sse_stream::Sse {
+    // Only message events carry JSON-RPC, as rmcp reads them.
+    if !matches!(event.event.as_deref(), None | Some("") | Some("message")) {
+        return event;
+    }
+    let Some(data) = event.data.as_deref() else { return event };
+    if data.trim().is_empty() {
+        return event;
+    }
+    // Read here whatever rmcp would read it as: a tool list missing a schema still reads, as
+    // another kind of answer, which rmcp then refuses ("Unexpected response type").
+    let mended = match server_message(data.as_bytes()) {
+        Ok(message) => Some(message),
+        Err(e) => {
+            tracing::debug!(error = %e, "an MCP server sent an event that does not read as a message");
+            let why = format!("the server's answer could not be read: {}", agentos_core::name::cut(&e, 200));
+            // As for a command server's line: one that names no request of ours is left to be
+            // dropped.
+            let request = data.contains("\"method\"");
+            let id = if request { None } else { agentos_core::message_id::top_level_id(data.as_bytes()) };
+            unreadable_answer(id, why)
+        }
+    };
+    if let Some(text) = mended.and_then(|m| serde_json::to_string(&m).ok()) {
+        event.data = Some(text);
+    }
+    event
 }
 
 #[cfg(test)]
