@@ -175,6 +175,21 @@ fn a_request_that_takes_no_body_refuses_one_and_does_nothing() {
     assert_eq!(api.post("/api/models/nb/transitions/copy/start", json!({})).0, 200);
 }
 
+/// Regression: the parked tokens' query was read by axum's own extractor, whose refusals are
+/// plain text, where every other route answers the API's JSON error.
+#[test]
+fn a_bad_parked_query_gets_the_json_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    places(&api, "pq", &["p-a"]);
+    for query in ["foo=1", "transition=a&transition=b"] {
+        let answer = api.get(&format!("/api/models/pq/parked?{query}"));
+        assert_eq!(error_code(&answer, 400), "invalid_query", "{query}");
+    }
+    assert_eq!(api.get("/api/models/pq/parked").0, 200);
+}
+
 #[test]
 fn a_deep_value_an_older_version_wrote_is_read_at_start_and_served() {
     let dir = tempfile::tempdir().unwrap();

@@ -1129,3 +1129,73 @@ fn the_master_reports_short_secrets_and_ignored_credential_variables_at_start() 
     );
     assert!(!text.contains("from-the-environment-1"), "the log holds the variable's value");
 }
+
+/// Reads `stream` until its text holds `want`, or its answer ends (the chunked body's last,
+/// empty chunk, or the connection closed); what came, and whether it ended.
+fn read_watch(stream: &mut std::net::TcpStream, got: &mut String, want: &str) -> bool {
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let mut buf = [0u8; 4096];
+    while !got.contains(want) {
+        if got.ends_with("\r\n0\r\n\r\n") {
+            return true;
+        }
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Err(e) => panic!("the watch stream neither answered nor ended: {e}; {got}"),
+            Ok(n) => got.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    false
+}
+
+fn open_watch(m: &Master, token: &str, model: &str) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(m.url.trim_start_matches("http://")).unwrap();
+    write!(s, "GET /api/models/{model}/watch HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n").unwrap();
+    s
+}
+
+/// Regression: access to a watch stream was checked once, when it opened, so a revoked agent's
+/// open stream (or one whose grant of the model was taken back) went on receiving the model's
+/// tokens. It now ends, saying why, before anything else is sent.
+#[test]
+fn a_watch_stream_ends_when_its_agent_is_revoked_or_its_grant_taken_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    for model in ["watcher", "shared"] {
+        let (status, v) = op.put(&format!("/api/models/{model}/net"), json!({"places": ["p-a"], "transitions": []}));
+        assert_eq!(status, 200, "{v}");
+    }
+    let put = |model: &str, data: &str| {
+        let (status, v) = op.post(&format!("/api/models/{model}/places/p-a/tokens"), json!({"data": data}));
+        assert_eq!(status, 200, "{v}");
+    };
+
+    // Revoked: its stream ends.
+    let watcher = op.agent("watcher", "r");
+    let mut watch = open_watch(&m, watcher.token.as_deref().unwrap(), "watcher");
+    let mut got = String::new();
+    put("watcher", "before-revoke");
+    assert!(!read_watch(&mut watch, &mut got, "before-revoke"), "{got}");
+    assert_eq!(op.request("DELETE", "/api/agents/watcher", None).0, 200);
+    put("watcher", "after-revoke");
+    read_watch(&mut watch, &mut got, "event: ended");
+    assert!(got.contains("watcher was revoked"), "{got}");
+    // Nothing after it: the stream is closed.
+    assert!(read_watch(&mut watch, &mut got, "after-revoke"), "the stream stayed open: {got}");
+    assert!(!got.contains("after-revoke"), "{got}");
+
+    // Its grant of the model taken back: its stream of that model ends.
+    let guest = op.agent("guest", "r");
+    assert_eq!(op.post("/api/agents/guest/grants", json!({"model": "shared"})).0, 200);
+    let mut watch = open_watch(&m, guest.token.as_deref().unwrap(), "shared");
+    let mut got = String::new();
+    put("shared", "before-grant-revoked");
+    assert!(!read_watch(&mut watch, &mut got, "before-grant-revoked"), "{got}");
+    assert_eq!(op.request("DELETE", "/api/agents/guest/grants/shared", None).0, 200);
+    read_watch(&mut watch, &mut got, "event: ended");
+    assert!(got.contains("guest may act only in its home model"), "{got}");
+    put("shared", "after-grant-revoked");
+    assert!(read_watch(&mut watch, &mut got, "after-grant-revoked"), "the stream stayed open: {got}");
+    assert!(!got.contains("after-grant-revoked"), "{got}");
+}

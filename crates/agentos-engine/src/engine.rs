@@ -271,6 +271,12 @@ impl Engine {
         self.read_state().principals.get("operator").map(|r| Principal::from_record(r))
     }
 
+    /// Whether `p` still holds its token: not revoked since it was authenticated (a name is not
+    /// reused until revoked, and a new principal of the name has another id).
+    pub fn is_current(&self, p: &Principal) -> bool {
+        self.read_state().principals.get(&p.name).is_some_and(|r| r.id == p.id)
+    }
+
     /// The principal a bearer token belongs to.
     pub fn authenticate(&self, token: &str) -> Option<Principal> {
         let sha = sha256_hex(token.as_bytes());

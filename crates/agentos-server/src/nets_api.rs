@@ -145,7 +145,9 @@ pub async fn fire(
     Ok(Json(app.engine.nets().fire_once(&p, &model, &transition).await?.into()))
 }
 
-/// Server-sent events: every change to the model's net and tokens, as it is committed.
+/// Server-sent events: every change to the model's net and tokens, as it is committed. The
+/// stream ends, with an `ended` event saying why, once its principal may no longer watch the
+/// model (revoked, or its grant of the model taken back).
 #[utoipa::path(get, path = "/api/models/{model}/watch", tag = "nets", params(("model" = String, Path)),
     responses((status = 200, description = "text/event-stream of {seq, time, event}"), (status = 403, body = ErrorBody)))]
 pub async fn watch(
@@ -155,23 +157,53 @@ pub async fn watch(
 ) -> Result<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>, ApiError> {
     app.engine.nets().check_watch(&p, &model)?;
     let rx = app.engine.nets().subscribe();
-    let stream = futures_util::stream::unfold((rx, model), |(mut rx, model)| async move {
-        loop {
-            match rx.recv().await {
-                Ok(ev) => {
-                    if ev.model != model {
-                        continue;
+    let engine = app.engine.clone();
+    // Whether the watcher may still see the model, asked again on every event that could
+    // change the answer and before each event it is sent: access checked once at the start
+    // let a revoked agent's open stream go on receiving the model's tokens.
+    let refused = move |p: &Principal, model: &str| -> Option<String> {
+        if !engine.is_current(p) {
+            return Some(format!("{} was revoked", p.name));
+        }
+        engine.nets().check_watch(p, model).err().map(|e| ApiError::from(e).message)
+    };
+    let ended = |why: String| SseEvent::default().event("ended").data(json!({"reason": why}).to_string());
+    let stream = futures_util::stream::unfold(Some((rx, model, p)), move |open| {
+        let refused = refused.clone();
+        async move {
+            let (mut rx, model, p) = open?;
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => {
+                        let access_changed =
+                            matches!(ev.body, EventBody::PrincipalRevoked { .. } | EventBody::ModelGrantRevoked(_));
+                        let EventBody::Net(ne) = &ev.body else {
+                            if access_changed && let Some(why) = refused(&p, &model) {
+                                return Some((Ok(ended(why)), None));
+                            }
+                            continue;
+                        };
+                        if ev.model != model {
+                            continue;
+                        }
+                        if let Some(why) = refused(&p, &model) {
+                            return Some((Ok(ended(why)), None));
+                        }
+                        let data =
+                            json!({"seq": ev.seq, "time": agentos_core::time::format_time(ev.time), "event": ne});
+                        let sse = SseEvent::default().event("net").data(data.to_string());
+                        return Some((Ok(sse), Some((rx, model, p))));
                     }
-                    let EventBody::Net(ne) = &ev.body else { continue };
-                    let data = json!({"seq": ev.seq, "time": agentos_core::time::format_time(ev.time), "event": ne});
-                    let sse = SseEvent::default().event("net").data(data.to_string());
-                    return Some((Ok(sse), (rx, model)));
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        // Missed events may have taken the watcher's access away.
+                        if let Some(why) = refused(&p, &model) {
+                            return Some((Ok(ended(why)), None));
+                        }
+                        let sse = SseEvent::default().event("lagged").data(json!({"missed": n}).to_string());
+                        return Some((Ok(sse), Some((rx, model, p))));
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    let sse = SseEvent::default().event("lagged").data(json!({"missed": n}).to_string());
-                    return Some((Ok(sse), (rx, model)));
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
             }
         }
     });
@@ -185,7 +217,7 @@ pub async fn list_parked(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(model): Path<String>,
-    axum::extract::Query(q): axum::extract::Query<wire::ParkedQuery>,
+    crate::extract::QueryParams(q): crate::extract::QueryParams<wire::ParkedQuery>,
 ) -> Result<Json<Vec<wire::ParkedToken>>, ApiError> {
     let parked = app.engine.nets().parked(&p, &model, q.transition.as_deref())?;
     Ok(Json(parked.into_iter().map(wire::ParkedToken::from).collect()))
