@@ -409,6 +409,11 @@ struct StdioLines {
     /// answers requests itself, but ends the whole relay on a notification or a response, so
     /// those are dropped here.
     opened: bool,
+    /// The ids of the client's requests not answered yet. rmcp's server routes an answer by
+    /// id, so a second request with the id of one still being answered took the first one's
+    /// answer and the first was never answered: such a request is refused here, as `/mcp`
+    /// refuses it.
+    in_flight: std::collections::HashSet<rmcp::model::RequestId>,
 }
 
 /// The longest line read, as rmcp's stdio transport bounds it: a message that fits over HTTP
@@ -439,6 +444,7 @@ impl StdioLines {
             refusal: None,
             out,
             opened: false,
+            in_flight: std::collections::HashSet::new(),
         };
         (lines, writer)
     }
@@ -506,6 +512,17 @@ impl Transport<RoleServer> for StdioLines {
     type Error = std::io::Error;
 
     fn send(&mut self, item: ServerJsonRpcMessage) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        match &item {
+            ServerJsonRpcMessage::Response(r) => {
+                self.in_flight.remove(&r.id);
+            }
+            ServerJsonRpcMessage::Error(e) => {
+                if let Some(id) = &e.id {
+                    self.in_flight.remove(id);
+                }
+            }
+            _ => {}
+        }
         let out = self.out.clone();
         async move {
             let mut line = serde_json::to_vec(&item)?;
@@ -557,6 +574,26 @@ impl Transport<RoleServer> for StdioLines {
                     ClientJsonRpcMessage::Request(r) => self.opened |= opens_session(&r.request),
                     // A notification, or a response to nothing asked: nothing to answer.
                     _ => continue,
+                }
+                match &message {
+                    ClientJsonRpcMessage::Request(r) if !self.in_flight.insert(r.id.clone()) => {
+                        let error = json!({"jsonrpc": "2.0", "id": r.id, "error": {"code": ErrorCode::INVALID_REQUEST.0,
+                            "message": format!("a request with id {} is still being answered in this session: give each request an id of its own", r.id)}});
+                        let mut answer = error.to_string().into_bytes();
+                        answer.push(b'\n');
+                        self.refusal = Some(answer);
+                        continue;
+                    }
+                    // A cancelled request is not answered (rmcp drops its answer): its id is
+                    // free again.
+                    ClientJsonRpcMessage::Notification(n) => {
+                        if let rmcp::model::ClientNotification::CancelledNotification(c) = &n.notification
+                            && let Some(id) = &c.params.request_id
+                        {
+                            self.in_flight.remove(id);
+                        }
+                    }
+                    _ => {}
                 }
                 return Some(message);
             }

@@ -762,6 +762,25 @@ fn a_request_whose_id_is_still_being_answered_in_its_session_is_refused() {
         let again = message_of(&exchange(&m, "POST", &m.token, Some(&session), Some(call(json!(5), "quick_run"))));
         assert_eq!(again["result"]["isError"], false, "{again}");
     }
+
+    // The same through `agentos mcp`, whose own ids upstream hid the clash from the master:
+    // the second request took the first one's answer and the first was never answered.
+    std::fs::remove_file(&go).unwrap();
+    let mut relay = Relay::start(&m, &m.token);
+    relay.send(call(json!(5), "slow_run"));
+    common::wait_for("the relayed call to run", || api.get("/api/executors").1[0]["state"] == "busy");
+    relay.send(call(json!(5), "quick_run"));
+    let refused = relay.answer(5);
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    assert!(refused["error"]["message"].as_str().unwrap().starts_with("a request with id 5 is still being answered"));
+    relay.send(call(json!(6), "quick_run"));
+    assert!(text(&relay.answer(6)).contains("quick"));
+    std::fs::write(&go, b"").unwrap();
+    let first = relay.answer(5);
+    assert!(text(&first).contains("slow"), "{first}");
+    // Answered: the id is free again.
+    relay.send(call(json!(5), "quick_run"));
+    assert!(text(&relay.answer(5)).contains("quick"));
 }
 
 #[test]
