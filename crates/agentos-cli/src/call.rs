@@ -123,32 +123,9 @@ fn not_json(status: u16, text: &str) -> String {
     }
 }
 
-/// One line of text as a terminal can show it: colour and cursor codes (`ESC [ … letter`) and
-/// characters that do not show as themselves ([`agentos_core::name::unseen`]: of no width, or
-/// reordering what follows, as a bidirectional override does) dropped, other control characters
-/// and runs of spaces made one space.
+/// One line of text as a terminal can show it ([`agentos_core::name::terminal_line`]).
 pub(crate) fn shown(line: &str) -> String {
-    let mut out = String::new();
-    let mut chars = line.chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '\u{1b}' => {
-                if chars.clone().next() == Some('[') {
-                    // Parameters and intermediates up to the final byte, `@` to `~`.
-                    chars.by_ref().skip(1).find(|c| ('@'..='~').contains(c));
-                }
-            }
-            c if c.is_control() || c.is_whitespace() => {
-                if !out.is_empty() && !out.ends_with(' ') {
-                    out.push(' ');
-                }
-            }
-            c if agentos_core::name::unseen(c) => {}
-            c => out.push(c),
-        }
-    }
-    out.truncate(out.trim_end().len());
-    out
+    agentos_core::name::terminal_line(line)
 }
 
 /// The master and who we are, as a shim finds them in the environment.

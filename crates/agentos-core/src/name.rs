@@ -46,6 +46,34 @@ pub fn unseen(c: char) -> bool {
         )
 }
 
+/// One line of text as a terminal can show it: colour and cursor codes (`ESC [ … letter`) and
+/// characters that do not show as themselves ([`unseen`]: of no width, or
+/// reordering what follows, as a bidirectional override does) dropped, other control characters
+/// and runs of spaces made one space.
+pub fn terminal_line(line: &str) -> String {
+    let mut out = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                if chars.clone().next() == Some('[') {
+                    // Parameters and intermediates up to the final byte, `@` to `~`.
+                    chars.by_ref().skip(1).find(|c| ('@'..='~').contains(c));
+                }
+            }
+            c if c.is_control() || c.is_whitespace() => {
+                if !out.is_empty() && !out.ends_with(' ') {
+                    out.push(' ');
+                }
+            }
+            c if unseen(c) => {}
+            c => out.push(c),
+        }
+    }
+    out.truncate(out.trim_end().len());
+    out
+}
+
 /// As [`inert`], its line breaks kept: text of several lines (a tool's description in its own
 /// `--help`).
 pub fn inert_lines(s: &str) -> String {

@@ -107,9 +107,15 @@ fn flag_usage_as(f: &FlagSpec, placeholder: String) -> String {
 /// other types keep theirs (`<integer>`, `<a|b>`). `--help` keeps the types.
 fn prompt_placeholder(flag: &str, ty: &FlagType) -> String {
     match ty {
+        // Letters and digits only: a placeholder is not quoted, and a name's backtick or `$`
+        // in it would read as the shell's (or end the prompt's code span).
         FlagType::String => {
-            let word = flag.rsplit(['-', '.', '_']).find(|w| !w.is_empty()).unwrap_or(flag);
-            inert(word).to_ascii_uppercase()
+            let word = flag
+                .rsplit(|c: char| !c.is_alphanumeric())
+                .find(|w| !w.is_empty())
+                .map(str::to_uppercase)
+                .unwrap_or_else(|| "VALUE".into());
+            word
         }
         FlagType::Array(item) => format!("{}...", prompt_placeholder(flag, item)),
         // A long list of choices shows its first ones; `--help` shows them all (one document
@@ -229,7 +235,7 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
                 notes.push("required".to_string());
             }
             if let Some(d) = &f.default {
-                notes.push(format!("default {d}"));
+                notes.push(format!("default {}", inert(&d.to_string())));
             }
             if f.ty == FlagType::Boolean {
                 notes.push(format!("--no-{} for false", inert(&f.flag)));
@@ -413,8 +419,8 @@ pub fn prompt_markdown(tools: &[PromptTool]) -> String {
                 out.push('\n');
             }
             match flag {
-                Some(f) => out.push_str(&format!("`{command}<tool> {f}`:\n")),
-                None => out.push_str(&format!("`{command}<tool>`:\n")),
+                Some(f) => out.push_str(&format!("{}:\n", code(&format!("{command}<tool> {f}")))),
+                None => out.push_str(&format!("{}:\n", code(&format!("{command}<tool>")))),
             }
             for t in group {
                 let mut usage = t.prompt_usage.strip_prefix(&command).unwrap_or(&t.prompt_usage).to_string();
@@ -434,10 +440,21 @@ pub fn prompt_markdown(tools: &[PromptTool]) -> String {
 
 fn push_tool(out: &mut String, usage: &str, t: &PromptTool) {
     let desc = if t.summary.is_empty() { String::new() } else { format!(" — {}", t.summary) };
-    out.push_str(&format!("- `{usage}`{desc}\n"));
+    out.push_str(&format!("- {}{desc}\n", code(usage)));
     for e in &t.examples {
-        out.push_str(&format!("  e.g. `{e}`\n"));
+        out.push_str(&format!("  e.g. {}\n", code(e)));
     }
+}
+
+/// `text` as a markdown code span that it cannot end: fenced by one more backtick than its
+/// longest run of them, and spaced from a backtick at either end. A property's name or an
+/// example's value holding a backtick would otherwise close the span and go on as prose of
+/// its own in the agent's prompt.
+fn code(text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') { " " } else { "" };
+    format!("{fence}{pad}{text}{pad}{fence}")
 }
 
 /// The required flag most tools of a toolkit take, when at least half of them and at least
@@ -697,5 +714,30 @@ mod tests {
         assert_eq!(without_part("get --id ID --id-x ID", "--id ID"), "get --id-x ID");
         assert_eq!(without_part("get --id-x ID --id ID", "--id ID"), "get --id-x ID");
         assert_eq!(without_part("get --idx ID", "--id ID"), "get --idx ID");
+    }
+
+    /// Regression: a property named with a backtick closed the prompt's code span, and what
+    /// followed read as prose of the registrant's; its placeholder carried the backtick unquoted
+    /// into a line an agent copies; a default was shown with its invisible characters.
+    #[test]
+    fn a_backtick_in_a_name_stays_inside_its_code_span_and_defaults_are_inert() {
+        assert_eq!(code("a b"), "`a b`");
+        assert_eq!(code("x`y"), "``x`y``");
+        assert_eq!(code("``a``"), "``` ``a`` ```");
+        let op = Operation {
+            description: "Runs.".into(),
+            input: json!({"type": "object", "required": ["x`y"], "properties": {
+                "x`y": {"type": "string"},
+                "mode": {"type": "string", "default": "abc\u{202e}def\u{200b}"}}}),
+            output: None,
+            examples: vec![],
+        };
+        let mut t = tool("evil", "run");
+        t.prompt_usage = prompt_usage("evil", "run", &flag_table(&op.input));
+        let md = prompt_markdown(&[t]);
+        let line = md.lines().find(|l| l.starts_with("- ")).unwrap();
+        assert_eq!(line, "- ``agentos-evil run '--x`y' Y [--mode MODE]`` — Does run.", "{md}");
+        let help = tool_help("evil", "run", &op);
+        assert!(help.contains(r#"default "abc\u{202e}def\u{200b}""#), "{help}");
     }
 }

@@ -350,8 +350,9 @@ fn answer(output: Value) -> CallToolResult {
 }
 
 fn failed(message: String) -> CallToolResult {
-    // One line, as a shell command prints it.
-    let line = message.lines().next().unwrap_or_default().to_string();
+    // One line, as a shell command prints it: a tool's stderr keeps no colour codes or
+    // characters that do not show as themselves.
+    let line = agentos_core::name::terminal_line(message.lines().next().unwrap_or_default());
     CallToolResult::error(vec![ContentBlock::text(line)])
 }
 
@@ -1544,6 +1545,16 @@ pub async fn authenticate(State(app): State<AppState>, mut req: Request, next: N
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression: a failed call's text kept the colour codes of the tool's stderr, which the
+    /// shell command drops.
+    #[test]
+    fn a_failed_call_s_line_keeps_no_colour_codes_or_unseen_characters() {
+        let r = failed("command exited with 3: line two\u{1b}[31m red\u{202e}\nsecond".into());
+        let text = serde_json::to_value(&r.content).unwrap()[0]["text"].clone();
+        assert_eq!(text, "command exited with 3: line two red");
+        assert_eq!(r.is_error, Some(true));
+    }
 
     #[test]
     fn every_platform_tool_checks_its_arguments_and_takes_null_for_absent() {
