@@ -380,3 +380,68 @@ fn a_second_master_on_the_same_data_folder_is_refused() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn models_list_the_places_of_their_net_with_token_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let net = json!({"places": ["p-in", "p-out"], "transitions": []});
+    assert_eq!(api.put("/api/models/shop/net", net).0, 200);
+    assert_eq!(api.post("/api/models/shop/places/p-in/tokens", json!({"data": {"n": 1}})).0, 200);
+    assert_eq!(api.post("/api/models/shop/places/p-in/tokens", json!({"data": {"n": 2}})).0, 200);
+    let (status, models) = api.get("/api/models");
+    assert_eq!(status, 200, "{models}");
+    let shop = models.as_array().unwrap().iter().find(|m| m["name"] == "shop").expect("the model is listed");
+    assert_eq!(
+        shop["places"],
+        json!([
+            {"name": "p-tool-catalog", "tokens": 0},
+            {"name": "p-in", "tokens": 2},
+            {"name": "p-out", "tokens": 0},
+        ]),
+        "{shop}"
+    );
+    // A model without a net has only its catalog.
+    let default = models.as_array().unwrap().iter().find(|m| m["name"] == "default").unwrap();
+    assert_eq!(default["places"], json!([{"name": "p-tool-catalog", "tokens": 0}]), "{default}");
+}
+
+/// `PUT path` with `body` as it is, and the answer as JSON.
+fn put_raw(api: &common::Api, path: &str, body: &str) -> (u16, Value) {
+    let mut req =
+        api.http.put(format!("{}{path}", api.url)).header("content-type", "application/json").body(body.to_string());
+    if let Some(t) = &api.token {
+        req = req.bearer_auth(t);
+    }
+    let resp = req.send().expect("request");
+    (resp.status().as_u16(), resp.json().unwrap_or(Value::Null))
+}
+
+#[test]
+fn a_net_document_that_is_not_an_object_or_has_a_bad_cron_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    // Serde reads a struct from an array field by field: the first applied places a and b, the
+    // second an empty net.
+    for body in [r#"["n4",["a","b"],[]]"#, "[]", "null", "\"net\""] {
+        let (status, v) = put_raw(&api, "/api/models/n4/net", body);
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_net")), "{body}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("must be a JSON object"), "{body}: {v}");
+    }
+    assert_eq!(api.get("/api/models/n4/net").0, 404, "a refused document applied a net");
+
+    let net = json!({"places": ["a"], "transitions": [
+        {"id": "t", "kind": "pass", "mode": "manual", "schedule": {"cron": "bogus"}}
+    ]});
+    let (status, v) = api.put("/api/models/sch/net", net);
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_net")), "{v}");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(!msg.contains('\n'), "the message is not one line: {msg:?}");
+    assert!(
+        msg.contains("/transitions/0/schedule/cron: bad cron expression \"bogus\": The 'Seconds' field does not support using names."),
+        "{msg}"
+    );
+    assert!(msg.contains("six fields") && msg.contains("e.g. \"0 */5 * * * *\""), "{msg}");
+}

@@ -457,3 +457,46 @@ fn the_readme_api_table_names_every_route_command_and_status() {
     }
     assert!(missing.is_empty(), "the README's API section lacks:\n{}", missing.join("\n"));
 }
+
+#[test]
+fn a_huge_name_is_shown_cut_in_the_error_that_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    let (status, t) = op.post("/api/executor-tokens", json!({"name": "x1"}));
+    assert_eq!(status, 200, "{t}");
+    let exec = op.with_token(t["token"].as_str());
+    let huge = "N".repeat(100_000);
+    for (who, path, body) in [
+        (&op, "/api/executor-tokens", json!({"name": huge})),
+        (&op, "/api/agents", json!({"name": huge, "flags": "r"})),
+        (&exec, "/api/executor/poll", json!({"name": huge, "waitMs": 1})),
+    ] {
+        let (status, v) = who.post(path, body);
+        assert_eq!(
+            (status, v["error"]["code"].as_str()),
+            (400, Some("invalid_name")),
+            "{path}: {}",
+            &v.to_string()[..300]
+        );
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(msg.len() < 500, "{path}: a {}-byte message: {}…", msg.len(), &msg[..300]);
+        assert!(msg.contains(&format!("\"{}\"… (100000 characters)", "N".repeat(64))), "{path}: {msg}");
+    }
+}
+
+#[test]
+fn an_event_page_over_1000_is_refused_as_one_of_0_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    for limit in ["0", "1001", "100000000000"] {
+        let (status, v) = op.get(&format!("/api/events?limit={limit}"));
+        assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_limit")), "limit={limit}: {v}");
+        assert_eq!(v["error"]["message"], "limit must be between 1 and 1000", "limit={limit}");
+    }
+    for limit in ["1", "1000"] {
+        let (status, v) = op.get(&format!("/api/events?limit={limit}"));
+        assert_eq!(status, 200, "limit={limit}: {v}");
+    }
+}

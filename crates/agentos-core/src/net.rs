@@ -292,6 +292,24 @@ impl NetDoc {
     }
 
     pub fn from_value(value: Value) -> Result<NetDoc, CoreError> {
+        // Serde reads a struct from an array too, field by field: `["m", ["a"], []]` would be
+        // a net of place a, and `[]` an empty net that replaces the model's.
+        if !value.is_object() {
+            let what = match value {
+                Value::Null => "null",
+                Value::Bool(_) => "a boolean",
+                Value::Number(_) => "a number",
+                Value::String(_) => "a string",
+                Value::Array(_) => "an array",
+                Value::Object(_) => "an object",
+            };
+            return Err(CoreError::bad_input(
+                "invalid_net",
+                format!(
+                    "the net document must be a JSON object ({{\"places\": [...], \"transitions\": [...]}}), not {what}"
+                ),
+            ));
+        }
         serde_path_to_error::deserialize(value).map_err(|e| {
             let path = e.path().to_string();
             CoreError::bad_input("invalid_net", format!("invalid net document at {path}: {}", e.inner()))
@@ -423,10 +441,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                 fault(format!("{at}/schedule"), "give exactly one of everyMs and cron".into())
             }
             (None, Some(c)) => match c.parse::<cron::Schedule>() {
-                Err(e) => fault(
-                    format!("{at}/schedule/cron"),
-                    format!("bad cron expression {c:?}: {e} (six fields: sec min hour day month weekday)"),
-                ),
+                Err(e) => fault(format!("{at}/schedule/cron"), cron_fault(c, &e)),
                 // A schedule with no next time would otherwise need a fallback rhythm, and any
                 // rhythm fires a transition its author meant never (or rarely) to fire.
                 Ok(s) if s.upcoming(chrono::Utc).next().is_none() => fault(
@@ -617,6 +632,32 @@ fn check_link(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &mut im
     if t.relation.as_deref().is_none_or(|r| r.trim().is_empty()) {
         fault(format!("{at}/relation"), "a link needs a relation, e.g. \"feeds\"".into());
     }
+}
+
+/// What a cron expression looks like, for the message that refuses one.
+const CRON_SHAPE: &str = "a cron expression is six fields, sec min hour day-of-month month day-of-week, and an \
+     optional seventh, year: e.g. \"0 */5 * * * *\" (every five minutes) or \"0 30 9 * * Mon-Fri\"";
+
+/// One line saying why `expr` is not a cron expression. The cron crate's message is several
+/// lines (the expression, a caret under the fault, then why, which may be empty): the reason is
+/// kept, and the caret becomes the character it points at.
+fn cron_fault(expr: &str, e: &cron::error::Error) -> String {
+    let text = e.to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let why = lines.last().map(|l| l.trim()).filter(|l| !l.is_empty() && !l.ends_with('^')).unwrap_or_default();
+    // The simple form: the expression, then a line of spaces and one caret under the fault.
+    let at = match lines.as_slice() {
+        [first, caret, ..] if *first == expr && caret.trim() == "^" => caret.find('^'),
+        _ => None,
+    };
+    let why = match (why, at) {
+        _ if expr.trim().is_empty() => "it is empty".to_string(),
+        ("", Some(at)) => format!("unexpected text at character {}", at + 1),
+        ("", None) => "it does not parse".to_string(),
+        (why, Some(at)) => format!("{} (at character {})", crate::name::cut(&crate::name::inert(why), 200), at + 1),
+        (why, None) => crate::name::cut(&crate::name::inert(why), 200),
+    };
+    format!("bad cron expression {}: {why}; {CRON_SHAPE}", crate::name::shown(expr))
 }
 
 /// Credential names: `[A-Za-z0-9_-]+`.

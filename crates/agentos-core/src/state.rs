@@ -301,18 +301,28 @@ impl State {
         entry.entry.binding.kind().visible_to(visible).then(|| catalog_token(entry, catalog_scope(model)))
     }
 
-    /// Models with their places and token counts.
+    /// Models with their places and token counts: `p-tool-catalog`, then the places of the
+    /// model's net (those it declares, and any it no longer declares that still hold tokens).
     pub fn model_views(&self) -> Vec<ModelView> {
         self.models
             .values()
-            .map(|m| ModelView {
-                name: m.name.clone(),
-                created_at: crate::event::format_time(m.created_at),
-                created_by: m.created_by.clone(),
-                places: vec![PlaceView {
+            .map(|m| {
+                let catalog = PlaceView {
                     name: CATALOG_PLACE.to_string(),
                     tokens: self.catalogs.get(&m.name).map_or(0, |c| c.len()),
-                }],
+                };
+                let net = self.nets.models.get(&m.name).into_iter().flat_map(|n| &n.places);
+                ModelView {
+                    name: m.name.clone(),
+                    created_at: crate::event::format_time(m.created_at),
+                    created_by: m.created_by.clone(),
+                    places: std::iter::once(catalog)
+                        .chain(
+                            net.filter(|(name, _)| name.as_str() != CATALOG_PLACE)
+                                .map(|(name, p)| PlaceView { name: name.clone(), tokens: p.tokens.len() }),
+                        )
+                        .collect(),
+                }
             })
             .collect()
     }

@@ -74,7 +74,7 @@ pub fn normalize_origin(s: &str) -> Result<String, CoreError> {
     let bad = |why: &str| {
         CoreError::bad_input(
             "invalid_origin",
-            format!("origin {s:?} {why}: use scheme://host[:port], e.g. https://api.example.com"),
+            format!("origin {} {why}: use scheme://host[:port], e.g. https://api.example.com", shown(s)),
         )
     };
     let url = reqwest::Url::parse(s).map_err(|_| bad("is not a URL"))?;
@@ -139,7 +139,7 @@ impl Principals<'_> {
         if !is_valid_id(name) || name == "operator" || name == "system" {
             return Err(CoreError::bad_input(
                 "invalid_name",
-                format!("agent name {name:?}: use a-z, 0-9 and '-', at most 64 (not operator or system)"),
+                format!("agent name {}: use a-z, 0-9 and '-', at most 64 (not operator or system)", shown(name)),
             )
             .into());
         }
@@ -318,14 +318,19 @@ impl Principals<'_> {
                 let model = req.model.clone().unwrap_or_else(|| DEFAULT_MODEL.to_string());
                 let st = self.read_state();
                 let (e, _) = st.resolve(&model, tool).ok_or_else(|| {
-                    CoreError::not_found(format!("no tool {tool:?} in model {model:?} nor in the global catalog"))
+                    CoreError::not_found(format!(
+                        "no tool {} in model {} nor in the global catalog",
+                        shown(tool),
+                        shown(&model)
+                    ))
                 })?;
                 let kind = e.entry.binding.kind();
                 let Some(sha256) = crate::bindings::binder(kind).and_then(|b| b.secret_pin(&e.entry.binding)) else {
                     return Err(CoreError::bad_input(
                         "not_pinned",
                         format!(
-                            "{tool:?} is a {} tool; secrets are granted to pinned tools (scripts) or to origins",
+                            "{} is a {} tool; secrets are granted to pinned tools (scripts) or to origins",
+                            shown(tool),
                             kind.as_str()
                         ),
                     )
@@ -385,10 +390,11 @@ impl Principals<'_> {
         if after > i64::MAX as u64 {
             return Err(CoreError::bad_input("invalid_after", format!("after must be at most {}", i64::MAX)).into());
         }
-        if limit == 0 {
+        // A limit over the page size is refused, as 0 is, rather than cut quietly: a reader that
+        // asked for everything would take the first 1000 for all.
+        if !(1..=1000).contains(&limit) {
             return Err(CoreError::bad_input("invalid_limit", "limit must be between 1 and 1000").into());
         }
-        let limit = limit.min(1000);
         let mut out = Vec::new();
         let mut cursor = after;
         // Bounded scan: a filter that matches rarely still answers quickly.

@@ -46,11 +46,13 @@ impl LeaseError {
                     .into()
             }
             LeaseError::LeaseLost => CoreError::conflict(format!(
-                "the lease on job {job_id:?} is not yours: the lease id is not the job's current one (it expired and the job was handed out again, or it was never this job's)"
+                "the lease on job {} is not yours: the lease id is not the job's current one (it expired and the job was handed out again, or it was never this job's)",
+                shown(job_id)
             ))
             .into(),
             LeaseError::NotHolder => CoreError::forbidden(format!(
-                "job {job_id:?} is leased to another executor: only the executor that took it may renew, hand back or finish it"
+                "job {} is leased to another executor: only the executor that took it may renew, hand back or finish it",
+                shown(job_id)
             ))
             .into(),
             LeaseError::Storage(why) => CoreError::new(
@@ -70,10 +72,11 @@ fn executor_name(p: &Principal, requested: Option<&str>) -> Result<String, Engin
     match requested {
         None => Ok(p.name.clone()),
         Some(n) if is_valid_id(n) => Ok(if n == p.name { n.to_string() } else { format!("{}/{n}", p.name) }),
-        Some(n) => {
-            Err(CoreError::bad_input("invalid_name", format!("executor name {n:?}: use a-z, 0-9 and '-', at most 64"))
-                .into())
-        }
+        Some(n) => Err(CoreError::bad_input(
+            "invalid_name",
+            format!("executor name {}: use a-z, 0-9 and '-', at most 64", shown(n)),
+        )
+        .into()),
     }
 }
 
@@ -174,16 +177,18 @@ impl Dispatch<'_> {
         if !is_valid_id(name) {
             return Err(CoreError::bad_input(
                 "invalid_name",
-                format!("executor name {name:?}: use a-z, 0-9 and '-', at most 64"),
+                format!("executor name {}: use a-z, 0-9 and '-', at most 64", shown(name)),
             )
             .into());
         }
         if let Some(existing) = self.read_state().principals.get(name)
             && existing.kind != PrincipalKind::Executor
         {
-            return Err(
-                CoreError::conflict(format!("{name:?} already names a principal that is not an executor")).into()
-            );
+            return Err(CoreError::conflict(format!(
+                "{} already names a principal that is not an executor",
+                shown(name)
+            ))
+            .into());
         }
         let token = new_token().map_err(|e| CoreError::internal(format!("no randomness for a token: {e}")))?;
         let record = PrincipalRecord {
