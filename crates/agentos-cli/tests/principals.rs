@@ -499,4 +499,15 @@ fn an_event_page_over_1000_is_refused_as_one_of_0_is() {
         let (status, v) = op.get(&format!("/api/events?limit={limit}"));
         assert_eq!(status, 200, "limit={limit}: {v}");
     }
+    // A type no event has is refused, naming the types, rather than read as none such.
+    let (status, v) = op.get("/api/events?type=ToolRegister");
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_type")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("ToolRegistered, ToolRemoved"), "{v}");
+    op.agent("listed", "r");
+    let (status, v) = op.get("/api/events?type=PrincipalCreated");
+    assert_eq!(status, 200, "{v}");
+    assert!(
+        v.as_array().unwrap().iter().any(|e| e["type"] == "PrincipalCreated"),
+        "the agent's creation is listed: {v}"
+    );
 }

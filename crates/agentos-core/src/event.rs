@@ -155,6 +155,24 @@ pub enum PrincipalKind {
 }
 
 impl EventBody {
+    /// Every event type's name, as [`EventBody::type_name`] gives it (a test holds the two to
+    /// the same list).
+    pub const TYPE_NAMES: [&'static str; 13] = [
+        "ModelCreated",
+        "ToolRegistered",
+        "ToolRemoved",
+        "PrincipalCreated",
+        "PrincipalRevoked",
+        "SecretSet",
+        "ModelGranted",
+        "ModelGrantRevoked",
+        "SecretGranted",
+        "SecretGrantRevoked",
+        "JobFinished",
+        "Net",
+        "EventSkipped",
+    ];
+
     pub fn type_name(&self) -> &'static str {
         match self {
             EventBody::ModelCreated { .. } => "ModelCreated",

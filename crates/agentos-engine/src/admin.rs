@@ -395,6 +395,17 @@ impl Principals<'_> {
         if !(1..=1000).contains(&limit) {
             return Err(CoreError::bad_input("invalid_limit", "limit must be between 1 and 1000").into());
         }
+        // A type that no event has matches nothing: a mistyped one (`ToolRegister`) would read
+        // as a log without such events.
+        if let Some(kind) = filter.kind.as_deref()
+            && !EventBody::TYPE_NAMES.contains(&kind)
+        {
+            return Err(CoreError::bad_input(
+                "invalid_type",
+                format!("no event type {}: the types are {}", shown(kind), EventBody::TYPE_NAMES.join(", ")),
+            )
+            .into());
+        }
         let mut out = Vec::new();
         let mut cursor = after;
         // Bounded scan: a filter that matches rarely still answers quickly.
