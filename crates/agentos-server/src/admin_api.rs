@@ -133,7 +133,7 @@ pub async fn list_secrets(
 }
 
 /// The event log, oldest first: every change with its principal.
-#[utoipa::path(get, path = "/api/events", tag = "audit", params(wire::EventParams), responses((status = 200, body = Vec<wire::EventView>), (status = 403, body = ErrorBody)))]
+#[utoipa::path(get, path = "/api/events", tag = "audit", params(wire::EventParams), responses((status = 200, body = Vec<wire::EventView>), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_events(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
