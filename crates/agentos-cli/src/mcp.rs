@@ -68,6 +68,24 @@ fn refused_with(e: &StreamableHttpError<reqwest::Error>) -> Option<u16> {
     }
 }
 
+/// The status and the master's words of a request it refused as the client's fault (a 4xx
+/// other than 401 and 403, which say the token is at fault): rmcp keeps them only as the text
+/// of an unexpected answer, `HTTP 413 Payload Too Large: {"error": …}`.
+fn refused_request(e: &(dyn std::error::Error + 'static)) -> Option<(u16, String)> {
+    let Some(StreamableHttpError::UnexpectedServerResponse(text)) =
+        e.downcast_ref::<StreamableHttpError<reqwest::Error>>()
+    else {
+        return None;
+    };
+    let rest = text.strip_prefix("HTTP ")?;
+    let status: u16 = rest.get(..3)?.parse().ok()?;
+    if !(400..500).contains(&status) || status == 401 || status == 403 {
+        return None;
+    }
+    let body = rest.split_once(": ").map_or("", |(_, body)| body);
+    Some((status, words_of(body)))
+}
+
 fn relayed(e: rmcp::ServiceError) -> McpError {
     match e {
         rmcp::ServiceError::McpError(e) => e,
@@ -82,8 +100,17 @@ fn relayed(e: rmcp::ServiceError) -> McpError {
                 Some(json!({"status": 401})),
             )
         }
+        // The master refused the request itself (a body over its limit: 413): the client's
+        // request is at fault, and the master's words say why.
+        rmcp::ServiceError::TransportSend(t) if refused_request(t.error.as_ref()).is_some() => {
+            let (status, words) = refused_request(t.error.as_ref()).unwrap_or_default();
+            McpError::invalid_request(
+                format!("the master refused the request (HTTP {status}): {words}"),
+                Some(json!({"status": status})),
+            )
+        }
         // The transport's own words and causes, without rmcp's type name for the transport: the
-        // master may have answered (a 413, a 401), which is not "did not answer".
+        // master may have answered (a 401), which is not "did not answer".
         rmcp::ServiceError::TransportSend(t) => McpError::internal_error(
             format!("the request to the master failed: {}", agentos_engine::outbound::describe(t.error.as_ref())),
             None,
@@ -195,6 +222,7 @@ pub fn run() -> ExitCode {
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failed::Said) => ExitCode::from(1),
+        Err(Failed::Unreachable) => ExitCode::from(crate::client::EXIT_UNREACHABLE),
         Err(Failed::Because(e)) => {
             // stdout is the protocol's: the reason goes to stderr, on one line.
             errln!("agentos mcp: {e}");
@@ -207,6 +235,9 @@ pub fn run() -> ExitCode {
 enum Failed {
     /// The reason is on stderr already.
     Said,
+    /// The master could not be reached (said on stderr already): the exit code a shell command
+    /// gives for it.
+    Unreachable,
     Because(String),
 }
 
@@ -230,9 +261,10 @@ async fn serve(url: String, token: String) -> Result<(), Failed> {
             // Said at once, for someone who ran the relay by hand; then the client's
             // `initialize` is told the same as its answer.
             errln!("agentos mcp: {}", refusal.message);
+            let unreachable = refusal.data.as_ref().is_some_and(|d| d["unreachable"] == true);
             refuse_first_request(stdio, refusal).await;
             let _ = writer.await;
-            return Err(Failed::Said);
+            return Err(if unreachable { Failed::Unreachable } else { Failed::Said });
         }
     };
     let relay = Relay { master: master.peer().clone(), changes };
@@ -326,7 +358,23 @@ impl Master {
             ClientInitializeError::TransportError { error, .. } => error.error.as_ref(),
             other => other as &(dyn std::error::Error + 'static),
         };
-        let status = reason.downcast_ref::<StreamableHttpError<reqwest::Error>>().and_then(refused_with);
+        let transport = reason.downcast_ref::<StreamableHttpError<reqwest::Error>>();
+        // No answer at all (nothing listens there, the name does not resolve): said as a shell
+        // command says it, with the cause rmcp's own message leaves out.
+        if let Some(StreamableHttpError::Client(e)) = transport
+            && (e.is_connect() || e.is_timeout())
+        {
+            return McpError::new(
+                ErrorCode::INTERNAL_ERROR,
+                format!(
+                    "cannot reach the master at {}: {} (is `agentos up` running? set AGENTOS_URL)",
+                    self.endpoint.trim_end_matches("/mcp"),
+                    agentos_engine::outbound::describe(e)
+                ),
+                Some(json!({"unreachable": true})),
+            );
+        }
+        let status = transport.and_then(refused_with);
         let said = match status {
             Some(status) => {
                 let status =

@@ -297,9 +297,15 @@ fn agentos_mcp_outlives_a_request_the_master_refuses_as_too_large() {
     // 16 MiB: the master refuses it while the relay writes.
     relay.send(search_of(2, 12 << 20));
     let refused = relay.answer(2);
-    // The master's answer, in words, without the MCP library's type names.
+    // The master's answer, in words, without the MCP library's type names or the master's raw
+    // JSON, and as the client's fault (it was an internal error, -32603).
     let said = refused["error"]["message"].as_str().unwrap_or_default();
-    assert!(said.contains("413") && !said.contains("rmcp::"), "{refused}");
+    assert!(
+        said.starts_with("the master refused the request (HTTP 413): the request body is larger than"),
+        "{refused}"
+    );
+    assert!(!said.contains("rmcp::") && !said.contains('{'), "{refused}");
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
     // The session goes on.
     relay.assert_lists(3);
 }
@@ -337,14 +343,15 @@ fn agentos_mcp_tells_its_client_in_words_why_the_master_refused_a_call_as_too_la
     let mut relay = Relay::start(&m, &m.token);
     relay.send(search_of(2, 100_000));
     let refused = relay.answer(2);
-    // The relay's words, then the master's answer: its status and its JSON error.
+    // The relay's words, then the master's: its status and its error's message, as the
+    // client's fault.
     assert_eq!(
         refused["error"]["message"],
-        "the request to the master failed: unexpected server response: HTTP 413 Payload Too Large: \
-         {\"error\":{\"code\":\"body_too_large\",\"message\":\"the request body is larger than 65536 bytes \
-         (the master's --max-body-bytes)\"}}",
+        "the master refused the request (HTTP 413): the request body is larger than 65536 bytes \
+         (the master's --max-body-bytes)",
         "{refused}"
     );
+    assert_eq!(refused["error"]["code"], -32600, "{refused}");
 }
 
 /// What `/mcp` answered one request.
@@ -793,6 +800,36 @@ fn agentos_mcp_without_a_token_says_what_to_set() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.stdout.is_empty(), "stdout belongs to the protocol");
+}
+
+/// Regression: a master that was not there was said as rmcp's "Client error: error sending
+/// request", with no cause and exit 1; a shell command says "cannot reach the master", exit 7.
+#[test]
+fn agentos_mcp_with_no_master_there_says_it_cannot_reach_it() {
+    use std::io::Write;
+    let url = format!("http://127.0.0.1:{}", common::free_port());
+    let mut child = Command::new(BIN)
+        .arg("mcp")
+        .env("AGENTOS_URL", &url)
+        .env("AGENTOS_TOKEN", "t")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}});
+    writeln!(child.stdin.take().unwrap(), "{initialize}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(7), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot reach the master at {url}")) && stderr.contains("Connection refused"),
+        "{stderr}"
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().starts_with("cannot reach the master"), "{answer}");
 }
 
 #[test]

@@ -109,14 +109,11 @@ fn prompt_placeholder(flag: &str, ty: &FlagType) -> String {
     match ty {
         // Letters and digits only: a placeholder is not quoted, and a name's backtick or `$`
         // in it would read as the shell's (or end the prompt's code span).
-        FlagType::String => {
-            let word = flag
-                .rsplit(|c: char| !c.is_alphanumeric())
-                .find(|w| !w.is_empty())
-                .map(str::to_uppercase)
-                .unwrap_or_else(|| "VALUE".into());
-            word
-        }
+        FlagType::String => flag
+            .rsplit(|c: char| !c.is_alphanumeric())
+            .find(|w| !w.is_empty())
+            .map(str::to_uppercase)
+            .unwrap_or_else(|| "VALUE".into()),
         FlagType::Array(item) => format!("{}...", prompt_placeholder(flag, item)),
         // A long list of choices shows its first ones; `--help` shows them all (one document
         // has a required enum of 190 values: 1,100 tokens on one line of the prompt).

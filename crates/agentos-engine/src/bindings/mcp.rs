@@ -809,7 +809,20 @@ impl Server {
         let closed = conn.client.is_transport_closed()
             || matches!(e, ServiceError::TransportClosed | ServiceError::TransportSend(_));
         if !closed {
-            return format!("the MCP server refused the call: {e}");
+            return match e {
+                // An answer the server sent that could not be read ([`unreadable_answer`]): the
+                // server refused nothing.
+                ServiceError::McpError(err)
+                    if err.code == rmcp::model::ErrorCode::PARSE_ERROR
+                        && err.message.starts_with("the server's answer") =>
+                {
+                    err.message.to_string()
+                }
+                ServiceError::McpError(err) => {
+                    format!("the MCP server answered the call with error {}: {}", err.code.0, err.message)
+                }
+                other => format!("the MCP server refused the call: {other}"),
+            };
         }
         let why = conn.died_because();
         let mut slot = self.slot.lock().await;
