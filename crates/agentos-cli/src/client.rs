@@ -1003,7 +1003,9 @@ fn path_part<'a>(what: &str, name: &'a str) -> Result<&'a str, ClientError> {
 fn fire_outcome(v: &Value, json: bool) -> Result<(), ClientError> {
     let transition = v["transition"].as_str().unwrap_or("");
     let outcome = v["outcome"].as_str().unwrap_or("");
-    let reason = v["reason"].as_str().unwrap_or("no reason given");
+    // The reason may quote a tool's or an expression's text (an `error("...")`): one line with
+    // nothing a terminal would act on, as the error line must be.
+    let reason = crate::call::shown(v["reason"].as_str().unwrap_or("no reason given"));
     let code = match outcome {
         "fired" | "started" => None,
         "not-enabled" => Some(crate::call::EXIT_TIMED_OUT_CALL),
@@ -1153,7 +1155,8 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
                             p["transition"].as_str().unwrap_or(""),
                             p["place"].as_str().unwrap_or(""),
                             p["attempts"],
-                            p["reason"].as_str().unwrap_or("")
+                            // Why it was parked, which may quote a tool's text: one line, inert.
+                            crate::call::shown(p["reason"].as_str().unwrap_or(""))
                         )
                     })
                     .collect();

@@ -126,26 +126,29 @@ pub fn entry(e: &Value) -> String {
     lines.join("\n")
 }
 
+/// A registration: what was registered, and the blob it is pinned to (a script, a document, an
+/// MCP server's tool list) where it has one. A field the binding lacks is left out, not shown empty.
 pub fn registered(e: &Value) -> String {
-    let urn = ["/binding/scriptUrn", "/binding/openapiUrn", "/binding/netUrn"]
+    let urn = ["/binding/scriptUrn", "/binding/openapiUrn", "/binding/netUrn", "/binding/toolsUrn"]
         .iter()
         .find_map(|p| e.pointer(p).and_then(Value::as_str))
         .unwrap_or("");
-    let mut out = format!(
-        "registered {} in model {} ({})\nsha256: {}\nurn:    {}",
-        s(e, "id"),
-        s(e, "model"),
-        s(e, "scope"),
-        e.pointer("/binding/sha256").and_then(Value::as_str).unwrap_or(""),
-        urn
-    );
+    let mut out = format!("registered {} in model {} ({})", s(e, "id"), s(e, "model"), s(e, "scope"));
+    for (label, value) in
+        [("sha256:", e.pointer("/binding/sha256").and_then(Value::as_str).unwrap_or("")), ("urn:", urn)]
+    {
+        if !value.is_empty() {
+            out.push_str(&format!("\n{label:<7} {value}"));
+        }
+    }
     if e.pointer("/binding/type").and_then(Value::as_str) == Some("http")
         && let Some(ops) = e.pointer("/contract/operations").and_then(Value::as_object)
     {
         out.push_str(&format!("\ntools:  {}", ops.keys().cloned().collect::<Vec<_>>().join(", ")));
     }
     for skipped in e.pointer("/binding/skipped").and_then(Value::as_array).into_iter().flatten() {
-        out.push_str(&format!("\nskipped {}: {}", s(skipped, "pointer"), s(skipped, "reason")));
+        // Both come from the registrant's document: one line each, inert in a terminal.
+        out.push_str(&format!("\nskipped {}: {}", shown(s(skipped, "pointer")), shown(s(skipped, "reason"))));
     }
     out
 }
@@ -296,7 +299,8 @@ pub fn net(v: &Value) -> String {
     out.push_str("transitions:\n");
     for t in v["transitions"].as_array().cloned().unwrap_or_default() {
         let state = if t["started"].as_bool() == Some(true) { "started" } else { "stopped" };
-        let err = t["lastError"].as_str().map(|e| format!("  last error: {e}")).unwrap_or_default();
+        // The master's words, which may quote a tool's or an expression's text: one line, inert.
+        let err = t["lastError"].as_str().map(|e| format!("  last error: {}", shown(e))).unwrap_or_default();
         out.push_str(&format!(
             "  {:<24} {:<8} {:<8} fires {} in flight {}{err}\n",
             s(&t, "id"),
@@ -328,5 +332,37 @@ mod tests {
         };
         assert_eq!(super::job(&job(1)), "job job-1 in m: finished, exit code 0, 12 ms on b");
         assert_eq!(super::job(&job(2)), "job job-1 in m: finished, exit code 0, 12 ms on b, attempt 2");
+    }
+
+    /// Regression: an MCP server's registration printed an empty `urn:` line (its blob is its
+    /// `toolsUrn`); a field a binding lacks is left out.
+    #[test]
+    fn a_registration_shows_the_blob_it_is_pinned_to_and_no_empty_field() {
+        let mcp = json!({"id": "tools", "model": "m", "scope": "local", "binding": {"type": "mcp",
+            "toolsUrn": "urn:agentos:blob:tool-catalog/mcp/ab.json", "sha256": "ab"}});
+        assert_eq!(
+            super::registered(&mcp),
+            "registered tools in model m (local)\nsha256: ab\nurn:    urn:agentos:blob:tool-catalog/mcp/ab.json"
+        );
+        let bare = json!({"id": "t", "model": "m", "scope": "local", "binding": {"type": "other"}});
+        assert_eq!(super::registered(&bare), "registered t in model m (local)");
+        let skipped = json!({"id": "h", "model": "m", "scope": "local", "binding": {"type": "http",
+            "openapiUrn": "urn:x", "sha256": "cd", "skipped": [{"pointer": "/paths/~1x", "reason": "bad\n\u{1b}[31mred"}]}});
+        assert!(
+            super::registered(&skipped).ends_with("\nskipped /paths/~1x: bad red"),
+            "{}",
+            super::registered(&skipped)
+        );
+    }
+
+    /// A transition's last error is the master's text, which may quote a tool's: one line,
+    /// with nothing a terminal acts on.
+    #[test]
+    fn a_transition_s_last_error_is_one_inert_line() {
+        let view = json!({"model": "m", "places": [], "transitions": [{"id": "t", "kind": "map", "started": false,
+            "fires": 0, "inFlight": 0, "lastError": "bad\nSECOND LINE\u{1b}[31mred\u{202e}"}]});
+        let text = super::net(&view);
+        assert_eq!(text.lines().count(), 4, "{text}");
+        assert!(text.ends_with("last error: bad SECOND LINEred"), "{text:?}");
     }
 }

@@ -50,9 +50,10 @@ fn model_query() -> Vec<(&'static str, String)> {
 /// Largest file `--x-file` sends; past it the master hears why instead.
 const MAX_FLAG_FILE: u64 = 64 << 20;
 
-/// `--x-file PATH`: the file is read here, where it is, and sent marked with its path (see
-/// `flagmap::FILE_MARK`). The master decides what it is for: the value of a string flag `--x`
-/// (text, or a data URL for bytes), or the path itself when the tool has a flag `--x-file`.
+/// `--x-file PATH` for a string flag `--x`: the file is read here, where it is, and sent marked
+/// with its path (see `flagmap::FILE_MARK`). The master makes it the value of `--x`: text, or a
+/// data URL for bytes. (A flag `--x-file` of the tool's own is never read: see
+/// [`inline_json_files`].)
 fn read_flag_file(path: &str) -> String {
     let read = || -> Result<String, String> {
         if path == "-" {
@@ -111,19 +112,62 @@ fn media_type_of(path: &str) -> &'static str {
     }
 }
 
+/// The flag of an argument `--x-file` or `--x-file=PATH` (`x-file`), other than `--json-file`:
+/// one that may give a string flag `--x` its file.
+fn file_flag_of(arg: &str) -> Option<&str> {
+    let flag = arg.strip_prefix("--")?;
+    let flag = flag.split_once('=').map_or(flag, |(name, _)| name);
+    Some(flag).filter(|f| f.ends_with("-file") && *f != "json-file" && f.len() > 5)
+}
+
+/// Whether the arguments hold an `--x-file` with a path after it, a file this process may have
+/// to read.
+fn names_flag_files(args: &[String]) -> bool {
+    args.iter().enumerate().any(|(i, a)| {
+        file_flag_of(a).is_some() && (a.contains('=') || args.get(i + 1).is_some_and(|next| !next.starts_with("--")))
+    })
+}
+
+/// Whether the arguments after a tool's name ask for its help: `--help` or `-h` where a flag
+/// stands, not where a flag's value is expected, as the master's parser reads them. A value
+/// after a space never starts with `--`, so `--help` always asks (`--name=--help` is a value);
+/// `-h` after a flag that takes a value is that value (`--name -h`), which only the tool's
+/// `table` tells. Without it (a tool the toolkit lacks), `-h` asks, and the help says so.
+/// `--json` beside a help flag asks for the help as JSON, so it takes no `-h` as its value.
+fn asks_help(rest: &[String], table: Option<&flagmap::FlagTable>) -> bool {
+    let mut args = rest.iter().peekable();
+    while let Some(a) = args.next() {
+        if a == "--help" || a == "-h" {
+            return true;
+        }
+        let Some(name) = a.strip_prefix("--").filter(|n| !n.contains('=')) else { continue };
+        let takes_value = match name {
+            "json" => false,
+            "json-file" => true,
+            _ => table.is_some_and(|t| t.takes_value(name)),
+        };
+        if takes_value {
+            args.next_if(|next| !next.starts_with("--"));
+        }
+    }
+    false
+}
+
 /// `--json-file PATH` (or `-` for stdin) is read here, where the file is, and sent as `--json`;
-/// so is the file of any other `--x-file PATH`.
-fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
+/// so is the file of any other `--x-file PATH` that gives a string flag `--x` its file, as the
+/// tool's flag `table` says. An `--x-file` that is a flag of the tool's own (or one the table
+/// does not know) is sent as written: the master gives it the path, or says what is wrong, and
+/// nothing here is read (a large file, a pipe that never ends, a file the tool was not given).
+fn inline_json_files(args: Vec<String>, table: Option<&flagmap::FlagTable>) -> Result<Vec<String>, ClientError> {
     let mut out = Vec::with_capacity(args.len());
     let mut it = args.into_iter().peekable();
     while let Some(a) = it.next() {
-        let other_file = a.strip_prefix("--").and_then(|f| f.split_once('=').map_or(Some(f), |(n, _)| Some(n)));
-        if let Some(flag) = other_file.filter(|f| f.ends_with("-file") && *f != "json-file" && f.len() > 5) {
+        let read_here = file_flag_of(&a).filter(|f| table.is_some_and(|t| t.file_flag(f).is_some()));
+        if let Some(flag) = read_here {
             let flag = flag.to_string();
             let path = match a.split_once('=') {
                 Some((_, p)) => p.to_string(),
-                // No path follows: a boolean flag whose name ends in `-file` (`--overwrite-file`),
-                // or a path left out, which the master says. Nothing is read.
+                // No path follows: a path left out, which the master says. Nothing is read.
                 None => match it.next_if(|next| !next.starts_with("--")) {
                     Some(p) => p,
                     None => {
@@ -151,6 +195,13 @@ fn inline_json_files(args: Vec<String>) -> Result<Vec<String>, ClientError> {
                 .map_err(|e| fail(EXIT_USAGE, format!("--json-file {p}: {e}")))?;
                 let text = String::from_utf8(bytes)
                     .map_err(|_| fail(EXIT_USAGE, format!("--json-file {p}: not UTF-8 text, so not JSON")))?;
+                // Checked here, where what was read is known: sent as `--json`, the master's
+                // words would name `--json`, which the caller never typed.
+                let v: Value = serde_json::from_str(&text)
+                    .map_err(|e| fail(EXIT_USAGE, format!("--json-file {p}: not valid JSON: {e}")))?;
+                if !v.is_object() {
+                    return Err(fail(EXIT_USAGE, format!("--json-file {p}: expected a JSON object")));
+                }
                 out.push("--json".into());
                 out.push(text);
             }
@@ -245,8 +296,25 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
         }
         Some(tool) => {
             let rest: Vec<String> = args[1..].to_vec();
-            if rest.iter().any(|a| a == "--help" || a == "-h") {
-                let e = entry(&conn, toolkit)?;
+            // Whether `--x-file` is a flag of the tool's own or gives `--x` a file, and whether
+            // `-h` is a value or asks for help, is in the tool's schema, which only the master
+            // has. Its entry is read first only when the arguments hold one of these: one more
+            // request for those calls alone (help reads the entry anyway). Reading every
+            // `--x-file` as a file sent files the tool never reads, and could hang on a pipe;
+            // sending the call first and the files when the master asked for them would send a
+            // call twice.
+            let known = if rest.iter().any(|a| a == "-h") || names_flag_files(&rest) {
+                Some(entry(&conn, toolkit)?)
+            } else {
+                None
+            };
+            let table =
+                known.as_ref().and_then(|e| e.contract.operations.get(tool)).map(|op| flagmap::flag_table(&op.input));
+            if asks_help(&rest, table.as_ref()) {
+                let e = match known {
+                    Some(e) => e,
+                    None => entry(&conn, toolkit)?,
+                };
                 let op = e.contract.operations.get(tool).ok_or_else(|| {
                     let tools: Vec<&str> = e.contract.operations.keys().map(String::as_str).collect();
                     fail(EXIT_NOT_FOUND, toolhelp::unknown_tool(toolkit, tool, &tools))
@@ -257,7 +325,7 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
                     write_out(&toolhelp::tool_help(toolkit, tool, op))
                 };
             }
-            let rest = inline_json_files(rest)?;
+            let rest = inline_json_files(rest, table.as_ref())?;
             let answer = conn.request(
                 "POST",
                 &format!("/api/tools/{toolkit}/call"),

@@ -1434,6 +1434,58 @@ fn a_fire_by_hand_skips_a_parked_poison_token_and_net_fire_exits_by_its_outcome(
     );
 }
 
+/// Regression: a fire's failure reason was printed as the master gave it, so an expression's
+/// `error("...")` with a line break and an escape made `net fire` print two error lines and
+/// `net parked` and `net show` write the raw escape into the operator's terminal.
+#[test]
+fn a_fire_failure_reason_is_printed_on_one_line_with_nothing_a_terminal_acts_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "pk",
+        json!({"places": ["p-in", "p-out"], "transitions": [{"id": "t", "kind": "map", "mode": "manual",
+            "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}},
+            "action": {"template": {"v": "${error(\"bad\\nSECOND LINE\\u001b[31mred\\u202eevil\")}"}},
+            "emit": [{"to": "o"}]}]}),
+    );
+    // Each fire parks the token it failed on: one for the master's answer, one for the CLI's.
+    put(&api, "pk", "p-in", json!({"n": 1}));
+    put(&api, "pk", "p-in", json!({"n": 2}));
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .arg("net")
+            .args(args)
+            .args(["--model", "pk", "--url", &m.url, "--token", &m.token])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // The master's reason holds them: the test is of what the CLI makes of it.
+    let (_, o) = api.post("/api/models/pk/transitions/t/fire", json!({}));
+    assert_eq!(o["outcome"], "failed", "{o}");
+    let reason = o["reason"].as_str().unwrap();
+    assert!(reason.contains("bad\nSECOND LINE\u{1b}[31mred"), "{reason:?}");
+    let inert = |text: &str| !text.chars().any(|c| (c.is_control() && c != '\n') || c == '\u{202e}');
+    let (code, _, err) = cli(&["fire", "t"]);
+    assert_eq!(code, Some(5), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err:?}");
+    assert!(err.contains("bad SECOND LINEredevil") && inert(&err), "{err:?}");
+    let (code, out, err) = cli(&["parked"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(out.lines().count(), 2, "{out:?}");
+    assert!(out.lines().all(|l| l.ends_with("bad SECOND LINEredevil")) && inert(&out), "{out:?}");
+    let (code, out, err) = cli(&["show"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("last error: ") && inert(&out), "{out:?}");
+    assert!(out.lines().any(|l| l.contains("last error: ") && l.contains("bad SECOND LINEredevil")), "{out:?}");
+}
+
 #[test]
 fn a_token_a_fire_makes_over_max_token_bytes_stops_its_transition_in_the_map_and_command_paths() {
     let dir = tempfile::tempdir().unwrap();

@@ -146,6 +146,117 @@ fn flag_files_are_bounded_and_a_boolean_named_file_is_a_boolean() {
     assert!(out.stderr.contains("more than the 64 MiB"), "{}", out.stderr);
 }
 
+/// Regression: a shim read every `--x-file PATH` as a file and sent it, even when `x-file` is a
+/// flag of the tool's own, which takes the path: a 20 MB file failed the call as a request too
+/// large, a pipe hung it, and any file was sent to the master, which gave the tool only its path.
+#[test]
+fn a_flag_of_the_tool_s_own_named_x_file_takes_its_path_and_nothing_is_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let (status, e) = m.client().command(json!({
+        "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "echo", "name": "echo", "runtime": "sh", "content": "cat",
+        "input": {"type": "object", "properties": {
+            "name": {"type": "string"}, "name-file": {"type": "string"}, "note": {"type": "string"}}}
+    }));
+    assert_eq!(status, 200, "{e}");
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let echo = bin.join("agentos-echo");
+    let result = |args: &[&str]| {
+        let out = run(&m, &echo, args, None);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        out.json()["result"].clone()
+    };
+    let big = dir.path().join("big.bin");
+    std::fs::write(&big, vec![7u8; 20 << 20]).unwrap();
+    let big = big.to_str().unwrap();
+    assert_eq!(result(&["run", "--name", "x", "--name-file", big]), json!({"name": "x", "name-file": big}));
+    assert_eq!(result(&["run", &format!("--name-file={big}")]), json!({"name-file": big}));
+    // A pipe no one writes to: never opened. Should it be, a writer comes after 20 s, so that
+    // the test fails rather than hangs.
+    let fifo = dir.path().join("fifo");
+    let c_path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path, read by the call only.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) }, 0);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (fifo, done) = (fifo.clone(), done.clone());
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            // Opened only when a reader waits on it (else refused at once): nothing blocks here.
+            let _ = std::os::unix::fs::OpenOptionsExt::custom_flags(
+                std::fs::OpenOptions::new().write(true),
+                libc::O_NONBLOCK,
+            )
+            .open(&fifo);
+        })
+    };
+    let started = std::time::Instant::now();
+    let fifo = fifo.to_str().unwrap();
+    assert_eq!(result(&["run", "--name-file", fifo]), json!({"name-file": fifo}));
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "the pipe was opened");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().unwrap();
+    // A string flag's file form still reads the file, the own flag's too (`--name-file-file`).
+    let small = dir.path().join("small.txt");
+    std::fs::write(&small, "from a file").unwrap();
+    let small = small.to_str().unwrap();
+    assert_eq!(result(&["run", "--note-file", small]), json!({"note": "from a file"}));
+    assert_eq!(result(&["run", "--name-file-file", small]), json!({"name-file": "from a file"}));
+}
+
+/// Regressions: `-h` or `--help` anywhere asked for help, even as a flag's value (`--name -h`
+/// showed help and called nothing); a `--json-file` that held no JSON object was named
+/// `--json`, which the caller never typed.
+#[test]
+fn help_is_asked_for_where_a_flag_stands_and_json_file_errors_name_json_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let (status, e) = m.client().command(json!({
+        "type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "echo", "name": "echo", "runtime": "sh", "content": "cat",
+        "input": {"type": "object", "properties": {"name": {"type": "string"}, "verbose": {"type": "boolean"}}}
+    }));
+    assert_eq!(status, 200, "{e}");
+    let bin = dir.path().join("bin");
+    install(&m, &bin);
+    let echo = bin.join("agentos-echo");
+    for (args, want) in [
+        (&["run", "--name", "-h"][..], json!({"name": "-h"})),
+        (&["run", "--name=--help"], json!({"name": "--help"})),
+        (&["run", "--name=-h"], json!({"name": "-h"})),
+        (&["run", "--verbose", "--name", "-h"], json!({"verbose": true, "name": "-h"})),
+    ] {
+        let out = run(&m, &echo, args, None);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        assert_eq!(out.json()["result"], want, "{args:?}");
+    }
+    for args in [
+        &["run", "--help"][..],
+        &["run", "-h"],
+        &["run", "--name", "x", "--help"],
+        &["run", "--name", "x", "-h"],
+        &["run", "--name", "--help"],
+        &["run", "--verbose", "-h"],
+    ] {
+        let out = run(&m, &echo, args, None);
+        assert_eq!(out.code, 0, "{args:?}: {}", out.stderr);
+        assert!(out.stdout.contains("\nUsage: agentos-echo run"), "{args:?}: {}", out.stdout);
+    }
+    for (stdin, says) in [
+        ("[1]", "agentos-echo run: --json-file -: expected a JSON object\n"),
+        ("", "agentos-echo run: --json-file -: not valid JSON: "),
+    ] {
+        let out = run(&m, &echo, &["run", "--json-file", "-"], Some(stdin));
+        assert_eq!(out.code, 2, "{stdin:?}: {}", out.stderr);
+        assert!(out.stderr.starts_with(says), "{stdin:?}: {}", out.stderr);
+    }
+}
+
 #[test]
 fn a_sh_script_calls_two_shims_in_a_row() {
     let dir = tempfile::tempdir().unwrap();

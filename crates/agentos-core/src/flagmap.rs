@@ -35,7 +35,12 @@ impl FlagType {
             FlagType::Enum(vs) => {
                 let names: Vec<String> = vs
                     .iter()
-                    .map(|v| v.as_str().map(|s| crate::name::inert(s).into_owned()).unwrap_or_else(|| v.to_string()))
+                    // A value that is not a string is shown as its JSON, which keeps what JSON
+                    // does not escape (a bidirectional override in an object's text): inert too.
+                    .map(|v| match v.as_str() {
+                        Some(s) => crate::name::inert(s).into_owned(),
+                        None => crate::name::inert(&v.to_string()).into_owned(),
+                    })
                     .collect();
                 format!("<{}>", names.join("|"))
             }
@@ -309,6 +314,33 @@ impl FlagTable {
         self.flags.iter().find(|f| f.flag == name)
     }
 
+    /// The string flag whose value `--{name}` reads from a file, as [`parse`](Self::parse) reads
+    /// it: `--photo-file` gives `--photo` its file, unless `photo-file` is a flag of the tool's
+    /// own (a property of that name), which then takes the path as written and nothing is read.
+    pub fn file_flag(&self, name: &str) -> Option<&FlagSpec> {
+        if self.find(name).is_some() || self.negated(name).is_some() {
+            return None;
+        }
+        name.strip_suffix("-file")
+            .and_then(|n| self.find(n))
+            .filter(|s| matches!(&s.ty, FlagType::String) || s.ty == FlagType::Array(Box::new(FlagType::String)))
+    }
+
+    /// Whether `--{name}`, written without `=`, takes the argument after it as its value (when
+    /// that does not start with `--`), as [`parse`](Self::parse) reads it: every flag but a
+    /// boolean (`--x`, `--no-x`), and a string flag's `-file` form. An unknown flag takes nothing.
+    pub fn takes_value(&self, name: &str) -> bool {
+        match self.find(name) {
+            Some(spec) => spec.ty != FlagType::Boolean,
+            None => self.file_flag(name).is_some(),
+        }
+    }
+
+    /// The boolean flag that `--{name}` sets to false (`--no-x` for `--x`).
+    fn negated(&self, name: &str) -> Option<&FlagSpec> {
+        name.strip_prefix("no-").and_then(|n| self.find(n)).filter(|s| s.ty == FlagType::Boolean)
+    }
+
     /// The flag closest to `name`, for "did you mean".
     fn nearest(&self, name: &str) -> Option<String> {
         let mut names: Vec<String> = self.flags.iter().map(|f| f.flag.clone()).collect();
@@ -395,18 +427,12 @@ impl FlagTable {
             if name == "json-file" {
                 return err("--json-file must be read by the caller before parsing".into());
             }
-            let from_file = || {
-                (name.strip_suffix("-file").and_then(|n| self.find(n))).filter(|s| {
-                    matches!(&s.ty, FlagType::String) || s.ty == FlagType::Array(Box::new(FlagType::String))
-                })
-            };
             let (spec, negated) = match self.find(name) {
                 Some(s) => (s, false),
-                None => match name.strip_prefix("no-").and_then(|n| self.find(n)).filter(|s| s.ty == FlagType::Boolean)
-                {
+                None => match self.negated(name) {
                     Some(s) => (s, true),
-                    None if from_file().is_some() => {
-                        let spec = from_file().unwrap_or_else(|| unreachable!());
+                    None if self.file_flag(name).is_some() => {
+                        let spec = self.file_flag(name).unwrap_or_else(|| unreachable!());
                         let next = args.get(i).filter(|n| !n.starts_with("--")).cloned().inspect(|_| i += 1);
                         let Some(raw) = inline.or(next) else {
                             return err(format!("--{name} needs a path"));

@@ -882,6 +882,9 @@ fn placeholders() {
         (FlagType::Array(Box::new(FlagType::Number)), "<number>..."),
         (FlagType::Array(Box::new(FlagType::Enum(vec![json!("a"), json!("b")]))), "<a|b>..."),
         (FlagType::Array(Box::new(FlagType::Json)), "<json>..."),
+        // A registrant's text is inert, a string's or an object's (whose JSON keeps a
+        // bidirectional override raw): it reaches `--help` and the prompt.
+        (FlagType::Enum(vec![json!("a\u{202e}b"), json!({"k": "\u{202e}v"})]), r#"<a\u{202e}b|{"k":"\u{202e}v"}>"#),
     ];
     for (ty, want) in cases {
         assert_eq!(ty.placeholder(), want, "{ty:?}");
@@ -935,4 +938,15 @@ fn a_file_flag_gives_a_string_flag_its_file_s_text_or_bytes() {
     );
     // Only string flags take a file.
     assert!(err(&["--count-file", &text]).starts_with("--count-file: only a string flag reads its value from a file"));
+    // What the shell command asks before it reads a file, or takes `-h` for a value: a flag of
+    // the tool's own named `x-file` reads nothing; a boolean takes no value.
+    let file_of = |name: &str| table.file_flag(name).map(|f| f.flag.as_str());
+    assert_eq!(
+        [file_of("note-file"), file_of("photo-file"), file_of("output-file"), file_of("count-file"), file_of("note")],
+        [Some("note"), Some("photo"), None, None, None]
+    );
+    let b = flag_table(&json!({"type": "object", "properties": {"v": {"type": "boolean"}, "n": {"type": "string"}}}));
+    let takes = ["v", "no-v", "n", "n-file", "nope"].map(|f| b.takes_value(f));
+    assert_eq!(takes, [false, false, true, true, false]);
+    assert!(table.takes_value("output-file") && table.takes_value("count"));
 }
