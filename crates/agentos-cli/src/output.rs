@@ -96,9 +96,11 @@ pub fn entry(e: &Value) -> String {
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
+    // What the registrant wrote (a name, a file name, a description) is shown on its one line,
+    // with nothing a terminal would act on.
     let mut lines = vec![
         format!("id:           {}", s(e, "id")),
-        format!("name:         {}", s(e, "name")),
+        format!("name:         {}", shown(s(e, "name"))),
         format!("version:      {}", s(e, "version")),
         format!("status:       {}", s(e, "status")),
         format!("scope:        {} (model {})", scope(e), s(e, "model")),
@@ -106,16 +108,16 @@ pub fn entry(e: &Value) -> String {
     ];
     if s(&b, "type") == "script" {
         lines.push(format!("runtime:      {}", s(&b, "runtime")));
-        lines.push(format!("filename:     {}", s(&b, "filename")));
+        lines.push(format!("filename:     {}", shown(s(&b, "filename"))));
         lines.push(format!("size:         {} bytes", b.get("sizeBytes").and_then(Value::as_u64).unwrap_or(0)));
         lines.push(format!("sha256:       {}", s(&b, "sha256")));
         lines.push(format!("urn:          {}", s(&b, "scriptUrn")));
     }
     if !caps.is_empty() {
-        lines.push(format!("capabilities: {}", caps.join(", ")));
+        lines.push(format!("capabilities: {}", shown(&caps.join(", "))));
     }
     if !s(e, "description").is_empty() {
-        lines.push(format!("description:  {}", s(e, "description")));
+        lines.push(format!("description:  {}", shown(s(e, "description"))));
     }
     lines.push(format!(
         "revision:     {} (updated {} by {})",
@@ -353,6 +355,19 @@ mod tests {
             "{}",
             super::registered(&skipped)
         );
+    }
+
+    /// Regression: an entry's description (and name, file name) was printed as registered, line
+    /// breaks and escape codes with it.
+    #[test]
+    fn an_entry_shows_what_its_registrant_wrote_on_one_inert_line() {
+        let e = json!({"id": "t", "name": "T\u{1b}[2J", "version": "1.0.0", "status": "active", "model": "m",
+            "description": "Reads.\n## System\u{202e}", "binding": {"type": "script", "filename": "a\nb.sh"}});
+        let text = super::entry(&e);
+        assert!(text.contains("\nname:         T\n"), "{text}");
+        assert!(text.contains("\nfilename:     a b.sh\n"), "{text}");
+        assert!(text.contains("\ndescription:  Reads. ## System\n"), "{text}");
+        assert!(!text.contains('\u{1b}') && !text.contains('\u{202e}'), "{text}");
     }
 
     /// A transition's last error is the master's text, which may quote a tool's: one line,

@@ -33,15 +33,10 @@ impl FlagType {
             FlagType::Integer => "<integer>".into(),
             FlagType::Boolean => String::new(),
             FlagType::Enum(vs) => {
-                let names: Vec<String> = vs
-                    .iter()
-                    // A value that is not a string is shown as its JSON, which keeps what JSON
-                    // does not escape (a bidirectional override in an object's text): inert too.
-                    .map(|v| match v.as_str() {
-                        Some(s) => crate::name::inert(s).into_owned(),
-                        None => crate::name::inert(&v.to_string()).into_owned(),
-                    })
-                    .collect();
+                // Inert: a value's JSON keeps what JSON does not escape (a bidirectional override
+                // in an object's text).
+                let names: Vec<String> =
+                    vs.iter().map(|v| crate::name::inert(&choice_text(v, vs)).into_owned()).collect();
                 format!("<{}>", names.join("|"))
             }
             // A list of booleans takes its values written out: `--flags true --flags false`.
@@ -49,6 +44,20 @@ impl FlagType {
             FlagType::Array(item) => format!("{}...", item.placeholder()),
             FlagType::Json => "<json>".into(),
         }
+    }
+}
+
+/// How a choice of an enum is written: a string as its text, anything else as its JSON; and a
+/// string whose text is the JSON of another choice (`"1"` beside `1`, `"null"` beside `null`)
+/// as its JSON too, quoted, so the two read apart and each can be typed (`--e 1`, `--e '"1"'`).
+pub fn choice_text(v: &Value, choices: &[Value]) -> String {
+    match v.as_str() {
+        Some(s)
+            if !serde_json::from_str::<Value>(s).is_ok_and(|other| !other.is_string() && choices.contains(&other)) =>
+        {
+            s.to_string()
+        }
+        _ => v.to_string(),
     }
 }
 
@@ -626,17 +635,17 @@ fn convert(flag: &str, ty: &FlagType, raw: &str) -> Result<Value, UsageError> {
             _ => return Err(bad("true or false")),
         },
         FlagType::Enum(choices) => {
-            // A string choice matches its text; any choice matches its JSON (`1`, `null`, `"a"`).
-            let found = choices
-                .iter()
-                .find(|c| c.as_str() == Some(raw) || serde_json::from_str::<Value>(raw).is_ok_and(|v| v == **c));
+            // Any choice matches its JSON (`1`, `null`, `"a"`); else a string choice matches its
+            // text. JSON first, so that beside a string "1" the number 1 can be typed as `1`, and
+            // the string as `"1"`, as the placeholder writes them ([`choice_text`]).
+            let as_json = serde_json::from_str::<Value>(raw).ok();
+            let found = as_json
+                .and_then(|v| choices.iter().find(|c| **c == v))
+                .or_else(|| choices.iter().find(|c| c.as_str() == Some(raw)));
             match found {
                 Some(v) => v.clone(),
                 None => {
-                    let names: Vec<String> = choices
-                        .iter()
-                        .map(|v| v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
-                        .collect();
+                    let names: Vec<String> = choices.iter().map(|v| choice_text(v, choices)).collect();
                     return Err(UsageError(format!("--{flag}: {raw:?} is not one of {}", names.join(", "))));
                 }
             }

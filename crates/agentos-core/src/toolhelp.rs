@@ -120,7 +120,7 @@ fn prompt_placeholder(flag: &str, ty: &FlagType) -> String {
         FlagType::Enum(vs) => {
             let mut shown = String::new();
             for (i, v) in vs.iter().enumerate() {
-                let name = v.as_str().map(|s| inert(s).into_owned()).unwrap_or_else(|| v.to_string());
+                let name = inert(&crate::flagmap::choice_text(v, vs)).into_owned();
                 if i > 0 && shown.chars().count() + name.chars().count() > PROMPT_ENUM_CHARS {
                     return format!("<{shown}|…>");
                 }
@@ -243,8 +243,11 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
             if matches!(f.ty, FlagType::Array(_)) {
                 notes.push("repeat for several".into());
             }
-            if f.binary {
+            // Its `-file` form, unless that is a flag of the tool's own.
+            if f.binary && table.file_flag(&format!("{}-file", f.flag)).is_some() {
                 notes.push(format!("bytes: --{}-file <path>, or a data: URL", inert(&f.flag)));
+            } else if f.binary {
+                notes.push("bytes: a data: URL".into());
             }
             let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
             out.push_str(&format!("  {head:<width$}  {}{notes}\n", one_line(&f.description)));
@@ -608,6 +611,25 @@ mod tests {
         assert!(!help.lines().any(|l| l.starts_with('#')), "{help}");
         // The description keeps its own lines.
         assert!(help.starts_with("Forecast.\nSecond line\\u{1b}[2J\n"), "{help}");
+    }
+
+    /// Regression: a binary flag's help offered `--photo-file <path>` when `photo-file` was a
+    /// flag of the tool's own, which takes the path as written and reads nothing.
+    #[test]
+    fn a_binary_flag_s_help_offers_its_file_form_only_when_it_has_one() {
+        let op = |extra: Value| Operation {
+            description: "Uploads.".into(),
+            input: json!({"type": "object", "properties": {
+                "photo": {"type": "string", "format": "binary"}, "extra": extra}}),
+            output: None,
+            examples: vec![],
+        };
+        let help = tool_help("w", "up", &op(json!({"type": "integer"})));
+        assert!(help.contains("(bytes: --photo-file <path>, or a data: URL)"), "{help}");
+        let mut own = op(json!({"type": "integer"}));
+        own.input["properties"]["photo-file"] = json!({"type": "string"});
+        let help = tool_help("w", "up", &own);
+        assert!(help.contains("(bytes: a data: URL)") && !help.contains("--photo-file <path>,"), "{help}");
     }
 
     #[test]

@@ -195,6 +195,24 @@ fn enums() {
             (&["--maybe", "b"], Err("is not one of a, null")),
         ],
     );
+    // Choices that are strings and also the JSON of other choices: each can be typed, and the
+    // placeholder tells them apart. (`--e 1` gave the string "1", and the number had no flag.)
+    let s = json!({"type": "object", "properties": {"e": {"enum": ["1", 1, "null", null, "true", true, "x"]}}});
+    check_all(
+        &s,
+        &[
+            (&["--e", "1"], Ok(json!({"e": 1}))),
+            (&["--e", r#""1""#], Ok(json!({"e": "1"}))),
+            (&["--e", "null"], Ok(json!({"e": null}))),
+            (&["--e", r#""null""#], Ok(json!({"e": "null"}))),
+            (&["--e", "true"], Ok(json!({"e": true}))),
+            (&["--e", r#""true""#], Ok(json!({"e": "true"}))),
+            (&["--e", "x"], Ok(json!({"e": "x"}))),
+            (&["--e", "2"], Err(r#"^--e: "2" is not one of "1", 1, "null", null, "true", true, x"#)),
+        ],
+    );
+    let shown = flag_table(&s).flags[0].placeholder();
+    assert_eq!(shown, r#"<"1"|1|"null"|null|"true"|true|x>"#);
     // Required with one allowed value: given by default, and still refused when wrong.
     let s = json!({"type": "object", "required": ["type", "name"], "properties": {
         "type": {"type": "string", "enum": ["realtime"]},
