@@ -405,6 +405,18 @@ fn models_list_the_places_of_their_net_with_token_counts() {
     // A model without a net has only its catalog.
     let default = models.as_array().unwrap().iter().find(|m| m["name"] == "default").unwrap();
     assert_eq!(default["places"], json!([{"name": "p-tool-catalog", "tokens": 0}]), "{default}");
+
+    // A net that names the catalog's place counts the catalog's entries there, as its tokens
+    // list them (it said 0).
+    assert_eq!(api.register("counted", "sh", "echo {}", Some("shop")).0, 200);
+    let net = json!({"places": ["p-tool-catalog", "p-in", "p-out"], "transitions": []});
+    assert_eq!(api.put("/api/models/shop/net", net).0, 200);
+    let (_, listed) = api.get("/api/models/shop/places/p-tool-catalog/tokens");
+    let (status, view) = api.get("/api/models/shop/net");
+    assert_eq!(status, 200, "{view}");
+    let catalog = view["places"].as_array().unwrap().iter().find(|p| p["id"] == "p-tool-catalog").unwrap();
+    assert_eq!(catalog["tokens"], 1, "{view}");
+    assert_eq!(listed.as_array().map(Vec::len), Some(1), "{listed}");
 }
 
 /// `PUT path` with `body` as it is, and the answer as JSON.

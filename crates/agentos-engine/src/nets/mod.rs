@@ -234,7 +234,14 @@ impl Nets<'_> {
         need(p, Flag::Read, "read nets")?;
         check_model_name(model)?;
         self.check_model(p, model)?;
-        self.view_of(model)
+        let mut view = self.view_of(model)?;
+        // A net that names the catalog's place holds none of its tokens: they are the
+        // catalog's entries the caller may see, counted as `GET …/places/p-tool-catalog/tokens`
+        // lists them (the view said 0).
+        if let Some(place) = view.places.iter_mut().find(|s| s.id == CATALOG_PLACE) {
+            place.tokens = self.read_state().catalog_tokens_page(model, p.flags, 0, 0).1;
+        }
+        Ok(view)
     }
 
     fn view_of(&self, model: &str) -> Result<NetView, EngineError> {
