@@ -330,10 +330,10 @@ impl NetDoc {
             if !is_valid_id(id) {
                 fault(
                     format!("/places/{i}"),
-                    format!("place id {id:?} is not valid: use a-z, 0-9 and '-', at most 64"),
+                    format!("place id {} is not valid: use a-z, 0-9 and '-', at most 64", crate::name::shown(id)),
                 );
             } else if !places.insert(id) {
-                fault(format!("/places/{i}"), format!("place {id:?} is declared twice"));
+                fault(format!("/places/{i}"), format!("place {} is declared twice", crate::name::shown(id)));
             }
         }
         let mut ids = BTreeSet::new();
@@ -342,10 +342,13 @@ impl NetDoc {
             if !is_valid_id(&t.id) {
                 fault(
                     format!("{at}/id"),
-                    format!("transition id {:?} is not valid: use a-z, 0-9 and '-', at most 64", t.id),
+                    format!(
+                        "transition id {} is not valid: use a-z, 0-9 and '-', at most 64",
+                        crate::name::shown(&t.id)
+                    ),
                 );
             } else if !ids.insert(t.id.as_str()) {
-                fault(format!("{at}/id"), format!("transition {:?} is declared twice", t.id));
+                fault(format!("{at}/id"), format!("transition {} is declared twice", crate::name::shown(&t.id)));
             }
             check_transition(t, &at, &places, &mut fault);
         }
@@ -368,7 +371,10 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
     if LATER_KINDS.contains(&kind) {
         fault(
             format!("{at}/kind"),
-            format!("kind {kind:?} is not supported yet; use pass, map, command, http, mcp or link"),
+            format!(
+                "kind {} is not supported yet; use pass, map, command, http, mcp or link",
+                crate::name::shown(kind)
+            ),
         );
         return;
     }
@@ -377,7 +383,10 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
         return;
     }
     if !FIRING_KINDS.contains(&kind) {
-        fault(format!("{at}/kind"), format!("unknown kind {kind:?}; use pass, map, command, http, mcp or link"));
+        fault(
+            format!("{at}/kind"),
+            format!("unknown kind {}; use pass, map, command, http, mcp or link", crate::name::shown(kind)),
+        );
         return;
     }
     for (field, present) in [("from", t.from.is_some()), ("to", t.to.is_some()), ("relation", t.relation.is_some())] {
@@ -398,7 +407,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
         } else if !places.contains(p.place.as_str()) {
             fault(
                 format!("{pat}/place"),
-                format!("unknown place {:?} (dangling arc): declare it under places", p.place),
+                format!("unknown place {} (dangling arc): declare it under places", crate::name::shown(&p.place)),
             );
         }
         if let Some(src) = &p.filter
@@ -419,7 +428,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
         } else if !places.contains(p.place.as_str()) {
             fault(
                 format!("{at}/postsets/{name}/place"),
-                format!("unknown place {:?} (dangling arc): declare it under places", p.place),
+                format!("unknown place {} (dangling arc): declare it under places", crate::name::shown(&p.place)),
             );
         }
     }
@@ -446,7 +455,10 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                 // rhythm fires a transition its author meant never (or rarely) to fire.
                 Ok(s) if s.upcoming(chrono::Utc).next().is_none() => fault(
                     format!("{at}/schedule/cron"),
-                    format!("cron expression {c:?} never comes due (no such date ahead, e.g. 30 February)"),
+                    format!(
+                        "cron expression {} never comes due (no such date ahead, e.g. 30 February)",
+                        crate::name::shown(c)
+                    ),
                 ),
                 Ok(_) => {}
             },
@@ -456,13 +468,16 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
     for (i, r) in t.emit.iter().enumerate() {
         let rat = format!("{at}/emit/{i}");
         if !t.postsets.contains_key(&r.to) {
-            fault(format!("{rat}/to"), format!("{:?} is not a postset of this transition", r.to));
+            fault(format!("{rat}/to"), format!("{} is not a postset of this transition", crate::name::shown(&r.to)));
         }
         let from_ok = r.from == "@result"
             || r.from == "@response"
             || r.from.strip_prefix("@input.").is_some_and(|p| t.presets.contains_key(p));
         if !from_ok {
-            fault(format!("{rat}/from"), format!("{:?}: use @result, @response or @input.<preset>", r.from));
+            fault(
+                format!("{rat}/from"),
+                format!("{}: use @result, @response or @input.<preset>", crate::name::shown(&r.from)),
+            );
         }
         if let Some(w) = &r.when
             && let Err(e) = Expr::compile(w)
@@ -481,7 +496,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
     if let Some(e) = &t.on_error
         && !t.postsets.contains_key(&e.to)
     {
-        fault(format!("{at}/onError/to"), format!("{:?} is not a postset of this transition", e.to));
+        fault(format!("{at}/onError/to"), format!("{} is not a postset of this transition", crate::name::shown(&e.to)));
     }
     let has_catch_all = t.emit.last().is_some_and(|r| r.when.is_none());
     match t.on_unmatched.as_deref() {
@@ -490,7 +505,9 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
             "missing catch-all: end emit with a rule without `when`, or set onUnmatched: keep".into(),
         ),
         None | Some("keep") => {}
-        Some(other) => fault(format!("{at}/onUnmatched"), format!("{other:?}: the only value is keep")),
+        Some(other) => {
+            fault(format!("{at}/onUnmatched"), format!("{}: the only value is keep", crate::name::shown(other)))
+        }
     }
     match kind {
         "pass" if !t.action.is_null() && t.action != Value::Object(Default::default()) => {
@@ -521,7 +538,10 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                 if let Some(from) = &c.from
                     && !t.presets.contains_key(from)
                 {
-                    fault(format!("{at}/action/from"), format!("{from:?} is not a preset of this transition"));
+                    fault(
+                        format!("{at}/action/from"),
+                        format!("{} is not a preset of this transition", crate::name::shown(from)),
+                    );
                 }
                 if c.from.is_none() && !consuming {
                     fault(
@@ -533,7 +553,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                     if !valid_credential(name) {
                         fault(
                             format!("{at}/action/credentials/{i}"),
-                            format!("credential name {name:?}: use A-Z, a-z, 0-9, '_' and '-'"),
+                            format!("credential name {}: use A-Z, a-z, 0-9, '_' and '-'", crate::name::shown(name)),
                         );
                     }
                 }
@@ -547,7 +567,10 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                 ),
                 Ok(o) => {
                     if !is_valid_id(&o.tool) {
-                        fault(format!("{at}/action/tool"), format!("tool id {:?} is not valid", o.tool));
+                        fault(
+                            format!("{at}/action/tool"),
+                            format!("tool id {} is not valid", crate::name::shown(&o.tool)),
+                        );
                     }
                     if o.operation.trim().is_empty() {
                         fault(format!("{at}/action/operation"), "name the operation: its tool name".into());
@@ -567,7 +590,7 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
             Err(e) => fault(format!("{at}/action"), format!("http needs {{\"method\", \"url\", ...}}: {e}")),
             Ok(h) => {
                 if !["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"].contains(&h.method.to_uppercase().as_str()) {
-                    fault(format!("{at}/action/method"), format!("unknown method {:?}", h.method));
+                    fault(format!("{at}/action/method"), format!("unknown method {}", crate::name::shown(&h.method)));
                 }
                 let mut parts = vec![("/url".to_string(), h.url.clone())];
                 parts.extend(h.headers.iter().map(|(k, v)| (format!("/headers/{k}"), v.clone())));
@@ -618,13 +641,13 @@ fn check_link(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &mut im
             None => fault(format!("{at}/{field}"), format!("a link needs {field}: {{model?, place}}")),
             // A place of this net must be declared; one in another model is checked when the link is listed.
             Some(r) if r.model.is_none() && !places.contains(r.place.as_str()) => {
-                fault(format!("{at}/{field}/place"), format!("unknown place {:?}", r.place))
+                fault(format!("{at}/{field}/place"), format!("unknown place {}", crate::name::shown(&r.place)))
             }
             Some(r) => {
                 if let Some(m) = &r.model
                     && !is_valid_id(m)
                 {
-                    fault(format!("{at}/{field}/model"), format!("model name {m:?} is not valid"));
+                    fault(format!("{at}/{field}/model"), format!("model name {} is not valid", crate::name::shown(m)));
                 }
             }
         }

@@ -65,3 +65,19 @@ fn only_a_json_object_is_a_net_document() {
     let empty: Value = json!({});
     assert_eq!(NetDoc::from_value(empty).unwrap(), NetDoc::default());
 }
+
+/// Regression: a net's faults echoed the names they refused whole: a place or transition id of
+/// 100,000 characters came back whole in each message that named it.
+#[test]
+fn a_huge_name_in_a_net_is_shown_cut_in_its_fault() {
+    let huge = "p".repeat(100_000);
+    let doc = NetDoc::from_value(json!({
+        "places": [huge.clone(), huge.clone()],
+        "transitions": [{"id": huge.clone(), "kind": "pass", "presets": {"i": {"place": huge.clone()}},
+            "postsets": {"o": {"place": format!("x{huge}")}}}]
+    }))
+    .expect("the document has the shape of a net");
+    let msg = doc.validate().expect_err("the ids are refused").to_string();
+    assert!(msg.len() < 4_000, "a {}-byte message: {}…", msg.len(), &msg[..300]);
+    assert!(msg.contains("(100000 characters)") && msg.contains("(100001 characters)"), "{msg}");
+}
