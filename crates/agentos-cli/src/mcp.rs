@@ -457,11 +457,57 @@ struct StdioLines {
     /// answers requests itself, but ends the whole relay on a notification or a response, so
     /// those are dropped here.
     opened: bool,
-    /// The ids of the client's requests not answered yet. rmcp's server routes an answer by
-    /// id, so a second request with the id of one still being answered took the first one's
-    /// answer and the first was never answered: such a request is refused here, as `/mcp`
-    /// refuses it.
-    in_flight: std::collections::HashSet<rmcp::model::RequestId>,
+    /// The client's requests not answered yet: the id each was handed to rmcp under, by the
+    /// client's id. rmcp's server routes an answer by id, so a second request with the id of
+    /// one still being answered took the first one's answer and the first was never answered:
+    /// such a request is refused here, as `/mcp` refuses it. And each request is handed on
+    /// under an id of the relay's own ([`InFlight`]), so that a client that reuses the id of a
+    /// request it cancelled, before rmcp has dropped that request's late answer, is not given
+    /// that answer.
+    in_flight: InFlight,
+}
+
+/// Where a notification names the subscription it belongs to.
+const SUBSCRIPTION_ID: &str = "/params/_meta/io.modelcontextprotocol~1subscriptionId";
+
+/// The client's requests in flight, each under an id of the relay's own.
+#[derive(Default)]
+struct InFlight {
+    /// The relay's id of each, by the client's.
+    by_client: std::collections::HashMap<rmcp::model::RequestId, i64>,
+    /// The client's id of each, by the relay's.
+    by_own: std::collections::HashMap<i64, rmcp::model::RequestId>,
+    next: i64,
+}
+
+impl InFlight {
+    /// The relay's id for a request of the client's; `None` when one with its id is in flight.
+    fn open(&mut self, client: &rmcp::model::RequestId) -> Option<rmcp::model::RequestId> {
+        if self.by_client.contains_key(client) {
+            return None;
+        }
+        self.next += 1;
+        self.by_client.insert(client.clone(), self.next);
+        self.by_own.insert(self.next, client.clone());
+        Some(rmcp::model::RequestId::Number(self.next))
+    }
+
+    /// The client's id of an answer under the relay's `own`, the request closed; `None` for an
+    /// answer to nothing in flight (a request the client cancelled).
+    fn close(&mut self, own: &rmcp::model::RequestId) -> Option<rmcp::model::RequestId> {
+        let rmcp::model::RequestId::Number(own) = own else { return None };
+        let client = self.by_own.remove(own)?;
+        self.by_client.remove(&client);
+        Some(client)
+    }
+
+    /// The relay's id of the client's request it cancels, the request closed: its id is free
+    /// again, and its answer, should rmcp send one, goes nowhere.
+    fn cancel(&mut self, client: &rmcp::model::RequestId) -> Option<rmcp::model::RequestId> {
+        let own = self.by_client.remove(client)?;
+        self.by_own.remove(&own);
+        Some(rmcp::model::RequestId::Number(own))
+    }
 }
 
 /// The longest line read, as rmcp's stdio transport bounds it: a message that fits over HTTP
@@ -492,7 +538,7 @@ impl StdioLines {
             refusal: None,
             out,
             opened: false,
-            in_flight: std::collections::HashSet::new(),
+            in_flight: InFlight::default(),
         };
         (lines, writer)
     }
@@ -559,21 +605,44 @@ fn opens_session(request: &ClientRequest) -> bool {
 impl Transport<RoleServer> for StdioLines {
     type Error = std::io::Error;
 
-    fn send(&mut self, item: ServerJsonRpcMessage) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        match &item {
-            ServerJsonRpcMessage::Response(r) => {
-                self.in_flight.remove(&r.id);
+    fn send(
+        &mut self,
+        mut item: ServerJsonRpcMessage,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        // An answer goes out under the client's id; one to a request cancelled goes nowhere.
+        let answers = match &mut item {
+            ServerJsonRpcMessage::Response(r) => self.in_flight.close(&r.id).map(|client| r.id = client).is_some(),
+            ServerJsonRpcMessage::Error(e) => match &e.id {
+                Some(id) => self.in_flight.close(id).map(|client| e.id = Some(client)).is_some(),
+                None => true,
+            },
+            _ => true,
+        };
+        // A notification of a subscription names it by the id of the request that opened it
+        // (`subscriptions/listen`): the client's.
+        let subscription = match &item {
+            ServerJsonRpcMessage::Notification(_) => {
+                let own =
+                    serde_json::to_value(&item).ok().and_then(|v| v.pointer(SUBSCRIPTION_ID).and_then(Value::as_i64));
+                own.and_then(|own| self.in_flight.by_own.get(&own).cloned())
             }
-            ServerJsonRpcMessage::Error(e) => {
-                if let Some(id) = &e.id {
-                    self.in_flight.remove(id);
-                }
-            }
-            _ => {}
-        }
+            _ => None,
+        };
         let out = self.out.clone();
         async move {
-            let mut line = serde_json::to_vec(&item)?;
+            if !answers {
+                return Ok(());
+            }
+            let mut line = match subscription {
+                Some(client) => {
+                    let mut v = serde_json::to_value(&item)?;
+                    if let Some(id) = v.pointer_mut(SUBSCRIPTION_ID) {
+                        *id = serde_json::to_value(&client)?;
+                    }
+                    serde_json::to_vec(&v)?
+                }
+                None => serde_json::to_vec(&item)?,
+            };
             line.push(b'\n');
             out.send(line).await.map_err(|_| std::io::Error::new(std::io::ErrorKind::BrokenPipe, "stdout is closed"))
         }
@@ -623,22 +692,26 @@ impl Transport<RoleServer> for StdioLines {
                     // A notification, or a response to nothing asked: nothing to answer.
                     _ => continue,
                 }
-                match &message {
-                    ClientJsonRpcMessage::Request(r) if !self.in_flight.insert(r.id.clone()) => {
-                        let error = json!({"jsonrpc": "2.0", "id": r.id, "error": {"code": ErrorCode::INVALID_REQUEST.0,
+                let mut message = message;
+                match &mut message {
+                    ClientJsonRpcMessage::Request(r) => match self.in_flight.open(&r.id) {
+                        Some(own) => r.id = own,
+                        None => {
+                            let error = json!({"jsonrpc": "2.0", "id": r.id, "error": {"code": ErrorCode::INVALID_REQUEST.0,
                             "message": format!("a request with id {} is still being answered in this session: give each request an id of its own", r.id)}});
-                        let mut answer = error.to_string().into_bytes();
-                        answer.push(b'\n');
-                        self.refusal = Some(answer);
-                        continue;
-                    }
-                    // A cancelled request is not answered (rmcp drops its answer): its id is
-                    // free again.
+                            let mut answer = error.to_string().into_bytes();
+                            answer.push(b'\n');
+                            self.refusal = Some(answer);
+                            continue;
+                        }
+                    },
+                    // A cancel names the client's id: handed on with the relay's, the request
+                    // closed.
                     ClientJsonRpcMessage::Notification(n) => {
-                        if let rmcp::model::ClientNotification::CancelledNotification(c) = &n.notification
+                        if let rmcp::model::ClientNotification::CancelledNotification(c) = &mut n.notification
                             && let Some(id) = &c.params.request_id
                         {
-                            self.in_flight.remove(id);
+                            c.params.request_id = self.in_flight.cancel(id);
                         }
                     }
                     _ => {}

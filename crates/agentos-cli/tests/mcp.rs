@@ -707,6 +707,11 @@ fn a_cancelled_mcp_call_frees_its_slot_and_stops_its_job() {
     relay.send(call(2, "slow_run"));
     common::wait_for("the slow call to run", || api.get("/api/executors").1[0]["state"] == "busy");
     relay.send(json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}));
+    // The cancelled call's id is free at once, and a request that reuses it gets its own
+    // answer, never the cancelled call's.
+    relay.send(call(2, "quick_run"));
+    let reused = relay.answer(2);
+    assert!(reused["result"].is_object(), "{reused}");
     let mut id = 3;
     loop {
         relay.send(call(id, "quick_run"));
