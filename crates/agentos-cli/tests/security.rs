@@ -1199,3 +1199,27 @@ fn a_watch_stream_ends_when_its_agent_is_revoked_or_its_grant_taken_back() {
     assert!(read_watch(&mut watch, &mut got, "after-grant-revoked"), "the stream stayed open: {got}");
     assert!(!got.contains("after-grant-revoked"), "{got}");
 }
+
+/// Regression: listing models showed every agent the places and token counts of `default`'s
+/// net, which is the operator's unless granted; only its catalog (the global one, open to every
+/// reader) is listed to an agent without a grant.
+#[test]
+fn an_agent_lists_default_s_catalog_but_not_its_net() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    let net = json!({"places": ["p-secret-plans"], "transitions": []});
+    assert_eq!(op.put("/api/models/default/net", net).0, 200);
+    assert_eq!(op.post("/api/models/default/places/p-secret-plans/tokens", json!({"data": 1})).0, 200);
+    let places = |api: &Api| -> Value {
+        let (status, models) = api.get("/api/models");
+        assert_eq!(status, 200, "{models}");
+        models.as_array().unwrap().iter().find(|m| m["name"] == "default").unwrap()["places"].clone()
+    };
+    let agent = op.agent("reader", "r");
+    assert_eq!(places(&agent), json!([{"name": "p-tool-catalog", "tokens": 0}]));
+    assert_eq!(places(&op), json!([{"name": "p-tool-catalog", "tokens": 0}, {"name": "p-secret-plans", "tokens": 1}]));
+    // Granted, the agent sees the net too.
+    assert_eq!(op.post("/api/agents/reader/grants", json!({"model": "default"})).0, 200);
+    assert_eq!(places(&agent), places(&op));
+}

@@ -265,12 +265,24 @@ impl Catalog<'_> {
         self.read_state().model_views()
     }
 
-    /// The models `p` may use, and the global catalog's `default`.
+    /// The models `p` may use, and the global catalog's `default`: of `default` without a
+    /// grant only its catalog's place, its net being the operator's. A catalog's place counts
+    /// the entries `p` may see, as its token list does.
     pub fn models_for(&self, p: &Principal) -> Vec<ModelView> {
         let st = self.read_state();
         st.model_views()
             .into_iter()
-            .filter(|m| m.name == DEFAULT_MODEL || crate::access::may_use_model(&st, p, &m.name))
+            .filter_map(|mut m| {
+                let usable = crate::access::may_use_model(&st, p, &m.name);
+                if !usable && m.name != DEFAULT_MODEL {
+                    return None;
+                }
+                m.places.retain(|place| usable || place.name == crate::nets::CATALOG_PLACE);
+                if let Some(place) = m.places.iter_mut().find(|place| place.name == crate::nets::CATALOG_PLACE) {
+                    place.tokens = st.catalog_tokens_page(&m.name, p.flags, 0, 0).1;
+                }
+                Some(m)
+            })
             .collect()
     }
 
