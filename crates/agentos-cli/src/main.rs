@@ -243,7 +243,7 @@ enum Cmd {
         /// Only events after this sequence number.
         #[arg(long)]
         after: Option<u64>,
-        /// At most this many events.
+        /// At most this many events, 1 to 1000.
         #[arg(long)]
         limit: Option<usize>,
         /// Print JSON.

@@ -162,6 +162,12 @@ fn a_request_that_takes_no_body_refuses_one_and_does_nothing() {
     }
     let answer = api.post("/api/jobs/no-such-job/cancel", json!({"reason": "enough"}));
     assert_eq!(error_code(&answer, 400), "unexpected_body");
+    // A revocation too: the agent stays.
+    api.agent("kept", "r");
+    let answer = api.request("DELETE", "/api/agents/kept", Some(json!({"name": "other"})));
+    assert_eq!(error_code(&answer, 400), "unexpected_body");
+    assert!(api.get("/api/agents").1.as_array().unwrap().iter().any(|a| a["name"] == "kept"));
+    assert_eq!(api.request("DELETE", "/api/agents/kept", None).0, 200);
     // Nothing moved: the token waits where it was.
     assert_eq!(api.token_data("nb", "p-in"), vec![json!(1)]);
     assert!(api.token_data("nb", "p-out").is_empty());

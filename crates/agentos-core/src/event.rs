@@ -155,8 +155,9 @@ pub enum PrincipalKind {
 }
 
 impl EventBody {
-    /// Every event type's name, as [`EventBody::type_name`] gives it (a test holds the two to
-    /// the same list).
+    /// Every event type's name, as [`EventBody::type_name`] gives it and the log reads it (a
+    /// test holds this list to the types the log reads; `type_name` writes the same names, or
+    /// no event would read back).
     pub const TYPE_NAMES: [&'static str; 13] = [
         "ModelCreated",
         "ToolRegistered",

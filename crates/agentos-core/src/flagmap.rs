@@ -635,17 +635,23 @@ fn convert(flag: &str, ty: &FlagType, raw: &str) -> Result<Value, UsageError> {
             _ => return Err(bad("true or false")),
         },
         FlagType::Enum(choices) => {
-            // Any choice matches its JSON (`1`, `null`, `"a"`); else a string choice matches its
-            // text. JSON first, so that beside a string "1" the number 1 can be typed as `1`, and
-            // the string as `"1"`, as the placeholder writes them ([`choice_text`]).
+            // A choice that is not a string matches its JSON (`1`, `null`); then a string choice
+            // matches its text; then its JSON (`"a"`). So beside a string "1" the number 1 is
+            // typed `1` and the string `"1"`, as the placeholder writes them ([`choice_text`]),
+            // and a string that holds quotes (`"a"` beside `a`) is still its own text.
             let as_json = serde_json::from_str::<Value>(raw).ok();
             let found = as_json
-                .and_then(|v| choices.iter().find(|c| **c == v))
-                .or_else(|| choices.iter().find(|c| c.as_str() == Some(raw)));
+                .as_ref()
+                .filter(|v| !v.is_string())
+                .and_then(|v| choices.iter().find(|c| *c == v))
+                .or_else(|| choices.iter().find(|c| c.as_str() == Some(raw)))
+                .or_else(|| as_json.as_ref().and_then(|v| choices.iter().find(|c| *c == v)));
             match found {
                 Some(v) => v.clone(),
                 None => {
-                    let names: Vec<String> = choices.iter().map(|v| choice_text(v, choices)).collect();
+                    // The registrant's text: inert, so the error stays one line.
+                    let names: Vec<String> =
+                        choices.iter().map(|v| crate::name::inert(&choice_text(v, choices)).into_owned()).collect();
                     return Err(UsageError(format!("--{flag}: {raw:?} is not one of {}", names.join(", "))));
                 }
             }

@@ -211,6 +211,16 @@ fn enums() {
             (&["--e", "2"], Err(r#"^--e: "2" is not one of "1", 1, "null", null, "true", true, x"#)),
         ],
     );
+    // A string that holds quotes is its own text; the one without is typed bare or quoted.
+    let quoted = json!({"type": "object", "properties": {"q": {"enum": ["\"a\"", "a", "line\nbreak"]}}});
+    check_all(
+        &quoted,
+        &[
+            (&["--q", r#""a""#], Ok(json!({"q": "\"a\""}))),
+            (&["--q", "a"], Ok(json!({"q": "a"}))),
+            (&["--q", "b"], Err(r#"^--q: "b" is not one of "a", a, line\nbreak"#)),
+        ],
+    );
     let shown = flag_table(&s).flags[0].placeholder();
     assert_eq!(shown, r#"<"1"|1|"null"|null|"true"|true|x>"#);
     // Required with one allowed value: given by default, and still refused when wrong.

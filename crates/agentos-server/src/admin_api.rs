@@ -42,6 +42,7 @@ pub async fn revoke_agent(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(name): Path<String>,
+    _: crate::extract::NoBody,
 ) -> Result<Json<Value>, ApiError> {
     app.engine.principals().revoke(&p, &name).await?;
     Ok(Json(json!({"revoked": name})))
@@ -68,6 +69,7 @@ pub async fn revoke_model_grant(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path((name, model)): Path<(String, String)>,
+    _: crate::extract::NoBody,
 ) -> Result<Json<Value>, ApiError> {
     app.engine.principals().grant_model(&p, &name, &model, false).await?;
     Ok(Json(json!({"agent": name, "revoked": model})))
@@ -99,11 +101,12 @@ pub async fn list_secret_grants(
 
 /// End a secret grant.
 #[utoipa::path(delete, path = "/api/secret-grants/{id}", tag = "secrets", params(("id" = String, Path)),
-    responses((status = 200, body = Object), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = Object), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn revoke_secret_grant(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
     Path(id): Path<String>,
+    _: crate::extract::NoBody,
 ) -> Result<Json<Value>, ApiError> {
     app.engine.principals().revoke_secret_grant(&p, &id).await?;
     Ok(Json(json!({"revoked": id})))

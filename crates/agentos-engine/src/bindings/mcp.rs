@@ -818,9 +818,12 @@ impl Server {
                 {
                     err.message.to_string()
                 }
-                ServiceError::McpError(err) => {
-                    format!("the MCP server answered the call with error {}: {}", err.code.0, err.message)
-                }
+                // The server's words: one line, cut, with nothing a terminal acts on.
+                ServiceError::McpError(err) => format!(
+                    "the MCP server answered the call with error {}: {}",
+                    err.code.0,
+                    agentos_core::name::cut(&agentos_core::name::terminal_line(&err.message), 500)
+                ),
                 other => format!("the MCP server refused the call: {other}"),
             };
         }
