@@ -1202,6 +1202,33 @@ fn a_master_killed_during_a_tool_net_invocation_leaves_no_instance_after_restart
     assert_eq!((status, &r["output"]), (200, &json!({"n": 1})), "{r}");
 }
 
+/// Regression: a caller that gave up on a tool net (its connection closed) left the instance
+/// behind, its steps running and its transitions started, until the master's next start.
+#[test]
+fn a_tool_net_whose_caller_goes_away_leaves_no_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    // No executor: the command waits in its place, and the invocation with it.
+    register_toolnet(
+        &api,
+        "stuck",
+        json!({"places": ["p-in", "p-out"], "transitions": [
+            {"id": "run", "kind": "command", "presets": {"c": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]}),
+    );
+    let gone = api
+        .http
+        .post(format!("{}/api/tools/stuck/invoke", api.url))
+        .bearer_auth(api.token.as_deref().unwrap())
+        .timeout(std::time::Duration::from_millis(1500))
+        .json(&json!({"input": {"executor": "bash", "command": "true", "args": {}}, "timeoutMs": 60000}))
+        .send();
+    assert!(gone.is_err(), "the call answered: {gone:?}");
+    wait_for("the abandoned instance to go", || instances(&api).is_empty());
+    let deleted = events(&api).into_iter().filter(|e| e["payload"] == "deleted").count();
+    assert_eq!(deleted, 1, "{:?}", events(&api));
+}
+
 #[test]
 fn a_tool_net_input_is_held_to_the_token_limits_of_a_put() {
     let dir = tempfile::tempdir().unwrap();

@@ -2190,6 +2190,9 @@ impl Nets<'_> {
         };
         let (m, ip) = (instance_model.clone(), input_place.to_string());
         self.submit(&p.name, Box::new(move |_| decide_create_instance(&m, &doc, &inst, &author, &ip, &input))).await?;
+        // A caller that goes away drops this future wherever it waits: the instance goes then,
+        // rather than running on (and a schedule or a loop in it firing) until the next start.
+        let mut abandoned = AbandonedInstance { engine: Some(self.0.clone()), instance: instance_model.clone() };
         let deadline = tokio::time::Instant::now() + timeout;
         // Since when a step failed and nothing has run since (see `stuck`).
         let mut stuck_since: Option<tokio::time::Instant> = None;
@@ -2272,12 +2275,16 @@ impl Nets<'_> {
         };
         // The instance is done either way; its events stay in the log.
         self.delete_instance(&instance_model).await;
+        abandoned.engine = None;
         answer
     }
 
     /// Deletes a tool-net instance: its model and net leave the state (one `Deleted` event) and
-    /// the runtime forgets what it kept for its transitions.
+    /// the runtime forgets what it kept for its transitions. One already gone is left as it is.
     async fn delete_instance(&self, instance: &str) {
+        if !self.read_state().nets.models.contains_key(instance) {
+            return;
+        }
         match self.commit_net("system", instance, NetEvent::Deleted).await {
             // After the fold: a fire that read the net before it went has counted by now.
             Ok(_) => self.inner.nets.forget_model(instance),
@@ -2313,6 +2320,25 @@ impl Nets<'_> {
         for (instance, toolnet, invoker) in left {
             tracing::warn!(%instance, %toolnet, %invoker, "deleting a tool-net instance left by a master that stopped during its invocation");
             self.delete_instance(&instance).await;
+        }
+    }
+}
+
+/// A tool-net instance whose invocation has not answered: deleted, on a task of its own, if the
+/// invocation is dropped first (its caller's connection closed, an MCP call cancelled).
+struct AbandonedInstance {
+    /// `None` once the invocation deleted the instance itself.
+    engine: Option<Engine>,
+    instance: String,
+}
+
+impl Drop for AbandonedInstance {
+    fn drop(&mut self) {
+        let Some(engine) = self.engine.take() else { return };
+        let instance = std::mem::take(&mut self.instance);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            tracing::info!(%instance, "a tool-net invocation was abandoned: deleting its instance");
+            runtime.spawn(async move { engine.nets().delete_instance(&instance).await });
         }
     }
 }
