@@ -526,6 +526,12 @@ fn links_are_listed_from_both_ends_and_never_fire() {
     put(&api, "home", "p-outbox", json!({"x": 1}));
     assert_eq!(api.post("/api/models/home/transitions/feeds/fire", json!({})).0, 400);
     assert_eq!(api.token_data("home", "p-outbox").len(), 1);
+    // Nor is it started: a start promises fires (it answered "started" and said so for ever).
+    let (status, v) = api.post("/api/models/home/transitions/feeds/start", json!({}));
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("not_firing")), "{v}");
+    let (_, view) = api.get("/api/models/home/net");
+    let feeds = view["transitions"].as_array().unwrap().iter().find(|t| t["id"] == "feeds").unwrap().clone();
+    assert_eq!(feeds["started"], false, "{view}");
 }
 
 #[test]
@@ -868,6 +874,8 @@ fn a_transition_firing_at_two_deaths_in_a_row_starts_stopped() {
     assert_eq!(t["started"], false, "{t}");
     assert_eq!(t["inFlight"], 0, "{t}");
     assert!(t["lastError"].as_str().unwrap().contains("died 2 times in a row"), "{t}");
+    // The way out it names: the inputs are parked, and released one by one.
+    assert!(t["lastError"].as_str().unwrap().contains("agentos net retry TOKEN --model hang"), "{t}");
     assert_eq!(api.token_data("hang", "p-in"), vec![json!({"n": 1})]);
     drop(held);
 }

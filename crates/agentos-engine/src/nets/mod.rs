@@ -16,7 +16,7 @@ use agentos_core::event::{Event, EventBody};
 use agentos_core::expr::{ExprError, Runner};
 use agentos_core::flags::{Flag, Flags};
 use agentos_core::job::{CommandToken, JobResult, PINNED_SHA256, RESOLVED_ARGS};
-use agentos_core::name::check_model_name;
+use agentos_core::name::{check_model_name, shown};
 use agentos_core::net::{Inscription, Mode, NetDoc, Take};
 use agentos_core::net_state::{Instance, ModelNet, NetEvent, NewToken, Token, TokenRef, fire_id};
 use agentos_core::{CoreError, ErrorKind};
@@ -432,12 +432,19 @@ impl Nets<'_> {
         self.check_model(p, model)?;
         if started {
             let st = self.read_state();
-            let manual = st
-                .nets
-                .models
-                .get(model)
-                .and_then(|n| n.inscription(transition))
-                .filter(|t| t.mode == Mode::Manual && t.schedule.is_none());
+            let inscription = st.nets.models.get(model).and_then(|n| n.inscription(transition));
+            // A start promises fires: a link never fires (it only says how two places relate).
+            if inscription.is_some_and(|t| t.kind == "link") {
+                return Err(CoreError::bad_input(
+                    "not_firing",
+                    format!(
+                        "transition {} is a link: a link never fires, so there is nothing to start",
+                        shown(transition)
+                    ),
+                )
+                .into());
+            }
+            let manual = inscription.filter(|t| t.mode == Mode::Manual && t.schedule.is_none());
             if manual.is_some() {
                 return Err(CoreError::bad_input(
                     "manual_transition",
@@ -2093,7 +2100,7 @@ impl Nets<'_> {
         let looping = std::mem::take(&mut *self.inner.nets.crash_looping.lock().unwrap_or_else(|e| e.into_inner()));
         for CrashLooping { model, transition, deaths } in looping {
             let reason = format!(
-                "stopped at start: the master died {deaths} times in a row while transition {transition:?} was firing; look at its inputs (they stay in place), then start it again"
+                "stopped at start: the master died {deaths} times in a row while transition {transition:?} was firing; its inputs are parked: look at them with `agentos net parked --model {model}`, release each with `agentos net retry TOKEN --model {model}` (or drop it with `net discard`), then start it again"
             );
             tracing::error!(%model, %transition, deaths, "a transition was firing at every recent death of the master; it starts stopped");
             let (m, t, why) = (model.clone(), transition.clone(), reason.clone());
