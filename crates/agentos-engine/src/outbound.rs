@@ -274,14 +274,16 @@ impl Rules {
             if allowed(own_port) {
                 return Ok(());
             }
-            let allow = allow_hint(canonical, if own_port { port } else { None });
-            return Err(OutboundError::Refused { addr: ip, what: "this master's own address", allow });
+            // The hint names the port asked for: an entry for the whole address would open every
+            // service on the machine (and on its own port the master is refused anyway).
+            let what = if own_port { "this master's own address and port" } else { "this master's own address" };
+            return Err(OutboundError::Refused { addr: ip, what, allow: allow_hint(canonical, port) });
         }
         if allowed(false) {
             return Ok(());
         }
         match forms.iter().find_map(|f| refused_kind(*f, self.deny_private)) {
-            Some(what) => Err(OutboundError::Refused { addr: ip, what, allow: ip.to_string() }),
+            Some(what) => Err(OutboundError::Refused { addr: ip, what, allow: allow_hint(canonical, port) }),
             None => Ok(()),
         }
     }
