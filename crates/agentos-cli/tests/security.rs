@@ -1223,3 +1223,29 @@ fn an_agent_lists_default_s_catalog_but_not_its_net() {
     assert_eq!(op.post("/api/agents/reader/grants", json!({"model": "default"})).0, 200);
     assert_eq!(places(&agent), places(&op));
 }
+
+/// Regression: an agent could declare links to models it may not use, and every reader of
+/// that model's links (the operator among them) was shown them; a relation could hold line
+/// breaks.
+#[test]
+fn a_link_reaches_only_models_its_author_may_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let op = m.client();
+    assert_eq!(op.put("/api/models/c1/net", json!({"places": ["p-in"], "transitions": []})).0, 200);
+    let agent = op.agent("noh", "rwx");
+    let link = |model: &str, relation: &str| {
+        json!({"places": ["p-out"], "transitions": [{"id": "l", "kind": "link", "from": {"place": "p-out"},
+            "to": {"model": model, "place": "p-in"}, "relation": relation}]})
+    };
+    let (status, v) = agent.put("/api/models/noh/net", link("c1", "feeds"));
+    assert_eq!(status, 403, "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().starts_with("link \"l\": noh may act only in"), "{v}");
+    assert_eq!(op.get("/api/models/c1/links").1, json!([]));
+    // Granted the model, it may.
+    assert_eq!(op.post("/api/agents/noh/grants", json!({"model": "c1"})).0, 200);
+    assert_eq!(agent.put("/api/models/noh/net", link("c1", "feeds")).0, 200);
+    assert_eq!(op.get("/api/models/c1/links").1.as_array().unwrap().len(), 1);
+    let (status, v) = agent.put("/api/models/noh/net", link("c1", "x\ny"));
+    assert_eq!((status, v["error"]["code"].as_str()), (400, Some("invalid_net")), "{v}");
+}

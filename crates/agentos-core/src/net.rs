@@ -654,6 +654,8 @@ fn check_link(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &mut im
     }
     if t.relation.as_deref().is_none_or(|r| r.trim().is_empty()) {
         fault(format!("{at}/relation"), "a link needs a relation, e.g. \"feeds\"".into());
+    } else if t.relation.as_deref().is_some_and(|r| r.chars().any(char::is_control) || r.chars().count() > 200) {
+        fault(format!("{at}/relation"), "a relation is one line of at most 200 characters, e.g. \"feeds\"".into());
     }
 }
 

@@ -212,6 +212,19 @@ impl Nets<'_> {
             .into());
         }
         doc.validate()?;
+        // A link's far end in another model says something of that model, which every reader
+        // of its links is shown: only a model its author may use.
+        {
+            let st = self.read_state();
+            for t in doc.transitions.iter().filter(|t| t.kind == "link") {
+                for end in [&t.from, &t.to].into_iter().flatten() {
+                    if let Some(far) = end.model.as_deref().filter(|far| *far != model) {
+                        check_model_in(&st, p, far)
+                            .map_err(|e| CoreError::forbidden(format!("link {}: {}", shown(&t.id), e.message)))?;
+                    }
+                }
+            }
+        }
         let transitions: Vec<String> = doc.transitions.iter().map(|t| t.id.clone()).collect();
         let m = model.to_string();
         let author = p.clone();
