@@ -319,14 +319,9 @@ fn secrets_reach_only_the_uses_the_operator_granted() {
         assert_eq!(op.post(&format!("/api/models/{model}/transitions/call/start"), json!({})).0, 200);
         assert_eq!(op.post(&format!("/api/models/{model}/places/p-in/tokens"), json!({"data": {}})).0, 200);
         let e = last_error(&op, &model, "call");
-        // One the master holds is not granted; one it does not hold is said so, with how to set
-        // it (granting it first would only be refused: "no secret").
-        let want = if name == "API_KEY" {
-            "not granted".to_string()
-        } else {
-            format!("secret \"{name}\" is not set on the master: the operator sets it with `agentos secret set {name}`")
-        };
-        assert!(e.contains(&want), "{e}");
+        // Held by the master or not, it is not granted: which secrets exist is not told to
+        // whoever reads the net's errors; the way out names setting it too.
+        assert!(e.contains("not granted") && e.contains(&format!("after `agentos secret set {name}`")), "{e}");
     }
     assert_eq!(hits.load(Ordering::SeqCst), 0, "a request carrying no granted secret went out");
 

@@ -1610,14 +1610,6 @@ impl Nets<'_> {
     /// the model the fire acts for (`FireRun::resolve_model`: in a tool-net instance, the model
     /// it was invoked from, never `tni-…`), against which a grant narrowed to a model is checked.
     fn granted_secret(&self, name: &str, model: &str, use_: &SecretUse) -> Result<String, FireError> {
-        // No such secret at all: granting it would fail too ("no secret"), so that is said first.
-        let Some(value) = self.principals().secret(name) else {
-            return Err(FireError::Failed(format!(
-                "secret {} is not set on the master: the operator sets it with `agentos secret set {}`, then grants it to this use",
-                shown(name),
-                name.escape_debug()
-            )));
-        };
         let granted = self.read_state().secret_grants.values().any(|g| {
             g.secret == name
                 && g.model.as_deref().is_none_or(|m| m == model)
@@ -1637,11 +1629,15 @@ impl Nets<'_> {
                 }
                 SecretUse::Origin(o) => (format!("requests to {o}"), format!("--origin {o}")),
             };
+            // Whether the master holds the secret at all is not said: whoever reads a net's
+            // errors could otherwise learn which secrets exist. The way out covers both.
             return Err(FireError::Failed(format!(
-                "secret {name:?} is not granted to {what}; the operator grants it with `agentos secret grant {name} {how}`"
+                "secret {name:?} is not granted to {what}; the operator grants it with `agentos secret grant {name} {how}` (after `agentos secret set {name}` if the master does not hold it yet)"
             )));
         }
-        Ok(value)
+        self.principals()
+            .secret(name)
+            .ok_or_else(|| FireError::Failed(format!("secret {name:?} is not set on the master")))
     }
 
     async fn fire_command(
