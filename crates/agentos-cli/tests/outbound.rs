@@ -236,3 +236,43 @@ fn an_http_allow_entry_with_a_port_opens_that_port_alone() {
     wait_for("the answer of the open port", || !api.token_data("open", "p-resp").is_empty());
     assert!(server.join().unwrap().starts_with("GET /y"));
 }
+
+/// Regression: a header whose value held a line break failed the fire in reqwest's words,
+/// "builder error: failed to parse header value", naming no header; it is named now, and the
+/// value (which may hold a secret) is not shown.
+#[test]
+fn a_header_value_that_cannot_be_sent_is_refused_naming_the_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    let (status, v) = api.put(
+        "/api/models/hdr/net",
+        json!({
+            "places": ["p-req", "p-resp"],
+            "transitions": [{"id": "call", "kind": "http", "mode": "manual",
+                "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+                "action": {"method": "GET", "url": "http://127.0.0.1:9/", "headers": {"X-Tag": "${.req.data.tag}"}},
+                "emit": [{"to": "o"}]}]
+        }),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = api.post("/api/models/hdr/places/p-req/tokens", json!({"data": {"tag": "a\r\nX-Evil: 1"}}));
+    assert_eq!(status, 200, "{v}");
+    let (status, o) = api.post("/api/models/hdr/transitions/call/fire", json!({}));
+    assert_eq!(status, 200, "{o}");
+    let mut reason = String::new();
+    wait_for("the fire to fail", || {
+        let (_, net) = api.get("/api/models/hdr/net");
+        net["transitions"][0]["lastError"].as_str().map(|e| reason = e.to_string()).is_some()
+    });
+    assert!(reason.contains("header \"X-Tag\" is not a valid header value"), "{reason}");
+    assert!(!reason.contains("X-Evil"), "{reason}");
+
+    // A URL of another scheme is said in words too (it was reqwest's "builder error").
+    http_net(&api, "ftp", "ftp://127.0.0.1/x");
+    let reason = fire_and_fail(&api, "ftp");
+    assert!(
+        reason.contains("has the scheme \"ftp\": an http action fetches http:// and https:// URLs only"),
+        "{reason}"
+    );
+}

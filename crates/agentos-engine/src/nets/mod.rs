@@ -1812,7 +1812,16 @@ impl Nets<'_> {
         let no_credentials = |_: &str| None;
         let url = url.render(runner, ctx, &no_credentials)?;
         let url = url.as_str().ok_or("the url must render to a string")?.to_string();
-        let parsed = reqwest::Url::parse(&url).map_err(|e| format!("the url {url:?} is not valid: {e}"))?;
+        let parsed = reqwest::Url::parse(&url).map_err(|e| format!("the url {} is not valid: {e}", shown(&url)))?;
+        // Said here, in words (reqwest says "builder error for url (…): URL scheme is not allowed").
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(format!(
+                "the url {} has the scheme {}: an http action fetches http:// and https:// URLs only",
+                shown(&url),
+                shown(parsed.scheme())
+            )
+            .into());
+        }
         // Credentials (in headers only) are resolved for this request's origin, if granted there.
         let mut values = BTreeMap::new();
         let names: std::collections::BTreeSet<String> = headers.values().flat_map(|t| t.credentials()).collect();
@@ -1842,6 +1851,14 @@ impl Nets<'_> {
                 Value::String(s) => s,
                 other => other.to_string(),
             };
+            // Said here, naming the header (reqwest says only "failed to parse header value"
+            // when it sends); the value is not shown, as it may hold a secret.
+            let v = reqwest::header::HeaderValue::from_str(&v).map_err(|_| {
+                format!(
+                    "{method} {shown_url}: header {} is not a valid header value (a line break or another control character in it?)",
+                    shown(k)
+                )
+            })?;
             req = req.header(k.as_str(), v);
         }
         if let Some(b) = body {
