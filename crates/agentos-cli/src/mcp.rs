@@ -18,10 +18,8 @@ use rmcp::transport::streamable_http_client::{StreamableHttpClientTransportConfi
 use rmcp::transport::{StreamableHttpClientTransport, Transport};
 use rmcp::{ClientHandler, ErrorData as McpError, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio::io::AsyncWriteExt as _;
 use tokio::sync::{broadcast, mpsc};
-
-use agentos_server::IdScan;
 
 /// Where a change the master announces goes: the stdio client's session, and its listeners.
 #[derive(Clone)]
@@ -437,12 +435,9 @@ async fn refuse_first_request(mut stdio: StdioLines, error: McpError) {
 /// an id that is an object); here each is answered as `/mcp` answers the same body
 /// ([`Master::refusal`]).
 struct StdioLines {
-    read: tokio::io::BufReader<tokio::io::Stdin>,
-    /// The line being read; a read cancelled halfway leaves its part here for the next.
-    line: Vec<u8>,
-    /// The line being read is longer than [`MAX_LINE`]: it is skipped to its end, its bytes
-    /// looked through for its id on their way.
-    too_long: Option<IdScan>,
+    /// Stdin, lines of at most [`MAX_LINE`]: a longer one is skipped to its end, its id looked
+    /// for on the way.
+    read: agentos_engine::lines::BoundedLines<tokio::io::Stdin>,
     master: Master,
     /// The master's answer to a line that could not be read, on its way. A task of its own:
     /// rmcp drops a `receive` under way whenever it has something to send, and the question
@@ -528,11 +523,8 @@ impl StdioLines {
                 }
             }
         });
-        let read = tokio::io::BufReader::new(tokio::io::stdin());
         let lines = StdioLines {
-            read,
-            line: Vec::new(),
-            too_long: None,
+            read: agentos_engine::lines::BoundedLines::new(tokio::io::stdin(), MAX_LINE),
             master,
             asking: None,
             refusal: None,
@@ -541,36 +533,6 @@ impl StdioLines {
             in_flight: InFlight::default(),
         };
         (lines, writer)
-    }
-
-    /// Reads to the end of the next line; `false` at the end of stdin. Cancel-safe: bytes are
-    /// moved into `self.line` and consumed with no await between.
-    async fn read_line(&mut self) -> std::io::Result<bool> {
-        loop {
-            let available = self.read.fill_buf().await?;
-            if available.is_empty() {
-                return Ok(false);
-            }
-            let (take, ends) = match available.iter().position(|b| *b == b'\n') {
-                Some(at) => (at + 1, true),
-                None => (available.len(), false),
-            };
-            if self.too_long.is_none() && self.line.len() + take > MAX_LINE + 1 {
-                let mut scan = IdScan::default();
-                scan.feed(&self.line);
-                self.too_long = Some(scan);
-                self.line.clear();
-            }
-            if let Some(scan) = &mut self.too_long {
-                scan.feed(&available[..take]);
-            } else {
-                self.line.extend_from_slice(&available[..take]);
-            }
-            self.read.consume(take);
-            if ends {
-                return Ok(true);
-            }
-        }
     }
 }
 
@@ -660,7 +622,7 @@ impl Transport<RoleServer> for StdioLines {
                 let room = self.out.reserve().await.ok()?;
                 room.send(self.refusal.take()?);
             }
-            match self.read_line().await {
+            match self.read.read_line().await {
                 Ok(true) => {}
                 // The end of stdin: a last line without its newline is not a message.
                 Ok(false) => return None,
@@ -669,8 +631,8 @@ impl Transport<RoleServer> for StdioLines {
                     return None;
                 }
             }
-            let line = std::mem::take(&mut self.line);
-            if let Some(scan) = self.too_long.take() {
+            let line = std::mem::take(&mut self.read.line);
+            if let Some(scan) = self.read.too_long.take() {
                 let error = json!({"jsonrpc": "2.0", "id": scan.id(), "error": {"code": ErrorCode::INVALID_REQUEST.0,
                     "message": format!("the message is longer than {} MiB, the most a line may hold", MAX_LINE >> 20)}});
                 let mut answer = error.to_string().into_bytes();

@@ -295,14 +295,7 @@ impl NetDoc {
         // Serde reads a struct from an array too, field by field: `["m", ["a"], []]` would be
         // a net of place a, and `[]` an empty net that replaces the model's.
         if !value.is_object() {
-            let what = match value {
-                Value::Null => "null",
-                Value::Bool(_) => "a boolean",
-                Value::Number(_) => "a number",
-                Value::String(_) => "a string",
-                Value::Array(_) => "an array",
-                Value::Object(_) => "an object",
-            };
+            let what = agentos_openapi::json_kind(&value);
             return Err(CoreError::bad_input(
                 "invalid_net",
                 format!(

@@ -15,6 +15,7 @@ mod firing_marker;
 pub mod host;
 pub mod jobs;
 mod ledger;
+pub mod lines;
 mod shared_jobs;
 pub use ledger::limit_allocator_arenas;
 pub mod nets;

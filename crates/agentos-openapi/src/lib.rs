@@ -20,6 +20,7 @@ use serde_json::Value;
 
 pub use error::{CallError, ImportError};
 pub use naming::flag_name;
+pub use operation::json_kind;
 pub use request::build_request;
 
 /// How much of a document the importer is willing to read. Every refusal names the field.

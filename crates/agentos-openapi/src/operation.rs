@@ -40,7 +40,7 @@ impl From<SchemaError> for OpError {
 pub(crate) fn import_value(doc: &Value, options: &ImportOptions) -> Result<Imported, ImportError> {
     let limits = &options.limits;
     let Some(root) = doc.as_object() else {
-        return Err(ImportError::NotAnObject { found: kind(doc) });
+        return Err(ImportError::NotAnObject { found: json_kind(doc) });
     };
     let openapi = check_version(root)?;
     pointer::refuse_external_refs(doc)?;
@@ -144,7 +144,8 @@ pub(crate) fn import_value(doc: &Value, options: &ImportOptions) -> Result<Impor
     })
 }
 
-fn kind(v: &Value) -> &'static str {
+/// What a JSON value is, as a refusal says it: `an array`, `null`.
+pub fn json_kind(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",

@@ -447,12 +447,9 @@ const NO_INPUT_SCHEMA: &str = "x-agentos-no-input-schema";
 /// - a line past [`MAX_SERVER_LINE`] is skipped to its end and answered the same way.
 struct ChildLines {
     child: tokio::process::Child,
-    read: tokio::io::BufReader<tokio::process::ChildStdout>,
+    /// The server's stdout, lines of at most [`MAX_SERVER_LINE`].
+    read: crate::lines::BoundedLines<tokio::process::ChildStdout>,
     write: Arc<tokio::sync::Mutex<tokio::process::ChildStdin>>,
-    /// The line being read; a read cancelled halfway leaves its part here for the next.
-    line: Vec<u8>,
-    /// The line being read is past [`MAX_SERVER_LINE`]: its id is looked for as it goes by.
-    too_long: Option<agentos_core::message_id::IdScan>,
 }
 
 /// The longest line read from a server, as rmcp's stdio transport bounds it.
@@ -471,47 +468,14 @@ impl ChildLines {
         let stderr = child.stderr.take();
         let lines = ChildLines {
             child,
-            read: tokio::io::BufReader::new(stdout),
+            read: crate::lines::BoundedLines::new(stdout, MAX_SERVER_LINE),
             write: Arc::new(tokio::sync::Mutex::new(stdin)),
-            line: Vec::new(),
-            too_long: None,
         };
         Ok((lines, stderr))
     }
 
     fn id(&self) -> Option<u32> {
         self.child.id()
-    }
-
-    /// Reads to the end of the next line; `false` at the end of the output. Cancel-safe: bytes
-    /// are moved into `self.line` (or scanned) and consumed with no await between.
-    async fn read_line(&mut self) -> std::io::Result<bool> {
-        use tokio::io::AsyncBufReadExt;
-        loop {
-            let available = self.read.fill_buf().await?;
-            if available.is_empty() {
-                return Ok(false);
-            }
-            let (take, ends) = match available.iter().position(|b| *b == b'\n') {
-                Some(at) => (at + 1, true),
-                None => (available.len(), false),
-            };
-            if self.too_long.is_none() && self.line.len() + take > MAX_SERVER_LINE + 1 {
-                let mut scan = agentos_core::message_id::IdScan::default();
-                scan.feed(&self.line);
-                self.too_long = Some(scan);
-                self.line.clear();
-            }
-            if let Some(scan) = &mut self.too_long {
-                scan.feed(&available[..take]);
-            } else {
-                self.line.extend_from_slice(&available[..take]);
-            }
-            self.read.consume(take);
-            if ends {
-                return Ok(true);
-            }
-        }
     }
 }
 
@@ -556,12 +520,12 @@ impl rmcp::transport::Transport<RoleClient> for ChildLines {
 
     async fn receive(&mut self) -> Option<rmcp::model::ServerJsonRpcMessage> {
         loop {
-            match self.read_line().await {
+            match self.read.read_line().await {
                 Ok(true) => {}
                 Ok(false) | Err(_) => return None,
             }
-            let line = std::mem::take(&mut self.line);
-            if let Some(scan) = self.too_long.take() {
+            let line = std::mem::take(&mut self.read.line);
+            if let Some(scan) = self.read.too_long.take() {
                 let why = format!(
                     "the server's answer is longer than {} MiB, the most a line may hold",
                     MAX_SERVER_LINE >> 20
