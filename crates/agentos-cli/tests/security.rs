@@ -260,8 +260,23 @@ fn w_and_t_alone_run_no_command_and_reach_no_url() {
     );
     let e = last_error(&op, "rwx", "run");
     assert!(e.contains("'s'") && e.contains("rwx"), "{e}");
+    // A refusal for want of a flag is not attempted again: with retries a minute apart, the
+    // inputs reach the error place at once, after one attempt.
+    let mut retried = command_net(&[]);
+    retried["places"] = json!(["p-cmd", "p-out", "p-err"]);
+    retried["transitions"][0]["postsets"]["err"] = json!({"place": "p-err"});
+    retried["transitions"][0]["retry"] = json!({"maxAttempts": 5, "backoffMs": 60000});
+    retried["transitions"][0]["onError"] = json!({"to": "err"});
+    assert_eq!(rwx.put("/api/models/rwx/net", retried).0, 200);
+    assert_eq!(rwx.post("/api/models/rwx/transitions/run/start", json!({})).0, 200);
+    let cmd = json!({"data": {"executor": "bash", "command": "id", "args": {}}});
+    assert_eq!(rwx.post("/api/models/rwx/places/p-cmd/tokens", cmd).0, 200);
+    wait_for("the error token", || !rwx.token_data("rwx", "p-err").is_empty());
+    let error = rwx.token_data("rwx", "p-err").remove(0);
+    assert_eq!(error["attempts"], 1, "{error}");
+    assert!(error["error"].as_str().unwrap().contains("'s'"), "{error}");
     assert_eq!(rwx.put("/api/models/rwx2/net", http_net(&url, json!({}))).0, 403, "not its model");
-    let net = json!({"places": ["p-cmd", "p-out", "p-in"], "transitions": [
+    let net = json!({"places": ["p-cmd", "p-out", "p-err", "p-in"], "transitions": [
         command_net(&[])["transitions"][0].clone(), http_net(&url, json!({}))["transitions"][0].clone()]});
     assert_eq!(rwx.put("/api/models/rwx/net", net).0, 200);
     assert_eq!(rwx.post("/api/models/rwx/transitions/call/start", json!({})).0, 200);

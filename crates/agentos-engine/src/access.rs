@@ -106,7 +106,7 @@ impl Authority {
         if self.flags.has(flag) {
             return Ok(());
         }
-        Err(FireError::Failed(format!(
+        Err(FireError::Denied(format!(
             "refused: {what} needs the '{}' ({}) flag, and the principals behind this fire ({}) do not all hold it",
             flag.letter(),
             flag.word(),

@@ -958,6 +958,8 @@ impl Nets<'_> {
     /// What a failed fire commits, by its transition's `retry` and `onError`: its consumed inputs
     /// wait for another attempt, park, or (after the last attempt) go to the error place as one
     /// token `{input, error, attempts, transition}`, consumed in the same event that makes it.
+    /// A refusal for want of a flag or a grant (`retry` false) is not attempted again: it goes
+    /// to the error place, or parks, at once.
     #[allow(clippy::too_many_arguments)]
     fn on_failure(
         &self,
@@ -968,6 +970,7 @@ impl Nets<'_> {
         ctx: &Value,
         by: &[String],
         reason: String,
+        retry: bool,
     ) -> NetEvent {
         let t = &c.inscription;
         let failed_before = {
@@ -980,7 +983,7 @@ impl Nets<'_> {
         };
         let attempts = failed_before + 1;
         let error_place = t.on_error.as_ref().and_then(|e| t.postsets.get(&e.to)).map(|p| p.place.clone());
-        if attempts < t.max_attempts() && !consumed.is_empty() {
+        if retry && attempts < t.max_attempts() && !consumed.is_empty() {
             let backoff = t.retry.map_or(0, |r| r.backoff_ms);
             let at = now_ms().saturating_add(i64::try_from(backoff).unwrap_or(i64::MAX));
             return NetEvent::FireFailed {
@@ -1190,8 +1193,9 @@ impl Nets<'_> {
                         }
                     }
                     Err(failed) => {
+                        let retry = failed.retries();
                         let reason = failed.into_reason();
-                        let ev = self.on_failure(model, &c, None, consumed, &ctx, &by, reason.clone());
+                        let ev = self.on_failure(model, &c, None, consumed, &ctx, &by, reason.clone(), retry);
                         self.commit_net(principal, model, ev).await?;
                         Ok(outcome("failed", None, Some(reason)))
                     }
@@ -1501,8 +1505,9 @@ impl Nets<'_> {
             other => Err(FireError::Failed(format!("kind {other} does not run asynchronously"))),
         };
         let _firing = firing.take().unwrap_or_else(|| self.inner.nets.marker.enter(key));
-        let failed =
-            |reason: String| self.on_failure(model, &c, Some(fire), Self::consumed(t, &bound), &ctx, &by, reason);
+        let failed = |reason: String, retry: bool| {
+            self.on_failure(model, &c, Some(fire), Self::consumed(t, &bound), &ctx, &by, reason, retry)
+        };
         let ev = match action {
             Ok((result, response)) => {
                 let redactor = self.principals().redactor(&secrets);
@@ -1536,10 +1541,16 @@ impl Nets<'_> {
                         }
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
                     }
-                    Err(reason) => failed(reason.into_reason()),
+                    Err(reason) => {
+                        let retry = reason.retries();
+                        failed(reason.into_reason(), retry)
+                    }
                 }
             }
-            Err(reason) => failed(Redactor::new(&secrets).text(reason.reason())),
+            Err(reason) => {
+                let retry = reason.retries();
+                failed(Redactor::new(&secrets).text(reason.reason()), retry)
+            }
         };
         // A completed fire takes the fires that follow it into its commit (see `follow_on`).
         let decide = if matches!(ev, NetEvent::FireCompleted { .. }) {
@@ -1631,7 +1642,7 @@ impl Nets<'_> {
             };
             // Whether the master holds the secret at all is not said: whoever reads a net's
             // errors could otherwise learn which secrets exist. The way out covers both.
-            return Err(FireError::Failed(format!(
+            return Err(FireError::Denied(format!(
                 "secret {name:?} is not granted to {what}; the operator grants it with `agentos secret grant {name} {how}` (after `agentos secret set {name}` if the master does not hold it yet)"
             )));
         }

@@ -26,19 +26,27 @@ pub(crate) enum FireError {
     /// The action, an expression or the routing failed: the inputs follow the transition's
     /// retry and onError rules.
     Failed(String),
+    /// The principals behind the fire lack a flag or a grant the action needs: no attempt can
+    /// succeed until an operator changes that, so the inputs go to onError at once (or park).
+    Denied(String),
 }
 
 impl FireError {
     /// The reason, as events, answers and logs carry it.
     pub(crate) fn reason(&self) -> &str {
         match self {
-            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) => r,
+            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) | FireError::Denied(r) => r,
         }
+    }
+
+    /// Whether another attempt could succeed: not when the principals lack a flag or a grant.
+    pub(crate) fn retries(&self) -> bool {
+        !matches!(self, FireError::Denied(_))
     }
 
     pub(crate) fn into_reason(self) -> String {
         match self {
-            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) => r,
+            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) | FireError::Denied(r) => r,
         }
     }
 }
