@@ -556,6 +556,14 @@ fn a_changed_inscription_stops_its_transition_and_watch_streams_changes() {
     assert_eq!(v["transitions"][0]["started"], false, "the changed one stops: {v}");
     assert_eq!(v["transitions"][1]["started"], true, "the unchanged one runs on: {v}");
 
+    // A model that was never made is not found, rather than watched or listed as empty.
+    for what in ["watch", "links"] {
+        let (status, v) = api.get(&format!("/api/models/no-such-model/{what}"));
+        assert_eq!(status, 404, "{what}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("no model \"no-such-model\""), "{v}");
+    }
+    assert_eq!(api.get("/api/models/w/links").0, 200, "a made model with no links lists none");
+
     // The event stream shows a put as it is committed.
     let resp = api
         .http

@@ -98,7 +98,7 @@ pub async fn put_token(
 
 /// Links with either end in the model (they may be declared by another model).
 #[utoipa::path(get, path = "/api/models/{model}/links", tag = "nets", params(("model" = String, Path)),
-    responses((status = 200, body = Vec<wire::LinkView>)))]
+    responses((status = 200, body = Vec<wire::LinkView>), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list_links(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,
@@ -149,7 +149,7 @@ pub async fn fire(
 /// stream ends, with an `ended` event saying why, once its principal may no longer watch the
 /// model (revoked, or its grant of the model taken back).
 #[utoipa::path(get, path = "/api/models/{model}/watch", tag = "nets", params(("model" = String, Path)),
-    responses((status = 200, description = "text/event-stream of {seq, time, event}"), (status = 403, body = ErrorBody)))]
+    responses((status = 200, description = "text/event-stream of {seq, time, event}"), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn watch(
     State(app): State<AppState>,
     Extension(p): Extension<Principal>,

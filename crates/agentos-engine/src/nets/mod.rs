@@ -152,6 +152,18 @@ fn need(p: &Principal, flag: Flag, what: &str) -> Result<(), EngineError> {
     Ok(require(p, flag, what)?)
 }
 
+/// A model that was never made (by `POST /api/models`, a net or a registration) is not found:
+/// a misspelt name would otherwise watch or list nothing, without a word. Asked after access,
+/// so a model the caller may not use is refused the same whether it exists or not.
+fn model_exists(st: &agentos_core::state::State, model: &str) -> Result<(), CoreError> {
+    if st.model_exists(model) {
+        return Ok(());
+    }
+    Err(CoreError::not_found(format!(
+        "no model {model:?}; `POST /api/models` makes one, as putting its net or registering a tool in it does"
+    )))
+}
+
 /// Model names the master keeps for tool-net instances.
 pub(crate) const INSTANCE_PREFIX: &str = "tni-";
 
@@ -307,9 +319,7 @@ impl Nets<'_> {
         let st = self.read_state();
         check_model_in(&st, p, model)?;
         if place == CATALOG_PLACE {
-            if !st.model_exists(model) {
-                return Err(CoreError::not_found(format!("no model {model:?}")).into());
-            }
+            model_exists(&st, model)?;
             return Ok(st.catalog_tokens_page(model, p.flags, offset, limit));
         }
         let net =
@@ -406,6 +416,7 @@ impl Nets<'_> {
         need(p, Flag::Read, "read links")?;
         let st = self.read_state();
         check_model_in(&st, p, model)?;
+        model_exists(&st, model)?;
         let mut out = Vec::new();
         // Only links declared in models the caller may use: the others would show their nets.
         for (owner, net) in st.nets.models.iter().filter(|(m, _)| may_use_model(&st, p, m)) {
@@ -578,7 +589,9 @@ impl Nets<'_> {
     pub fn check_watch(&self, p: &Principal, model: &str) -> Result<(), EngineError> {
         need(p, Flag::Read, "watch nets")?;
         check_model_name(model)?;
-        self.check_model(p, model)
+        let st = self.read_state();
+        check_model_in(&st, p, model)?;
+        Ok(model_exists(&st, model)?)
     }
 
     fn compiled(&self, model: &str, t: &Inscription) -> Result<Arc<Compiled>, ExprError> {
