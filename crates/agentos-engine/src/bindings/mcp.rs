@@ -486,6 +486,27 @@ fn unreadable_answer(id: Option<Value>, why: String) -> Option<rmcp::model::Serv
     Some(rmcp::model::ServerJsonRpcMessage::error(error, Some(id)))
 }
 
+/// A command server's line or a url server's event as a message: read (see [`server_message`]),
+/// or, when it does not read, the error answering the request it names, so that request fails
+/// now with the reason instead of waiting for its answer until the stream ends.
+///
+/// A message naming no request of ours has no one to answer: a notification, a request of the
+/// server's own (its id is in the server's numbering, and could name one of ours), or not
+/// JSON-RPC at all. `None` leaves it to be dropped, as rmcp drops it; so, erring that way, is
+/// any message that holds `"method"`.
+fn read_or_answer(text: &[u8]) -> Option<rmcp::model::ServerJsonRpcMessage> {
+    match server_message(text) {
+        Ok(message) => Some(message),
+        Err(e) => {
+            tracing::debug!(error = %e, "an MCP server sent a message that does not read");
+            let why = format!("the server's answer could not be read: {}", agentos_core::name::cut(&e, 200));
+            let request = text.windows(8).any(|w| w == b"\"method\"");
+            let id = if request { None } else { agentos_core::message_id::top_level_id(text) };
+            unreadable_answer(id, why)
+        }
+    }
+}
+
 /// A line as rmcp reads it, with what [`ChildLines`] mends first: a listed tool without
 /// `inputSchema` gets a marked one.
 fn server_message(line: &[u8]) -> Result<rmcp::model::ServerJsonRpcMessage, String> {
@@ -540,21 +561,8 @@ impl rmcp::transport::Transport<RoleClient> for ChildLines {
             if line.trim_ascii().is_empty() {
                 continue;
             }
-            match server_message(line) {
-                Ok(message) => return Some(message),
-                Err(e) => {
-                    let why = format!("the server's answer could not be read: {}", agentos_core::name::cut(&e, 200));
-                    tracing::debug!(error = %e, "an MCP server wrote a line that does not read as a message");
-                    // A line naming no request of ours has no one to answer: a notification, a
-                    // request of the server's own (its id is in the server's numbering, and
-                    // could name one of ours), or not JSON-RPC at all. It is dropped, as rmcp
-                    // drops it; so, erring that way, is any line that holds `"method"`.
-                    let request = line.windows(8).any(|w| w == b"\"method\"");
-                    let id = if request { None } else { agentos_core::message_id::top_level_id(line) };
-                    if let Some(answer) = unreadable_answer(id, why) {
-                        return Some(answer);
-                    }
-                }
+            if let Some(message) = read_or_answer(line) {
+                return Some(message);
             }
         }
     }
@@ -1243,20 +1251,9 @@ fn mended_event(mut event: sse_stream::Sse) -> sse_stream::Sse {
         return event;
     }
     // Read here whatever rmcp would read it as: a tool list missing a schema still reads, as
-    // another kind of answer, which rmcp then refuses ("Unexpected response type").
-    let mended = match server_message(data.as_bytes()) {
-        Ok(message) => Some(message),
-        Err(e) => {
-            tracing::debug!(error = %e, "an MCP server sent an event that does not read as a message");
-            let why = format!("the server's answer could not be read: {}", agentos_core::name::cut(&e, 200));
-            // As for a command server's line: one that names no request of ours is left to be
-            // dropped.
-            let request = data.contains("\"method\"");
-            let id = if request { None } else { agentos_core::message_id::top_level_id(data.as_bytes()) };
-            unreadable_answer(id, why)
-        }
-    };
-    if let Some(text) = mended.and_then(|m| serde_json::to_string(&m).ok()) {
+    // another kind of answer, which rmcp then refuses ("Unexpected response type"). One that
+    // names no request of ours is left as it came, for rmcp to drop.
+    if let Some(text) = read_or_answer(data.as_bytes()).and_then(|m| serde_json::to_string(&m).ok()) {
         event.data = Some(text);
     }
     event
