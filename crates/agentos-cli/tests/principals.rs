@@ -408,6 +408,10 @@ fn a_secret_shorter_than_8_bytes_is_refused() {
             assert!(r.1["error"]["message"].as_str().unwrap().contains("at least 8 bytes"), "{r:?}");
         }
     }
+    // Nor can a value hold a NUL byte: no environment variable can carry it.
+    let r = op.request("PUT", "/api/secrets/NUL", Some(json!({"value": "12345678\0zz"})));
+    assert_eq!((r.0, r.1["error"]["code"].as_str()), (400, Some("invalid_secret")), "{r:?}");
+    assert!(r.1["error"]["message"].as_str().unwrap().contains("NUL"), "{r:?}");
 }
 
 #[test]

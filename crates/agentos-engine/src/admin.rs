@@ -213,6 +213,15 @@ impl Principals<'_> {
             )
             .into());
         }
+        // A secret reaches a script and a container as an environment variable, which cannot
+        // hold a NUL byte: the engine's refusal would quote the value back.
+        if value.contains('\0') {
+            return Err(CoreError::bad_input(
+                "invalid_secret",
+                "a secret value cannot hold a NUL byte (it is passed in environment variables)",
+            )
+            .into());
+        }
         let key =
             self.inner.principals.secret_key.ok_or_else(|| CoreError::internal("this master has no secret key"))?;
         let mut nonce = [0u8; 24];

@@ -44,6 +44,9 @@ const OWNER_LABEL: &str = "agentos.owner";
 /// The image label that says where the document is served.
 const DOCUMENT_LABEL: &str = "agentos.openapi";
 
+/// The largest document an image may serve.
+const MAX_DOCUMENT: usize = 16 << 20;
+
 /// How long a registry's answer about a tag is trusted.
 const DIGEST_CACHE: Duration = Duration::from_secs(5);
 
@@ -258,6 +261,7 @@ impl ImportImage {
             .into());
         }
         // The throwaway container goes in every outcome, whatever validation answered.
+        let _room = docker.validating().await?;
         let port = free_port()?;
         let name =
             format!("agentos-validate-{}-{}", header.id, &sha256_hex(format!("{:?}", Instant::now()).as_bytes())[..8]);
@@ -305,7 +309,7 @@ async fn pull(client: &Docker, reference: &str) -> Result<(), EngineError> {
         if let Err(e) = step {
             return Err(CoreError::new(
                 ErrorKind::Unavailable,
-                "pull_failed",
+                if engine_answered(&e) { "pull_failed" } else { "docker_unavailable" },
                 format!("pulling {reference} failed: {}", docker_error(&e)),
             )
             .into());
@@ -355,11 +359,23 @@ async fn validate(client: &Docker, name: &str, port: u16, path: &str, limit: Dur
             ),
         ));
     }
-    let bytes = resp.bytes().await.map_err(|e| refused("invalid_openapi", format!("reading the document: {e}")))?;
-    if bytes.len() > 16 << 20 {
-        return Err(refused("invalid_openapi", "the document is over 16 MiB".into()));
+    // Read up to the limit and no further: the whole of a document of gigabytes would be held
+    // in the master's memory before its size was checked.
+    let too_big = || refused("invalid_openapi", format!("the document is over {} MiB", MAX_DOCUMENT >> 20));
+    if resp.content_length().is_some_and(|n| n > MAX_DOCUMENT as u64) {
+        return Err(too_big());
     }
-    Ok(bytes.to_vec())
+    let mut resp = resp;
+    let mut bytes = Vec::new();
+    while let Some(chunk) =
+        resp.chunk().await.map_err(|e| refused("invalid_openapi", format!("reading the document: {e}")))?
+    {
+        if bytes.len() + chunk.len() > MAX_DOCUMENT {
+            return Err(too_big());
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
 
 enum Listening {
@@ -414,11 +430,23 @@ fn free_port() -> Result<u16, EngineError> {
     Ok(l.local_addr().map_err(|e| CoreError::internal(e.to_string()))?.port())
 }
 
+/// An engine error as the plain error a warm start records for the calls waiting on it.
+fn core(e: EngineError) -> CoreError {
+    CoreError::new(e.kind(), e.code(), e.to_string())
+}
+
 fn docker_error(e: &bollard::errors::Error) -> String {
     match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
-        other => crate::outbound::describe(other),
+        other => {
+            format!("the Docker engine did not answer (is dockerd running?): {}", crate::outbound::describe(other))
+        }
     }
+}
+
+/// Whether the engine itself answered `e` (it refused something), rather than not answering.
+fn engine_answered(e: &bollard::errors::Error) -> bool {
+    matches!(e, bollard::errors::Error::DockerResponseServerError { .. })
 }
 
 /// Calls one operation of a container entry: the tag still at its pinned digest, a warm
@@ -465,20 +493,42 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
         })?;
         secrets.push((s.clone(), value));
     }
+    let cfg = engine.inner.dispatch.config;
+    let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
+    let timeout = Duration::from_millis(timeout_ms);
+    let began = Instant::now();
     let key = format!("{}/{id}@{}", entry.model, b.digest);
-    let warm = docker
-        .warm(engine, &key, &image, b, &secrets)
-        .await
-        .map_err(|why| failed(ErrorKind::Unavailable, "container_unavailable", why))?;
+    // The start runs on a task of its own: a call whose time runs out leaves it to finish (or
+    // fail) and be recorded for the next call, rather than a container nobody knows of.
+    let values: Vec<String> = secrets.iter().map(|(_, v)| v.clone()).collect();
+    let starting = {
+        let (engine, key, image, b) = (engine.clone(), key.clone(), image.clone(), b.clone());
+        tokio::spawn(async move { engine.inner.docker.warm(&engine, &key, &image, &b, &secrets, began).await })
+    };
+    let warm = match tokio::time::timeout(timeout, starting).await {
+        Ok(Ok(Ok(warm))) => warm,
+        Ok(Ok(Err(e))) => {
+            let why = crate::redact::Redactor::new(&values).text(&e.message);
+            return Err(failed(e.kind, e.code, why));
+        }
+        Ok(Err(e)) => return Err(failed(ErrorKind::Internal, "container_failed", e.to_string())),
+        Err(_) => {
+            return Err(failed(
+                ErrorKind::Unavailable,
+                "container_unavailable",
+                format!(
+                    "no container of {} was ready within the call's {timeout_ms} ms; it goes on starting for the next call",
+                    b.image
+                ),
+            ));
+        }
+    };
     let _busy = warm.busy();
     let base = format!("http://127.0.0.1:{}", warm.port);
     let request =
         agentos_openapi::build_request(&base, op, input).map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
-    let cfg = engine.inner.dispatch.config;
-    let timeout_ms = timeout_ms.or(b.timeout_ms).unwrap_or(cfg.default_timeout_ms).min(cfg.max_timeout_ms);
-    let values: Vec<String> = secrets.into_iter().map(|(_, v)| v).collect();
-    super::http::send_local(engine, id, tool, model, request, Duration::from_millis(timeout_ms), &docker.http, &values)
-        .await
+    let left = timeout.saturating_sub(began.elapsed()).max(Duration::from_millis(1));
+    super::http::send_local(engine, id, tool, model, request, left, &docker.http, &values).await
 }
 
 fn granted_to_entry(engine: &Engine, secret: &str, id: &str, model: &str, pin: &str) -> bool {
@@ -499,6 +549,12 @@ pub(crate) struct Containers {
     /// share a container, since each has its own secrets. Each entry has a lock of its own, held
     /// while its container starts, so a slow start holds up only that entry's calls.
     warm: Mutex<HashMap<String, WarmSlot>>,
+    /// The last failed start of each slot, for the calls that waited on it.
+    failed: Mutex<HashMap<String, (Instant, CoreError)>>,
+    /// Validation containers running or about to start (see [`Containers::validating`]).
+    validating: AtomicUsize,
+    /// Containers whose removal failed (the engine was down): removed at the next start.
+    leftovers: Mutex<Vec<String>>,
 }
 
 /// One entry's container, or none; locked while it is checked or started.
@@ -508,11 +564,24 @@ type WarmSlot = Arc<tokio::sync::Mutex<Option<Arc<Warm>>>>;
 pub(crate) struct Warm {
     name: String,
     port: u16,
+    /// The sha256 of the secrets it was started with (names and values): a call whose secrets
+    /// differ (one rotated, dropped or added) gets a new container, since a running one keeps
+    /// the environment it started with.
+    env: String,
     last_used: Mutex<Instant>,
     in_flight: AtomicUsize,
 }
 
 struct WarmBusy<'a>(&'a Warm);
+
+/// One validation container counted against the limit, for as long as it is held.
+struct Validating<'a>(&'a AtomicUsize);
+
+impl Drop for Validating<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 impl Drop for WarmBusy<'_> {
     fn drop(&mut self) {
@@ -532,7 +601,16 @@ impl Warm {
 impl Containers {
     pub(crate) fn new(config: DockerConfig) -> Self {
         let http = reqwest::Client::builder().no_proxy().tcp_nodelay(true).build().unwrap_or_default();
-        Containers { config, client: Default::default(), http, digests: Default::default(), warm: Default::default() }
+        Containers {
+            config,
+            client: Default::default(),
+            http,
+            digests: Default::default(),
+            warm: Default::default(),
+            failed: Default::default(),
+            validating: AtomicUsize::new(0),
+            leftovers: Default::default(),
+        }
     }
 
     /// The engine's client, its API version negotiated (Debian's engine is older than bollard).
@@ -625,15 +703,31 @@ impl Containers {
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 pids_limit: Some(self.config.pids_limit),
                 memory: Some(self.config.memory_bytes),
+                // No swap beyond the memory limit (the engine's default doubles it), and a
+                // bounded log: what a container prints is never read past its last lines.
+                memory_swap: Some(self.config.memory_bytes),
+                log_config: Some(bollard::models::HostConfigLogConfig {
+                    typ: Some("json-file".into()),
+                    config: Some(HashMap::from([
+                        ("max-size".to_string(), "1m".to_string()),
+                        ("max-file".to_string(), "1".to_string()),
+                    ])),
+                }),
                 readonly_rootfs: Some(true),
                 ..Default::default()
             }),
             ..Default::default()
         };
         let options = CreateContainerOptions { name: Some(name.to_string()), ..Default::default() };
+        // The engine refusing the container is the image's or its settings' fault: the tool
+        // failed. The engine not answering is not the tool's.
         let unavailable = |what: &str, e: &bollard::errors::Error| -> EngineError {
-            CoreError::new(ErrorKind::Unavailable, "container_failed", format!("{what} {image}: {}", docker_error(e)))
-                .into()
+            let (kind, code) = if engine_answered(e) {
+                (ErrorKind::ToolFailed, "container_failed")
+            } else {
+                (ErrorKind::Unavailable, "docker_unavailable")
+            };
+            CoreError::new(kind, code, format!("{what} {image}: {}", docker_error(e))).into()
         };
         client.create_container(Some(options), body).await.map_err(|e| unavailable("creating a container of", &e))?;
         if let Err(e) = client.start_container(name, None).await {
@@ -642,6 +736,15 @@ impl Containers {
             return Err(unavailable("starting a container of", &e));
         }
         Ok(())
+    }
+
+    /// Room for a validation container, counted against the container limit until the guard
+    /// is dropped: imports started at once would otherwise run any number of them.
+    async fn validating(&self) -> Result<Validating<'_>, CoreError> {
+        self.validating.fetch_add(1, Ordering::AcqRel);
+        let guard = Validating(&self.validating);
+        self.make_room("", 1).await?;
+        Ok(guard)
     }
 
     /// The slot of `key`, made empty when there is none.
@@ -655,8 +758,10 @@ impl Containers {
         all.iter().filter(|(k, _)| k.as_str() != key).map(|(_, s)| s.clone()).collect()
     }
 
-    /// The warm container of `key` (an entry and its digest), started when there is none (or
-    /// when it died).
+    /// The warm container of `key` (an entry and its digest), started when there is none, when
+    /// it died, or when it holds other secrets than `secrets`. A start that failed while this
+    /// call waited for the slot (it came at `arrived`) fails this call too, with the same reason,
+    /// rather than being tried again by each call in line.
     async fn warm(
         &self,
         engine: &Engine,
@@ -664,49 +769,121 @@ impl Containers {
         image: &ImageRef,
         b: &DockerBinding,
         secrets: &[(String, String)],
-    ) -> Result<Arc<Warm>, String> {
+        arrived: Instant,
+    ) -> Result<Arc<Warm>, CoreError> {
+        let env = {
+            let mut all = Vec::new();
+            for (k, v) in secrets {
+                all.extend_from_slice(k.as_bytes());
+                all.push(0);
+                all.extend_from_slice(v.as_bytes());
+                all.push(0);
+            }
+            sha256_hex(&all)
+        };
         let slot = self.slot(key);
         let mut held = slot.lock().await;
         if let Some(w) = held.as_ref() {
-            if tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await.is_ok() {
+            if w.env == env && tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await.is_ok() {
                 return Ok(w.clone());
             }
-            // Crashed or stopped: removed, and started again below.
+            // Crashed, stopped, or started with secrets that changed since: replaced below.
+            // Calls still under way in it finish first.
             let gone = held.take().expect("present");
-            self.remove(&gone.name).await;
+            Self::retire(Arc::downgrade(&engine.inner), gone);
         }
-        self.make_room(key).await?;
-        let client = self.client().await.map_err(|e| e.to_string())?;
+        if let Some((at, why)) = self.failed_start(key)
+            && at >= arrived
+        {
+            return Err(why);
+        }
+        let started = self.start_warm(engine, key, image, b, secrets, env).await;
+        match started {
+            Ok(w) => {
+                *held = Some(w.clone());
+                self.failed.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
+                Ok(w)
+            }
+            Err(e) => {
+                self.failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(key.to_string(), (Instant::now(), e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// The last start of `key` that failed, and when.
+    fn failed_start(&self, key: &str) -> Option<(Instant, CoreError)> {
+        self.failed.lock().unwrap_or_else(|p| p.into_inner()).get(key).cloned()
+    }
+
+    /// Starts a container for `key`, making room for it first.
+    async fn start_warm(
+        &self,
+        engine: &Engine,
+        key: &str,
+        image: &ImageRef,
+        b: &DockerBinding,
+        secrets: &[(String, String)],
+        env: String,
+    ) -> Result<Arc<Warm>, CoreError> {
+        self.make_room(key, 0).await?;
+        let client = self.client().await.map_err(core)?;
+        self.remove_leftovers(&client).await;
         let pinned = format!("{}/{}@{}", self.config.registry, image.name, b.digest);
         // Pulled at import; pulled again if the engine lost it.
         if client.inspect_image(&pinned).await.is_err() {
-            pull(&client, &pinned).await.map_err(|e| e.to_string())?;
+            pull(&client, &pinned).await.map_err(core)?;
         }
-        let port = free_port().map_err(|e| e.to_string())?;
+        let port = free_port().map_err(core)?;
         let name = format!("agentos-run-{}-{}", &b.digest.trim_start_matches("sha256:")[..12], port);
-        self.start(&client, &name, &pinned, port, "run", secrets).await.map_err(|e| e.to_string())?;
+        self.start(&client, &name, &pinned, port, "run", secrets).await.map_err(core)?;
         match wait_listening(&client, &name, port, self.config.start_timeout).await {
             Listening::Yes => {}
             Listening::Exited(code, tail) => {
                 self.remove(&name).await;
-                return Err(format!("the container exited with code {code} at start{tail}"));
+                return Err(CoreError::new(
+                    ErrorKind::ToolFailed,
+                    "container_failed",
+                    format!("the container exited with code {code} at start{tail}"),
+                ));
             }
             Listening::TimedOut => {
                 self.remove(&name).await;
-                return Err(format!("the container did not listen within {} s", self.config.start_timeout.as_secs()));
+                return Err(CoreError::new(
+                    ErrorKind::Unavailable,
+                    "container_unavailable",
+                    format!("the container did not listen within {} s", self.config.start_timeout.as_secs()),
+                ));
             }
         }
-        let w = Arc::new(Warm { name, port, last_used: Mutex::new(Instant::now()), in_flight: AtomicUsize::new(0) });
-        *held = Some(w.clone());
+        let w =
+            Arc::new(Warm { name, port, env, last_used: Mutex::new(Instant::now()), in_flight: AtomicUsize::new(0) });
         tokio::spawn(watch_idle(Arc::downgrade(&engine.inner), key.to_string(), Arc::downgrade(&w)));
         Ok(w)
     }
 
+    /// Removes a container taken out of its slot once the calls under way in it have ended.
+    fn retire(engine: std::sync::Weak<crate::engine::Inner>, gone: Arc<Warm>) {
+        tokio::spawn(async move {
+            while gone.in_flight.load(Ordering::Acquire) > 0 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if let Some(inner) = engine.upgrade() {
+                inner.docker.remove(&gone.name).await;
+            }
+        });
+    }
+
     /// Below the container limit, or brought below it by stopping the least recently used
     /// idle container of another entry. A slot being started counts as running.
-    async fn make_room(&self, key: &str) -> Result<(), String> {
+    /// Validation containers count as running; `validating` is how many of them the caller's
+    /// own is (1 for an import's, counted before it asks, 0 for a call's).
+    async fn make_room(&self, key: &str, validating: usize) -> Result<(), CoreError> {
         let others = self.other_slots(key);
-        let mut running = 0;
+        let mut running = self.validating.load(Ordering::Acquire).saturating_sub(validating);
         let mut idle: Vec<(Instant, tokio::sync::OwnedMutexGuard<Option<Arc<Warm>>>)> = Vec::new();
         for s in others {
             match s.try_lock_owned() {
@@ -726,7 +903,14 @@ impl Containers {
             return Ok(());
         }
         let Some((_, mut oldest)) = idle.into_iter().min_by_key(|(used, _)| *used) else {
-            return Err(format!("{running} containers are running, all busy (the limit); try again when a call ends"));
+            return Err(CoreError::new(
+                ErrorKind::Unavailable,
+                "containers_busy",
+                format!(
+                    "the limit of {} containers (--max-containers) is reached and every one is busy; try again when a call ends",
+                    self.config.max_containers
+                ),
+            ));
         };
         if let Some(w) = oldest.take() {
             self.remove(&w.name).await;
@@ -734,10 +918,34 @@ impl Containers {
         Ok(())
     }
 
+    /// Removes container `name`; when the engine cannot, it is kept to be removed at the next
+    /// start, since nothing else would remove it before the master's next run.
     async fn remove(&self, name: &str) {
-        if let Ok(client) = self.client().await {
-            let _ =
-                client.remove_container(name, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
+        let removed = match self.client().await {
+            Ok(client) => client
+                .remove_container(name, Some(RemoveContainerOptions { force: true, ..Default::default() }))
+                .await
+                .map_or_else(
+                    |e| matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }),
+                    |()| true,
+                ),
+            Err(_) => false,
+        };
+        if !removed {
+            tracing::warn!(container = %name, "the container could not be removed now; it will be at the next start");
+            self.leftovers.lock().unwrap_or_else(|p| p.into_inner()).push(name.to_string());
+        }
+    }
+
+    /// Removes the containers an earlier [`Containers::remove`] could not.
+    async fn remove_leftovers(&self, client: &Docker) {
+        let left = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|p| p.into_inner()));
+        for name in left {
+            let options = Some(RemoveContainerOptions { force: true, ..Default::default() });
+            match client.remove_container(&name, options).await {
+                Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
+                Err(_) => self.leftovers.lock().unwrap_or_else(|p| p.into_inner()).push(name),
+            }
         }
     }
 
@@ -783,25 +991,53 @@ impl Containers {
     }
 }
 
-/// Stops a warm container once it has had no call for the configured idle time.
+/// How often a warm container's watcher checks that its entry is still in the catalog.
+const CATALOG_CHECK: Duration = Duration::from_secs(2);
+
+/// Whether the warm container of `key` (`model/id@digest`) still serves a cataloged entry: one
+/// removed, or imported again at another digest, is stopped by its watcher, on whichever
+/// master ran it, rather than holding one of the limit's places until it is idle.
+fn cataloged(st: &agentos_core::state::State, key: &str) -> bool {
+    let Some((entry, digest)) = key.rsplit_once('@') else { return false };
+    let Some((model, id)) = entry.split_once('/') else { return false };
+    st.catalog(model)
+        .and_then(|c| c.get(id))
+        .is_some_and(|e| matches!(&e.entry.binding, Binding::Docker(b) if b.digest == digest))
+}
+
+/// Stops a warm container once it has had no call for the configured idle time, or once its
+/// entry left the catalog (after the calls under way in it).
 async fn watch_idle(engine: std::sync::Weak<crate::engine::Inner>, key: String, warm: std::sync::Weak<Warm>) {
     loop {
         let Some(idle) = engine.upgrade().map(|e| e.docker.config.idle_stop) else { return };
-        tokio::time::sleep(idle.max(Duration::from_millis(100)) / 4).await;
+        tokio::time::sleep((idle / 4).clamp(Duration::from_millis(100), CATALOG_CHECK)).await;
         let (Some(inner), Some(w)) = (engine.upgrade(), warm.upgrade()) else { return };
+        let kept = cataloged(&inner.ledger.read_state(), &key);
         let quiet = w.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
-        if w.in_flight.load(Ordering::Acquire) > 0 || quiet < idle {
+        if kept && (w.in_flight.load(Ordering::Acquire) > 0 || quiet < idle) {
             continue;
         }
         let slot = inner.docker.slot(&key);
         let mut held = slot.lock().await;
-        if held.as_ref().is_some_and(|x| Arc::ptr_eq(x, &w)) && w.in_flight.load(Ordering::Acquire) == 0 {
+        if !held.as_ref().is_some_and(|x| Arc::ptr_eq(x, &w)) {
+            // Replaced or stopped by someone else, who removes it.
+            return;
+        }
+        if !kept {
+            held.take();
+            drop(held);
+            tracing::info!(container = %w.name, "container of an entry no longer cataloged stopped");
+            Containers::retire(engine, w);
+            return;
+        }
+        if w.in_flight.load(Ordering::Acquire) == 0 {
             held.take();
             drop(held);
             tracing::info!(container = %w.name, "idle container stopped");
             inner.docker.remove(&w.name).await;
+            return;
         }
-        return;
+        // A call came in meanwhile: watched on.
     }
 }
 
