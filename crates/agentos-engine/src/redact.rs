@@ -138,6 +138,17 @@ fn encodings(secret: &str) -> Vec<Vec<u8>> {
     let escaped = &quoted[1..quoted.len() - 1];
     out.push(escaped.as_bytes().to_vec());
     out.push(json_ascii(escaped).into_bytes());
+    // `/` written `\/`, as PHP's json_encode and others write it by default.
+    if escaped.contains('/') {
+        let slashed = escaped.replace('/', "\\/");
+        out.push(json_ascii(&slashed).into_bytes());
+        out.push(slashed.into_bytes());
+    }
+    // Non-ASCII bytes read as Latin-1 and written back as UTF-8, as a service that decodes
+    // headers as Latin-1 (Python's, WSGI's) echoes them: `ü` comes back as `Ã¼`.
+    if !secret.is_ascii() {
+        out.push(raw.iter().map(|&b| char::from(b)).collect::<String>().into_bytes());
+    }
     // URL encoding: every byte outside the unreserved set, upper and lower case hex, with `%20`
     // or `+` for a space; and form encoding as browsers and the `url` crate write it (the http
     // binding's query credential): `*` kept, `~` encoded.
@@ -304,6 +315,17 @@ mod tests {
             let redacted = Redactor::new(&[secret.to_string()]).text(&line);
             assert_eq!(redacted, "GET http://127.0.0.1:1/raw/x?k=[redacted] answered 500", "{secret}: {url}");
         }
+    }
+
+    #[test]
+    fn a_secret_echoed_with_escaped_slashes_or_read_as_latin_1_is_redacted() {
+        let slashed = "abc/def/ghi/jkl";
+        let r = Redactor::new(&[slashed.to_string()]);
+        assert_eq!(r.text(r#"{"auth":"Bearer abc\/def\/ghi\/jkl"}"#), r#"{"auth":"Bearer [redacted]"}"#);
+        let accented = "k+y/v=1&z%20 \u{fc}-key";
+        let r = Redactor::new(&[accented.to_string()]);
+        let latin_1: String = accented.bytes().map(char::from).collect();
+        assert_eq!(r.text(&format!("Bearer {latin_1}")), "Bearer [redacted]");
     }
 
     #[test]

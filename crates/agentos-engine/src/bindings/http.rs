@@ -321,7 +321,11 @@ impl Sent<'_> {
         let mut answer = json!({"status": status, "contentType": content_type, "headers": shown_headers});
         let size = bytes.len();
         match parsed {
-            Some(v) if size <= self.engine.inner.dispatch.config.inline_output_bytes => answer["body"] = v,
+            // Redacted again once read: JSON may spell the credential with escapes (`\/`,
+            // `\u0041`) that the bytes' redaction does not know.
+            Some(v) if size <= self.engine.inner.dispatch.config.inline_output_bytes => {
+                answer["body"] = redactor.value(v)
+            }
             _ => {
                 // Large answers go to the blob store like script output, readable in the caller's
                 // model; so do bytes that are not text (an image, a PDF), which a string would mangle.
