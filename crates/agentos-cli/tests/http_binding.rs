@@ -803,6 +803,7 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
     assert_eq!(data["headers"]["authorization"], "Bearer [redacted]", "the echo is redacted: {data}");
     let seen = service.requests().pop().unwrap();
     assert_eq!(seen["headers"]["authorization"], format!("Bearer {token}"));
+    assert!(seen["headers"]["user-agent"].as_str().unwrap().starts_with("agentos/"), "{seen}");
 
     // A fire acts with the flags of everyone behind it: a token put by an agent without `h`
     // does not call the service, and parks with the reason.

@@ -182,7 +182,7 @@ pub struct HttpBinding {
 
 /// The credential an HTTP service takes, injected at call time from the secret store.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HttpAuth {
     #[serde(rename = "type")]
     pub kind: HttpAuthKind,
@@ -1030,6 +1030,16 @@ impl Serialize for EntryView {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn an_auth_with_a_field_it_does_not_know_is_refused() {
+        let ok: HttpAuth = serde_json::from_value(json!({"type": "bearer", "secret": "TOKEN"})).unwrap();
+        assert_eq!(ok.kind, HttpAuthKind::Bearer);
+        // A raw `value` beside the secret's name used to be dropped without a word.
+        let e = serde_json::from_value::<HttpAuth>(json!({"type": "bearer", "secret": "TOKEN", "value": "raw"}))
+            .unwrap_err();
+        assert!(e.to_string().contains("unknown field `value`"), "{e}");
+    }
 
     fn script(id: &str, contract: Value) -> CatalogEntry {
         serde_json::from_value(json!({

@@ -234,6 +234,8 @@ impl OutboundPolicy {
             .redirect(redirects)
             // A redirect to another origin would tell it the URL the request was for.
             .referer(false)
+            // Some services refuse a request that names no client (GitHub's API, for one).
+            .user_agent(concat!("agentos/", env!("CARGO_PKG_VERSION")))
             .no_proxy()
             .build()
             .map_err(OutboundError::Client)

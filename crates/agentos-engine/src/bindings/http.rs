@@ -68,8 +68,25 @@ pub(crate) async fn read_answer(resp: &mut reqwest::Response) -> Result<Vec<u8>,
 const EXCERPT_CHARS: usize = 200;
 
 /// Answer headers an agent is shown; the rest (cookies, server details) stay out of answers.
-const SHOWN_HEADERS: [&str; 7] =
-    ["content-length", "etag", "last-modified", "link", "location", "retry-after", "x-request-id"];
+const SHOWN_HEADERS: [&str; 17] = [
+    "content-length",
+    "content-disposition",
+    "etag",
+    "last-modified",
+    "link",
+    "location",
+    "retry-after",
+    "x-request-id",
+    "x-total-count",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "ratelimit-limit",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "ratelimit-policy",
+    "ratelimit",
+];
 
 pub struct Http;
 
@@ -420,7 +437,7 @@ pub(crate) fn not_granted(secret: &str, origin: &str) -> CoreError {
         ErrorKind::Forbidden,
         "secret_not_granted",
         format!(
-            "secret {secret:?} is not granted to requests to {origin}; the operator grants it with `agentos secret grant {secret} --origin {origin}`"
+            "secret {secret:?} is not granted to requests to {origin}; the operator grants it with `agentos secret grant {secret} --origin {origin}` (after `agentos secret set {secret}` if the master does not hold it yet)"
         ),
     )
 }
