@@ -84,6 +84,20 @@ pub fn normalize_origin(s: &str) -> Result<String, CoreError> {
     if url.path() != "/" || url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
         return Err(bad("must have no path, query or user"));
     }
+    if url.port() == Some(0) {
+        return Err(bad("names port 0, which no request goes to"));
+    }
+    // A name made of labels, as requests resolve it: `*` or `.` would be kept as written and
+    // match nothing (no wildcards: each origin is granted by itself).
+    let host = url.host_str().unwrap_or("");
+    let ip = host.starts_with('[') || host.parse::<std::net::Ipv4Addr>().is_ok();
+    let labels =
+        host.strip_suffix('.').unwrap_or(host).split('.').all(|label| {
+            !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        });
+    if !ip && !labels {
+        return Err(bad("has no valid host name (no wildcards: grant each origin by itself)"));
+    }
     crate::outbound::origin_of(&url).ok_or_else(|| bad("has no host"))
 }
 
@@ -526,4 +540,28 @@ pub(crate) struct CachedRedactor {
     key: Vec<(String, String)>,
     values: Vec<String>,
     redactor: Arc<Redactor>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_origin;
+
+    #[test]
+    fn an_origin_is_a_host_with_an_optional_port() {
+        assert_eq!(normalize_origin("https://API.example.com:443").unwrap(), "https://api.example.com");
+        assert_eq!(normalize_origin("http://127.0.0.1:8080").unwrap(), "http://127.0.0.1:8080");
+        assert_eq!(normalize_origin("http://[::1]:9").unwrap(), "http://[::1]:9");
+        for (origin, why) in [
+            ("http://*", "no valid host name"),
+            ("http://*.example.com", "no valid host name"),
+            ("http://.", "no valid host name"),
+            ("http://a..b", "no valid host name"),
+            ("http://x:0", "port 0"),
+            ("https://example.com/v1", "no path"),
+            ("ftp://example.com", "http or https"),
+        ] {
+            let e = normalize_origin(origin).unwrap_err();
+            assert!(e.message.contains(why), "{origin}: {}", e.message);
+        }
+    }
 }
