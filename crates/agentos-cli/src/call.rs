@@ -87,7 +87,9 @@ pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
         _ => value.pointer("/error/message").and_then(Value::as_str).map(inert).unwrap_or_else(|| value.to_string()),
     };
     let code = match status {
-        400 | 413 => EXIT_USAGE,
+        // A conflict with what exists (a name taken, a job finished or not yet) is the request's
+        // to change, as bad input is.
+        400 | 409 | 413 => EXIT_USAGE,
         401 | 403 => EXIT_DENIED,
         404 => EXIT_NOT_FOUND,
         422 => EXIT_TOOL_FAILED,

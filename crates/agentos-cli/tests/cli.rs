@@ -718,7 +718,7 @@ fn an_async_run_is_waited_for_read_and_cancelled_by_its_id() {
     let r = agentos_as(&m, token, &["run", "hang", "--async"]);
     let hang = r.stdout.trim().to_string();
     let r = agentos_as(&m, token, &["job", "output", &hang]);
-    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.code, 2, "{}", r.stderr);
     assert!(r.stderr.contains("its output is readable once it has finished"), "{}", r.stderr);
     let r = agentos_as(&m, token, &["job", "cancel", &hang]);
     assert_eq!(r.code, 0, "{}", r.stderr);
@@ -727,7 +727,7 @@ fn an_async_run_is_waited_for_read_and_cancelled_by_its_id() {
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(r.stderr.contains("error: cancelled by runner before it finished"), "{}", r.stderr);
     let r = agentos_as(&m, token, &["job", "cancel", &hang]);
-    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert_eq!(r.code, 2, "{}", r.stdout);
     assert!(
         r.stderr.contains("has already finished (cancelled by runner)") && r.stderr.contains("HTTP 409"),
         "{}",
