@@ -36,10 +36,15 @@ fn visible(conn: &Conn, model: Option<&str>) -> Result<Vec<CatalogEntry>, Client
         }
         conn.request(reqwest::Method::GET, "/api/tool-catalog", &q, None)
     })?;
+    // Only what the caller may call, as MCP's tool list offers it: `d` alone reveals containers
+    // without the `x` that calling them takes.
+    let me = conn.request(reqwest::Method::GET, "/api/me", &[], None)?;
+    let flags: Option<agentos_core::flags::Flags> = me["flags"].as_str().and_then(|f| f.parse().ok());
     Ok(items
         .into_iter()
         .filter(|e| e["shadowed"].as_bool() != Some(true))
-        .filter_map(|e| serde_json::from_value(e).ok())
+        .filter_map(|e| serde_json::from_value::<CatalogEntry>(e).ok())
+        .filter(|e| flags.is_none_or(|f| e.binding.kind().callable_by(f)))
         .collect())
 }
 

@@ -421,6 +421,16 @@ fn an_agent_sees_its_home_model_and_host_tools_without_naming_a_model() {
     }
     let out = run_as(&m, &token, &weather, &["forecast", "--city", "Oslo"], None);
     assert_eq!(out.code, 0, "{}", out.stderr);
+
+    // `s` without `x`: scripts are seen in the catalog, and none is offered as a tool to call.
+    let reader = op.agent("reader", "---------s");
+    let token = reader.token.clone().unwrap();
+    assert!(reader.get("/api/tool-catalog/greet").0 == 200, "the script is seen");
+    let out = run_as(&m, &token, Path::new(BIN), &["list-tools"], None);
+    assert_eq!((out.code, out.stdout.as_str()), (0, ""), "{}", out.stderr);
+    let out = run_as(&m, &token, Path::new(BIN), &["prompt"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(!out.stdout.contains("agentos-greet"), "{}", out.stdout);
 }
 
 #[test]
