@@ -404,6 +404,13 @@ fn place_credential(
             }
             url.query_pairs_mut().append_pair(&name, value);
         }
+        // A cookie credential joins the operation's own cookies rather than replacing them.
+        HttpAuthKind::Header if name.eq_ignore_ascii_case("cookie") => {
+            match headers.iter_mut().find(|(k, _)| k.eq_ignore_ascii_case("cookie")) {
+                Some((_, cookies)) => *cookies = format!("{cookies}; {value}"),
+                None => headers.push((name, value.to_string())),
+            }
+        }
         HttpAuthKind::Header => {
             headers.retain(|(k, _)| !k.eq_ignore_ascii_case(&name));
             headers.push((name, value.to_string()));
@@ -565,7 +572,13 @@ impl RegisterHttp {
         };
         let sha256 = sha256_hex(&bytes);
         let urn = BlobUrn::new(OPENAPI_NAMESPACE, &sha256, Some(ext))?;
-        let (contract, calls) = contract_of(imported.operations);
+        let mut operations = imported.operations;
+        if let Some(auth) = &self.auth {
+            for op in &mut operations {
+                drop_shadowed(op, auth);
+            }
+        }
+        let (contract, calls) = contract_of(operations);
         let binding = Binding::Http(HttpBinding {
             base_url: self.base_url,
             openapi_urn: urn.to_string(),
@@ -582,6 +595,40 @@ impl RegisterHttp {
             entry.version = imported.version;
         }
         Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
+    }
+}
+
+/// Leaves out of `op` the parameter its credential fills (a query or header parameter of the
+/// auth's name): every value given for it was replaced by the credential, so its flag was
+/// offered and never sent. A `Cookie` header credential is joined to the operation's cookies
+/// instead (see [`place_credential`]).
+fn drop_shadowed(op: &mut agentos_openapi::Operation, auth: &HttpAuth) {
+    use agentos_openapi::Location;
+    let Some(name) = auth.name.as_deref() else { return };
+    let shadowed = |b: &agentos_openapi::Binding| match auth.kind {
+        HttpAuthKind::Query => b.location == Location::Query && b.name == name,
+        HttpAuthKind::Header => {
+            b.location == Location::Header && b.name.eq_ignore_ascii_case(name) && !name.eq_ignore_ascii_case("cookie")
+        }
+        HttpAuthKind::Bearer | HttpAuthKind::Basic => false,
+    };
+    let gone: Vec<String> = op.bindings.iter().filter(|b| shadowed(b)).map(|b| b.property.clone()).collect();
+    if gone.is_empty() {
+        return;
+    }
+    op.bindings.retain(|b| !shadowed(b));
+    if let Some(props) = op.input_schema.get_mut("properties").and_then(Value::as_object_mut) {
+        for p in &gone {
+            props.remove(p);
+        }
+    }
+    if let Some(required) = op.input_schema.get_mut("required").and_then(Value::as_array_mut) {
+        required.retain(|r| !r.as_str().is_some_and(|r| gone.iter().any(|g| g == r)));
+        if required.is_empty()
+            && let Some(o) = op.input_schema.as_object_mut()
+        {
+            o.remove("required");
+        }
     }
 }
 
@@ -727,6 +774,14 @@ mod tests {
             &[],
             Ok(("https://api.example.com/v1/items?q=1&api_key=s3cr3t%2B%2F%3D", &[])),
         );
+        // A cookie credential joins the operation's cookies.
+        check(
+            auth(HttpAuthKind::Header, Some("Cookie")),
+            u,
+            &[("cookie", "sess=mine")],
+            Ok((u, &[("cookie", "sess=mine; s3cr3t+/=")])),
+        );
+        check(auth(HttpAuthKind::Header, Some("Cookie")), u, &[], Ok((u, &[("Cookie", "s3cr3t+/=")])));
         for h in ["Host", "forwarded", "X-Forwarded-For"] {
             check(
                 auth(HttpAuthKind::Bearer, None),
@@ -735,6 +790,33 @@ mod tests {
                 Err("cannot be set on a request that carries a credential"),
             );
         }
+    }
+
+    #[test]
+    fn a_parameter_the_credential_fills_is_not_offered() {
+        let doc = serde_json::json!({"openapi": "3.0.3", "info": {"title": "t", "version": "1"},
+            "paths": {"/items": {"get": {"operationId": "list", "parameters": [
+                {"name": "X-Api-Key", "in": "header", "required": true, "schema": {"type": "string"}},
+                {"name": "api_key", "in": "query", "schema": {"type": "string"}},
+                {"name": "limit", "in": "query", "schema": {"type": "integer"}}],
+                "responses": {"200": {"description": "ok"}}}}}});
+        let imported = agentos_openapi::import_value(&doc, &Default::default()).unwrap();
+        let flags = |op: &agentos_openapi::Operation| {
+            let mut names: Vec<String> = op.input_schema["properties"].as_object().unwrap().keys().cloned().collect();
+            names.sort();
+            names
+        };
+        let mut header = imported.operations[0].clone();
+        drop_shadowed(&mut header, &auth(HttpAuthKind::Header, Some("x-api-key")));
+        assert_eq!(flags(&header), ["api-key", "limit"]);
+        assert!(header.input_schema.get("required").is_none(), "{}", header.input_schema);
+        assert!(header.bindings.iter().all(|b| b.name != "X-Api-Key"));
+        let mut query = imported.operations[0].clone();
+        drop_shadowed(&mut query, &auth(HttpAuthKind::Query, Some("api_key")));
+        assert_eq!(flags(&query), ["limit", "x-api-key"]);
+        let mut bearer = imported.operations[0].clone();
+        drop_shadowed(&mut bearer, &auth(HttpAuthKind::Bearer, None));
+        assert_eq!(flags(&bearer), flags(&imported.operations[0]));
     }
 
     #[test]
