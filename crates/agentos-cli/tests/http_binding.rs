@@ -501,13 +501,17 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     assert!(!out.stdout.contains(token), "{}", out.stdout);
     assert_eq!(out.json()["result"]["contentType"], "application/json; x=\"Bearer [redacted]\"", "{}", out.stdout);
 
-    // `auth: query` sends the credential as the named query parameter only.
+    // `auth: query` sends the credential as the named query parameter only: the operation's own
+    // parameter of that name is not offered, since the credential would replace its value.
     let out = register_items(&m, dir.path(), &service, &["--auth", "query:api_key:ITEMS_KEY"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let (status, v) = api.post(
         "/api/tools/items/call",
         json!({"tool": "get-item", "args": ["--id", "2", "--verbose", "--api-key", "the-caller-s-own"]}),
     );
+    assert_eq!((status, v["error"]["message"].as_str()), (400, Some("unknown flag --api-key")), "{v}");
+    let (status, v) =
+        api.post("/api/tools/items/call", json!({"tool": "get-item", "args": ["--id", "2", "--verbose"]}));
     assert_eq!(status, 200, "{v}");
     let seen = service.requests().pop().unwrap();
     assert_eq!(seen["query"]["api_key"], json!([key]), "the credential is the parameter's one value");
