@@ -346,6 +346,24 @@ fn a_master_killed_during_an_import_leaves_no_half_entry_and_no_container() {
 }
 
 #[test]
+fn an_image_whose_document_names_a_server_path_is_called_under_it() {
+    let prefix = images();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start(&data);
+    let api = m.client();
+    let (status, v) = import(&api, &format!("{prefix}/prefixed:2"), "prefixed");
+    assert_eq!(status, 200, "{v}");
+    let (_, entry) = api.get("/api/tool-catalog/prefixed");
+    assert_eq!(entry["binding"]["basePath"], "/v1", "{entry}");
+    // The image answers 404 at the bare paths: the call reached /v1/add.
+    let (status, v) = call(&api, "prefixed", "add", &["--a", "2", "--b", "3"]);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["result"]["body"]["sum"], 5, "{v}");
+}
+
+#[test]
 fn at_the_container_limit_the_least_recently_used_idle_container_makes_room() {
     let prefix = images();
     let image = format!("{prefix}/ok:2");

@@ -94,6 +94,9 @@ pub struct DockerBinding {
     pub size_bytes: u64,
     /// Where the container serves its document (label `agentos.openapi`).
     pub openapi_path: String,
+    /// The path the document's first server puts before every operation (`/v1`), or empty.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub base_path: String,
     pub operations: Vec<HttpOperation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skipped: Vec<agentos_openapi::Skipped>,

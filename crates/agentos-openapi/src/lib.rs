@@ -244,6 +244,23 @@ pub fn clients_header(name: &str) -> bool {
         || lower.starts_with("x-forwarded-")
 }
 
+/// The path the document's first server puts before every operation's path: `/v1` for a
+/// server `/v1` or `http://localhost:8080/v1/`, empty for none, for `/`, and for a server whose
+/// URL holds a variable. What a service that runs where it is told (a container) is called at.
+pub fn server_path(doc: &[u8], options: &ImportOptions) -> Result<String, ImportError> {
+    let value = document::read(doc, &options.limits)?;
+    let url = value.pointer("/servers/0/url").and_then(Value::as_str).unwrap_or("");
+    if url.contains(['{', '}', '?', '#']) {
+        return Ok(String::new());
+    }
+    let path = match url.split_once("://") {
+        Some((_, rest)) => rest.find('/').map_or("", |i| &rest[i..]),
+        None if url.starts_with('/') => url,
+        None => "",
+    };
+    Ok(path.trim_end_matches('/').to_string())
+}
+
 pub fn import(doc: &[u8], options: &ImportOptions) -> Result<Imported, ImportError> {
     let value = document::read(doc, &options.limits)?;
     operation::import_value(&value, options)

@@ -581,3 +581,20 @@ fn a_long_chain_of_references_is_inlined_only_so_deep() {
     let defs = s["$defs"].as_object().expect("the rest of the chain as definitions");
     assert!(defs.contains_key("S39"), "{:?}", defs.keys().collect::<Vec<_>>());
 }
+
+#[test]
+fn the_first_servers_path_is_what_operations_are_called_under() {
+    let with = |servers: &str| {
+        let doc =
+            format!(r#"{{"openapi": "3.0.3", "info": {{"title": "t", "version": "1"}}, {servers} "paths": {{}}}}"#);
+        agentos_openapi::server_path(doc.as_bytes(), &Default::default()).unwrap()
+    };
+    assert_eq!(with(r#""servers": [{"url": "/v1"}],"#), "/v1");
+    assert_eq!(with(r#""servers": [{"url": "http://localhost:8080/api/v2/"}, {"url": "/other"}],"#), "/api/v2");
+    assert_eq!(with(r#""servers": [{"url": "https://example.com"}],"#), "");
+    assert_eq!(with(r#""servers": [{"url": "/"}],"#), "");
+    assert_eq!(with(r#""servers": [{"url": "/{version}"}],"#), "");
+    assert_eq!(with(""), "");
+    let yaml = "openapi: 3.1.0\ninfo: {title: t, version: '1'}\nservers:\n  - url: /base\npaths: {}\n";
+    assert_eq!(agentos_openapi::server_path(yaml.as_bytes(), &Default::default()).unwrap(), "/base");
+}

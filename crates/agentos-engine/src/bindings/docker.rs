@@ -278,6 +278,9 @@ impl ImportImage {
             CoreError::bad_input("invalid_openapi", format!("the image's document at {path} is not usable: {e}"))
         };
         let imported = agentos_openapi::import(&bytes, &Default::default()).map_err(refused)?;
+        // A document served by the image says where its operations are relative to the
+        // container's own address: `servers: [{url: /v1}]` is kept.
+        let base_path = agentos_openapi::server_path(&bytes, &Default::default()).map_err(refused)?;
         let sha256 = sha256_hex(&bytes);
         let urn = BlobUrn::new(OPENAPI_NAMESPACE, &sha256, Some("json"))?;
         let (contract, calls) = super::http::contract_of(imported.operations);
@@ -288,6 +291,7 @@ impl ImportImage {
             sha256,
             size_bytes: bytes.len() as u64,
             openapi_path: path,
+            base_path,
             operations: calls,
             skipped: imported.skipped,
             secrets,
@@ -524,7 +528,7 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
         }
     };
     let _busy = warm.busy();
-    let base = format!("http://127.0.0.1:{}", warm.port);
+    let base = format!("http://127.0.0.1:{}{}", warm.port, b.base_path);
     let request =
         agentos_openapi::build_request(&base, op, input).map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
     let left = timeout.saturating_sub(began.elapsed()).max(Duration::from_millis(1));

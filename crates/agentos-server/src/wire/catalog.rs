@@ -179,6 +179,9 @@ pub struct DockerBinding {
     pub size_bytes: u64,
     /// Where the container serves its document (image label `agentos.openapi`).
     pub openapi_path: String,
+    /// The path the document's first server puts before every operation (`/v1`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub base_path: String,
     #[schema(value_type = Vec<Object>)]
     pub operations: Vec<Value>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -200,6 +203,7 @@ impl From<entry::DockerBinding> for DockerBinding {
             sha256,
             size_bytes,
             openapi_path,
+            base_path,
             operations,
             skipped,
             secrets,
@@ -214,6 +218,7 @@ impl From<entry::DockerBinding> for DockerBinding {
             sha256,
             size_bytes,
             openapi_path,
+            base_path,
             operations: values(operations),
             skipped,
             secrets,
