@@ -332,7 +332,15 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
         BodyEncoding::Json => {
             let value = match whole {
                 Some(v) => v.clone(),
-                None => Value::Object(fields.iter().map(|(b, v)| (b.name.clone(), (*v).clone())).collect()),
+                None => Value::Object(
+                    fields
+                        .iter()
+                        .map(|(b, v)| {
+                            let schema = op.input_schema.pointer(&format!("/properties/{}", escape_token(&b.property)));
+                            (b.name.clone(), if is_binary(schema) { json_bytes(v) } else { (*v).clone() })
+                        })
+                        .collect(),
+                ),
             };
             (value.to_string().into_bytes(), Some(declared("application/json")))
         }
@@ -379,6 +387,20 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
 
 fn escape_token(t: &str) -> String {
     t.replace('~', "~0").replace('/', "~1")
+}
+
+/// A file field's value inside a JSON body: a file given as a `data:` URL goes as the base64 of
+/// its bytes (what JSON can carry of bytes), not as the URL, which is this side's own wrapping.
+fn json_bytes(v: &Value) -> Value {
+    use base64::Engine as _;
+    match v {
+        Value::String(s) => match DataUrl::parse(s) {
+            Some(d) => Value::String(base64::engine::general_purpose::STANDARD.encode(d.bytes)),
+            None => v.clone(),
+        },
+        Value::Array(items) => Value::Array(items.iter().map(json_bytes).collect()),
+        other => other.clone(),
+    }
 }
 
 /// A field the document marks as a file (`format: binary`, or an array of them).
@@ -466,15 +488,16 @@ fn multipart(parts: Vec<Part>) -> Result<(Vec<u8>, Option<String>), (String, Str
                 format!("a multipart field name cannot hold a quote or line break: {:?}", p.name),
             ));
         }
-        if let Some(f) =
-            p.file.as_deref().filter(|f| f.bytes().any(|c| c == b'\r' || c == b'\n' || c == b'"' || c == 0))
-        {
-            return Err((p.flag.clone(), format!("a file name cannot hold a quote, line break or NUL: {f:?}")));
+        if let Some(f) = p.file.as_deref().filter(|f| f.contains('\0')) {
+            return Err((p.flag.clone(), format!("a file name cannot hold a NUL byte: {f:?}")));
         }
         out.extend_from_slice(
             format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{}\"", p.name).as_bytes(),
         );
         if let Some(f) = &p.file {
+            // Written as browsers write it (the HTML standard's form encoding): a quote and line
+            // breaks percent-encoded, so `we"ird.bin` arrives as `we%22ird.bin`.
+            let f = f.replace('"', "%22").replace('\r', "%0D").replace('\n', "%0A");
             out.extend_from_slice(format!("; filename=\"{f}\"").as_bytes());
         }
         out.extend_from_slice(b"\r\n");
