@@ -785,6 +785,20 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
     assert_eq!(status, 400, "{v}");
     assert!(v.to_string().contains("/transitions/0/action/input"), "{v}");
 
+    // An operation the service does not have, or one a template would choose, never fires:
+    // refused when the net is applied.
+    for (operation, words) in
+        [("nope", "items has no operation \"nope\"; its operations: "), ("${.req.data.op}", "named, not computed")]
+    {
+        let (status, v) = api.put(
+            "/api/models/shop/net",
+            json!({"places": ["p-req", "p-resp"], "transitions": [{"id": "read", "kind": "http",
+                "presets": {"req": {"place": "p-req"}}, "postsets": {"o": {"place": "p-resp"}},
+                "action": {"tool": "items", "operation": operation}, "emit": [{"to": "o"}]}]}),
+        );
+        assert_eq!(status, 400, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(words), "{v}");
+    }
     let (status, v) = api.put(
         "/api/models/shop/net",
         json!({"places": ["p-req", "p-resp"], "transitions": [{"id": "read", "kind": "http",

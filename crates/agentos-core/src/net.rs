@@ -567,6 +567,12 @@ fn check_transition(t: &Inscription, at: &str, places: &BTreeSet<&str>, fault: &
                     }
                     if o.operation.trim().is_empty() {
                         fault(format!("{at}/action/operation"), "name the operation: its tool name".into());
+                    } else if o.operation.contains("${") {
+                        fault(
+                            format!("{at}/action/operation"),
+                            "an operation is named, not computed: a template cannot choose it (one transition per operation)"
+                                .into(),
+                        );
                     }
                     match o.input.as_ref().map(Template::compile).transpose() {
                         Err((path, why)) => fault(format!("{at}/action/input{path}"), format!("bad expression: {why}")),

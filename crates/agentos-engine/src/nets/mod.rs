@@ -237,6 +237,37 @@ impl Nets<'_> {
                 }
             }
         }
+        // An operation the named tool does not have could never fire: said now, when the tool
+        // is there for the author to see (one registered later is checked when it fires).
+        {
+            let st = self.read_state();
+            for (i, t) in doc.transitions.iter().enumerate() {
+                let Ok(o) = serde_json::from_value::<agentos_core::net::OperationAction>(t.action.clone()) else {
+                    continue;
+                };
+                if !matches!(t.kind.as_str(), "http" | "mcp")
+                    || !agentos_core::net::OperationAction::named_in(&t.action)
+                {
+                    continue;
+                }
+                let Some((e, _)) = st.resolve(model, &o.tool) else { continue };
+                let ops = &e.entry.contract().operations;
+                if e.entry.binding.kind().visible_to(p.flags) && !ops.is_empty() && !ops.contains_key(&o.operation) {
+                    let known: Vec<&str> = ops.keys().map(String::as_str).take(20).collect();
+                    return Err(CoreError::bad_input(
+                        "invalid_net",
+                        format!(
+                            "the net has 1 fault(s): /transitions/{i}/action/operation: {} has no operation {}; its operations: {}{}",
+                            o.tool,
+                            shown(&o.operation),
+                            known.join(", "),
+                            if ops.len() > known.len() { ", …" } else { "" }
+                        ),
+                    )
+                    .into());
+                }
+            }
+        }
         let transitions: Vec<String> = doc.transitions.iter().map(|t| t.id.clone()).collect();
         let m = model.to_string();
         let author = p.clone();
