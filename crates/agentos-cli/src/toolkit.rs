@@ -230,8 +230,12 @@ pub fn run(toolkit: String, args: Vec<std::ffi::OsString>, fallback: Fallback) -
     match outcome {
         Ok(()) => 0,
         Err(e) => {
-            // One line: the caller is often a script or an agent reading stderr.
-            errln!("{label}: {}", e.message.lines().next().unwrap_or(""));
+            // One line: the caller is often a script or an agent reading stderr. The master
+            // names the toolkit and tool too (`probe get-status: …`), which the label already says.
+            let line = e.message.lines().next().unwrap_or("");
+            let named = lossy.first().map(|t| format!("{toolkit} {t}: "));
+            let line = named.as_deref().and_then(|n| line.strip_prefix(n)).unwrap_or(line);
+            errln!("{label}: {line}");
             if json_in {
                 // A caller that speaks JSON reads stdout: the failure in the answer's shape, with
                 // the master's status and code, which the line leaves off.

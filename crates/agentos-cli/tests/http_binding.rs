@@ -385,6 +385,8 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let out = run(&m, &m.token, &items, &["missing"]);
     assert_eq!(out.code, 5, "{}", out.stderr);
     assert!(out.stderr.contains("answered 404") && out.stderr.contains("no such item"), "{}", out.stderr);
+    // The toolkit and tool are named once, by the command's own label.
+    assert!(out.stderr.starts_with("agentos-items missing: GET "), "{}", out.stderr);
     let out = run(&m, &m.token, &items, &["boom"]);
     assert_eq!(out.code, 5, "{}", out.stderr);
     assert!(out.stderr.contains("answered 500: internal failure: the database is down"), "{}", out.stderr);
