@@ -1475,6 +1475,10 @@ pub fn audit(
     opt(&mut q, "after", after.map(|a| a.to_string()));
     opt(&mut q, "limit", limit.map(|l| l.to_string()));
     let v = conn.request(reqwest::Method::GET, "/api/events", &q, None)?;
+    // A full page (the master's is 100 unless `--limit` says) may have more after it: said, with
+    // the command that reads on, on stderr so the page itself stays as it is.
+    let events = v.as_array().map_or(0, Vec::len);
+    let last = v.as_array().and_then(|a| a.last()).and_then(|e| e["seq"].as_u64());
     output::print(&v, json, |v| {
         output::each_line(v, |e| {
             format!(
@@ -1487,5 +1491,8 @@ pub fn audit(
             )
         })
     });
+    if let Some(last) = last.filter(|_| events == limit.unwrap_or(100)) {
+        errln!("{events} events shown, the oldest first; more may follow: agentos audit --after {last}");
+    }
     Ok(())
 }

@@ -118,6 +118,15 @@ fn register_list_get_history_from_the_command_line() {
     let r = agentos(&m, &["models", "--json"]);
     let models: Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(models.as_array().unwrap().len(), 2);
+
+    // A full page of the audit says how to read on; the last one does not.
+    let r = agentos(&m, &["audit", "--limit", "2"]);
+    assert_eq!((r.code, r.stdout.lines().count()), (0, 2), "{}", r.stderr);
+    let second: u64 = r.stdout.lines().nth(1).unwrap()[1..].split_whitespace().next().unwrap().parse().unwrap();
+    assert!(r.stderr.contains(&format!("more may follow: agentos audit --after {second}")), "{}", r.stderr);
+    let r = agentos(&m, &["audit", "--after", "2", "--limit", "1000"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(!r.stdout.is_empty() && !r.stderr.contains("more may follow"), "{}", r.stderr);
 }
 
 #[test]
