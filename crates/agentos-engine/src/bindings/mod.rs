@@ -152,7 +152,7 @@ impl ValueKind {
             return Err(CoreError::bad_input(
                 "not_invocable",
                 format!(
-                    "{id:?} is {} of several {}: call one with `agentos-{id} {placeholder}` (POST /api/tools/{id}/call)",
+                    "{id:?} is {} of several {}: call one with `agentos-{id} {placeholder}` (a command `agentos install-shims` makes; `agentos list-tools {id}` lists them) or POST /api/tools/{id}/call",
                     self.one, self.parts
                 ),
             )
