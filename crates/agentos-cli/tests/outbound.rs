@@ -227,8 +227,9 @@ fn an_http_allow_entry_with_a_port_opens_that_port_alone() {
     for (model, host) in [("ip", "127.0.0.1"), ("name", "localhost")] {
         http_net(&api, model, &format!("http://{host}:{closed_port}/"));
         let reason = fire_and_fail(&api, model);
-        // The master listens on 127.0.0.1 too: the address is refused as its own.
-        assert!(reason.contains("127.0.0.1 is refused") || reason.contains("127.0.0.1: this master's own"), "{reason}");
+        // The master listens on 127.0.0.1 too: the address is refused as its own machine's.
+        assert!(reason.contains("127.0.0.1 is refused") || reason.contains("127.0.0.1: a loopback"), "{reason}");
+        assert!(reason.contains("a loopback address (the machine this master runs on)"), "{reason}");
     }
     untouched(&closed);
     http_net(&api, "open", &format!("http://localhost:{open_port}/y"));

@@ -278,7 +278,11 @@ impl Rules {
             }
             // The hint names the port asked for: an entry for the whole address would open every
             // service on the machine (and on its own port the master is refused anyway).
-            let what = if own_port { "this master's own address and port" } else { "this master's own address" };
+            let what = match (own_port, canonical.is_loopback()) {
+                (true, _) => "this master's own address and port",
+                (false, true) => "a loopback address (the machine this master runs on)",
+                (false, false) => "this master's own address",
+            };
             return Err(OutboundError::Refused { addr: ip, what, allow: allow_hint(canonical, port) });
         }
         if allowed(false) {
