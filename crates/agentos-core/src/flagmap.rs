@@ -76,6 +76,9 @@ pub struct FlagSpec {
     /// A string of bytes rather than text (`format: binary`, `contentMediaType`, or an array of
     /// them): the value may be a `data:` URL, and `--FLAG-file` sends the file's bytes as one.
     pub binary: bool,
+    /// A string of base64 (`format: byte`, `contentEncoding: base64`): `--FLAG-file` sends the
+    /// file's bytes encoded, whatever they are.
+    pub base64: bool,
     /// A number, integer or boolean that may also be `null` (`"type": ["integer", "null"]`):
     /// the flag takes `null` as well (`--limit null`, `--strict=null`). A nullable string takes
     /// `null` as the text it is; `--json '{"x": null}'` sends a null.
@@ -178,6 +181,13 @@ fn scalar(schema: &Value) -> FlagType {
 fn is_binary(schema: &Value) -> bool {
     type_of(schema) == Some("string")
         && (schema.get("format").and_then(Value::as_str) == Some("binary") || schema.get("contentMediaType").is_some())
+}
+
+fn is_base64(schema: &Value) -> bool {
+    type_of(schema) == Some("string")
+        && !is_binary(schema)
+        && (schema.get("format").and_then(Value::as_str) == Some("byte")
+            || schema.get("contentEncoding").and_then(Value::as_str) == Some("base64"))
 }
 
 /// The last dotted part of a flag: the property's own (`lat` of `where.lat`).
@@ -288,6 +298,7 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
                 default,
                 description: prop.get("description").and_then(Value::as_str).unwrap_or("").to_string(),
                 binary: is_binary(prop) || prop.get("items").is_some_and(is_binary),
+                base64: is_base64(prop),
                 nullable: nullable(prop),
             });
         }
@@ -574,6 +585,9 @@ fn file_value(spec: &FlagSpec, given_as: &str, raw: &str) -> Result<Value, Usage
     }
     let file =
         DataUrl::parse(url).ok_or_else(|| UsageError(format!("--{given_as} {path}: the file did not arrive whole")))?;
+    if spec.base64 {
+        return Ok(Value::String(file.base64()));
+    }
     String::from_utf8(file.bytes).map(Value::String).map_err(|_| {
         UsageError(format!("--{given_as} {path}: not UTF-8 text, and --{} takes text, not bytes", spec.flag))
     })

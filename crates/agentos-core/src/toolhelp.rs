@@ -248,6 +248,8 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
                 notes.push(format!("bytes: --{}-file <path>, or a data: URL", inert(&f.flag)));
             } else if f.binary {
                 notes.push("bytes: a data: URL".into());
+            } else if f.base64 && table.file_flag(&format!("{}-file", f.flag)).is_some() {
+                notes.push(format!("base64: --{}-file <path> encodes a file", inert(&f.flag)));
             }
             let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
             out.push_str(&format!("  {head:<width$}  {}{notes}\n", one_line(&f.description)));

@@ -857,6 +857,7 @@ fn table_shape() {
             default,
             description: description.to_string(),
             binary: false,
+            base64: false,
             nullable: false,
         };
         assert_eq!(table.flags.iter().find(|f| f.flag == flag), Some(&want));
@@ -977,4 +978,11 @@ fn a_file_flag_gives_a_string_flag_its_file_s_text_or_bytes() {
     let takes = ["v", "no-v", "n", "n-file", "nope"].map(|f| b.takes_value(f));
     assert_eq!(takes, [false, false, true, true, false]);
     assert!(table.takes_value("output-file") && table.takes_value("count"));
+
+    // A base64 string (`format: byte`) takes any file, sent encoded.
+    let b64 = flag_table(&json!({"type": "object", "properties": {
+        "data": {"type": "string", "format": "byte"},
+        "blob": {"type": "string", "contentEncoding": "base64"}}}));
+    let v = b64.parse(&args(&["--data-file", &binary, "--blob-file", &text])).unwrap();
+    assert_eq!(v, json!({"data": "AP8=", "blob": "aMOpbGxvCg=="}));
 }
