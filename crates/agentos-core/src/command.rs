@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::CoreError;
 use crate::entry::{Binding, CatalogEntry, Contract, Operation, Status};
 use crate::event::EventBody;
-use crate::name::{check_capability, check_model_name, check_text, check_tool_id};
+use crate::name::{check_capability, check_label, check_model_name, check_text, check_tool_id};
 use crate::state::State;
 use crate::urn::BlobUrn;
 
@@ -71,11 +71,11 @@ impl HeaderFields {
     /// Checks every field; a missing model is the caller's home model.
     pub fn check(self, home_model: &str) -> Result<Header, CoreError> {
         check_tool_id(&self.id)?;
-        check_text("name", &self.name, 200, true)?;
+        check_label("name", &self.name, 200)?;
         let model = self.model.unwrap_or_else(|| home_model.to_string());
         check_model_name(&model)?;
         let version = self.version.unwrap_or_else(|| "1.0.0".to_string());
-        check_text("version", &version, 64, true)?;
+        check_label("version", &version, 64)?;
         let description = self.description.unwrap_or_default();
         check_text("description", &description, 4096, false)?;
         let capabilities = self.capabilities.unwrap_or_default();

@@ -160,6 +160,23 @@ pub fn check_text(field: &str, s: &str, max_chars: usize, required: bool) -> Res
     Ok(())
 }
 
+/// A label (a tool's name, a version): [`check_text`], and no bidirectional override, embedding
+/// or isolate, which would reorder on screen what is shown after it (an id beside the name
+/// read backwards). Right-to-left text needs none of them; its letters carry their direction.
+pub fn check_label(field: &str, s: &str, max_chars: usize) -> Result<(), CoreError> {
+    check_text(field, s, max_chars, true)?;
+    if let Some(c) = s.chars().find(|c| matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')) {
+        return Err(CoreError::bad_input(
+            "invalid_text",
+            format!(
+                "{field} contains a bidirectional control (U+{:04X}), which would reorder the text shown after it",
+                c as u32
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The longest token name, in characters.
 pub const MAX_TOKEN_NAME_CHARS: usize = 200;
 
@@ -204,6 +221,15 @@ pub fn safe_filename(raw: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_label_refuses_bidirectional_controls_and_keeps_right_to_left_letters() {
+        assert!(check_label("name", "Reader \u{202e}elif", 200).unwrap_err().message.contains("U+202E"));
+        assert!(check_label("name", "a\u{2067}b", 200).is_err());
+        assert!(check_label("name", "שלום עולם", 200).is_ok());
+        assert!(check_label("name", "mixed \u{200f}mark", 200).is_ok());
+        assert_eq!(check_label("name", "", 200).unwrap_err().code, "missing_field");
+    }
 
     #[test]
     fn a_long_name_is_shown_cut_with_its_length() {

@@ -28,9 +28,13 @@ function h(tag, attrs, ...children) {
     else if (k === 'text') el.textContent = v;
     else el.setAttribute(k, v === true ? '' : String(v));
   }
-  for (const c of children.flat()) {
-    if (c === undefined || c === null || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  const kids = children.flat().filter((c) => c !== undefined && c !== null && c !== false);
+  for (const c of kids) {
+    if (c instanceof Node) el.append(c);
+    // Text beside other children is isolated (`bdi`): a name holding a right-to-left override
+    // would otherwise reorder what follows it, an id beside it read backwards.
+    else if (kids.length > 1 && !svg) el.append(h('bdi', { text: String(c) }));
+    else el.append(document.createTextNode(String(c)));
   }
   return el;
 }
@@ -67,6 +71,8 @@ class ApiError extends Error {
 
 // What an error means for the person looking: a refusal says which flag or grant is missing.
 function explain(e) {
+  // fetch fails with a TypeError when no answer came at all.
+  if (e instanceof TypeError) return `Cannot reach the master at ${location.origin}: is it running? (${e.message})`;
   if (!(e instanceof ApiError)) return String(e.message || e);
   if (e.status === 403) return `Not allowed (403): ${e.message}`;
   if (e.status === 401) return 'The token is not accepted (401): sign in again.';
@@ -94,9 +100,24 @@ async function api(method, path, body) {
   }
   if (!r.ok) {
     const err = (data && data.error) || {};
+    if (r.status === 401) expired();
     throw new ApiError(r.status, err.code, err.message || `HTTP ${r.status}`);
   }
   return data;
+}
+
+// The token is no longer accepted (revoked, or the master's keys changed): it is forgotten, and
+// the page asks for another, rather than looking signed in with every request refused.
+function expired() {
+  if (!S.token) return;
+  sessionStorage.removeItem('agentos.token');
+  S.token = null;
+  S.me = null;
+  if (S.stop) {
+    S.stop();
+    S.stop = null;
+  }
+  signInView('That token is no longer accepted: sign in again.');
 }
 
 const get = (path) => api('GET', path);
@@ -132,9 +153,20 @@ function signInView(message) {
     h('p', { class: 'muted', text: 'Paste an agent or operator token. It is kept for this tab only; the page shows what the token may see.' }),
     input,
     h('button', { class: 'primary', type: 'submit' }, 'Sign in'));
+  setTimeout(() => input.focus(), 0);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();
-    S.token = input.value.trim();
+    // Pasted with its scheme, or with what a header cannot carry: said, not sent.
+    const token = input.value.trim().replace(/^Bearer(\s+|$)/i, '');
+    if (!token) {
+      alertBox('Paste a token first.');
+      return;
+    }
+    if (!/^[\x21-\x7e]+$/.test(token)) {
+      alertBox('That is not a token: a token is printable ASCII (like aos_…), with no spaces.');
+      return;
+    }
+    S.token = token;
     try {
       await signedIn();
       sessionStorage.setItem('agentos.token', S.token);
@@ -189,14 +221,17 @@ async function catalogView() {
       h('td', {}, e.name),
       h('td', {}, e.binding.type),
       h('td', {}, badges(e)),
-      h('td', { class: 'muted' }, e.description)));
+      h('td', { class: 'muted', title: e.description }, short(e.description, 240))));
     // A page at a time, with the way to the others: a catalog may hold thousands of entries.
-    const shown = page.total > page.items.length
-      ? `${page.total} entries, ${offset + 1}–${offset + page.items.length} shown`
-      : `${page.total} entr${page.total === 1 ? 'y' : 'ies'}`;
+    const shown = !page.items.length && offset > 0
+      ? `${page.total} entries, none from ${offset + 1} on`
+      : page.total > page.items.length
+        ? `${page.total} entries, ${offset + 1}–${offset + page.items.length} shown`
+        : `${page.total} entr${page.total === 1 ? 'y' : 'ies'}`;
     const at = (o) => `#/catalog${q({ ...filters, offset: o || undefined })}`;
     const pager = h('p', { class: 'row', id: 'pager' },
-      offset > 0 ? h('a', { href: at(Math.max(0, offset - CATALOG_SHOWN)), id: 'previous' }, '← previous') : null,
+      offset > 0 && !page.items.length ? h('a', { href: at(0), id: 'first' }, '← the first page') : null,
+      offset > 0 && page.items.length ? h('a', { href: at(Math.max(0, offset - CATALOG_SHOWN)), id: 'previous' }, '← previous') : null,
       offset + page.items.length < page.total ? h('a', { href: at(offset + CATALOG_SHOWN), id: 'next' }, 'next →') : null);
     fill(results,
       h('p', { class: 'muted', id: 'shown', text: shown }),
@@ -205,6 +240,12 @@ async function catalogView() {
   } catch (e) {
     fill(results, h('p', { class: 'muted', text: explain(e) }));
   }
+}
+
+// At most `n` characters of `text`, with an ellipsis when cut.
+function short(text, n) {
+  const chars = Array.from(text || '');
+  return chars.length > n ? `${chars.slice(0, n).join('')}…` : text || '';
 }
 
 function badges(e) {
@@ -220,12 +261,23 @@ function badges(e) {
 function confirmButton(attrs, label, question, action) {
   const button = h('button', { class: 'danger', ...attrs }, label);
   let armed = false;
+  let timer = null;
+  // Asked for a few seconds, and while the button keeps focus: a second click long after, or
+  // elsewhere first, asks again.
+  const disarm = () => {
+    armed = false;
+    clearTimeout(timer);
+    button.textContent = label;
+  };
+  button.addEventListener('blur', disarm);
   button.addEventListener('click', async () => {
     if (!armed) {
       armed = true;
       button.textContent = question;
+      timer = setTimeout(disarm, 4000);
       return;
     }
+    clearTimeout(timer);
     button.disabled = true;
     try {
       await action();
@@ -270,6 +322,11 @@ function changes(before, after) {
 
 async function entryView(id) {
   const model = hashParams().get('model') || undefined;
+  // `.` and `..` are path steps to a browser, not names: `/api/tool-catalog/..` is `/api/`.
+  if (id === '' || id === '.' || id === '..') {
+    show(h('h1', {}, 'Catalog'), h('p', { class: 'last-error', text: `${JSON.stringify(id)} is not a tool id.` }));
+    return;
+  }
   show(h('h1', {}, id), h('p', { class: 'muted', text: 'Loading…' }));
   let entry;
   try {
@@ -360,10 +417,18 @@ function layout(net) {
   return { pos, width, height };
 }
 
+// A key handler that acts on Enter and Space, as a button does.
+const pressed = (act) => (ev) => {
+  if (ev.key === 'Enter' || ev.key === ' ') {
+    ev.preventDefault();
+    act();
+  }
+};
+
 function drawNet(net, selected, onSelect) {
   const { pos, width, height } = layout(net);
   const state = Object.fromEntries(net.transitions.map((t) => [t.id, t]));
-  const svg = h('svg', { class: 'net', viewBox: `0 0 ${width} ${height}`, height: Math.min(height, 640), role: 'img', 'aria-label': `net of model ${net.model}` },
+  const svg = h('svg', { class: 'net', viewBox: `0 0 ${width} ${height}`, height: Math.min(height, 640), role: 'group', 'aria-label': `net of model ${net.model}` },
     h('defs', {}, h('marker', { id: 'arrow', viewBox: '0 0 10 10', refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse' }, h('path', { d: 'M0,0 L10,5 L0,10 z', fill: '#778' }))));
   // How far from its centre a line along (dx, dy) leaves a place (a circle) or a transition (a box).
   const circle = () => 26;
@@ -383,7 +448,7 @@ function drawNet(net, selected, onSelect) {
   }
   for (const p of net.places) {
     const at = pos[`p:${p.id}`];
-    const g = h('g', { class: `place${selected === `p:${p.id}` ? ' selected' : ''}`, 'data-place': p.id, tabindex: 0, onclick: () => onSelect(`p:${p.id}`) },
+    const g = h('g', { class: `place${selected === `p:${p.id}` ? ' selected' : ''}`, 'data-place': p.id, tabindex: 0, role: 'button', 'aria-label': `place ${p.id}, ${p.tokens} token(s)`, onclick: () => onSelect(`p:${p.id}`), onkeydown: pressed(() => onSelect(`p:${p.id}`)) },
       h('title', {}, `place ${p.id}: ${p.tokens} token(s)${p.reserved ? `, ${p.reserved} reserved` : ''}`),
       h('circle', { cx: at.x, cy: at.y, r: 24 }),
       h('text', { x: at.x, y: at.y, class: 'count' }, String(p.tokens)),
@@ -394,7 +459,7 @@ function drawNet(net, selected, onSelect) {
     const at = pos[`t:${t.id}`];
     const st = state[t.id] || {};
     const cls = ['transition', st.started ? 'started' : '', st.parked ? 'parked' : '', selected === `t:${t.id}` ? 'selected' : ''].join(' ');
-    svg.append(h('g', { class: cls, 'data-transition': t.id, tabindex: 0, onclick: () => onSelect(`t:${t.id}`) },
+    svg.append(h('g', { class: cls, 'data-transition': t.id, tabindex: 0, role: 'button', 'aria-label': `transition ${t.id}, ${st.started ? 'started' : 'stopped'}`, onclick: () => onSelect(`t:${t.id}`), onkeydown: pressed(() => onSelect(`t:${t.id}`)) },
       h('title', {}, `transition ${t.id} (${t.kind}): ${st.started ? 'started' : 'stopped'}, ${st.fires || 0} fires, ${st.inFlight || 0} in flight, ${st.parked || 0} parked${st.lastError ? `; last error: ${st.lastError}` : ''}`),
       h('rect', { x: at.x - 50, y: at.y - 22, width: 100, height: 44, rx: 4 }),
       h('text', { x: at.x, y: at.y - 7 }, t.id),
@@ -412,11 +477,20 @@ function parkedRow(p) {
 
 // Reads the watch stream with fetch (the token goes in a header, never in a URL) and calls
 // `onEvent` for each event; ends when `signal` aborts.
-async function watch(model, signal, onEvent) {
+async function watch(model, signal, onEvent, onState = () => {}) {
+  let wait = 1000;
   while (!signal.aborted) {
     try {
       const r = await fetch(`/api/models/${encodeURIComponent(model)}/watch`, { headers: { Authorization: `Bearer ${S.token}` }, signal });
-      if (!r.ok) throw new ApiError(r.status, '', `watch: HTTP ${r.status}`);
+      if (!r.ok) {
+        let err = {};
+        try {
+          err = (await r.json()).error || {};
+        } catch {}
+        throw new ApiError(r.status, err.code, err.message || `HTTP ${r.status}`);
+      }
+      onState('live');
+      wait = 1000;
       const reader = r.body.getReader();
       const decoder = new TextDecoder();
       let buf = '';
@@ -429,6 +503,15 @@ async function watch(model, signal, onEvent) {
           const block = buf.slice(0, cut);
           buf = buf.slice(cut + 2);
           const data = block.split('\n').filter((l) => l.startsWith('data:')).map((l) => l.slice(5).trim()).join('\n');
+          // The master ends a stream whose watcher may no longer see the model, saying why.
+          if (block.split('\n').includes('event: ended')) {
+            let why = '';
+            try {
+              why = JSON.parse(data).reason || '';
+            } catch {}
+            onState(`not live: the master ended the stream (${why})`);
+            return;
+          }
           if (data) {
             try {
               onEvent(JSON.parse(data));
@@ -440,9 +523,17 @@ async function watch(model, signal, onEvent) {
       }
     } catch (e) {
       if (signal.aborted) return;
-      if (e instanceof ApiError && (e.status === 403 || e.status === 401)) return;
+      if (e instanceof ApiError && [401, 403, 404, 400].includes(e.status)) {
+        if (e.status === 401) expired();
+        onState(`not live: ${explain(e)}`);
+        return;
+      }
+      onState(`not live: ${e instanceof ApiError ? explain(e) : 'cannot reach the master'}; trying again`);
     }
-    await new Promise((res) => setTimeout(res, 1000));
+    if (!signal.aborted) onState('not live: the stream ended; trying again');
+    // Tried again at once, then less and less often, up to every 15 s.
+    await new Promise((res) => setTimeout(res, wait));
+    wait = Math.min(wait * 2, 15000);
   }
 }
 
@@ -509,7 +600,8 @@ async function netView(model) {
         // A page, not the place: a place may hold a hundred thousand tokens.
         tokens = await get(`/api/models/${encodeURIComponent(model)}/places/${encodeURIComponent(id)}/tokens?limit=${TOKENS_SHOWN}`);
       } catch (e) {
-        alertBox(explain(e));
+        fill(side, h('h2', {}, `Place ${id}`), h('p', { class: 'last-error', id: 'tokens-error', text: `Its tokens could not be read: ${explain(e)}` }));
+        return;
       }
       const data = h('textarea', { id: 'token-data', 'aria-label': 'token data (JSON)' }, '{}');
       fill(side, h('h2', {}, `Place ${id}`), kv([['tokens', place.tokens], ['reserved', place.reserved]]),
@@ -573,8 +665,10 @@ async function netView(model) {
       await refresh();
       if (selected && selected.startsWith('p:')) sideFor();
     }, 80);
+  }, (state) => {
+    status.textContent = state;
+    status.classList.toggle('last-error', state !== 'live');
   });
-  status.textContent = 'live';
 }
 
 // ---- executors and jobs ---------------------------------------------------------------------
@@ -606,6 +700,8 @@ function drawJob(job, into) {
         throw new ApiError(x.status, err.code, err.message || `HTTP ${x.status}`);
       }
       into.append(h('h3', {}, `Whole ${stream}`), h('pre', {}, text));
+      const button = into.querySelector(`#whole-${stream}`);
+      if (button) button.remove();
     } catch (e) {
       alertBox(`The whole ${stream} could not be read: ${explain(e)}`);
     }
@@ -626,8 +722,8 @@ function drawJob(job, into) {
     kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['attempt', r.attempt], ['error', r.error], ['cancelled by', r.cancelledBy]]),
     open ? h('p', {}, confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)) : null,
     h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
-    r.stdoutBlob ? h('button', { onclick: () => whole('stdout') }, 'Load the whole stdout') : null,
-    r.stderrBlob ? h('button', { onclick: () => whole('stderr') }, 'Load the whole stderr') : null);
+    r.stdoutBlob ? h('button', { id: 'whole-stdout', onclick: () => whole('stdout') }, 'Load the whole stdout') : null,
+    r.stderrBlob ? h('button', { id: 'whole-stderr', onclick: () => whole('stderr') }, 'Load the whole stderr') : null);
 }
 
 async function executorsView() {
@@ -794,15 +890,25 @@ async function route() {
     try {
       await signedIn();
     } catch (e) {
-      sessionStorage.removeItem('agentos.token');
-      S.token = null;
-      signInView(e.status === 401 ? 'That token is no longer accepted: sign in again.' : explain(e));
+      if (e instanceof ApiError && e.status === 401) {
+        expired();
+        return;
+      }
+      // Anything else (the master starting, out of reach) keeps the token: try again.
+      show(h('p', { class: 'muted', text: explain(e) }), h('button', { id: 'retry', onclick: route }, 'Try again'));
       return;
     }
   }
   const path = location.hash.replace(/^#\/?/, '').split('?')[0];
   const [page, ...rest] = path.split('/');
   const view = PAGES[page] || PAGES.catalog;
+  // An address the page did not make (`#/tool/%E0`) is said, not half shown.
+  try {
+    decodeURIComponent(rest.join('/'));
+  } catch {
+    show(h('p', { class: 'last-error', text: `This address is not one the page makes: ${location.hash} does not decode.` }));
+    return;
+  }
   for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.page === (PAGES[page] ? page : 'catalog'));
   try {
     await view(rest.join('/'));

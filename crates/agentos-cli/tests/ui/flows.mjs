@@ -110,7 +110,15 @@ check(help.includes('Usage: agentos-greet run --name <string>'), `the contract s
 const binding = await page.locator('#binding').textContent();
 check(/[0-9a-f]{64}/.test(binding) && binding.includes('urn:agentos:blob:'), `the binding shows its sha256 and URN: ${binding}`);
 await page.locator('#history', { hasText: 'binding.sha256' }).waitFor();
+// The name beside the id is isolated: text in one cannot reorder the other on screen.
+check((await page.locator('h1 bdi').count()) >= 1, 'the entry heading isolates its name');
 await shot('entry');
+// `..` is not a tool: the page says so rather than asking for /api/.
+await page.goto(`${BASE}/#/tool/..`);
+await page.locator('main p.last-error', { hasText: 'is not a tool id' }).waitFor();
+// An address the page never makes is said, not half shown.
+await page.goto(`${BASE}/#/tool/%E0`);
+await page.locator('main p.last-error', { hasText: 'does not decode' }).waitFor();
 
 // Nets: the net applied through the API, a token watched moving live.
 await page.goto(`${BASE}/#/nets/flow`);
@@ -134,6 +142,20 @@ await page.locator('#tokens details').first().waitFor();
 await page.locator('#tokens details summary').first().click();
 await page.locator('#tokens pre', { hasText: '"n"' }).first().waitFor();
 await shot('net');
+// From the keyboard: a place takes focus, and Enter opens it.
+await page.focus('g[data-place=p-in]');
+await page.keyboard.press('Enter');
+await page.locator('#side h2', { hasText: 'Place p-in' }).waitFor();
+// On a phone's width the drawing keeps its width, the panel below it.
+await page.setViewportSize({ width: 375, height: 800 });
+const pictureWidth = await page.locator('#picture').evaluate((el) => el.getBoundingClientRect().width);
+check(pictureWidth > 300, `the drawing on a narrow window is ${pictureWidth} px wide`);
+await shot('net-narrow');
+await page.setViewportSize({ width: 1280, height: 860 });
+// A model with no net: the watch is refused, and the page says it is not live.
+expected.push(404, 404, 404, 404);
+await page.goto(`${BASE}/#/nets/no-such-model`);
+await page.locator('#live', { hasText: 'not live' }).waitFor();
 
 // A place with more tokens than the page shows (205, 200 shown): the first 200, and how to read on.
 await page.goto(`${BASE}/#/nets/many`);
@@ -177,6 +199,7 @@ await loadWhole.click();
 await page.locator('#job h3', { hasText: 'Whole stdout' }).waitFor();
 const whole = await page.locator('#job pre').last().textContent();
 check(whole.length === 150000 && whole.endsWith('az'), `the whole stdout: ${whole.length} characters ending ${whole.slice(-5)}`);
+check((await loadWhole.count()) === 0, 'the whole stdout can be loaded again beside itself');
 check(await page.locator('#alert').isHidden(), `an alert beside the whole stdout: ${await page.locator('#alert').textContent()}`);
 await shot('whole-output');
 
@@ -305,6 +328,23 @@ const brokenWhy = await outputRefused.textContent();
 check(brokenWhy.includes('500') && brokenWhy.includes('is corrupt'), `the refused read is explained: ${brokenWhy}`);
 check((await page.locator('#job h3', { hasText: 'Whole stdout' }).count()) === 0, 'a refusal is not shown as the output');
 await shot('output-refused');
+
+// Its token revoked while the page is open: the next request signs the page out, and the
+// token is forgotten, rather than every view saying 401 under its name.
+await api('DELETE', '/api/agents/caller');
+expected.push(401);
+await page.goto(`${BASE}/#/catalog`);
+await page.locator('#sign-in').waitFor();
+await page.locator('#alert', { hasText: 'no longer accepted' }).waitFor();
+check(!(await page.evaluate(() => sessionStorage.getItem('agentos.token'))), 'the revoked token is kept');
+check(await page.locator('#who').evaluate((el) => el.textContent === ''), 'the header still names the revoked agent');
+// What is not a token is said before anything is sent.
+await page.fill('#token', 'Bearer ');
+await page.click('#sign-in button[type=submit]');
+await page.locator('#alert', { hasText: 'Paste a token first' }).waitFor();
+await page.fill('#token', 'aos_€uro');
+await page.click('#sign-in button[type=submit]');
+await page.locator('#alert', { hasText: 'not a token' }).waitFor();
 
 await browser.close();
 console.log(JSON.stringify({ figures, problems }));

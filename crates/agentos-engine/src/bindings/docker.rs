@@ -298,7 +298,7 @@ impl ImportImage {
             timeout_ms: self.timeout_ms,
         });
         let (model, mut entry) = header.into_entry(Status::Approved, contract, binding);
-        if agentos_core::name::check_text("version", &imported.version, 64, true).is_ok() {
+        if agentos_core::name::check_label("version", &imported.version, 64).is_ok() {
             entry.version = imported.version;
         }
         Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })

@@ -591,7 +591,7 @@ impl RegisterHttp {
         });
         let (model, mut entry) = header.into_entry(Status::Registered, contract, binding);
         // The entry's version is the document's (`info.version`) when it makes a valid one.
-        if agentos_core::name::check_text("version", &imported.version, 64, true).is_ok() {
+        if agentos_core::name::check_label("version", &imported.version, 64).is_ok() {
             entry.version = imported.version;
         }
         Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
