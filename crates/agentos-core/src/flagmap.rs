@@ -164,6 +164,14 @@ fn scalar(schema: &Value) -> FlagType {
     if let Some(c) = schema.get("const") {
         return FlagType::Enum(vec![c.clone()]);
     }
+    // Several types (`[integer, string]`, OpenAPI 3.1): the value is read as JSON when it is
+    // JSON and as text otherwise, so `5` is the integer and `abc` the string. The first type
+    // alone refused every value of the others.
+    if let Some(Value::Array(ts)) = schema.get("type")
+        && ts.iter().filter_map(Value::as_str).filter(|t| *t != "null").count() > 1
+    {
+        return FlagType::Json;
+    }
     match type_of(schema) {
         Some("string") => FlagType::String,
         Some("number") => FlagType::Number,

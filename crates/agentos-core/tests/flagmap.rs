@@ -986,3 +986,14 @@ fn a_file_flag_gives_a_string_flag_its_file_s_text_or_bytes() {
     let v = b64.parse(&args(&["--data-file", &binary, "--blob-file", &text])).unwrap();
     assert_eq!(v, json!({"data": "AP8=", "blob": "aMOpbGxvCg=="}));
 }
+
+#[test]
+fn a_flag_of_several_types_takes_a_value_of_each() {
+    let table = flag_table(&json!({"type": "object", "properties": {
+        "num": {"type": ["integer", "string"]}, "maybe": {"type": ["string", "null"]}}}));
+    let args = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(table.parse(&args(&["--num", "5"])).unwrap(), json!({"num": 5}));
+    assert_eq!(table.parse(&args(&["--num", "abc"])).unwrap(), json!({"num": "abc"}));
+    // One type beside null stays that type: text is text.
+    assert_eq!(table.parse(&args(&["--maybe", "5"])).unwrap(), json!({"maybe": "5"}));
+}
