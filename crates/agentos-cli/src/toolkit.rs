@@ -235,7 +235,14 @@ pub fn run(toolkit: String, args: Vec<std::ffi::OsString>, fallback: Fallback) -
             let line = e.message.lines().next().unwrap_or("");
             let named = lossy.first().map(|t| format!("{toolkit} {t}: "));
             let line = named.as_deref().and_then(|n| line.strip_prefix(n)).unwrap_or(line);
-            errln!("{label}: {line}");
+            // A file read here travels base64-encoded, a third larger than on disk: a file under
+            // the master's body limit can still be refused as over it.
+            let grown = if e.status == Some(413) && names_flag_files(&lossy) {
+                "; files read by --…-file travel base64-encoded, a third larger than on disk"
+            } else {
+                ""
+            };
+            errln!("{label}: {line}{grown}");
             if json_in {
                 // A caller that speaks JSON reads stdout: the failure in the answer's shape, with
                 // the master's status and code, which the line leaves off.

@@ -144,6 +144,12 @@ fn flag_files_are_bounded_and_a_boolean_named_file_is_a_boolean() {
     let out = run(&m, &bf, &["run", "--json-file", "/dev/zero"], None);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("more than the 64 MiB"), "{}", out.stderr);
+    // A file under the master's body limit on disk but not once encoded: said why.
+    let big = dir.path().join("big.txt");
+    std::fs::write(&big, "x".repeat(7 << 20)).unwrap();
+    let out = run(&m, &bf, &["run", "--name-file", big.to_str().unwrap()], None);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("travel base64-encoded, a third larger"), "{}", out.stderr);
 }
 
 /// Regression: a shim read every `--x-file PATH` as a file and sent it, even when `x-file` is a
