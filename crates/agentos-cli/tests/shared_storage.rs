@@ -249,6 +249,8 @@ fn a_database_restarted_under_load_is_answered_503_meanwhile_and_both_masters_go
     let b = shared.master(&dir.path().join("b"), Some(&a));
     let (status, v, _) = register(&a, "before", "echo 1");
     assert_eq!(status, 200, "{v}");
+    let (status, v, _) = register(&a, "slow", "sleep 1; echo done");
+    assert_eq!(status, 200, "{v}");
     let urls = format!("{},{}", a.url, b.url);
     let _e = Executor::start_args(&a, &dir.path().join("executor"), "e1", &[], &["--master", &urls]);
     let invoke = |m: &Master| send(m, "POST", "/api/tools/before/invoke", Some(json!({"timeoutMs": 5000})), None);
@@ -290,6 +292,20 @@ fn a_database_restarted_under_load_is_answered_503_meanwhile_and_both_masters_go
         })
     };
     std::thread::sleep(Duration::from_millis(500));
+    // A job that ends while the database is out: its result waits for it, and is recorded once
+    // from this run (it used to be dropped after 3 s of refusals, and the job ran again).
+    let queued = common::http()
+        .post(format!("{}/api/tools/slow/invoke", a.url))
+        .bearer_auth(&a.token)
+        .header("Prefer", "respond-async")
+        .json(&json!({}))
+        .send()
+        .unwrap();
+    assert_eq!(queued.status().as_u16(), 202);
+    let slow_job = queued.json::<Value>().unwrap()["jobId"].as_str().unwrap().to_string();
+    common::wait_for("the slow job to start", || {
+        send(&a, "GET", &format!("/api/jobs/{slow_job}"), None, None).1["state"] == "running"
+    });
     pg(Some("stop"));
     let (status, v, _) = register(&a, "during", "echo 2");
     assert_eq!(status, 503, "{v}");
@@ -300,7 +316,8 @@ fn a_database_restarted_under_load_is_answered_503_meanwhile_and_both_masters_go
         let (status, v, _) = invoke(m);
         assert_eq!((status, v["error"]["code"].as_str()), (503, Some("storage_unavailable")), "{v}");
     }
-    std::thread::sleep(Duration::from_millis(1000));
+    // Longer than the executor's old retries of a result (about 3 s).
+    std::thread::sleep(Duration::from_millis(5000));
     pg(None);
     for (m, id) in [(&a, "after-a"), (&b, "after-b")] {
         common::wait_for("registrations to go through again", || register(m, id, "echo 3").0 == 200);
@@ -319,6 +336,13 @@ fn a_database_restarted_under_load_is_answered_503_meanwhile_and_both_masters_go
         let (status, _, _) = send(m, "GET", "/api/tool-catalog/during", None, None);
         assert_eq!(status, 404);
     }
+    common::wait_for("the slow job's result", || {
+        send(&a, "GET", &format!("/api/jobs/{slow_job}"), None, None).1["state"] == "finished"
+    });
+    let (_, job, _) = send(&b, "GET", &format!("/api/jobs/{slow_job}"), None, None);
+    let results = job["results"].as_array().unwrap();
+    assert_eq!(results.len(), 1, "{job}");
+    assert_eq!((results[0]["attempt"].as_u64(), results[0]["stdout"].as_str()), (Some(1), Some("done\n")), "{job}");
     // The queue is back too: the executor, which kept polling through the outage, runs jobs.
     for m in [&a, &b] {
         let (status, v, _) = invoke(m);

@@ -552,6 +552,8 @@ struct Post {
     job_id: String,
     result: ExecutorResult,
     max_result_bytes: Option<u64>,
+    /// The job's lease: how long its result may still be taken after the job ended.
+    lease_ms: u64,
 }
 
 /// How one job went.
@@ -642,14 +644,19 @@ async fn run_one(shared: &Shared, job: LeasedJob, kill: &CancellationToken, pend
         hand_back(shared, &job).await;
         return ran(None);
     }
-    ran(Some(Post { job_id: job.job_id.clone(), result, max_result_bytes: job.max_result_bytes }))
+    ran(Some(Post {
+        job_id: job.job_id.clone(),
+        result,
+        max_result_bytes: job.max_result_bytes,
+        lease_ms: job.lease_ms,
+    }))
 }
 
 /// Posts a job's result. With `take_next`, the answer may carry the next job, which is returned;
 /// also whether a post that asked for one got no answer (the next poll then hands back a job
 /// the master may have handed out in it).
 async fn post_result(shared: &Shared, post: Post, take_next: bool, slot: u16) -> Brought {
-    let Post { job_id, result, max_result_bytes } = post;
+    let Post { job_id, result, max_result_bytes, lease_ms } = post;
     let (mut result, mut dropped) = (result, false);
     // A master that says its limit is spared a post it would refuse: a refusal of a body of
     // megabytes often arrives as a reset connection rather than as its 413.
@@ -661,9 +668,12 @@ async fn post_result(shared: &Shared, post: Post, take_next: bool, slot: u16) ->
         result = without_output(result, &why);
         dropped = true;
     }
-    // The master may be restarting: retry the post a few times within the lease.
+    // The master may be restarting, or its storage out for a while (a 503): the post is tried
+    // again for as long as the lease may hold, after which the job is another executor's. A
+    // result dropped sooner ran the job a second time once the storage was back.
     let (mut unanswered, mut refused) = (false, false);
-    for attempt in 0..5 {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(lease_ms.max(1_000));
+    for attempt in 0u32.. {
         // Only the first try asks for the next job: a retry may follow a post the master took.
         let asks = take_next && attempt == 0;
         match shared.master.result(&job_id, &result, asks, slot).await {
@@ -694,8 +704,13 @@ async fn post_result(shared: &Shared, post: Post, take_next: bool, slot: u16) ->
             }
             Err(e) => {
                 unanswered |= e.answer_lost();
-                tracing::warn!(job = %job_id, error = %e, attempt, "posting the result failed");
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                let wait = Duration::from_millis(200u64 << attempt.min(3));
+                if tokio::time::Instant::now() + wait >= deadline {
+                    tracing::error!(job = %job_id, error = %e, attempt, "posting the result failed until its lease ran out: the job will run again");
+                    break;
+                }
+                tracing::warn!(job = %job_id, error = %e, attempt, "posting the result failed; trying again");
+                tokio::time::sleep(wait).await;
             }
         }
     }
