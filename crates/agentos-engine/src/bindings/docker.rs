@@ -442,15 +442,26 @@ fn core(e: EngineError) -> CoreError {
 fn docker_error(e: &bollard::errors::Error) -> String {
     match e {
         bollard::errors::Error::DockerResponseServerError { message, .. } => message.clone(),
+        bollard::errors::Error::DockerStreamError { error } => error.clone(),
+        other if engine_answered(other) => other.to_string(),
         other => {
             format!("the Docker engine did not answer (is dockerd running?): {}", crate::outbound::describe(other))
         }
     }
 }
 
-/// Whether the engine itself answered `e` (it refused something), rather than not answering.
+/// Whether the engine itself answered `e` (it refused something, or its answer said what went
+/// wrong: a pull's manifest unknown, a full disk), rather than not answering at all.
 fn engine_answered(e: &bollard::errors::Error) -> bool {
-    matches!(e, bollard::errors::Error::DockerResponseServerError { .. })
+    use bollard::errors::Error;
+    matches!(
+        e,
+        Error::DockerResponseServerError { .. }
+            | Error::DockerStreamError { .. }
+            | Error::DockerContainerWaitError { .. }
+            | Error::JsonDataError { .. }
+            | Error::JsonSerdeError { .. }
+    )
 }
 
 /// Calls one operation of a container entry: the tag still at its pinned digest, a warm
@@ -511,10 +522,7 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
     };
     let warm = match tokio::time::timeout(timeout, starting).await {
         Ok(Ok(Ok(warm))) => warm,
-        Ok(Ok(Err(e))) => {
-            let why = crate::redact::Redactor::new(&values).text(&e.message);
-            return Err(failed(e.kind, e.code, why));
-        }
+        Ok(Ok(Err(e))) => return Err(failed(e.kind, e.code, e.message)),
         Ok(Err(e)) => return Err(failed(ErrorKind::Internal, "container_failed", e.to_string())),
         Err(_) => {
             return Err(failed(
@@ -527,8 +535,7 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
             ));
         }
     };
-    let _busy = warm.busy();
-    let base = format!("http://127.0.0.1:{}{}", warm.port, b.base_path);
+    let base = format!("http://127.0.0.1:{}{}", warm.0.port, b.base_path);
     let request =
         agentos_openapi::build_request(&base, op, input).map_err(|e| CoreError::bad_input("usage", e.to_string()))?;
     let left = timeout.saturating_sub(began.elapsed()).max(Duration::from_millis(1));
@@ -557,8 +564,12 @@ pub(crate) struct Containers {
     failed: Mutex<HashMap<String, (Instant, CoreError)>>,
     /// Validation containers running or about to start (see [`Containers::validating`]).
     validating: AtomicUsize,
-    /// Containers whose removal failed (the engine was down): removed at the next start.
+    /// Containers whose removal failed (the engine was down): removed at the next start, and
+    /// when the master stops.
     leftovers: Mutex<Vec<String>>,
+    /// Containers out of their slots, waiting for their calls in flight to end before they are
+    /// removed: counted against the limit, and removed when the master stops.
+    retiring: Mutex<std::collections::HashSet<String>>,
 }
 
 /// One entry's container, or none; locked while it is checked or started.
@@ -576,7 +587,9 @@ pub(crate) struct Warm {
     in_flight: AtomicUsize,
 }
 
-struct WarmBusy<'a>(&'a Warm);
+/// A call under way in a warm container: counted from the moment the container is handed to
+/// the call under its slot's lock, so that nothing stops it as idle in between.
+struct WarmBusy(Arc<Warm>);
 
 /// One validation container counted against the limit, for as long as it is held.
 struct Validating<'a>(&'a AtomicUsize);
@@ -587,7 +600,7 @@ impl Drop for Validating<'_> {
     }
 }
 
-impl Drop for WarmBusy<'_> {
+impl Drop for WarmBusy {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
         *self.0.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
@@ -595,10 +608,10 @@ impl Drop for WarmBusy<'_> {
 }
 
 impl Warm {
-    fn busy(&self) -> WarmBusy<'_> {
+    fn busy(self: &Arc<Self>) -> WarmBusy {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-        WarmBusy(self)
+        WarmBusy(self.clone())
     }
 }
 
@@ -614,6 +627,7 @@ impl Containers {
             failed: Default::default(),
             validating: AtomicUsize::new(0),
             leftovers: Default::default(),
+            retiring: Default::default(),
         }
     }
 
@@ -623,9 +637,12 @@ impl Containers {
         let client = self
             .client
             .get_or_try_init(|| async move {
-                let d = Docker::connect_with_unix(&socket, 120, bollard::API_DEFAULT_VERSION)
-                    .map_err(|e| docker_error(&e))?;
-                d.negotiate_version().await.map_err(|e| docker_error(&e))
+                // Said once, by the refusal below: not "cannot be reached: … did not answer".
+                let why = |e: bollard::errors::Error| {
+                    if engine_answered(&e) { docker_error(&e) } else { crate::outbound::describe(&e) }
+                };
+                let d = Docker::connect_with_unix(&socket, 120, bollard::API_DEFAULT_VERSION).map_err(why)?;
+                d.negotiate_version().await.map_err(why)
             })
             .await
             .map_err(|why| {
@@ -774,7 +791,7 @@ impl Containers {
         b: &DockerBinding,
         secrets: &[(String, String)],
         arrived: Instant,
-    ) -> Result<Arc<Warm>, CoreError> {
+    ) -> Result<WarmBusy, CoreError> {
         let env = {
             let mut all = Vec::new();
             for (k, v) in secrets {
@@ -789,7 +806,7 @@ impl Containers {
         let mut held = slot.lock().await;
         if let Some(w) = held.as_ref() {
             if w.env == env && tokio::net::TcpStream::connect(("127.0.0.1", w.port)).await.is_ok() {
-                return Ok(w.clone());
+                return Ok(w.busy());
             }
             // Crashed, stopped, or started with secrets that changed since: replaced below.
             // Calls still under way in it finish first.
@@ -801,12 +818,18 @@ impl Containers {
         {
             return Err(why);
         }
-        let started = self.start_warm(engine, key, image, b, secrets, env).await;
+        // A failure is recorded for the calls waiting on the slot, redacted with the values this
+        // start had: a container's last log line may print its environment.
+        let started = self.start_warm(engine, key, image, b, secrets, env).await.map_err(|e| {
+            let values: Vec<String> = secrets.iter().map(|(_, v)| v.clone()).collect();
+            CoreError::new(e.kind, e.code, crate::redact::Redactor::new(&values).text(&e.message))
+        });
         match started {
             Ok(w) => {
-                *held = Some(w.clone());
+                let busy = w.busy();
+                *held = Some(w);
                 self.failed.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
-                Ok(w)
+                Ok(busy)
             }
             Err(e) => {
                 self.failed
@@ -871,11 +894,16 @@ impl Containers {
 
     /// Removes a container taken out of its slot once the calls under way in it have ended.
     fn retire(engine: std::sync::Weak<crate::engine::Inner>, gone: Arc<Warm>) {
+        let Some(inner) = engine.upgrade() else { return };
+        inner.docker.retiring.lock().unwrap_or_else(|p| p.into_inner()).insert(gone.name.clone());
+        drop(inner);
         tokio::spawn(async move {
             while gone.in_flight.load(Ordering::Acquire) > 0 {
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            if let Some(inner) = engine.upgrade() {
+            if let Some(inner) = engine.upgrade()
+                && inner.docker.retiring.lock().unwrap_or_else(|p| p.into_inner()).remove(&gone.name)
+            {
                 inner.docker.remove(&gone.name).await;
             }
         });
@@ -887,7 +915,8 @@ impl Containers {
     /// own is (1 for an import's, counted before it asks, 0 for a call's).
     async fn make_room(&self, key: &str, validating: usize) -> Result<(), CoreError> {
         let others = self.other_slots(key);
-        let mut running = self.validating.load(Ordering::Acquire).saturating_sub(validating);
+        let retiring = self.retiring.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let mut running = self.validating.load(Ordering::Acquire).saturating_sub(validating) + retiring;
         let mut idle: Vec<(Instant, tokio::sync::OwnedMutexGuard<Option<Arc<Warm>>>)> = Vec::new();
         for s in others {
             match s.try_lock_owned() {
@@ -973,9 +1002,17 @@ impl Containers {
         self.stop_where(|k| k.ends_with(&suffix)).await;
     }
 
-    /// Stops every warm container (the master is stopping).
+    /// Stops every warm container (the master is stopping), those retiring, and those an
+    /// earlier removal missed.
     pub(crate) async fn stop_all(&self) {
         self.stop_where(|_| true).await;
+        let retiring: Vec<String> = self.retiring.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        for name in retiring {
+            self.remove(&name).await;
+        }
+        if let Ok(client) = self.client().await {
+            self.remove_leftovers(&client).await;
+        }
     }
 
     /// Removes every container an earlier run of this master left (killed mid-import, say).
@@ -998,15 +1035,22 @@ impl Containers {
 /// How often a warm container's watcher checks that its entry is still in the catalog.
 const CATALOG_CHECK: Duration = Duration::from_secs(2);
 
-/// Whether the warm container of `key` (`model/id@digest`) still serves a cataloged entry: one
-/// removed, or imported again at another digest, is stopped by its watcher, on whichever
-/// master ran it, rather than holding one of the limit's places until it is idle.
-fn cataloged(st: &agentos_core::state::State, key: &str) -> bool {
+/// Whether the warm container of `key` (`model/id@digest`) may go on serving: its entry is
+/// still cataloged at that digest, and each of its secrets is still set and granted to it. One
+/// removed, imported again at another digest, or holding a secret revoked since, is stopped by
+/// its watcher, on whichever master ran it, rather than running until it is idle.
+fn still_serves(engine: &Engine, key: &str) -> bool {
     let Some((entry, digest)) = key.rsplit_once('@') else { return false };
     let Some((model, id)) = entry.split_once('/') else { return false };
-    st.catalog(model)
-        .and_then(|c| c.get(id))
-        .is_some_and(|e| matches!(&e.entry.binding, Binding::Docker(b) if b.digest == digest))
+    let secrets = {
+        let st = engine.read_state();
+        match st.catalog(model).and_then(|c| c.get(id)).map(|e| &e.entry.binding) {
+            Some(Binding::Docker(b)) if b.digest == digest => b.secrets.clone(),
+            _ => return false,
+        }
+    };
+    let pin = digest.trim_start_matches("sha256:");
+    secrets.iter().all(|s| granted_to_entry(engine, s, id, model, pin) && engine.principals().secret(s).is_some())
 }
 
 /// Stops a warm container once it has had no call for the configured idle time, or once its
@@ -1016,7 +1060,7 @@ async fn watch_idle(engine: std::sync::Weak<crate::engine::Inner>, key: String, 
         let Some(idle) = engine.upgrade().map(|e| e.docker.config.idle_stop) else { return };
         tokio::time::sleep((idle / 4).clamp(Duration::from_millis(100), CATALOG_CHECK)).await;
         let (Some(inner), Some(w)) = (engine.upgrade(), warm.upgrade()) else { return };
-        let kept = cataloged(&inner.ledger.read_state(), &key);
+        let kept = still_serves(&Engine { inner: inner.clone() }, &key);
         let quiet = w.last_used.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
         if kept && (w.in_flight.load(Ordering::Acquire) > 0 || quiet < idle) {
             continue;
@@ -1030,7 +1074,7 @@ async fn watch_idle(engine: std::sync::Weak<crate::engine::Inner>, key: String, 
         if !kept {
             held.take();
             drop(held);
-            tracing::info!(container = %w.name, "container of an entry no longer cataloged stopped");
+            tracing::info!(container = %w.name, "container of an entry no longer cataloged, or of a secret revoked, stopped");
             Containers::retire(engine, w);
             return;
         }
