@@ -404,10 +404,20 @@ fn place_credential(
             }
             url.query_pairs_mut().append_pair(&name, value);
         }
-        // A cookie credential joins the operation's own cookies rather than replacing them.
+        // A cookie credential joins the operation's own cookies rather than replacing them:
+        // first, and with any of the caller's cookies of the same names left out, since servers
+        // take the first of a name and a caller's would otherwise stand in for the credential.
         HttpAuthKind::Header if name.eq_ignore_ascii_case("cookie") => {
+            let names: Vec<&str> = value.split(';').map(|c| c.split_once('=').map_or(c, |(n, _)| n).trim()).collect();
             match headers.iter_mut().find(|(k, _)| k.eq_ignore_ascii_case("cookie")) {
-                Some((_, cookies)) => *cookies = format!("{cookies}; {value}"),
+                Some((_, cookies)) => {
+                    let kept: Vec<&str> = cookies
+                        .split(';')
+                        .map(str::trim)
+                        .filter(|c| !c.is_empty() && !names.contains(&c.split_once('=').map_or(*c, |(n, _)| n).trim()))
+                        .collect();
+                    *cookies = std::iter::once(value).chain(kept).collect::<Vec<_>>().join("; ");
+                }
                 None => headers.push((name, value.to_string())),
             }
         }
@@ -774,13 +784,18 @@ mod tests {
             &[],
             Ok(("https://api.example.com/v1/items?q=1&api_key=s3cr3t%2B%2F%3D", &[])),
         );
-        // A cookie credential joins the operation's cookies.
+        // A cookie credential joins the operation's cookies, first; a caller's cookie of the
+        // same name is left out.
         check(
             auth(HttpAuthKind::Header, Some("Cookie")),
             u,
             &[("cookie", "sess=mine")],
-            Ok((u, &[("cookie", "sess=mine; s3cr3t+/=")])),
+            Ok((u, &[("cookie", "s3cr3t+/=; sess=mine")])),
         );
+        let mut url = reqwest::Url::parse(u).unwrap();
+        let mut hs = vec![("cookie".to_string(), "session=forged; theme=dark".to_string())];
+        place_credential(&auth(HttpAuthKind::Header, Some("Cookie")), "session=real", &mut url, &mut hs).unwrap();
+        assert_eq!(hs, [("cookie".to_string(), "session=real; theme=dark".to_string())]);
         check(auth(HttpAuthKind::Header, Some("Cookie")), u, &[], Ok((u, &[("Cookie", "s3cr3t+/=")])));
         for h in ["Host", "forwarded", "X-Forwarded-For"] {
             check(

@@ -2033,7 +2033,11 @@ impl Nets<'_> {
             input,
             timeout_ms: action.timeout_ms,
         };
-        let failed = |e: EngineError| FireError::Failed(e.to_string());
+        // A credential not granted to the service is the operator's to grant: not retried.
+        let failed = |e: EngineError| match e.kind() {
+            ErrorKind::Forbidden => FireError::Denied(e.to_string()),
+            _ => FireError::Failed(e.to_string()),
+        };
         if kind == BindingKind::Mcp {
             let output = crate::bindings::mcp::call_operation(self, &call).await.map_err(failed)?;
             return Ok((output.clone(), output));
