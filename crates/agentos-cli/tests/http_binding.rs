@@ -52,6 +52,9 @@ class H(http.server.BaseHTTPRequestHandler):
             extra, out = {'Content-Encoding': 'gzip'}, gzip.compress(out)
         elif u.path == '/ctecho':
             ctype = 'application/json; x="%s"' % self.headers.get('authorization', '')
+        elif u.path == '/escaped':
+            auth = self.headers.get('authorization', '')
+            status, out = 401, ('{"echo": "%s"}' % ''.join('\\u%04x' % ord(c) for c in auth)).encode()
         self.send_response(status)
         self.send_header('content-type', ctype)
         for k, v in extra.items():
@@ -158,6 +161,8 @@ paths:
     get: {operationId: gzip, responses: {"200": {description: the echo, gzip-encoded}}}
   /ctecho:
     get: {operationId: ctecho, responses: {"200": {description: the echo, the credential in its content type}}}
+  /escaped:
+    get: {operationId: escaped, responses: {"401": {description: the credential echoed, every character escaped}}}
 "#;
 
 /// A running service; killed when dropped.
@@ -238,6 +243,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
             "boom",
             "bytes",
             "ctecho",
+            "escaped",
             "get-item",
             "gzip",
             "hop",
@@ -502,6 +508,10 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(!out.stdout.contains(token), "{}", out.stdout);
     assert_eq!(out.json()["result"]["contentType"], "application/json; x=\"Bearer [redacted]\"", "{}", out.stdout);
+    // A failed answer's JSON that spells the credential in escapes is redacted as read.
+    let out = run(&m, &m.token, &bin.join("agentos-items"), &["escaped"]);
+    assert_eq!(out.code, 5, "{}", out.stderr);
+    assert!(!out.stderr.contains(token) && out.stderr.contains("Bearer [redacted]"), "{}", out.stderr);
 
     // `auth: query` sends the credential as the named query parameter only: the operation's own
     // parameter of that name is not offered, since the credential would replace its value.

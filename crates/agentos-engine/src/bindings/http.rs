@@ -305,7 +305,21 @@ impl Sent<'_> {
             }
         };
         // Defence in depth: a service that echoes the credential does not hand it to the caller.
-        let bytes = redactor.bytes(bytes);
+        // JSON is redacted again once read, for the escapes its writer may use (`\/`, `\u002B`)
+        // that the bytes' forms do not know; the bytes are written anew only when that found
+        // something, for the error's excerpt and the blob as much as for the inline body.
+        let mut bytes = redactor.bytes(bytes);
+        let mut parsed =
+            if content_type.contains("json") { serde_json::from_slice::<Value>(&bytes).ok() } else { None };
+        if !redactor.is_empty()
+            && let Some(v) = parsed.take()
+        {
+            let clean = redactor.value(v.clone());
+            if clean != v {
+                bytes = serde_json::to_vec(&clean).unwrap_or(bytes);
+            }
+            parsed = Some(clean);
+        }
         if !(200..300).contains(&status) {
             let text = String::from_utf8_lossy(&bytes);
             // One line, and inert in a terminal: a control character (an escape sequence, a
@@ -334,15 +348,10 @@ impl Sent<'_> {
                 format!("{shown} answered {status}{moved}{tail}"),
             ));
         }
-        let parsed = if content_type.contains("json") { serde_json::from_slice::<Value>(&bytes).ok() } else { None };
         let mut answer = json!({"status": status, "contentType": content_type, "headers": shown_headers});
         let size = bytes.len();
         match parsed {
-            // Redacted again once read: JSON may spell the credential with escapes (`\/`,
-            // `\u0041`) that the bytes' redaction does not know.
-            Some(v) if size <= self.engine.inner.dispatch.config.inline_output_bytes => {
-                answer["body"] = redactor.value(v)
-            }
+            Some(v) if size <= self.engine.inner.dispatch.config.inline_output_bytes => answer["body"] = v,
             _ => {
                 // Large answers go to the blob store like script output, readable in the caller's
                 // model; so do bytes that are not text (an image, a PDF), which a string would mangle.
