@@ -45,12 +45,12 @@ impl DataUrl {
         format!("data:{media_type}{name};base64,{}", STANDARD.encode(bytes))
     }
 
-    /// Reads a base64 `data:` URL; `None` for any other text (which is then sent as its own bytes).
     /// The bytes as standard base64, as a `format: byte` string carries them.
     pub fn base64(&self) -> String {
         STANDARD.encode(&self.bytes)
     }
 
+    /// Reads a base64 `data:` URL; `None` for any other text (which is then sent as its own bytes).
     pub fn parse(text: &str) -> Option<DataUrl> {
         let rest = text.strip_prefix("data:")?;
         let (head, data) = rest.split_once(',')?;

@@ -85,7 +85,8 @@ const TOKENS_SHOWN = 200;
 const CATALOG_SHOWN = 200;
 
 async function api(method, path, body) {
-  const headers = { Authorization: `Bearer ${S.token}` };
+  const token = S.token;
+  const headers = { Authorization: `Bearer ${token}` };
   if (S.seq) headers['Agentos-Min-Seq'] = String(S.seq);
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const r = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -100,7 +101,7 @@ async function api(method, path, body) {
   }
   if (!r.ok) {
     const err = (data && data.error) || {};
-    if (r.status === 401) expired();
+    if (r.status === 401) expired(token);
     throw new ApiError(r.status, err.code, err.message || `HTTP ${r.status}`);
   }
   return data;
@@ -108,8 +109,9 @@ async function api(method, path, body) {
 
 // The token is no longer accepted (revoked, or the master's keys changed): it is forgotten, and
 // the page asks for another, rather than looking signed in with every request refused.
-function expired() {
-  if (!S.token) return;
+function expired(token) {
+  // A late refusal of a token already replaced (signed out and in again) ends nothing.
+  if (!S.token || token !== S.token) return;
   sessionStorage.removeItem('agentos.token');
   S.token = null;
   S.me = null;
@@ -480,8 +482,10 @@ function parkedRow(p) {
 async function watch(model, signal, onEvent, onState = () => {}) {
   let wait = 1000;
   while (!signal.aborted) {
+    let closed = false;
+    const token = S.token;
     try {
-      const r = await fetch(`/api/models/${encodeURIComponent(model)}/watch`, { headers: { Authorization: `Bearer ${S.token}` }, signal });
+      const r = await fetch(`/api/models/${encodeURIComponent(model)}/watch`, { headers: { Authorization: `Bearer ${token}` }, signal });
       if (!r.ok) {
         let err = {};
         try {
@@ -496,7 +500,10 @@ async function watch(model, signal, onEvent, onState = () => {}) {
       let buf = '';
       for (;;) {
         const { value, done } = await reader.read();
-        if (done) break;
+        if (done) {
+          closed = true;
+          break;
+        }
         buf += decoder.decode(value, { stream: true });
         let cut;
         while ((cut = buf.indexOf('\n\n')) >= 0) {
@@ -524,14 +531,14 @@ async function watch(model, signal, onEvent, onState = () => {}) {
     } catch (e) {
       if (signal.aborted) return;
       if (e instanceof ApiError && [401, 403, 404, 400].includes(e.status)) {
-        if (e.status === 401) expired();
+        if (e.status === 401) expired(token);
         onState(`not live: ${explain(e)}`);
         return;
       }
       onState(`not live: ${e instanceof ApiError ? explain(e) : 'cannot reach the master'}; trying again`);
     }
-    if (!signal.aborted) onState('not live: the stream ended; trying again');
-    // Tried again at once, then less and less often, up to every 15 s.
+    if (closed && !signal.aborted) onState('not live: the stream ended; trying again');
+    // Tried again after a second, then less and less often, up to every 15 s.
     await new Promise((res) => setTimeout(res, wait));
     wait = Math.min(wait * 2, 15000);
   }
@@ -890,10 +897,8 @@ async function route() {
     try {
       await signedIn();
     } catch (e) {
-      if (e instanceof ApiError && e.status === 401) {
-        expired();
-        return;
-      }
+      // A 401 has already signed the page out (see `expired`).
+      if (e instanceof ApiError && e.status === 401) return;
       // Anything else (the master starting, out of reach) keeps the token: try again.
       show(h('p', { class: 'muted', text: explain(e) }), h('button', { id: 'retry', onclick: route }, 'Try again'));
       return;
