@@ -12,8 +12,24 @@ use crate::StoreError;
 /// How long a master waits for the database to answer before it calls it unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-pub(crate) fn unavailable(what: &str, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("{what}: {e}"))
+pub(crate) fn unavailable(what: &str, e: &tokio_postgres::Error) -> StoreError {
+    StoreError::Unavailable(format!("{what}: {}", with_causes(e)))
+}
+
+/// An error with what caused it: tokio-postgres says only "db error" or "error connecting to
+/// server", and the database's own words (`role "nobody" does not exist`, "Connection
+/// refused") are in its source.
+fn with_causes(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let said = c.to_string();
+        if !text.contains(&said) {
+            text = format!("{text}: {said}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// A query's error: the database unreachable (retry later) or a fault (a refused statement, a
@@ -21,7 +37,11 @@ pub(crate) fn unavailable(what: &str, e: impl std::fmt::Display) -> StoreError {
 pub(crate) fn query_error(what: &str, e: tokio_postgres::Error) -> StoreError {
     let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
     let shutting_down = e.code().is_some_and(|c| c.code().starts_with("57P"));
-    if e.is_closed() || io || shutting_down { unavailable(what, e) } else { StoreError::Log(format!("{what}: {e}")) }
+    if e.is_closed() || io || shutting_down {
+        unavailable(what, &e)
+    } else {
+        StoreError::Log(format!("{what}: {}", with_causes(&e)))
+    }
 }
 
 /// `url` without its password, for messages.
@@ -65,7 +85,7 @@ impl PgConn {
 
     async fn connect(config: &Config) -> Result<Client, StoreError> {
         let (client, connection) =
-            config.connect(NoTls).await.map_err(|e| unavailable("connecting to the database", e))?;
+            config.connect(NoTls).await.map_err(|e| unavailable("connecting to the database", &e))?;
         tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::warn!(error = %e, "the connection to the database ended");
