@@ -977,3 +977,25 @@ fn a_single_machine_installation_moves_into_postgresql_and_s3_with_every_blob_ve
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("not this export's") || err.contains("more than the export's"), "{err}");
 }
+
+/// A bucket that does not exist is said when the master starts, in one line, as the storage's
+/// configuration; it used to start, and its first registration was answered as an outage.
+#[test]
+fn a_master_given_a_bucket_that_does_not_exist_says_so_when_it_starts() {
+    let storage = SharedStorage::fresh();
+    let dir = tempfile::tempdir().unwrap();
+    let missing = format!("s3://agentos-t-missing-{}/blobs", std::process::id());
+    let out = Command::new(common::BIN)
+        .args(["serve", "--data", dir.path().join("m").to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(["--database", &storage.database, "--blobs", &missing])
+        .envs(S3_ENV)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: --blobs") && last.contains("NoSuchBucket") && last.contains("check the bucket"),
+        "{stderr}"
+    );
+}

@@ -188,7 +188,11 @@ pub async fn run(
     };
     let blobs: Arc<dyn BlobStore> = match &config.storage.blobs {
         None => Arc::new(FsBlobStore::open(data.join("blobs"))?),
-        Some(url) => Arc::new(S3BlobStore::open(url)?),
+        Some(url) => {
+            let store = S3BlobStore::open(url)?;
+            store.check(url).await?;
+            Arc::new(store)
+        }
     };
     let engine = Engine::open(
         EngineConfig {

@@ -19,6 +19,10 @@ pub enum StoreError {
     Unavailable(String),
     #[error("job store: {0}")]
     Jobs(String),
+    /// The storage as configured cannot work (a bucket that does not exist, credentials
+    /// refused, a URL that is not one): retrying will not help.
+    #[error("{0}")]
+    Config(String),
     #[error("{context}: {source}")]
     Io {
         context: String,

@@ -23,7 +23,7 @@ impl S3BlobStore {
     /// `AWS_ENDPOINT_URL`, and `AWS_ALLOW_HTTP=true` for an endpoint without TLS).
     pub fn open(url: &str) -> Result<S3BlobStore, StoreError> {
         let bad = |why: &str| {
-            StoreError::Log(format!("--blobs {url:?}: {why}; give s3://BUCKET/PREFIX (or a folder for local blobs)"))
+            StoreError::Config(format!("--blobs {url:?}: {why}; give s3://BUCKET/PREFIX (or a folder for local blobs)"))
         };
         let rest = url.strip_prefix("s3://").ok_or_else(|| bad("not an s3:// URL"))?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
@@ -43,6 +43,28 @@ impl S3BlobStore {
         }
         let store = builder.build().map_err(|e| bad(&e.to_string()))?;
         Ok(S3BlobStore { store, prefix: prefix.to_string() })
+    }
+
+    /// Asks the store for one listing of the prefix, so that a master given a bucket that does
+    /// not exist or credentials it refuses says so when it starts, in one line, rather than at
+    /// the first registration as an outage. A store that does not answer is unavailable.
+    pub async fn check(&self, url: &str) -> Result<(), StoreError> {
+        use object_store::ObjectStore;
+        let prefix = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
+        let Err(e) = self.store.list_with_delimiter(prefix.as_ref()).await else { return Ok(()) };
+        let said = e.to_string();
+        let line: String = said.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(400).collect();
+        let refused =
+            matches!(e, object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. })
+                || ["NoSuchBucket", "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied"]
+                    .iter()
+                    .any(|c| said.contains(c));
+        if refused {
+            return Err(StoreError::Config(format!(
+                "--blobs {url:?}: the object store refused this master ({line}); check the bucket and the AWS_* credentials"
+            )));
+        }
+        Err(StoreError::Unavailable(format!("--blobs {url:?}: the object store did not answer: {line}")))
     }
 
     /// The object of a blob. Namespace and digest are validated by [`BlobUrn`].
