@@ -220,6 +220,16 @@ impl Target {
         // A connection that could not be opened in time is a master out of reach: nothing was sent.
         if e.kind() == std::io::ErrorKind::TimedOut && e.to_string() == crate::lean_http::NO_ANSWER {
             self.no_answer()
+        } else if e.kind() == std::io::ErrorKind::InvalidData && e.to_string() == crate::lean_http::CUT_ANSWER {
+            // Sent, and cut off before the answer (the master stopped or was killed): it is not
+            // out of reach, and what was asked may have been done.
+            fail(
+                EXIT_TIMED_OUT_CALL,
+                format!(
+                    "the master at {} closed the connection before its answer came; the call may have run there (`agentos executors` lists what runs and what finished lately)",
+                    self.url
+                ),
+            )
         } else {
             self.unreachable(e)
         }
@@ -401,6 +411,14 @@ mod tests {
             assert_eq!(e.code, EXIT_USAGE);
             assert!(e.message.contains(says), "{token:?}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn an_answer_cut_off_is_said_as_a_call_that_may_have_run() {
+        let t = Target { url: "http://127.0.0.1:9".into(), token: None, data: PathBuf::new() };
+        let e = t.lost(&std::io::Error::new(std::io::ErrorKind::InvalidData, crate::lean_http::CUT_ANSWER));
+        assert_eq!(e.code, EXIT_TIMED_OUT_CALL);
+        assert!(e.message.contains("may have run there") && !e.message.contains("agentos up"), "{}", e.message);
     }
 
     #[test]

@@ -131,7 +131,7 @@ pub fn exchange(
         Some(answer) => Ok(answer),
         None => {
             written?;
-            Err(invalid("the connection closed before the whole answer came"))
+            Err(invalid(CUT_ANSWER))
         }
     }
 }
@@ -141,6 +141,10 @@ fn is_chunked(raw: &[u8]) -> bool {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(raw.len().min(MAX_HEAD));
     String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase().contains("transfer-encoding: chunked")
 }
+
+/// Why an exchange failed once the request was sent and the connection closed without the
+/// answer: the master may have done what was asked.
+pub(crate) const CUT_ANSWER: &str = "the connection closed before the whole answer came";
 
 fn invalid(why: &str) -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, why.to_string())
