@@ -214,7 +214,18 @@ pub fn ready(r: &Ready, welcome: Option<&LocalWelcome>) {
     use std::io::Write;
     let mut o = std::io::stdout().lock();
     let _ = writeln!(o, "agentos master listening on {}", r.url);
-    let _ = writeln!(o, "operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
+    // A master joining a shared log writes no token of its own: the first master's file is
+    // copied beside it, and until then there is none to name.
+    if r.token_file.is_file() {
+        let _ =
+            writeln!(o, "operator token: {}{}", r.token_file.display(), if r.token_written { " (new)" } else { "" });
+    } else {
+        let _ = writeln!(
+            o,
+            "operator token: none in this data folder; copy operator.token from the master that made the shared log to {}",
+            r.token_file.display()
+        );
+    }
     let _ = writeln!(
         o,
         "catalog: {} entries, event log at seq {} (restored from snapshot at seq {} and {} events after it)",
