@@ -245,14 +245,25 @@ pub fn clients_header(name: &str) -> bool {
 }
 
 /// The path the document's first server puts before every operation's path: `/v1` for a
-/// server `/v1` or `http://localhost:8080/v1/`, empty for none, for `/`, and for a server whose
-/// URL holds a variable. What a service that runs where it is told (a container) is called at.
+/// server `/v1` or `http://localhost:8080/v1/` (a variable taking its default), empty for none,
+/// for `/`, and for a URL that is not a path's. What a service that runs where it is told (a
+/// container) is called at.
 pub fn server_path(doc: &[u8], options: &ImportOptions) -> Result<String, ImportError> {
     let value = document::read(doc, &options.limits)?;
-    let url = value.pointer("/servers/0/url").and_then(Value::as_str).unwrap_or("");
-    if url.contains(['{', '}', '?', '#']) {
+    let mut url = value.pointer("/servers/0/url").and_then(Value::as_str).unwrap_or("").to_string();
+    // A variable takes its default (`http://localhost:{port}/{version}`).
+    if let Some(vars) = value.pointer("/servers/0/variables").and_then(Value::as_object) {
+        for (name, var) in vars {
+            if let Some(default) = var.get("default").and_then(Value::as_str) {
+                url = url.replace(&format!("{{{name}}}"), default);
+            }
+        }
+    }
+    // What is left unknown, or is not a path's (a query, spaces), is not guessed at.
+    if url.contains(['{', '}', '?', '#']) || url.chars().any(char::is_whitespace) {
         return Ok(String::new());
     }
+    let url = url.as_str();
     let path = match url.split_once("://") {
         Some((_, rest)) => rest.find('/').map_or("", |i| &rest[i..]),
         None if url.starts_with('/') => url,

@@ -594,6 +594,13 @@ fn the_first_servers_path_is_what_operations_are_called_under() {
     assert_eq!(with(r#""servers": [{"url": "https://example.com"}],"#), "");
     assert_eq!(with(r#""servers": [{"url": "/"}],"#), "");
     assert_eq!(with(r#""servers": [{"url": "/{version}"}],"#), "");
+    assert_eq!(
+        with(
+            r#""servers": [{"url": "http://localhost:{port}/{v}", "variables": {"port": {"default": "8080"}, "v": {"default": "v2"}}}],"#
+        ),
+        "/v2"
+    );
+    assert_eq!(with(r#""servers": [{"url": "/a b"}],"#), "");
     assert_eq!(with(""), "");
     let yaml = "openapi: 3.1.0\ninfo: {title: t, version: '1'}\nservers:\n  - url: /base\npaths: {}\n";
     assert_eq!(agentos_openapi::server_path(yaml.as_bytes(), &Default::default()).unwrap(), "/base");
