@@ -405,24 +405,31 @@ impl Dispatch<'_> {
         let redactor = self.principals().redactor(&finished.secrets);
         let (stdout, stderr) = (redactor.bytes(stdout), redactor.bytes(stderr));
         let error = result.error.map(|e| cut_error(redactor.text(&e)));
-        let sizes = (stdout.len(), stderr.len());
-        let shaped = async {
-            let stdout = self.shape_output(&finished.model, stdout).await?;
-            Ok::<_, EngineError>((stdout, self.shape_output(&finished.model, stderr).await?))
-        };
-        // Output that cannot be kept (the blob store refused it) does not lose the run: its
-        // result is recorded without the output, saying why, and the exit status stands.
-        let (((stdout, stdout_blob), (stderr, stderr_blob)), error, dropped) = match shaped.await {
-            Ok(s) => (s, error, false),
-            Err(e) => {
-                tracing::error!(job = %job_id, error = %e, "storing a job's output failed; its result is recorded without it");
-                let why = format!(
-                    "the job ran, but its output ({} bytes of stdout, {} of stderr) could not be stored by the master (its log says why)",
-                    sizes.0, sizes.1
-                );
-                let error = Some(error.map_or(why.clone(), |earlier| format!("{earlier}; {why}")));
-                (((String::new(), None), (String::new(), None)), error, true)
+        // Output that cannot be kept (the blob store refused it, or is out) does not lose the
+        // run: its result is recorded with the start of each stream that could not be stored,
+        // saying why, and the exit status stands.
+        let mut lost = Vec::new();
+        let mut shape = async |name: &str, bytes: Vec<u8>| {
+            let size = bytes.len();
+            let start: String =
+                String::from_utf8_lossy(&bytes[..size.min(PREVIEW_CHARS * 4)]).chars().take(PREVIEW_CHARS).collect();
+            match self.shape_output(&finished.model, bytes).await {
+                Ok(shaped) => shaped,
+                Err(e) => {
+                    tracing::error!(job = %job_id, stream = name, error = %e, "storing a job's output failed; its result keeps the start of it");
+                    lost.push(format!("{name} ({size} bytes) past its first {PREVIEW_CHARS} characters: {e}"));
+                    (start, None)
+                }
             }
+        };
+        let (stdout, stdout_blob) = shape("stdout", stdout).await;
+        let (stderr, stderr_blob) = shape("stderr", stderr).await;
+        let dropped = !lost.is_empty();
+        let error = if dropped {
+            let why = format!("the job ran, but the master could not store its output: {}", lost.join("; "));
+            Some(error.map_or(why.clone(), |earlier| format!("{earlier}; {why}")))
+        } else {
+            error
         };
         let shaped = JobResult {
             job_id: job_id.to_string(),

@@ -191,9 +191,14 @@ async fn output_the_blob_store_cannot_keep_leaves_a_result_that_says_so_and_keep
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let r = &job.expect("the result was recorded").results[0];
-    assert_eq!((r.exit_code, r.stdout.as_str(), r.output_truncated), (Some(3), "", true));
+    // The start of the stream is kept, as a stored one's preview would be.
+    assert_eq!((r.exit_code, r.stdout.as_str(), r.output_truncated), (Some(3), "x".repeat(2000).as_str(), true));
+    assert!(r.stdout_blob.is_none());
     let why = r.error.as_deref().unwrap_or_default();
-    assert!(why.contains("1048576 bytes of stdout") && why.contains("could not be stored"), "{why}");
+    assert!(
+        why.contains("stdout (1048576 bytes) past its first 2000 characters") && why.contains("could not store"),
+        "{why}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
