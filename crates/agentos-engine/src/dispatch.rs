@@ -293,7 +293,7 @@ impl Dispatch<'_> {
             }
         }
         match self.inner.dispatch.jobs.poll(&executor, taker.as_deref(), wait).await? {
-            Some(h) => Ok(Some(self.hand_out(h).await)),
+            Some(h) => Ok(self.hand_out(&executor, h).await),
             None => Ok(None),
         }
     }
@@ -309,17 +309,29 @@ impl Dispatch<'_> {
         let executor = executor_name(principal, name)?;
         let taker = worker.taker()?;
         match self.inner.dispatch.jobs.take_now(&executor, taker.as_deref()).await? {
-            Some(h) => Ok(Some(self.hand_out(h).await)),
+            Some(h) => Ok(self.hand_out(&executor, h).await),
             None => Ok(None),
         }
     }
 
-    async fn hand_out(&self, h: crate::jobs::Handout) -> LeasedJob {
+    /// The job as it ships, its script resolved and verified. `None` when the blob store is out
+    /// for now: the job goes back to the head of the queue, its attempt not counted, to wait for
+    /// the store as it would for an executor, rather than failing for good ("cannot run").
+    async fn hand_out(&self, executor: &str, h: crate::jobs::Handout) -> Option<LeasedJob> {
         let (token, resolution_error) = match h.unreadable {
             Some(why) => (h.token, Some(why)),
             None => crate::bindings::script::resolve_token(self, &h.model, h.token).await,
         };
-        LeasedJob {
+        if let Some(why) = resolution_error.as_deref().filter(|w| w.starts_with(crate::bindings::script::STORAGE_OUT)) {
+            tracing::warn!(job = %h.job_id, %why, "the job's script cannot be read now: it goes back to the queue");
+            if let Err(e) = self.inner.dispatch.jobs.release(executor, &h.job_id, &h.lease_id).await {
+                tracing::warn!(job = %h.job_id, error = ?e, "handing the job back failed; its lease will end");
+            }
+            // Not asked again at once: the store is out.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            return None;
+        }
+        Some(LeasedJob {
             job_id: h.job_id,
             lease_id: h.lease_id,
             lease_ms: self.inner.dispatch.jobs.config().lease.as_millis() as u64,
@@ -330,7 +342,7 @@ impl Dispatch<'_> {
             resolution_error,
             // The HTTP edge knows its body limit and says it.
             max_result_bytes: None,
-        }
+        })
     }
 
     pub async fn heartbeat_job(

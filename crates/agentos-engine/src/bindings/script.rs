@@ -551,6 +551,9 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
 
 /// Fire-time resolution: local first, blob read and checked against the pin, the script put
 /// beside `args`. On any failure the token ships untouched, with the reason beside it.
+/// How [`resolve_token`]'s reason starts when the blob store was out, not the job at fault.
+pub(crate) const STORAGE_OUT: &str = "storage unavailable: ";
+
 pub(crate) async fn resolve_token(engine: &Engine, model: &str, token: CommandToken) -> (CommandToken, Option<String>) {
     if token.executor != "script" || token.command != "invoke" {
         return (token, None);
@@ -603,6 +606,11 @@ pub(crate) async fn resolve_token(engine: &Engine, model: &str, token: CommandTo
                 token,
                 fail(format!("hash mismatch: the stored script no longer matches its pin {} ({why})", s.sha256)),
             );
+        }
+        // The store out for now (a database or object store restarting) is no fault of the job:
+        // said apart, so that the job waits for it rather than failing for good.
+        Err(agentos_store::StoreError::Unavailable(why)) => {
+            return (token, Some(format!("{STORAGE_OUT}tool {tool_id:?} in model {model:?}: {why}")));
         }
         Err(e) => return (token, fail(format!("blob unreadable: {e}"))),
     };
