@@ -478,6 +478,17 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
     let image = ImageRef::parse(&b.image, &docker.config.registry)?;
     match docker.registry_digest(&image).await {
         Ok(Some(d)) if d == b.digest => {}
+        Ok(None) => {
+            docker.stop_digest(&b.digest).await;
+            return Err(failed(
+                ErrorKind::Conflict,
+                "image_gone",
+                format!(
+                    "the tag {} is no longer in the local registry: push the image again, then re-import it (agentos catalog import-image {} --id {id})",
+                    b.image, b.image
+                ),
+            ));
+        }
         Ok(_) => {
             docker.stop_digest(&b.digest).await;
             return Err(failed(
