@@ -33,6 +33,17 @@ fn owner_of(data: &Path) -> String {
     format!("agentos-{}", &common::sha256_hex(place.to_string_lossy().as_bytes())[..16])
 }
 
+/// The engine's clock now, to bound a window of [`created_between`].
+fn engine_now() -> String {
+    docker(&["info", "--format", "{{.SystemTime}}"])
+}
+
+/// The containers a master on `data` created between two of the engine's times, one line each.
+fn created_between(data: &Path, since: &str, until: &str) -> String {
+    let owner = format!("label=agentos.owner={}", owner_of(data));
+    docker(&["events", "--since", since, "--until", until, "--filter", "event=create", "--filter", &owner])
+}
+
 /// The containers a master on `data` started and has not removed.
 fn containers_of(data: &Path) -> Vec<String> {
     let out = docker(&["ps", "-a", "-q", "--filter", &format!("label=agentos.owner={}", owner_of(data))]);
@@ -427,7 +438,7 @@ fn a_container_that_hangs_at_start_holds_up_only_its_own_entry() {
     let (status, v) = call(&api, "quick", "add", &["--a", "1", "--b", "1"]);
     assert_eq!(status, 200, "{v}");
 
-    let since = docker(&["info", "--format", "{{.SystemTime}}"]);
+    let since = engine_now();
     let hanging: Vec<_> = (0..3)
         .map(|_| {
             let hang_api = api.clone();
@@ -447,18 +458,7 @@ fn a_container_that_hangs_at_start_holds_up_only_its_own_entry() {
         assert_eq!(status, 504, "{v}");
         assert!(message(&v).contains("did not listen within 3 s"), "{v}");
     }
-    let until = docker(&["info", "--format", "{{.SystemTime}}"]);
-    let created = docker(&[
-        "events",
-        "--since",
-        &since,
-        "--until",
-        &until,
-        "--filter",
-        "event=create",
-        "--filter",
-        &format!("label=agentos.owner={}", owner_of(&data)),
-    ]);
+    let created = created_between(&data, &since, &engine_now());
     assert_eq!(created.lines().count(), 1, "one start, not one per call: {created}");
     common::wait_for("the hung container to be removed", || containers_of(&data).len() == 1);
 
@@ -486,7 +486,7 @@ fn an_import_over_another_owners_entry_is_refused_before_any_container_starts() 
     let (s, v) = api.command(json!({"type": "TOOL_CATALOG_REGISTER_SCRIPT", "id": "payroll", "name": "Payroll",
         "runtime": "sh", "content": "echo paid"}));
     assert_eq!(s, 200, "{v}");
-    let since = docker(&["info", "--format", "{{.SystemTime}}"]);
+    let since = engine_now();
     let mallory = api.agent("mallory", "--x---d---m");
     let (s, v) = import(&mallory, &format!("{prefix}/ok:2"), "payroll");
     assert_eq!(s, 403, "{v}");
@@ -494,35 +494,12 @@ fn an_import_over_another_owners_entry_is_refused_before_any_container_starts() 
     let (s, v) = import(&api, &format!("{prefix}/ok:2"), "payroll");
     assert_eq!(s, 409, "a script cannot become an image: {v}");
     // Neither refused import created a container, not even one it removed again.
-    let place = std::path::absolute(&data).unwrap();
-    let owner = format!("agentos-{}", &common::sha256_hex(place.to_string_lossy().as_bytes())[..16]);
-    let until = docker(&["info", "--format", "{{.SystemTime}}"]);
-    let created = docker(&[
-        "events",
-        "--since",
-        &since,
-        "--until",
-        &until,
-        "--filter",
-        "event=create",
-        "--filter",
-        &format!("label=agentos.owner={owner}"),
-    ]);
+    let until = engine_now();
+    let created = created_between(&data, &since, &until);
     assert_eq!(created, "", "containers created for refused imports");
     // The same watch sees the validation container of an import that goes through.
     let (s, v) = import(&api, &format!("{prefix}/ok:2"), "payroll-image");
     assert_eq!(s, 200, "{v}");
-    let now = docker(&["info", "--format", "{{.SystemTime}}"]);
-    let created = docker(&[
-        "events",
-        "--since",
-        &until,
-        "--until",
-        &now,
-        "--filter",
-        "event=create",
-        "--filter",
-        &format!("label=agentos.owner={owner}"),
-    ]);
+    let created = created_between(&data, &until, &engine_now());
     assert_eq!(created.lines().count(), 1, "{created}");
 }

@@ -478,26 +478,23 @@ pub(crate) async fn call_operation(engine: &Engine, c: &ValueCall<'_>) -> Result
     let image = ImageRef::parse(&b.image, &docker.config.registry)?;
     match docker.registry_digest(&image).await {
         Ok(Some(d)) if d == b.digest => {}
-        Ok(None) => {
+        // Gone, or pointing elsewhere: the warm containers of the pinned digest stop either way.
+        Ok(now) => {
             docker.stop_digest(&b.digest).await;
+            let (code, why) = match now {
+                None => (
+                    "image_gone",
+                    format!(
+                        "the tag {} is no longer in the local registry: push the image again, then re-import it",
+                        b.image
+                    ),
+                ),
+                Some(_) => ("image_repushed", "image re-pushed since import: re-import it".to_string()),
+            };
             return Err(failed(
                 ErrorKind::Conflict,
-                "image_gone",
-                format!(
-                    "the tag {} is no longer in the local registry: push the image again, then re-import it (agentos catalog import-image {} --id {id})",
-                    b.image, b.image
-                ),
-            ));
-        }
-        Ok(_) => {
-            docker.stop_digest(&b.digest).await;
-            return Err(failed(
-                ErrorKind::Conflict,
-                "image_repushed",
-                format!(
-                    "image re-pushed since import: re-import it (agentos catalog import-image {} --id {id})",
-                    b.image
-                ),
+                code,
+                format!("{why} (agentos catalog import-image {} --id {id})", b.image),
             ));
         }
         Err(e) => return Err(failed(ErrorKind::Unavailable, "registry_unreachable", e.to_string())),
