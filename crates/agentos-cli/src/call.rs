@@ -17,6 +17,9 @@ pub struct ClientError {
     /// The master's error code (`error.code` of its answer), when it gave one; `usage` for a
     /// usage error found here, before anything was sent.
     pub error_code: Option<String>,
+    /// What the service behind a tool answered, when that answer is the failure (the master's
+    /// `error.response`: an http operation's status outside 2xx, with its body).
+    pub response: Option<Value>,
 }
 
 pub const EXIT_FAILURE: u8 = 1;
@@ -31,7 +34,7 @@ pub(crate) fn fail(code: u8, message: impl Into<String>) -> ClientError {
     // A usage error found before anything was sent has the code the master gives its own
     // (`usage`), so that a caller reading `--json` answers tells them apart by code alike.
     let error_code = (code == EXIT_USAGE).then(|| "usage".to_string());
-    ClientError { code, message: message.into(), status: None, error_code }
+    ClientError { code, message: message.into(), status: None, error_code, response: None }
 }
 
 /// Longest a client request waits for its whole answer: a minute past the longest a master
@@ -99,7 +102,8 @@ pub(crate) fn refusal(status: u16, value: &Value) -> ClientError {
         _ => EXIT_FAILURE,
     };
     let error_code = value.pointer("/error/code").and_then(Value::as_str).map(str::to_string);
-    ClientError { code, message, status: Some(status), error_code }
+    let response = value.pointer("/error/response").cloned();
+    ClientError { code, message, status: Some(status), error_code, response }
 }
 
 /// A message as a terminal shows it without acting on it: each of its lines as [`shown`] makes

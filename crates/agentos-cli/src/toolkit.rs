@@ -243,9 +243,11 @@ pub fn run(toolkit: String, args: Vec<std::ffi::OsString>, fallback: Fallback) -
                 ""
             };
             errln!("{label}: {line}{grown}");
-            if json_in {
+            if json_in || e.response.is_some() {
                 // A caller that speaks JSON reads stdout: the failure in the answer's shape, with
-                // the master's status and code, which the line leaves off.
+                // the master's status and code, which the line leaves off. So does one whose
+                // service answered with an error: its body (a validation error's details) is
+                // more than the line's excerpt.
                 let _ = write_out(&format!("{}\n", failure_json(&e)));
             }
             e.code
@@ -282,7 +284,11 @@ fn write_out(text: &str) -> Result<(), ClientError> {
 
 /// A failure as a caller that passed `--json` reads it on stdout, in the shape of an answer.
 fn failure_json(e: &ClientError) -> Value {
-    json!({"ok": false, "error": {"code": e.error_code, "message": e.message, "status": e.status, "exitCode": e.code}})
+    let mut v = json!({"ok": false, "error": {"code": e.error_code, "message": e.message, "status": e.status, "exitCode": e.code}});
+    if let Some(response) = &e.response {
+        v["response"] = response.clone();
+    }
+    v
 }
 
 fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(), ClientError> {

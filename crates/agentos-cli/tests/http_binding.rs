@@ -393,10 +393,55 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert!(out.stderr.contains("answered 404") && out.stderr.contains("no such item"), "{}", out.stderr);
     // The toolkit and tool are named once, by the command's own label.
     assert!(out.stderr.starts_with("agentos-items missing: GET "), "{}", out.stderr);
+    // What the service answered is on stdout, whole, in the failure's shape: an agent acts on a
+    // validation error's details, which the line's excerpt may cut.
+    let failure = out.json();
+    assert_eq!(failure["ok"], false, "{failure}");
+    assert_eq!(failure["error"]["code"], "http_status", "{failure}");
+    assert_eq!(failure["response"]["status"], 404, "{failure}");
+    assert_eq!(failure["response"]["body"], json!({"error": "no such item"}), "{failure}");
+    assert_eq!(failure["response"]["contentType"], "application/json", "{failure}");
     let out = run(&m, &m.token, &items, &["boom"]);
     assert_eq!(out.code, 5, "{}", out.stderr);
     assert!(out.stderr.contains("answered 500: internal failure: the database is down"), "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
+    assert_eq!(out.json()["response"]["body"], "internal failure: the database is down");
+    // The call API gives it as the error's `response`.
+    let (status, v) = m.client().post("/api/tools/items/call", json!({"tool": "missing", "args": []}));
+    assert_eq!(status, 422, "{v}");
+    assert_eq!(v["error"]["response"]["status"], 404, "{v}");
+    assert_eq!(v["error"]["response"]["body"]["error"], "no such item", "{v}");
+    // Over MCP it is a second block of text beside the error line.
+    let meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "items_missing", "arguments": {}, "_meta": meta}});
+    let resp = common::http()
+        .post(format!("{}/mcp", m.url))
+        .bearer_auth(&m.token)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "items_missing")
+        .json(&body)
+        .send()
+        .unwrap();
+    let text = resp.text().unwrap();
+    let message: Value = text
+        .lines()
+        .map(|l| l.strip_prefix("data: ").unwrap_or(l))
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no message: {text}"));
+    let result = &message["result"];
+    assert_eq!(result["isError"], true, "{message}");
+    assert!(result["content"][0]["text"].as_str().unwrap().contains("answered 404"), "{message}");
+    let answered: Value = serde_json::from_str(result["content"][1]["text"].as_str().unwrap()).unwrap();
+    assert_eq!((answered["status"].as_u64(), &answered["body"]["error"]), (Some(404), &json!("no such item")));
+    // A failure that is not the service's answer carries none.
+    let (status, v) = m.client().post("/api/tools/items/call", json!({"tool": "missing", "args": ["--nope", "1"]}));
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].get("response").is_none(), "{v}");
 
     // A redirect to another origin is not followed: its 302 is the answer.
     let out = run(&m, &m.token, &items, &["redirect"]);
@@ -512,6 +557,9 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     let out = run(&m, &m.token, &bin.join("agentos-items"), &["escaped"]);
     assert_eq!(out.code, 5, "{}", out.stderr);
     assert!(!out.stderr.contains(token) && out.stderr.contains("Bearer [redacted]"), "{}", out.stderr);
+    // So is the whole answer the failure carries on stdout.
+    assert!(!out.stdout.contains(token), "{}", out.stdout);
+    assert_eq!(out.json()["response"]["body"]["echo"], "Bearer [redacted]", "{}", out.stdout);
 
     // `auth: query` sends the credential as the named query parameter only: the operation's own
     // parameter of that name is not offered, since the credential would replace its value.
@@ -861,6 +909,23 @@ fn an_http_transition_calls_a_registered_operation_with_its_credential() {
     let reason = reasons.iter().find(|r| r.contains("the input of items get-item")).expect("a reason naming the input");
     assert!(reason.contains("--id: 44 is not of type \"string\""), "{reason}");
     assert_eq!(service.requests().len(), before, "the service was not called");
+
+    // A status outside 2xx goes to onError after the last attempt, and the error token carries
+    // what the service answered, redacted as a result is.
+    let net = json!({"places": ["p-ask", "p-ok", "p-err"], "transitions": [{"id": "escaped", "kind": "http",
+        "presets": {"i": {"place": "p-ask"}}, "postsets": {"o": {"place": "p-ok"}, "e": {"place": "p-err"}},
+        "action": {"tool": "items", "operation": "escaped"}, "emit": [{"to": "o"}], "onError": {"to": "e"}}]});
+    let (status, v) = api.put("/api/models/errs/net", net);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(api.post("/api/models/errs/transitions/escaped/start", json!({})).0, 200);
+    assert_eq!(api.post("/api/models/errs/places/p-ask/tokens", json!({"data": {"n": 1}})).0, 200);
+    common::wait_for("the error token", || !api.token_data("errs", "p-err").is_empty());
+    let err = api.token_data("errs", "p-err").remove(0);
+    assert!(err["error"].as_str().unwrap().contains("answered 401"), "{err}");
+    assert_eq!(err["response"]["status"], 401, "{err}");
+    assert_eq!(err["response"]["body"]["echo"], "Bearer [redacted]", "{err}");
+    assert_eq!(err["input"]["i"]["data"]["n"], 1, "{err}");
+    assert!(!err.to_string().contains(token), "{err}");
 
     // A body too large to show inline reaches a net whole, parsed; bytes that are not text
     // arrive as their blob's reference, never as a mangled string.

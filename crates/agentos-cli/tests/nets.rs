@@ -1692,3 +1692,68 @@ fn a_place_s_tokens_are_read_whole_or_a_page_at_a_time_with_their_count() {
         assert!(v["error"]["message"].as_str().unwrap().contains("limit"), "{bad}: {v}");
     }
 }
+
+/// An http transition whose service answers outside `successStatus` goes to `onError` with
+/// what the service answered: the error token carries `response` (`{status, contentType,
+/// body}`), as a success's answer reaches the emit rules, so a net can route on a validation
+/// error's details.
+#[test]
+fn an_http_transition_refused_by_its_service_hands_the_answer_to_on_error() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let (s, _) = listener.accept().unwrap();
+        let mut reader = BufReader::new(s.try_clone().unwrap());
+        let mut len = 0usize;
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h).unwrap();
+            if let Some(v) = h.to_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap();
+            }
+            if h == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0u8; len];
+        reader.read_exact(&mut body).unwrap();
+        let answer = r#"{"errors":[{"field":"city","message":"no such city"}]}"#;
+        let mut s = s;
+        write!(
+            s,
+            "HTTP/1.1 422 Unprocessable Entity\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{answer}",
+            answer.len()
+        )
+        .unwrap();
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(dir.path());
+    let api = m.client();
+    apply(
+        &api,
+        "weather",
+        json!({
+            "places": ["p-req", "p-resp", "p-err"],
+            "transitions": [{"id": "call", "kind": "http", "presets": {"req": {"place": "p-req"}},
+                "postsets": {"o": {"place": "p-resp"}, "e": {"place": "p-err"}},
+                "action": {"method": "POST", "url": format!("http://127.0.0.1:{port}/forecast"),
+                           "body": {"city": "${.req.data.city}"}},
+                "emit": [{"to": "o"}], "onError": {"to": "e"}}]
+        }),
+    );
+    start_all(&api, "weather", &["call"]);
+    put(&api, "weather", "p-req", json!({"city": "Atlantis"}));
+    wait_for("the error token", || !api.token_data("weather", "p-err").is_empty());
+    server.join().unwrap();
+    let err = api.token_data("weather", "p-err").remove(0);
+    assert!(err["error"].as_str().unwrap().contains("answered 422"), "{err}");
+    assert_eq!(
+        err["response"],
+        json!({"status": 422, "contentType": "application/json",
+            "body": {"errors": [{"field": "city", "message": "no such city"}]}}),
+        "{err}"
+    );
+    assert_eq!(err["input"]["req"]["data"]["city"], "Atlantis", "{err}");
+    assert!(api.token_data("weather", "p-resp").is_empty());
+}

@@ -36,11 +36,20 @@ pub struct CoreError {
     /// A short machine-readable code, e.g. `invalid_id`.
     pub code: &'static str,
     pub message: String,
+    /// What the service behind a tool answered when the answer is the failure (an http
+    /// operation's status outside 2xx): `{status, contentType, headers, body}`, redacted, for a
+    /// caller to act on (a validation error's details). Boxed: most errors carry none.
+    pub response: Option<Box<serde_json::Value>>,
 }
 
 impl CoreError {
     pub fn new(kind: ErrorKind, code: &'static str, message: impl Into<String>) -> Self {
-        CoreError { kind, code, message: message.into() }
+        CoreError { kind, code, message: message.into(), response: None }
+    }
+    /// The same error, carrying the service's answer.
+    pub fn with_response(mut self, response: serde_json::Value) -> Self {
+        self.response = Some(Box::new(response));
+        self
     }
     pub fn bad_input(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::BadInput, code, message)

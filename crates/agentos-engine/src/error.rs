@@ -32,6 +32,9 @@ impl EngineError {
     }
     /// Same error, for handing one failure to several waiters.
     pub fn duplicate(&self) -> EngineError {
+        if let EngineError::Core(e) = self {
+            return EngineError::Core(e.clone());
+        }
         EngineError::Core(CoreError::new(self.kind(), self.code(), self.to_string()))
     }
 }

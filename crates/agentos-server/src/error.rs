@@ -12,6 +12,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// The service's answer when that is the failure (see [`ErrorDetail::response`]).
+    pub response: Option<serde_json::Value>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -25,11 +27,17 @@ pub struct ErrorDetail {
     pub code: String,
     /// What was wrong and what to do.
     pub message: String,
+    /// What the service behind the tool answered, when that answer is the failure (an http
+    /// operation's status outside 2xx): `{status, contentType, headers, body}`, as a success
+    /// answer is shaped, with the body cut to the inline limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub response: Option<serde_json::Value>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), response: None }
     }
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
@@ -81,13 +89,19 @@ impl From<EngineError> for ApiError {
         if kind == ErrorKind::Corrupt {
             tracing::error!(error = %e, "integrity check failed");
         }
-        ApiError::new(status_of(kind), e.code(), e.to_string())
+        let response = match &e {
+            EngineError::Core(c) => c.response.as_deref().cloned(),
+            EngineError::Store(_) => None,
+        };
+        ApiError { response, ..ApiError::new(status_of(kind), e.code(), e.to_string()) }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { code: self.code.to_string(), message: self.message } };
+        let body = ErrorBody {
+            error: ErrorDetail { code: self.code.to_string(), message: self.message, response: self.response },
+        };
         let mut resp = (self.status, axum::Json(body)).into_response();
         if self.status == StatusCode::UNAUTHORIZED {
             resp.headers_mut()

@@ -530,6 +530,13 @@ impl McpServer {
         };
         match outcome {
             Ok(v) => answer(v),
+            Err(agentos_engine::EngineError::Core(e)) if e.response.is_some() => {
+                let mut r = failed(e.message);
+                // What the service answered (a validation error's details), as a second block of
+                // text: structured content is kept for results, which an output schema describes.
+                r.content.extend(e.response.map(|v| ContentBlock::text(v.to_string())));
+                r
+            }
             Err(e) => failed(e.to_string()),
         }
     }

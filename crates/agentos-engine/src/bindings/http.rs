@@ -342,11 +342,14 @@ impl Sent<'_> {
                 ),
                 None => String::new(),
             };
-            return Err(failed(
+            let inline = self.engine.inner.dispatch.config.inline_output_bytes;
+            let response = failed_response(status, &content_type, shown_headers, parsed, &bytes, inline);
+            let e = CoreError::new(
                 ErrorKind::ToolFailed,
                 "http_status",
-                format!("{shown} answered {status}{moved}{tail}"),
-            ));
+                format!("{id} {tool}: {shown} answered {status}{moved}{tail}"),
+            );
+            return Err(e.with_response(response).into());
         }
         let mut answer = json!({"status": status, "contentType": content_type, "headers": shown_headers});
         let size = bytes.len();
@@ -388,6 +391,38 @@ impl Sent<'_> {
             .into()
         })
     }
+}
+
+/// What a service answered with a status outside 2xx, as its caller is shown it beside the
+/// error line: the success answer's shape, with a body of at most `inline` bytes (a longer
+/// one is cut, as text, and says so; bytes that are not text are named, not kept: the answer
+/// is an error, and the blob store is for results).
+fn failed_response(
+    status: u16,
+    content_type: &str,
+    headers: Map<String, Value>,
+    parsed: Option<Value>,
+    bytes: &[u8],
+    inline: usize,
+) -> Value {
+    let body = match parsed {
+        Some(v) if bytes.len() <= inline => v,
+        _ => match std::str::from_utf8(bytes) {
+            Ok(text) if text.len() <= inline => Value::String(text.to_string()),
+            Ok(text) => {
+                let mut end = inline;
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                Value::String(format!("{}\u{2026} (cut: the answer is {} bytes)", &text[..end], text.len()))
+            }
+            Err(_) => {
+                let of = if content_type.is_empty() { String::new() } else { format!(" of {content_type}") };
+                Value::String(format!("{} bytes{of}, not text", bytes.len()))
+            }
+        },
+    };
+    json!({"status": status, "contentType": content_type, "headers": headers, "body": body})
 }
 
 /// Puts the credential where the auth says, as the one value of its header or parameter: an

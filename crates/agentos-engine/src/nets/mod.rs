@@ -1015,6 +1015,7 @@ impl Nets<'_> {
         by: &[String],
         reason: String,
         retry: bool,
+        response: Option<Value>,
     ) -> NetEvent {
         let t = &c.inscription;
         let failed_before = {
@@ -1040,11 +1041,22 @@ impl Nets<'_> {
         }
         match error_place {
             Some(place) if !consumed.is_empty() => {
-                let data = json!({"input": ctx, "error": reason, "attempts": attempts, "transition": t.id});
+                let mut data = json!({"input": ctx, "error": reason, "attempts": attempts, "transition": t.id});
                 // The error token wraps the inputs, so it is deeper and larger than any of them:
                 // one that a put would refuse parks the inputs instead, with both reasons.
-                let fits = agentos_core::depth::check_token_depth(&data)
-                    .and_then(|()| self.inner.nets.check_token_bytes(&data));
+                let fits = |data: &Value| {
+                    agentos_core::depth::check_token_depth(data).and_then(|()| self.inner.nets.check_token_bytes(data))
+                };
+                // The service's answer goes with it when the token can hold it; else the token
+                // goes without it (the error line keeps its status).
+                if let Some(response) = response {
+                    let mut with = data.clone();
+                    with["response"] = response;
+                    if fits(&with).is_ok() {
+                        data = with;
+                    }
+                }
+                let fits = fits(&data);
                 if let Err(e) = fits {
                     return NetEvent::FireFailed {
                         transition: t.id.clone(),
@@ -1239,7 +1251,7 @@ impl Nets<'_> {
                     Err(failed) => {
                         let retry = failed.retries();
                         let reason = failed.into_reason();
-                        let ev = self.on_failure(model, &c, None, consumed, &ctx, &by, reason.clone(), retry);
+                        let ev = self.on_failure(model, &c, None, consumed, &ctx, &by, reason.clone(), retry, None);
                         self.commit_net(principal, model, ev).await?;
                         Ok(outcome("failed", None, Some(reason)))
                     }
@@ -1549,8 +1561,8 @@ impl Nets<'_> {
             other => Err(FireError::Failed(format!("kind {other} does not run asynchronously"))),
         };
         let _firing = firing.take().unwrap_or_else(|| self.inner.nets.marker.enter(key));
-        let failed = |reason: String, retry: bool| {
-            self.on_failure(model, &c, Some(fire), Self::consumed(t, &bound), &ctx, &by, reason, retry)
+        let failed = |reason: String, retry: bool, response: Option<Value>| {
+            self.on_failure(model, &c, Some(fire), Self::consumed(t, &bound), &ctx, &by, reason, retry, response)
         };
         let ev = match action {
             Ok((result, response)) => {
@@ -1587,13 +1599,14 @@ impl Nets<'_> {
                     }
                     Err(reason) => {
                         let retry = reason.retries();
-                        failed(reason.into_reason(), retry)
+                        failed(reason.into_reason(), retry, None)
                     }
                 }
             }
             Err(reason) => {
                 let retry = reason.retries();
-                failed(Redactor::new(&secrets).text(reason.reason()), retry)
+                let response = reason.response().map(|v| self.principals().redactor(&secrets).value(v.clone()));
+                failed(Redactor::new(&secrets).text(reason.reason()), retry, response)
             }
         };
         // A completed fire takes the fires that follow it into its commit (see `follow_on`).
@@ -1931,10 +1944,21 @@ impl Nets<'_> {
             Some(list) => list.contains(&status),
             None => (200..300).contains(&status),
         };
-        if !ok {
-            return Err(FireError::Failed(format!("{method} {shown_url} answered {status}")));
-        }
         let content_type = resp.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+        if !ok {
+            let reason = format!("{method} {shown_url} answered {status}");
+            // What it answered goes with the error token, as a success's goes to the emit rules:
+            // its JSON, else its text, else its size (an answer that cannot be read is left out).
+            let Ok(bytes) = crate::bindings::http::read_answer(&mut resp).await else {
+                return Err(FireError::Failed(reason));
+            };
+            let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| match String::from_utf8(bytes) {
+                Ok(text) => Value::String(text),
+                Err(e) => Value::String(format!("{} bytes, not text", e.into_bytes().len())),
+            });
+            let response = json!({"status": status, "contentType": content_type, "body": body});
+            return Err(FireError::Answered(reason, Box::new(response)));
+        }
         // At most as much as a named operation's answer: an endless body fails the fire rather
         // than fill the master.
         use crate::bindings::http::{AnswerError, MAX_ANSWER_BYTES, read_answer};
@@ -2034,9 +2058,12 @@ impl Nets<'_> {
             timeout_ms: action.timeout_ms,
         };
         // A credential not granted to the service is the operator's to grant: not retried.
-        let failed = |e: EngineError| match e.kind() {
-            ErrorKind::Forbidden => FireError::Denied(e.to_string()),
-            _ => FireError::Failed(e.to_string()),
+        let failed = |e: EngineError| match e {
+            e if e.kind() == ErrorKind::Forbidden => FireError::Denied(e.to_string()),
+            EngineError::Core(CoreError { message, response: Some(response), .. }) => {
+                FireError::Answered(message, response)
+            }
+            e => FireError::Failed(e.to_string()),
         };
         if kind == BindingKind::Mcp {
             let output = crate::bindings::mcp::call_operation(self, &call).await.map_err(failed)?;

@@ -29,13 +29,29 @@ pub(crate) enum FireError {
     /// The principals behind the fire lack a flag or a grant the action needs: no attempt can
     /// succeed until an operator changes that, so the inputs go to onError at once (or park).
     Denied(String),
+    /// The service answered, and its answer is the failure (a status outside `successStatus`, an
+    /// operation's status outside 2xx): as `Failed`, and the error token carries the answer
+    /// (`{status, contentType, body}`) as `response`.
+    Answered(String, Box<Value>),
 }
 
 impl FireError {
     /// The reason, as events, answers and logs carry it.
     pub(crate) fn reason(&self) -> &str {
         match self {
-            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) | FireError::Denied(r) => r,
+            FireError::Stop(r)
+            | FireError::Refused(r)
+            | FireError::Failed(r)
+            | FireError::Denied(r)
+            | FireError::Answered(r, _) => r,
+        }
+    }
+
+    /// What the service answered, when its answer is the failure.
+    pub(crate) fn response(&self) -> Option<&Value> {
+        match self {
+            FireError::Answered(_, v) => Some(v),
+            _ => None,
         }
     }
 
@@ -46,7 +62,11 @@ impl FireError {
 
     pub(crate) fn into_reason(self) -> String {
         match self {
-            FireError::Stop(r) | FireError::Refused(r) | FireError::Failed(r) | FireError::Denied(r) => r,
+            FireError::Stop(r)
+            | FireError::Refused(r)
+            | FireError::Failed(r)
+            | FireError::Denied(r)
+            | FireError::Answered(r, _) => r,
         }
     }
 }
