@@ -95,6 +95,20 @@ pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_
             }
             None => visible(conn, model)?,
         };
+        // One toolkit named is listed as seen; when the caller's flags let it see the toolkit but
+        // not call it, a note says which flag a call takes (the whole list leaves such out).
+        if toolkit.is_some() {
+            let me = conn.request(reqwest::Method::GET, "/api/me", &[], None)?;
+            let flags: Option<agentos_core::flags::Flags> = me["flags"].as_str().and_then(|f| f.parse().ok());
+            for e in entries.iter().filter(|e| flags.is_some_and(|f| !e.binding.kind().callable_by(f))) {
+                let flag = if e.binding.kind() == agentos_core::entry::BindingKind::Toolnet { 't' } else { 'x' };
+                errln!(
+                    "note: your flags ({}) show toolkit {} but do not call it: a call takes the '{flag}' flag",
+                    me["flags"].as_str().unwrap_or_default(),
+                    e.id
+                );
+            }
+        }
         let tools = toolhelp::prompt_tools(&entries);
         if json_out {
             outln!("{}", serde_json::to_string_pretty(&tools).unwrap_or_default());

@@ -437,6 +437,17 @@ fn an_agent_sees_its_home_model_and_host_tools_without_naming_a_model() {
     let out = run_as(&m, &token, Path::new(BIN), &["prompt"], None);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(!out.stdout.contains("agentos-greet"), "{}", out.stdout);
+    // Named, the toolkit it sees is listed, with a note of the flag a call takes.
+    let out = run_as(&m, &token, Path::new(BIN), &["list-tools", "greet"], None);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("agentos-greet"), "{}", out.stdout);
+    assert_eq!(
+        out.stderr.trim(),
+        "note: your flags (---------s-) show toolkit greet but do not call it: a call takes the 'x' flag"
+    );
+    // A caller that may call it gets no note.
+    let out = run_as(&m, &m.token, Path::new(BIN), &["list-tools", "greet"], None);
+    assert_eq!((out.code, out.stderr.as_str()), (0, ""), "{}", out.stdout);
 }
 
 #[test]
