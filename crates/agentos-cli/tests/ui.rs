@@ -177,3 +177,39 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
     // none outlives the test.
     common::wait_for("the executor to stop the cancelled sleeps", || api.get("/api/executors").1[0]["state"] != "busy");
 }
+
+/// An agent holding one flag lands, after sign-in, on the first view that flag opens (`r` alone
+/// on the nets; it used to land on the catalog and be shown the catalog's 403), is offered only
+/// the views it may use, and, holding a flag that opens none (`u`, `c`), is told what it holds
+/// and what each view needs. `tests/ui/landing.mjs` fails on any refused request.
+#[test]
+fn a_token_lands_on_a_view_its_flags_open_or_is_told_which_flag_it_lacks() {
+    let playwright = ui_env();
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let net = json!({"places": ["p-in"], "transitions": []});
+    let (status, v) = api.put("/api/models/flow/net", net);
+    assert_eq!(status, 200, "{v}");
+    let mut agents = serde_json::Map::new();
+    for (i, letter) in "rwxhludcts".chars().chain(['m']).enumerate() {
+        let flags = format!("{}{letter}", "-".repeat(i));
+        let agent = api.agent(&format!("only-{letter}"), &flags);
+        let (status, v) = api.post(&format!("/api/agents/only-{letter}/grants"), json!({"model": "flow"}));
+        assert_eq!(status, 200, "{v}");
+        agents.insert(letter.to_string(), Value::from(agent.token.as_deref().unwrap()));
+    }
+    let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = Command::new("node")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/landing.mjs"))
+        .env("URL", &m.url)
+        .env("AGENTS", Value::Object(agents).to_string())
+        .env("SCREENSHOTS", &shots)
+        .env("PLAYWRIGHT_CORE", &playwright)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+}

@@ -143,6 +143,63 @@ function has(letter) {
   return S.me && S.me.flags[i] === letter;
 }
 
+// The page's views, in the order a token lands on the first it may use, with the flags that open
+// each: any one of `anyOf`, or the operator. They follow the permissions of the routes each view
+// reads (`routes.rs`): the catalog any flag that reveals a kind of tool, the nets `r`, the audit
+// `l`, and the executors and jobs `r` (the executors), `l` (the jobs of its models) or `x` or
+// `t` (the jobs it invoked). The API still decides; this only keeps the page from landing a
+// token on a view that would answer nothing but a refusal.
+const VIEWS = [
+  { page: 'catalog', name: 'Catalog', anyOf: 'dhtsmxw' },
+  { page: 'nets', name: 'Nets', anyOf: 'r' },
+  { page: 'audit', name: 'Audit', anyOf: 'l' },
+  { page: 'executors', name: 'Executors & jobs', anyOf: 'rlxt' },
+  { page: 'agents', name: 'Agents', operator: true },
+  { page: 'secrets', name: 'Secrets', operator: true },
+];
+
+// "r (read)", or "one of d (docker), h (http), …": what opens `view`, in words.
+function needs(view) {
+  if (view.operator) return 'the operator\'s token';
+  const word = (l) => `${l} (${FLAGS.find(([f]) => f === l)[1]})`;
+  const letters = [...view.anyOf];
+  return letters.length === 1 ? `the flag ${word(letters[0])}` : `one of the flags ${letters.map(word).join(', ')}`;
+}
+
+function mayUse(view) {
+  if (!S.me) return false;
+  if (S.me.kind === 'operator') return true;
+  return !view.operator && [...view.anyOf].some(has);
+}
+
+// The first view the signed-in token may use; `undefined` when it may use none.
+const landing = () => VIEWS.find(mayUse);
+
+// What the token holds, in words: "r (read), x (execute)", or that it holds no flag.
+function heldFlags() {
+  const held = FLAGS.filter(([l]) => has(l)).map(([l, name]) => `${l} (${name})`);
+  return held.length ? `holds ${held.join(', ')}` : 'holds no flag';
+}
+
+// In place of a view the token may not use: which flag it lacks, and the views it may use.
+function closedView(view) {
+  const open = VIEWS.filter(mayUse);
+  show(h('h1', { text: view.name }),
+    h('p', { class: 'last-error', id: 'closed' },
+      `${S.me.name}'s token ${heldFlags()}; ${view.name} needs ${needs(view)}, which it lacks.`),
+    open.length
+      ? h('p', {}, 'It may use: ', open.flatMap((v, i) => [i ? ', ' : null, h('a', { href: `#/${v.page}` }, v.name)]))
+      : null);
+}
+
+// For a token that may use none of the views: what it holds, and what each view needs.
+function noView() {
+  show(h('h1', { text: 'Nothing to show' }),
+    h('p', { id: 'no-view' },
+      `${S.me.name}'s token ${heldFlags()}, and none of this page's views is open to it. Ask the operator for the flag of what it should see:`),
+    h('dl', { class: 'kv' }, VIEWS.filter((v) => !v.operator).flatMap((v) => [h('dt', {}, v.name), h('dd', {}, needs(v))])));
+}
+
 // ---- sign-in --------------------------------------------------------------------------------
 
 function signInView(message) {
@@ -172,7 +229,8 @@ function signInView(message) {
     try {
       await signedIn();
       sessionStorage.setItem('agentos.token', S.token);
-      go(!location.hash || location.hash === '#/' ? '#/catalog' : location.hash);
+      // Where it was going, or the first view its flags open (the catalog is not every token's).
+      go(!location.hash || location.hash === '#/' ? `#/${(landing() || { page: '' }).page}` : location.hash);
     } catch (e) {
       S.token = null;
       alertBox(e.status === 401 ? 'That token is not known to this master.' : explain(e));
@@ -188,7 +246,8 @@ async function signedIn() {
   document.getElementById('sign-out').hidden = false;
   const who = document.getElementById('who');
   who.replaceChildren(`${S.me.name} (${S.me.kind}, home ${S.me.model}) `, flagsView(S.me.flags));
-  for (const a of document.querySelectorAll('.operator-only')) a.hidden = S.me.kind !== 'operator';
+  // Only the views the token may use are offered.
+  for (const a of document.querySelectorAll('#nav a')) a.hidden = !mayUse(VIEWS.find((v) => v.page === a.dataset.page));
 }
 
 // ---- catalog --------------------------------------------------------------------------------
@@ -736,7 +795,11 @@ function drawJob(job, into) {
 async function executorsView() {
   show(h('h1', { text: 'Executors & jobs' }), h('p', { class: 'muted', text: 'Loading…' }));
   const detail = h('div', { class: 'card', id: 'job' }, h('p', { class: 'muted', text: 'Click a job to see its output.' }));
-  const [executors, jobs] = await Promise.all([get('/api/executors').catch((e) => e), get('/api/jobs?limit=100').catch((e) => e)]);
+  // The executors need `r`; without it they are not asked for (a refusal known beforehand), and
+  // the page says why in their place. The jobs are any token's: those it may read.
+  const listed = has('r') ? get('/api/executors').catch((e) => e)
+    : Promise.resolve(new Error(`Listing the executors needs the flag r (read), which ${S.me.name}'s token lacks.`));
+  const [executors, jobs] = await Promise.all([listed, get('/api/jobs?limit=100').catch((e) => e)]);
   const table = (head, rows) => h('table', {}, h('thead', {}, h('tr', {}, head.map((c) => h('th', {}, c)))), h('tbody', {}, rows));
   const jobLink = (id, attrs) => h('a', { href: '#', ...attrs, onclick: (ev) => { ev.preventDefault(); showJob(id, detail); } }, id);
   // The jobs an executor holds have not finished: the recent jobs do not list them yet, so
@@ -906,7 +969,10 @@ async function route() {
   }
   const path = location.hash.replace(/^#\/?/, '').split('?')[0];
   const [page, ...rest] = path.split('/');
-  const view = PAGES[page] || PAGES.catalog;
+  // The view an address belongs to (an entry is the catalog's); no page, or one the page does
+  // not know, is the first view the token may use.
+  const known = PAGES[page] ? page : null;
+  const target = VIEWS.find((v) => v.page === (known === 'tool' ? 'catalog' : known)) || landing();
   // An address the page did not make (`#/tool/%E0`) is said, not half shown.
   try {
     decodeURIComponent(rest.join('/'));
@@ -914,9 +980,18 @@ async function route() {
     show(h('p', { class: 'last-error', text: `This address is not one the page makes: ${location.hash} does not decode.` }));
     return;
   }
-  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.page === (PAGES[page] ? page : 'catalog'));
+  for (const a of document.querySelectorAll('#nav a')) a.classList.toggle('active', a.dataset.page === (target && target.page));
+  // A view the token may not use is not asked for: the page says which flag it lacks instead.
+  if (!target) {
+    noView();
+    return;
+  }
+  if (!mayUse(target)) {
+    closedView(target);
+    return;
+  }
   try {
-    await view(rest.join('/'));
+    await (known ? PAGES[known](rest.join('/')) : PAGES[target.page](''));
   } catch (e) {
     alertBox(explain(e));
   }
