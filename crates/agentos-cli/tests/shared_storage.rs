@@ -78,6 +78,41 @@ fn psql(database: &str, sql: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// A master joining a shared log makes no operator token of its own (the first master's is the
+/// installation's): its greeting says where to copy that one, instead of naming a file that is
+/// not there.
+#[test]
+fn a_master_joining_a_shared_log_without_the_token_says_where_to_copy_it() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let shared = Shared::new(dir.path());
+    let _first = shared.master(&dir.path().join("a"), None);
+    let data = dir.path().join("b");
+    let mut cmd = Command::new(common::BIN);
+    cmd.envs(S3_ENV);
+    let mut child = cmd
+        .args(["serve", "--listen", "127.0.0.1:0", "--data"])
+        .arg(&data)
+        .args(["--database", &shared.storage.database, "--blobs", &shared.storage.blobs, "--secrets-key-file"])
+        .arg(&shared.key)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap()).lines().take(2).map(|l| l.unwrap()).collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(lines[0].starts_with("agentos master listening on http://127.0.0.1:"), "{lines:?}");
+    assert_eq!(
+        lines[1],
+        format!(
+            "operator token: none in this data folder; copy operator.token from the master that made the shared log to {}",
+            data.join("operator.token").display()
+        )
+    );
+    assert!(!data.join("operator.token").exists());
+}
+
 #[test]
 fn two_masters_share_one_catalog_and_a_client_reads_its_own_writes_through_either() {
     let dir = tempfile::tempdir().unwrap();
