@@ -965,6 +965,101 @@ fn a_goodbye_ends_the_leases_its_process_still_holds_and_a_bad_one_is_refused() 
     assert_eq!(ok_result(&answer)["stdout"], "hi\n");
 }
 
+/// Two processes under one name (one credential: a restart beside a live process, or replicas
+/// given the same credential) on workspaces of their own, so neither can name the other dead.
+/// The goodbye of one ends only its own leases: the sibling's job stays with the sibling while it
+/// lives (run once, attempt 1). Once the sibling is killed -9, its job goes back to the queue no
+/// later than its lease's deadline, goodbye or not, and runs once more elsewhere, after the
+/// killed run's process is gone; the name, stopped, is then listed `stopped` with nothing held.
+#[test]
+fn a_goodbye_ends_only_its_own_leases_and_a_killed_siblings_job_comes_back_by_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let lease = std::time::Duration::from_millis(3000);
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "3000"]);
+    let api = m.client();
+    let ran = shared_folder(dir.path()).join("ran");
+    // Each run notes its shell's pid, then outlasts the goodbye beside it.
+    api.register("slow", "sh", &format!("echo $$ >> {}; sleep 4; echo done", ran.display()), None);
+    api.register("quick", "sh", "echo quick", None);
+    let runs = || std::fs::read_to_string(&ran).unwrap_or_default().lines().map(str::to_string).collect::<Vec<_>>();
+    let job = |id: &str| api.get(&format!("/api/jobs/{id}")).1;
+    let one = ["--concurrency", "1"];
+    let e1 = Executor::credential(&m, "e1");
+    let start = |ws: &str| Executor::spawn(&m, &dir.path().join(ws), &e1, &[], &one);
+    // A second process of e1 beside one busy with the slow job, waited for until it serves: the
+    // quick job can only be its.
+    let sibling = |ws: &str| {
+        let s = start(ws);
+        let (status, r) = api.invoke("quick", json!({"timeoutMs": 20000}));
+        assert_eq!((status, r["stdout"].as_str(), r["executor"].as_str()), (200, Some("quick\n"), Some("e1")), "{r}");
+        s
+    };
+    let e1_state = || {
+        let (_, list) = api.get("/api/executors");
+        let e1 = list.as_array().unwrap().iter().find(|e| e["name"] == "e1").cloned().unwrap();
+        (e1["state"].as_str().unwrap().to_string(), e1["jobs"].as_array().unwrap().len())
+    };
+
+    // The goodbye of a process holding nothing, beside a live one holding a job.
+    let mut a = start("a");
+    let first = api.invoke_async("slow", json!({"timeoutMs": 20000}));
+    wait_for("a to run the first job", || runs().len() == 1);
+    let mut b = sibling("b");
+    assert!(b.terminate().success());
+    assert_eq!(e1_state(), ("busy".to_string(), 1), "a still holds its job");
+    // Would the goodbye have ended a's lease, this one would take the job at once.
+    let mut c = Executor::start_args(&m, &dir.path().join("c"), "e2", &[], &one);
+    wait_for("the first job to finish", || job(&first)["state"] == "finished");
+    let v = job(&first);
+    assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    let r = &v["results"][0];
+    assert_eq!(
+        (r["executor"].as_str(), r["attempt"].as_u64(), r["stdout"].as_str()),
+        (Some("e1"), Some(1), Some("done\n")),
+        "{v}"
+    );
+    assert_eq!(runs().len(), 1, "the first job ran twice");
+    assert!(c.terminate().success());
+
+    // A process killed -9 holding a job, and its sibling's goodbye after.
+    let second = api.invoke_async("slow", json!({"timeoutMs": 20000}));
+    wait_for("a to run the second job", || runs().len() == 2);
+    let mut b = sibling("b2");
+    // Polling before the kill, so that what is measured is when the job comes back.
+    let _d = Executor::start_args(&m, &dir.path().join("d"), "e2", &[], &one);
+    let killed_run = runs()[1].clone();
+    a.kill9();
+    let killed = std::time::Instant::now();
+    wait_for("the killed run's shell to be gone", || {
+        std::fs::read_to_string(format!("/proc/{killed_run}/stat"))
+            .map_or(true, |s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    });
+    assert_eq!(runs().len(), 2, "the job ran again while its runner lived");
+    assert!(b.terminate().success());
+    wait_for("the second job to run again", || runs().len() == 3);
+    let back = killed.elapsed();
+    wait_for("the second job to finish", || job(&second)["state"] == "finished");
+    let v = job(&second);
+    assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    let r = &v["results"][0];
+    assert_eq!(
+        (r["executor"].as_str(), r["attempt"].as_u64(), r["stdout"].as_str()),
+        (Some("e2"), Some(2), Some("done\n")),
+        "{v}"
+    );
+    assert_eq!(runs().len(), 3, "{v}");
+    // By the lease's deadline (its last heartbeat came before the kill), plus a reaper's round
+    // (a quarter of the lease) and a hand-out: well before a second lease (6 s) or the 90 s
+    // after which a name is gone.
+    println!(
+        "the killed process's job ran again {} ms after the kill (lease {} ms)",
+        back.as_millis(),
+        lease.as_millis()
+    );
+    assert!(back < lease + std::time::Duration::from_secs(2), "the job came back {back:?} after the kill");
+    assert_eq!(e1_state(), ("stopped".to_string(), 0));
+}
+
 /// The worker headers of the executor protocol: a bad value is refused before anything is
 /// taken, with what to send instead.
 #[test]

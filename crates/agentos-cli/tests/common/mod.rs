@@ -304,11 +304,30 @@ impl Executor {
         extra_env: &[(&str, &str)],
         extra_args: &[&str],
     ) -> Executor {
+        let token = Self::credential(master, name);
+        let exec = Self::spawn(master, workspace, &token, extra_env, extra_args);
+        exec.wait_until_polling(master, name);
+        exec
+    }
+
+    /// A new credential for executor `name` (one made before under that name stops working).
+    pub fn credential(master: &Master, name: &str) -> String {
         let (status, body) = master
             .client()
             .post_raw("/api/executor-tokens", serde_json::json!({"name": name}).to_string().into_bytes());
         assert_eq!(status, 200, "{body}");
-        let token = body["token"].as_str().unwrap().to_string();
+        body["token"].as_str().unwrap().to_string()
+    }
+
+    /// Starts a process with `token` and does not wait for it: several processes may share
+    /// one credential, and so one name, which the list of executors shows once.
+    pub fn spawn(
+        master: &Master,
+        workspace: &Path,
+        token: &str,
+        extra_env: &[(&str, &str)],
+        extra_args: &[&str],
+    ) -> Executor {
         // Run as root, the executor runs scripts as nobody, who must be able to enter the
         // test's private temp folder.
         use std::os::unix::fs::PermissionsExt;
@@ -324,7 +343,7 @@ impl Executor {
             .arg(workspace)
             .args(["--grace-ms", "10000"])
             .args(extra_args)
-            .env("AGENTOS_EXECUTOR_TOKEN", &token)
+            .env("AGENTOS_EXECUTOR_TOKEN", token)
             .env("AGENTOS_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
@@ -337,9 +356,7 @@ impl Executor {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("spawn agentos executor");
-        let exec = Executor { child, workspace: workspace.to_path_buf() };
-        exec.wait_until_polling(master, name);
-        exec
+        Executor { child, workspace: workspace.to_path_buf() }
     }
 
     /// Waits (bounded) until the master lists this executor as polling.
