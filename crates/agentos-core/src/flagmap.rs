@@ -83,6 +83,10 @@ pub struct FlagSpec {
     /// the flag takes `null` as well (`--limit null`, `--strict=null`). A nullable string takes
     /// `null` as the text it is; `--json '{"x": null}'` sends a null.
     pub nullable: bool,
+    /// The JSON types of a flag of several (`"type": ["integer", "string"]`), read as JSON:
+    /// a value whose JSON is of none of them is taken as the text it is when `string` is one
+    /// (`true` for `[integer, string]` is the string "true"). Empty for every other flag.
+    pub types: Vec<String>,
 }
 
 impl FlagSpec {
@@ -308,6 +312,12 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
                 binary: is_binary(prop) || prop.get("items").is_some_and(is_binary),
                 base64: is_base64(prop),
                 nullable: nullable(prop),
+                types: match (scalar(prop), prop.get("type")) {
+                    (FlagType::Json, Some(Value::Array(ts))) => {
+                        ts.iter().filter_map(Value::as_str).map(str::to_string).collect()
+                    }
+                    _ => Vec::new(),
+                },
             });
         }
         path.pop();
@@ -526,7 +536,7 @@ impl FlagTable {
                     // `--x-file` that is a flag of its own: the path, as the caller wrote it.
                     Some((path, _)) => convert(&spec.flag, item_ty, path)?,
                     None if spec.nullable && raw.trim() == "null" => Value::Null,
-                    None => convert(&spec.flag, item_ty, &raw).map_err(|e| or_null(e, spec))?,
+                    None => of_its_types(convert(&spec.flag, item_ty, &raw).map_err(|e| or_null(e, spec))?, &raw, spec),
                 }
             };
             if !set_flags.iter().any(|s| s.flag == spec.flag) {
@@ -612,6 +622,26 @@ fn overlay(base: &mut Map<String, Value>, flags: Map<String, Value>) {
             }
         }
     }
+}
+
+/// A value read as JSON for a flag of several types, as one of them: when its JSON is of none
+/// and `string` is one, the text as typed (`--id true` for `[integer, string]` is "true", not
+/// the boolean the schema would refuse).
+fn of_its_types(v: Value, raw: &str, spec: &FlagSpec) -> Value {
+    let is = |t: &str| match t {
+        "null" => v.is_null(),
+        "boolean" => v.is_boolean(),
+        "integer" => v.is_i64() || v.is_u64() || v.as_f64().is_some_and(|f| f.fract() == 0.0),
+        "number" => v.is_number(),
+        "string" => v.is_string(),
+        "array" => v.is_array(),
+        "object" => v.is_object(),
+        _ => true,
+    };
+    if spec.types.is_empty() || spec.types.iter().any(|t| is(t)) || !spec.types.iter().any(|t| t == "string") {
+        return v;
+    }
+    Value::String(raw.to_string())
 }
 
 /// A whole number as JSON writes it: signed, or unsigned beyond `i64`.

@@ -859,6 +859,7 @@ fn table_shape() {
             binary: false,
             base64: false,
             nullable: false,
+            types: Vec::new(),
         };
         assert_eq!(table.flags.iter().find(|f| f.flag == flag), Some(&want));
     };
@@ -996,4 +997,17 @@ fn a_flag_of_several_types_takes_a_value_of_each() {
     assert_eq!(table.parse(&args(&["--num", "abc"])).unwrap(), json!({"num": "abc"}));
     // One type beside null stays that type: text is text.
     assert_eq!(table.parse(&args(&["--maybe", "5"])).unwrap(), json!({"maybe": "5"}));
+    // JSON of a type the flag does not take is the text as typed, when text is one it takes.
+    for word in ["true", "null", "[1]", "{}", "1.5"] {
+        assert_eq!(table.parse(&args(&["--num", word])).unwrap(), json!({"num": word}), "{word}");
+    }
+    // Without text among them, the JSON stays, for the schema to refuse by its types.
+    let table = flag_table(&json!({"type": "object", "properties": {"n": {"type": ["integer", "boolean"]}}}));
+    assert_eq!(table.parse(&args(&["--n", "true"])).unwrap(), json!({"n": true}));
+    assert_eq!(table.parse(&args(&["--n", "7"])).unwrap(), json!({"n": 7}));
+    assert_eq!(table.parse(&args(&["--n", "1.5"])).unwrap(), json!({"n": 1.5}));
+    // `null` among them: null.
+    let table = flag_table(&json!({"type": "object", "properties": {"n": {"type": ["integer", "string", "null"]}}}));
+    assert_eq!(table.parse(&args(&["--n", "null"])).unwrap(), json!({"n": null}));
+    assert_eq!(table.parse(&args(&["--n", "false"])).unwrap(), json!({"n": "false"}));
 }
