@@ -493,19 +493,21 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
             None => engine.inner.dispatch.jobs.serving().await,
         };
     }
+    let unserved = || {
+        CoreError::new(
+            ErrorKind::Unavailable,
+            "no_executor",
+            format!(
+                "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
+                engine.inner.dispatch.jobs.config().gone_after.as_secs()
+            ),
+        )
+    };
     match serving {
         Ok(true) => {}
         Ok(false) => {
             gone.cancel().await;
-            return Err(CoreError::new(
-                ErrorKind::Unavailable,
-                "no_executor",
-                format!(
-                    "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
-                    engine.inner.dispatch.jobs.config().gone_after.as_secs()
-                ),
-            )
-            .into());
+            return Err(unserved().into());
         }
         Err(e) => {
             gone.cancel().await;
@@ -514,7 +516,16 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     }
     let outcome = match early {
         Some(r) => Ok(r),
-        None => tokio::time::timeout_at(deadline, result).await,
+        None => match wait_while_served(engine, result, deadline, cfg.no_executor_grace).await {
+            Waited::Done(r) => Ok(r),
+            Waited::TimedOut => Err(()),
+            Waited::Unserved => {
+                // Every executor went away while the job waited (killed, or stopped beside a
+                // killed sibling's lease that has since ended): said now, not at the deadline.
+                gone.cancel().await;
+                return Err(unserved().into());
+            }
+        },
     };
     // From here every way out answers the caller, who is still there.
     match outcome {
@@ -545,6 +556,48 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
                 ),
             )
             .into())
+        }
+    }
+}
+
+/// How often a caller waiting on its job asks whether an executor still serves the queue.
+const RECHECK_SERVING: Duration = Duration::from_secs(5);
+
+/// How a wait for a job's result ended.
+enum Waited<T> {
+    Done(T),
+    TimedOut,
+    /// No executor served the queue for `grace` on end.
+    Unserved,
+}
+
+/// Waits for `result` until `deadline`, asking every [`RECHECK_SERVING`] whether an executor
+/// still serves the queue: one that stops serving for `grace` on end ends the wait, since no job
+/// runs until one starts. A queue that cannot tell is taken as served (the deadline still holds).
+async fn wait_while_served<T>(
+    engine: &Engine,
+    mut result: std::pin::Pin<&mut impl std::future::Future<Output = T>>,
+    deadline: tokio::time::Instant,
+    grace: Duration,
+) -> Waited<T> {
+    let mut unserved_since: Option<tokio::time::Instant> = None;
+    loop {
+        let check_at = (tokio::time::Instant::now() + RECHECK_SERVING).min(deadline);
+        tokio::select! {
+            r = result.as_mut() => return Waited::Done(r),
+            () = tokio::time::sleep_until(check_at) => {}
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Waited::TimedOut;
+        }
+        if matches!(engine.inner.dispatch.jobs.serving().await, Ok(false)) {
+            let since = *unserved_since.get_or_insert(now);
+            if now.duration_since(since) >= grace {
+                return Waited::Unserved;
+            }
+        } else {
+            unserved_since = None;
         }
     }
 }
