@@ -134,6 +134,20 @@ paths:
           application/octet-stream:
             schema: {type: string, format: binary}
       responses: {"200": {description: stored}}
+  /labels:
+    post:
+      operationId: addLabel
+      requestBody:
+        required: true
+        content:
+          application/json:
+            schema:
+              type: object
+              required: [name]
+              properties:
+                name: {type: string}
+              additionalProperties: {type: string}
+      responses: {"200": {description: labelled}}
   /notes:
     post:
       operationId: postNote
@@ -239,6 +253,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert_eq!(
         ops,
         [
+            "add-label",
             "big",
             "boom",
             "bytes",
@@ -365,6 +380,15 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let out = run(&m, &m.token, &items, &["post-note", "--body-file", note.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(out.json()["result"]["body"]["body"], "first line\nsecond: ünïcode\n");
+    // A body that takes keys beyond its named ones takes them as one object.
+    let out = run(&m, &m.token, &items, &["add-label", "--name", "urgent", "--extra-fields", r#"{"color":"red"}"#]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let sent: Value = serde_json::from_str(out.json()["result"]["body"]["body"].as_str().unwrap()).unwrap();
+    assert_eq!(sent, json!({"name": "urgent", "color": "red"}));
+    // Of the type the document gives them.
+    let out = run(&m, &m.token, &items, &["add-label", "--name", "urgent", "--extra-fields", r#"{"n":1}"#]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(out.stderr.contains("--extra-fields"), "{}", out.stderr);
     // Bytes where text is expected, and a file that is not there: one line that says so.
     let out = run(&m, &m.token, &items, &["post-note", "--body-file", photo.to_str().unwrap()]);
     assert_eq!(out.code, 2, "{}", out.stderr);

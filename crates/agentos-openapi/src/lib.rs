@@ -153,6 +153,9 @@ pub enum Location {
     Cookie,
     /// One field of an object body.
     BodyField,
+    /// Keys of an object body beyond its named properties, as its `additionalProperties` allows,
+    /// given as one object (`--extra-fields '{"color": "red"}'`) and merged into the body.
+    BodyExtra,
     /// The whole body.
     Body,
 }
@@ -165,7 +168,7 @@ impl Location {
             Location::Query => "query",
             Location::Header => "header",
             Location::Cookie => "cookie",
-            Location::BodyField | Location::Body => "body",
+            Location::BodyField | Location::Body | Location::BodyExtra => "body",
         }
     }
 }

@@ -523,6 +523,25 @@ fn request_body<'d>(
                         json: false,
                     });
                 }
+                // Keys beyond the named ones, where the body takes them (`additionalProperties`
+                // true or a schema; left out, it is not taken as an invitation): one object
+                // field, merged into a JSON or form body.
+                let extra = schema.get("additionalProperties").filter(|a| a.is_object() || **a == Value::Bool(true));
+                if let Some(extra) = extra.filter(|_| matches!(encoding, BodyEncoding::Json | BodyEncoding::Form)) {
+                    fields.push(Field {
+                        name: String::new(),
+                        location: Location::BodyExtra,
+                        schema: json!({
+                            "type": "object",
+                            "additionalProperties": extra,
+                            "description": "More fields of the body, beyond its named ones, as one JSON object: {\"key\": value}",
+                        }),
+                        required: false,
+                        style: None,
+                        explode: false,
+                        json: false,
+                    });
+                }
             }
             None => fields.push(whole(schema)),
         }
@@ -631,6 +650,7 @@ fn settle_names(fields: Vec<Field>) -> (Map<String, Value>, Vec<String>, Vec<Bin
         .iter()
         .map(|f| match f.location {
             Location::Body => "body".to_string(),
+            Location::BodyExtra => "extra-fields".to_string(),
             _ => flag_name(&f.name),
         })
         .collect();

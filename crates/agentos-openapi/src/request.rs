@@ -299,13 +299,35 @@ fn body_fields<'a>(op: &'a Operation, input: &'a Map<String, Value>) -> Vec<(&'a
         .collect()
 }
 
+/// The body's keys beyond its named fields (`additionalProperties`), in their object's order. A
+/// key that is one of the named fields is refused: its own flag sets it, and one value each.
+fn body_extra<'a>(
+    op: &'a Operation,
+    input: &'a Map<String, Value>,
+    fields: &[(&Binding, &Value)],
+) -> Result<Vec<(&'a String, &'a Value)>, CallError> {
+    let Some(b) = op.bindings.iter().find(|b| b.location == Location::BodyExtra) else { return Ok(Vec::new()) };
+    let Some(Value::Object(extra)) = input.get(&b.property) else { return Ok(Vec::new()) };
+    for k in extra.keys() {
+        if let Some(named) = op.bindings.iter().find(|n| n.location == Location::BodyField && &n.name == k) {
+            let given = if fields.iter().any(|(f, _)| f.name == *k) { " (and it is given)" } else { "" };
+            return Err(CallError::BadValue {
+                flag: b.property.clone(),
+                reason: format!("{k:?} is a named field of the body{given}: set it with --{}", named.property),
+            });
+        }
+    }
+    Ok(extra.iter().collect())
+}
+
 fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<String>), CallError> {
     let Some(rb) = &op.body else { return Ok((Vec::new(), None)) };
     let whole = op.bindings.iter().find(|b| b.location == Location::Body).and_then(|b| input.get(&b.property));
     let fields = body_fields(op, input);
+    let extra = body_extra(op, input, &fields)?;
     // An optional body left out is not sent; a required one is, even empty (`{}` for JSON), since
     // the server expects its content type.
-    if whole.is_none() && fields.is_empty() && !rb.required {
+    if whole.is_none() && fields.is_empty() && extra.is_empty() && !rb.required {
         return Ok((Vec::new(), None));
     }
     // A wildcard media type (`application/*`) is not a Content-Type.
@@ -339,6 +361,7 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
                             let schema = op.input_schema.pointer(&format!("/properties/{}", escape_token(&b.property)));
                             (b.name.clone(), if is_binary(schema) { json_bytes(v) } else { (*v).clone() })
                         })
+                        .chain(extra.iter().map(|(k, v)| ((*k).clone(), (*v).clone())))
                         .collect(),
                 ),
             };
@@ -348,7 +371,11 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
             let pairs: Vec<(String, String)> = match whole {
                 Some(Value::Object(o)) => o.iter().flat_map(|(k, v)| form_pairs(k, v)).collect(),
                 Some(v) => vec![("body".to_string(), scalar_text(v))],
-                None => fields.iter().flat_map(|(b, v)| form_pairs(&b.name, v)).collect(),
+                None => fields
+                    .iter()
+                    .flat_map(|(b, v)| form_pairs(&b.name, v))
+                    .chain(extra.iter().flat_map(|(k, v)| form_pairs(k, v)))
+                    .collect(),
             };
             let text = pairs
                 .iter()

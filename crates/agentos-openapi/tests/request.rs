@@ -290,3 +290,55 @@ fn a_query_written_in_the_path_comes_first() {
     assert_eq!(request(&op, json!({"q": "a b"})).url, "https://api.example.com/v1/search?type=user&q=a%20b");
     assert_eq!(request(&op, json!({})).url, "https://api.example.com/v1/search?type=user");
 }
+
+/// A body that takes keys beyond its named ones (`additionalProperties` true or a schema) has
+/// one more field, `extra-fields`, an object merged into the body; a key that is a named field
+/// is refused, naming that field's own flag. Without `additionalProperties`, or with it false,
+/// there is no such field.
+#[test]
+fn a_body_with_additional_properties_takes_them_as_one_object() {
+    let schema = |extra: Value| {
+        let mut s = json!({"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}});
+        if !extra.is_null() {
+            s["additionalProperties"] = extra;
+        }
+        s
+    };
+    let op = body_op("application/json", schema(json!({"type": "string"})));
+    assert_eq!(
+        op.input_schema["properties"]["extra-fields"]["additionalProperties"],
+        json!({"type": "string"}),
+        "{}",
+        op.input_schema
+    );
+    let r = request(&op, json!({"id": "1", "name": "n", "extra-fields": {"color": "red", "size": "L"}}));
+    let body: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(body, json!({"name": "n", "color": "red", "size": "L"}));
+    // Without extras, the body is as before.
+    let r = request(&op, json!({"id": "1", "name": "n"}));
+    assert_eq!(serde_json::from_slice::<Value>(&r.body).unwrap(), json!({"name": "n"}));
+    let e =
+        build_request("https://h", &op, &json!({"id": "1", "name": "n", "extra-fields": {"name": "m"}})).unwrap_err();
+    assert_eq!(
+        e,
+        CallError::BadValue {
+            flag: "extra-fields".into(),
+            reason: "\"name\" is a named field of the body (and it is given): set it with --name".into()
+        }
+    );
+    // A form body takes them too.
+    let op = body_op("application/x-www-form-urlencoded", schema(json!(true)));
+    let r = request(&op, json!({"id": "1", "name": "n", "extra-fields": {"metadata[plan]": "pro"}}));
+    assert_eq!(String::from_utf8(r.body).unwrap(), "name=n&metadata%5Bplan%5D=pro");
+    for closed in [Value::Null, json!(false)] {
+        let op = body_op("application/json", schema(closed.clone()));
+        assert!(op.input_schema["properties"].get("extra-fields").is_none(), "{closed}: {}", op.input_schema);
+    }
+    // A property named as the field itself keeps its name; the field is numbered.
+    let op = body_op(
+        "application/json",
+        json!({"type": "object", "properties": {"extraFields": {"type": "string"}}, "additionalProperties": true}),
+    );
+    let names: Vec<&String> = op.input_schema["properties"].as_object().unwrap().keys().collect();
+    assert!(names.contains(&&"body-extra-fields".to_string()), "{names:?}");
+}
