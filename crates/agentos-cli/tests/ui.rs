@@ -1,11 +1,12 @@
 //! The web page in a real browser: headless Chromium (Debian's package) driven by Playwright's
 //! playwright-core (npm), both installed by `scripts/ui-env`. The master is prepared here
 //! through the API; `tests/ui/flows.mjs` signs in, searches, opens an entry, sees shadowing,
-//! watches a token move live, fires from the page and sees a 403 explained, opens a place with
-//! more tokens than the page shows, loads a job's whole stdout (as an agent without `r` too) and
-//! sees the read of a damaged one refused, cancels a running job (and is told why when another
-//! was cancelled first), and fails on any JavaScript error or `console.error` but the refusals
-//! it provokes. Screenshots of each page go to `target/ui-screenshots/`.
+//! watches a token move live, fires from the page and sees the fire disabled for an agent without
+//! `x`, with the flag it takes, opens a place with more tokens than the page shows, loads a job's
+//! whole stdout (as an agent without `r` too) and sees the read of a damaged one refused, cancels
+//! a running job (and is told why when another was cancelled first), and fails on any JavaScript
+//! error or `console.error` but the refusals it provokes. Screenshots of each page go to
+//! `target/ui-screenshots/`.
 
 mod common;
 
@@ -212,4 +213,61 @@ fn a_token_lands_on_a_view_its_flags_open_or_is_told_which_flag_it_lacks() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+}
+
+/// A control whose route the token's flags cannot pass is offered disabled, with the flag it
+/// takes said beside it and read to a screen reader: an agent holding `r` alone sees the net's
+/// start, stop, fire and put-token disabled (they used to be offered and answer a 403), one
+/// holding `r` and `l` but neither `x` nor `t` (it cannot have invoked a job) a running job's
+/// cancel, and one holding `rwx` and `s` uses them all: fires, starts, stops, puts a token and
+/// cancels the job it invoked. `tests/ui/controls.mjs` fails on any refused request.
+#[test]
+fn a_control_the_flags_cannot_pass_is_offered_disabled_with_the_flag_it_takes() {
+    let playwright = ui_env();
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start(&dir.path().join("master"));
+    let api = m.client();
+    let net = json!({"places": ["p-in", "p-out"], "transitions": [{"id": "move", "kind": "pass",
+        "presets": {"i": {"place": "p-in"}}, "postsets": {"o": {"place": "p-out"}}, "emit": [{"to": "o"}]}]});
+    let (status, v) = api.put("/api/models/flow/net", net);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(api.post("/api/models/flow/places/p-in/tokens", json!({"data": {"n": 1}})).0, 200);
+    assert_eq!(api.register("sleeper", "sh", "sleep 60", None).0, 200);
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    // Each at home in flow: the job the full agent invokes is in flow, where the others may see it.
+    let agent = |name: &str, flags: &str| {
+        let (status, v) = api.post("/api/agents", json!({"name": name, "flags": flags, "model": "flow"}));
+        assert_eq!(status, 200, "{v}");
+        v["token"].as_str().unwrap().to_string()
+    };
+    let reader = agent("reader", "r");
+    let watcher = agent("watcher", "r---l");
+    let full = agent("full", "rwx------s");
+    let job = api.with_token(Some(&full)).invoke_async("sleeper", json!({"timeoutMs": 120000}));
+    common::wait_for("the executor to hold the sleep", || {
+        let held = api.get("/api/executors").1[0]["jobs"].clone();
+        held.as_array().is_some_and(|l| l.iter().any(|x| x == job.as_str()))
+    });
+
+    let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = Command::new("node")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/controls.mjs"))
+        .env("URL", &m.url)
+        .env("READER_TOKEN", &reader)
+        .env("WATCHER_TOKEN", &watcher)
+        .env("FULL_TOKEN", &full)
+        .env("JOB", &job)
+        .env("SCREENSHOTS", &shots)
+        .env("PLAYWRIGHT_CORE", &playwright)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+    let (status, v) = api.get(&format!("/api/jobs/{job}"));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["results"][0]["cancelledBy"], "full", "{v}");
+    // Stopped at the executor's next heartbeat: the sleep does not outlive the test.
+    common::wait_for("the executor to stop the cancelled sleep", || api.get("/api/executors").1[0]["state"] != "busy");
 }

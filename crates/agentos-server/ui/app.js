@@ -143,6 +143,38 @@ function has(letter) {
   return S.me && S.me.flags[i] === letter;
 }
 
+// "x (execute)": a flag, in words.
+const flagWord = (letter) => `${letter} (${FLAGS.find(([l]) => l === letter)[1]})`;
+
+// Whether the token's flags pass a route that takes `letter` (the operator holds every flag).
+const may = (letter) => Boolean(S.me) && (S.me.kind === 'operator' || has(letter));
+
+// Why the token may not use a control whose route takes `letter`, or null when it may:
+// "`what` the flag x (execute), which reader's token lacks."
+const lacking = (letter, what) => (may(letter) ? null : `${what} the flag ${flagWord(letter)}, which ${S.me.name}'s token lacks.`);
+
+let notes = 0;
+
+// The note saying why controls are disabled, to show beside them: [its id, the note], or
+// [null, null] when they are not.
+function whyNote(why) {
+  if (!why) return [null, null];
+  const id = `why-disabled-${++notes}`;
+  return [id, h('p', { class: 'muted', id }, why)];
+}
+
+// A button for an action whose route the token's flags may not pass (`why` says which flag it
+// lacks, `note` is the id of the note saying so) is offered, so that a person finds what the
+// view can do, but disabled: `aria-disabled` rather than `disabled`, so that it stays in the
+// keyboard's order and a screen reader reads the reason with it (a `disabled` button is skipped,
+// and shows no title in some browsers). It gets no action: a click or a key sends nothing. The
+// API still decides every request; this only keeps the page from offering a certain refusal.
+function actionButton(attrs, label, onclick, why, note) {
+  return why
+    ? h('button', { ...attrs, type: 'button', 'aria-disabled': 'true', title: why, 'aria-describedby': note }, label)
+    : h('button', { type: 'button', ...attrs, onclick }, label);
+}
+
 // The page's views, in the order a token lands on the first it may use, with the flags that open
 // each: any one of `anyOf`, or the operator. They follow the permissions of the routes each view
 // reads (`routes.rs`): the catalog any flag that reveals a kind of tool, the nets `r`, the audit
@@ -161,9 +193,8 @@ const VIEWS = [
 // "r (read)", or "one of d (docker), h (http), …": what opens `view`, in words.
 function needs(view) {
   if (view.operator) return 'the operator\'s token';
-  const word = (l) => `${l} (${FLAGS.find(([f]) => f === l)[1]})`;
   const letters = [...view.anyOf];
-  return letters.length === 1 ? `the flag ${word(letters[0])}` : `one of the flags ${letters.map(word).join(', ')}`;
+  return letters.length === 1 ? `the flag ${flagWord(letters[0])}` : `one of the flags ${letters.map(flagWord).join(', ')}`;
 }
 
 function mayUse(view) {
@@ -647,14 +678,16 @@ async function netView(model) {
       const st = net.transitions.find((x) => x.id === id) || {};
       const base = `/api/models/${encodeURIComponent(model)}/transitions/${encodeURIComponent(id)}`;
       const parked = (net.parkedList || []).filter((p) => p.transition === id);
+      const why = lacking('x', 'Starting, stopping and firing a transition need');
+      const [note, said] = whyNote(why);
       fill(side, h('h2', {}, `Transition ${id}`),
         kv([['kind', t.kind], ['state', st.started ? 'started' : 'stopped'], ['fires', st.fires], ['in flight', st.inFlight], ['parked', st.parked],
           ['takes from', Object.values(t.presets || {}).map((a) => a.place).join(', ')], ['puts into', Object.values(t.postsets || {}).map((a) => a.place).join(', ')]]),
         h('div', { class: 'row' },
-          h('button', { id: 'start', onclick: () => act('start', `${base}/start`, {}, `${id} started`) }, 'Start'),
-          h('button', { id: 'stop', onclick: () => act('stop', `${base}/stop`, {}, `${id} stopped`) }, 'Stop'),
-          h('button', { id: 'fire', class: 'primary', onclick: () => act('fire', `${base}/fire`, {}, `${id} fired`, fireVerdict(id)) }, 'Fire')),
-        h('p', { class: 'muted', text: has('x') ? '' : 'Start, stop and fire need the x flag, which this token does not hold.' }),
+          actionButton({ id: 'start' }, 'Start', () => act('start', `${base}/start`, {}, `${id} started`), why, note),
+          actionButton({ id: 'stop' }, 'Stop', () => act('stop', `${base}/stop`, {}, `${id} stopped`), why, note),
+          actionButton({ id: 'fire', class: 'primary' }, 'Fire', () => act('fire', `${base}/fire`, {}, `${id} fired`, fireVerdict(id)), why, note)),
+        said,
         st.lastError ? h('p', { class: 'last-error' }, h('span', { class: 'badge bad' }, 'last error'), ' ', st.lastError) : null,
         parked.length ? h('div', {}, h('h3', {}, 'Parked tokens'), parked.map(parkedRow)) : null,
         h('details', {}, h('summary', {}, 'definition'), h('pre', {}, JSON.stringify(t, null, 2))));
@@ -669,24 +702,25 @@ async function netView(model) {
         fill(side, h('h2', {}, `Place ${id}`), h('p', { class: 'last-error', id: 'tokens-error', text: `Its tokens could not be read: ${explain(e)}` }));
         return;
       }
-      const data = h('textarea', { id: 'token-data', 'aria-label': 'token data (JSON)' }, '{}');
+      const why = lacking('w', 'Putting a token needs');
+      const [note, said] = whyNote(why);
+      const data = h('textarea', { id: 'token-data', 'aria-label': 'token data (JSON)', disabled: Boolean(why), 'aria-describedby': note }, '{}');
+      const put = () => {
+        let value;
+        try {
+          value = JSON.parse(data.value);
+        } catch (e) {
+          alertBox(`The token's data is not JSON: ${e.message}`);
+          return;
+        }
+        act('put', `/api/models/${encodeURIComponent(model)}/places/${encodeURIComponent(id)}/tokens`, { data: value }, `token put into ${id}`);
+      };
       fill(side, h('h2', {}, `Place ${id}`), kv([['tokens', place.tokens], ['reserved', place.reserved]]),
         place.tokens > tokens.length ? h('p', { class: 'muted', id: 'tokens-shown', text: `The first ${tokens.length} of ${place.tokens} tokens; GET …/tokens?offset=${tokens.length}&limit=${TOKENS_SHOWN} reads on.` }) : null,
         h('div', { id: 'tokens' }, tokens.map((t) => h('details', { class: 'token' }, h('summary', {}, h('code', {}, t.id), h('span', { class: 'muted' }, ` by ${(t.by || []).join(', ')}`)), h('pre', {}, JSON.stringify(t.data, null, 2))))),
         h('h3', {}, 'Put a token'), data,
-        h('button', {
-          id: 'put-token', class: 'primary', onclick: () => {
-            let value;
-            try {
-              value = JSON.parse(data.value);
-            } catch (e) {
-              alertBox(`The token's data is not JSON: ${e.message}`);
-              return;
-            }
-            act('put', `/api/models/${encodeURIComponent(model)}/places/${encodeURIComponent(id)}/tokens`, { data: value }, `token put into ${id}`);
-          },
-        }, 'Put token'),
-        h('p', { class: 'muted', text: has('w') ? '' : 'Putting a token needs the w flag, which this token does not hold.' }));
+        actionButton({ id: 'put-token', class: 'primary' }, 'Put token', put, why, note),
+        said);
     }
   };
   const select = (key) => {
@@ -784,9 +818,19 @@ function drawJob(job, into) {
     }
   };
   const open = job.state === 'queued' || job.state === 'running';
+  // Only the job's invoker or the operator may cancel it. The job does not say who invoked it,
+  // but a token that holds neither x nor t has invoked nothing; one that holds either may be
+  // refused all the same (the job another's, or a net's step), and is told so beside it.
+  const operator = S.me.kind === 'operator';
+  const why = operator || may('x') || may('t') ? null
+    : `Cancelling a job is for its invoker or the operator, and invoking takes the flag ${flagWord('x')} or ${flagWord('t')}, which ${S.me.name}'s token lacks.`;
+  const [note, said] = whyNote(why);
   fill(into, h('h2', {}, `Job ${id}`),
     kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['attempt', r.attempt], ['error', r.error], ['cancelled by', r.cancelledBy]]),
-    open ? h('p', {}, confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)) : null,
+    open ? h('div', {},
+      h('p', {}, why ? actionButton({ id: 'cancel-job', class: 'danger' }, 'Cancel the job', null, why, note)
+        : confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)),
+      said || (operator ? null : h('p', { class: 'muted', text: 'Only the job\'s invoker or the operator may cancel it.' }))) : null,
     h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
     r.stdoutBlob ? h('button', { id: 'whole-stdout', onclick: () => whole('stdout') }, 'Load the whole stdout') : null,
     r.stderrBlob ? h('button', { id: 'whole-stderr', onclick: () => whole('stderr') }, 'Load the whole stderr') : null);
@@ -802,9 +846,14 @@ async function executorsView() {
   const [executors, jobs] = await Promise.all([listed, get('/api/jobs?limit=100').catch((e) => e)]);
   const table = (head, rows) => h('table', {}, h('thead', {}, h('tr', {}, head.map((c) => h('th', {}, c)))), h('tbody', {}, rows));
   const jobLink = (id, attrs) => h('a', { href: '#', ...attrs, onclick: (ev) => { ev.preventDefault(); showJob(id, detail); } }, id);
+  // A job is read with l in its model, or by its invoker: a token with neither l, nor x or t to
+  // invoke with, would be refused any job an executor holds, so they are not links for it.
+  const readsHeld = may('l') || may('x') || may('t');
+  const heldJob = (id) => (readsHeld ? jobLink(id, { 'data-held-job': id })
+    : h('code', { 'data-held-job': id, title: `Reading a job takes the flag ${flagWord('l')} in its model, or being its invoker; ${S.me.name}'s token holds neither l, nor x or t to invoke with.` }, id));
   // The jobs an executor holds have not finished: the recent jobs do not list them yet, so
   // this is the way to them (and to cancelling one).
-  const held = (e) => [...e.jobs.map((id) => jobLink(id, { 'data-held-job': id })), e.otherJobs ? `+${e.otherJobs} in other models` : null]
+  const held = (e) => [...e.jobs.map(heldJob), e.otherJobs ? `+${e.otherJobs} in other models` : null]
     .filter(Boolean).flatMap((x, i) => (i ? [', ', x] : [x]));
   show(h('h1', { text: 'Executors & jobs' }),
     h('h2', { text: 'Executors' }),

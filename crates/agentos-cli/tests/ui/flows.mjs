@@ -1,10 +1,10 @@
 // The page in headless Chromium, driven by Playwright: sign in, search, open an entry, see
-// shadowing, watch a token move live, fire from the page, a 403 explained for an agent without
-// the flag, a place with more tokens than are shown, a job's whole stdout loaded (by an agent
-// without r too) and a damaged one's read refused, a running job cancelled (and a cancel refused
-// because another came first); no JavaScript error and no console error on any page but the
-// refusals provoked on purpose. Screenshots go to $SCREENSHOTS. Run by tests/ui.rs, which
-// prepares the master.
+// shadowing, watch a token move live, fire from the page, the fire offered disabled to an agent
+// without the flag, saying which it takes, a place with more tokens than are shown, a job's whole
+// stdout loaded (by an agent without r too) and a damaged one's read refused, a running job
+// cancelled (and a cancel refused because another came first); no JavaScript error and no
+// console error on any page but the refusals provoked on purpose. Screenshots go to
+// $SCREENSHOTS. Run by tests/ui.rs, which prepares the master.
 const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, CALLER_TOKEN, LOUD_JOB, BROKEN_JOB, SLEEP_JOB, RACED_JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 // Installed by scripts/ui-env under target/tools/ui, named by its path.
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
@@ -276,7 +276,7 @@ await page.locator('#secrets', { hasText: 'API_KEY' }).waitFor();
 check(!(await page.content()).includes('secret-value-0123456789'), 'a secret value reached the page');
 await shot('secrets');
 
-// An agent without x: the fire is refused, and the page says why.
+// An agent without x: the fire is offered disabled, saying which flag it takes, and sends nothing.
 await page.click('#sign-out');
 await page.locator('#sign-in').waitFor();
 // The form is drawn once: a second drawing after the hash change would empty a token being typed.
@@ -289,12 +289,13 @@ await page.locator('#catalog-search').waitFor();
 check(await page.locator('a[data-page=agents]').isHidden(), 'an agent is not offered the operator pages');
 await page.goto(`${BASE}/#/nets/flow`);
 await page.click('g[data-transition=move]');
-expected.push(403);
-await page.click('#fire');
-const refused = page.locator('#alert', { hasText: 'Not allowed (403)' });
-await refused.waitFor();
-const why = await refused.textContent();
-check(why.includes("'x'"), `the refusal names the missing flag: ${why}`);
+const fire = page.locator('#fire');
+await fire.waitFor();
+check((await fire.getAttribute('aria-disabled')) === 'true', 'the fire is offered to an agent without x');
+const why = await page.locator(`[id="${await fire.getAttribute('aria-describedby')}"]`).textContent();
+check(why.includes('x (execute)') && why.includes("viewer's token lacks"), `the fire says which flag it takes: ${why}`);
+await fire.click({ force: true });
+check(await page.locator('#alert').isHidden(), `the disabled fire was sent: ${await page.locator('#alert').textContent()}`);
 await shot('refused');
 
 // An agent that may run scripts but not read (no r) sees its own job and loads its whole
