@@ -97,15 +97,17 @@ pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_
         };
         // One toolkit named is listed as seen; when the caller's flags let it see the toolkit but
         // not call it, a note says which flag a call takes (the whole list leaves such out).
-        if toolkit.is_some() {
-            let me = conn.request(reqwest::Method::GET, "/api/me", &[], None)?;
-            let flags: Option<agentos_core::flags::Flags> = me["flags"].as_str().and_then(|f| f.parse().ok());
-            for e in entries.iter().filter(|e| flags.is_some_and(|f| !e.binding.kind().callable_by(f))) {
-                let flag = if e.binding.kind() == agentos_core::entry::BindingKind::Toolnet { 't' } else { 'x' };
+        // (A note only: when who the caller is cannot be read, the listing stands without it.)
+        if toolkit.is_some()
+            && let Ok(me) = conn.request(reqwest::Method::GET, "/api/me", &[], None)
+            && let Some(flags) = me["flags"].as_str().and_then(|f| f.parse::<agentos_core::flags::Flags>().ok())
+        {
+            for e in entries.iter().filter(|e| !e.binding.kind().callable_by(flags)) {
                 errln!(
-                    "note: your flags ({}) show toolkit {} but do not call it: a call takes the '{flag}' flag",
+                    "note: your flags ({}) show toolkit {} but do not call it: a call takes the '{}' flag",
                     me["flags"].as_str().unwrap_or_default(),
-                    e.id
+                    e.id,
+                    e.binding.kind().call_flag().letter()
                 );
             }
         }

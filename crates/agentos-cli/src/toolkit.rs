@@ -286,7 +286,7 @@ fn write_out(text: &str) -> Result<(), ClientError> {
 fn failure_json(e: &ClientError) -> Value {
     let mut v = json!({"ok": false, "error": {"code": e.error_code, "message": e.message, "status": e.status, "exitCode": e.code}});
     if let Some(response) = &e.response {
-        v["response"] = response.clone();
+        v["error"]["response"] = response.clone();
     }
     v
 }

@@ -1056,7 +1056,9 @@ fn a_goodbye_ends_only_its_own_leases_and_a_killed_siblings_job_comes_back_by_it
         back.as_millis(),
         lease.as_millis()
     );
-    assert!(back < 2 * lease, "the job came back {back:?} after the kill, past a second lease");
+    // A wide bound, for a busy machine: what it tells apart is the lease's end from the 90 s a
+    // killed name takes to be counted gone, the wrong mechanism.
+    assert!(back < std::time::Duration::from_secs(30), "the job came back {back:?} after the kill");
     assert_eq!(e1_state(), ("stopped".to_string(), 0));
 }
 

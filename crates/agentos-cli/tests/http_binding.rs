@@ -422,14 +422,14 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let failure = out.json();
     assert_eq!(failure["ok"], false, "{failure}");
     assert_eq!(failure["error"]["code"], "http_status", "{failure}");
-    assert_eq!(failure["response"]["status"], 404, "{failure}");
-    assert_eq!(failure["response"]["body"], json!({"error": "no such item"}), "{failure}");
-    assert_eq!(failure["response"]["contentType"], "application/json", "{failure}");
+    assert_eq!(failure["error"]["response"]["status"], 404, "{failure}");
+    assert_eq!(failure["error"]["response"]["body"], json!({"error": "no such item"}), "{failure}");
+    assert_eq!(failure["error"]["response"]["contentType"], "application/json", "{failure}");
     let out = run(&m, &m.token, &items, &["boom"]);
     assert_eq!(out.code, 5, "{}", out.stderr);
     assert!(out.stderr.contains("answered 500: internal failure: the database is down"), "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
-    assert_eq!(out.json()["response"]["body"], "internal failure: the database is down");
+    assert_eq!(out.json()["error"]["response"]["body"], "internal failure: the database is down");
     // The call API gives it as the error's `response`.
     let (status, v) = m.client().post("/api/tools/items/call", json!({"tool": "missing", "args": []}));
     assert_eq!(status, 422, "{v}");
@@ -583,7 +583,7 @@ fn the_credential_reaches_the_service_and_appears_nowhere_else() {
     assert!(!out.stderr.contains(token) && out.stderr.contains("Bearer [redacted]"), "{}", out.stderr);
     // So is the whole answer the failure carries on stdout.
     assert!(!out.stdout.contains(token), "{}", out.stdout);
-    assert_eq!(out.json()["response"]["body"]["echo"], "Bearer [redacted]", "{}", out.stdout);
+    assert_eq!(out.json()["error"]["response"]["body"]["echo"], "Bearer [redacted]", "{}", out.stdout);
 
     // `auth: query` sends the credential as the named query parameter only: the operation's own
     // parameter of that name is not offered, since the credential would replace its value.

@@ -1706,11 +1706,15 @@ fn an_http_transition_refused_by_its_service_hands_the_answer_to_on_error() {
         let (s, _) = listener.accept().unwrap();
         let mut reader = BufReader::new(s.try_clone().unwrap());
         let mut len = 0usize;
+        let mut seen = String::new();
         loop {
             let mut h = String::new();
             reader.read_line(&mut h).unwrap();
             if let Some(v) = h.to_lowercase().strip_prefix("content-length:") {
                 len = v.trim().parse().unwrap();
+            }
+            if h.to_lowercase().starts_with("authorization:") {
+                seen = h["authorization:".len()..].trim().to_string();
             }
             if h == "\r\n" {
                 break;
@@ -1718,7 +1722,8 @@ fn an_http_transition_refused_by_its_service_hands_the_answer_to_on_error() {
         }
         let mut body = vec![0u8; len];
         reader.read_exact(&mut body).unwrap();
-        let answer = r#"{"errors":[{"field":"city","message":"no such city"}]}"#;
+        // The credential echoed back, as a careless service does in its errors.
+        let answer = format!(r#"{{"errors":[{{"field":"city","message":"no such city"}}],"seen":"{}"}}"#, seen.trim());
         let mut s = s;
         write!(
             s,
@@ -1730,6 +1735,10 @@ fn an_http_transition_refused_by_its_service_hands_the_answer_to_on_error() {
     let dir = tempfile::tempdir().unwrap();
     let m = Master::start(dir.path());
     let api = m.client();
+    let secret = "err-echo-canary-7c1d";
+    assert_eq!(api.put("/api/secrets/WEATHER_KEY", json!({"value": secret})).0, 200);
+    let (s, v) = api.post("/api/secrets/WEATHER_KEY/grants", json!({"origin": format!("http://127.0.0.1:{port}")}));
+    assert_eq!(s, 200, "{v}");
     apply(
         &api,
         "weather",
@@ -1738,6 +1747,7 @@ fn an_http_transition_refused_by_its_service_hands_the_answer_to_on_error() {
             "transitions": [{"id": "call", "kind": "http", "presets": {"req": {"place": "p-req"}},
                 "postsets": {"o": {"place": "p-resp"}, "e": {"place": "p-err"}},
                 "action": {"method": "POST", "url": format!("http://127.0.0.1:{port}/forecast"),
+                           "headers": {"Authorization": "Bearer ${credentials.WEATHER_KEY}"},
                            "body": {"city": "${.req.data.city}"}},
                 "emit": [{"to": "o"}], "onError": {"to": "e"}}]
         }),
@@ -1751,9 +1761,10 @@ fn an_http_transition_refused_by_its_service_hands_the_answer_to_on_error() {
     assert_eq!(
         err["response"],
         json!({"status": 422, "contentType": "application/json",
-            "body": {"errors": [{"field": "city", "message": "no such city"}]}}),
+            "body": {"errors": [{"field": "city", "message": "no such city"}], "seen": "Bearer [redacted]"}}),
         "{err}"
     );
+    assert!(!api.get("/api/models/weather/places/p-err/tokens").1.to_string().contains(secret));
     assert_eq!(err["input"]["req"]["data"]["city"], "Atlantis", "{err}");
     assert!(api.token_data("weather", "p-resp").is_empty());
 }

@@ -340,11 +340,15 @@ impl BindingKind {
     /// Whether `flags` may call entries of this kind: seen, and `t` for a tool net (a tool net
     /// caller needs no `x`), `x` for every other kind.
     pub fn callable_by(self, flags: Flags) -> bool {
-        self.visible_to(flags)
-            && match self {
-                BindingKind::Toolnet => flags.has(Flag::ToolNets),
-                _ => flags.has(Flag::Execute),
-            }
+        self.visible_to(flags) && flags.has(self.call_flag())
+    }
+    /// The flag a call of this kind takes beside seeing it: `t` for a tool net, `x` for every
+    /// other kind.
+    pub fn call_flag(self) -> Flag {
+        match self {
+            BindingKind::Toolnet => Flag::ToolNets,
+            _ => Flag::Execute,
+        }
     }
 }
 

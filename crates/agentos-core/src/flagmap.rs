@@ -86,7 +86,7 @@ pub struct FlagSpec {
     /// The JSON types of a flag of several (`"type": ["integer", "string"]`), read as JSON:
     /// a value whose JSON is of none of them is taken as the text it is when `string` is one
     /// (`true` for `[integer, string]` is the string "true"). Empty for every other flag.
-    pub types: Vec<String>,
+    pub json_types: Vec<String>,
 }
 
 impl FlagSpec {
@@ -312,7 +312,7 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
                 binary: is_binary(prop) || prop.get("items").is_some_and(is_binary),
                 base64: is_base64(prop),
                 nullable: nullable(prop),
-                types: match (scalar(prop), prop.get("type")) {
+                json_types: match (scalar(prop), prop.get("type")) {
                     (FlagType::Json, Some(Value::Array(ts))) => {
                         ts.iter().filter_map(Value::as_str).map(str::to_string).collect()
                     }
@@ -638,7 +638,14 @@ fn of_its_types(v: Value, raw: &str, spec: &FlagSpec) -> Value {
         "object" => v.is_object(),
         _ => true,
     };
-    if spec.types.is_empty() || spec.types.iter().any(|t| is(t)) || !spec.types.iter().any(|t| t == "string") {
+    let types = &spec.json_types;
+    if types.is_empty() || !types.iter().any(|t| t == "string") {
+        return v;
+    }
+    // A number JSON cannot keep as written (past 64 bits, more digits than a double holds) is
+    // the text, which the string type keeps whole.
+    let kept = !v.is_number() || v.to_string() == raw.trim() || v.as_f64().is_some_and(|f| f.to_string() == raw.trim());
+    if kept && types.iter().any(|t| is(t)) {
         return v;
     }
     Value::String(raw.to_string())

@@ -859,7 +859,7 @@ fn table_shape() {
             binary: false,
             base64: false,
             nullable: false,
-            types: Vec::new(),
+            json_types: Vec::new(),
         };
         assert_eq!(table.flags.iter().find(|f| f.flag == flag), Some(&want));
     };
@@ -1001,6 +1001,10 @@ fn a_flag_of_several_types_takes_a_value_of_each() {
     for word in ["true", "null", "[1]", "{}", "1.5"] {
         assert_eq!(table.parse(&args(&["--num", word])).unwrap(), json!({"num": word}), "{word}");
     }
+    // A number JSON would not keep as typed stays the text.
+    let big = "123456789012345678901234567890";
+    assert_eq!(table.parse(&args(&["--num", big])).unwrap(), json!({"num": big}));
+    assert_eq!(table.parse(&args(&["--num", "-7"])).unwrap(), json!({"num": -7}));
     // Without text among them, the JSON stays, for the schema to refuse by its types.
     let table = flag_table(&json!({"type": "object", "properties": {"n": {"type": ["integer", "boolean"]}}}));
     assert_eq!(table.parse(&args(&["--n", "true"])).unwrap(), json!({"n": true}));

@@ -329,7 +329,27 @@ fn build<'d>(
         None => None,
     };
 
-    let (properties, required, bindings) = settle_names(fields);
+    // The document's own names are settled first: a body's extra keys take whatever name is
+    // left, so that they never rename a field the document has.
+    let extra = fields.iter().position(|f| f.location == Location::BodyExtra).map(|i| fields.remove(i));
+    let (mut properties, required, mut bindings) = settle_names(fields);
+    if let Some(f) = extra {
+        let free = |n: &String| !properties.contains_key(n) && !RESERVED_FLAGS.contains(&n.as_str());
+        let property = ["extra-fields".to_string(), "body-extra-fields".to_string()]
+            .into_iter()
+            .chain((2..).map(|k| format!("body-extra-fields-{k}")))
+            .find(free)
+            .unwrap_or_default();
+        properties.insert(property.clone(), f.schema);
+        bindings.push(Binding {
+            property,
+            location: f.location,
+            name: f.name,
+            style: f.style,
+            explode: f.explode,
+            json: f.json,
+        });
+    }
     let mut input_schema = json!({
         "type": "object",
         "properties": properties,
@@ -650,7 +670,6 @@ fn settle_names(fields: Vec<Field>) -> (Map<String, Value>, Vec<String>, Vec<Bin
         .iter()
         .map(|f| match f.location {
             Location::Body => "body".to_string(),
-            Location::BodyExtra => "extra-fields".to_string(),
             _ => flag_name(&f.name),
         })
         .collect();

@@ -374,7 +374,7 @@ fn body(op: &Operation, input: &Map<String, Value>) -> Result<(Vec<u8>, Option<S
                 None => fields
                     .iter()
                     .flat_map(|(b, v)| form_pairs(&b.name, v))
-                    .chain(extra.iter().flat_map(|(k, v)| form_pairs(k, v)))
+                    .chain(extra.iter().flat_map(|(k, v)| extra_form_pairs(k, v)))
                     .collect(),
             };
             let text = pairs
@@ -436,6 +436,15 @@ fn is_binary(schema: Option<&Value>) -> bool {
     let binary =
         |s: &Value| s.get("format").and_then(Value::as_str) == Some("binary") || s.get("contentMediaType").is_some();
     binary(s) || s.get("items").is_some_and(binary)
+}
+
+/// An extra key of a form body: as a named field's value goes, except that an object goes as its
+/// JSON text under the key, not as fields of its own, whose names could be any field's.
+fn extra_form_pairs(name: &str, v: &Value) -> Vec<(String, String)> {
+    match v {
+        Value::Object(_) => vec![(name.to_string(), v.to_string())],
+        _ => form_pairs(name, v),
+    }
 }
 
 /// Form fields: arrays repeat the name; an object's properties are fields of their own (style

@@ -326,19 +326,43 @@ fn a_body_with_additional_properties_takes_them_as_one_object() {
             reason: "\"name\" is a named field of the body (and it is given): set it with --name".into()
         }
     );
-    // A form body takes them too.
+    // A form body takes them too; an object goes as its JSON text under its key, never as
+    // fields of its own (which could be named as a named field).
     let op = body_op("application/x-www-form-urlencoded", schema(json!(true)));
-    let r = request(&op, json!({"id": "1", "name": "n", "extra-fields": {"metadata[plan]": "pro"}}));
-    assert_eq!(String::from_utf8(r.body).unwrap(), "name=n&metadata%5Bplan%5D=pro");
+    let r = request(
+        &op,
+        json!({"id": "1", "name": "n", "extra-fields": {"metadata[plan]": "pro", "meta": {"name": "x"}, "tags": ["a", "b"]}}),
+    );
+    assert_eq!(
+        String::from_utf8(r.body).unwrap(),
+        "name=n&meta=%7B%22name%22%3A%22x%22%7D&metadata%5Bplan%5D=pro&tags=a&tags=b"
+    );
     for closed in [Value::Null, json!(false)] {
         let op = body_op("application/json", schema(closed.clone()));
         assert!(op.input_schema["properties"].get("extra-fields").is_none(), "{closed}: {}", op.input_schema);
     }
-    // A property named as the field itself keeps its name; the field is numbered.
+    // The document's names are settled first and never moved: the extra keys take a name that
+    // is left.
+    let names = |op: &Operation| -> Vec<String> {
+        let mut n: Vec<String> = op.input_schema["properties"].as_object().unwrap().keys().cloned().collect();
+        n.sort();
+        n
+    };
     let op = body_op(
         "application/json",
         json!({"type": "object", "properties": {"extraFields": {"type": "string"}}, "additionalProperties": true}),
     );
-    let names: Vec<&String> = op.input_schema["properties"].as_object().unwrap().keys().collect();
-    assert!(names.contains(&&"body-extra-fields".to_string()), "{names:?}");
+    assert_eq!(names(&op), ["body-extra-fields", "extra-fields", "id"]);
+    assert_eq!(op.bindings.last().unwrap().property, "body-extra-fields");
+    let op = operation(
+        "/items",
+        "post",
+        json!({
+            "parameters": [{"name": "extra_fields", "in": "query", "schema": {"type": "string"}}],
+            "requestBody": {"content": {"application/json": {"schema":
+                {"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": true}}}}
+        }),
+    );
+    assert_eq!(names(&op), ["a", "body-extra-fields", "extra-fields"]);
+    assert_eq!(op.bindings[0].property, "extra-fields", "the query parameter keeps its name");
 }

@@ -343,7 +343,7 @@ impl Sent<'_> {
                 None => String::new(),
             };
             let inline = self.engine.inner.dispatch.config.inline_output_bytes;
-            let response = failed_response(status, &content_type, shown_headers, parsed, &bytes, inline);
+            let response = failed_response(status, &content_type, Some(shown_headers), parsed, &bytes, inline);
             let e = CoreError::new(
                 ErrorKind::ToolFailed,
                 "http_status",
@@ -396,11 +396,11 @@ impl Sent<'_> {
 /// What a service answered with a status outside 2xx, as its caller is shown it beside the
 /// error line: the success answer's shape, with a body of at most `inline` bytes (a longer
 /// one is cut, as text, and says so; bytes that are not text are named, not kept: the answer
-/// is an error, and the blob store is for results).
-fn failed_response(
+/// is an error, and the blob store is for results). A URL action in a net shows no headers.
+pub(crate) fn failed_response(
     status: u16,
     content_type: &str,
-    headers: Map<String, Value>,
+    headers: Option<Map<String, Value>>,
     parsed: Option<Value>,
     bytes: &[u8],
     inline: usize,
@@ -422,7 +422,11 @@ fn failed_response(
             }
         },
     };
-    json!({"status": status, "contentType": content_type, "headers": headers, "body": body})
+    let mut response = json!({"status": status, "contentType": content_type, "body": body});
+    if let Some(headers) = headers {
+        response["headers"] = Value::Object(headers);
+    }
+    response
 }
 
 /// Puts the credential where the auth says, as the one value of its header or parameter: an

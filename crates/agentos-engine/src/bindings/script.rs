@@ -523,7 +523,15 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
                 // Every executor went away while the job waited (killed, or stopped beside a
                 // killed sibling's lease that has since ended): said now, not at the deadline.
                 gone.cancel().await;
-                return Err(unserved().into());
+                return Err(CoreError::new(
+                    ErrorKind::Unavailable,
+                    "no_executor",
+                    format!(
+                        "every executor that served the queue has gone (killed, or stopped) and none came back within {} s, so job {job_id} of {id:?} cannot finish (it may have run in part on one that was killed); start one with `agentos executor`",
+                        cfg.no_executor_grace.as_secs()
+                    ),
+                )
+                .into());
             }
         },
     };
@@ -584,21 +592,32 @@ async fn wait_while_served<T>(
     loop {
         let check_at = (tokio::time::Instant::now() + RECHECK_SERVING).min(deadline);
         tokio::select! {
+            // The result first, as a timeout would poll it: one ready on the tick the timer fires
+            // is taken, not dropped.
+            biased;
             r = result.as_mut() => return Waited::Done(r),
             () = tokio::time::sleep_until(check_at) => {}
         }
         let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Waited::TimedOut;
-        }
-        if matches!(engine.inner.dispatch.jobs.serving().await, Ok(false)) {
+        // A result that came while the queue was asked about is taken before giving up.
+        let given_up = if now >= deadline {
+            Waited::TimedOut
+        } else if matches!(engine.inner.dispatch.jobs.serving().await, Ok(false)) {
+            // On a shared queue a "no" is not cached: each waiter reads the database every
+            // `RECHECK_SERVING` until the grace ends, a bounded number of reads.
             let since = *unserved_since.get_or_insert(now);
-            if now.duration_since(since) >= grace {
-                return Waited::Unserved;
+            if now.duration_since(since) < grace {
+                continue;
             }
+            Waited::Unserved
         } else {
             unserved_since = None;
-        }
+            continue;
+        };
+        return match futures_util::FutureExt::now_or_never(result.as_mut()) {
+            Some(r) => Waited::Done(r),
+            None => given_up,
+        };
     }
 }
 

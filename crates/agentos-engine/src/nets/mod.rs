@@ -1047,13 +1047,17 @@ impl Nets<'_> {
                 let fits = |data: &Value| {
                     agentos_core::depth::check_token_depth(data).and_then(|()| self.inner.nets.check_token_bytes(data))
                 };
-                // The service's answer goes with it when the token can hold it; else the token
-                // goes without it (the error line keeps its status).
+                // The service's answer goes with it when the token can hold it; else its status and
+                // content type without the body; else the token goes without it.
                 if let Some(response) = response {
-                    let mut with = data.clone();
-                    with["response"] = response;
-                    if fits(&with).is_ok() {
-                        data = with;
+                    let bare = json!({"status": response["status"], "contentType": response["contentType"]});
+                    for r in [response, bare] {
+                        let mut with = data.clone();
+                        with["response"] = r;
+                        if fits(&with).is_ok() {
+                            data = with;
+                            break;
+                        }
                     }
                 }
                 let fits = fits(&data);
@@ -1952,11 +1956,11 @@ impl Nets<'_> {
             let Ok(bytes) = crate::bindings::http::read_answer(&mut resp).await else {
                 return Err(FireError::Failed(reason));
             };
-            let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| match String::from_utf8(bytes) {
-                Ok(text) => Value::String(text),
-                Err(e) => Value::String(format!("{} bytes, not text", e.into_bytes().len())),
-            });
-            let response = json!({"status": status, "contentType": content_type, "body": body});
+            // Cut as a named operation's is: at the inline limit, the token's own limit
+            // deciding after.
+            let inline = self.inner.dispatch.config.inline_output_bytes;
+            let parsed = serde_json::from_slice(&bytes).ok();
+            let response = crate::bindings::http::failed_response(status, &content_type, None, parsed, &bytes, inline);
             return Err(FireError::Answered(reason, Box::new(response)));
         }
         // At most as much as a named operation's answer: an endless body fails the fire rather
