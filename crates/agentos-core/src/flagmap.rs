@@ -644,7 +644,8 @@ fn of_its_types(v: Value, raw: &str, spec: &FlagSpec) -> Value {
     }
     // A number JSON cannot keep as written (past 64 bits, more digits than a double holds) is
     // the text, which the string type keeps whole.
-    let kept = !v.is_number() || v.to_string() == raw.trim() || v.as_f64().is_some_and(|f| f.to_string() == raw.trim());
+    let written = serde_json::to_string(&v).unwrap_or_default();
+    let kept = !v.is_number() || written == raw.trim() || v.as_f64().is_some_and(|f| f.to_string() == raw.trim());
     if kept && types.iter().any(|t| is(t)) {
         return v;
     }
