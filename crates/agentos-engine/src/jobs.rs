@@ -630,8 +630,8 @@ impl MemoryQueue {
         self.lock().queued.len()
     }
 
-    /// Whether any executor serves the queue: one is polling or running a job, or was seen
-    /// within `gone_after`.
+    /// Whether any executor serves the queue: one is polling, or holds a job's lease, or was
+    /// seen within `gone_after` and has not stopped.
     pub fn serving(&self) -> bool {
         let q = self.lock();
         let now = Instant::now();
@@ -639,13 +639,11 @@ impl MemoryQueue {
         if q.executors.values().any(|s| s.serving(now, gone_after)) {
             return true;
         }
-        // A name that said it stopped but holds jobs: another process under the same name runs
-        // them, and polls again after. Looked for only when nothing else serves.
-        q.executors.iter().any(|(name, s)| {
-            s.stopped
-                && !s.gone(now, gone_after)
-                && q.jobs.values().any(|j| j.lease.as_ref().is_some_and(|l| &l.executor == name))
-        })
+        // A lease held: its holder may still post the result, whenever it was last heard from (a
+        // long lease is renewed seldom, past `gone_after`), and under whatever name (a process
+        // that stopped beside a sibling still running). Held until it ends, then reaped.
+        // Looked for only when nothing else serves.
+        q.jobs.values().any(|j| j.lease.is_some())
     }
 
     /// Executors with their state, longest-known first.
@@ -1043,6 +1041,25 @@ mod tests {
         assert_eq!(h.job_id, id);
         assert_eq!(start.elapsed(), Duration::ZERO, "no time passed: nobody slept");
         assert!(q.poll("e1", None, Duration::from_secs(5)).await.is_none());
+    }
+
+    /// Regression: a lease renewed seldom (a long one: heartbeats come every third of it) left its
+    /// holder unheard past `gone_after`, so nothing counted as serving while the job ran, and a
+    /// caller waiting on it was told no executor serves the queue, its job cancelled.
+    #[tokio::test(start_paused = true)]
+    async fn a_held_lease_serves_the_queue_however_long_since_its_holder_was_heard() {
+        let q = MemoryQueue::new(JobConfig {
+            lease: Duration::from_secs(600),
+            max_attempts: 2,
+            gone_after: Duration::from_secs(60),
+        });
+        let (id, _rx) = q.enqueue("default".into(), token());
+        let held = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
+        tokio::time::advance(Duration::from_secs(200)).await;
+        assert!(q.serving(), "e1 holds the job's lease");
+        q.complete("e1", &id, &held.lease_id).unwrap();
+        tokio::time::advance(Duration::from_secs(61)).await;
+        assert!(!q.serving(), "e1 holds nothing and was last heard 61 s ago");
     }
 
     #[tokio::test(start_paused = true)]
