@@ -36,6 +36,8 @@ class H(http.server.BaseHTTPRequestHandler):
             out = open(doc, 'rb').read()
         elif u.path == '/missing':
             status, out = 404, b'{"error": "no such item"}'
+        elif u.path == '/deep':
+            status, out = 422, ('{"a":' * 125 + '1' + '}' * 125).encode()
         elif u.path == '/boom':
             status, ctype, out = 500, 'text/plain', b'internal failure: the database is down'
         elif u.path == '/redirect':
@@ -161,6 +163,8 @@ paths:
     get: {operationId: missing, responses: {"404": {description: never there}}}
   /boom:
     get: {operationId: boom, responses: {"500": {description: always fails}}}
+  /deep:
+    get: {operationId: deep, responses: {"422": {description: an error nested 125 deep}}}
   /redirect:
     get: {operationId: redirect, responses: {"302": {description: elsewhere}}}
   /slow:
@@ -258,6 +262,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
             "boom",
             "bytes",
             "ctecho",
+            "deep",
             "escaped",
             "get-item",
             "gzip",
@@ -430,6 +435,12 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert!(out.stderr.contains("answered 500: internal failure: the database is down"), "{}", out.stderr);
     assert_eq!(out.stderr.lines().count(), 1, "{}", out.stderr);
     assert_eq!(out.json()["error"]["response"]["body"], "internal failure: the database is down");
+    // An error nested deeper than a token may be comes as its text: wrapped in the failure, its
+    // JSON would pass what a reader takes.
+    let out = run(&m, &m.token, &items, &["deep"]);
+    assert_eq!(out.code, 5, "{}", out.stderr);
+    let body = out.json()["error"]["response"]["body"].clone();
+    assert!(body.as_str().is_some_and(|t| t.starts_with(r#"{"a":{"a":"#)), "{body}");
     // The call API gives it as the error's `response`.
     let (status, v) = m.client().post("/api/tools/items/call", json!({"tool": "missing", "args": []}));
     assert_eq!(status, 422, "{v}");

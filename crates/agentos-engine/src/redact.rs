@@ -144,6 +144,10 @@ fn encodings(secret: &str) -> Vec<Vec<u8>> {
         out.push(json_ascii(&slashed).into_bytes());
         out.push(slashed.into_bytes());
     }
+    // Every character as a `\uXXXX` escape (UTF-16, hex in either case), as a serializer set to
+    // escape everything writes it: found here in text that is not read as JSON (broken JSON, a
+    // `text/plain` error page), where the walk of a parsed value cannot decode it.
+    out.push(secret.encode_utf16().map(|u| format!("\\u{u:04x}")).collect::<String>().into_bytes());
     // Non-ASCII bytes read as Latin-1 and written back as UTF-8, as a service that decodes
     // headers as Latin-1 (Python's, WSGI's) echoes them: `ü` comes back as `Ã¼`.
     if !secret.is_ascii() {
@@ -326,6 +330,10 @@ mod tests {
         let r = Redactor::new(&[accented.to_string()]);
         let latin_1: String = accented.bytes().map(char::from).collect();
         assert_eq!(r.text(&format!("Bearer {latin_1}")), "Bearer [redacted]");
+        // Every character escaped, in text that is not JSON (a broken body), hex in either case.
+        let escaped: String = slashed.chars().map(|c| format!("\\u{:04X}", c as u32)).collect();
+        let r = Redactor::new(&[slashed.to_string()]);
+        assert_eq!(r.text(&format!("broken \"{escaped}")), "broken \"[redacted]");
     }
 
     #[test]

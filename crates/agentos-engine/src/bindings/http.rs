@@ -279,20 +279,23 @@ impl Sent<'_> {
                 shown_headers.insert(name.into(), Value::String(redactor.text(v)));
             }
         }
+        // A failure while the body is read still says the status it came with, when that was one.
+        let answered = if (200..300).contains(&status) { String::new() } else { format!(" answered {status}, and") };
+        let too_large = if answered.is_empty() { ":".to_string() } else { answered.clone() };
         let bytes = match read_answer(&mut resp).await {
             Ok(bytes) => bytes,
             Err(AnswerError::TooLarge) => {
                 return Err(failed(
                     ErrorKind::ToolFailed,
                     "answer_too_large",
-                    format!("{shown}: the answer is over {MAX_ANSWER_BYTES} bytes"),
+                    format!("{shown}{too_large} the answer is over {MAX_ANSWER_BYTES} bytes"),
                 ));
             }
             Err(AnswerError::TimedOut) => {
                 return Err(failed(
                     ErrorKind::Unavailable,
                     "timed_out",
-                    format!("{shown} timed out after {} ms", timeout.as_millis()),
+                    format!("{shown}{answered} timed out after {} ms", timeout.as_millis()),
                 ));
             }
             Err(AnswerError::Failed(e)) => {
@@ -405,7 +408,9 @@ pub(crate) fn failed_response(
     bytes: &[u8],
     inline: usize,
 ) -> Value {
-    let body = match parsed {
+    // JSON nested as deep as a token may be, at most: wrapped in an error's answer it must still
+    // read back wherever it goes (a shim reads 128 levels). Deeper, it goes as its text.
+    let body = match parsed.filter(|v| agentos_core::depth::check_token_depth(v).is_ok()) {
         Some(v) if bytes.len() <= inline => v,
         _ => match std::str::from_utf8(bytes) {
             Ok(text) if text.len() <= inline => Value::String(text.to_string()),
