@@ -674,10 +674,12 @@ impl MemoryQueue {
                 jobs.sort();
                 let state = if seen.stopped && seen.polls == 0 && !busy {
                     "stopped"
+                } else if busy {
+                    // Holding a lease, however long since its last heartbeat (a long lease is
+                    // renewed seldom): busy, as it counts as serving.
+                    "busy"
                 } else if seen.gone(now, self.config.gone_after) {
                     "gone"
-                } else if busy {
-                    "busy"
                 } else if seen.polls > 0 {
                     "polling"
                 } else if now.duration_since(seen.last) > SILENT_AFTER {
@@ -1057,6 +1059,7 @@ mod tests {
         let held = q.poll("e1", None, Duration::from_secs(1)).await.unwrap();
         tokio::time::advance(Duration::from_secs(200)).await;
         assert!(q.serving(), "e1 holds the job's lease");
+        assert_eq!(q.executors()[0].state, "busy", "not gone: it holds a lease");
         q.complete("e1", &id, &held.lease_id).unwrap();
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(!q.serving(), "e1 holds nothing and was last heard 61 s ago");

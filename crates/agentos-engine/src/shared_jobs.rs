@@ -489,10 +489,11 @@ impl SharedQueue {
                 let polling = e.polling_until > now;
                 let state = if e.stopped && !polling && total == 0 {
                     "stopped"
+                } else if total > 0 {
+                    // Holding a lease, however long since its last heartbeat: as it serves.
+                    "busy"
                 } else if !polling && now - e.last_seen > gone_after {
                     "gone"
-                } else if total > 0 {
-                    "busy"
                 } else if polling {
                     "polling"
                 } else if now - e.last_seen > crate::jobs::SILENT_AFTER.as_millis() as i64 {

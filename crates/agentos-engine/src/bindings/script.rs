@@ -553,7 +553,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
                 .jobs
                 .executors_shown(|_| true)
                 .await
-                .map(|all| all.iter().filter(|e| !matches!(e.state.as_str(), "gone" | "stopped")).count())
+                .map(|all| all.iter().filter(|e| !matches!(e.state.as_str(), "gone" | "stopped" | "silent")).count())
                 .unwrap_or(0);
             Err(CoreError::new(
                 ErrorKind::Unavailable,
