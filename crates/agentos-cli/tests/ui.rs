@@ -16,6 +16,31 @@ use std::process::Command;
 use common::{Executor, Master};
 use serde_json::{Value, json};
 
+/// Runs `tests/ui/{script}` under node against `m` with `env` (besides the master's URL, the
+/// screenshots' folder and playwright-core), and asserts it succeeded; answers its stdout.
+fn browse(m: &Master, playwright: &str, script: &str, env: &[(&str, &str)]) -> String {
+    let shots = shots();
+    let out = Command::new("node")
+        .arg(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui")).join(script))
+        .env("URL", &m.url)
+        .envs(env.iter().copied())
+        .env("SCREENSHOTS", &shots)
+        .env("PLAYWRIGHT_CORE", playwright)
+        .output()
+        .expect("node");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+    stdout
+}
+
+/// Where the scripts write their screenshots.
+fn shots() -> PathBuf {
+    let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
+    std::fs::create_dir_all(&shots).unwrap();
+    shots
+}
+
 fn ui_env() -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/ui-env");
     let out = Command::new(script).output().expect("scripts/ui-env");
@@ -130,26 +155,21 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         [&sleep_job, &raced_job].iter().all(|j| held.as_array().is_some_and(|l| l.iter().any(|x| x == j.as_str())))
     });
 
-    let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = Command::new("node")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/flows.mjs"))
-        .env("URL", &m.url)
-        .env("OPERATOR_TOKEN", &m.token)
-        .env("VIEWER_TOKEN", viewer.token.as_deref().unwrap())
-        .env("TEMP_TOKEN", temp.token.as_deref().unwrap())
-        .env("CALLER_TOKEN", caller.token.as_deref().unwrap())
-        .env("LOUD_JOB", &loud_job)
-        .env("BROKEN_JOB", &broken_job)
-        .env("SLEEP_JOB", &sleep_job)
-        .env("RACED_JOB", &raced_job)
-        .env("SCREENSHOTS", &shots)
-        .env("PLAYWRIGHT_CORE", &playwright)
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+    let stdout = browse(
+        &m,
+        &playwright,
+        "flows.mjs",
+        &[
+            ("OPERATOR_TOKEN", &m.token),
+            ("VIEWER_TOKEN", viewer.token.as_deref().unwrap()),
+            ("TEMP_TOKEN", temp.token.as_deref().unwrap()),
+            ("CALLER_TOKEN", caller.token.as_deref().unwrap()),
+            ("LOUD_JOB", &loud_job),
+            ("BROKEN_JOB", &broken_job),
+            ("SLEEP_JOB", &sleep_job),
+            ("RACED_JOB", &raced_job),
+        ],
+    );
     let report: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}")).unwrap();
     let bytes = report["figures"]["firstViewBytes"].as_u64().unwrap();
     // Figures, not timed assertions: the size is a property of the files, the paint is printed.
@@ -172,7 +192,7 @@ fn the_page_shows_the_platform_live_and_never_more_than_the_token_may() {
         "output-refused",
         "cancelled",
     ] {
-        assert!(shots.join(format!("{page}.png")).exists(), "no screenshot of {page}");
+        assert!(shots().join(format!("{page}.png")).exists(), "no screenshot of {page}");
     }
     // The cancelled sleeps are stopped at the executor's next heartbeat (a third of the lease):
     // none outlives the test.
@@ -200,19 +220,7 @@ fn a_token_lands_on_a_view_its_flags_open_or_is_told_which_flag_it_lacks() {
         assert_eq!(status, 200, "{v}");
         agents.insert(letter.to_string(), Value::from(agent.token.as_deref().unwrap()));
     }
-    let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = Command::new("node")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/landing.mjs"))
-        .env("URL", &m.url)
-        .env("AGENTS", Value::Object(agents).to_string())
-        .env("SCREENSHOTS", &shots)
-        .env("PLAYWRIGHT_CORE", &playwright)
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+    browse(&m, &playwright, "landing.mjs", &[("AGENTS", &Value::Object(agents).to_string())]);
 }
 
 /// A control whose route the token's flags cannot pass is offered disabled, with the flag it
@@ -249,22 +257,12 @@ fn a_control_the_flags_cannot_pass_is_offered_disabled_with_the_flag_it_takes() 
         held.as_array().is_some_and(|l| l.iter().any(|x| x == job.as_str()))
     });
 
-    let shots = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../target/ui-screenshots"));
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = Command::new("node")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/ui/controls.mjs"))
-        .env("URL", &m.url)
-        .env("READER_TOKEN", &reader)
-        .env("WATCHER_TOKEN", &watcher)
-        .env("FULL_TOKEN", &full)
-        .env("JOB", &job)
-        .env("SCREENSHOTS", &shots)
-        .env("PLAYWRIGHT_CORE", &playwright)
-        .output()
-        .expect("node");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "the browser flows failed:\n{stdout}\n{stderr}");
+    browse(
+        &m,
+        &playwright,
+        "controls.mjs",
+        &[("READER_TOKEN", &reader), ("WATCHER_TOKEN", &watcher), ("FULL_TOKEN", &full), ("JOB", &job)],
+    );
     let (status, v) = api.get(&format!("/api/jobs/{job}"));
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["results"][0]["cancelledBy"], "full", "{v}");

@@ -207,6 +207,21 @@ struct Field {
     json: bool,
 }
 
+impl Field {
+    /// The field as the input property `property`: its schema, and how its value is sent.
+    fn bound_as(self, property: String) -> (Value, Binding) {
+        let binding = Binding {
+            property,
+            location: self.location,
+            name: self.name,
+            style: self.style,
+            explode: self.explode,
+            json: self.json,
+        };
+        (self.schema, binding)
+    }
+}
+
 /// Whether `name` is an HTTP token (RFC 9110, 5.6.2), as a header's or a cookie's name must be.
 fn is_token(name: &str) -> bool {
     name.bytes().all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
@@ -340,15 +355,9 @@ fn build<'d>(
             .chain((2..).map(|k| format!("body-extra-fields-{k}")))
             .find(free)
             .unwrap_or_default();
-        properties.insert(property.clone(), f.schema);
-        bindings.push(Binding {
-            property,
-            location: f.location,
-            name: f.name,
-            style: f.style,
-            explode: f.explode,
-            json: f.json,
-        });
+        let (schema, binding) = f.bound_as(property);
+        properties.insert(binding.property.clone(), schema);
+        bindings.push(binding);
     }
     let mut input_schema = json!({
         "type": "object",
@@ -714,15 +723,9 @@ fn settle_names(fields: Vec<Field>) -> (Map<String, Value>, Vec<String>, Vec<Bin
         if f.required {
             required.push(property.clone());
         }
-        properties.insert(property.clone(), f.schema);
-        bindings.push(Binding {
-            property,
-            location: f.location,
-            name: f.name,
-            style: f.style,
-            explode: f.explode,
-            json: f.json,
-        });
+        let (schema, binding) = f.bound_as(property);
+        properties.insert(binding.property.clone(), schema);
+        bindings.push(binding);
     }
     (properties, required, bindings)
 }

@@ -7,6 +7,7 @@
 // the full agent.
 const { URL: BASE, READER_TOKEN, WATCHER_TOKEN, FULL_TOKEN, JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
+const { openPage } = await import('./browser.mjs');
 const problems = [];
 // Every request that is not a read: a disabled control must send none.
 const sent = [];
@@ -15,13 +16,7 @@ function check(cond, what) {
   if (!cond) throw new Error(`check failed: ${what}`);
 }
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-});
-const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
-const page = await context.newPage();
+const { browser, page } = await openPage(chromium);
 page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
 page.on('console', (m) => {
   if (m.type() === 'error') problems.push(`console.error: ${m.text()}`);

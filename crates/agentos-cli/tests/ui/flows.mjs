@@ -8,6 +8,7 @@
 const { URL: BASE, OPERATOR_TOKEN, VIEWER_TOKEN, TEMP_TOKEN, CALLER_TOKEN, LOUD_JOB, BROKEN_JOB, SLEEP_JOB, RACED_JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 // Installed by scripts/ui-env under target/tools/ui, named by its path.
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
+const { openPage } = await import('./browser.mjs');
 const problems = [];
 const expected = [];
 
@@ -26,13 +27,7 @@ async function api(method, path, body) {
   return text ? JSON.parse(text) : null;
 }
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-});
-const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
-const page = await context.newPage();
+const { browser, page } = await openPage(chromium);
 page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
 page.on('console', (m) => {
   if (m.type() !== 'error') return;

@@ -6,6 +6,7 @@
 // {letter: token}.
 const { URL: BASE, AGENTS, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
+const { openPage } = await import('./browser.mjs');
 const agents = JSON.parse(AGENTS);
 const problems = [];
 
@@ -13,13 +14,7 @@ function check(cond, what) {
   if (!cond) throw new Error(`check failed: ${what}`);
 }
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
-});
-const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
-const page = await context.newPage();
+const { browser, page } = await openPage(chromium);
 page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
 page.on('console', (m) => {
   if (m.type() === 'error') problems.push(`console.error: ${m.text()}`);

@@ -280,22 +280,28 @@ impl Sent<'_> {
             }
         }
         // A failure while the body is read still says the status it came with, when that was one.
-        let answered = if (200..300).contains(&status) { String::new() } else { format!(" answered {status}, and") };
-        let too_large = if answered.is_empty() { ":".to_string() } else { answered.clone() };
+        let answered = (!(200..300).contains(&status)).then(|| format!(" answered {status}, and"));
         let bytes = match read_answer(&mut resp).await {
             Ok(bytes) => bytes,
             Err(AnswerError::TooLarge) => {
                 return Err(failed(
                     ErrorKind::ToolFailed,
                     "answer_too_large",
-                    format!("{shown}{too_large} the answer is over {MAX_ANSWER_BYTES} bytes"),
+                    format!(
+                        "{shown}{} the answer is over {MAX_ANSWER_BYTES} bytes",
+                        answered.as_deref().unwrap_or(":")
+                    ),
                 ));
             }
             Err(AnswerError::TimedOut) => {
                 return Err(failed(
                     ErrorKind::Unavailable,
                     "timed_out",
-                    format!("{shown}{answered} timed out after {} ms", timeout.as_millis()),
+                    format!(
+                        "{shown}{} timed out after {} ms",
+                        answered.as_deref().unwrap_or_default(),
+                        timeout.as_millis()
+                    ),
                 ));
             }
             Err(AnswerError::Failed(e)) => {
