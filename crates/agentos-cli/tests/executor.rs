@@ -1094,6 +1094,36 @@ fn a_waiting_caller_is_told_when_every_executor_went_away_mid_wait() {
     assert!(told.elapsed() < std::time::Duration::from_secs(60), "told after {:?}", told.elapsed());
 }
 
+/// A caller waiting on its job is told when the only executor was killed -9 running it: once
+/// the job's lease ends and the executor has been silent for 15 s, it no longer counts as
+/// serving, rather than for the 90 s after which it is listed gone.
+#[test]
+fn a_waiting_caller_is_told_soon_after_its_only_executor_was_killed() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = Master::start_with(&dir.path().join("master"), &["--lease-ms", "3000", "--no-executor-grace-ms", "1000"]);
+    let api = m.client();
+    let ran = shared_folder(dir.path()).join("ran");
+    api.register("slow", "sh", &format!("echo $$ >> {}; sleep 60", ran.display()), None);
+    let e1 = Executor::credential(&m, "e1");
+    let mut a = Executor::spawn(&m, &dir.path().join("a"), &e1, &[], &["--concurrency", "1"]);
+    let waiting = {
+        let api = m.client();
+        std::thread::spawn(move || api.invoke("slow", json!({"timeoutMs": 180000})))
+    };
+    wait_for("the executor to run the job", || std::fs::read_to_string(&ran).is_ok_and(|r| !r.is_empty()));
+    a.kill9();
+    let killed = std::time::Instant::now();
+    let (status, v) = waiting.join().unwrap();
+    let told = killed.elapsed();
+    println!("the caller was told {} ms after the kill", told.as_millis());
+    assert_eq!((status, v["error"]["code"].as_str()), (504, Some("no_executor")), "{v}");
+    // The lease (3 s), 15 s of silence, the grace (1 s) and a recheck (5 s): about 24 s. Counted
+    // serving until it was gone, the caller heard after 90 s at the earliest.
+    assert!(told < std::time::Duration::from_secs(60), "told {told:?} after the kill");
+    let listed = m.client().get("/api/executors").1;
+    assert_eq!(listed[0]["state"], "silent", "{listed}");
+}
+
 /// The worker headers of the executor protocol: a bad value is refused before anything is
 /// taken, with what to send instead.
 #[test]

@@ -29,6 +29,13 @@ pub const FORGET_EXECUTOR_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// is listed `stopped` at once, and stays so until it is heard from again or forgotten.
 pub const SILENT_AFTER: Duration = Duration::from_secs(5);
 
+/// An executor neither polling nor holding a job serves the queue for this long after it was
+/// last heard from, and no longer: a live one polls again at once, or within its backoff of at
+/// most 5 s while its master is away, so one silent this long was killed, frozen or cut off. A
+/// caller waiting on it is told `no_executor` after the grace that follows, rather than after
+/// `gone_after` (which only says how it is listed).
+pub const SERVING_WITHIN: Duration = Duration::from_secs(15);
+
 impl Default for JobConfig {
     fn default() -> Self {
         JobConfig { lease: Duration::from_secs(30), max_attempts: 3, gone_after: Duration::from_secs(90) }
@@ -121,9 +128,9 @@ impl Seen {
         self.polls == 0 && now.duration_since(self.last) > gone_after
     }
 
-    /// Serving the queue: polling, or heard from within `gone_after` and not stopped since.
-    fn serving(&self, now: Instant, gone_after: Duration) -> bool {
-        self.polls > 0 || (!self.stopped && !self.gone(now, gone_after))
+    /// Serving the queue: polling, or heard from within [`SERVING_WITHIN`] and not stopped since.
+    fn serving(&self, now: Instant) -> bool {
+        self.polls > 0 || (!self.stopped && now.duration_since(self.last) <= SERVING_WITHIN)
     }
 }
 
@@ -631,12 +638,11 @@ impl MemoryQueue {
     }
 
     /// Whether any executor serves the queue: one is polling, or holds a job's lease, or was
-    /// seen within `gone_after` and has not stopped.
+    /// heard from within [`SERVING_WITHIN`] and has not stopped.
     pub fn serving(&self) -> bool {
         let q = self.lock();
         let now = Instant::now();
-        let gone_after = self.config.gone_after;
-        if q.executors.values().any(|s| s.serving(now, gone_after)) {
+        if q.executors.values().any(|s| s.serving(now)) {
             return true;
         }
         // A lease held: its holder may still post the result, whenever it was last heard from (a

@@ -456,14 +456,14 @@ impl SharedQueue {
         if self.serving_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t) {
             return Ok(true);
         }
-        let gone_after = self.config.gone_after.as_millis() as i64;
+        let within = crate::jobs::SERVING_WITHIN.as_millis() as i64;
         let (rows, now) = self.rows.executors().await?;
         // One that holds jobs, whenever last heard from: its lease may still bring a result (a
         // long lease is renewed seldom, past `gone_after`; a name that stopped may hold a
         // sibling's). Held until it ends, then reaped.
         let serving = rows
             .iter()
-            .any(|e| e.polling_until > now || !e.held.is_empty() || (!e.stopped && now - e.last_seen <= gone_after));
+            .any(|e| e.polling_until > now || !e.held.is_empty() || (!e.stopped && now - e.last_seen <= within));
         if serving {
             *self.serving_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + SEEN_EVERY);
         }

@@ -88,7 +88,7 @@ impl Binder for Script {
                 Ok(true) => "wait for one to finish".to_string(),
                 Ok(false) => format!(
                     "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so none will finish until one starts: start one with `agentos executor`",
-                    engine.inner.dispatch.jobs.config().gone_after.as_secs()
+                    crate::jobs::SERVING_WITHIN.as_secs()
                 ),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading who serves the queue failed");
@@ -499,7 +499,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
             "no_executor",
             format!(
                 "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
-                engine.inner.dispatch.jobs.config().gone_after.as_secs()
+                crate::jobs::SERVING_WITHIN.as_secs()
             ),
         )
     };
