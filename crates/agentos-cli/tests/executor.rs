@@ -216,6 +216,10 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     let (status, v) = reader.post(&cancel, json!({}));
     assert_eq!((status, v["error"]["code"].as_str()), (403, Some("forbidden")), "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("only its invoker or the operator"), "{v}");
+    // Each reader is told whose the job is, so that nobody is offered a cancel bound to fail.
+    assert_eq!(reader.get(&path).1["invoker"], "another");
+    assert_eq!(invoker.get(&path).1["invoker"], "you");
+    assert_eq!(api.get(&path).1["invoker"], "another", "the operator did not invoke it, and may cancel it");
     let (status, v) = invoker.get(&format!("{path}/stdout"));
     assert_eq!((status, v["error"]["code"].as_str()), (409, Some("job_not_finished")), "{v}");
     let started = std::time::Instant::now();

@@ -1648,6 +1648,7 @@ fn a_command_fires_result_is_recorded_in_the_same_commit_as_the_fires_outcome_an
         let (status, read) = api.get(&format!("/api/jobs/{}", job_id.unwrap()));
         assert_eq!(status, 200, "{read}");
         assert_eq!(read["state"], "finished", "{read}");
+        assert_eq!(read["invoker"], "net", "a step of a fire: {read}");
     }
     // Each result once, also after a restart.
     let m = m.restart();

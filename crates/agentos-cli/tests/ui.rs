@@ -226,8 +226,8 @@ fn a_token_lands_on_a_view_its_flags_open_or_is_told_which_flag_it_lacks() {
 /// A control whose route the token's flags cannot pass is offered disabled, with the flag it
 /// takes said beside it and read to a screen reader: an agent holding `r` alone sees the net's
 /// start, stop, fire and put-token disabled (they used to be offered and answer a 403), one
-/// holding `r` and `l` but neither `x` nor `t` (it cannot have invoked a job) a running job's
-/// cancel, and one holding `rwx` and `s` uses them all: fires, starts, stops, puts a token and
+/// holding `r` and `l` (with or without `x`) the cancel of a running job another invoked, and
+/// one holding `rwx` and `s` uses them all: fires, starts, stops, puts a token and
 /// cancels the job it invoked. `tests/ui/controls.mjs` fails on any refused request.
 #[test]
 fn a_control_the_flags_cannot_pass_is_offered_disabled_with_the_flag_it_takes() {
@@ -250,6 +250,7 @@ fn a_control_the_flags_cannot_pass_is_offered_disabled_with_the_flag_it_takes() 
     };
     let reader = agent("reader", "r");
     let watcher = agent("watcher", "r---l");
+    let other = agent("other", "r-x-l");
     let full = agent("full", "rwx------s");
     let job = api.with_token(Some(&full)).invoke_async("sleeper", json!({"timeoutMs": 120000}));
     common::wait_for("the executor to hold the sleep", || {
@@ -261,7 +262,13 @@ fn a_control_the_flags_cannot_pass_is_offered_disabled_with_the_flag_it_takes() 
         &m,
         &playwright,
         "controls.mjs",
-        &[("READER_TOKEN", &reader), ("WATCHER_TOKEN", &watcher), ("FULL_TOKEN", &full), ("JOB", &job)],
+        &[
+            ("READER_TOKEN", &reader),
+            ("WATCHER_TOKEN", &watcher),
+            ("OTHER_TOKEN", &other),
+            ("FULL_TOKEN", &full),
+            ("JOB", &job),
+        ],
     );
     let (status, v) = api.get(&format!("/api/jobs/{job}"));
     assert_eq!(status, 200, "{v}");

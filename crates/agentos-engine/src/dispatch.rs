@@ -28,6 +28,10 @@ pub struct JobRecord {
     pub model: String,
     /// `queued`, `running` (handed to an executor), or `finished` (`results` holds its result).
     pub state: String,
+    /// Who invoked it, as the caller sees it: `you`, `another` principal, or a `net` (a step
+    /// of a fire). Whether the caller may cancel it follows: its invoker or the operator may,
+    /// a net's step is not cancelled alone.
+    pub invoker: String,
     pub results: Vec<JobResult>,
 }
 
@@ -656,7 +660,12 @@ impl Dispatch<'_> {
         if state.is_empty() || !self.may_read_job(principal, &model, invoker.as_deref()) {
             return Err(unreadable_job(job_id));
         }
-        Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), results })
+        let invoker = match invoker {
+            Some(id) if id == principal.id => "you",
+            Some(_) => "another",
+            None => "net",
+        };
+        Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), invoker: invoker.into(), results })
     }
 
     /// Whether `principal` may read a job of `model` that `invoker` (a principal id) invoked:

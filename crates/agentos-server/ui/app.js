@@ -818,15 +818,21 @@ function drawJob(job, into) {
     }
   };
   const open = job.state === 'queued' || job.state === 'running';
-  // Only the job's invoker or the operator may cancel it. The job does not say who invoked it,
-  // but a token that holds neither x nor t has invoked nothing; one that holds either may be
-  // refused all the same (the job another's, or a net's step), and is told so beside it.
+  // Only the job's invoker or the operator may cancel it, and a net's step ends with its fire.
+  // The job says who invoked it, as the caller sees it (`you`, `another`, `net`); a master that
+  // does not say leaves the flags to tell: a token with neither x nor t has invoked nothing.
   const operator = S.me.kind === 'operator';
-  const why = operator || may('x') || may('t') ? null
-    : `Cancelling a job is for its invoker or the operator, and invoking takes the flag ${flagWord('x')} or ${flagWord('t')}, which ${S.me.name}'s token lacks.`;
+  let why = null;
+  if (job.invoker === 'net') {
+    why = `This job is a step of a net in model ${job.model}: it ends with its fire, so it is not cancelled alone; stop the transition instead.`;
+  } else if (job.invoker === 'another' && !operator) {
+    why = `This job was invoked by another principal: only its invoker or the operator may cancel it, and ${S.me.name} is neither.`;
+  } else if (job.invoker === undefined && !(operator || may('x') || may('t'))) {
+    why = `Cancelling a job is for its invoker or the operator, and invoking takes the flag ${flagWord('x')} or ${flagWord('t')}, which ${S.me.name}'s token lacks.`;
+  }
   const [note, said] = whyNote(why);
   fill(into, h('h2', {}, `Job ${id}`),
-    kv([['state', job.state], ['model', job.model], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['attempt', r.attempt], ['error', r.error], ['cancelled by', r.cancelledBy]]),
+    kv([['state', job.state], ['model', job.model], ['invoked by', { you: 'you', another: 'another principal', net: 'a net\'s fire' }[job.invoker]], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['attempt', r.attempt], ['error', r.error], ['cancelled by', r.cancelledBy]]),
     open ? h('div', {},
       h('p', {}, why ? actionButton({ id: 'cancel-job', class: 'danger' }, 'Cancel the job', null, why, note)
         : confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)),

@@ -5,7 +5,7 @@
 // the run: nothing the page offers is refused. Run by tests/ui.rs, which prepares the master:
 // model flow (p-in → move → p-out, one token in p-in), executor e1 holding $JOB, invoked by
 // the full agent.
-const { URL: BASE, READER_TOKEN, WATCHER_TOKEN, FULL_TOKEN, JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
+const { URL: BASE, READER_TOKEN, WATCHER_TOKEN, OTHER_TOKEN, FULL_TOKEN, JOB, SCREENSHOTS, PLAYWRIGHT_CORE } = process.env;
 const { chromium } = await import(`${PLAYWRIGHT_CORE}/index.mjs`);
 const { openPage } = await import('./browser.mjs');
 const problems = [];
@@ -97,10 +97,19 @@ await signIn(WATCHER_TOKEN, 'h1:text-is("Nets") + table');
 await page.goto(`${BASE}/#/executors`);
 await page.click(`tr[data-executor=e1] a[data-held-job="${JOB}"]`);
 await page.locator('#job h2', { hasText: JOB }).waitFor();
-const whyNot = await offeredDisabled('#cancel-job', 'invoker');
-check(whyNot.includes('x (execute)') && whyNot.includes('t (tool nets)'), `the cancel's reason names the flags that invoke: ${whyNot}`);
+const whyNot = await offeredDisabled('#cancel-job', 'invoked by another principal');
+check(whyNot.includes('only its invoker or the operator'), `the cancel's reason says who may: ${whyNot}`);
 check((await page.locator('#cancel-job').textContent()) === 'Cancel the job', 'the disabled cancel asked to confirm');
+check((await page.locator('#job dt:text-is("invoked by") + dd').textContent()) === 'another principal', 'who invoked the job is said');
 await page.screenshot({ path: `${SCREENSHOTS}/controls-cancel.png`, fullPage: true });
+
+// `r`, `x` and `l`: it may invoke and reads the job, but the job is another's: its cancel is
+// disabled too (offered, it was answered 403).
+await signIn(OTHER_TOKEN, '#catalog-search');
+await page.goto(`${BASE}/#/executors`);
+await page.click(`tr[data-executor=e1] a[data-held-job="${JOB}"]`);
+await page.locator('#job h2', { hasText: JOB }).waitFor();
+await offeredDisabled('#cancel-job', 'invoked by another principal');
 
 // `rwx` (and `s`, to see the script it invoked): every control works, through the page.
 await signIn(FULL_TOKEN, '#catalog-search');
@@ -131,6 +140,7 @@ await count('p-in', 1);
 await page.goto(`${BASE}/#/executors`);
 await page.click(`tr[data-executor=e1] a[data-held-job="${JOB}"]`);
 await page.locator('#job h2', { hasText: JOB }).waitFor();
+check((await page.locator('#job dt:text-is("invoked by") + dd').textContent()) === 'you', 'the job is said to be its own');
 check((await page.locator('#cancel-job').getAttribute('aria-disabled')) === null, 'the cancel of its own job is disabled');
 await page.click('#cancel-job');
 await page.click('#cancel-job');

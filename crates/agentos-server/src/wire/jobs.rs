@@ -332,13 +332,17 @@ pub struct JobRecord {
     pub model: String,
     /// `queued`, `running` (handed to an executor), or `finished` (`results` holds its result).
     pub state: String,
+    /// Who invoked it, as the caller sees it: `you`, `another` principal, or a `net` (a step of
+    /// a fire). Its invoker or the operator may cancel it; a net's step is not cancelled alone.
+    #[schema(pattern = "^(you|another|net)$")]
+    pub invoker: String,
     pub results: Vec<JobResult>,
 }
 
 impl From<agentos_engine::dispatch::JobRecord> for JobRecord {
     fn from(r: agentos_engine::dispatch::JobRecord) -> Self {
-        let agentos_engine::dispatch::JobRecord { job_id, model, state, results } = r;
-        JobRecord { job_id, model, state, results: results.into_iter().map(JobResult::from).collect() }
+        let agentos_engine::dispatch::JobRecord { job_id, model, state, invoker, results } = r;
+        JobRecord { job_id, model, state, invoker, results: results.into_iter().map(JobResult::from).collect() }
     }
 }
 

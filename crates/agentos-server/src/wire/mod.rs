@@ -232,6 +232,7 @@ mod tests {
             job_id: "j1".into(),
             model: "m1".into(),
             state: "finished".into(),
+            invoker: "you".into(),
             results: vec![full],
         });
         let token =
