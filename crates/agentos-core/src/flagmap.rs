@@ -277,6 +277,83 @@ fn distinct_flags(table: &mut FlagTable) {
     }
 }
 
+/// The schema a property's flag is built from. A property with no type of its own whose
+/// `anyOf` or `oneOf` lists typed schemas (what Pydantic writes for `Optional[int]` or
+/// `Union[int, str]`: `anyOf: [{type: integer}, {type: null}]`) is read as the one it would be
+/// written as with a list of types: one schema beside `null` is that schema, nullable (an
+/// object keeps its flags, an enum takes `null` among its choices); several scalar types are
+/// `type: [integer, string]`. Left as it is, the flag took JSON: `--name 123` sent a number
+/// to a field of text. Only the flag is read this way: the input is still checked against the
+/// property as written.
+fn flag_schema(prop: &Value) -> std::borrow::Cow<'_, Value> {
+    use std::borrow::Cow;
+    let Some(obj) = prop.as_object() else { return Cow::Borrowed(prop) };
+    if ["type", "enum", "const", "properties", "items", "allOf", "$ref"].iter().any(|k| obj.contains_key(*k)) {
+        return Cow::Borrowed(prop);
+    }
+    let branches = match (obj.get("anyOf"), obj.get("oneOf")) {
+        (Some(Value::Array(b)), None) | (None, Some(Value::Array(b))) => b,
+        _ => return Cow::Borrowed(prop),
+    };
+    let is_null = |b: &Value| {
+        b.get("type").and_then(Value::as_str) == Some("null") && b.as_object().is_some_and(|o| o.len() == 1)
+    };
+    let has_null = branches.iter().any(is_null);
+    let others: Vec<&Value> = branches.iter().filter(|b| !is_null(b)).collect();
+    // Outside the branches: what describes the property, which the branch's own words yield to.
+    let mut out: Map<String, Value> = obj
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "anyOf" | "oneOf"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    match others.as_slice() {
+        [one] => {
+            let Some(branch) = one.as_object() else { return Cow::Borrowed(prop) };
+            if !["type", "enum", "const"].iter().any(|k| branch.contains_key(*k)) {
+                return Cow::Borrowed(prop);
+            }
+            for (k, v) in branch {
+                out.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            if has_null {
+                if let Some(Value::Array(choices)) = out.get_mut("enum")
+                    && !choices.contains(&Value::Null)
+                {
+                    choices.push(Value::Null);
+                }
+                if let Some(Value::String(t)) = out.get("type") {
+                    let t = t.clone();
+                    out.insert("type".into(), Value::Array(vec![Value::String(t), Value::String("null".into())]));
+                }
+            }
+        }
+        [] => return Cow::Borrowed(prop),
+        several => {
+            // Several scalar types, each a bare type: their list. Anything richer (an enum, an
+            // object, a format) is left to JSON.
+            let mut types: Vec<Value> = Vec::new();
+            for b in several {
+                let bare = b
+                    .as_object()
+                    .is_some_and(|o| o.keys().all(|k| matches!(k.as_str(), "type" | "description" | "title")));
+                match b.get("type").and_then(Value::as_str) {
+                    Some(t @ ("string" | "integer" | "number" | "boolean")) if bare => {
+                        if !types.iter().any(|x| x == t) {
+                            types.push(Value::String(t.into()));
+                        }
+                    }
+                    _ => return Cow::Borrowed(prop),
+                }
+            }
+            if has_null {
+                types.push(Value::String("null".into()));
+            }
+            out.insert("type".into(), Value::Array(types));
+        }
+    }
+    Cow::Owned(Value::Object(out))
+}
+
 fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_required: bool, table: &mut FlagTable) {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else { return };
     let required: Vec<&str> = schema
@@ -285,6 +362,8 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
         .map(|r| r.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default();
     for (name, prop) in props {
+        let prop = flag_schema(prop);
+        let prop = &*prop;
         let flag = if prefix.is_empty() { kebab(name) } else { format!("{prefix}.{}", kebab(name)) };
         path.push(name.clone());
         // A required field with one allowed value (`const`, or an enum of one: a discriminator

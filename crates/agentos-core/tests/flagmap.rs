@@ -659,7 +659,8 @@ fn json_valued_flags() {
             (&["--any", "[true]"], Ok(json!({"any": [true]}))),
             (&["--either", "x"], Ok(json!({"either": "x"}))),
             (&["--either", "7"], Ok(json!({"either": 7}))),
-            (&["--either", "1.5"], Err("^--either: ")),
+            // As `type: [string, integer]` reads it: JSON of neither type is the text.
+            (&["--either", "1.5"], Ok(json!({"either": "1.5"}))),
         ],
     );
 }
@@ -1014,4 +1015,49 @@ fn a_flag_of_several_types_takes_a_value_of_each() {
     let table = flag_table(&json!({"type": "object", "properties": {"n": {"type": ["integer", "string", "null"]}}}));
     assert_eq!(table.parse(&args(&["--n", "null"])).unwrap(), json!({"n": null}));
     assert_eq!(table.parse(&args(&["--n", "false"])).unwrap(), json!({"n": "false"}));
+}
+
+/// What Pydantic writes for `Optional[…]` and `Union[…]` (`anyOf` of typed schemas, no type of
+/// its own) gets the flag the same field written with a list of types would: text stays text,
+/// a number a number, `null` null where the type could not mean it otherwise. Each was a
+/// `<json>` flag, and `--name 123` sent a number to a field of text.
+#[test]
+fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
+    let table = flag_table(&json!({"type": "object", "properties": {
+        "name": {"anyOf": [{"type": "string", "maxLength": 10}, {"type": "null"}], "title": "Name", "description": "Who."},
+        "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null},
+        "id": {"oneOf": [{"type": "integer"}, {"type": "string"}]},
+        "either": {"anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]},
+        "color": {"anyOf": [{"enum": ["red", "blue"], "type": "string"}, {"type": "null"}]},
+        "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
+        "where": {"anyOf": [{"type": "object", "properties": {"lat": {"type": "number"}}}, {"type": "null"}]},
+        "shape": {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"type": "string"}]}
+    }}));
+    let spec =
+        |f: &str| table.flags.iter().find(|s| s.flag == f).unwrap_or_else(|| panic!("no --{f}: {table:?}")).clone();
+    let args = |a: &[&str]| a.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    assert_eq!(spec("name").ty, FlagType::String);
+    assert_eq!(spec("name").description, "Who.", "the property's own words first");
+    assert_eq!(table.parse(&args(&["--name", "123"])).unwrap()["name"], json!("123"));
+    assert_eq!(table.parse(&args(&["--name", "true"])).unwrap()["name"], json!("true"));
+    assert_eq!(spec("limit").ty, FlagType::Integer);
+    assert_eq!(spec("limit").placeholder(), "<integer|null>");
+    assert_eq!(table.parse(&args(&["--limit", "5"])).unwrap()["limit"], json!(5));
+    assert_eq!(table.parse(&args(&["--limit", "null"])).unwrap()["limit"], json!(null));
+    let refused = table.parse(&args(&["--limit", "five"])).unwrap_err().0;
+    assert!(refused.contains("--limit") && refused.contains("integer"), "{refused}");
+    // Several scalar types: as `type: [integer, string]` is read.
+    assert_eq!(spec("id").json_types, ["integer", "string"]);
+    assert_eq!(table.parse(&args(&["--id", "7"])).unwrap()["id"], json!(7));
+    assert_eq!(table.parse(&args(&["--id", "true"])).unwrap()["id"], json!("true"));
+    assert_eq!(table.parse(&args(&["--either", "null"])).unwrap()["either"], json!(null));
+    assert_eq!(table.parse(&args(&["--either", "x"])).unwrap()["either"], json!("x"));
+    // An enum beside null takes null among its choices.
+    assert!(matches!(&spec("color").ty, FlagType::Enum(c) if c.contains(&json!(null)) && c.contains(&json!("red"))));
+    assert_eq!(table.parse(&args(&["--color", "blue"])).unwrap()["color"], json!("blue"));
+    // A list beside null is a repeated flag; an object beside null keeps its fields' flags.
+    assert_eq!(table.parse(&args(&["--tags", "a", "--tags", "b"])).unwrap()["tags"], json!(["a", "b"]));
+    assert_eq!(table.parse(&args(&["--where.lat", "41.5"])).unwrap()["where"], json!({"lat": 41.5}));
+    // Anything richer stays JSON.
+    assert_eq!(spec("shape").ty, FlagType::Json);
 }

@@ -836,7 +836,7 @@ function drawJob(job, into) {
     open ? h('div', {},
       h('p', {}, why ? actionButton({ id: 'cancel-job', class: 'danger' }, 'Cancel the job', null, why, note)
         : confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)),
-      said || (operator ? null : h('p', { class: 'muted', text: 'Only the job\'s invoker or the operator may cancel it.' }))) : null,
+      said || (operator || job.invoker === 'you' ? null : h('p', { class: 'muted', text: 'Only the job\'s invoker or the operator may cancel it.' }))) : null,
     h('h3', {}, 'stdout'), h('pre', {}, r.stdout || ''), h('h3', {}, 'stderr'), h('pre', {}, r.stderr || ''),
     r.stdoutBlob ? h('button', { id: 'whole-stdout', onclick: () => whole('stdout') }, 'Load the whole stdout') : null,
     r.stderrBlob ? h('button', { id: 'whole-stderr', onclick: () => whole('stderr') }, 'Load the whole stderr') : null);
