@@ -1,7 +1,7 @@
 //! Container images as a binding, on a real Docker engine and a real registry (started by
 //! `scripts/docker-env`): the test images (`scripts/tool-image`, one static binary in FROM
 //! scratch images) imported, validated in a throwaway container, pinned by digest and called
-//! through a shim and a net; a re-pushed tag refused; images that do not validate refused with
+//! through a shim and a net; a re-pushed tag refused, a deleted one said gone; images that do not validate refused with
 //! their reason and no container left; a master killed mid-import leaving nothing behind.
 
 mod common;
@@ -319,6 +319,49 @@ fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
     assert_eq!(status, 200, "{v}");
     let (status, v) = call(&api, "moving", "add", &["--a", "1", "--b", "2"]);
     assert_eq!(status, 200, "{v}");
+    drop(m);
+    let _ = Command::new("docker").args(["rmi", &tag]).output();
+}
+
+/// A tag deleted from the registry after its import: the call says `image_gone` and how to
+/// mend it, and the warm container of the pinned digest is stopped.
+#[test]
+fn a_tag_deleted_from_the_registry_is_said_gone_and_its_warm_container_stopped() {
+    let prefix = images();
+    // A repository of this test's own: deleting its manifest touches no other test's image.
+    let tag = format!("{prefix}/gone-{}:1", std::process::id());
+    docker(&["tag", &format!("{prefix}/ok:2"), &tag]);
+    docker(&["push", "-q", &tag]);
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start(&data);
+    let api = m.client();
+    let (status, v) = import(&api, &tag, "going");
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = call(&api, "going", "add", &["--a", "1", "--b", "2"]);
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(containers_of(&data).len(), 1);
+
+    // Deleted by its digest, as a registry's own API deletes: the tag goes with it.
+    let digest = registry_digest(&tag);
+    let (host, rest) = tag.split_once('/').unwrap();
+    let repo = rest.rsplit_once(':').unwrap().0;
+    let resp = common::http().delete(format!("http://{host}/v2/{repo}/manifests/{digest}")).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 202, "the registry refused the delete: {}", resp.text().unwrap_or_default());
+    // The registry's answer is trusted for five seconds at most.
+    let mut last = Value::Null;
+    common::wait_for("the delete to be seen", || {
+        let (status, v) = call(&api, "going", "add", &["--a", "1", "--b", "2"]);
+        last = v;
+        status == 409
+    });
+    assert_eq!(last["error"]["code"], "image_gone", "{last}");
+    assert!(
+        message(&last).contains("no longer in the local registry: push the image again, then re-import it"),
+        "{last}"
+    );
+    assert!(containers_of(&data).is_empty(), "the gone digest's container is stopped");
     drop(m);
     let _ = Command::new("docker").args(["rmi", &tag]).output();
 }
