@@ -85,7 +85,8 @@ pub struct FlagSpec {
     pub nullable: bool,
     /// The JSON types of a flag of several (`"type": ["integer", "string"]`), read as JSON:
     /// a value whose JSON is of none of them is taken as the text it is when `string` is one
-    /// (`true` for `[integer, string]` is the string "true"). Empty for every other flag.
+    /// (`true` for `[integer, string]` is the string "true"). For a list, its items' types.
+    /// Empty for every other flag.
     pub json_types: Vec<String>,
 }
 
@@ -288,6 +289,14 @@ fn distinct_flags(table: &mut FlagTable) {
 fn flag_schema(prop: &Value) -> std::borrow::Cow<'_, Value> {
     use std::borrow::Cow;
     let Some(obj) = prop.as_object() else { return Cow::Borrowed(prop) };
+    // A list's items are read the same way (`items: {anyOf: [...]}`).
+    if let Some(items) = obj.get("items")
+        && let Cow::Owned(read) = flag_schema(items)
+    {
+        let mut out = obj.clone();
+        out.insert("items".into(), read);
+        return Cow::Owned(Value::Object(out));
+    }
     if ["type", "enum", "const", "properties", "items", "allOf", "$ref"].iter().any(|k| obj.contains_key(*k)) {
         return Cow::Borrowed(prop);
     }
@@ -394,6 +403,13 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
                 json_types: match (scalar(prop), prop.get("type")) {
                     (FlagType::Json, Some(Value::Array(ts))) => {
                         ts.iter().filter_map(Value::as_str).map(str::to_string).collect()
+                    }
+                    // A list of items of several types: each item is read as a flag of them.
+                    (FlagType::Array(item), _) if *item == FlagType::Json => {
+                        match prop.get("items").and_then(|i| i.get("type")) {
+                            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).map(str::to_string).collect(),
+                            _ => Vec::new(),
+                        }
                     }
                     _ => Vec::new(),
                 },

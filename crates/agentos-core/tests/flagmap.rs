@@ -1031,7 +1031,9 @@ fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
         "color": {"anyOf": [{"enum": ["red", "blue"], "type": "string"}, {"type": "null"}]},
         "tags": {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}]},
         "where": {"anyOf": [{"type": "object", "properties": {"lat": {"type": "number"}}}, {"type": "null"}]},
-        "shape": {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"type": "string"}]}
+        "shape": {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"type": "string"}]},
+        "ids": {"type": "array", "items": {"type": ["integer", "string"]}},
+        "names": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}}
     }}));
     let spec =
         |f: &str| table.flags.iter().find(|s| s.flag == f).unwrap_or_else(|| panic!("no --{f}: {table:?}")).clone();
@@ -1060,4 +1062,9 @@ fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
     assert_eq!(table.parse(&args(&["--where.lat", "41.5"])).unwrap()["where"], json!({"lat": 41.5}));
     // Anything richer stays JSON.
     assert_eq!(spec("shape").ty, FlagType::Json);
+    // A list's items are read the same way.
+    let ids = table.parse(&args(&["--ids", "5", "--ids", "abc", "--ids", "true"])).unwrap();
+    assert_eq!(ids["ids"], json!([5, "abc", "true"]));
+    assert_eq!(spec("names").ty, FlagType::Array(Box::new(FlagType::String)));
+    assert_eq!(table.parse(&args(&["--names", "123"])).unwrap()["names"], json!(["123"]));
 }
