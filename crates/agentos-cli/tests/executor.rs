@@ -1099,7 +1099,7 @@ fn a_waiting_caller_is_told_when_every_executor_went_away_mid_wait() {
 }
 
 /// A caller waiting on its job is told when the only executor was killed -9 running it: once
-/// the job's lease ends and the executor has been silent for 15 s, it no longer counts as
+/// the job's lease has ended and the executor has been silent for 15 s, it no longer counts as
 /// serving, rather than for the 90 s after which it is listed gone.
 #[test]
 fn a_waiting_caller_is_told_soon_after_its_only_executor_was_killed() {
@@ -1121,9 +1121,10 @@ fn a_waiting_caller_is_told_soon_after_its_only_executor_was_killed() {
     let told = killed.elapsed();
     println!("the caller was told {} ms after the kill", told.as_millis());
     assert_eq!((status, v["error"]["code"].as_str()), (504, Some("no_executor")), "{v}");
-    // The lease (3 s), 15 s of silence, the grace (1 s) and a recheck (5 s): about 24 s. Counted
-    // serving until it was gone, the caller heard after 90 s at the earliest.
-    assert!(told < std::time::Duration::from_secs(60), "told {told:?} after the kill");
+    // 15 s of silence (the 3 s lease ends within them), the grace (1 s) and a recheck (up to
+    // 5 s): 16–21 s. Counted serving until it was gone, the caller heard after 90 s at the
+    // earliest (and the client gives up at 60 s). A wide bound, for a loaded machine.
+    assert!(told < std::time::Duration::from_secs(45), "told {told:?} after the kill");
     let listed = m.client().get("/api/executors").1;
     assert_eq!(listed[0]["state"], "silent", "{listed}");
 }

@@ -94,6 +94,12 @@ impl FlagSpec {
     /// How `--help` shows the value: the type's placeholder, with `|null` when it may be null
     /// (`<integer|null>`, `<true|false|null>` for a boolean).
     pub fn placeholder(&self) -> String {
+        // A flag of several types names them (`<integer|string>`), not `<json>`: a value of none
+        // of them is still read as JSON. A list's items the same (`<integer|string>...`).
+        if !self.json_types.is_empty() {
+            let types = format!("<{}>", self.json_types.join("|"));
+            return if matches!(self.ty, FlagType::Array(_)) { format!("{types}...") } else { types };
+        }
         with_null(self.ty.placeholder(), self)
     }
 }
@@ -305,7 +311,8 @@ fn flag_schema(prop: &Value) -> std::borrow::Cow<'_, Value> {
         _ => return Cow::Borrowed(prop),
     };
     let is_null = |b: &Value| {
-        b.get("type").and_then(Value::as_str) == Some("null") && b.as_object().is_some_and(|o| o.len() == 1)
+        b.get("type").and_then(Value::as_str) == Some("null")
+            && b.as_object().is_some_and(|o| o.keys().all(|k| matches!(k.as_str(), "type" | "title" | "description")))
     };
     let has_null = branches.iter().any(is_null);
     let others: Vec<&Value> = branches.iter().filter(|b| !is_null(b)).collect();
@@ -325,15 +332,29 @@ fn flag_schema(prop: &Value) -> std::borrow::Cow<'_, Value> {
                 out.entry(k.clone()).or_insert_with(|| v.clone());
             }
             if has_null {
+                // One value beside null is a choice of two, not a value filled in.
+                if let Some(c) = out.remove("const") {
+                    out.insert("enum".into(), Value::Array(vec![c]));
+                }
                 if let Some(Value::Array(choices)) = out.get_mut("enum")
                     && !choices.contains(&Value::Null)
                 {
                     choices.push(Value::Null);
                 }
-                if let Some(Value::String(t)) = out.get("type") {
-                    let t = t.clone();
-                    out.insert("type".into(), Value::Array(vec![Value::String(t), Value::String("null".into())]));
+                match out.get_mut("type") {
+                    Some(Value::String(t)) => {
+                        let t = std::mem::take(t);
+                        out.insert("type".into(), Value::Array(vec![Value::String(t), Value::String("null".into())]));
+                    }
+                    Some(Value::Array(ts)) if !ts.iter().any(|t| t == "null") => ts.push(Value::String("null".into())),
+                    _ => {}
                 }
+            }
+            // The branch's list items, read the same way (`Optional[List[Optional[str]]]`).
+            if let Some(items) = out.get("items")
+                && let Cow::Owned(read) = flag_schema(items)
+            {
+                out.insert("items".into(), read);
             }
         }
         [] => return Cow::Borrowed(prop),

@@ -1033,7 +1033,9 @@ fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
         "where": {"anyOf": [{"type": "object", "properties": {"lat": {"type": "number"}}}, {"type": "null"}]},
         "shape": {"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}}, {"type": "string"}]},
         "ids": {"type": "array", "items": {"type": ["integer", "string"]}},
-        "names": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}}
+        "names": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}},
+        "code": {"anyOf": [{"type": ["integer", "string"]}, {"type": "null"}]},
+        "labels": {"anyOf": [{"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "null"}]}}, {"type": "null"}]}
     }}));
     let spec =
         |f: &str| table.flags.iter().find(|s| s.flag == f).unwrap_or_else(|| panic!("no --{f}: {table:?}")).clone();
@@ -1050,6 +1052,9 @@ fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
     assert!(refused.contains("--limit") && refused.contains("integer"), "{refused}");
     // Several scalar types: as `type: [integer, string]` is read.
     assert_eq!(spec("id").json_types, ["integer", "string"]);
+    assert_eq!(spec("id").placeholder(), "<integer|string>", "its types, not <json>");
+    assert_eq!(spec("either").placeholder(), "<integer|string|null>");
+    assert_eq!(spec("ids").placeholder(), "<integer|string>...");
     assert_eq!(table.parse(&args(&["--id", "7"])).unwrap()["id"], json!(7));
     assert_eq!(table.parse(&args(&["--id", "true"])).unwrap()["id"], json!("true"));
     assert_eq!(table.parse(&args(&["--either", "null"])).unwrap()["either"], json!(null));
@@ -1067,4 +1072,17 @@ fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
     assert_eq!(ids["ids"], json!([5, "abc", "true"]));
     assert_eq!(spec("names").ty, FlagType::Array(Box::new(FlagType::String)));
     assert_eq!(table.parse(&args(&["--names", "123"])).unwrap()["names"], json!(["123"]));
+    // A list of types beside null takes null too.
+    assert_eq!(table.parse(&args(&["--code", "null"])).unwrap()["code"], json!(null));
+    assert_eq!(table.parse(&args(&["--code", "x1"])).unwrap()["code"], json!("x1"));
+    // `Optional[List[Optional[str]]]`: each item text.
+    assert_eq!(spec("labels").ty, FlagType::Array(Box::new(FlagType::String)));
+    assert_eq!(table.parse(&args(&["--labels", "7"])).unwrap()["labels"], json!(["7"]));
+    // `Optional[Literal["fast"]]`, required: a choice of the value or null, not filled in.
+    let table = flag_table(&json!({"type": "object", "required": ["mode"], "properties": {
+        "mode": {"anyOf": [{"const": "fast", "type": "string"}, {"type": "null", "title": "None"}]}}}));
+    assert!(table.flags[0].required, "{table:?}");
+    assert_eq!(table.flags[0].ty, FlagType::Enum(vec![json!("fast"), json!(null)]));
+    assert_eq!(table.parse(&args(&["--mode", "null"])).unwrap()["mode"], json!(null));
+    assert!(table.parse(&args(&[])).unwrap_err().0.contains("--mode"));
 }

@@ -28,11 +28,21 @@ pub struct JobRecord {
     pub model: String,
     /// `queued`, `running` (handed to an executor), or `finished` (`results` holds its result).
     pub state: String,
-    /// Who invoked it, as the caller sees it: `you`, `another` principal, or a `net` (a step
-    /// of a fire). Whether the caller may cancel it follows: its invoker or the operator may,
-    /// a net's step is not cancelled alone.
-    pub invoker: String,
+    pub invoker: Invoker,
     pub results: Vec<JobResult>,
+}
+
+/// Who invoked a job, as the caller reading it sees it. Whether the caller may cancel it
+/// follows: its invoker or the operator may, a net's step is not cancelled alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Invoker {
+    /// The caller itself.
+    You,
+    /// Another principal.
+    Another,
+    /// A net: the job is a step of a fire.
+    Net,
 }
 
 /// Characters of an offloaded output kept inline.
@@ -661,11 +671,11 @@ impl Dispatch<'_> {
             return Err(unreadable_job(job_id));
         }
         let invoker = match invoker {
-            Some(id) if id == principal.id => "you",
-            Some(_) => "another",
-            None => "net",
+            Some(id) if id == principal.id => Invoker::You,
+            Some(_) => Invoker::Another,
+            None => Invoker::Net,
         };
-        Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), invoker: invoker.into(), results })
+        Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), invoker, results })
     }
 
     /// Whether `principal` may read a job of `model` that `invoker` (a principal id) invoked:

@@ -29,12 +29,22 @@ pub const FORGET_EXECUTOR_AFTER: Duration = Duration::from_secs(24 * 3600);
 /// is listed `stopped` at once, and stays so until it is heard from again or forgotten.
 pub const SILENT_AFTER: Duration = Duration::from_secs(5);
 
-/// An executor neither polling nor holding a job serves the queue for this long after it was
-/// last heard from, and no longer: a live one polls again at once, or within its backoff of at
-/// most 5 s while its master is away, so one silent this long was killed, frozen or cut off. A
-/// caller waiting on it is told `no_executor` after the grace that follows, rather than after
-/// `gone_after` (which only says how it is listed).
+/// The least an executor neither polling nor holding a job serves the queue for after it was
+/// last heard from (see [`JobConfig::serving_within`]): a live one polls again at once, or
+/// within its backoff of at most 5 s while its master is away.
 pub const SERVING_WITHIN: Duration = Duration::from_secs(15);
+
+impl JobConfig {
+    /// How long an executor neither polling nor holding a job serves the queue after it was
+    /// last heard from: [`SERVING_WITHIN`], or a heartbeat's interval (a third of the lease) and
+    /// 5 s when that is longer, since a job's run may go on after its lease was taken away
+    /// (cancelled, or ended early), heard only at its heartbeats. One silent longer was killed,
+    /// frozen or cut off, and a caller waiting on it is told `no_executor` after the grace that
+    /// follows, rather than after `gone_after` (which only says how it is listed).
+    pub fn serving_within(&self) -> Duration {
+        SERVING_WITHIN.max(self.lease / 3 + Duration::from_secs(5))
+    }
+}
 
 impl Default for JobConfig {
     fn default() -> Self {
@@ -128,9 +138,9 @@ impl Seen {
         self.polls == 0 && now.duration_since(self.last) > gone_after
     }
 
-    /// Serving the queue: polling, or heard from within [`SERVING_WITHIN`] and not stopped since.
-    fn serving(&self, now: Instant) -> bool {
-        self.polls > 0 || (!self.stopped && now.duration_since(self.last) <= SERVING_WITHIN)
+    /// Serving the queue: polling, or heard from `within` and not stopped since.
+    fn serving(&self, now: Instant, within: Duration) -> bool {
+        self.polls > 0 || (!self.stopped && now.duration_since(self.last) <= within)
     }
 }
 
@@ -638,11 +648,12 @@ impl MemoryQueue {
     }
 
     /// Whether any executor serves the queue: one is polling, or holds a job's lease, or was
-    /// heard from within [`SERVING_WITHIN`] and has not stopped.
+    /// heard from within [`JobConfig::serving_within`] and has not stopped.
     pub fn serving(&self) -> bool {
         let q = self.lock();
         let now = Instant::now();
-        if q.executors.values().any(|s| s.serving(now)) {
+        let within = self.config.serving_within();
+        if q.executors.values().any(|s| s.serving(now, within)) {
             return true;
         }
         // A lease held: its holder may still post the result, whenever it was last heard from (a
@@ -1067,8 +1078,31 @@ mod tests {
         assert!(q.serving(), "e1 holds the job's lease");
         assert_eq!(q.executors()[0].state, "busy", "not gone: it holds a lease");
         q.complete("e1", &id, &held.lease_id).unwrap();
-        tokio::time::advance(Duration::from_secs(61)).await;
-        assert!(!q.serving(), "e1 holds nothing and was last heard 61 s ago");
+        // Its window is a heartbeat's interval (200 s) and 5 s.
+        tokio::time::advance(Duration::from_secs(206)).await;
+        assert!(!q.serving(), "e1 holds nothing and was last heard 206 s ago");
+    }
+
+    /// An executor that holds nothing and polls no more (killed between two polls) serves the
+    /// queue for `serving_within` after it was last heard, not until it is listed gone; with a
+    /// long lease, for a heartbeat's interval and 5 s, since a job whose lease was taken away
+    /// may still be running there, heard only at its heartbeats.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_executor_serves_the_queue_for_its_window_only() {
+        for (lease, within) in [(10, 15), (30, 15), (120, 45)] {
+            let q = MemoryQueue::new(JobConfig {
+                lease: Duration::from_secs(lease),
+                max_attempts: 2,
+                gone_after: Duration::from_secs(90),
+            });
+            assert_eq!(q.config().serving_within(), Duration::from_secs(within), "lease {lease} s");
+            assert!(q.poll("e1", None, Duration::from_millis(1)).await.is_none());
+            tokio::time::advance(Duration::from_secs(within - 1)).await;
+            assert!(q.serving(), "lease {lease} s: heard {} s ago", within - 1);
+            tokio::time::advance(Duration::from_secs(2)).await;
+            assert!(!q.serving(), "lease {lease} s: heard {} s ago", within + 1);
+            assert_eq!(q.executors()[0].state, "silent", "listed silent, not yet gone");
+        }
     }
 
     #[tokio::test(start_paused = true)]

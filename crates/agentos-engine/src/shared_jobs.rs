@@ -456,7 +456,7 @@ impl SharedQueue {
         if self.serving_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|t| Instant::now() < t) {
             return Ok(true);
         }
-        let within = crate::jobs::SERVING_WITHIN.as_millis() as i64;
+        let within = self.config.serving_within().as_millis() as i64;
         let (rows, now) = self.rows.executors().await?;
         // One that holds jobs, whenever last heard from: its lease may still bring a result (a
         // long lease is renewed seldom, past `gone_after`; a name that stopped may hold a

@@ -24,7 +24,14 @@ pub fn build_request(base_url: &str, op: &Operation, input: &Value) -> Result<Re
     }
     if let Some(required) = op.input_schema.get("required").and_then(Value::as_array) {
         for r in required.iter().filter_map(Value::as_str) {
-            if input.get(r).is_none_or(Value::is_null) {
+            // A null is a value only where it can be sent: in a JSON body (a field the schema
+            // lets be null, `Optional[int]` with no default, says so).
+            let sent = match input.get(r) {
+                None => false,
+                Some(Value::Null) => op.bindings.iter().any(|b| b.property == r && null_sent(op, b)),
+                Some(_) => true,
+            };
+            if !sent {
                 return Err(CallError::MissingFlag { flag: r.to_string() });
             }
         }
@@ -290,12 +297,34 @@ fn header_value(b: &Binding, value: &Value) -> Result<String, CallError> {
     Ok(text)
 }
 
-/// The body fields given, by the document's names, in binding order.
+/// Whether a null given for `b` is sent as such: a field of a JSON body, unless null is the
+/// field's default and the field is optional (filled in where the caller gave nothing: sent,
+/// it would ask a service that tells a null from an absent field, as a partial update does,
+/// to clear what the caller never named). Elsewhere (a query, a header, a form) null has no
+/// form, and the value is left out.
+fn null_sent(op: &Operation, b: &Binding) -> bool {
+    if b.location != Location::BodyField || op.body.as_ref().is_none_or(|rb| rb.encoding != BodyEncoding::Json) {
+        return false;
+    }
+    let required = op
+        .input_schema
+        .get("required")
+        .and_then(Value::as_array)
+        .is_some_and(|r| r.iter().any(|n| n.as_str() == Some(b.property.as_str())));
+    let default_null = op
+        .input_schema
+        .pointer(&format!("/properties/{}/default", escape_token(&b.property)))
+        .is_some_and(Value::is_null);
+    required || !default_null
+}
+
+/// The body fields given, by the document's names, in binding order. A null goes in a JSON
+/// body (the schema, checked before, lets that field be null), and is left out of the others.
 fn body_fields<'a>(op: &'a Operation, input: &'a Map<String, Value>) -> Vec<(&'a Binding, &'a Value)> {
     op.bindings
         .iter()
         .filter(|b| b.location == Location::BodyField)
-        .filter_map(|b| input.get(&b.property).filter(|v| !v.is_null()).map(|v| (b, v)))
+        .filter_map(|b| input.get(&b.property).filter(|v| !v.is_null() || null_sent(op, b)).map(|v| (b, v)))
         .collect()
 }
 

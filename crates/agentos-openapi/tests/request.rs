@@ -167,6 +167,42 @@ fn a_json_body_is_built_from_its_fields_by_their_document_names() {
     );
 }
 
+/// A null goes in a JSON body where the caller gave it: a required field that may be null
+/// (Pydantic's `Optional[int]` with no default), or an optional one whose default is not null.
+/// An optional field whose default is null is filled in with it when not given, and sending
+/// that would ask a service that tells null from absent to clear the field: it is left out.
+/// A form has no null: left out.
+#[test]
+fn a_null_is_sent_in_a_json_body_where_the_caller_gave_it() {
+    let nullable = |default: Option<Value>| {
+        let mut s = json!({"anyOf": [{"type": "integer"}, {"type": "null"}]});
+        if let Some(d) = default {
+            s["default"] = d;
+        }
+        s
+    };
+    let op = body_op(
+        "application/json",
+        json!({"type": "object", "required": ["limit"], "properties": {
+            "limit": nullable(None), "page": nullable(Some(json!(null))), "size": nullable(Some(json!(10))), "top": nullable(None)
+        }}),
+    );
+    let r = request(&op, json!({"id": "x", "limit": null, "page": null, "size": null, "top": null}));
+    let body: Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(body, json!({"limit": null, "size": null, "top": null}));
+    assert_eq!(
+        build_request("https://h", &op, &json!({"id": "x"})),
+        Err(CallError::MissingFlag { flag: "limit".into() }),
+        "a required field given nothing is still missing"
+    );
+    let form = body_op(
+        "application/x-www-form-urlencoded",
+        json!({"type": "object", "properties": {"a": nullable(None), "b": {"type": "string"}}}),
+    );
+    let r = request(&form, json!({"id": "1", "a": null, "b": "x"}));
+    assert_eq!(String::from_utf8(r.body).unwrap(), "b=x");
+}
+
 /// Fields in name order: the body does not hang on map order.
 #[test]
 fn a_form_body_repeats_array_fields() {

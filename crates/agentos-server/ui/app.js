@@ -819,16 +819,13 @@ function drawJob(job, into) {
   };
   const open = job.state === 'queued' || job.state === 'running';
   // Only the job's invoker or the operator may cancel it, and a net's step ends with its fire.
-  // The job says who invoked it, as the caller sees it (`you`, `another`, `net`); a master that
-  // does not say leaves the flags to tell: a token with neither x nor t has invoked nothing.
+  // The job says who invoked it, as the caller sees it (`you`, `another`, `net`).
   const operator = S.me.kind === 'operator';
   let why = null;
   if (job.invoker === 'net') {
     why = `This job is a step of a net in model ${job.model}: it ends with its fire, so it is not cancelled alone; stop the transition instead.`;
   } else if (job.invoker === 'another' && !operator) {
     why = `This job was invoked by another principal: only its invoker or the operator may cancel it, and ${S.me.name} is neither.`;
-  } else if (job.invoker === undefined && !(operator || may('x') || may('t'))) {
-    why = `Cancelling a job is for its invoker or the operator, and invoking takes the flag ${flagWord('x')} or ${flagWord('t')}, which ${S.me.name}'s token lacks.`;
   }
   const [note, said] = whyNote(why);
   fill(into, h('h2', {}, `Job ${id}`),

@@ -87,8 +87,8 @@ impl Binder for Script {
             let advice = match engine.inner.dispatch.jobs.serving().await {
                 Ok(true) => "wait for one to finish".to_string(),
                 Ok(false) => format!(
-                    "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so none will finish until one starts: start one with `agentos executor`",
-                    crate::jobs::SERVING_WITHIN.as_secs()
+                    "{}, so none will finish until one starts: start one with `agentos executor`",
+                    nobody_serves(engine)
                 ),
                 Err(e) => {
                     tracing::warn!(error = %e, "reading who serves the queue failed");
@@ -498,8 +498,8 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
             ErrorKind::Unavailable,
             "no_executor",
             format!(
-                "no executor serves the queue (none has polled the master in the last {} s, or each one that did has since stopped), so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
-                crate::jobs::SERVING_WITHIN.as_secs()
+                "{}, so {id:?} cannot run; start one with `agentos executor` (`agentos up` starts one beside the master)",
+                nobody_serves(engine)
             ),
         )
     };
@@ -527,7 +527,8 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
                     ErrorKind::Unavailable,
                     "no_executor",
                     format!(
-                        "every executor that served the queue has gone (killed, or stopped) and none came back within {} s, so job {job_id} of {id:?} cannot finish (it may have run in part on one that was killed); start one with `agentos executor`",
+                        "every executor that served the queue has gone (killed, or stopped: none polls it, holds a job or was heard from in the last {} s) and none came in the {} s after, so job {job_id} of {id:?} was cancelled (if an executor took it, it may have run there in part); start one with `agentos executor`",
+                        engine.inner.dispatch.jobs.config().serving_within().as_secs(),
                         cfg.no_executor_grace.as_secs()
                     ),
                 )
@@ -566,6 +567,14 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
             .into())
         }
     }
+}
+
+/// Why no executor counts as serving the queue, in words.
+fn nobody_serves(engine: &Engine) -> String {
+    format!(
+        "no executor serves the queue (none polls it, holds a job or was heard from in the last {} s, or each one that was has since stopped)",
+        engine.inner.dispatch.jobs.config().serving_within().as_secs()
+    )
 }
 
 /// How often a caller waiting on its job asks whether an executor still serves the queue.

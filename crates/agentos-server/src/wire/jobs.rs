@@ -332,17 +332,42 @@ pub struct JobRecord {
     pub model: String,
     /// `queued`, `running` (handed to an executor), or `finished` (`results` holds its result).
     pub state: String,
-    /// Who invoked it, as the caller sees it: `you`, `another` principal, or a `net` (a step of
-    /// a fire). Its invoker or the operator may cancel it; a net's step is not cancelled alone.
-    #[schema(pattern = "^(you|another|net)$")]
-    pub invoker: String,
+    pub invoker: Invoker,
     pub results: Vec<JobResult>,
+}
+
+/// Who invoked a job, as the caller sees it: `you`, `another` principal, or a `net` (the job is
+/// a step of a fire). Its invoker or the operator may cancel it; a net's step is not cancelled
+/// alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Invoker {
+    You,
+    Another,
+    Net,
+}
+
+impl From<agentos_engine::dispatch::Invoker> for Invoker {
+    fn from(i: agentos_engine::dispatch::Invoker) -> Self {
+        use agentos_engine::dispatch::Invoker as I;
+        match i {
+            I::You => Invoker::You,
+            I::Another => Invoker::Another,
+            I::Net => Invoker::Net,
+        }
+    }
 }
 
 impl From<agentos_engine::dispatch::JobRecord> for JobRecord {
     fn from(r: agentos_engine::dispatch::JobRecord) -> Self {
         let agentos_engine::dispatch::JobRecord { job_id, model, state, invoker, results } = r;
-        JobRecord { job_id, model, state, invoker, results: results.into_iter().map(JobResult::from).collect() }
+        JobRecord {
+            job_id,
+            model,
+            state,
+            invoker: invoker.into(),
+            results: results.into_iter().map(JobResult::from).collect(),
+        }
     }
 }
 

@@ -232,7 +232,7 @@ mod tests {
             job_id: "j1".into(),
             model: "m1".into(),
             state: "finished".into(),
-            invoker: "you".into(),
+            invoker: agentos_engine::dispatch::Invoker::Another,
             results: vec![full],
         });
         let token =
