@@ -865,6 +865,24 @@ fn insert(input: &mut Map<String, Value>, path: &[String], value: Value, append:
     Ok(())
 }
 
+/// The error that says what is wrong: for a value no branch of an `anyOf` or `oneOf` takes
+/// (`Optional[int]` with a maximum, say), the one branch whose refusal is more than a type
+/// that does not match (`11 is greater than the maximum of 10`, not "11 is not valid under any
+/// of the schemas listed"), looked into the same way; the error itself when no single branch
+/// stands out.
+fn telling<'a>(e: &'a jsonschema::ValidationError<'a>) -> &'a jsonschema::ValidationError<'a> {
+    use jsonschema::error::ValidationErrorKind as K;
+    let (K::AnyOf { context } | K::OneOfNotValid { context }) = e.kind() else { return e };
+    let mut near = context.iter().filter(|branch| branch.iter().any(|x| !matches!(x.kind(), K::Type { .. })));
+    match (near.next(), near.next()) {
+        (Some(branch), None) => match branch.iter().find(|x| !matches!(x.kind(), K::Type { .. })) {
+            Some(x) => telling(x),
+            None => e,
+        },
+        _ => e,
+    }
+}
+
 /// Validates `input` against the whole schema; errors name the flag when one maps to the path.
 pub fn validate(schema: &Value, table: &FlagTable, input: &Value) -> Result<(), UsageError> {
     validate_with(compile(schema).as_ref(), table, input)
@@ -900,7 +918,8 @@ fn nearest_property<'a>(table: &'a FlagTable, name: &str, input: &Value) -> Opti
 /// [`validate`] with the schema's validator compiled already (`None`: nothing to check).
 pub fn validate_with(validator: Option<&Validator>, table: &FlagTable, input: &Value) -> Result<(), UsageError> {
     let Some(validator) = validator else { return Ok(()) };
-    let Some(error) = validator.iter_errors(input).next() else { return Ok(()) };
+    let Some(first) = validator.iter_errors(input).next() else { return Ok(()) };
+    let error = telling(&first);
     let mut pointer = error.instance_path().to_string();
     // A missing property is reported at its parent object (`/near`); the flag to name is the
     // property's own (`--near.lon`), when it has one.

@@ -1086,3 +1086,30 @@ fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
     assert_eq!(table.parse(&args(&["--mode", "null"])).unwrap()["mode"], json!(null));
     assert!(table.parse(&args(&[])).unwrap_err().0.contains("--mode"));
 }
+
+/// A value refused by the one branch of an `anyOf` it could be (the other is null) is told why
+/// that branch refused it, by the flag, not that no branch took it.
+#[test]
+fn a_value_refused_by_its_one_branch_of_any_of_is_told_that_branchs_reason() {
+    let s = json!({"type": "object", "properties": {
+        "score": {"anyOf": [{"type": "integer", "maximum": 10}, {"type": "null"}]},
+        "sub": {"anyOf": [{"type": "object", "required": ["x"],
+            "properties": {"x": {"type": "string"}, "y": {"type": "string"}}}, {"type": "null"}]},
+        "either": {"anyOf": [{"type": "integer", "maximum": 3}, {"type": "string", "maxLength": 2}]},
+        "both": {"anyOf": [{"type": "integer", "maximum": 3}, {"type": "integer", "multipleOf": 2}]}
+    }});
+    check_all(
+        &s,
+        &[
+            (&["--score", "11"], Err("^--score: 11 is greater than the maximum of 10")),
+            (&["--score", "null"], Ok(json!({"score": null}))),
+            (&["--sub.y", "hi"], Err(r#"^--sub.x: "x" is a required property"#)),
+            (&["--sub.x", "a"], Ok(json!({"sub": {"x": "a"}}))),
+            // A value of one branch's type, refused by it.
+            (&["--either", "5"], Err("^--either: 5 is greater than the maximum of 3")),
+            (&["--either", "abc"], Err(r#"^--either: "abc" is longer than 2 characters"#)),
+            // Two branches each refuse it for more than its type: neither stands out.
+            (&["--both", "5"], Err("^--both: 5 is not valid under any of the schemas listed in the 'anyOf' keyword")),
+        ],
+    );
+}
