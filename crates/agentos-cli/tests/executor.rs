@@ -1127,6 +1127,15 @@ fn a_waiting_caller_is_told_soon_after_its_only_executor_was_killed() {
     assert!(told < std::time::Duration::from_secs(45), "told {told:?} after the kill");
     let listed = m.client().get("/api/executors").1;
     assert_eq!(listed[0]["state"], "silent", "{listed}");
+    // The job the caller is told of reads back, ended with the same words.
+    let message = v["error"]["message"].as_str().unwrap();
+    let job = message.split_whitespace().find(|w| w.starts_with("job-")).expect("a job named");
+    let (status, j) = api.get(&format!("/api/jobs/{job}"));
+    assert_eq!((status, j["state"].as_str()), (200, Some("finished")), "{j}");
+    assert!(
+        j["results"][0]["error"].as_str().unwrap().contains("every executor that served the queue has gone"),
+        "{j}"
+    );
 }
 
 /// The worker headers of the executor protocol: a bad value is refused before anything is

@@ -718,29 +718,9 @@ impl Dispatch<'_> {
             )
             .into());
         }
-        // Taken and recorded on a task of its own: a cancel whose caller goes away half way (its
-        // connection closed) still records the job it took, and answers whoever waits on it.
-        let (engine, id, by) = (self.0.clone(), job_id.to_string(), principal.name.clone());
-        let cancelled = tokio::spawn(async move {
-            let dispatch = engine.dispatch();
-            let Some(mut finished) = dispatch.inner.dispatch.jobs.take_cancelled(&id).await? else {
-                return Ok(false);
-            };
-            let (recorded, is_recorded) = tokio::sync::oneshot::channel();
-            let caller = finished.waiter.replace(recorded);
-            let mut result = JobResult::failed(&id, finished.attempt, format!("cancelled by {by} before it finished"));
-            result.cancelled_by = Some(by);
-            // Where it was running, if it was, and for how long: its process is stopped there.
-            result.executor = finished.holder.clone().unwrap_or_default();
-            result.duration_ms = finished.held_ms.unwrap_or(0);
-            dispatch.finish(finished, result).await;
-            let result = is_recorded.await.map_err(|_| CoreError::internal("recording the cancellation stopped"))?;
-            if let Some(caller) = caller {
-                let _ = caller.send(result);
-            }
-            Ok::<_, EngineError>(true)
-        });
-        if !cancelled.await.map_err(|e| CoreError::internal(format!("the cancellation stopped: {e}")))?? {
+        let by = principal.name.clone();
+        let why = format!("cancelled by {by} before it finished");
+        if !self.end_open(job_id, Some(by), why).await? {
             // Its result was taken meanwhile (an executor's, or another cancel).
             return Err(not_cancelled(&self.job(principal, job_id).await?));
         }
@@ -753,6 +733,41 @@ impl Dispatch<'_> {
             .into());
         }
         Ok(record)
+    }
+
+    /// Ends an open job with a failed result that says `why` (and who cancelled it, when
+    /// someone did), recorded before this returns: a queued job never runs, one an executor
+    /// holds is stopped at its next heartbeat. False when the job was not open (its result was
+    /// taken meanwhile, an executor's or another end's). Taken and recorded on a task of its
+    /// own: an end whose caller goes away half way (its connection closed) still records the
+    /// job it took, and answers whoever waits on it.
+    pub(crate) async fn end_open(
+        &self,
+        job_id: &str,
+        cancelled_by: Option<String>,
+        why: String,
+    ) -> Result<bool, EngineError> {
+        let (engine, id) = (self.0.clone(), job_id.to_string());
+        let ended = tokio::spawn(async move {
+            let dispatch = engine.dispatch();
+            let Some(mut finished) = dispatch.inner.dispatch.jobs.take_cancelled(&id).await? else {
+                return Ok(false);
+            };
+            let (recorded, is_recorded) = tokio::sync::oneshot::channel();
+            let caller = finished.waiter.replace(recorded);
+            let mut result = JobResult::failed(&id, finished.attempt, why);
+            result.cancelled_by = cancelled_by;
+            // Where it was running, if it was, and for how long: its process is stopped there.
+            result.executor = finished.holder.clone().unwrap_or_default();
+            result.duration_ms = finished.held_ms.unwrap_or(0);
+            dispatch.finish(finished, result).await;
+            let result = is_recorded.await.map_err(|_| CoreError::internal("recording the job's end stopped"))?;
+            if let Some(caller) = caller {
+                let _ = caller.send(result);
+            }
+            Ok::<_, EngineError>(true)
+        });
+        ended.await.map_err(|e| CoreError::internal(format!("ending the job stopped: {e}")))?
     }
 
     /// A job's results in the log, with its model and invoker.

@@ -673,3 +673,52 @@ async fn a_stored_job_that_does_not_read_back_is_recorded_as_failed_not_dropped(
     let (_e, store, requeued) = open(dir.path()).await;
     assert_eq!((requeued, store.all().await.unwrap().len()), (0, 0));
 }
+
+/// A caller that waited its whole time for a job an executor took and never answered is told
+/// `job_timeout` naming the job, and that job reads back, ended with the same words, where it
+/// ran: it used to be dropped, and the id the caller was told of answered "no job". Its
+/// executor's late result is refused, and a restart does not queue it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_its_caller_gave_up_on_reads_back_ended_with_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let exec = principal("e1", PrincipalKind::Executor);
+    let op = principal("operator", PrincipalKind::Operator);
+    let log = Arc::new(SqliteEventLog::open(&dir.path().join("events.db")).unwrap());
+    let blobs = Arc::new(FsBlobStore::open(dir.path().join("blobs")).unwrap());
+    let mut config = EngineConfig::default();
+    config.dispatch.queue_grace = Duration::from_millis(200);
+    let e = Engine::open(config, log, blobs).await.unwrap();
+    let store = Arc::new(SqliteJobStore::open(&dir.path().join("jobs.db")).unwrap());
+    e.dispatch().recover_jobs(store.clone()).await.unwrap();
+    let script = serde_json::json!({"id": "t", "name": "t", "runtime": "sh", "content": "echo hi", "model": "default"});
+    e.catalog().register(&op, "TOOL_CATALOG_REGISTER_SCRIPT", script).await.unwrap();
+    let poller = {
+        let (e, exec) = (e.clone(), exec.clone());
+        tokio::spawn(async move {
+            e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(5)).await.unwrap().unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let caller = {
+        let (e, op) = (e.clone(), op.clone());
+        tokio::spawn(async move {
+            let req = InvokeRequest { timeout_ms: Some(500), ..Default::default() };
+            e.dispatch().invoke(&op, "t", None, req).await
+        })
+    };
+    let leased = poller.await.unwrap();
+    let told = caller.await.unwrap().unwrap_err().to_string();
+    assert!(told.contains(&format!("job {} got no result within 700 ms", leased.job_id)), "{told}");
+    let record = e.dispatch().job(&op, &leased.job_id).await.unwrap();
+    assert_eq!(record.state, "finished");
+    let result = &record.results[0];
+    assert!(result.error.as_deref().unwrap_or("").contains("got no result within 700 ms"), "{result:?}");
+    assert_eq!((result.executor.as_str(), result.cancelled_by.as_deref()), ("e1", None), "{result:?}");
+    let late = ExecutorResult { lease_id: leased.lease_id.clone(), exit_code: Some(0), ..Default::default() };
+    assert!(e.dispatch().complete_job(&exec, None, &leased.job_id, late).await.is_err(), "a late result was taken");
+    assert_eq!(e.dispatch().job(&op, &leased.job_id).await.unwrap().results.len(), 1);
+    assert_eq!(left_after_waiting(store.as_ref()).await, 0, "the ended job is left in the store");
+    drop((e, store));
+    let (_e, _store, requeued) = open(dir.path()).await;
+    assert_eq!(requeued, 0, "the ended job was queued again after a restart");
+}

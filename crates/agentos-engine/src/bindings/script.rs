@@ -516,57 +516,70 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
     }
     let outcome = match early {
         Some(r) => Ok(r),
-        None => match wait_while_served(engine, result, deadline, cfg.no_executor_grace).await {
+        None => match wait_while_served(engine, result.as_mut(), deadline, cfg.no_executor_grace).await {
             Waited::Done(r) => Ok(r),
-            Waited::TimedOut => Err(()),
-            Waited::Unserved => {
-                // Every executor went away while the job waited (killed, or stopped beside a
-                // killed sibling's lease that has since ended): said now, not at the deadline.
-                gone.cancel().await;
-                return Err(CoreError::new(
+            Waited::TimedOut => {
+                let serving = engine
+                    .inner
+                    .dispatch
+                    .jobs
+                    .executors_shown(|_| true)
+                    .await
+                    .map(|all| {
+                        all.iter().filter(|e| !matches!(e.state.as_str(), "gone" | "stopped" | "silent")).count()
+                    })
+                    .unwrap_or(0);
+                Err(CoreError::new(
                     ErrorKind::Unavailable,
-                    "no_executor",
+                    "job_timeout",
                     format!(
-                        "every executor that served the queue has gone (killed, or stopped: none polls it, holds a job or was heard from in the last {} s) and none came in the {} s after, so job {job_id} of {id:?} was cancelled (if an executor took it, it may have run there in part); start one with `agentos executor`",
-                        engine.inner.dispatch.jobs.config().serving_within().as_secs(),
-                        cfg.no_executor_grace.as_secs()
+                        "job {job_id} got no result within {} ms; {serving} executor(s) serve the queue (see `agentos executors`)",
+                        wait.as_millis()
                     ),
-                )
-                .into());
+                ))
             }
+            // Every executor went away while the job waited (killed, or stopped beside a killed
+            // sibling's lease that has since ended): said now, not at the deadline.
+            Waited::Unserved => Err(CoreError::new(
+                ErrorKind::Unavailable,
+                "no_executor",
+                format!(
+                    "every executor that served the queue has gone (killed, or stopped: none polls it, holds a job or was heard from in the last {} s) and none came in the {} s after, so job {job_id} of {id:?} was cancelled (if an executor took it, it may have run there in part); start one with `agentos executor`",
+                    engine.inner.dispatch.jobs.config().serving_within().as_secs(),
+                    cfg.no_executor_grace.as_secs()
+                ),
+            )),
         },
     };
     // From here every way out answers the caller, who is still there.
-    match outcome {
+    let unanswered = match outcome {
         Ok(Ok(result)) => {
             gone.engine = None;
-            Ok(result)
+            return Ok(result);
         }
         Ok(Err(_)) => {
             gone.engine = None;
-            Err(CoreError::internal("the job ended without a result").into())
+            return Err(CoreError::internal("the job ended without a result").into());
         }
-        Err(_) => {
-            gone.cancel().await;
-            let serving = engine
-                .inner
-                .dispatch
-                .jobs
-                .executors_shown(|_| true)
-                .await
-                .map(|all| all.iter().filter(|e| !matches!(e.state.as_str(), "gone" | "stopped" | "silent")).count())
-                .unwrap_or(0);
-            Err(CoreError::new(
-                ErrorKind::Unavailable,
-                "job_timeout",
-                format!(
-                    "job {job_id} got no result within {} ms; {serving} executor(s) serve the queue (see `agentos executors`)",
-                    wait.as_millis()
-                ),
-            )
-            .into())
+        Err(e) => e,
+    };
+    // The job goes with its answer, recorded with the same words, so that the job the caller
+    // is told of reads back (`agentos job show`), with where it ran and for how long.
+    gone.engine = None;
+    match engine.dispatch().end_open(&job_id, None, unanswered.message.clone()).await {
+        Ok(true) => {}
+        // Its result came meanwhile: that is the answer.
+        Ok(false) => {
+            if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), result.as_mut()).await {
+                return Ok(r);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(job = %job_id, error = %e, "recording an unanswered job's end failed: it is dropped");
+            engine.dispatch().cancel_direct(&job_id).await;
         }
     }
+    Err(unanswered.into())
 }
 
 /// Why no executor counts as serving the queue, in words.
