@@ -63,6 +63,15 @@ impl Drop for Leftovers {
     }
 }
 
+/// Removes a test's own tag from the engine when dropped, also when an assertion failed first.
+struct Untag(String);
+
+impl Drop for Untag {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", &self.0]).output();
+    }
+}
+
 fn import(api: &common::Api, image: &str, id: &str) -> (u16, Value) {
     api.command(json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": image, "id": id}))
 }
@@ -283,6 +292,7 @@ fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
     // A tag of this test's own, so no other test's import sees it move.
     let tag = format!("{prefix}/repush-{}:1", std::process::id());
     docker(&["tag", &format!("{prefix}/ok:2"), &tag]);
+    let _untag = Untag(tag.clone());
     docker(&["push", "-q", &tag]);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
@@ -320,7 +330,6 @@ fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
     let (status, v) = call(&api, "moving", "add", &["--a", "1", "--b", "2"]);
     assert_eq!(status, 200, "{v}");
     drop(m);
-    let _ = Command::new("docker").args(["rmi", &tag]).output();
 }
 
 /// A tag deleted from the registry after its import: the call says `image_gone` and how to
@@ -331,6 +340,7 @@ fn a_tag_deleted_from_the_registry_is_said_gone_and_its_warm_container_stopped()
     // A repository of this test's own: deleting its manifest touches no other test's image.
     let tag = format!("{prefix}/gone-{}:1", std::process::id());
     docker(&["tag", &format!("{prefix}/ok:2"), &tag]);
+    let _untag = Untag(tag.clone());
     docker(&["push", "-q", &tag]);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
@@ -363,7 +373,6 @@ fn a_tag_deleted_from_the_registry_is_said_gone_and_its_warm_container_stopped()
     );
     assert!(containers_of(&data).is_empty(), "the gone digest's container is stopped");
     drop(m);
-    let _ = Command::new("docker").args(["rmi", &tag]).output();
 }
 
 #[test]
