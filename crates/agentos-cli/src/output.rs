@@ -253,8 +253,14 @@ pub fn ready(r: &Ready, welcome: Option<&LocalWelcome>) {
 
 /// A job: its state, and once it has finished, how it ended (in one line).
 pub fn job(v: &Value) -> String {
+    // Whose it is, when not the reader's: only its invoker (or the operator) may cancel it.
+    let whose = match v["invoker"].as_str() {
+        Some("another") => ", invoked by another principal",
+        Some("net") => ", a step of a net's fire",
+        _ => "",
+    };
     let head = format!("job {} in {}: {}", s(v, "jobId"), s(v, "model"), s(v, "state"));
-    let Some(r) = v["results"].as_array().and_then(|r| r.last()) else { return head };
+    let Some(r) = v["results"].as_array().and_then(|r| r.last()) else { return format!("{head}{whose}") };
     let how = match (r["cancelledBy"].as_str(), r["exitCode"].as_i64(), r["signal"].as_i64()) {
         (Some(by), _, _) => format!("cancelled by {}", shown(by)),
         (None, Some(code), _) => format!("exit code {code}"),
@@ -272,6 +278,7 @@ pub fn job(v: &Value) -> String {
     if r["timedOut"].as_bool() == Some(true) {
         line.push_str(", timed out");
     }
+    line.push_str(whose);
     if let Some(err) = r["error"].as_str().filter(|_| r["cancelledBy"].is_null()) {
         line.push_str(&format!("\nerror: {}", shown(err)));
     }
@@ -345,6 +352,24 @@ mod tests {
         };
         assert_eq!(super::job(&job(1)), "job job-1 in m: finished, exit code 0, 12 ms on b");
         assert_eq!(super::job(&job(2)), "job job-1 in m: finished, exit code 0, 12 ms on b, attempt 2");
+    }
+
+    /// Whose a job is, said when it is not the reader's: only its invoker may cancel it.
+    #[test]
+    fn a_job_line_says_whose_the_job_is_when_not_the_readers() {
+        let job = |invoker: &str, state: &str| {
+            let mut v = json!({"jobId": "job-1", "model": "m", "state": state, "invoker": invoker, "results": []});
+            if state == "finished" {
+                v["results"] = json!([{"exitCode": 0, "durationMs": 12, "executor": "b", "attempt": 1}]);
+            }
+            v
+        };
+        assert_eq!(super::job(&job("you", "running")), "job job-1 in m: running");
+        assert_eq!(super::job(&job("another", "running")), "job job-1 in m: running, invoked by another principal");
+        assert_eq!(
+            super::job(&job("net", "finished")),
+            "job job-1 in m: finished, exit code 0, 12 ms on b, a step of a net's fire"
+        );
     }
 
     /// Regression: an MCP server's registration printed an empty `urn:` line (its blob is its
