@@ -256,6 +256,8 @@ impl QueueState {
 pub struct MemoryQueue {
     inner: Mutex<QueueState>,
     work: Notify,
+    /// The master is stopping: a waiting poll ends now (see [`MemoryQueue::end_polls`]).
+    ending: std::sync::atomic::AtomicBool,
     config: JobConfig,
     /// A per-process prefix so job ids never repeat across restarts.
     epoch: String,
@@ -333,7 +335,13 @@ fn wall_ms() -> i64 {
 impl MemoryQueue {
     pub fn new(config: JobConfig) -> Self {
         let epoch = format!("{:x}", wall_ms());
-        MemoryQueue { inner: Mutex::new(QueueState::default()), work: Notify::new(), config, epoch }
+        MemoryQueue {
+            inner: Mutex::new(QueueState::default()),
+            work: Notify::new(),
+            ending: std::sync::atomic::AtomicBool::new(false),
+            config,
+            epoch,
+        }
     }
 
     pub fn config(&self) -> JobConfig {
@@ -528,6 +536,9 @@ impl MemoryQueue {
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if self.ending.load(std::sync::atomic::Ordering::Acquire) {
+                return None;
+            }
             if let Some(h) = self.try_take(executor, instance) {
                 return Some(h);
             }
@@ -535,6 +546,13 @@ impl MemoryQueue {
                 return None;
             }
         }
+    }
+
+    /// The master is stopping: every poll waiting ends now with no job, and one that comes
+    /// later gets none, rather than holding its connection (and the stop) until its wait ends.
+    pub fn end_polls(&self) {
+        self.ending.store(true, std::sync::atomic::Ordering::Release);
+        self.work.notify_waiters();
     }
 
     /// Notes that `executor` said it stopped in good order: listed `stopped`, and no longer
@@ -768,6 +786,15 @@ impl JobQueue {
 
     pub fn is_shared(&self) -> bool {
         matches!(self, JobQueue::Shared(..))
+    }
+
+    /// The master is stopping: polls waiting here end now with no job (see
+    /// [`MemoryQueue::end_polls`]).
+    pub fn end_polls(&self) {
+        match self {
+            JobQueue::Memory(q) => q.end_polls(),
+            JobQueue::Shared(q, _) => q.end_polls(),
+        }
     }
 
     /// This run's name in a shared queue (the owner of the jobs it queues).

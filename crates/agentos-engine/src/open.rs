@@ -113,6 +113,10 @@ impl Engine {
     /// carried are not their callers' to cancel (their stored jobs run again after a restart).
     pub fn begin_stop(&self) {
         self.inner.dispatch.stopping.store(true, std::sync::atomic::Ordering::Release);
+        // An executor's long poll is answered "no job" now rather than held to the stop's
+        // deadline: the executor moves on (to another master, or waits for this one to return)
+        // at once, and the stop is not kept waiting on idle polls.
+        self.inner.dispatch.jobs.end_polls();
     }
 
     /// Stops the loops, lets the commands already queued commit, and writes a final snapshot.

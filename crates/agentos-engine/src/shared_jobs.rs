@@ -66,6 +66,8 @@ pub struct SharedQueue {
     key: Option<[u8; 32]>,
     config: JobConfig,
     work: Notify,
+    /// The master is stopping: a waiting poll ends now (see [`SharedQueue::end_polls`]).
+    ending: std::sync::atomic::AtomicBool,
     waiters: ResultWaiters,
     /// When this master last wrote down each executor, and whether as polling.
     seen: Arc<Mutex<HashMap<String, (Instant, bool)>>>,
@@ -108,6 +110,7 @@ impl SharedQueue {
             key,
             config,
             work: Notify::new(),
+            ending: std::sync::atomic::AtomicBool::new(false),
             waiters: ResultWaiters::default(),
             seen: Arc::new(Mutex::new(HashMap::new())),
             polls: Arc::default(),
@@ -286,6 +289,9 @@ impl SharedQueue {
             let notified = self.work.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if self.ending.load(std::sync::atomic::Ordering::Acquire) {
+                return Ok(None);
+            }
             if let Some(h) = self.try_take(executor, instance).await? {
                 return Ok(Some(h));
             }
@@ -295,6 +301,13 @@ impl SharedQueue {
                 return Ok(None);
             }
         }
+    }
+
+    /// The master is stopping: every poll waiting here ends now with no job, and one that comes
+    /// later gets none (the other masters of the queue go on handing out its jobs).
+    pub fn end_polls(&self) {
+        self.ending.store(true, std::sync::atomic::Ordering::Release);
+        self.work.notify_waiters();
     }
 
     /// Notes that `executor` said it stopped in good order: listed `stopped`, and no longer

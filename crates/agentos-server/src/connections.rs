@@ -16,8 +16,9 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 
-/// How long, once the stop is asked, the requests in hand have to finish (an executor's long
-/// poll, a call still running) before their connections are dropped. Without a bound, one
+/// How long, once the stop is asked, the requests in hand have to finish (a call still running;
+/// an executor's long poll is answered "no job" at the stop) before their connections are
+/// dropped. Without a bound, one
 /// client that never leaves kept the master, and the data folder's LOCK, for as long as it liked.
 const STOP_DEADLINE: Duration = Duration::from_secs(5);
 
