@@ -77,6 +77,12 @@ impl Link for LocalLink {
     }
 
     async fn poll(&self, call: PollCall<'_>) -> Result<Option<LeasedJob>, ProtocolError> {
+        // A stopping master answers every poll at once with no job: said as the master being
+        // away, so that the worker backs off rather than ask again at once, in a loop, as it
+        // would over HTTP were the listener not closed.
+        if self.engine.is_stopping() {
+            return Err(ProtocolError::Unreachable("the master in this process is stopping".into()));
+        }
         let p = self.principal()?;
         let wait = call.wait.min(MAX_POLL);
         guarded(wait + SHORT_CALL, async {

@@ -32,6 +32,18 @@ pub struct JobRecord {
     pub results: Vec<JobResult>,
 }
 
+/// How [`Dispatch::end_open`] went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Its failed result is in the log.
+    Recorded,
+    /// Taken off the queue, but the log refused its result: it runs again, as any job whose
+    /// result could not be recorded.
+    NotRecorded,
+    /// It was not open: its result was taken meanwhile.
+    NotOpen,
+}
+
 /// Who invoked a job, as the caller reading it sees it. Whether the caller may cancel it
 /// follows: its invoker or the operator may, a net's step is not cancelled alone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -720,7 +732,7 @@ impl Dispatch<'_> {
         }
         let by = principal.name.clone();
         let why = format!("cancelled by {by} before it finished");
-        if !self.end_open(job_id, Some(by), why).await? {
+        if self.end_open(job_id, Some(by), why).await? == Ended::NotOpen {
             // Its result was taken meanwhile (an executor's, or another cancel).
             return Err(not_cancelled(&self.job(principal, job_id).await?));
         }
@@ -736,22 +748,23 @@ impl Dispatch<'_> {
     }
 
     /// Ends an open job with a failed result that says `why` (and who cancelled it, when
-    /// someone did), recorded before this returns: a queued job never runs, one an executor
-    /// holds is stopped at its next heartbeat. False when the job was not open (its result was
-    /// taken meanwhile, an executor's or another end's). Taken and recorded on a task of its
-    /// own: an end whose caller goes away half way (its connection closed) still records the
-    /// job it took, and answers whoever waits on it.
+    /// someone did), committed before this returns: a queued job never runs, one an executor
+    /// holds is stopped at its next heartbeat. [`Ended::NotOpen`] when the job was not open (its
+    /// result was taken meanwhile, an executor's or another end's); [`Ended::NotRecorded`] when
+    /// the log refused the commit (the job then runs again, as any job whose result could not be
+    /// recorded). Taken and recorded on a task of its own: an end whose caller goes away half
+    /// way (its connection closed) still records the job it took, and answers whoever waits.
     pub(crate) async fn end_open(
         &self,
         job_id: &str,
         cancelled_by: Option<String>,
         why: String,
-    ) -> Result<bool, EngineError> {
+    ) -> Result<Ended, EngineError> {
         let (engine, id) = (self.0.clone(), job_id.to_string());
         let ended = tokio::spawn(async move {
             let dispatch = engine.dispatch();
             let Some(mut finished) = dispatch.inner.dispatch.jobs.take_cancelled(&id).await? else {
-                return Ok(false);
+                return Ok(Ended::NotOpen);
             };
             let (recorded, is_recorded) = tokio::sync::oneshot::channel();
             let caller = finished.waiter.replace(recorded);
@@ -765,7 +778,9 @@ impl Dispatch<'_> {
             if let Some(caller) = caller {
                 let _ = caller.send(result);
             }
-            Ok::<_, EngineError>(true)
+            // The answer comes whether or not the commit went through: the log says which.
+            let (_, _, results) = dispatch.recorded_results(&id).await?;
+            Ok::<_, EngineError>(if results.is_empty() { Ended::NotRecorded } else { Ended::Recorded })
         });
         ended.await.map_err(|e| CoreError::internal(format!("ending the job stopped: {e}")))?
     }

@@ -467,6 +467,10 @@ impl MemoryQueue {
 
     /// A job if one is queued right now, without waiting.
     pub fn take_now(&self, executor: &str, instance: Option<&str>) -> Option<Handout> {
+        // At a stop no job goes out: its result could no longer be posted here.
+        if self.ending.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         self.touch(executor, 0);
         self.try_take(executor, instance)
     }
@@ -528,6 +532,9 @@ impl MemoryQueue {
 
     /// Long poll: a job as soon as one is queued, or `None` after `wait`.
     pub async fn poll(&self, executor: &str, instance: Option<&str>, wait: Duration) -> Option<Handout> {
+        if self.ending.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         self.touch(executor, 1);
         let _done = PollGuard { queue: self, executor };
         let deadline = Instant::now() + wait;
@@ -1108,6 +1115,24 @@ mod tests {
         // Its window is a heartbeat's interval (200 s) and 5 s.
         tokio::time::advance(Duration::from_secs(206)).await;
         assert!(!q.serving(), "e1 holds nothing and was last heard 206 s ago");
+    }
+
+    /// At a stop, a poll waiting ends at once with no job, and a later poll or a take with a
+    /// result gets none, though a job is queued: its result could not be posted here.
+    #[tokio::test(start_paused = true)]
+    async fn at_a_stop_waiting_polls_end_and_no_job_goes_out() {
+        let q = std::sync::Arc::new(queue());
+        let q2 = q.clone();
+        let waiting = tokio::spawn(async move { q2.poll("e1", None, Duration::from_secs(60)).await });
+        tokio::task::yield_now().await;
+        let start = Instant::now();
+        q.end_polls();
+        assert!(waiting.await.unwrap().is_none());
+        assert_eq!(start.elapsed(), Duration::ZERO, "the poll was held");
+        let (_id, _rx) = q.enqueue("default".into(), token());
+        assert!(q.poll("e1", None, Duration::from_secs(60)).await.is_none(), "a job went out at the stop");
+        assert!(q.take_now("e1", None).is_none(), "a job went out with a result at the stop");
+        assert_eq!(start.elapsed(), Duration::ZERO, "a later poll waited");
     }
 
     /// An executor that holds nothing and polls no more (killed between two polls) serves the

@@ -109,6 +109,11 @@ impl Engine {
         Ok(engine)
     }
 
+    /// Whether the master was asked to stop ([`Engine::begin_stop`]).
+    pub fn is_stopping(&self) -> bool {
+        self.inner.dispatch.stopping.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The master was asked to stop: its connections close from now on, and the calls they
     /// carried are not their callers' to cancel (their stored jobs run again after a restart).
     pub fn begin_stop(&self) {

@@ -261,6 +261,10 @@ impl SharedQueue {
     }
 
     pub async fn take_now(&self, executor: &str, instance: Option<&str>) -> Result<Option<Handout>, StoreError> {
+        // At a stop no job goes out through this master: its result could no longer be posted here.
+        if self.ending.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(None);
+        }
         self.seen(executor, None).await;
         self.try_take(executor, instance).await
     }
@@ -278,6 +282,11 @@ impl SharedQueue {
         instance: Option<&str>,
         wait: Duration,
     ) -> Result<Option<Handout>, StoreError> {
+        // At a stop a poll is not written down as open: the note that it ended would be left to
+        // a runtime about to exit, and the executor counted as polling here after it.
+        if self.ending.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(None);
+        }
         lock(&self.polls).open(executor, Instant::now() + wait);
         let _open = PollGuard { queue: self, executor };
         // A poll that does not wait (a worker asking for a job ahead) is a sign of life, not a

@@ -19,6 +19,7 @@ use agentos_core::{CoreError, ErrorKind, sha256_hex};
 use agentos_store::StoredJob;
 
 use super::{Binder, Call, Outcome};
+use crate::dispatch::Ended;
 use crate::{Engine, EngineError, Principal};
 
 /// The blob namespace of script content.
@@ -564,22 +565,27 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         Err(e) => e,
     };
     // The job goes with its answer, recorded with the same words, so that the job the caller
-    // is told of reads back (`agentos job show`), with where it ran and for how long.
+    // is told of reads back (`agentos job show`), with where it was running and for how long.
     gone.engine = None;
+    let not_ended = |why: &str| {
+        let mut e = unanswered.clone();
+        e.message = format!("{}; but job {job_id} could not be ended ({why}): it may still run", e.message);
+        e
+    };
     match engine.dispatch().end_open(&job_id, None, unanswered.message.clone()).await {
-        Ok(true) => {}
+        Ok(Ended::Recorded) => Err(unanswered.into()),
         // Its result came meanwhile: that is the answer.
-        Ok(false) => {
-            if let Ok(Ok(r)) = tokio::time::timeout(Duration::from_secs(5), result.as_mut()).await {
-                return Ok(r);
-            }
-        }
+        Ok(Ended::NotOpen) => match tokio::time::timeout(Duration::from_secs(5), result.as_mut()).await {
+            Ok(Ok(r)) => Ok(r),
+            _ => Err(not_ended("its result was being recorded; `agentos job show` reads it").into()),
+        },
+        Ok(Ended::NotRecorded) => Err(not_ended("the master's log refused the commit; its log says why").into()),
         Err(e) => {
-            tracing::warn!(job = %job_id, error = %e, "recording an unanswered job's end failed: it is dropped");
+            tracing::warn!(job = %job_id, error = %e, "ending an unanswered job failed: it is dropped");
             engine.dispatch().cancel_direct(&job_id).await;
+            Err(not_ended(&e.to_string()).into())
         }
     }
-    Err(unanswered.into())
 }
 
 /// Why no executor counts as serving the queue, in words.
