@@ -234,6 +234,14 @@ fn an_async_job_is_cancelled_by_its_invoker_running_or_queued_and_never_runs_aga
     assert!(held >= 300 && held as u128 <= running.elapsed().as_millis() + 5_000, "ran {held} ms: {v}");
     assert!(result["error"].as_str().unwrap().contains("cancelled by invoker"), "{v}");
     assert_eq!(v["results"].as_array().unwrap().len(), 1, "{v}");
+    // The list of recent jobs says whose each is, as the job read alone does.
+    let listed = |who: &common::Api| {
+        let (_, list) = who.get("/api/jobs");
+        list.as_array().unwrap().iter().find(|j| j["jobId"] == job.as_str()).map(|j| j["invoker"].clone())
+    };
+    assert_eq!(listed(&invoker), Some(json!("you")));
+    assert_eq!(listed(&reader), Some(json!("another")));
+    assert_eq!(listed(&other), None, "listed to a principal that may not read it");
     wait_for("the executor to be free again", || api.get("/api/executors").1[0]["state"] != "busy");
     let (status, r) = api.invoke("quick", json!({"timeoutMs": 10000}));
     assert_eq!((status, r["stdout"].as_str()), (200, Some("quick\n")), "{r}");

@@ -57,6 +57,18 @@ pub enum Invoker {
     Net,
 }
 
+impl Invoker {
+    /// Whose a job invoked by `invoker` (a principal id; none for a net's step) is, as `reader`
+    /// sees it.
+    pub fn seen_by(invoker: Option<&str>, reader: &Principal) -> Self {
+        match invoker {
+            Some(id) if id == reader.id => Invoker::You,
+            Some(_) => Invoker::Another,
+            None => Invoker::Net,
+        }
+    }
+}
+
 /// Characters of an offloaded output kept inline.
 const PREVIEW_CHARS: usize = 2000;
 
@@ -682,11 +694,7 @@ impl Dispatch<'_> {
         if state.is_empty() || !self.may_read_job(principal, &model, invoker.as_deref()) {
             return Err(unreadable_job(job_id));
         }
-        let invoker = match invoker {
-            Some(id) if id == principal.id => Invoker::You,
-            Some(_) => Invoker::Another,
-            None => Invoker::Net,
-        };
+        let invoker = Invoker::seen_by(invoker.as_deref(), principal);
         Ok(JobRecord { job_id: job_id.to_string(), model, state: state.to_string(), invoker, results })
     }
 

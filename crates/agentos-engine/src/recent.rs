@@ -123,8 +123,13 @@ pub(crate) async fn fill(engine: &Engine) {
 
 impl crate::Dispatch<'_> {
     /// The jobs that finished lately, newest first: those the caller invoked, and those of
-    /// models it may use when it may read logs (`l`); all of them for the operator.
-    pub fn recent_jobs(&self, p: &Principal, limit: usize) -> Result<Vec<RecentJob>, EngineError> {
+    /// models it may use when it may read logs (`l`); all of them for the operator. Each with
+    /// whose it is, as the caller sees it (as a job read alone says).
+    pub fn recent_jobs(
+        &self,
+        p: &Principal,
+        limit: usize,
+    ) -> Result<Vec<(RecentJob, crate::dispatch::Invoker)>, EngineError> {
         if limit == 0 || limit > KEPT {
             return Err(agentos_core::CoreError::bad_input(
                 "invalid_limit",
@@ -143,7 +148,7 @@ impl crate::Dispatch<'_> {
                     || (p.flags.has(Flag::Logs) && crate::access::may_use_model(&st, p, &j.model))
             })
             .take(limit)
-            .cloned()
+            .map(|j| (j.clone(), crate::dispatch::Invoker::seen_by(j.invoker.as_deref(), p)))
             .collect())
     }
 }

@@ -401,11 +401,14 @@ pub struct RecentJob {
     pub stdout_blob: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stderr_blob: Option<String>,
+    /// Whose it is, as the caller sees it (as `GET /api/jobs/{id}` says).
+    pub invoker: Invoker,
 }
 
-impl From<agentos_engine::recent::RecentJob> for RecentJob {
-    fn from(j: agentos_engine::recent::RecentJob) -> Self {
+impl From<(agentos_engine::recent::RecentJob, agentos_engine::dispatch::Invoker)> for RecentJob {
+    fn from((j, invoker): (agentos_engine::recent::RecentJob, agentos_engine::dispatch::Invoker)) -> Self {
         RecentJob {
+            invoker: invoker.into(),
             job_id: j.job_id,
             model: j.model,
             tool_id: j.tool_id,
