@@ -286,35 +286,54 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-#[test]
-fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
+/// A tag of a test's own (`{prefix}/{name}-{pid}:1`, a copy of `ok:2`) pushed to the registry,
+/// imported as `id` on a master of its own and called once: one warm container. Its own tag, so
+/// no other test's import sees it move or go. Dropped in field order: the master is killed, then
+/// its containers are removed, then the tag, then the data folder.
+struct Warm {
+    master: Master,
+    data: PathBuf,
+    _leftovers: Leftovers,
+    _untag: Untag,
+    dir: tempfile::TempDir,
+    prefix: String,
+    tag: String,
+}
+
+fn warm(name: &str, id: &str) -> Warm {
     let prefix = images();
-    // A tag of this test's own, so no other test's import sees it move.
-    let tag = format!("{prefix}/repush-{}:1", std::process::id());
+    let tag = format!("{prefix}/{name}-{}:1", std::process::id());
     docker(&["tag", &format!("{prefix}/ok:2"), &tag]);
-    let _untag = Untag(tag.clone());
+    let untag = Untag(tag.clone());
     docker(&["push", "-q", &tag]);
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("master");
-    let _leftovers = Leftovers(data.clone());
-    let m = Master::start(&data);
-    let api = m.client();
-    let (status, v) = import(&api, &tag, "moving");
+    let leftovers = Leftovers(data.clone());
+    let master = Master::start(&data);
+    let api = master.client();
+    let (status, v) = import(&api, &tag, id);
     assert_eq!(status, 200, "{v}");
-    let (status, v) = call(&api, "moving", "add", &["--a", "1", "--b", "2"]);
+    let (status, v) = call(&api, id, "add", &["--a", "1", "--b", "2"]);
     assert_eq!(status, 200, "{v}");
     assert_eq!(containers_of(&data).len(), 1);
+    Warm { master, data, _leftovers: leftovers, _untag: untag, dir, prefix, tag }
+}
+
+#[test]
+fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
+    let w = warm("repush", "moving");
+    let (api, data, prefix, tag) = (w.master.client(), &w.data, &w.prefix, &w.tag);
 
     // The same tag, other content: another digest.
-    let ctx = dir.path().join("ctx");
+    let ctx = w.dir.path().join("ctx");
     std::fs::create_dir(&ctx).unwrap();
     std::fs::write(
         ctx.join("Dockerfile"),
         format!("FROM {prefix}/ok:2\nLABEL agentos.test.nonce=\"{}\"\n", std::process::id()),
     )
     .unwrap();
-    docker(&["build", "-q", "-t", &tag, ctx.to_str().unwrap()]);
-    docker(&["push", "-q", &tag]);
+    docker(&["build", "-q", "-t", tag, ctx.to_str().unwrap()]);
+    docker(&["push", "-q", tag]);
     // The registry's answer is trusted for five seconds at most.
     let mut last = Value::Null;
     common::wait_for("the re-push to be seen", || {
@@ -323,38 +342,23 @@ fn a_repushed_tag_is_refused_and_its_warm_container_stopped() {
         status == 409
     });
     assert!(message(&last).contains("image re-pushed since import: re-import it"), "{last}");
-    assert!(containers_of(&data).is_empty(), "the old digest's container is stopped");
+    assert!(containers_of(data).is_empty(), "the old digest's container is stopped");
     // Imported again, it is pinned to the new digest and answers.
-    let (status, v) = import(&api, &tag, "moving");
+    let (status, v) = import(&api, tag, "moving");
     assert_eq!(status, 200, "{v}");
     let (status, v) = call(&api, "moving", "add", &["--a", "1", "--b", "2"]);
     assert_eq!(status, 200, "{v}");
-    drop(m);
 }
 
 /// A tag deleted from the registry after its import: the call says `image_gone` and how to
 /// mend it, and the warm container of the pinned digest is stopped.
 #[test]
 fn a_tag_deleted_from_the_registry_is_said_gone_and_its_warm_container_stopped() {
-    let prefix = images();
-    // A repository of this test's own: deleting its manifest touches no other test's image.
-    let tag = format!("{prefix}/gone-{}:1", std::process::id());
-    docker(&["tag", &format!("{prefix}/ok:2"), &tag]);
-    let _untag = Untag(tag.clone());
-    docker(&["push", "-q", &tag]);
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("master");
-    let _leftovers = Leftovers(data.clone());
-    let m = Master::start(&data);
-    let api = m.client();
-    let (status, v) = import(&api, &tag, "going");
-    assert_eq!(status, 200, "{v}");
-    let (status, v) = call(&api, "going", "add", &["--a", "1", "--b", "2"]);
-    assert_eq!(status, 200, "{v}");
-    assert_eq!(containers_of(&data).len(), 1);
+    let w = warm("gone", "going");
+    let (api, data, tag) = (w.master.client(), &w.data, &w.tag);
 
     // Deleted by its digest, as a registry's own API deletes: the tag goes with it.
-    let digest = registry_digest(&tag);
+    let digest = registry_digest(tag);
     let (host, rest) = tag.split_once('/').unwrap();
     let repo = rest.rsplit_once(':').unwrap().0;
     let resp = common::http().delete(format!("http://{host}/v2/{repo}/manifests/{digest}")).send().unwrap();
@@ -371,8 +375,7 @@ fn a_tag_deleted_from_the_registry_is_said_gone_and_its_warm_container_stopped()
         message(&last).contains("no longer in the local registry: push the image again, then re-import it"),
         "{last}"
     );
-    assert!(containers_of(&data).is_empty(), "the gone digest's container is stopped");
-    drop(m);
+    assert!(containers_of(data).is_empty(), "the gone digest's container is stopped");
 }
 
 #[test]

@@ -33,10 +33,10 @@ pub struct JobRecord {
 }
 
 /// How [`Dispatch::end_open`] went.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Ended {
-    /// Its failed result is in the log.
-    Recorded,
+    /// Its failed result is in the log: the job's results as the log now reads them.
+    Recorded(Vec<JobResult>),
     /// Taken off the queue, but the log refused its result: it runs again, as any job whose
     /// result could not be recorded.
     NotRecorded,
@@ -740,19 +740,22 @@ impl Dispatch<'_> {
         }
         let by = principal.name.clone();
         let why = format!("cancelled by {by} before it finished");
-        if self.end_open(job_id, Some(by), why).await? == Ended::NotOpen {
+        match self.end_open(job_id, Some(by), why).await? {
+            Ended::Recorded(results) => Ok(JobRecord {
+                job_id: job_id.to_string(),
+                model: open.model,
+                state: "finished".to_string(),
+                invoker: Invoker::seen_by(open.invoker.as_deref(), principal),
+                results,
+            }),
             // Its result was taken meanwhile (an executor's, or another cancel).
-            return Err(not_cancelled(&self.job(principal, job_id).await?));
-        }
-        let record = self.job(principal, job_id).await?;
-        if record.state != "finished" {
-            return Err(CoreError::internal(format!(
+            Ended::NotOpen => Err(not_cancelled(&self.job(principal, job_id).await?)),
+            Ended::NotRecorded => Err(CoreError::internal(format!(
                 "job {} was taken off the queue, but its cancellation could not be recorded (the master's log says why)",
                 shown(job_id)
             ))
-            .into());
+            .into()),
         }
-        Ok(record)
     }
 
     /// Ends an open job with a failed result that says `why` (and who cancelled it, when
@@ -788,7 +791,7 @@ impl Dispatch<'_> {
             }
             // The answer comes whether or not the commit went through: the log says which.
             let (_, _, results) = dispatch.recorded_results(&id).await?;
-            Ok::<_, EngineError>(if results.is_empty() { Ended::NotRecorded } else { Ended::Recorded })
+            Ok::<_, EngineError>(if results.is_empty() { Ended::NotRecorded } else { Ended::Recorded(results) })
         });
         ended.await.map_err(|e| CoreError::internal(format!("ending the job stopped: {e}")))?
     }

@@ -573,7 +573,7 @@ async fn invoke_script(engine: &Engine, call: Call<'_>) -> Result<JobResult, Eng
         e
     };
     match engine.dispatch().end_open(&job_id, None, unanswered.message.clone()).await {
-        Ok(Ended::Recorded) => Err(unanswered.into()),
+        Ok(Ended::Recorded(_)) => Err(unanswered.into()),
         // Its result came meanwhile: that is the answer.
         Ok(Ended::NotOpen) => match tokio::time::timeout(Duration::from_secs(5), result.as_mut()).await {
             Ok(Ok(r)) => Ok(r),
