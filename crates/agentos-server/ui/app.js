@@ -773,6 +773,9 @@ async function netView(model) {
 
 // ---- executors and jobs ---------------------------------------------------------------------
 
+// Who invoked a job, as the master tells the reader (`invoker`).
+const INVOKED_BY = { you: 'you', another: 'another principal', net: 'a net\'s fire' };
+
 // Fetches a job and shows it in `into`.
 async function showJob(id, into) {
   try {
@@ -829,7 +832,7 @@ function drawJob(job, into) {
   }
   const [note, said] = whyNote(why);
   fill(into, h('h2', {}, `Job ${id}`),
-    kv([['state', job.state], ['model', job.model], ['invoked by', { you: 'you', another: 'another principal', net: 'a net\'s fire' }[job.invoker]], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['attempt', r.attempt], ['error', r.error], ['cancelled by', r.cancelledBy]]),
+    kv([['state', job.state], ['model', job.model], ['invoked by', INVOKED_BY[job.invoker]], ['exit code', r.exitCode], ['duration', r.durationMs !== undefined ? `${r.durationMs} ms` : ''], ['executor', r.executor], ['attempt', r.attempt], ['error', r.error], ['cancelled by', r.cancelledBy]]),
     open ? h('div', {},
       h('p', {}, why ? actionButton({ id: 'cancel-job', class: 'danger' }, 'Cancel the job', null, why, note)
         : confirmButton({ id: 'cancel-job' }, 'Cancel the job', 'Cancel the job: sure?', cancel)),
@@ -868,9 +871,9 @@ async function executorsView() {
     h('h2', { text: 'Recent jobs' }),
     h('div', { class: 'grid' },
       jobs instanceof Error ? h('p', { class: 'muted', text: explain(jobs) })
-        : jobs.length ? table(['job', 'tool', 'model', 'exit', 'duration', 'finished', 'output'], jobs.map((j) => h('tr', { 'data-job': j.jobId },
+        : jobs.length ? table(['job', 'tool', 'model', 'invoked by', 'exit', 'duration', 'finished', 'output'], jobs.map((j) => h('tr', { 'data-job': j.jobId },
           h('td', {}, jobLink(j.jobId)),
-          h('td', {}, j.toolId || ''), h('td', {}, j.model),
+          h('td', {}, j.toolId || ''), h('td', {}, j.model), h('td', { 'data-invoker': j.invoker }, INVOKED_BY[j.invoker] || ''),
           h('td', {}, j.error ? h('span', { class: 'badge bad', title: j.error }, 'failed') : h('span', { class: `badge ${j.exitCode === 0 ? 'ok' : 'bad'}` }, j.timedOut ? 'timed out' : String(j.exitCode ?? j.signal))),
           h('td', {}, `${j.durationMs} ms`), h('td', { class: 'muted' }, j.finishedAt),
           h('td', {}, h('code', {}, (j.stdout || j.stderr || '').slice(0, 80))))))

@@ -180,6 +180,9 @@ await shot('parked');
 // Executors and jobs: the executor, and the job the test ran, with its output.
 await page.goto(`${BASE}/#/executors`);
 await page.locator('tr[data-executor=e1]').waitFor();
+// Whose each job is, as the operator reads the list: its own, and the caller's.
+check((await page.locator('tr[data-job]', { hasText: 'hello from the job' }).locator('td[data-invoker]').textContent()) === 'you', 'the operator\'s own job says you');
+check((await page.locator(`tr[data-job="${LOUD_JOB}"] td[data-invoker]`).textContent()) === 'another principal', 'the caller\'s job says another principal');
 await page.locator('tr[data-job]', { hasText: 'hello from the job' }).locator('a').click();
 await page.locator('#job pre', { hasText: 'hello from the job' }).waitFor();
 // Which hand-out ran it: the first.
