@@ -726,17 +726,27 @@ impl Dispatch<'_> {
             .into());
         }
         if open.invoker.is_none() {
-            return Err(CoreError::new(
-                agentos_core::ErrorKind::Conflict,
-                "net_job",
-                format!(
-                    "job {} is a step of a net in model {}: it ends with its fire; stop the transition (POST /api/models/{}/transitions/{{transition}}/stop) instead",
+            let step = self.inner.dispatch.net_steps.lock().unwrap_or_else(|p| p.into_inner()).get(job_id).cloned();
+            let message = match step {
+                Some((model, transition)) => format!(
+                    "job {} is a step of transition {} of model {}: it ends with its fire; stop the transition instead (`agentos net stop {} --model {}`, or POST /api/models/{}/transitions/{}/stop)",
+                    shown(job_id),
+                    shown(&transition),
+                    shown(&model),
+                    transition,
+                    model,
+                    model,
+                    transition
+                ),
+                // Fired by another master of a shared log: its net's state says which.
+                None => format!(
+                    "job {} is a step of a net in model {}: it ends with its fire; stop the transition that fired it instead (`agentos net show --model {}` shows each one's state)",
                     shown(job_id),
                     shown(&open.model),
                     open.model
                 ),
-            )
-            .into());
+            };
+            return Err(CoreError::new(agentos_core::ErrorKind::Conflict, "net_job", message).into());
         }
         let by = principal.name.clone();
         let why = format!("cancelled by {by} before it finished");

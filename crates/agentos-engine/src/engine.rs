@@ -189,6 +189,31 @@ pub(crate) struct DispatchState {
     /// Set when the master is asked to stop: callers dropped from then on are the stop's doing,
     /// not theirs, and their running jobs are left to run again after the restart.
     pub(crate) stopping: std::sync::atomic::AtomicBool,
+    /// The jobs this master's fires have out, with the net's model and transition of each.
+    pub(crate) net_steps: NetSteps,
+}
+
+/// Job id -> (model, transition) of a net's step running on this master.
+pub(crate) type NetSteps = Arc<Mutex<std::collections::HashMap<String, (String, String)>>>;
+
+/// A net's step known as its transition's while this lives.
+pub(crate) struct NetStep {
+    steps: NetSteps,
+    job_id: String,
+}
+
+impl NetStep {
+    pub(crate) fn enter(steps: &NetSteps, job_id: &str, model: &str, transition: &str) -> Self {
+        let mut held = steps.lock().unwrap_or_else(|p| p.into_inner());
+        held.insert(job_id.to_string(), (model.to_string(), transition.to_string()));
+        NetStep { steps: steps.clone(), job_id: job_id.to_string() }
+    }
+}
+
+impl Drop for NetStep {
+    fn drop(&mut self) {
+        self.steps.lock().unwrap_or_else(|p| p.into_inner()).remove(&self.job_id);
+    }
 }
 
 /// Principals and secrets beyond the ledger's records: the key secrets are sealed with, and the

@@ -47,6 +47,7 @@ impl Engine {
                     durable: Default::default(),
                     reaper: Mutex::new(None),
                     stopping: Default::default(),
+                    net_steps: Default::default(),
                 },
                 nets,
                 principals: PrincipalState {

@@ -129,7 +129,7 @@ async fn a_job_whose_result_is_being_committed_reads_as_running_never_as_unknown
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_net_jobs_result_reads_as_running_until_its_fire_records_it_never_as_unknown() {
+async fn a_net_jobs_result_reads_as_running_until_its_fire_records_it_never_as_unknown_and_it_is_not_cancelled_alone() {
     let dir = tempfile::tempdir().unwrap();
     let exec = principal("e1", PrincipalKind::Executor);
     let (e, _store, _) = open(dir.path()).await;
@@ -150,6 +150,15 @@ async fn a_net_jobs_result_reads_as_running_until_its_fire_records_it_never_as_u
         e.nets().put_token(&op, "default", "p-in", command, None).await.unwrap();
         let leased =
             e.dispatch().poll_job(&exec, None, Worker::default(), &[], Duration::from_secs(5)).await.unwrap().unwrap();
+        if n == 0 {
+            // A net's step is not cancelled alone: the refusal names the transition to stop.
+            let err = e.dispatch().cancel_job(&op, &leased.job_id).await.unwrap_err();
+            assert_eq!(err.code(), "net_job");
+            let told = err.to_string();
+            assert!(told.contains(r#"is a step of transition "run" of model "default""#), "{told}");
+            assert!(told.contains("`agentos net stop run --model default`"), "{told}");
+            assert!(told.contains("POST /api/models/default/transitions/run/stop"), "{told}");
+        }
         let result = ExecutorResult {
             lease_id: leased.lease_id,
             exit_code: Some(0),

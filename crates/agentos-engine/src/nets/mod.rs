@@ -60,6 +60,8 @@ pub(crate) struct ToolnetCall<'a> {
 
 /// Where a fire acts and with whose authority.
 struct FireRun<'a> {
+    /// The model whose net fires (an instance's own model for a tool net).
+    model: &'a str,
     /// The model the fire acts for: the model whose net fires, or for a tool-net instance the
     /// model it was invoked from. Scripts resolve local first in it, and a secret grant narrowed
     /// to a model is checked against it, for commands and http alike.
@@ -1552,7 +1554,7 @@ impl Nets<'_> {
         let mut secrets = Vec::new();
         // A command's result, when this fire records it (with its outcome, in one commit).
         let mut job = None;
-        let run = FireRun { resolve_model: &resolve_model, authority: &authority };
+        let run = FireRun { model, resolve_model: &resolve_model, authority: &authority };
         let key = (model.to_string(), t.id.clone());
         // An http answer is read into the master's memory, so the whole request counts as firing; a
         // command runs on an executor, and only what the master does with its result counts (a
@@ -1820,6 +1822,9 @@ impl Nets<'_> {
             .enqueue_for(resolve_model.to_string(), token, action.executor.clone(), secrets.clone())
             .await
             .map_err(|e| FireError::Failed(format!("the job could not be queued: {e}")))?;
+        // Known as this transition's step while it runs, so that whoever tries to cancel it
+        // alone is told which transition to stop.
+        let _step = crate::engine::NetStep::enter(&self.inner.dispatch.net_steps, &job_id, run.model, &t.id);
         let wait = Duration::from_millis(timeout_ms) + self.inner.dispatch.config.queue_grace;
         let result: JobResult = match tokio::time::timeout(wait, &mut rx).await {
             Ok(Ok(r)) => r,
