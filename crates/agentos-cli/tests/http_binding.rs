@@ -99,6 +99,7 @@ paths:
               properties:
                 id: {type: string}
                 title: {type: string}
+                note: {type: string, nullable: true}
       responses: {"200": {description: done}}
   /forms:
     post:
@@ -337,6 +338,16 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let out = run(&m, &m.token, &items, &["update-item", "--path-id", "7"]);
     assert_eq!(out.code, 2, "{}", out.stderr);
     assert!(out.stderr.contains("--title"), "{}", out.stderr);
+    // A nullable text field: `--note null` is the text, `--no-note` the null, sent as written.
+    for (flag, want) in [(&["--note", "null"][..], json!("null")), (&["--no-note"][..], json!(null))] {
+        let args = [&["update-item", "--path-id", "7", "--title", "New"][..], flag].concat();
+        let out = run(&m, &m.token, &items, &args);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let body: Value = serde_json::from_str(out.json()["result"]["body"]["body"].as_str().unwrap()).unwrap();
+        assert_eq!(body, json!({"title": "New", "note": want}), "{flag:?}");
+    }
+    let out = run(&m, &m.token, &items, &["update-item", "--help"]);
+    assert!(out.stdout.contains("(--no-note for null)"), "{}", out.stdout);
 
     // A form body, through the call API.
     let (status, v) = m

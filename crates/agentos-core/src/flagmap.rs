@@ -80,9 +80,12 @@ pub struct FlagSpec {
     /// file's bytes encoded, whatever they are.
     pub base64: bool,
     /// A number, integer or boolean that may also be `null` (`"type": ["integer", "null"]`):
-    /// the flag takes `null` as well (`--limit null`, `--strict=null`). A nullable string takes
-    /// `null` as the text it is; `--json '{"x": null}'` sends a null.
+    /// the flag takes `null` as well (`--limit null`, `--strict=null`). A string or list that
+    /// may be null takes `null` as the text it is, and `--no-x` for null ([`Self::null_form`]).
     pub nullable: bool,
+    /// A string or list flag whose schema allows `null` (`Optional[str]`, `Optional[List[str]]`):
+    /// `--no-x` sends null, which `--x null` cannot say (it is the text `null`, or a list of it).
+    pub null_form: bool,
     /// The JSON types of a flag of several (`"type": ["integer", "string"]`), read as JSON:
     /// a value whose JSON is of none of them is taken as the text it is when `string` is one
     /// (`true` for `[integer, string]` is the string "true"). For a list, its items' types.
@@ -91,6 +94,11 @@ pub struct FlagSpec {
 }
 
 impl FlagSpec {
+    /// Whether `--no-x` is a flag too: false for a boolean, null for a [`null_form`](Self::null_form) one.
+    pub fn takes_no_form(&self) -> bool {
+        self.ty == FlagType::Boolean || self.null_form
+    }
+
     /// How `--help` shows the value: the type's placeholder, with `|null` when it may be null
     /// (`<integer|null>`, `<true|false|null>` for a boolean).
     pub fn placeholder(&self) -> String {
@@ -168,6 +176,13 @@ fn nullable(schema: &Value) -> bool {
     ts.iter().any(|t| t == "null") && matches!(scalar(schema), FlagType::Number | FlagType::Integer | FlagType::Boolean)
 }
 
+/// Whether a string or list flag's schema allows `null` (a type list with `null`, as
+/// [`flag_schema`] also writes an `Optional` one): its flag takes `--no-x` for null.
+fn null_form(schema: &Value) -> bool {
+    let Some(Value::Array(ts)) = schema.get("type") else { return false };
+    ts.iter().any(|t| t == "null") && matches!(scalar(schema), FlagType::String | FlagType::Array(_))
+}
+
 fn scalar(schema: &Value) -> FlagType {
     if let Some(Value::Array(vs)) = schema.get("enum") {
         return FlagType::Enum(vs.clone());
@@ -243,7 +258,7 @@ const OWN_FLAGS: [&str; 3] = ["json", "json-file", "help"];
 fn distinct_flags(table: &mut FlagTable) {
     use std::collections::HashSet;
     let negations: HashSet<String> =
-        table.flags.iter().filter(|f| f.ty == FlagType::Boolean).map(|f| format!("no-{}", f.flag)).collect();
+        table.flags.iter().filter(|f| f.takes_no_form()).map(|f| format!("no-{}", f.flag)).collect();
     // First pass: which flags collide, and every name taken or that could be (the first of each
     // name, the tool's own flags, the booleans' false forms, the strings' `-file` forms).
     let mut kept: HashSet<String> = HashSet::new();
@@ -421,6 +436,7 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
                 binary: is_binary(prop) || prop.get("items").is_some_and(is_binary),
                 base64: is_base64(prop),
                 nullable: nullable(prop),
+                null_form: null_form(prop),
                 json_types: match (scalar(prop), prop.get("type")) {
                     (FlagType::Json, Some(Value::Array(ts))) => {
                         ts.iter().filter_map(Value::as_str).map(str::to_string).collect()
@@ -490,9 +506,10 @@ impl FlagTable {
         }
     }
 
-    /// The boolean flag that `--{name}` sets to false (`--no-x` for `--x`).
+    /// The flag that `--{name}` sets to false or null (`--no-x` for `--x`): a boolean, or a
+    /// string or list that may be null.
     fn negated(&self, name: &str) -> Option<&FlagSpec> {
-        name.strip_prefix("no-").and_then(|n| self.find(n)).filter(|s| s.ty == FlagType::Boolean)
+        name.strip_prefix("no-").and_then(|n| self.find(n)).filter(|s| s.takes_no_form())
     }
 
     /// The flag closest to `name`, for "did you mean".
@@ -543,6 +560,8 @@ impl FlagTable {
         let mut json = Map::new();
         let mut input = Map::new();
         let mut set_flags: Vec<&FlagSpec> = Vec::new();
+        // The string and list flags given as `--no-x` (null).
+        let mut nulled: Vec<String> = Vec::new();
         let mut i = 0;
         let err = |m: String| Err(UsageError(m));
         while i < args.len() {
@@ -591,6 +610,9 @@ impl FlagTable {
                         let Some(raw) = inline.or(next) else {
                             return err(format!("--{name} needs a path"));
                         };
+                        if nulled.contains(&spec.flag) {
+                            return err(both_given(spec));
+                        }
                         let value = file_value(spec, name, &raw)?;
                         if !set_flags.iter().any(|s| s.flag == spec.flag) {
                             set_flags.push(spec);
@@ -616,6 +638,22 @@ impl FlagTable {
                     }
                 },
             };
+            // `--no-x` of a string or list that may be null, and `--x` beside it, would each undo
+            // the other: one of the two is a mistake, and which the caller meant is theirs to say.
+            let both =
+                if negated { set_flags.iter().any(|s| s.flag == spec.flag) } else { nulled.contains(&spec.flag) };
+            if both && spec.null_form {
+                return err(both_given(spec));
+            }
+            if negated && spec.null_form {
+                if inline.is_some() {
+                    return err(format!("--no-{} takes no value (it sends null)", spec.flag));
+                }
+                nulled.push(spec.flag.clone());
+                insert(&mut input, &spec.path, Value::Null, false)
+                    .map_err(|e| UsageError(format!("--no-{}: {e}", spec.flag)))?;
+                continue;
+            }
             let value = if spec.ty == FlagType::Boolean {
                 // `--overwrite-file=true` from a shell command arrives marked as a file it read.
                 let inline = inline.map(|v| unmark_file(&v).map_or(v.clone(), |(path, _)| path.to_string()));
@@ -691,6 +729,12 @@ impl FlagTable {
         }
         Ok(Value::Object(input))
     }
+}
+
+/// `--x` and `--no-x` (null) of one string or list flag, given together.
+fn both_given(spec: &FlagSpec) -> String {
+    let f = &spec.flag;
+    format!("--{f} and --no-{f} are both given: --no-{f} sends null; give one of them")
 }
 
 /// A value refused by a flag that also takes `null` says so: "expected an integer, or null".

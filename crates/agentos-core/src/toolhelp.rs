@@ -188,6 +188,7 @@ pub fn example_args(table: &FlagTable, input: &Value) -> String {
             Value::String(s) => format!("{} {}", dashed(&f.flag), shell_quote(s)),
             Value::Bool(true) => dashed(&f.flag),
             Value::Bool(false) => shell_quote(&format!("--no-{}", inert(&f.flag))),
+            Value::Null if f.null_form => shell_quote(&format!("--no-{}", inert(&f.flag))),
             other => format!("{} {}", dashed(&f.flag), shell_quote(&other.to_string())),
         };
         match (v, &f.ty) {
@@ -239,6 +240,9 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
             }
             if f.nullable {
                 notes.push(format!("--{}=null for null", inert(&f.flag)));
+            }
+            if f.null_form {
+                notes.push(format!("--no-{} for null", inert(&f.flag)));
             }
             if matches!(f.ty, FlagType::Array(_)) {
                 notes.push("repeat for several".into());
@@ -640,13 +644,20 @@ mod tests {
             description: "Lists.".into(),
             input: json!({"type": "object", "properties": {
                 "limit": {"type": ["integer", "null"], "description": "At most"},
-                "strict": {"type": ["boolean", "null"]}}}),
+                "strict": {"type": ["boolean", "null"]},
+                "note": {"type": ["string", "null"]}}}),
             output: None,
-            examples: vec![],
+            examples: vec![crate::entry::Example {
+                description: "Clears the note.".into(),
+                input: json!({"note": null}),
+            }],
         };
         let help = tool_help("w", "list", &op);
         assert!(help.contains("--limit <integer|null>  At most (--limit=null for null)"), "{help}");
         assert!(help.contains("--strict                 (--no-strict for false, --strict=null for null)"), "{help}");
+        assert!(help.contains("--note <string>          (--no-note for null)"), "{help}");
+        // An example's null is written as the flag that sends it, not as the text `null`.
+        assert!(help.contains("agentos-w list --no-note\n"), "{help}");
     }
 
     fn check(schema: Value, expected: &str) {

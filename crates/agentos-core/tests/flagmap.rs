@@ -606,8 +606,21 @@ fn nullable_types() {
         &s,
         &[
             (&["--note", "hi"], Ok(json!({"note": "hi"}))),
-            // Text is text: a nullable string's null goes through --json.
+            // Text is text: a nullable string's null is --no-note (or --json).
             (&["--note", "null"], Ok(json!({"note": "null"}))),
+            (&["--no-note"], Ok(json!({"note": null}))),
+            (&["--no-note=x"], Err("^--no-note takes no value (it sends null)")),
+            (
+                &["--no-note", "--note", "x"],
+                Err("^--note and --no-note are both given: --no-note sends null; give one of them"),
+            ),
+            (&["--note", "x", "--no-note"], Err("^--note and --no-note are both given")),
+            (&["--no-note", "--note-file", "/dev/null"], Err("^--note and --no-note are both given")),
+            (&["--no-ids"], Ok(json!({"ids": null}))),
+            (&["--ids", "1", "--no-ids"], Err("^--ids and --no-ids are both given")),
+            // Only a flag that may be null has the form.
+            (&["--no-plain"], Err("^unknown flag --no-plain")),
+            (&["--no-count"], Err("^unknown flag --no-count")),
             (&["--count", "5"], Ok(json!({"count": 5}))),
             (&["--count", "null"], Ok(json!({"count": null}))),
             (&["--count=null"], Ok(json!({"count": null}))),
@@ -632,6 +645,25 @@ fn nullable_types() {
     assert_eq!(shown("strict"), "<true|false|null>");
     assert_eq!(shown("note"), "<string>");
     assert_eq!(shown("plain"), "<integer>");
+    let null_form = |flag: &str| table.flags.iter().find(|f| f.flag == flag).unwrap().null_form;
+    assert!(null_form("note") && null_form("ids"));
+    assert!(!null_form("count") && !null_form("strict") && !null_form("plain"));
+}
+
+/// A property spelled as another's null form (`no-note` beside a nullable `note`) is renamed,
+/// as one spelled as a boolean's false form is: each can still be set.
+#[test]
+fn a_property_spelled_as_a_null_form_keeps_a_flag_of_its_own() {
+    let s = json!({"type": "object", "properties": {
+        "note": {"type": ["string", "null"]},
+        "no-note": {"type": "string"}
+    }});
+    let table = flag_table(&s);
+    let flags: Vec<&str> = table.flags.iter().map(|f| f.flag.as_str()).collect();
+    assert!(flags.contains(&"note") && !flags.contains(&"no-note"), "{flags:?}");
+    let other = table.flags.iter().find(|f| f.path == ["no-note"]).unwrap().flag.clone();
+    check(&s, &["--no-note"], Ok(json!({"note": null})));
+    check(&s, &[&format!("--{other}"), "x"], Ok(json!({"no-note": "x"})));
 }
 
 #[test]
@@ -860,6 +892,7 @@ fn table_shape() {
             binary: false,
             base64: false,
             nullable: false,
+            null_form: false,
             json_types: Vec::new(),
         };
         assert_eq!(table.flags.iter().find(|f| f.flag == flag), Some(&want));
@@ -1044,6 +1077,9 @@ fn a_flag_of_any_of_typed_schemas_takes_the_types_listed() {
     assert_eq!(spec("name").description, "Who.", "the property's own words first");
     assert_eq!(table.parse(&args(&["--name", "123"])).unwrap()["name"], json!("123"));
     assert_eq!(table.parse(&args(&["--name", "true"])).unwrap()["name"], json!("true"));
+    // `Optional[str]`'s null, and `Optional[List[str]]`'s.
+    assert_eq!(table.parse(&args(&["--no-name"])).unwrap()["name"], json!(null));
+    assert_eq!(table.parse(&args(&["--no-tags"])).unwrap()["tags"], json!(null));
     assert_eq!(spec("limit").ty, FlagType::Integer);
     assert_eq!(spec("limit").placeholder(), "<integer|null>");
     assert_eq!(table.parse(&args(&["--limit", "5"])).unwrap()["limit"], json!(5));
