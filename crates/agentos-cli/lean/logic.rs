@@ -773,10 +773,14 @@ fn key<'a>(body: &'a [u8], i: &mut usize, last: &mut &'a [u8], has: &mut bool) -
 }
 
 /// The end (past the closing quote) of the string at `start`, when it has only the escapes
-/// `serde_json` writes and no raw control character.
+/// `serde_json` writes, no raw control character, and no character the whole shim escapes so
+/// that it is inert where printed ([`unseen`]: it prints such an answer).
 fn string(body: &[u8], start: usize) -> Option<usize> {
     let mut i = start + 1;
     loop {
+        if body.get(i..).is_some_and(unseen) {
+            return None;
+        }
         match *body.get(i)? {
             b'"' => return Some(i + 1),
             b'\\' => {
@@ -799,4 +803,20 @@ fn string(body: &[u8], start: usize) -> Option<usize> {
             _ => i += 1,
         }
     }
+}
+
+/// Whether `at` starts with the UTF-8 of a character that JSON leaves as it is but that does not
+/// show as itself, which the whole shim writes as its `\u` escape (`agentos_core::name::json_inert`):
+/// DEL, a C1 control (U+0080 to U+009F), a character of no width (U+200B to U+200F, U+2060,
+/// U+FEFF), a line or paragraph separator or a bidirectional override (U+2028 to U+202E), a
+/// bidirectional isolate (U+2066 to U+2069).
+pub fn unseen(at: &[u8]) -> bool {
+    matches!(
+        at,
+        [0x7f, ..]
+            | [0xc2, 0x80..=0x9f, ..]
+            | [0xe2, 0x80, 0x8b..=0x8f | 0xa8..=0xae, ..]
+            | [0xe2, 0x81, 0xa0 | 0xa6..=0xa9, ..]
+            | [0xef, 0xbb, 0xbf, ..]
+    )
 }

@@ -669,7 +669,9 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
             a.conn.request_with(reqwest::Method::POST, &path, &query, Some(body), &[("prefer", "respond-async")])?;
         match (a.json, queued["jobId"].as_str()) {
             (false, Some(id)) => outln!("{id}"),
-            _ => outln!("{}", serde_json::to_string_pretty(&queued).unwrap_or_default()),
+            _ => {
+                outln!("{}", agentos_core::name::json_inert(&serde_json::to_string_pretty(&queued).unwrap_or_default()))
+            }
         }
         return Ok(0);
     }
@@ -682,7 +684,7 @@ fn run_tool_inner(a: RunArgs) -> Result<u8, ClientError> {
 /// exit code to end with (the script's own, 124 timed out, 1 when it could not run).
 fn print_result(conn: &Conn, result: &Value, json: bool) -> Result<u8, ClientError> {
     if json {
-        outln!("{}", serde_json::to_string_pretty(result).unwrap_or_default());
+        outln!("{}", agentos_core::name::json_inert(&serde_json::to_string_pretty(result).unwrap_or_default()));
     } else {
         use std::io::Write;
         let job = result["jobId"].as_str().unwrap_or_default();
@@ -1286,7 +1288,7 @@ pub fn agent(cmd: AgentCmd) -> Result<(), ClientError> {
                 Some(json!({"name": name, "flags": flags, "model": model})),
             )?;
             if json {
-                outln!("{}", serde_json::to_string(&v).unwrap_or_default());
+                outln!("{}", agentos_core::name::json_inert(&serde_json::to_string(&v).unwrap_or_default()));
             } else {
                 outln!(
                     "agent {} (flags {}, home model {}); its token, shown once:",

@@ -7,7 +7,7 @@ use agentos_server::Ready;
 
 pub fn print(v: &Value, json: bool, human: impl Fn(&Value) -> String) {
     if json {
-        outln!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        outln!("{}", agentos_core::name::json_inert(&serde_json::to_string_pretty(v).unwrap_or_default()));
     } else {
         outln!("{}", human(v));
     }

@@ -7,6 +7,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use agentos_core::entry::CatalogEntry;
+use agentos_core::name::json_inert;
 use agentos_core::{flagmap, toolhelp};
 
 use crate::call::{ClientError, EXIT_NOT_FOUND, EXIT_USAGE, Target, fail};
@@ -248,7 +249,7 @@ pub fn run(toolkit: String, args: Vec<std::ffi::OsString>, fallback: Fallback) -
                 // the master's status and code, which the line leaves off. So does one whose
                 // service answered with an error: its body (a validation error's details) is
                 // more than the line's excerpt.
-                let _ = write_out(&format!("{}\n", failure_json(&e)));
+                let _ = write_out(&format!("{}\n", json_inert(&failure_json(&e).to_string())));
             }
             e.code
         }
@@ -303,7 +304,7 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
         None | Some("--help") | Some("-h") => {
             let e = entry(&conn, toolkit)?;
             if json_out {
-                write_out(&format!("{}\n", serde_json::to_string_pretty(&e.contract).unwrap_or_default()))
+                write_out(&format!("{}\n", json_inert(&serde_json::to_string_pretty(&e.contract).unwrap_or_default())))
             } else {
                 write_out(&toolhelp::toolkit_help(&e))
             }
@@ -337,7 +338,7 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
                     fail(EXIT_NOT_FOUND, toolhelp::unknown_tool(toolkit, tool, &tools))
                 })?;
                 return if json_out {
-                    write_out(&format!("{}\n", serde_json::to_string_pretty(op).unwrap_or_default()))
+                    write_out(&format!("{}\n", json_inert(&serde_json::to_string_pretty(op).unwrap_or_default())))
                 } else {
                     write_out(&toolhelp::tool_help(toolkit, tool, op))
                 };
@@ -350,7 +351,7 @@ fn run_inner(toolkit: &str, args: Vec<String>, fallback: Fallback) -> Result<(),
                 Some(json!({"tool": tool, "args": rest})),
             )?;
             // The call has run: an answer that cannot be written says so, as the call's failure.
-            write_out(&format!("{}\n", serde_json::to_string(&answer).unwrap_or_default()))
+            write_out(&format!("{}\n", json_inert(&serde_json::to_string(&answer).unwrap_or_default())))
                 .map_err(|e| fail(e.code, format!("the call ran, but its answer is lost: {}", e.message)))
         }
     }

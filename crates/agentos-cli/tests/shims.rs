@@ -610,6 +610,18 @@ fn an_argument_that_is_not_utf8_and_an_output_that_cannot_take_the_answer_each_f
         assert!(stderr.contains("argument 3 (\"Par\\xFFis\") is not UTF-8 text"), "{shown}: {stderr}");
         assert!(out.stdout.is_empty(), "{shown}");
 
+        // An answer with characters that do not show as themselves (a C1 control a terminal may
+        // take for the start of a command, a bidirectional override, a line separator): written
+        // as their JSON escapes, the same value, inert in a terminal.
+        let city = "Par\u{9b}2Jis\u{202e}gpj.exe\u{2028}";
+        let out = command(&["forecast".as_ref(), "--city".as_ref(), city.as_ref()], std::process::Stdio::piped());
+        let stdout = String::from_utf8(out.stdout).unwrap();
+        assert_eq!(out.status.code(), Some(0), "{shown}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(!stdout.trim_end().chars().any(agentos_core::name::unseen), "{shown}: {stdout:?}");
+        assert!(stdout.contains(r"Par\u009b2Jis\u202egpj.exe\u2028"), "{shown}: {stdout}");
+        let v: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(v["result"]["city"], city, "{shown}");
+
         // A full output: the call ran, and its answer could not be written.
         let full = || std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap().into();
         let out = command(&["ping".as_ref()], full());

@@ -74,6 +74,28 @@ pub fn terminal_line(line: &str) -> String {
     out
 }
 
+/// JSON text (as `serde_json` writes it) with each character that does not show as itself and
+/// that JSON leaves as it is ([`unseen`] past ASCII's controls: DEL, the C1 controls such as
+/// U+009B, which a terminal may read as the start of a command, a bidirectional override, a
+/// line separator, one of no width) written as its `\u` escape: the same value, inert where it
+/// is printed. Such a character can only stand inside a string of the JSON, where the escape
+/// means it.
+pub fn json_inert(json: &str) -> std::borrow::Cow<'_, str> {
+    let escaped = |c: char| unseen(c) && c >= '\u{7f}';
+    if !json.chars().any(escaped) {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if escaped(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// As [`inert`], its line breaks kept: text of several lines (a tool's description in its own
 /// `--help`).
 pub fn inert_lines(s: &str) -> String {
@@ -277,5 +299,17 @@ mod tests {
         check("x..y.js", Some("x.y.js"));
         check("my script (1).cjs", Some("my_script__1_.cjs"));
         check("nul\0byte", Some("nul_byte"));
+    }
+
+    #[test]
+    fn json_inert_escapes_what_does_not_show_and_keeps_the_value() {
+        let v = serde_json::json!({"a": "x\u{9b}31m\u{202e}txt\u{2028}\u{7f}\u{feff}é\u{1b}", "b\u{200b}": [1]});
+        let text = serde_json::to_string(&v).unwrap();
+        let inert = json_inert(&text);
+        assert!(!inert.chars().any(|c| c != ' ' && unseen(c)), "{inert}");
+        assert!(inert.contains(r"\u009b") && inert.contains(r"\u202e") && inert.contains(r"\u2028"), "{inert}");
+        assert!(inert.contains('é'), "a character that shows stays as it is: {inert}");
+        assert_eq!(serde_json::from_str::<serde_json::Value>(&inert).unwrap(), v);
+        assert!(matches!(json_inert(r#"{"a":"plain é"}"#), std::borrow::Cow::Borrowed(_)));
     }
 }
