@@ -50,6 +50,9 @@ class H(http.server.BaseHTTPRequestHandler):
             out = json.dumps({'rows': ['x' * 100] * 2000}).encode()
         elif u.path == '/bytes':
             ctype, out = 'application/octet-stream', bytes(range(256))
+        elif u.path == '/latin1':
+            status = 200 if 'fail' not in u.query else 400
+            ctype, out = 'text/plain; charset=ISO-8859-1', 'café – “quoted” €'.encode('cp1252')
         elif u.path == '/gzip':
             extra, out = {'Content-Encoding': 'gzip'}, gzip.compress(out)
         elif u.path == '/ctecho':
@@ -176,6 +179,11 @@ paths:
     get: {operationId: big, responses: {"200": {description: many rows}}}
   /bytes:
     get: {operationId: bytes, responses: {"200": {description: every byte value}}}
+  /latin1:
+    get:
+      operationId: latin1
+      parameters: [{name: fail, in: query, schema: {type: boolean}}]
+      responses: {"200": {description: text in windows-1252}}
   /gzip:
     get: {operationId: gzip, responses: {"200": {description: the echo, gzip-encoded}}}
   /ctecho:
@@ -268,6 +276,7 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
             "get-item",
             "gzip",
             "hop",
+            "latin1",
             "missing",
             "post-form",
             "post-note",
@@ -526,6 +535,17 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     );
     let (status, bytes) = m.client().get_bytes(&format!("/api/blobs/{}", result["bodyBlob"]["urn"].as_str().unwrap()));
     assert_eq!((status, bytes), (200, (0..=255u8).collect::<Vec<u8>>()));
+
+    // Text in a Western single-byte charset (latin1, windows-1252) is the text it is, as UTF-8,
+    // and its content type says so; an error's answer too.
+    let out = run(&m, &m.token, &items, &["latin1"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let result = &out.json()["result"];
+    assert_eq!(result["body"], "café – “quoted” €", "{result}");
+    assert_eq!(result["contentType"], "text/plain; charset=utf-8", "{result}");
+    let out = run(&m, &m.token, &items, &["latin1", "--fail"]);
+    assert_eq!(out.code, 5, "{}", out.stderr);
+    assert!(out.stderr.contains("answered 400: café – “quoted” €"), "{}", out.stderr);
 
     // An answer slower than the service's timeout is a timed-out call.
     let out = run(&m, &m.token, &items, &["slow"]);

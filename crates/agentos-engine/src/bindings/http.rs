@@ -313,6 +313,7 @@ impl Sent<'_> {
                 ));
             }
         };
+        let (content_type, bytes) = as_utf8_text(content_type, bytes);
         // Defence in depth: a service that echoes the credential does not hand it to the caller.
         // JSON is redacted again once read, for the escapes its writer may use (`\/`, `\u002B`)
         // that the bytes' forms do not know; the bytes are written anew only when that found
@@ -399,6 +400,70 @@ impl Sent<'_> {
             )
             .into()
         })
+    }
+}
+
+/// An answer's bytes as UTF-8 text when its `charset` names the Western single-byte encoding
+/// (`iso-8859-1`, `latin1`, `windows-1252`, `us-ascii` and their other names, all read as
+/// windows-1252, as browsers read them) and they are not UTF-8 already: each byte is one
+/// character, so the text is whole and exact. Returned with the content type it now has
+/// (`charset=utf-8`); any other answer comes back as it was. Without this an old service's
+/// `café` in latin1 was "5 bytes, not text".
+pub(crate) fn as_utf8_text(content_type: String, bytes: Vec<u8>) -> (String, Vec<u8>) {
+    if std::str::from_utf8(&bytes).is_ok() {
+        return (content_type, bytes);
+    }
+    let mut parts = content_type.split(';');
+    let essence = parts.next().unwrap_or_default().trim().to_string();
+    let mut charset = None;
+    let mut kept = vec![essence];
+    for p in parts {
+        match p.split_once('=') {
+            Some((k, v)) if k.trim().eq_ignore_ascii_case("charset") => {
+                charset = Some(v.trim().trim_matches('"').to_ascii_lowercase())
+            }
+            _ => kept.push(p.trim().to_string()),
+        }
+    }
+    const WESTERN: [&str; 18] = [
+        "ansi_x3.4-1968",
+        "ascii",
+        "cp1252",
+        "cp819",
+        "csisolatin1",
+        "ibm819",
+        "iso-8859-1",
+        "iso-ir-100",
+        "iso8859-1",
+        "iso88591",
+        "iso_8859-1",
+        "iso_8859-1:1987",
+        "l1",
+        "latin1",
+        "us-ascii",
+        "windows-1252",
+        "x-cp1252",
+        "csascii",
+    ];
+    if !charset.is_some_and(|c| WESTERN.contains(&c.as_str())) {
+        return (content_type, bytes);
+    }
+    let text: String = bytes.iter().map(|&b| windows_1252(b)).collect();
+    kept.push("charset=utf-8".into());
+    (kept.join("; "), text.into_bytes())
+}
+
+/// One byte of windows-1252: latin1, but for the printable characters at 0x80 to 0x9F.
+fn windows_1252(b: u8) -> char {
+    const HIGH: [char; 32] = [
+        '\u{20ac}', '\u{81}', '\u{201a}', '\u{192}', '\u{201e}', '\u{2026}', '\u{2020}', '\u{2021}', '\u{2c6}',
+        '\u{2030}', '\u{160}', '\u{2039}', '\u{152}', '\u{8d}', '\u{17d}', '\u{8f}', '\u{90}', '\u{2018}', '\u{2019}',
+        '\u{201c}', '\u{201d}', '\u{2022}', '\u{2013}', '\u{2014}', '\u{2dc}', '\u{2122}', '\u{161}', '\u{203a}',
+        '\u{153}', '\u{9d}', '\u{17e}', '\u{178}',
+    ];
+    match b {
+        0x80..=0x9f => HIGH[usize::from(b - 0x80)],
+        _ => char::from(b),
     }
 }
 
@@ -783,6 +848,30 @@ async fn fetch_document(engine: &Engine, url: &str, max_bytes: usize) -> Result<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_western_single_byte_answer_is_read_as_the_text_it_is() {
+        let read = |ct: &str, bytes: &[u8]| as_utf8_text(ct.to_string(), bytes.to_vec());
+        let (ct, text) = read("text/plain; charset=ISO-8859-1", b"caf\xe9 \x80 \x93q\x94");
+        assert_eq!(
+            (ct.as_str(), String::from_utf8(text).unwrap().as_str()),
+            ("text/plain; charset=utf-8", "café € “q”")
+        );
+        let (ct, _) = read("text/html;charset=\"windows-1252\";level=1", b"\xe9");
+        assert_eq!(ct, "text/html; level=1; charset=utf-8");
+        // Every byte is one character, and reads back as that byte.
+        let all: Vec<u8> = (0..=255).collect();
+        let (_, text) = read("text/plain; charset=latin1", &all);
+        assert_eq!(String::from_utf8(text).unwrap().chars().count(), 256);
+        // UTF-8 already, another charset, or none: as it came.
+        for (ct, bytes) in [
+            ("text/plain; charset=latin1", "café".as_bytes()),
+            ("text/plain; charset=shift_jis", b"\x82\xa0"),
+            ("application/octet-stream", b"\xff\xfe"),
+        ] {
+            assert_eq!(read(ct, bytes), (ct.to_string(), bytes.to_vec()), "{ct}");
+        }
+    }
+
     use super::*;
 
     fn auth(kind: HttpAuthKind, name: Option<&str>) -> HttpAuth {

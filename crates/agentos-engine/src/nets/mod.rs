@@ -1961,6 +1961,7 @@ impl Nets<'_> {
             let Ok(bytes) = crate::bindings::http::read_answer(&mut resp).await else {
                 return Err(FireError::Failed(reason));
             };
+            let (content_type, bytes) = crate::bindings::http::as_utf8_text(content_type, bytes);
             // Cut as a named operation's is: at the inline limit, the token's own limit
             // deciding after.
             let inline = self.inner.dispatch.config.inline_output_bytes;
@@ -1976,6 +1977,7 @@ impl Nets<'_> {
             AnswerError::TimedOut => format!("{method} {shown_url} timed out after {timeout_ms} ms"),
             AnswerError::Failed(e) => format!("{method} {shown_url}: reading the answer: {}", describe(&e)),
         })?;
+        let (content_type, bytes) = crate::bindings::http::as_utf8_text(content_type, bytes);
         let body_value = match serde_json::from_slice(&bytes) {
             Ok(v) => v,
             Err(_) => match String::from_utf8(bytes) {
