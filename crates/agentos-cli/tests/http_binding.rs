@@ -566,6 +566,15 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     assert_eq!(resp.status().as_u16(), 400);
     let v: Value = resp.json().unwrap();
     assert!(v["error"]["message"].as_str().unwrap().contains("is an http service: it answers synchronously"), "{v}");
+
+    // A service that is down (nothing listens at its address) is a call to try again later
+    // (exit 6, 504 `service_down`), not a tool that failed.
+    drop(service);
+    let out = run(&m, &m.token, &items, &["get-item", "--json", r#"{"id": "1"}"#]);
+    assert_eq!(out.code, 6, "{}", out.stderr);
+    assert!(out.stderr.contains("nothing answers at the service's address now: try again later"), "{}", out.stderr);
+    assert_eq!(out.json()["error"]["code"], "service_down", "{}", out.stdout);
+    assert_eq!(out.json()["error"]["status"], 504, "{}", out.stdout);
 }
 
 #[test]

@@ -470,6 +470,22 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
+/// Whether a request failed because nothing listened at the address (the connection was refused
+/// or reset before an answer): the service is down or restarting, which passes with time, unlike
+/// a request the policy refused or one the service answered.
+pub fn service_down(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset)
+        {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 /// The origin of a URL, in the form grants hold: scheme, lower-case host, and the port when it is not the default.
 pub fn origin_of(url: &reqwest::Url) -> Option<String> {
     let host = url.host_str()?.to_lowercase();

@@ -257,6 +257,13 @@ impl Sent<'_> {
                     "timed_out",
                     format!("{shown} timed out after {} ms", timeout.as_millis()),
                 )
+            } else if crate::outbound::service_down(&e) {
+                // Down or restarting: the same call may pass in a while, as a timed-out one may.
+                failed(
+                    ErrorKind::Unavailable,
+                    "service_down",
+                    format!("{shown} failed: {why}; nothing answers at the service's address now: try again later"),
+                )
             } else {
                 failed(ErrorKind::ToolFailed, "request_failed", format!("{shown} failed: {why}"))
             }
