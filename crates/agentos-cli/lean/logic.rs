@@ -806,17 +806,24 @@ fn string(body: &[u8], start: usize) -> Option<usize> {
 }
 
 /// Whether `at` starts with the UTF-8 of a character that JSON leaves as it is but that does not
-/// show as itself, which the whole shim writes as its `\u` escape (`agentos_core::name::json_inert`):
-/// DEL, a C1 control (U+0080 to U+009F), a character of no width (U+200B to U+200F, U+2060,
-/// U+FEFF), a line or paragraph separator or a bidirectional override (U+2028 to U+202E), a
-/// bidirectional isolate (U+2066 to U+2069).
+/// show as itself, which the whole shim writes as its `\u` escape (`agentos_core::name::unseen`
+/// past ASCII's controls, through `json_inert`): DEL, a C1 control (U+0080 to U+009F), the soft
+/// hyphen, a bidirectional mark, override or isolate, a line or paragraph separator, a character
+/// of no width, a blank filler, an interlinear annotation mark, a tag character.
 pub fn unseen(at: &[u8]) -> bool {
     matches!(
         at,
         [0x7f, ..]
-            | [0xc2, 0x80..=0x9f, ..]
+            | [0xc2, 0x80..=0x9f | 0xad, ..]
+            | [0xd8, 0x9c, ..]
+            | [0xe1, 0x85, 0x9f | 0xa0, ..]
+            | [0xe1, 0xa0, 0x8e, ..]
             | [0xe2, 0x80, 0x8b..=0x8f | 0xa8..=0xae, ..]
             | [0xe2, 0x81, 0xa0 | 0xa6..=0xa9, ..]
+            | [0xe3, 0x85, 0xa4, ..]
             | [0xef, 0xbb, 0xbf, ..]
+            | [0xef, 0xbe, 0xa0, ..]
+            | [0xef, 0xbf, 0xb9..=0xbb, ..]
+            | [0xf3, 0xa0, 0x80 | 0x81, 0x80..=0xbf, ..]
     )
 }

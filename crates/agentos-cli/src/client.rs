@@ -1204,7 +1204,8 @@ pub fn net(cmd: NetCmd) -> Result<(), ClientError> {
             for line in std::io::BufReader::new(resp).lines() {
                 let line = line.map_err(|e| fail(EXIT_FAILURE, e.to_string()))?;
                 if let Some(data) = line.strip_prefix("data:") {
-                    outln!("{}", data.trim());
+                    // JSON, as it came; what does not show as itself is escaped.
+                    outln!("{}", agentos_core::name::json_inert(data.trim()));
                 }
             }
         }

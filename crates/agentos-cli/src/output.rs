@@ -337,12 +337,18 @@ pub fn tokens(v: &Value) -> String {
     if v.as_array().is_none_or(|a| a.is_empty()) {
         return "no tokens".into();
     }
-    each_line(v, |t| format!("{}  {}", s(t, "id"), t["data"]))
+    each_line(v, |t| format!("{}  {}", s(t, "id"), agentos_core::name::json_inert(&t["data"].to_string())))
 }
 
 #[cfg(test)]
 mod tests {
     use serde_json::json;
+
+    #[test]
+    fn token_data_is_inert_in_a_terminal() {
+        let v = json!([{"id": "t1", "data": {"x": "a\u{9b}2J\u{202e}b"}}]);
+        assert_eq!(super::tokens(&v), r#"t1  {"x":"a\u009b2J\u202eb"}"#);
+    }
 
     #[test]
     fn a_job_line_names_its_attempt_only_when_it_ran_again() {

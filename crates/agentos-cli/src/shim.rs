@@ -113,7 +113,7 @@ pub fn list_tools(conn: &Conn, toolkit: Option<&str>, model: Option<&str>, json_
         }
         let tools = toolhelp::prompt_tools(&entries);
         if json_out {
-            outln!("{}", serde_json::to_string_pretty(&tools).unwrap_or_default());
+            outln!("{}", agentos_core::name::json_inert(&serde_json::to_string_pretty(&tools).unwrap_or_default()));
         } else if toolkit.is_some() {
             for t in &tools {
                 outln!("{}\n    {}", t.usage, one_line(&t.description));
@@ -228,7 +228,7 @@ pub fn prompt(conn: &Conn, model: Option<&str>, format: &str) -> ExitCode {
                     "tokensPerTool": if tools.is_empty() { 0.0 } else { tokens as f64 / tools.len() as f64 },
                     "estimate": "characters / 4",
                 });
-                outln!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                outln!("{}", agentos_core::name::json_inert(&serde_json::to_string_pretty(&v).unwrap_or_default()));
             }
             other => return Err(fail(EXIT_USAGE, format!("--format {other:?}: use markdown or json"))),
         }

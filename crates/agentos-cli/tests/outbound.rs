@@ -76,6 +76,19 @@ fn a_master_without_http_allow_refuses_loopback_by_ip_and_by_name() {
     assert!(reason.contains("localhost resolves only to refused addresses"), "{reason}");
     assert!(reason.contains("--http-allow"), "{reason}");
 
+    // A registered service's operation called by name is refused as by its address (403
+    // `refused`, exit 3), not as a request that failed.
+    let doc = "openapi: 3.0.3\ninfo: {title: t, version: '1'}\npaths:\n  /x:\n    get: {operationId: get-x, responses: {'200': {description: ok}}}\n";
+    for (id, base) in [("by-ip", format!("http://127.0.0.1:{port}")), ("by-name", format!("http://localhost:{port}"))] {
+        let register =
+            json!({"type": "TOOL_CATALOG_REGISTER_HTTP", "id": id, "name": id, "baseUrl": base, "openapi": doc});
+        let (status, v) = api.command(register);
+        assert_eq!(status, 200, "{v}");
+        let (status, v) = api.post(&format!("/api/tools/{id}/call"), json!({"tool": "get-x", "args": []}));
+        assert_eq!((status, v["error"]["code"].as_str()), (403, Some("refused")), "{id}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("--http-allow"), "{id}: {v}");
+    }
+
     // Another spelling of the same address is the same address.
     http_net(&api, "decimal", &format!("http://2130706433:{port}/"));
     let reason = fire_and_fail(&api, "decimal");

@@ -250,7 +250,7 @@ const OWN_FLAGS: [&str; 3] = ["json", "json-file", "help"];
 
 /// Gives every property a flag of its own. Properties spelled alike once kebab-cased (`fooBar`,
 /// `foo_bar`, `foo-bar`), one spelled as a tool's own flag (`help`, `json`), or as a boolean's
-/// false form (`no-x` beside a boolean `x`) would share a flag, and all but one could not be set:
+/// false form or a nullable string's or list's null form (`no-x` beside such an `x`) would share a flag, and all but one could not be set:
 /// the first keeps the kebab-cased flag, each other one takes its property's own spelling
 /// (`--foo_bar`) when that is a flag nothing else has or could have, else a number
 /// (`--help-2`). A flag that collides with nothing keeps its name, whatever the others are

@@ -35,14 +35,19 @@ pub fn inert(s: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// A character that does not show as itself: a control character, a line or paragraph
-/// separator (U+2028, U+2029), a bidirectional override or isolate (which reorders what
-/// follows it on screen), or one of no width. What [`inert`] writes out, and what a line shown
-/// in a terminal drops.
+/// separator (U+2028, U+2029), a bidirectional override, isolate or mark (which reorders what
+/// follows it on screen: U+202A to U+202E, U+2066 to U+2069, U+200E, U+200F, U+061C), or one
+/// that shows as nothing (of no width: U+200B to U+200D, U+2060, U+FEFF, the soft hyphen, the
+/// tag characters U+E0000 to U+E007F, the interlinear annotation marks U+FFF9 to U+FFFB; a
+/// blank filler: U+115F, U+1160, U+180E, U+3164, U+FFA0). What [`inert`] writes out, and what
+/// a line shown in a terminal drops.
 pub fn unseen(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
             '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200b}'..='\u{200f}' | '\u{2060}' | '\u{feff}'
+                | '\u{ad}' | '\u{61c}' | '\u{115f}' | '\u{1160}' | '\u{180e}' | '\u{3164}' | '\u{ffa0}'
+                | '\u{fff9}'..='\u{fffb}' | '\u{e0000}'..='\u{e007f}'
         )
 }
 

@@ -16,6 +16,7 @@ use agentos_core::urn::BlobUrn;
 use agentos_core::{CoreError, DEFAULT_MODEL, sha256_hex};
 use agentos_store::{BlobStore, JobStore};
 
+use crate::engine::NetStepOf;
 use crate::jobs::{Finished, LeaseError, OUTPUT_NAMESPACE};
 use crate::principal::new_token;
 use crate::{Dispatch, EngineError, Principal};
@@ -715,38 +716,19 @@ impl Dispatch<'_> {
             // Finished (told so, to whoever may read it), or absent.
             return Err(not_cancelled(&self.job(principal, job_id).await?));
         };
+        if !self.may_read_job(principal, &open.model, open.invoker.as_deref()) && !principal.is_operator() {
+            return Err(unreadable_job(job_id));
+        }
+        if open.invoker.is_none() {
+            // A net's step: nobody cancels it alone, whoever asks.
+            return Err(self.net_step_refusal(job_id, &open.model).into());
+        }
         if open.invoker.as_deref() != Some(principal.id.as_str()) && !principal.is_operator() {
-            if !self.may_read_job(principal, &open.model, open.invoker.as_deref()) {
-                return Err(unreadable_job(job_id));
-            }
             return Err(CoreError::forbidden(format!(
                 "job {} was invoked by another principal: only its invoker or the operator may cancel it",
                 shown(job_id)
             ))
             .into());
-        }
-        if open.invoker.is_none() {
-            let step = self.inner.dispatch.net_steps.lock().unwrap_or_else(|p| p.into_inner()).get(job_id).cloned();
-            let message = match step {
-                Some((model, transition)) => format!(
-                    "job {} is a step of transition {} of model {}: it ends with its fire; stop the transition instead (`agentos net stop {} --model {}`, or POST /api/models/{}/transitions/{}/stop)",
-                    shown(job_id),
-                    shown(&transition),
-                    shown(&model),
-                    transition,
-                    model,
-                    model,
-                    transition
-                ),
-                // Fired by another master of a shared log: its net's state says which.
-                None => format!(
-                    "job {} is a step of a net in model {}: it ends with its fire; stop the transition that fired it instead (`agentos net show --model {}` shows each one's state)",
-                    shown(job_id),
-                    shown(&open.model),
-                    open.model
-                ),
-            };
-            return Err(CoreError::new(agentos_core::ErrorKind::Conflict, "net_job", message).into());
         }
         let by = principal.name.clone();
         let why = format!("cancelled by {by} before it finished");
@@ -766,6 +748,34 @@ impl Dispatch<'_> {
             ))
             .into()),
         }
+    }
+
+    /// Why a net's step is not cancelled alone, and what ends it: its fire ends with the
+    /// command (at its timeout at the latest); stopping the transition keeps it from firing
+    /// again. Named when this master runs the fire (another master of a shared log may).
+    fn net_step_refusal(&self, job_id: &str, model: &str) -> CoreError {
+        let step = self.inner.dispatch.net_steps.lock().unwrap_or_else(|p| p.into_inner()).get(job_id).cloned();
+        let message = match step {
+            Some(NetStepOf { model, transition, instance: false }) => format!(
+                "job {} is a step of transition {} of model {}: it ends with its fire, when its command ends or times out; to keep the transition from firing again, stop it (`agentos net stop {transition} --model {model}`, or POST /api/models/{model}/transitions/{transition}/stop)",
+                shown(job_id),
+                shown(&transition),
+                shown(&model),
+            ),
+            Some(NetStepOf { transition, instance: true, .. }) => format!(
+                "job {} is a step of transition {} of a tool net's run, invoked in model {}: it ends with that run, when its command ends or times out",
+                shown(job_id),
+                shown(&transition),
+                shown(model),
+            ),
+            // Fired by another master of a shared log: its net's state says which.
+            None => format!(
+                "job {} is a step of a net in model {}: it ends with its fire, when its command ends or times out; `agentos net show --model {model}` shows the transitions, and stopping one keeps it from firing again",
+                shown(job_id),
+                shown(model),
+            ),
+        };
+        CoreError::new(agentos_core::ErrorKind::Conflict, "net_job", message)
     }
 
     /// Ends an open job with a failed result that says `why` (and who cancelled it, when

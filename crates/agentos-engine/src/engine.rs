@@ -193,19 +193,28 @@ pub(crate) struct DispatchState {
     pub(crate) net_steps: NetSteps,
 }
 
-/// Job id -> (model, transition) of a net's step running on this master.
-pub(crate) type NetSteps = Arc<Mutex<std::collections::HashMap<String, (String, String)>>>;
+/// Job id -> where the net's step it is runs, for the steps this master's fires have out.
+pub(crate) type NetSteps = Arc<Mutex<std::collections::HashMap<String, NetStepOf>>>;
 
-/// A net's step known as its transition's while this lives.
+/// Where a net's step runs: the net's model and transition, and whether that net is a tool
+/// net's run (an instance of its own, invoked from another model).
+#[derive(Debug, Clone)]
+pub(crate) struct NetStepOf {
+    pub(crate) model: String,
+    pub(crate) transition: String,
+    pub(crate) instance: bool,
+}
+
+/// A net's step known as its transition's while this lives: until its fire's outcome is
+/// committed with its result, as long as the job reads as open.
 pub(crate) struct NetStep {
     steps: NetSteps,
     job_id: String,
 }
 
 impl NetStep {
-    pub(crate) fn enter(steps: &NetSteps, job_id: &str, model: &str, transition: &str) -> Self {
-        let mut held = steps.lock().unwrap_or_else(|p| p.into_inner());
-        held.insert(job_id.to_string(), (model.to_string(), transition.to_string()));
+    pub(crate) fn enter(steps: &NetSteps, job_id: &str, of: NetStepOf) -> Self {
+        steps.lock().unwrap_or_else(|p| p.into_inner()).insert(job_id.to_string(), of);
         NetStep { steps: steps.clone(), job_id: job_id.to_string() }
     }
 }

@@ -470,20 +470,31 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-/// Whether a request failed because nothing listened at the address (the connection was refused
-/// or reset before an answer): the service is down or restarting, which passes with time, unlike
-/// a request the policy refused or one the service answered.
-pub fn service_down(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut source = Some(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>()
-            && matches!(io.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::ConnectionReset)
-        {
-            return true;
-        }
-        source = s.source();
-    }
-    false
+/// Whether a request failed because nothing listened at the address (the connection was
+/// refused): the service is down or restarting, which passes with time, unlike a request the
+/// policy refused, one cut off later (a reset in a TLS handshake, or after the request went
+/// out, which a service may have acted on), or one the service answered.
+pub fn service_down(e: &reqwest::Error) -> bool {
+    e.is_connect()
+        && sources(e).any(|s| {
+            s.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        })
+}
+
+/// The policy's refusal a request failed with, when the name it was sent to resolved only to
+/// refused addresses: the same refusal as for an address given as such.
+pub fn refusal_of(e: &reqwest::Error) -> Option<&OutboundError> {
+    sources(e).find_map(|s| {
+        s.downcast_ref::<OutboundError>()
+            .filter(|o| matches!(o, OutboundError::Refused { .. } | OutboundError::RefusedName { .. }))
+    })
+}
+
+/// An error and every error under it.
+fn sources<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |s| s.source())
 }
 
 /// The origin of a URL, in the form grants hold: scheme, lower-case host, and the port when it is not the default.

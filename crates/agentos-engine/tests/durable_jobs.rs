@@ -158,6 +158,13 @@ async fn a_net_jobs_result_reads_as_running_until_its_fire_records_it_never_as_u
             assert!(told.contains(r#"is a step of transition "run" of model "default""#), "{told}");
             assert!(told.contains("`agentos net stop run --model default`"), "{told}");
             assert!(told.contains("POST /api/models/default/transitions/run/stop"), "{told}");
+            assert!(told.contains("it ends with its fire, when its command ends or times out"), "{told}");
+            // An agent that may read the job (`l` in its model) is told the same, not that
+            // another principal invoked it.
+            let mut agent = principal("a1", PrincipalKind::Agent);
+            agent.flags = "rwx-l".parse().unwrap();
+            let err = e.dispatch().cancel_job(&agent, &leased.job_id).await.unwrap_err();
+            assert_eq!((err.code(), err.to_string()), ("net_job", told));
         }
         let result = ExecutorResult {
             lease_id: leased.lease_id,

@@ -28,7 +28,28 @@ pub fn build_request(base_url: &str, op: &Operation, input: &Value) -> Result<Re
             // lets be null, `Optional[int]` with no default, says so).
             let sent = match input.get(r) {
                 None => false,
-                Some(Value::Null) => op.bindings.iter().any(|b| b.property == r && null_sent(op, b)),
+                Some(Value::Null) => {
+                    let Some(b) = op.bindings.iter().find(|b| b.property == r) else {
+                        return Err(CallError::MissingFlag { flag: r.to_string() });
+                    };
+                    if !null_sent(op, b) {
+                        // Given as null, which its place cannot carry: said as such, not as
+                        // a flag left out (the schema may well allow null).
+                        let place = match (b.location, op.body.as_ref().map(|rb| rb.encoding)) {
+                            (Location::Path, _) => "the path",
+                            (Location::Query, _) => "a query",
+                            (Location::Header, _) => "a header",
+                            (Location::Cookie, _) => "a cookie",
+                            (_, Some(BodyEncoding::Json)) => "this body",
+                            _ => "a form body",
+                        };
+                        return Err(CallError::BadValue {
+                            flag: r.to_string(),
+                            reason: format!("{place} cannot carry null, and the service requires a value: give one"),
+                        });
+                    }
+                    true
+                }
                 Some(_) => true,
             };
             if !sent {

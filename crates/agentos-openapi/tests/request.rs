@@ -201,6 +201,21 @@ fn a_null_is_sent_in_a_json_body_where_the_caller_gave_it() {
     );
     let r = request(&form, json!({"id": "1", "a": null, "b": "x"}));
     assert_eq!(String::from_utf8(r.body).unwrap(), "b=x");
+    // A required value given as null where null cannot go is said so, not as left out.
+    let reason = "the path cannot carry null, and the service requires a value: give one".to_string();
+    assert_eq!(
+        build_request("https://h", &op, &json!({"id": null, "limit": 1})),
+        Err(CallError::BadValue { flag: "id".into(), reason })
+    );
+    let form = body_op(
+        "application/x-www-form-urlencoded",
+        json!({"type": "object", "required": ["a"], "properties": {"a": nullable(None)}}),
+    );
+    let reason = "a form body cannot carry null, and the service requires a value: give one".to_string();
+    assert_eq!(
+        build_request("https://h", &form, &json!({"id": "1", "a": null})),
+        Err(CallError::BadValue { flag: "a".into(), reason })
+    );
 }
 
 /// Fields in name order: the body does not hang on map order.

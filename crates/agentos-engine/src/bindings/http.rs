@@ -257,6 +257,9 @@ impl Sent<'_> {
                     "timed_out",
                     format!("{shown} timed out after {} ms", timeout.as_millis()),
                 )
+            } else if let Some(refused) = crate::outbound::refusal_of(&e) {
+                // A name that resolves only to refused addresses: refused as the address is.
+                failed(ErrorKind::Forbidden, "refused", format!("{shown} refused: {refused}"))
             } else if crate::outbound::service_down(&e) {
                 // Down or restarting: the same call may pass in a while, as a timed-out one may.
                 failed(
@@ -320,12 +323,20 @@ impl Sent<'_> {
                 ));
             }
         };
-        let (content_type, bytes) = as_utf8_text(content_type, bytes);
         // Defence in depth: a service that echoes the credential does not hand it to the caller.
         // JSON is redacted again once read, for the escapes its writer may use (`\/`, `\u002B`)
         // that the bytes' forms do not know; the bytes are written anew only when that found
         // something, for the error's excerpt and the blob as much as for the inline body.
         let mut bytes = redactor.bytes(bytes);
+        // Text in latin1 as the UTF-8 it is, redacted again as such: a secret's characters past
+        // ASCII read differently in the two.
+        let content_type = match as_utf8_text(&content_type, &bytes) {
+            Some((utf8, text)) => {
+                bytes = redactor.bytes(text);
+                utf8
+            }
+            None => content_type,
+        };
         let mut parsed =
             if content_type.contains("json") { serde_json::from_slice::<Value>(&bytes).ok() } else { None };
         if !redactor.is_empty()
@@ -410,29 +421,28 @@ impl Sent<'_> {
     }
 }
 
-/// An answer's bytes as UTF-8 text when its `charset` names the Western single-byte encoding
-/// (`iso-8859-1`, `latin1`, `windows-1252`, `us-ascii` and their other names, all read as
-/// windows-1252, as browsers read them) and they are not UTF-8 already: each byte is one
-/// character, so the text is whole and exact. Returned with the content type it now has
-/// (`charset=utf-8`); any other answer comes back as it was. Without this an old service's
+/// An answer's bytes as UTF-8 text when it is text (`text/*`, JSON, XML, JavaScript, a form)
+/// whose `charset` names the Western single-byte encoding (`iso-8859-1`, `latin1`,
+/// `windows-1252`, `us-ascii` and the other names the WHATWG encoding standard gives it, all
+/// read as windows-1252, as browsers read them) and they are not UTF-8 already (a service that
+/// says latin1 and sends UTF-8 is common; latin1 text that reads as UTF-8 with characters past
+/// ASCII is not): each byte is one character, so the text is whole and exact. Returned with the
+/// content type it now has (`charset=utf-8`); any other answer (an image that names a charset,
+/// bytes in another one) comes back as it was, with `None`. Without this an old service's
 /// `café` in latin1 was "5 bytes, not text".
-pub(crate) fn as_utf8_text(content_type: String, bytes: Vec<u8>) -> (String, Vec<u8>) {
-    if std::str::from_utf8(&bytes).is_ok() {
-        return (content_type, bytes);
+pub(crate) fn as_utf8_text(content_type: &str, bytes: &[u8]) -> Option<(String, Vec<u8>)> {
+    if std::str::from_utf8(bytes).is_ok() {
+        return None;
     }
-    let mut parts = content_type.split(';');
-    let essence = parts.next().unwrap_or_default().trim().to_string();
-    let mut charset = None;
-    let mut kept = vec![essence];
-    for p in parts {
-        match p.split_once('=') {
-            Some((k, v)) if k.trim().eq_ignore_ascii_case("charset") => {
-                charset = Some(v.trim().trim_matches('"').to_ascii_lowercase())
-            }
-            _ => kept.push(p.trim().to_string()),
-        }
-    }
-    const WESTERN: [&str; 18] = [
+    let params = media_params(content_type);
+    let essence = params.first()?.to_ascii_lowercase();
+    let text = essence.starts_with("text/")
+        || ["json", "xml", "javascript", "x-www-form-urlencoded"].iter().any(|t| essence.ends_with(t));
+    let charset = params[1..].iter().find_map(|p| {
+        let (k, v) = p.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("charset").then(|| v.trim().trim_matches('"').to_ascii_lowercase())
+    });
+    const WESTERN: [&str; 17] = [
         "ansi_x3.4-1968",
         "ascii",
         "cp1252",
@@ -450,14 +460,37 @@ pub(crate) fn as_utf8_text(content_type: String, bytes: Vec<u8>) -> (String, Vec
         "us-ascii",
         "windows-1252",
         "x-cp1252",
-        "csascii",
     ];
-    if !charset.is_some_and(|c| WESTERN.contains(&c.as_str())) {
-        return (content_type, bytes);
+    if !text || !charset.is_some_and(|c| WESTERN.contains(&c.as_str())) {
+        return None;
     }
-    let text: String = bytes.iter().map(|&b| windows_1252(b)).collect();
-    kept.push("charset=utf-8".into());
-    (kept.join("; "), text.into_bytes())
+    let decoded: String = bytes.iter().map(|&b| windows_1252(b)).collect();
+    let kept =
+        params.iter().filter(|p| !p.split_once('=').is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("charset")));
+    let content_type = kept.map(String::as_str).chain(["charset=utf-8"]).collect::<Vec<_>>().join("; ");
+    Some((content_type, decoded.into_bytes()))
+}
+
+/// A content type's media type and its parameters, each trimmed, empty ones left out, a `;`
+/// inside a quoted value kept in it.
+fn media_params(content_type: &str) -> Vec<String> {
+    let mut parts = vec![String::new()];
+    let mut quoted = false;
+    let mut escaped = false;
+    for c in content_type.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ';' if !quoted => {
+                parts.push(String::new());
+                continue;
+            }
+            _ => {}
+        }
+        parts.last_mut().expect("one at least").push(c);
+    }
+    parts.into_iter().map(|p| p.trim().to_string()).filter(|p| !p.is_empty()).collect()
 }
 
 /// One byte of windows-1252: latin1, but for the printable characters at 0x80 to 0x9F.
@@ -857,25 +890,34 @@ async fn fetch_document(engine: &Engine, url: &str, max_bytes: usize) -> Result<
 mod tests {
     #[test]
     fn a_western_single_byte_answer_is_read_as_the_text_it_is() {
-        let read = |ct: &str, bytes: &[u8]| as_utf8_text(ct.to_string(), bytes.to_vec());
-        let (ct, text) = read("text/plain; charset=ISO-8859-1", b"caf\xe9 \x80 \x93q\x94");
+        let read =
+            |ct: &str, bytes: &[u8]| as_utf8_text(ct, bytes).map(|(ct, text)| (ct, String::from_utf8(text).unwrap()));
         assert_eq!(
-            (ct.as_str(), String::from_utf8(text).unwrap().as_str()),
-            ("text/plain; charset=utf-8", "café € “q”")
+            read("text/plain; charset=ISO-8859-1", b"caf\xe9 \x80 \x93q\x94"),
+            Some(("text/plain; charset=utf-8".into(), "café € “q”".into()))
         );
-        let (ct, _) = read("text/html;charset=\"windows-1252\";level=1", b"\xe9");
+        let (ct, _) = read("text/html;charset=\"windows-1252\";level=1;", b"\xe9").unwrap();
         assert_eq!(ct, "text/html; level=1; charset=utf-8");
-        // Every byte is one character, and reads back as that byte.
+        let (ct, _) = read("application/problem+json; name=\"a;b\"; Charset=latin1", b"\xe9").unwrap();
+        assert_eq!(ct, "application/problem+json; name=\"a;b\"; charset=utf-8");
+        // Every byte is one character: latin1's own, but windows-1252's printable ones at 0x80
+        // to 0x9F (five of which it leaves as the control characters they are).
         let all: Vec<u8> = (0..=255).collect();
-        let (_, text) = read("text/plain; charset=latin1", &all);
-        assert_eq!(String::from_utf8(text).unwrap().chars().count(), 256);
-        // UTF-8 already, another charset, or none: as it came.
+        let (_, text) = read("text/plain; charset=latin1", &all).unwrap();
+        let chars: Vec<char> = text.chars().collect();
+        assert_eq!(chars.len(), 256);
+        for (b, c) in all.iter().zip(&chars) {
+            let same = u32::from(*b) == u32::from(*c);
+            assert_eq!(same, !(0x80..=0x9f).contains(b) || [0x81, 0x8d, 0x8f, 0x90, 0x9d].contains(b), "{b:#x} {c:?}");
+        }
+        // UTF-8 already, another charset, none, or bytes that are not text: as they came.
         for (ct, bytes) in [
             ("text/plain; charset=latin1", "café".as_bytes()),
             ("text/plain; charset=shift_jis", b"\x82\xa0"),
             ("application/octet-stream", b"\xff\xfe"),
+            ("image/png; charset=iso-8859-1", b"\x89PNG\xff"),
         ] {
-            assert_eq!(read(ct, bytes), (ct.to_string(), bytes.to_vec()), "{ct}");
+            assert_eq!(read(ct, bytes), None, "{ct}");
         }
     }
 

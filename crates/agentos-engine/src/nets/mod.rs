@@ -69,6 +69,14 @@ struct FireRun<'a> {
     authority: &'a Authority,
 }
 
+/// A command fire's job: its result, when the fire records it (with its outcome, in one
+/// commit), and the job known as the transition's step until then.
+#[derive(Default)]
+struct CommandJob {
+    record: Option<(String, EventBody)>,
+    step: Option<crate::engine::NetStep>,
+}
+
 /// What a secret would be used for.
 enum SecretUse {
     Script { id: String, model: String, sha256: String },
@@ -1552,8 +1560,9 @@ impl Nets<'_> {
         };
         let t = &c.inscription;
         let mut secrets = Vec::new();
-        // A command's result, when this fire records it (with its outcome, in one commit).
-        let mut job = None;
+        // The command's job: its result, when this fire records it (with its outcome, in one
+        // commit), and the step it is known as until then.
+        let mut job = CommandJob::default();
         let run = FireRun { model, resolve_model: &resolve_model, authority: &authority };
         let key = (model.to_string(), t.id.clone());
         // An http answer is read into the master's memory, so the whole request counts as firing; a
@@ -1599,7 +1608,7 @@ impl Nets<'_> {
                             let evs = [park, stop];
                             let m = model.to_string();
                             let decide: crate::committer::Decide = Box::new(move |st| decide_net_events(st, &m, &evs));
-                            return self.commit_with_job(decide, job).await.map(|_| ());
+                            return self.commit_with_job(decide, job.record).await.map(|_| ());
                         }
                         NetEvent::FireCompleted { fire: fire.to_string(), consumed, outputs }
                     }
@@ -1618,11 +1627,11 @@ impl Nets<'_> {
         // A completed fire takes the fires that follow it into its commit (see `follow_on`).
         let decide = if matches!(ev, NetEvent::FireCompleted { .. }) {
             // Its result, when recorded with it, is numbered first.
-            self.leading(model, ev, u64::from(job.is_some()))
+            self.leading(model, ev, u64::from(job.record.is_some()))
         } else {
             self.net_event(model, ev)
         };
-        let events = self.commit_with_job(decide, job).await?;
+        let events = self.commit_with_job(decide, job.record).await?;
         self.count_chained(model, &events, 0);
         for fire in Self::started_in(&events) {
             self.spawn_fire(model.to_string(), fire);
@@ -1721,7 +1730,7 @@ impl Nets<'_> {
         ctx: &Value,
         run: &FireRun<'_>,
         secrets: &mut Vec<String>,
-        job: &mut Option<(String, EventBody)>,
+        job: &mut CommandJob,
     ) -> Result<(Value, Value), FireError> {
         run.authority.need(Flag::Execute, "a command")?;
         let resolve_model = run.resolve_model;
@@ -1822,9 +1831,14 @@ impl Nets<'_> {
             .enqueue_for(resolve_model.to_string(), token, action.executor.clone(), secrets.clone())
             .await
             .map_err(|e| FireError::Failed(format!("the job could not be queued: {e}")))?;
-        // Known as this transition's step while it runs, so that whoever tries to cancel it
-        // alone is told which transition to stop.
-        let _step = crate::engine::NetStep::enter(&self.inner.dispatch.net_steps, &job_id, run.model, &t.id);
+        // Known as this transition's step until the fire's outcome is recorded with its result
+        // (the caller holds it), so that whoever tries to cancel it alone is told what it is.
+        let of = crate::engine::NetStepOf {
+            model: run.model.to_string(),
+            transition: t.id.clone(),
+            instance: run.model != run.resolve_model,
+        };
+        job.step = Some(crate::engine::NetStep::enter(&self.inner.dispatch.net_steps, &job_id, of));
         let wait = Duration::from_millis(timeout_ms) + self.inner.dispatch.config.queue_grace;
         let result: JobResult = match tokio::time::timeout(wait, &mut rx).await {
             Ok(Ok(r)) => r,
@@ -1847,7 +1861,7 @@ impl Nets<'_> {
         };
         if !self.inner.dispatch.jobs.is_shared() {
             // Handed over unrecorded (see `Dispatch::finish`): recorded with this fire's outcome.
-            *job = Some((
+            job.record = Some((
                 resolve_model.to_string(),
                 EventBody::JobFinished { job_id: job_id.clone(), tool_id, result: result.clone(), invoker: None },
             ));
@@ -1961,7 +1975,8 @@ impl Nets<'_> {
             let Ok(bytes) = crate::bindings::http::read_answer(&mut resp).await else {
                 return Err(FireError::Failed(reason));
             };
-            let (content_type, bytes) = crate::bindings::http::as_utf8_text(content_type, bytes);
+            let (content_type, bytes) =
+                crate::bindings::http::as_utf8_text(&content_type, &bytes).unwrap_or((content_type, bytes));
             // Cut as a named operation's is: at the inline limit, the token's own limit
             // deciding after.
             let inline = self.inner.dispatch.config.inline_output_bytes;
@@ -1977,7 +1992,8 @@ impl Nets<'_> {
             AnswerError::TimedOut => format!("{method} {shown_url} timed out after {timeout_ms} ms"),
             AnswerError::Failed(e) => format!("{method} {shown_url}: reading the answer: {}", describe(&e)),
         })?;
-        let (content_type, bytes) = crate::bindings::http::as_utf8_text(content_type, bytes);
+        let (content_type, bytes) =
+            crate::bindings::http::as_utf8_text(&content_type, &bytes).unwrap_or((content_type, bytes));
         let body_value = match serde_json::from_slice(&bytes) {
             Ok(v) => v,
             Err(_) => match String::from_utf8(bytes) {
