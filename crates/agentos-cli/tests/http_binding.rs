@@ -573,6 +573,8 @@ fn every_operation_of_a_document_is_a_tool_called_through_its_shim_and_the_call_
     let out = run(&m, &m.token, &items, &["get-item", "--json", r#"{"id": "1"}"#]);
     assert_eq!(out.code, 6, "{}", out.stderr);
     assert!(out.stderr.contains("nothing answers at the service's address now: try again later"), "{}", out.stderr);
+    // The URL once, where the line starts, not again inside the client's words.
+    assert_eq!(out.stderr.matches("/items/1").count(), 1, "{}", out.stderr);
     assert_eq!(out.json()["error"]["code"], "service_down", "{}", out.stdout);
     assert_eq!(out.json()["error"]["status"], 504, "{}", out.stdout);
 }

@@ -255,8 +255,11 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
             } else if f.base64 && table.file_flag(&format!("{}-file", f.flag)).is_some() {
                 notes.push(format!("base64: --{}-file <path> encodes a file", inert(&f.flag)));
             }
-            let notes = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join(", ")) };
-            out.push_str(&format!("  {head:<width$}  {}{notes}\n", one_line(&f.description)));
+            let notes = if notes.is_empty() { String::new() } else { format!("({})", notes.join(", ")) };
+            let said = [one_line(&f.description), notes].into_iter().filter(|t| !t.is_empty()).collect::<Vec<_>>();
+            let line = format!("  {head:<width$}  {}", said.join(" "));
+            out.push_str(line.trim_end());
+            out.push('\n');
         }
     }
     for (head, what) in json_lines {
@@ -654,8 +657,9 @@ mod tests {
         };
         let help = tool_help("w", "list", &op);
         assert!(help.contains("--limit <integer|null>  At most (--limit=null for null)"), "{help}");
-        assert!(help.contains("--strict                 (--no-strict for false, --strict=null for null)"), "{help}");
-        assert!(help.contains("--note <string>          (--no-note for null)"), "{help}");
+        assert!(help.contains("--strict                (--no-strict for false, --strict=null for null)"), "{help}");
+        assert!(help.contains("--note <string>         (--no-note for null)"), "{help}");
+        assert!(!help.lines().any(|l| l.ends_with(' ')), "no line ends in a space: {help}");
         // An example's null is written as the flag that sends it, not as the text `null`.
         assert!(help.contains("agentos-w list --no-note\n"), "{help}");
     }

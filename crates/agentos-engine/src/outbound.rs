@@ -458,6 +458,11 @@ impl reqwest::dns::Resolve for Resolver {
 /// kind of failure, and the refusal that explains it sits at the bottom of the chain.
 pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     let mut out = e.to_string();
+    // The request's URL, which every message this goes into names already (and which may be
+    // long): "error sending request for url (…)" is "error sending request".
+    if let Some(url) = e.downcast_ref::<reqwest::Error>().and_then(reqwest::Error::url) {
+        out = out.replacen(&format!(" for url ({url})"), "", 1);
+    }
     let mut source = e.source();
     while let Some(s) = source {
         let text = s.to_string();
