@@ -53,6 +53,12 @@ fn mcp_clients_list_and_call_what_their_flags_allow_over_http_and_stdio() {
     );
     assert_eq!(api.command(greet).0, 200);
     assert_eq!(api.command(script("broken", "echo 'the disk is full' >&2; exit 3", json!({}))).0, 200);
+    let echo = script(
+        "echo",
+        "cat",
+        json!({"type": "object", "properties": {"name": {"type": "string"}, "greeting": {"type": "string", "default": "hello"}}}),
+    );
+    assert_eq!(api.command(echo).0, 200);
     let caller = api.agent("caller", "--x------s");
     let reader = api.agent("reader", "r");
     let caller_token = caller.token.clone().unwrap();
@@ -70,6 +76,7 @@ fn mcp_clients_list_and_call_what_their_flags_allow_over_http_and_stdio() {
                 ["greet_run", {}],
                 ["nothing_here_run", {}],
                 ["agentos_search_catalog", {"q": "greet"}],
+                ["echo_run", {"name": "Ada"}],
             ],
             "register": script(&later, "echo '{}'", json!({})),
         }));
@@ -90,6 +97,9 @@ fn mcp_clients_list_and_call_what_their_flags_allow_over_http_and_stdio() {
             "{what}: {c}"
         );
         assert_eq!(c["text"][0], r#"{"greeting":"hello Ada"}"#, "{what}");
+        // A default the caller left out is filled in, as a shim's flags fill it in.
+        let c = call(&v, "echo_run");
+        assert_eq!(c["structured"], json!({"name": "Ada", "greeting": "hello"}), "{what}: {c}");
         let c = call(&v, "weather_forecast");
         assert_eq!(c["isError"], false, "{what}: {c}");
         assert_eq!(c["structured"]["city"], "Paris", "{what}: {c}");

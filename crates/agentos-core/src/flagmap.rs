@@ -700,7 +700,22 @@ impl FlagTable {
                 .map_err(|e| UsageError(format!("--{}: {e}", spec.flag)))?;
         }
         overlay(&mut json, input);
-        let mut input = json;
+        match self.completed(json) {
+            (_, Some(missing)) => err(format!("Missing required flag: --{}", missing.flag)),
+            (input, None) => Ok(Value::Object(input)),
+        }
+    }
+
+    /// An input given as JSON (an MCP client's arguments, a net's) with the defaults filled in
+    /// as they are for flags, so that a tool gets the same input however it is called. Whether
+    /// it is complete and valid is the schema's to say.
+    pub fn with_defaults(&self, input: Map<String, Value>) -> Map<String, Value> {
+        self.completed(input).0
+    }
+
+    /// `input` with its defaults, and the first required field that has neither value nor
+    /// default, if one has not.
+    fn completed(&self, mut input: Map<String, Value>) -> (Map<String, Value>, Option<&FlagSpec>) {
         // An object's own default first, where its parent is and it is not given (outer objects
         // come first), so that the defaults and required fields inside it then apply to it. As
         // JSON Schema has it, a default stands for a value left out: an object given in part
@@ -723,11 +738,11 @@ impl FlagTable {
                         let _ = insert(&mut input, &spec.path, d.clone(), false);
                     }
                 } else if spec.required {
-                    return err(format!("Missing required flag: --{}", spec.flag));
+                    return (input, Some(spec));
                 }
             }
         }
-        Ok(Value::Object(input))
+        (input, None)
     }
 }
 

@@ -113,6 +113,8 @@ impl Dispatch<'_> {
         let op = self.inner.catalog.prepared.find(&entry, toolkit, &req.tool)?;
         let input = match req.args {
             CallArgs::Flags(args) => op.table.parse(&args).map_err(|e| usage(e.0))?,
+            // The same defaults as flags get: a tool gets the same input however it is called.
+            CallArgs::Input(Value::Object(input)) => Value::Object(op.table.with_defaults(input)),
             CallArgs::Input(input) => input,
         };
         op.validate(&input).map_err(|e| usage(e.0))?;
