@@ -714,8 +714,10 @@ impl FlagTable {
     }
 
     /// `input` with its defaults, and the first required field that has neither value nor
-    /// default, if one has not.
+    /// default, if one has not. A field under an object given as something else (`null` for a
+    /// nullable one) is not asked for: it has no place to be in.
     fn completed(&self, mut input: Map<String, Value>) -> (Map<String, Value>, Option<&FlagSpec>) {
+        let mut missing = None;
         // An object's own default first, where its parent is and it is not given (outer objects
         // come first), so that the defaults and required fields inside it then apply to it. As
         // JSON Schema has it, a default stands for a value left out: an object given in part
@@ -737,13 +739,18 @@ impl FlagTable {
                     if self.object_expected(&input, &spec.path[..spec.path.len() - 1]) {
                         let _ = insert(&mut input, &spec.path, d.clone(), false);
                     }
-                } else if spec.required {
-                    return (input, Some(spec));
+                } else if spec.required && missing.is_none() && in_objects(&input, &spec.path) {
+                    missing = Some(spec);
                 }
             }
         }
-        (input, None)
+        (input, missing)
     }
+}
+
+/// Whether every object `path` goes through is absent or an object: a value could stand there.
+fn in_objects(input: &Map<String, Value>, path: &[String]) -> bool {
+    (1..path.len()).all(|n| get(input, &path[..n]).is_none_or(Value::is_object))
 }
 
 /// `--x` and `--no-x` (null) of one string or list flag, given together.

@@ -93,7 +93,10 @@ pub fn json_inert(json: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(json.len() + 16);
     for c in json.chars() {
         if escaped(c) {
-            out.push_str(&format!("\\u{:04x}", c as u32));
+            // Past U+FFFF as its UTF-16 pair (`\ud83c\udff4`), as JSON writes such a character.
+            for unit in c.encode_utf16(&mut [0; 2]) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
         } else {
             out.push(c);
         }
@@ -308,12 +311,13 @@ mod tests {
 
     #[test]
     fn json_inert_escapes_what_does_not_show_and_keeps_the_value() {
-        let v = serde_json::json!({"a": "x\u{9b}31m\u{202e}txt\u{2028}\u{7f}\u{feff}é\u{1b}", "b\u{200b}": [1]});
+        let v = serde_json::json!({"a": "x\u{9b}31m\u{202e}txt\u{2028}\u{7f}\u{feff}é\u{1b}\u{1f3f4}\u{e0067}\u{e007f}", "b\u{200b}": [1]});
         let text = serde_json::to_string(&v).unwrap();
         let inert = json_inert(&text);
         assert!(!inert.chars().any(|c| c != ' ' && unseen(c)), "{inert}");
         assert!(inert.contains(r"\u009b") && inert.contains(r"\u202e") && inert.contains(r"\u2028"), "{inert}");
-        assert!(inert.contains('é'), "a character that shows stays as it is: {inert}");
+        assert!(inert.contains('é') && inert.contains('\u{1f3f4}'), "a character that shows stays as it is: {inert}");
+        assert!(inert.contains(r"\udb40\udc67\udb40\udc7f"), "a tag character as its UTF-16 pair: {inert}");
         assert_eq!(serde_json::from_str::<serde_json::Value>(&inert).unwrap(), v);
         assert!(matches!(json_inert(r#"{"a":"plain é"}"#), std::borrow::Cow::Borrowed(_)));
     }

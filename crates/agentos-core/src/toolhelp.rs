@@ -199,6 +199,12 @@ pub fn example_args(table: &FlagTable, input: &Value) -> String {
     out.join(" ")
 }
 
+/// Help text with no line ending in white space (a part left empty: an example without
+/// words, a tool without a description).
+fn trimmed(text: String) -> String {
+    text.lines().map(|l| format!("{}\n", l.trim_end())).collect()
+}
+
 /// `agentos-{toolkit} {tool} --help`.
 pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
     let table = flag_table(&op.input);
@@ -278,7 +284,7 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
     out.push_str(
         "\nOutput: {\"ok\":true,\"result\":...} on stdout; on failure one line on stderr and a non-zero exit code.\n",
     );
-    out
+    trimmed(out)
 }
 
 /// `agentos-{toolkit} --help`.
@@ -294,7 +300,7 @@ pub fn toolkit_help(entry: &CatalogEntry) -> String {
         out.push_str(&format!("  {name:<width$}  {}\n", one_line(&op.description)));
     }
     out.push_str(&format!("\nRun `agentos-{} <tool> --help` for a tool's flags.\n", entry.id));
-    out
+    trimmed(out)
 }
 
 /// One tool in the system prompt.
@@ -662,6 +668,13 @@ mod tests {
         assert!(!help.lines().any(|l| l.ends_with(' ')), "no line ends in a space: {help}");
         // An example's null is written as the flag that sends it, not as the text `null`.
         assert!(help.contains("agentos-w list --no-note\n"), "{help}");
+        // Parts left empty leave no white space at a line's end either.
+        let mut bare = op.clone();
+        bare.description.clear();
+        bare.examples[0].description.clear();
+        bare.examples[0].input = json!({});
+        let help = tool_help("w", "list", &bare);
+        assert!(!help.lines().any(|l| l.ends_with(' ')), "no line ends in a space: {help}");
     }
 
     fn check(schema: Value, expected: &str) {

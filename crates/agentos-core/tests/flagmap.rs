@@ -1149,3 +1149,27 @@ fn a_value_refused_by_its_one_branch_of_any_of_is_told_that_branchs_reason() {
         ],
     );
 }
+
+/// An input given as JSON gets the defaults flags get, each of them, whatever else it lacks;
+/// a required field under an object given as null is not asked for.
+#[test]
+fn json_input_gets_every_default_and_a_null_object_asks_for_nothing_inside() {
+    let s = json!({"type": "object", "required": ["a", "where"], "properties": {
+        "a": {"type": "string"},
+        "b": {"type": "integer", "default": 1},
+        "where": {"type": ["object", "null"], "required": ["lat"], "properties": {
+            "lat": {"type": "number"}, "unit": {"type": "string", "default": "deg"}}}
+    }});
+    let table = flag_table(&s);
+    let filled = table.with_defaults(serde_json::Map::new());
+    // A required object's defaults belong in it, as for flags.
+    let want = json!({"b": 1, "where": {"unit": "deg"}});
+    assert_eq!(Value::Object(filled), want, "a default past a missing field is filled in");
+    let given = json!({"a": "x", "where": {"lat": 1.5}}).as_object().unwrap().clone();
+    assert_eq!(
+        Value::Object(table.with_defaults(given)),
+        json!({"a": "x", "b": 1, "where": {"lat": 1.5, "unit": "deg"}})
+    );
+    check(&s, &["--a", "x", "--json", r#"{"where": null}"#], Ok(json!({"a": "x", "b": 1, "where": null})));
+    check(&s, &["--a", "x"], Err("Missing required flag: --where.lat"));
+}

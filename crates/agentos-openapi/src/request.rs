@@ -40,8 +40,8 @@ pub fn build_request(base_url: &str, op: &Operation, input: &Value) -> Result<Re
                             (Location::Query, _) => "a query",
                             (Location::Header, _) => "a header",
                             (Location::Cookie, _) => "a cookie",
-                            (_, Some(BodyEncoding::Json)) => "this body",
-                            _ => "a form body",
+                            (Location::BodyField, Some(BodyEncoding::Form | BodyEncoding::Multipart)) => "a form body",
+                            _ => "this body",
                         };
                         return Err(CallError::BadValue {
                             flag: r.to_string(),

@@ -327,16 +327,7 @@ impl Sent<'_> {
         // JSON is redacted again once read, for the escapes its writer may use (`\/`, `\u002B`)
         // that the bytes' forms do not know; the bytes are written anew only when that found
         // something, for the error's excerpt and the blob as much as for the inline body.
-        let mut bytes = redactor.bytes(bytes);
-        // Text in latin1 as the UTF-8 it is, redacted again as such: a secret's characters past
-        // ASCII read differently in the two.
-        let content_type = match as_utf8_text(&content_type, &bytes) {
-            Some((utf8, text)) => {
-                bytes = redactor.bytes(text);
-                utf8
-            }
-            None => content_type,
-        };
+        let (content_type, mut bytes) = redacted_text(&redactor, content_type, bytes);
         let mut parsed =
             if content_type.contains("json") { serde_json::from_slice::<Value>(&bytes).ok() } else { None };
         if !redactor.is_empty()
@@ -469,6 +460,20 @@ pub(crate) fn as_utf8_text(content_type: &str, bytes: &[u8]) -> Option<(String, 
         params.iter().filter(|p| !p.split_once('=').is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("charset")));
     let content_type = kept.map(String::as_str).chain(["charset=utf-8"]).collect::<Vec<_>>().join("; ");
     Some((content_type, decoded.into_bytes()))
+}
+
+/// An answer's bytes redacted, and as UTF-8 text when [`as_utf8_text`] reads them so, redacted
+/// again as such: a secret's characters past ASCII read differently in the two.
+pub(crate) fn redacted_text(
+    redactor: &crate::redact::Redactor,
+    content_type: String,
+    bytes: Vec<u8>,
+) -> (String, Vec<u8>) {
+    let bytes = redactor.bytes(bytes);
+    match as_utf8_text(&content_type, &bytes) {
+        Some((utf8, text)) => (utf8, redactor.bytes(text)),
+        None => (content_type, bytes),
+    }
 }
 
 /// A content type's media type and its parameters, each trimmed, empty ones left out, a `;`

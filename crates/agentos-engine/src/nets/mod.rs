@@ -1975,8 +1975,9 @@ impl Nets<'_> {
             let Ok(bytes) = crate::bindings::http::read_answer(&mut resp).await else {
                 return Err(FireError::Failed(reason));
             };
-            let (content_type, bytes) =
-                crate::bindings::http::as_utf8_text(&content_type, &bytes).unwrap_or((content_type, bytes));
+            // Redacted here too, before and after reading it as text (the result is redacted again).
+            let redactor = self.principals().redactor(secrets);
+            let (content_type, bytes) = crate::bindings::http::redacted_text(&redactor, content_type, bytes);
             // Cut as a named operation's is: at the inline limit, the token's own limit
             // deciding after.
             let inline = self.inner.dispatch.config.inline_output_bytes;
@@ -1992,8 +1993,9 @@ impl Nets<'_> {
             AnswerError::TimedOut => format!("{method} {shown_url} timed out after {timeout_ms} ms"),
             AnswerError::Failed(e) => format!("{method} {shown_url}: reading the answer: {}", describe(&e)),
         })?;
-        let (content_type, bytes) =
-            crate::bindings::http::as_utf8_text(&content_type, &bytes).unwrap_or((content_type, bytes));
+        // Redacted here too, before and after reading it as text (the result is redacted again).
+        let redactor = self.principals().redactor(secrets);
+        let (content_type, bytes) = crate::bindings::http::redacted_text(&redactor, content_type, bytes);
         let body_value = match serde_json::from_slice(&bytes) {
             Ok(v) => v,
             Err(_) => match String::from_utf8(bytes) {
@@ -2067,13 +2069,16 @@ impl Nets<'_> {
         let (tool, name) = (action.tool.as_str(), action.operation.as_str());
         // A template's hole over a field the token lacks renders `null`: taken as left out, as the
         // request's build has always taken it, not as a value of the wrong type.
+        // The rendered input is checked against the operation's whole schema, as a shell
+        // command's or an MCP client's call is, before anything is sent, with the defaults they
+        // get filled in.
+        let op = self.inner.catalog.prepared.find(&entry, tool, name).map_err(|e| FireError::Failed(e.to_string()))?;
         let input = match input {
-            Value::Object(o) => Value::Object(o.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+            Value::Object(o) => {
+                Value::Object(op.table.with_defaults(o.into_iter().filter(|(_, v)| !v.is_null()).collect()))
+            }
             other => other,
         };
-        // The rendered input is checked against the operation's whole schema, as a shell
-        // command's or an MCP client's call is, before anything is sent.
-        let op = self.inner.catalog.prepared.find(&entry, tool, name).map_err(|e| FireError::Failed(e.to_string()))?;
         op.validate(&input).map_err(|e| FireError::Failed(format!("the input of {tool} {name}: {}", e.0)))?;
         let call = crate::bindings::ValueCall {
             id: tool,
