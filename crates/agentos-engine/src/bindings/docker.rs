@@ -679,7 +679,7 @@ impl Containers {
                     ErrorKind::Unavailable,
                     "registry_unreachable",
                     format!(
-                        "the local registry {} cannot be reached: {}",
+                        "the local registry {} cannot be reached (HEAD {url}): {}",
                         self.config.registry,
                         crate::outbound::describe(&e)
                     ),
