@@ -463,14 +463,12 @@ pub fn describe(e: &(dyn std::error::Error + 'static)) -> String {
     if let Some(url) = e.downcast_ref::<reqwest::Error>().and_then(reqwest::Error::url) {
         out = out.replacen(&format!(" for url ({url})"), "", 1);
     }
-    let mut source = e.source();
-    while let Some(s) = source {
+    for s in sources(e).skip(1) {
         let text = s.to_string();
         if !out.contains(&text) {
             out.push_str(": ");
             out.push_str(&text);
         }
-        source = s.source();
     }
     out
 }
