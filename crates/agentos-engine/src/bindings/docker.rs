@@ -262,7 +262,9 @@ impl ImportImage {
         }
         // The throwaway container goes in every outcome, whatever validation answered.
         let _room = docker.validating().await?;
-        let port = free_port()?;
+        // Held until the container is removed below.
+        let lease = free_port()?;
+        let port = lease.port;
         let name =
             format!("agentos-validate-{}-{}", header.id, &sha256_hex(format!("{:?}", Instant::now()).as_bytes())[..8]);
         crate::progress::report(format!("starting a validation container on port {port}"));
@@ -273,6 +275,7 @@ impl ImportImage {
         };
         let _ =
             client.remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
+        drop(lease);
         let bytes = outcome?;
         let refused = |e: agentos_openapi::ImportError| {
             CoreError::bad_input("invalid_openapi", format!("the image's document at {path} is not usable: {e}"))
@@ -395,7 +398,14 @@ async fn wait_listening(client: &Docker, name: &str, port: u16, limit: Duration)
     let mut n = 0u32;
     loop {
         if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
-            return Listening::Yes;
+            // Something listens: the container, unless it failed to bind (a process outside
+            // the port locks took the port first) and that other process is what answered.
+            return match client.inspect_container(name, None).await.ok().and_then(|i| i.state) {
+                Some(state) if state.running == Some(false) => {
+                    Listening::Exited(state.exit_code.unwrap_or(-1), last_log_line(client, name).await)
+                }
+                _ => Listening::Yes,
+            };
         }
         n += 1;
         // The engine is asked now and then, not on every poll.
@@ -427,11 +437,116 @@ async fn last_log_line(client: &Docker, name: &str) -> String {
         .unwrap_or_default()
 }
 
-/// A loopback port free right now, for a container to listen on.
-fn free_port() -> Result<u16, EngineError> {
+/// A loopback port a container is to listen on, kept from every other master on this host (and
+/// from this master's other starts) for as long as it is held. The kernel gives a port free right
+/// now; nothing binds it until the container does, so without a lock two masters on one host
+/// (containers share the host's network) could be given the same port in those moments, and the
+/// calls of one entry would reach the other's container. Worse, a container that never listens
+/// leaves its port free for its whole start, and whatever listens there meanwhile would be taken
+/// for it. Each master therefore locks `<temp dir>/agentos-ports/<port>` (`flock`, released when
+/// the process dies) and passes over a port another holds. Held by the validation container for
+/// its run and by a warm container for its life.
+pub(crate) struct PortLease {
+    port: u16,
+    /// `None` when the lock folder cannot be used: the port is then the kernel's alone (warned).
+    _lock: Option<std::fs::File>,
+}
+
+impl std::fmt::Debug for PortLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PortLease({})", self.port)
+    }
+}
+
+/// A port the kernel says is free and no other master holds.
+fn free_port() -> Result<PortLease, EngineError> {
+    lease_among(std::iter::repeat_with(kernel_port))
+}
+
+/// The first of `ports` no other master holds (at most 64 tried).
+fn lease_among(ports: impl Iterator<Item = Result<u16, EngineError>>) -> Result<PortLease, EngineError> {
+    let Some(dir) = lock_folder() else {
+        let mut ports = ports;
+        let port = ports.next().unwrap_or_else(|| Err(CoreError::internal("no free port").into()))?;
+        return Ok(PortLease { port, _lock: None });
+    };
+    for port in ports.take(64) {
+        let port = port?;
+        let path = dir.join(port.to_string());
+        let file = match open_lock(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "a port's lock file cannot be opened; the port is used unlocked");
+                return Ok(PortLease { port, _lock: None });
+            }
+        };
+        match file.try_lock() {
+            Ok(()) => return Ok(PortLease { port, _lock: Some(file) }),
+            Err(std::fs::TryLockError::WouldBlock) => continue,
+            Err(std::fs::TryLockError::Error(e)) => {
+                tracing::warn!(path = %path.display(), error = %e, "a port cannot be locked; the port is used unlocked");
+                return Ok(PortLease { port, _lock: None });
+            }
+        }
+    }
+    Err(CoreError::new(
+        ErrorKind::Unavailable,
+        "no_free_port",
+        "every free port the kernel offered is held by another master's container; try again",
+    )
+    .into())
+}
+
+/// A loopback port free right now.
+fn kernel_port() -> Result<u16, EngineError> {
     let l =
         std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| CoreError::internal(format!("no free port: {e}")))?;
     Ok(l.local_addr().map_err(|e| CoreError::internal(e.to_string()))?.port())
+}
+
+/// The folder of the hosts' port locks, shared by every user (sticky, like `/tmp`); `None`,
+/// warned once, when it cannot be made or is not a plain folder.
+fn lock_folder() -> Option<std::path::PathBuf> {
+    static FOLDER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    FOLDER
+        .get_or_init(|| {
+            use std::os::unix::fs::PermissionsExt;
+            let dir = std::env::temp_dir().join("agentos-ports");
+            match std::fs::create_dir(&dir) {
+                Ok(()) => {
+                    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    tracing::warn!(path = %dir.display(), error = %e, "no folder for port locks: two masters on this host could give two containers one port");
+                    return None;
+                }
+            }
+            match std::fs::symlink_metadata(&dir) {
+                Ok(m) if m.is_dir() => Some(dir),
+                _ => {
+                    tracing::warn!(path = %dir.display(), "the port lock folder is not a folder: two masters on this host could give two containers one port");
+                    None
+                }
+            }
+        })
+        .clone()
+}
+
+/// Opens (or makes) a port's lock file, never through a symbolic link. Another user's file is
+/// opened for reading, which is all a lock needs.
+fn open_lock(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path),
+        other => other,
+    }
 }
 
 /// An engine error as the plain error a warm start records for the calls waiting on it.
@@ -587,6 +702,9 @@ type WarmSlot = Arc<tokio::sync::Mutex<Option<Arc<Warm>>>>;
 pub(crate) struct Warm {
     name: String,
     port: u16,
+    /// Keeps `port` from other masters' containers while this one lives (and after it died,
+    /// until it is replaced): a call checks the port to tell whether it still runs.
+    _lease: PortLease,
     /// The sha256 of the secrets it was started with (names and values): a call whose secrets
     /// differ (one rotated, dropped or added) gets a new container, since a running one keeps
     /// the environment it started with.
@@ -872,7 +990,8 @@ impl Containers {
         if client.inspect_image(&pinned).await.is_err() {
             pull(&client, &pinned).await.map_err(core)?;
         }
-        let port = free_port().map_err(core)?;
+        let lease = free_port().map_err(core)?;
+        let port = lease.port;
         let name = format!("agentos-run-{}-{}", &b.digest.trim_start_matches("sha256:")[..12], port);
         self.start(&client, &name, &pinned, port, "run", secrets).await.map_err(core)?;
         match wait_listening(&client, &name, port, self.config.start_timeout).await {
@@ -894,8 +1013,14 @@ impl Containers {
                 ));
             }
         }
-        let w =
-            Arc::new(Warm { name, port, env, last_used: Mutex::new(Instant::now()), in_flight: AtomicUsize::new(0) });
+        let w = Arc::new(Warm {
+            name,
+            port,
+            _lease: lease,
+            env,
+            last_used: Mutex::new(Instant::now()),
+            in_flight: AtomicUsize::new(0),
+        });
         tokio::spawn(watch_idle(Arc::downgrade(&engine.inner), key.to_string(), Arc::downgrade(&w)));
         Ok(w)
     }
@@ -1100,6 +1225,22 @@ async fn watch_idle(engine: std::sync::Weak<crate::engine::Inner>, key: String, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_another_master_holds_is_passed_over_and_free_again_once_let_go() {
+        assert!(lock_folder().is_some(), "the port lock folder is usable here");
+        let held = free_port().unwrap();
+        // A lock is per open file: another master's attempt, made here through a file of its own.
+        let offered = [Ok(held.port)].into_iter().chain(std::iter::repeat_with(kernel_port));
+        let other = lease_among(offered).unwrap();
+        assert_ne!(other.port, held.port, "the held port was given twice");
+        let e = lease_among(std::iter::repeat_with(|| Ok(held.port))).unwrap_err();
+        assert_eq!(e.code(), "no_free_port", "{e}");
+        let port = held.port;
+        drop(held);
+        let again = lease_among(std::iter::once(Ok(port))).unwrap();
+        assert_eq!(again.port, port, "a port let go is free to the next start");
+    }
 
     #[test]
     fn only_the_local_registrys_tags_are_imported() {
