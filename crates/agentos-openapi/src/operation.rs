@@ -222,6 +222,45 @@ impl Field {
     }
 }
 
+/// `schema` without the null it allows at its top: `null` out of a type list (one type left is
+/// that type), `{"type": "null"}` out of an `anyOf`/`oneOf` (one branch left is merged into the
+/// schema where it adds keys), and null out of an `enum`. A schema that is only null is left.
+fn without_null(schema: &mut Value) {
+    let Value::Object(s) = schema else { return };
+    if let Some(Value::Array(ts)) = s.get_mut("type")
+        && ts.len() > 1
+        && ts.iter().any(|t| t == "null")
+    {
+        ts.retain(|t| t != "null");
+        if ts.len() == 1 {
+            let t = ts.remove(0);
+            s.insert("type".into(), t);
+        }
+    }
+    if let Some(Value::Array(vs)) = s.get_mut("enum")
+        && vs.len() > 1
+    {
+        vs.retain(|v| !v.is_null());
+    }
+    for key in ["anyOf", "oneOf"] {
+        let Some(Value::Array(mut branches)) = s.remove(key) else { continue };
+        let is_null = |b: &Value| b.get("type").and_then(Value::as_str) == Some("null");
+        let strip = branches.len() > 1 && branches.iter().any(is_null) && !branches.iter().all(is_null);
+        if strip {
+            branches.retain(|b| !is_null(b));
+        }
+        match branches.as_slice() {
+            [Value::Object(only)] if strip && only.keys().all(|k| !s.contains_key(k)) => {
+                let only = only.clone();
+                s.extend(only);
+            }
+            _ => {
+                s.insert(key.into(), Value::Array(branches));
+            }
+        }
+    }
+}
+
 /// Whether `name` is an HTTP token (RFC 9110, 5.6.2), as a header's or a cookie's name must be.
 fn is_token(name: &str) -> bool {
     name.bytes().all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
@@ -343,6 +382,15 @@ fn build<'d>(
         Some(rb) => request_body(&mut conv, doc, rb, &mut fields)?,
         None => None,
     };
+    // A required value that its place cannot send as null (all but a JSON body's field: a call
+    // refuses it, "cannot carry null") is not offered null: no `--no-x`, no `|null`, no null in
+    // the tool's schema, whatever the document's `nullable` says.
+    let json_body = body.as_ref().is_some_and(|b| b.encoding == BodyEncoding::Json);
+    for f in fields.iter_mut().filter(|f| f.required) {
+        if !(f.location == Location::BodyField && json_body) {
+            without_null(&mut f.schema);
+        }
+    }
 
     // The document's own names are settled first: a body's extra keys take whatever name is
     // left, so that they never rename a field the document has.

@@ -175,6 +175,45 @@ fn nulls_of_both_versions_become_type_arrays() {
     assert_eq!(p["d"], json!({"type": "integer", "exclusiveMinimum": 0}));
 }
 
+/// A required value whose place cannot carry null (path, query, header, cookie, a form's field)
+/// is not offered null: a call would refuse it. An optional one keeps it (null leaves it out),
+/// and so does a required field of a JSON body (null is sent).
+#[test]
+fn null_is_offered_only_where_a_call_can_send_it() {
+    let query = |name: &str, required: bool, schema: Value| json!({"name": name, "in": "query", "required": required, "schema": schema});
+    let i = ok(&doc(json!({"/q/{id}": {"post": {"operationId": "q", "parameters": [
+        {"name": "id", "in": "path", "required": true, "schema": {"type": "string", "nullable": true}},
+        query("since", true, json!({"type": ["integer", "null"], "minimum": 0})),
+        query("mode", true, json!({"enum": ["a", "b", null]})),
+        query("tag", true, json!({"anyOf": [{"type": "string", "maxLength": 9}, {"type": "null"}], "title": "Tag"})),
+        query("pick", true, json!({"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]})),
+        query("only", true, json!({"type": "null"})),
+        query("later", false, json!({"type": ["string", "null"]})),
+        {"name": "X-Key", "in": "header", "required": true, "schema": {"type": ["string", "null"]}}
+    ], "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object",
+        "required": ["note"], "properties": {"note": {"type": ["string", "null"]}}}}}}, "responses": {}}}})));
+    let p = &op(&i, "q").input_schema["properties"];
+    assert_eq!(p["id"]["type"], "string");
+    assert_eq!(p["since"], json!({"type": "integer", "minimum": 0}));
+    assert_eq!(p["mode"]["enum"], json!(["a", "b"]));
+    assert_eq!(p["tag"], json!({"type": "string", "maxLength": 9, "title": "Tag"}));
+    assert_eq!(p["pick"]["oneOf"], json!([{"type": "string"}, {"type": "integer"}]));
+    assert_eq!(p["only"], json!({"type": "null"}), "a schema that is only null is left as written");
+    assert_eq!(p["later"]["type"], json!(["string", "null"]), "an optional query's null leaves it out");
+    assert_eq!(p["x-key"]["type"], "string");
+    assert_eq!(p["note"]["type"], json!(["string", "null"]), "a JSON body sends null");
+    let flags = flag_table(&op(&i, "q").input_schema);
+    let no_form: Vec<&str> = flags.flags.iter().filter(|f| f.takes_no_form()).map(|f| f.flag.as_str()).collect();
+    assert_eq!(no_form, ["later", "note"]);
+
+    let form = ok(&doc(json!({"/f": {"post": {"operationId": "f", "requestBody": {"required": true, "content": {
+        "application/x-www-form-urlencoded": {"schema": {"type": "object", "required": ["a"], "properties": {
+            "a": {"type": ["string", "null"]}, "b": {"type": ["string", "null"]}}}}}}, "responses": {}}}})));
+    let p = &op(&form, "f").input_schema["properties"];
+    assert_eq!(p["a"]["type"], "string", "a required form field");
+    assert_eq!(p["b"]["type"], json!(["string", "null"]));
+}
+
 #[test]
 fn path_level_parameters_merge_and_the_operation_wins() {
     let i = ok(&doc_with(
