@@ -132,7 +132,21 @@ pub struct FlagTable {
     /// default), and its default. Defaults inside an object are only filled in when the object
     /// is there or must be: nothing in `flags` says whether an object is optional once its
     /// fields have defaults. An object's own default is filled in where its parent is.
-    objects: Vec<(Vec<String>, bool, Option<Value>)>,
+    objects: Vec<ObjectSpec>,
+}
+
+/// A nested object that has flags (`--where.lat`).
+#[derive(Debug, Clone, PartialEq, Default)]
+struct ObjectSpec {
+    path: Vec<String>,
+    /// Its flags' prefix (`where` of `--where.lat`).
+    flag: String,
+    /// Its parent requires it, and it has no default.
+    required: bool,
+    default: Option<Value>,
+    /// It may be null (`Optional[SubModel]`): `--no-{flag}` sends null for the whole object,
+    /// which no flag of its fields can say. False when that name is another flag's.
+    null_form: bool,
 }
 
 /// `fullPageURL` → `full-page-url`; `snake_case` → `snake-case`.
@@ -259,6 +273,13 @@ fn distinct_flags(table: &mut FlagTable) {
     use std::collections::HashSet;
     let negations: HashSet<String> =
         table.flags.iter().filter(|f| f.takes_no_form()).map(|f| format!("no-{}", f.flag)).collect();
+    // An object's null form (`--no-where`) yields to a flag's own name or false form, which
+    // came first: a property spelled `no-where`, or a boolean `where_` beside the object.
+    let flag_names: HashSet<&str> = table.flags.iter().map(|f| f.flag.as_str()).collect();
+    for o in table.objects.iter_mut().filter(|o| o.null_form) {
+        let name = format!("no-{}", o.flag);
+        o.null_form = !flag_names.contains(name.as_str()) && !negations.contains(&name);
+    }
     // First pass: which flags collide, and every name taken or that could be (the first of each
     // name, the tool's own flags, the booleans' false forms, the strings' `-file` forms).
     let mut kept: HashSet<String> = HashSet::new();
@@ -422,7 +443,14 @@ fn collect(schema: &Value, path: &mut Vec<String>, prefix: &mut String, parent_r
         let nested = type_of(prop) == Some("object")
             && prop.get("properties").and_then(Value::as_object).is_some_and(|p| !p.is_empty());
         if nested {
-            table.objects.push((path.clone(), required.contains(&name.as_str()) && default.is_none(), default.clone()));
+            table.objects.push(ObjectSpec {
+                path: path.clone(),
+                flag: flag.clone(),
+                required: required.contains(&name.as_str()) && default.is_none(),
+                default: default.clone(),
+                null_form: matches!(prop.get("type"), Some(Value::Array(ts)) if ts.iter().any(|t| t == "null"))
+                    && typeable(last_part(&flag)),
+            });
             let mut p = flag.clone();
             collect(prop, path, &mut p, is_required, table);
         } else {
@@ -512,6 +540,17 @@ impl FlagTable {
         name.strip_prefix("no-").and_then(|n| self.find(n)).filter(|s| s.takes_no_form())
     }
 
+    /// The object that `--{name}` sets to null (`--no-where` for an `Optional` object `where`).
+    fn nulled_object(&self, name: &str) -> Option<&ObjectSpec> {
+        name.strip_prefix("no-").and_then(|n| self.objects.iter().find(|o| o.null_form && o.flag == n))
+    }
+
+    /// The `--no-{flag}` forms of the objects that may be null, with their paths: what `--help`
+    /// lists beside the flags.
+    pub fn null_objects(&self) -> impl Iterator<Item = (&str, &[String])> {
+        self.objects.iter().filter(|o| o.null_form).map(|o| (o.flag.as_str(), o.path.as_slice()))
+    }
+
     /// The flag closest to `name`, for "did you mean".
     fn nearest(&self, name: &str) -> Option<String> {
         let mut names: Vec<String> = self.flags.iter().map(|f| f.flag.clone()).collect();
@@ -540,7 +579,7 @@ impl FlagTable {
         if path.is_empty() || get(input, path).is_some() {
             return true;
         }
-        let required = self.objects.iter().any(|(p, required, _)| p.as_slice() == path && *required);
+        let required = self.objects.iter().any(|o| o.path.as_slice() == path && o.required);
         required && self.object_expected(input, &path[..path.len() - 1])
     }
 
@@ -562,6 +601,14 @@ impl FlagTable {
         let mut set_flags: Vec<&FlagSpec> = Vec::new();
         // The string and list flags given as `--no-x` (null).
         let mut nulled: Vec<String> = Vec::new();
+        // The objects given as `--no-x` (null): none of their fields' flags may be given too.
+        let mut nulled_objects: Vec<&ObjectSpec> = Vec::new();
+        let under_nulled = |spec: &FlagSpec, nulled_objects: &[&ObjectSpec]| -> Result<(), UsageError> {
+            match nulled_objects.iter().find(|o| spec.path.starts_with(&o.path)) {
+                Some(o) => Err(UsageError(object_both_given(o, &spec.flag))),
+                None => Ok(()),
+            }
+        };
         let mut i = 0;
         let err = |m: String| Err(UsageError(m));
         while i < args.len() {
@@ -604,8 +651,24 @@ impl FlagTable {
                 Some(s) => (s, false),
                 None => match self.negated(name) {
                     Some(s) => (s, true),
+                    None if self.nulled_object(name).is_some() => {
+                        let object = self.nulled_object(name).unwrap_or_else(|| unreachable!());
+                        if inline.is_some() {
+                            return err(format!("--no-{} takes no value (it sends null)", object.flag));
+                        }
+                        if let Some(given) = set_flags.iter().find(|s| s.path.starts_with(&object.path)) {
+                            return err(object_both_given(object, &given.flag));
+                        }
+                        if !nulled_objects.iter().any(|o| o.path == object.path) {
+                            nulled_objects.push(object);
+                        }
+                        insert(&mut input, &object.path, Value::Null, false)
+                            .map_err(|e| UsageError(format!("--no-{}: {e}", object.flag)))?;
+                        continue;
+                    }
                     None if self.file_flag(name).is_some() => {
                         let spec = self.file_flag(name).unwrap_or_else(|| unreachable!());
+                        under_nulled(spec, &nulled_objects)?;
                         let next = args.get(i).filter(|n| !n.starts_with("--")).cloned().inspect(|_| i += 1);
                         let Some(raw) = inline.or(next) else {
                             return err(format!("--{name} needs a path"));
@@ -640,6 +703,7 @@ impl FlagTable {
             };
             // `--no-x` of a string or list that may be null, and `--x` beside it, would each undo
             // the other: one of the two is a mistake, and which the caller meant is theirs to say.
+            under_nulled(spec, &nulled_objects)?;
             let both =
                 if negated { set_flags.iter().any(|s| s.flag == spec.flag) } else { nulled.contains(&spec.flag) };
             if both && spec.null_form {
@@ -722,7 +786,7 @@ impl FlagTable {
         // come first), so that the defaults and required fields inside it then apply to it. As
         // JSON Schema has it, a default stands for a value left out: an object given in part
         // (`--where.lon 3`) is the caller's, and is not merged with it.
-        for (path, _, default) in &self.objects {
+        for ObjectSpec { path, default, .. } in &self.objects {
             if let Some(d) = default
                 && get(&input, path).is_none()
                 && self.object_expected(&input, &path[..path.len() - 1])
@@ -757,6 +821,12 @@ fn in_objects(input: &Map<String, Value>, path: &[String]) -> bool {
 fn both_given(spec: &FlagSpec) -> String {
     let f = &spec.flag;
     format!("--{f} and --no-{f} are both given: --no-{f} sends null; give one of them")
+}
+
+/// A field's flag and `--no-x` of the object it is in (null for the whole object), given together.
+fn object_both_given(object: &ObjectSpec, field: &str) -> String {
+    let o = &object.flag;
+    format!("--{field} and --no-{o} are both given: --no-{o} sends null for the whole of {o}; give one of them")
 }
 
 /// A value refused by a flag that also takes `null` says so: "expected an integer, or null".

@@ -196,6 +196,12 @@ pub fn example_args(table: &FlagTable, input: &Value) -> String {
             _ => out.push(one(v)),
         }
     }
+    // An object that may be null, given null: no flag of its fields says it.
+    for (flag, path) in table.null_objects() {
+        if lookup(input, path).is_some_and(Value::is_null) {
+            out.push(shell_quote(&format!("--no-{}", inert(flag))));
+        }
+    }
     out.join(" ")
 }
 
@@ -223,10 +229,18 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
         json_lines.push(("--<flag>-file <path>", "a string flag's value read from a file"));
     }
     out.push_str("\nFlags:\n");
+    // `--no-where` of an object that may be null, after its fields' flags.
+    let null_objects: Vec<(String, String)> = table
+        .null_objects()
+        .map(|(flag, _)| {
+            (dashed(&format!("no-{flag}")), format!("{} as null, instead of its fields' flags", inert(flag)))
+        })
+        .collect();
     let width = table
         .flags
         .iter()
         .map(|f| flag_usage(f).trim_matches(['[', ']']).len())
+        .chain(null_objects.iter().map(|(h, _)| h.len()))
         .chain(json_lines.iter().map(|(h, _)| h.len()))
         .max()
         .unwrap_or(0)
@@ -267,6 +281,9 @@ pub fn tool_help(toolkit: &str, tool: &str, op: &Operation) -> String {
             out.push_str(line.trim_end());
             out.push('\n');
         }
+    }
+    for (head, what) in &null_objects {
+        out.push_str(&format!("  {head:<width$}  {what}\n"));
     }
     for (head, what) in json_lines {
         out.push_str(&format!("  {head:<width$}  {what}\n"));

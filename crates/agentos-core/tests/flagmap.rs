@@ -1173,3 +1173,55 @@ fn json_input_gets_every_default_and_a_null_object_asks_for_nothing_inside() {
     check(&s, &["--a", "x", "--json", r#"{"where": null}"#], Ok(json!({"a": "x", "b": 1, "where": null})));
     check(&s, &["--a", "x"], Err("Missing required flag: --where.lat"));
 }
+
+/// An object that may be null (`Optional[SubModel]`, `nullable`) takes `--no-x` for null, which
+/// none of its fields' flags can say; beside one of them it is refused, either way round.
+#[test]
+fn an_object_that_may_be_null_takes_no_x_for_null() {
+    let s = json!({"type": "object", "required": ["where"], "properties": {
+        "a": {"type": "string"},
+        "where": {"type": ["object", "null"], "required": ["lat"], "properties": {
+            "lat": {"type": "number"}, "unit": {"type": "string", "default": "deg"},
+            "inner": {"anyOf": [{"type": "object", "properties": {"k": {"type": "string"}}}, {"type": "null"}]}}},
+        "fixed": {"type": "object", "properties": {"x": {"type": "integer"}}}
+    }});
+    check(&s, &["--no-where"], Ok(json!({"where": null})));
+    check(&s, &["--a", "b", "--no-where", "--no-where"], Ok(json!({"a": "b", "where": null})));
+    // Flags win over `--json`, as for every other flag.
+    check(&s, &["--json", r#"{"where": {"lat": 1}}"#, "--no-where"], Ok(json!({"where": null})));
+    check(
+        &s,
+        &["--where.lat", "1", "--no-where.inner"],
+        Ok(json!({"where": {"lat": 1, "unit": "deg", "inner": null}})),
+    );
+    let both =
+        "--where.lat and --no-where are both given: --no-where sends null for the whole of where; give one of them";
+    check(&s, &["--where.lat", "1", "--no-where"], Err(both));
+    check(&s, &["--no-where", "--where.lat", "1"], Err(both));
+    check(&s, &["--no-where", "--where.inner.k", "v"], Err("--where.inner.k and --no-where are both given"));
+    check(&s, &["--no-where=1"], Err("--no-where takes no value (it sends null)"));
+    // An object that may not be null has no such flag.
+    check(&s, &["--no-where", "--no-fixed"], Err("unknown flag --no-fixed"));
+
+    // A flag already spelled so keeps it: the object's null goes through `--json` then.
+    let taken = json!({"type": "object", "properties": {
+        "no-where": {"type": "string"},
+        "where": {"type": ["object", "null"], "properties": {"lat": {"type": "number"}}}
+    }});
+    check(&taken, &["--no-where", "x"], Ok(json!({"no-where": "x"})));
+    let table = flag_table(&taken);
+    assert_eq!(table.null_objects().count(), 0);
+
+    // `--help` lists it after the fields' flags, and an example given null is written with it.
+    let op = agentos_core::entry::Operation {
+        description: String::new(),
+        input: s.clone(),
+        output: None,
+        examples: vec![agentos_core::entry::Example { description: "nowhere".into(), input: json!({"where": null}) }],
+    };
+    let help = agentos_core::toolhelp::tool_help("geo", "find", &op);
+    assert!(help.contains("  --no-where "), "{help}");
+    assert!(help.contains("where as null, instead of its fields' flags"), "{help}");
+    assert!(help.contains("--no-where.inner"), "{help}");
+    assert!(help.contains("agentos-geo find --no-where\n"), "{help}");
+}
