@@ -601,6 +601,8 @@ impl FlagTable {
         let mut set_flags: Vec<&FlagSpec> = Vec::new();
         // The string and list flags given as `--no-x` (null).
         let mut nulled: Vec<String> = Vec::new();
+        // The booleans given, and whether as `--no-x`: `--x` beside `--no-x` is refused.
+        let mut booleans: Vec<(&str, bool)> = Vec::new();
         // The objects given as `--no-x` (null): none of their fields' flags may be given too.
         let mut nulled_objects: Vec<&ObjectSpec> = Vec::new();
         let under_nulled = |spec: &FlagSpec, nulled_objects: &[&ObjectSpec]| -> Result<(), UsageError> {
@@ -719,6 +721,13 @@ impl FlagTable {
                 continue;
             }
             let value = if spec.ty == FlagType::Boolean {
+                // As for text: `--x` and `--no-x` each undo the other, and which was meant is
+                // the caller's to say (the last one won, so a mistake passed unseen).
+                if booleans.iter().any(|(f, n)| *f == spec.flag && *n != negated) {
+                    let f = &spec.flag;
+                    return err(format!("--{f} and --no-{f} are both given: give one of them"));
+                }
+                booleans.push((&spec.flag, negated));
                 // `--overwrite-file=true` from a shell command arrives marked as a file it read.
                 let inline = inline.map(|v| unmark_file(&v).map_or(v.clone(), |(path, _)| path.to_string()));
                 match (negated, inline.as_deref()) {

@@ -148,8 +148,14 @@ fn booleans() {
             (&["--no-full-page"], Ok(json!({"fullPage": false}))),
             (&["--full-page=true"], Ok(json!({"fullPage": true}))),
             (&["--full-page=false"], Ok(json!({"fullPage": false}))),
-            (&["--full-page", "--no-full-page"], Ok(json!({"fullPage": false}))),
-            (&["--no-full-page", "--full-page"], Ok(json!({"fullPage": true}))),
+            // Each undoes the other: one of the two is a mistake, as for text's `--no-x`.
+            (
+                &["--full-page", "--no-full-page"],
+                Err("^--full-page and --no-full-page are both given: give one of them"),
+            ),
+            (&["--no-full-page", "--full-page=true"], Err("^--full-page and --no-full-page are both given")),
+            (&["--full-page", "--full-page"], Ok(json!({"fullPage": true}))),
+            (&["--no-full-page", "--no-full-page"], Ok(json!({"fullPage": false}))),
             // A boolean takes no separate value: the next word is a positional argument.
             (&["--full-page", "false"], Err(r#"^unexpected argument "false""#)),
             (&["--full-page=yes"], Err(r#"^--full-page: expected true or false, got "yes""#)),
