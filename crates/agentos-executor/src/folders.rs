@@ -47,10 +47,11 @@ impl Folders {
                 continue;
             };
             let Ok(pid) = pid.0.parse::<u32>() else { continue };
-            if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-                if let Err(e) = remove_tree(&entry.path()) {
-                    tracing::warn!(folder = %entry.path().display(), error = %e, "cannot remove a dead executor's job folder");
-                }
+            if pid != std::process::id()
+                && !Path::new(&format!("/proc/{pid}")).exists()
+                && let Err(e) = remove_tree(&entry.path())
+            {
+                tracing::warn!(folder = %entry.path().display(), error = %e, "cannot remove a dead executor's job folder");
             }
         }
     }

@@ -80,10 +80,10 @@ pub(crate) fn refuse_external_refs(doc: &Value) -> Result<(), ImportError> {
 fn find_external<'a>(v: &'a Value, path: &mut Vec<String>) -> Option<&'a str> {
     match v {
         Value::Object(o) => {
-            if let Some(Value::String(r)) = o.get("$ref") {
-                if !r.starts_with('#') {
-                    return Some(r);
-                }
+            if let Some(Value::String(r)) = o.get("$ref")
+                && !r.starts_with('#')
+            {
+                return Some(r);
             }
             let mut entries: Vec<(&String, &Value)> = o.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));

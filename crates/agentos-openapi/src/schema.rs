@@ -356,10 +356,10 @@ fn make_nullable(out: &mut Map<String, Value>) {
     if let Some(t) = with_null {
         out.insert("type".into(), t);
     }
-    if let Some(Value::Array(e)) = out.get_mut("enum") {
-        if !e.contains(&Value::Null) {
-            e.push(Value::Null);
-        }
+    if let Some(Value::Array(e)) = out.get_mut("enum")
+        && !e.contains(&Value::Null)
+    {
+        e.push(Value::Null);
     }
 }
 
