@@ -428,6 +428,35 @@ fn a_master_killed_during_an_import_leaves_no_half_entry_and_no_container() {
     std::thread::sleep(Duration::from_millis(10));
 }
 
+/// A caller that goes away during an import (its connection closed while the image is being
+/// validated) leaves no container behind: the validation container used to run on, its port
+/// let go, until the master's next start.
+#[test]
+fn an_import_whose_caller_went_away_leaves_no_container() {
+    use std::io::Write;
+    let prefix = images();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("master");
+    let _leftovers = Leftovers(data.clone());
+    let m = Master::start_with(&data, &["--docker-start-timeout-ms", "60000"]);
+    let body = json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": format!("{prefix}/silent:2"), "id": "gone"})
+        .to_string();
+    let addr = m.url.strip_prefix("http://").unwrap().to_string();
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        conn,
+        "POST /api/commands HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        m.token,
+        body.len()
+    )
+    .unwrap();
+    common::wait_for("the validation container", || !containers_of(&data).is_empty());
+    drop(conn);
+    // Well within the 60 s the container had to listen (`wait_for` gives 20 s).
+    common::wait_for("the validation container to be removed", || containers_of(&data).is_empty());
+    assert_eq!(m.client().get("/api/tool-catalog/gone").0, 404, "no entry");
+}
+
 #[test]
 fn an_image_whose_document_names_a_server_path_is_called_under_it() {
     let prefix = images();

@@ -262,20 +262,20 @@ impl ImportImage {
         }
         // The throwaway container goes in every outcome, whatever validation answered.
         let _room = docker.validating().await?;
-        // Held until the container is removed below.
         let lease = free_port()?;
         let port = lease.port;
         let name =
             format!("agentos-validate-{}-{}", header.id, &sha256_hex(format!("{:?}", Instant::now()).as_bytes())[..8]);
+        // Removed, its port held until then, however this ends: below, or when the request
+        // that imports goes away mid-way (this future is then dropped).
+        let throwaway = Throwaway { engine: engine.clone(), name: name.clone(), lease: Some(lease) };
         crate::progress::report(format!("starting a validation container on port {port}"));
         let started = docker.start(&client, &name, &pinned, port, "validate", &[]).await;
         let outcome = match started {
             Ok(()) => validate(&client, &name, port, &path, docker.config.start_timeout).await,
             Err(e) => Err(e),
         };
-        let _ =
-            client.remove_container(&name, Some(RemoveContainerOptions { force: true, ..Default::default() })).await;
-        drop(lease);
+        throwaway.remove().await;
         let bytes = outcome?;
         let refused = |e: agentos_openapi::ImportError| {
             CoreError::bad_input("invalid_openapi", format!("the image's document at {path} is not usable: {e}"))
@@ -305,6 +305,31 @@ impl ImportImage {
             entry.version = imported.version;
         }
         Ok(Plan { model, entry, blobs: vec![(urn, bytes)] })
+    }
+}
+
+/// A validation container, removed when its import is done with it or gone.
+struct Throwaway {
+    engine: Engine,
+    name: String,
+    /// `None` once removed.
+    lease: Option<PortLease>,
+}
+
+impl Throwaway {
+    async fn remove(mut self) {
+        let lease = self.lease.take();
+        self.engine.inner.docker.remove(&self.name, lease).await;
+    }
+}
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        let Some(lease) = self.lease.take() else { return };
+        let (engine, name) = (self.engine.clone(), std::mem::take(&mut self.name));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move { engine.inner.docker.remove(&name, Some(lease)).await });
+        }
     }
 }
 
@@ -465,26 +490,18 @@ fn free_port() -> Result<PortLease, EngineError> {
 
 /// The first of `ports` no other master holds (at most 64 tried).
 fn lease_among(ports: impl Iterator<Item = Result<u16, EngineError>>) -> Result<PortLease, EngineError> {
+    let mut ports = ports;
     let Some(dir) = lock_folder() else {
-        let mut ports = ports;
         let port = ports.next().unwrap_or_else(|| Err(CoreError::internal("no free port").into()))?;
         return Ok(PortLease { port, _lock: None });
     };
     for port in ports.take(64) {
         let port = port?;
-        let path = dir.join(port.to_string());
-        let file = match open_lock(&path) {
-            Ok(f) => f,
+        match lock_port(dir, port) {
+            Ok(Some(file)) => return Ok(PortLease { port, _lock: Some(file) }),
+            Ok(None) => continue,
             Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "a port's lock file cannot be opened; the port is used unlocked");
-                return Ok(PortLease { port, _lock: None });
-            }
-        };
-        match file.try_lock() {
-            Ok(()) => return Ok(PortLease { port, _lock: Some(file) }),
-            Err(std::fs::TryLockError::WouldBlock) => continue,
-            Err(std::fs::TryLockError::Error(e)) => {
-                tracing::warn!(path = %path.display(), error = %e, "a port cannot be locked; the port is used unlocked");
+                unlocked_once(&format!("the port lock folder refuses a lock file ({e})"));
                 return Ok(PortLease { port, _lock: None });
             }
         }
@@ -497,6 +514,16 @@ fn lease_among(ports: impl Iterator<Item = Result<u16, EngineError>>) -> Result<
     .into())
 }
 
+/// Warns, once per process, that ports are used without their locks.
+fn unlocked_once(why: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "{why}: container ports are used unlocked, so two masters on this host could give two containers one port"
+        );
+    }
+}
+
 /// A loopback port free right now.
 fn kernel_port() -> Result<u16, EngineError> {
     let l =
@@ -504,13 +531,15 @@ fn kernel_port() -> Result<u16, EngineError> {
     Ok(l.local_addr().map_err(|e| CoreError::internal(e.to_string()))?.port())
 }
 
-/// The folder of the hosts' port locks, shared by every user (sticky, like `/tmp`); `None`,
-/// warned once, when it cannot be made or is not a plain folder.
-fn lock_folder() -> Option<std::path::PathBuf> {
-    static FOLDER: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+/// The folder of the host's port locks (`<temp dir>/agentos-ports`), shared by every user
+/// (sticky, like `/tmp`), opened once: lock files are opened relative to it, so that the folder
+/// renamed and replaced by a link later leads nowhere else. `None` (warned) when it cannot be
+/// made or is not a plain folder (a link).
+fn lock_folder() -> Option<&'static std::fs::File> {
+    static FOLDER: std::sync::OnceLock<Option<std::fs::File>> = std::sync::OnceLock::new();
     FOLDER
         .get_or_init(|| {
-            use std::os::unix::fs::PermissionsExt;
+            use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
             let dir = std::env::temp_dir().join("agentos-ports");
             match std::fs::create_dir(&dir) {
                 Ok(()) => {
@@ -518,35 +547,88 @@ fn lock_folder() -> Option<std::path::PathBuf> {
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => {
-                    tracing::warn!(path = %dir.display(), error = %e, "no folder for port locks: two masters on this host could give two containers one port");
+                    unlocked_once(&format!("no port lock folder at {} ({e})", dir.display()));
                     return None;
                 }
             }
-            match std::fs::symlink_metadata(&dir) {
-                Ok(m) if m.is_dir() => Some(dir),
-                _ => {
-                    tracing::warn!(path = %dir.display(), "the port lock folder is not a folder: two masters on this host could give two containers one port");
+            let opened = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+                .open(&dir);
+            match opened {
+                Ok(folder) => {
+                    // SAFETY: geteuid has no preconditions.
+                    let me = unsafe { libc::geteuid() };
+                    if let Ok(m) = folder.metadata()
+                        && m.uid() != me
+                        && m.uid() != 0
+                    {
+                        tracing::warn!(path = %dir.display(), owner = m.uid(), "the port lock folder belongs to another user, who could undo its locks");
+                    }
+                    Some(folder)
+                }
+                Err(e) => {
+                    unlocked_once(&format!("the port lock folder {} is not a plain folder ({e})", dir.display()));
                     None
                 }
             }
         })
-        .clone()
+        .as_ref()
 }
 
-/// Opens (or makes) a port's lock file, never through a symbolic link. Another user's file is
-/// opened for reading, which is all a lock needs.
-fn open_lock(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .mode(0o644)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path),
-        other => other,
+/// Locks `port`'s file in `dir`: `Some` when this master now holds it, `None` when another does,
+/// or the file cannot be opened (another user's that this one may not read, or a link: taken as
+/// held, since whoever made it may hold it), an error when the folder refuses a new file. Never
+/// through a link; an existing file is opened without `O_CREAT` (which a sticky folder refuses
+/// on another user's file), for reading, which is all a lock needs.
+fn lock_port(dir: &std::fs::File, port: u16) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let name = std::ffi::CString::new(port.to_string()).expect("digits");
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a valid folder descriptor and a NUL-terminated name.
+    let mut fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+    let mut made = false;
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            return match e.raw_os_error() {
+                Some(libc::ELOOP | libc::EACCES | libc::EPERM) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        // SAFETY: as above, with the mode `O_CREAT` needs.
+        fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CREAT, 0o644 as libc::c_uint) };
+        if fd < 0 {
+            let e = std::io::Error::last_os_error();
+            // Made meanwhile by another master, as a link, or refused as another's file.
+            return match e.raw_os_error() {
+                Some(libc::ELOOP | libc::EEXIST) => Ok(None),
+                Some(libc::EACCES | libc::EPERM) if dir_has(dir, &name) => Ok(None),
+                _ => Err(e),
+            };
+        }
+        made = true;
     }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    if made {
+        // Readable by every user's master whatever the umask, so that each can take its lock.
+        // SAFETY: a valid descriptor this process owns.
+        unsafe { libc::fchmod(fd, 0o644) };
+    }
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
+/// Whether `name` is in `dir` (as anything).
+fn dir_has(dir: &std::fs::File, name: &std::ffi::CStr) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+    // SAFETY: a valid folder descriptor, a NUL-terminated name and room for the answer.
+    unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), st.as_mut_ptr(), libc::AT_SYMLINK_NOFOLLOW) == 0 }
 }
 
 /// An engine error as the plain error a warm start records for the calls waiting on it.
@@ -688,11 +770,11 @@ pub(crate) struct Containers {
     /// Validation containers running or about to start (see [`Containers::validating`]).
     validating: AtomicUsize,
     /// Containers whose removal failed (the engine was down): removed at the next start, and
-    /// when the master stops.
-    leftovers: Mutex<Vec<String>>,
+    /// when the master stops. Each keeps its port's lease until then: it may still listen.
+    leftovers: Mutex<Vec<(String, Option<PortLease>)>>,
     /// Containers out of their slots, waiting for their calls in flight to end before they are
     /// removed: counted against the limit, and removed when the master stops.
-    retiring: Mutex<std::collections::HashSet<String>>,
+    retiring: Mutex<HashMap<String, Arc<Warm>>>,
 }
 
 /// One entry's container, or none; locked while it is checked or started.
@@ -703,8 +785,9 @@ pub(crate) struct Warm {
     name: String,
     port: u16,
     /// Keeps `port` from other masters' containers while this one lives (and after it died,
-    /// until it is replaced): a call checks the port to tell whether it still runs.
-    _lease: PortLease,
+    /// until it is replaced): a call checks the port to tell whether it still runs. Taken by
+    /// whoever removes the container, and let go once it is removed.
+    lease: Mutex<Option<PortLease>>,
     /// The sha256 of the secrets it was started with (names and values): a call whose secrets
     /// differ (one rotated, dropped or added) gets a new container, since a running one keeps
     /// the environment it started with.
@@ -734,6 +817,11 @@ impl Drop for WarmBusy {
 }
 
 impl Warm {
+    /// The port's lease, for the removal of this container to hold until it is done.
+    fn lease(&self) -> Option<PortLease> {
+        self.lease.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     fn busy(self: &Arc<Self>) -> WarmBusy {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
@@ -997,7 +1085,7 @@ impl Containers {
         match wait_listening(&client, &name, port, self.config.start_timeout).await {
             Listening::Yes => {}
             Listening::Exited(code, tail) => {
-                self.remove(&name).await;
+                self.remove(&name, Some(lease)).await;
                 return Err(CoreError::new(
                     ErrorKind::ToolFailed,
                     "container_failed",
@@ -1005,7 +1093,7 @@ impl Containers {
                 ));
             }
             Listening::TimedOut => {
-                self.remove(&name).await;
+                self.remove(&name, Some(lease)).await;
                 return Err(CoreError::new(
                     ErrorKind::Unavailable,
                     "container_unavailable",
@@ -1016,7 +1104,7 @@ impl Containers {
         let w = Arc::new(Warm {
             name,
             port,
-            _lease: lease,
+            lease: Mutex::new(Some(lease)),
             env,
             last_used: Mutex::new(Instant::now()),
             in_flight: AtomicUsize::new(0),
@@ -1028,16 +1116,16 @@ impl Containers {
     /// Removes a container taken out of its slot once the calls under way in it have ended.
     fn retire(engine: std::sync::Weak<crate::engine::Inner>, gone: Arc<Warm>) {
         let Some(inner) = engine.upgrade() else { return };
-        inner.docker.retiring.lock().unwrap_or_else(|p| p.into_inner()).insert(gone.name.clone());
+        inner.docker.retiring.lock().unwrap_or_else(|p| p.into_inner()).insert(gone.name.clone(), gone.clone());
         drop(inner);
         tokio::spawn(async move {
             while gone.in_flight.load(Ordering::Acquire) > 0 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             if let Some(inner) = engine.upgrade()
-                && inner.docker.retiring.lock().unwrap_or_else(|p| p.into_inner()).remove(&gone.name)
+                && inner.docker.retiring.lock().unwrap_or_else(|p| p.into_inner()).remove(&gone.name).is_some()
             {
-                inner.docker.remove(&gone.name).await;
+                inner.docker.remove(&gone.name, gone.lease()).await;
             }
         });
     }
@@ -1079,14 +1167,14 @@ impl Containers {
             ));
         };
         if let Some(w) = oldest.take() {
-            self.remove(&w.name).await;
+            self.remove(&w.name, w.lease()).await;
         }
         Ok(())
     }
 
     /// Removes container `name`; when the engine cannot, it is kept to be removed at the next
     /// start, since nothing else would remove it before the master's next run.
-    async fn remove(&self, name: &str) {
+    async fn remove(&self, name: &str, lease: Option<PortLease>) {
         let removed = match self.client().await {
             Ok(client) => client
                 .remove_container(name, Some(RemoveContainerOptions { force: true, ..Default::default() }))
@@ -1099,18 +1187,18 @@ impl Containers {
         };
         if !removed {
             tracing::warn!(container = %name, "the container could not be removed now; it will be at the next start");
-            self.leftovers.lock().unwrap_or_else(|p| p.into_inner()).push(name.to_string());
+            self.leftovers.lock().unwrap_or_else(|p| p.into_inner()).push((name.to_string(), lease));
         }
     }
 
     /// Removes the containers an earlier [`Containers::remove`] could not.
     async fn remove_leftovers(&self, client: &Docker) {
         let left = std::mem::take(&mut *self.leftovers.lock().unwrap_or_else(|p| p.into_inner()));
-        for name in left {
+        for (name, lease) in left {
             let options = Some(RemoveContainerOptions { force: true, ..Default::default() });
             match client.remove_container(&name, options).await {
                 Ok(()) | Err(bollard::errors::Error::DockerResponseServerError { status_code: 404, .. }) => {}
-                Err(_) => self.leftovers.lock().unwrap_or_else(|p| p.into_inner()).push(name),
+                Err(_) => self.leftovers.lock().unwrap_or_else(|p| p.into_inner()).push((name, lease)),
             }
         }
     }
@@ -1124,7 +1212,7 @@ impl Containers {
         for s in slots {
             let gone = s.lock().await.take();
             if let Some(w) = gone {
-                self.remove(&w.name).await;
+                self.remove(&w.name, w.lease()).await;
             }
         }
     }
@@ -1139,9 +1227,10 @@ impl Containers {
     /// earlier removal missed.
     pub(crate) async fn stop_all(&self) {
         self.stop_where(|_| true).await;
-        let retiring: Vec<String> = self.retiring.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
-        for name in retiring {
-            self.remove(&name).await;
+        let retiring: Vec<(String, Arc<Warm>)> =
+            self.retiring.lock().unwrap_or_else(|p| p.into_inner()).drain().collect();
+        for (name, w) in retiring {
+            self.remove(&name, w.lease()).await;
         }
         if let Ok(client) = self.client().await {
             self.remove_leftovers(&client).await;
@@ -1215,7 +1304,7 @@ async fn watch_idle(engine: std::sync::Weak<crate::engine::Inner>, key: String, 
             held.take();
             drop(held);
             tracing::info!(container = %w.name, "idle container stopped");
-            inner.docker.remove(&w.name).await;
+            inner.docker.remove(&w.name, w.lease()).await;
             return;
         }
         // A call came in meanwhile: watched on.
