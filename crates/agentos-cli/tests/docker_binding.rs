@@ -439,8 +439,8 @@ fn an_import_whose_caller_went_away_leaves_no_container() {
     let data = dir.path().join("master");
     let _leftovers = Leftovers(data.clone());
     let m = Master::start_with(&data, &["--docker-start-timeout-ms", "60000"]);
-    let body = json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": format!("{prefix}/silent:2"), "id": "gone"})
-        .to_string();
+    let body =
+        json!({"type": "TOOL_CATALOG_IMPORT_IMAGE", "image": format!("{prefix}/silent:2"), "id": "gone"}).to_string();
     let addr = m.url.strip_prefix("http://").unwrap().to_string();
     let mut conn = std::net::TcpStream::connect(&addr).unwrap();
     write!(

@@ -1034,3 +1034,112 @@ fn a_master_given_a_bucket_that_does_not_exist_says_so_when_it_starts() {
         "{stderr}"
     );
 }
+
+/// An S3 server of the test's own (the same `s3s-fs` as `scripts/s3-env`'s, on another port
+/// and folder), to stop, kill and start again without touching the other tests' server.
+struct OwnS3 {
+    child: std::process::Child,
+    folder: PathBuf,
+}
+
+impl OwnS3 {
+    fn start(folder: &Path, port: u16) -> OwnS3 {
+        let target = std::env::var("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+        let bin = target.join("tools/bin/s3s-fs");
+        assert!(bin.exists(), "{} (installed by scripts/s3-env)", bin.display());
+        std::fs::create_dir_all(folder.join("bkt")).unwrap();
+        let child = Command::new(&bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", "agentos-test", "--secret-key", "agentos-test-secret"])
+            .arg(folder)
+            .current_dir(folder)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        common::wait_for("the test's own S3 server", || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok());
+        OwnS3 { child, folder: folder.to_path_buf() }
+    }
+
+    fn signal(&self, signal: i32) {
+        // SAFETY: a signal to a child this test started and has not waited for.
+        assert_eq!(unsafe { libc::kill(self.child.id() as i32, signal) }, 0);
+    }
+}
+
+impl Drop for OwnS3 {
+    fn drop(&mut self) {
+        // A stopped process is killed too; one already reaped has nothing to signal.
+        if let Ok(None) = self.child.try_wait() {
+            self.signal(libc::SIGCONT);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An object store that stalls (its process stopped) or is gone (killed) is told to the caller
+/// within seconds, 503 with what to do, and nothing is half written: the client's defaults
+/// held a registration for three minutes. A script whose blob this master already verified
+/// runs meanwhile; once the store is back, writing goes on.
+#[test]
+fn a_stalled_or_stopped_object_store_is_answered_503_within_seconds_and_nothing_is_half_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let database = SharedStorage::fresh().database;
+    let port = common::free_port();
+    let mut s3 = OwnS3::start(&dir.path().join("s3"), port);
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let env: Vec<(&str, &str)> =
+        S3_ENV.iter().map(|&(k, v)| if k == "AWS_ENDPOINT_URL" { (k, endpoint.as_str()) } else { (k, v) }).collect();
+    let m = Master::start_full(
+        &dir.path().join("m"),
+        "127.0.0.1:0",
+        &["--database", &database, "--blobs", "s3://bkt/blobs"],
+        &env,
+    );
+    let (status, v, _) = register(&m, "early", "echo early");
+    assert_eq!(status, 200, "{v}");
+    let _e = Executor::start(&m, &dir.path().join("executor"), "e1", &[]);
+    let invoke = |id: &str| send(&m, "POST", &format!("/api/tools/{id}/invoke"), Some(json!({})), None);
+    let (status, r, _) = invoke("early");
+    assert_eq!((status, r["stdout"].as_str()), (200, Some("early\n")), "{r}");
+
+    // Stalled: the server's process stopped, its connections accepted by the kernel and never answered.
+    s3.signal(libc::SIGSTOP);
+    let began = std::time::Instant::now();
+    let (status, v, _) = register(&m, "late", "echo late");
+    let took = began.elapsed();
+    assert_eq!((status, v["error"]["code"].as_str()), (503, Some("storage_unavailable")), "{v}");
+    let said = v["error"]["message"].as_str().unwrap();
+    assert!(said.contains("the store did not answer within 15s (AWS_TIMEOUT sets the limit); try again"), "{said}");
+    assert!(took < Duration::from_secs(40), "answered after {took:?}");
+    assert_eq!(send(&m, "GET", "/api/tool-catalog/late", None, None).0, 404, "no entry without its blob");
+    let (status, r, _) = invoke("early");
+    assert_eq!((status, r["stdout"].as_str()), (200, Some("early\n")), "a verified blob needs no store: {r}");
+    s3.signal(libc::SIGCONT);
+    let (status, v, _) = register(&m, "late", "echo late");
+    assert_eq!(status, 200, "{v}");
+
+    // Gone: nothing listens.
+    s3.signal(libc::SIGKILL);
+    let _ = s3.child.wait();
+    let began = std::time::Instant::now();
+    let (status, v, _) = register(&m, "later", "echo later");
+    assert_eq!((status, v["error"]["code"].as_str()), (503, Some("storage_unavailable")), "{v}");
+    let said = v["error"]["message"].as_str().unwrap();
+    assert!(said.contains("the store cannot be reached (") && said.ends_with("try again when it is back"), "{said}");
+    assert!(!said.contains("retries"), "the client's report of its retries: {said}");
+    assert!(began.elapsed() < Duration::from_secs(15), "answered after {:?}", began.elapsed());
+    assert_eq!(send(&m, "GET", "/api/tool-catalog/later", None, None).0, 404);
+
+    // Back, on its folder: the late script's blob is there, and writing goes on.
+    let folder = s3.folder.clone();
+    drop(s3);
+    let _s3 = OwnS3::start(&folder, port);
+    let (status, v, _) = register(&m, "later", "echo later");
+    assert_eq!(status, 200, "{v}");
+    let (status, r, _) = invoke("later");
+    assert_eq!((status, r["stdout"].as_str()), (200, Some("later\n")), "{r}");
+}
