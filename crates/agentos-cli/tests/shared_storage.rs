@@ -1106,6 +1106,23 @@ fn a_stalled_or_stopped_object_store_is_answered_503_within_seconds_and_nothing_
     let (status, r, _) = invoke("early");
     assert_eq!((status, r["stdout"].as_str()), (200, Some("early\n")), "{r}");
 
+    // A blob of more than one part (6 MiB of output) is written in parts, and read back whole
+    // from the store by a master that never had it.
+    let (status, v, _) = register(&m, "loud", "head -c 6291456 /dev/zero | tr '\\0' a");
+    assert_eq!(status, 200, "{v}");
+    let (status, r, _) = invoke("loud");
+    assert_eq!((status, &r["stdoutBlob"]["sizeBytes"]), (200, &json!(6291456)), "{r}");
+    let data2 = dir.path().join("m2");
+    std::fs::create_dir_all(&data2).unwrap();
+    std::fs::copy(m.data.join("operator.token"), data2.join("operator.token")).unwrap();
+    let m2 = Master::start_full(&data2, "127.0.0.1:0", &["--database", &database, "--blobs", "s3://bkt/blobs"], &env);
+    let urn = r["stdoutBlob"]["urn"].as_str().unwrap();
+    let resp = common::http().get(format!("{}/api/blobs/{urn}", m2.url)).bearer_auth(&m2.token).send().unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let bytes = resp.bytes().unwrap();
+    assert!(bytes.len() == 6291456 && bytes.iter().all(|&b| b == b'a'), "{} bytes", bytes.len());
+    drop(m2);
+
     // Stalled: the server's process stopped, its connections accepted by the kernel and never answered.
     s3.signal(libc::SIGSTOP);
     let began = std::time::Instant::now();

@@ -273,13 +273,6 @@ fn distinct_flags(table: &mut FlagTable) {
     use std::collections::HashSet;
     let negations: HashSet<String> =
         table.flags.iter().filter(|f| f.takes_no_form()).map(|f| format!("no-{}", f.flag)).collect();
-    // An object's null form (`--no-where`) yields to a flag's own name or false form, which
-    // came first: a property spelled `no-where`, or a boolean `where_` beside the object.
-    let flag_names: HashSet<&str> = table.flags.iter().map(|f| f.flag.as_str()).collect();
-    for o in table.objects.iter_mut().filter(|o| o.null_form) {
-        let name = format!("no-{}", o.flag);
-        o.null_form = !flag_names.contains(name.as_str()) && !negations.contains(&name);
-    }
     // First pass: which flags collide, and every name taken or that could be (the first of each
     // name, the tool's own flags, the booleans' false forms, the strings' `-file` forms).
     let mut kept: HashSet<String> = HashSet::new();
@@ -317,6 +310,15 @@ fn distinct_flags(table: &mut FlagTable) {
             None => (2..).map(|n| format!("{base}-{n}")).find(|f| !taken.contains(f)).expect("a free number"),
         };
         taken.insert(spec.flag.clone());
+    }
+    // An object's null form (`--no-where`) yields to a flag's own name or false form as they are
+    // once renamed, which came first (a property spelled `no-where`, a boolean `where_` beside
+    // the object, one renamed to `where`), and to an earlier object's of the same spelling.
+    let negations: HashSet<String> =
+        table.flags.iter().filter(|f| f.takes_no_form()).map(|f| format!("no-{}", f.flag)).collect();
+    let mut names: HashSet<String> = table.flags.iter().map(|f| f.flag.clone()).chain(negations).collect();
+    for o in table.objects.iter_mut().filter(|o| o.null_form) {
+        o.null_form = names.insert(format!("no-{}", o.flag));
     }
 }
 
@@ -661,6 +663,28 @@ impl FlagTable {
                         if let Some(given) = set_flags.iter().find(|s| s.path.starts_with(&object.path)) {
                             return err(object_both_given(object, &given.flag));
                         }
+                        // A field inside it given as null (`--no-where.note`), or an object inside
+                        // it (`--no-where.inner`), or the object it is in given as null.
+                        let inner_null = nulled
+                            .iter()
+                            .filter_map(|f| self.find(f))
+                            .find(|s| s.path.starts_with(&object.path))
+                            .map(|s| format!("no-{}", s.flag))
+                            .or_else(|| {
+                                nulled_objects
+                                    .iter()
+                                    .find(|o| o.path.len() > object.path.len() && o.path.starts_with(&object.path))
+                                    .map(|o| format!("no-{}", o.flag))
+                            });
+                        if let Some(inner) = inner_null {
+                            return err(object_both_given(object, &inner));
+                        }
+                        if let Some(outer) = nulled_objects
+                            .iter()
+                            .find(|o| object.path.len() > o.path.len() && object.path.starts_with(&o.path))
+                        {
+                            return err(object_both_given(outer, &format!("no-{}", object.flag)));
+                        }
                         if !nulled_objects.iter().any(|o| o.path == object.path) {
                             nulled_objects.push(object);
                         }
@@ -679,6 +703,9 @@ impl FlagTable {
                             return err(both_given(spec));
                         }
                         let value = file_value(spec, name, &raw)?;
+                        if let Some(e) = given_twice(spec, &input, &value, &set_flags) {
+                            return err(e);
+                        }
                         if !set_flags.iter().any(|s| s.flag == spec.flag) {
                             set_flags.push(spec);
                         }
@@ -721,16 +748,9 @@ impl FlagTable {
                 continue;
             }
             let value = if spec.ty == FlagType::Boolean {
-                // As for text: `--x` and `--no-x` each undo the other, and which was meant is
-                // the caller's to say (the last one won, so a mistake passed unseen).
-                if booleans.iter().any(|(f, n)| *f == spec.flag && *n != negated) {
-                    let f = &spec.flag;
-                    return err(format!("--{f} and --no-{f} are both given: give one of them"));
-                }
-                booleans.push((&spec.flag, negated));
                 // `--overwrite-file=true` from a shell command arrives marked as a file it read.
                 let inline = inline.map(|v| unmark_file(&v).map_or(v.clone(), |(path, _)| path.to_string()));
-                match (negated, inline.as_deref()) {
+                let value = match (negated, inline.as_deref()) {
                     (true, None) => Value::Bool(false),
                     // `name` already reads `no-…`.
                     (true, Some(_)) => return err(format!("--no-{} takes no value", spec.flag)),
@@ -742,7 +762,19 @@ impl FlagTable {
                         let or_null = if spec.nullable { ", or null" } else { "" };
                         return err(format!("--{}: expected true or false{or_null}, got {v:?}", spec.flag));
                     }
+                };
+                // As for text: `--x` and `--no-x` that disagree each undo the other, and which
+                // was meant is the caller's to say (the last one won, so a mistake passed
+                // unseen). Two that agree (`--x=false --no-x`) are taken; two of one form that
+                // disagree (`--x --x=false`) are refused below as any flag given twice.
+                let before = set_flags.iter().any(|s| s.flag == spec.flag).then(|| get(&input, &spec.path)).flatten();
+                if before.is_some_and(|b| *b != value) && booleans.iter().any(|(f, n)| *f == spec.flag && *n != negated)
+                {
+                    let f = &spec.flag;
+                    return err(format!("--{f} and --no-{f} are both given: give one of them"));
                 }
+                booleans.push((&spec.flag, negated));
+                value
             } else {
                 let raw = match inline {
                     Some(v) => v,
@@ -766,6 +798,9 @@ impl FlagTable {
                     None => of_its_types(convert(&spec.flag, item_ty, &raw).map_err(|e| or_null(e, spec))?, &raw, spec),
                 }
             };
+            if let Some(e) = given_twice(spec, &input, &value, &set_flags) {
+                return err(e);
+            }
             if !set_flags.iter().any(|s| s.flag == spec.flag) {
                 set_flags.push(spec);
             }
@@ -830,6 +865,22 @@ fn in_objects(input: &Map<String, Value>, path: &[String]) -> bool {
 fn both_given(spec: &FlagSpec) -> String {
     let f = &spec.flag;
     format!("--{f} and --no-{f} are both given: --no-{f} sends null; give one of them")
+}
+
+/// A flag of one value given again with another: the first value would be dropped unseen (the
+/// last one won). A list's flag repeats; the same value twice is taken. The values are not
+/// shown: one may be a file's content or a secret.
+fn given_twice(spec: &FlagSpec, input: &Map<String, Value>, value: &Value, set: &[&FlagSpec]) -> Option<String> {
+    if matches!(spec.ty, FlagType::Array(_)) || !set.iter().any(|s| s.flag == spec.flag) {
+        return None;
+    }
+    let before = get(input, &spec.path)?;
+    (before != value).then(|| {
+        format!(
+            "--{} is given twice, with different values: it takes one value (only a list's flag repeats); give it once",
+            spec.flag
+        )
+    })
 }
 
 /// A field's flag and `--no-x` of the object it is in (null for the whole object), given together.

@@ -71,8 +71,15 @@ fn strings() {
             (&["--city", "42"], Ok(json!({"city": "42"}))),
             // A value that starts with `--` must be attached with `=`.
             (&["--city=--x"], Ok(json!({"city": "--x"}))),
-            // The last one wins.
-            (&["--city", "Paris", "--city", "Rome"], Ok(json!({"city": "Rome"}))),
+            // Given twice: the first would be dropped unseen (the last one won). The same value
+            // twice is taken.
+            (
+                &["--city", "Paris", "--city", "Rome"],
+                Err(
+                    "^--city is given twice, with different values: it takes one value (only a list's flag repeats); give it once",
+                ),
+            ),
+            (&["--city", "Paris", "--city=Paris"], Ok(json!({"city": "Paris"}))),
             (&["--city"], Err("^--city needs a value (<string>)")),
             (&["--city", "--days", "3"], Err("^--city needs a value (<string>)")),
         ],
@@ -154,6 +161,9 @@ fn booleans() {
                 Err("^--full-page and --no-full-page are both given: give one of them"),
             ),
             (&["--no-full-page", "--full-page=true"], Err("^--full-page and --no-full-page are both given")),
+            // Two that agree are taken; two of one form that disagree are a flag given twice.
+            (&["--full-page=false", "--no-full-page"], Ok(json!({"fullPage": false}))),
+            (&["--full-page", "--full-page=false"], Err("^--full-page is given twice, with different values")),
             (&["--full-page", "--full-page"], Ok(json!({"fullPage": true}))),
             (&["--no-full-page", "--no-full-page"], Ok(json!({"fullPage": false}))),
             // A boolean takes no separate value: the next word is a positional argument.
@@ -1206,6 +1216,10 @@ fn an_object_that_may_be_null_takes_no_x_for_null() {
     check(&s, &["--no-where", "--where.lat", "1"], Err(both));
     check(&s, &["--no-where", "--where.inner.k", "v"], Err("--where.inner.k and --no-where are both given"));
     check(&s, &["--no-where=1"], Err("--no-where takes no value (it sends null)"));
+    // Inside it, a field or an object given as null: refused in either order too.
+    let inner = "--no-where.inner and --no-where are both given";
+    check(&s, &["--no-where.inner", "--no-where"], Err(inner));
+    check(&s, &["--no-where", "--no-where.inner"], Err(inner));
     // An object that may not be null has no such flag.
     check(&s, &["--no-where", "--no-fixed"], Err("unknown flag --no-fixed"));
 
@@ -1217,6 +1231,19 @@ fn an_object_that_may_be_null_takes_no_x_for_null() {
     check(&taken, &["--no-where", "x"], Ok(json!({"no-where": "x"})));
     let table = flag_table(&taken);
     assert_eq!(table.null_objects().count(), 0);
+    // Also a flag renamed to the object's name (a boolean `where=` cannot be typed: `--where`,
+    // `--no-where`), and a second object of the same spelling.
+    let renamed = json!({"type": "object", "properties": {
+        "where": {"type": ["object", "null"], "properties": {"lat": {"type": "number"}}},
+        "where=": {"type": "boolean"}
+    }});
+    check(&renamed, &["--no-where"], Ok(json!({"where=": false})));
+    assert_eq!(flag_table(&renamed).null_objects().count(), 0);
+    let twins = json!({"type": "object", "properties": {
+        "fooBar": {"type": ["object", "null"], "properties": {"a": {"type": "string"}}},
+        "foo_bar": {"type": ["object", "null"], "properties": {"b": {"type": "string"}}}
+    }});
+    assert_eq!(flag_table(&twins).null_objects().count(), 1, "one --no-foo-bar");
 
     // `--help` lists it after the fields' flags, and an example given null is written with it.
     let op = agentos_core::entry::Operation {

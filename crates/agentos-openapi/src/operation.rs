@@ -227,6 +227,7 @@ impl Field {
 /// schema where it adds keys), and null out of an `enum`. A schema that is only null is left.
 fn without_null(schema: &mut Value) {
     let Value::Object(s) = schema else { return };
+    let mut stripped = false;
     if let Some(Value::Array(ts)) = s.get_mut("type")
         && ts.len() > 1
         && ts.iter().any(|t| t == "null")
@@ -236,11 +237,14 @@ fn without_null(schema: &mut Value) {
             let t = ts.remove(0);
             s.insert("type".into(), t);
         }
+        stripped = true;
     }
     if let Some(Value::Array(vs)) = s.get_mut("enum")
         && vs.len() > 1
+        && vs.iter().any(Value::is_null)
     {
         vs.retain(|v| !v.is_null());
+        stripped = true;
     }
     for key in ["anyOf", "oneOf"] {
         let Some(Value::Array(mut branches)) = s.remove(key) else { continue };
@@ -248,6 +252,9 @@ fn without_null(schema: &mut Value) {
         let strip = branches.len() > 1 && branches.iter().any(is_null) && !branches.iter().all(is_null);
         if strip {
             branches.retain(|b| !is_null(b));
+            // A branch that allows null itself (`{type: [string, null]}`) is read the same way.
+            branches.iter_mut().for_each(without_null);
+            stripped = true;
         }
         match branches.as_slice() {
             [Value::Object(only)] if strip && only.keys().all(|k| !s.contains_key(k)) => {
@@ -258,6 +265,10 @@ fn without_null(schema: &mut Value) {
                 s.insert(key.into(), Value::Array(branches));
             }
         }
+    }
+    // A null default would fill in the null just taken out, for a flag nobody gave.
+    if stripped && s.get("default").is_some_and(Value::is_null) {
+        s.remove("default");
     }
 }
 

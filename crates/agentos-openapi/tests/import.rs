@@ -188,6 +188,8 @@ fn null_is_offered_only_where_a_call_can_send_it() {
         query("tag", true, json!({"anyOf": [{"type": "string", "maxLength": 9}, {"type": "null"}], "title": "Tag"})),
         query("pick", true, json!({"oneOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]})),
         query("only", true, json!({"type": "null"})),
+        query("dflt", true, json!({"type": "string", "nullable": true, "default": null})),
+        query("inner", true, json!({"anyOf": [{"type": ["string", "null"]}, {"type": "null"}]})),
         query("later", false, json!({"type": ["string", "null"]})),
         {"name": "X-Key", "in": "header", "required": true, "schema": {"type": ["string", "null"]}}
     ], "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object",
@@ -199,6 +201,8 @@ fn null_is_offered_only_where_a_call_can_send_it() {
     assert_eq!(p["tag"], json!({"type": "string", "maxLength": 9, "title": "Tag"}));
     assert_eq!(p["pick"]["oneOf"], json!([{"type": "string"}, {"type": "integer"}]));
     assert_eq!(p["only"], json!({"type": "null"}), "a schema that is only null is left as written");
+    assert_eq!(p["dflt"], json!({"type": "string"}), "a null default would fill in the null taken out");
+    assert_eq!(p["inner"], json!({"type": "string"}), "a branch's own null too");
     assert_eq!(p["later"]["type"], json!(["string", "null"]), "an optional query's null leaves it out");
     assert_eq!(p["x-key"]["type"], "string");
     assert_eq!(p["note"]["type"], json!(["string", "null"]), "a JSON body sends null");

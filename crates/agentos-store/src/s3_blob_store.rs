@@ -9,7 +9,7 @@ use std::time::Duration;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::client::{HttpError, HttpErrorKind};
 use object_store::path::Path;
-use object_store::{BackoffConfig, ClientConfigKey, RetryConfig};
+use object_store::{BackoffConfig, ClientConfigKey, MultipartUpload, RetryConfig};
 use object_store::{ObjectStoreExt, PutPayload};
 
 use agentos_core::urn::BlobUrn;
@@ -17,9 +17,18 @@ use agentos_core::urn::BlobUrn;
 use crate::{BlobStore, StoreError};
 
 pub struct S3BlobStore {
+    /// Writes and listings: each request ends within its limit (`AWS_TIMEOUT`, 15 s).
     store: AmazonS3,
+    /// Reads: the body of a large blob on a slow link may take longer than that, so a read
+    /// ends when the store goes silent for 15 s (`AWS_READ_TIMEOUT`), not at a total limit.
+    reader: AmazonS3,
     prefix: String,
 }
+
+/// The size of each part of a blob written in parts: S3's smallest. A blob larger than one part
+/// is written part by part, each its own request within the request limit, so that a large
+/// blob needs no longer limit (one PUT of 64 MiB needs 4.5 MB/s to end within 15 s).
+const PART: usize = 5 << 20;
 
 impl S3BlobStore {
     /// The store at `url` (`s3://bucket/prefix`), with credentials, region and endpoint from the
@@ -47,14 +56,13 @@ impl S3BlobStore {
         }
         // A store that stops answering is said so within seconds: the client's defaults wait 30 s
         // a request and retry for three minutes, and every registration, hand-out and read of
-        // a blob waited that long (a stalled store held a registration for 180 s). A request
-        // waits at most 15 s (`AWS_TIMEOUT` sets another limit, for large blobs on a slow
-        // link), a connection 2 s (`AWS_CONNECT_TIMEOUT`), and a failed one is tried again at
-        // most 3 times within 10 s.
-        if std::env::var_os("AWS_TIMEOUT").is_none() {
-            builder = builder.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), REQUEST_TIMEOUT);
-        }
-        if std::env::var_os("AWS_CONNECT_TIMEOUT").is_none() {
+        // a blob waited that long (a stalled store held a registration for 180 s). A write or
+        // listing waits at most 15 s (`AWS_TIMEOUT`; a large blob goes in parts, each within
+        // it), a read at most 15 s without a byte (`AWS_READ_TIMEOUT`), a connection 2 s
+        // (`AWS_CONNECT_TIMEOUT`), and a failed request is tried again at most 3 times within
+        // 10 s.
+        let unset = |name: &str| std::env::var_os(name).is_none();
+        if unset("AWS_CONNECT_TIMEOUT") {
             builder = builder.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), "2s");
         }
         builder = builder.with_retry(RetryConfig {
@@ -66,8 +74,21 @@ impl S3BlobStore {
             max_retries: 3,
             retry_timeout: Duration::from_secs(10),
         });
-        let store = builder.build().map_err(|e| bad(&e.to_string()))?;
-        Ok(S3BlobStore { store, prefix: prefix.to_string() })
+        let mut writer = builder.clone();
+        if unset("AWS_TIMEOUT") {
+            writer = writer.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), REQUEST_TIMEOUT);
+        }
+        let mut reader = builder;
+        if unset("AWS_TIMEOUT") {
+            // Only what no read should outlast: silence is what `read_timeout` ends.
+            reader = reader.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "1h");
+        }
+        if unset("AWS_READ_TIMEOUT") {
+            reader = reader.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ReadTimeout), REQUEST_TIMEOUT);
+        }
+        let store = writer.build().map_err(|e| bad(&e.to_string()))?;
+        let reader = reader.build().map_err(|e| bad(&e.to_string()))?;
+        Ok(S3BlobStore { store, reader, prefix: prefix.to_string() })
     }
 
     /// Asks the store for one listing of the prefix, so that a master given a bucket that does
@@ -89,7 +110,8 @@ impl S3BlobStore {
                 "--blobs {url:?}: the object store refused this master ({line}); check the bucket and the AWS_* credentials"
             )));
         }
-        let why: String = said(&e).split_whitespace().collect::<Vec<_>>().join(" ").chars().take(400).collect();
+        let why: String =
+            said(&e, Limit::Request).split_whitespace().collect::<Vec<_>>().join(" ").chars().take(400).collect();
         Err(StoreError::Unavailable(format!("--blobs {url:?}: the object store did not answer: {why}")))
     }
 
@@ -104,30 +126,56 @@ impl S3BlobStore {
 /// How long one request to the store may take, unless `AWS_TIMEOUT` says otherwise.
 const REQUEST_TIMEOUT: &str = "15s";
 
-fn failed(what: &str, urn: &BlobUrn, e: object_store::Error) -> StoreError {
-    StoreError::Unavailable(format!("{what} blob {urn} in the object store: {}", said(&e)))
+/// Which limit a request that timed out was under.
+#[derive(Clone, Copy)]
+enum Limit {
+    /// A write's or listing's whole request (`AWS_TIMEOUT`).
+    Request,
+    /// A read's silence (`AWS_READ_TIMEOUT`).
+    Read,
+}
+
+fn failed(what: &str, urn: &BlobUrn, e: object_store::Error, limit: Limit) -> StoreError {
+    StoreError::Unavailable(format!("{what} blob {urn} in the object store: {}", said(&e, limit)))
 }
 
 /// An object store's error in words: one that could not be reached or did not answer in time
-/// says so and what to do, rather than the client's report of its retries ("Generic S3 error:
-/// Error performing PUT … after 10 retries, max_retries: 10, retry_timeout: 180s - HTTP
-/// error: error sending request"). Anything else is the store's own words.
-fn said(e: &object_store::Error) -> String {
+/// says so, under which limit, and what to do, rather than the client's report of its retries
+/// ("Generic S3 error: Error performing PUT … after 10 retries, max_retries: 10, retry_timeout:
+/// 180s - HTTP error: error sending request"). Anything else is the store's own words.
+fn said(e: &object_store::Error, limit: Limit) -> String {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| REQUEST_TIMEOUT.to_string());
     let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cause {
-        if let Some(h) = c.downcast_ref::<HttpError>() {
-            let limit = std::env::var("AWS_TIMEOUT").unwrap_or_else(|_| REQUEST_TIMEOUT.to_string());
-            match h.kind() {
-                HttpErrorKind::Connect => {
-                    return format!("the store cannot be reached ({}); try again when it is back", deepest(h));
-                }
-                HttpErrorKind::Timeout => {
-                    return format!(
-                        "the store did not answer within {limit} (AWS_TIMEOUT sets the limit); try again when it is back"
-                    );
-                }
-                _ => {}
+        // The HTTP client's own error says best what happened: a connection that timed out is
+        // both a timeout and a failed connection (the store's client calls it a timeout).
+        if let Some(r) = c.downcast_ref::<reqwest::Error>() {
+            if r.is_connect() && r.is_timeout() {
+                return format!(
+                    "the store cannot be reached: no connection within {} (AWS_CONNECT_TIMEOUT sets the limit); try again when it is back",
+                    std::env::var("AWS_CONNECT_TIMEOUT").unwrap_or_else(|_| "2s".into())
+                );
             }
+            if r.is_connect() {
+                return format!("the store cannot be reached ({}); try again when it is back", deepest(r));
+            }
+            if r.is_timeout() {
+                return match limit {
+                    Limit::Request => format!(
+                        "the store did not answer within {} (AWS_TIMEOUT sets the limit); try again when it is back",
+                        var("AWS_TIMEOUT")
+                    ),
+                    Limit::Read => format!(
+                        "the store sent nothing for {} (AWS_READ_TIMEOUT sets the limit); try again when it is back",
+                        var("AWS_READ_TIMEOUT")
+                    ),
+                };
+            }
+        }
+        if let Some(h) = c.downcast_ref::<HttpError>()
+            && h.kind() == HttpErrorKind::Connect
+        {
+            return format!("the store cannot be reached ({}); try again when it is back", deepest(h));
         }
         cause = c.source();
     }
@@ -147,10 +195,28 @@ fn deepest(e: &(dyn std::error::Error + 'static)) -> String {
 impl BlobStore for S3BlobStore {
     async fn put(&self, urn: &BlobUrn, bytes: &[u8]) -> Result<(), StoreError> {
         // Writing again is cheaper than reading to compare, and repairs a damaged copy.
-        self.store
-            .put(&self.key_of(urn), PutPayload::from(bytes.to_vec()))
-            .await
-            .map_err(|e| failed("storing", urn, e))?;
+        let key = self.key_of(urn);
+        if bytes.len() <= PART {
+            self.store
+                .put(&key, PutPayload::from(bytes.to_vec()))
+                .await
+                .map_err(|e| failed("storing", urn, e, Limit::Request))?;
+            return Ok(());
+        }
+        // In parts, one after another: the object appears whole when the last is in, or not
+        // at all (an upload that failed is aborted, its parts dropped).
+        let mut upload = self.store.put_multipart(&key).await.map_err(|e| failed("storing", urn, e, Limit::Request))?;
+        let sent = async {
+            for part in bytes.chunks(PART) {
+                upload.put_part(PutPayload::from(part.to_vec())).await?;
+            }
+            upload.complete().await
+        }
+        .await;
+        if let Err(e) = sent {
+            let _ = upload.abort().await;
+            return Err(failed("storing", urn, e, Limit::Request));
+        }
         Ok(())
     }
 
@@ -159,10 +225,10 @@ impl BlobStore for S3BlobStore {
     }
 
     async fn get(&self, urn: &BlobUrn) -> Result<Vec<u8>, StoreError> {
-        match self.store.get(&self.key_of(urn)).await {
-            Ok(r) => Ok(r.bytes().await.map_err(|e| failed("reading", urn, e))?.to_vec()),
+        match self.reader.get(&self.key_of(urn)).await {
+            Ok(r) => Ok(r.bytes().await.map_err(|e| failed("reading", urn, e, Limit::Read))?.to_vec()),
             Err(object_store::Error::NotFound { .. }) => Err(StoreError::BlobNotFound(urn.clone())),
-            Err(e) => Err(failed("reading", urn, e)),
+            Err(e) => Err(failed("reading", urn, e, Limit::Read)),
         }
     }
 }
