@@ -768,7 +768,8 @@ impl FlagTable {
                 // unseen). Two that agree (`--x=false --no-x`) are taken; two of one form that
                 // disagree (`--x --x=false`) are refused below as any flag given twice.
                 let before = set_flags.iter().any(|s| s.flag == spec.flag).then(|| get(&input, &spec.path)).flatten();
-                if before.is_some_and(|b| *b != value) && booleans.iter().any(|(f, n)| *f == spec.flag && *n != negated)
+                if before.is_some_and(|b| !same_value(b, &value))
+                    && booleans.iter().any(|(f, n)| *f == spec.flag && *n != negated)
                 {
                     let f = &spec.flag;
                     return err(format!("--{f} and --no-{f} are both given: give one of them"));
@@ -875,12 +876,20 @@ fn given_twice(spec: &FlagSpec, input: &Map<String, Value>, value: &Value, set: 
         return None;
     }
     let before = get(input, &spec.path)?;
-    (before != value).then(|| {
+    (!same_value(before, value)).then(|| {
         format!(
             "--{} is given twice, with different values: it takes one value (only a list's flag repeats); give it once",
             spec.flag
         )
     })
+}
+
+/// Whether two values a flag read are the same: numbers by value (`1` and `1.0`).
+fn same_value(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64().is_some_and(|x| Some(x) == y.as_f64()),
+        _ => a == b,
+    }
 }
 
 /// A field's flag and `--no-x` of the object it is in (null for the whole object), given together.

@@ -93,6 +93,9 @@ fn numbers() {
         &s,
         &[
             (&["--lat", "41.9"], Ok(json!({"lat": 41.9}))),
+            // The same number twice, however written, is one value.
+            (&["--lat", "1", "--lat", "1.0"], Ok(json!({"lat": 1.0}))),
+            (&["--lat", "1", "--lat", "2"], Err("^--lat is given twice, with different values")),
             (&["--lat=41.9"], Ok(json!({"lat": 41.9}))),
             (&["--lat", "-41.9"], Ok(json!({"lat": -41.9}))),
             (&["--lat=-41.9"], Ok(json!({"lat": -41.9}))),

@@ -74,18 +74,19 @@ impl S3BlobStore {
             max_retries: 3,
             retry_timeout: Duration::from_secs(10),
         });
-        let mut writer = builder.clone();
-        if unset("AWS_TIMEOUT") {
-            writer = writer.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), REQUEST_TIMEOUT);
-        }
-        let mut reader = builder;
-        if unset("AWS_TIMEOUT") {
-            // Only what no read should outlast: silence is what `read_timeout` ends.
-            reader = reader.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::Timeout), "1h");
-        }
-        if unset("AWS_READ_TIMEOUT") {
-            reader = reader.with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ReadTimeout), REQUEST_TIMEOUT);
-        }
+        // Each variable applies to its own client only, though the environment gives both to each.
+        let var = |name: &str| std::env::var(name).unwrap_or_else(|_| REQUEST_TIMEOUT.to_string());
+        let key = |k| AmazonS3ConfigKey::Client(k);
+        // A write's read timeout runs from its start until the answer's headers (a total limit
+        // per request, part by part): the same as its total limit, never shorter.
+        let writer = builder
+            .clone()
+            .with_config(key(ClientConfigKey::Timeout), var("AWS_TIMEOUT"))
+            .with_config(key(ClientConfigKey::ReadTimeout), var("AWS_TIMEOUT"));
+        // A read: only what no read should outlast as a total; silence is what `read_timeout` ends.
+        let reader = builder
+            .with_config(key(ClientConfigKey::Timeout), "1h")
+            .with_config(key(ClientConfigKey::ReadTimeout), var("AWS_READ_TIMEOUT"));
         let store = writer.build().map_err(|e| bad(&e.to_string()))?;
         let reader = reader.build().map_err(|e| bad(&e.to_string()))?;
         Ok(S3BlobStore { store, reader, prefix: prefix.to_string() })
@@ -214,7 +215,11 @@ impl BlobStore for S3BlobStore {
         }
         .await;
         if let Err(e) = sent {
-            let _ = upload.abort().await;
+            // Aborted on its own time: the caller is answered now, not after another request
+            // to a store that may be stalled.
+            tokio::spawn(async move {
+                let _ = upload.abort().await;
+            });
             return Err(failed("storing", urn, e, Limit::Request));
         }
         Ok(())
